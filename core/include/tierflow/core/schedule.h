@@ -1,0 +1,171 @@
+// The schedule: a program for one training iteration, executed N times by the dispatcher in the
+// simulator and in the real executor alike. docs/schedule-format.md documents the file.
+//
+// A schedule names devices, resources (queues with a concurrency limit), pools (memory budgets),
+// buffers (allocations in a pool), tensors (pieces of model state with a home) and tasks. A task
+// runs on one resource; it starts when its deps in the same iteration and its carried deps in
+// earlier iterations have completed, its resource has a free slot and its allocations fit in
+// their pools. Everything a policy decides is visible here as ops, edges, resources and pools.
+//
+// Cross references are indices into the vectors below; the file spells them as names. Build a
+// schedule with the Add* methods (which keep the name indices current), then call Validate().
+//
+// Thread safety: a Schedule is a value; concurrent reads are safe, writes need exclusion.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tierflow/core/ops.h"
+#include "tierflow/core/status.h"
+
+namespace tierflow {
+
+inline constexpr const char* kScheduleFormat = "tierflow.schedule/1";
+inline constexpr int32_t kNoIndex = -1;
+
+struct DeviceSpec {
+  std::string name;  // "gpu0", "host", "nvme0", "remote0", "net"
+  DeviceKind kind = DeviceKind::kHost;
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+struct ResourceSpec {
+  std::string name;     // "gpu0.compute", "nvme0.read", "cpu.optimizer", "dp.comm"
+  int32_t device = kNoIndex;
+  int32_t concurrency = 1;  // instances in flight at once, >= 1
+  bool operator==(const ResourceSpec&) const = default;
+};
+
+struct PoolSpec {
+  std::string name;  // "gpu0.hbm", "host.pinned"
+  int32_t device = kNoIndex;
+  int64_t capacity_bytes = 0;
+  bool operator==(const PoolSpec&) const = default;
+};
+
+struct BufferSpec {
+  std::string name;
+  int32_t pool = kNoIndex;
+  int64_t size_bytes = 0;
+  // A persistent buffer is held for the whole run (allocated before the first iteration, never
+  // freed) and no task allocates or frees it. Any other buffer is allocated by one task and freed
+  // by one task in every iteration.
+  bool persistent = false;
+  bool operator==(const BufferSpec&) const = default;
+};
+
+struct TensorSpec {
+  std::string name;    // "layers.3.param16.r0", "opt.sg5.m.r1"
+  std::string kind;    // "param16", "master", "adam_m", "adam_v", "grad", "embedding", ...
+  std::string dtype;   // "bf16", "fp16", "fp32"
+  std::vector<int64_t> shape;
+  int32_t rank = 0;    // data-parallel shard it belongs to
+  int32_t device = kNoIndex;  // home device
+  int64_t offset_bytes = 0;   // offset in that device's store
+  int64_t size_bytes = 0;
+  bool operator==(const TensorSpec&) const = default;
+};
+
+struct CarriedDep {
+  int32_t task = kNoIndex;
+  int32_t distance = 1;  // iterations back, >= 1
+  bool operator==(const CarriedDep&) const = default;
+};
+
+struct TaskSpec {
+  std::string id;
+  Op op = Op::kBarrier;
+  int32_t resource = kNoIndex;  // kNoIndex only for alloc, free and barrier
+  std::string kernel;           // compute/optimizer/convert: the named step ("layer_fwd", "adam")
+  int64_t bytes = 0;            // bytes moved (I/O, copies, collectives) or touched (compute)
+  double flops = 0;
+  int64_t block_bytes = 0;      // I/O request size, 0 = the executor's default
+  int32_t queue_depth = 0;      // I/O requests in flight for this task, 0 = default
+  int32_t ranks = 0;            // participants of a collective; threads of an optimizer task
+  std::vector<int32_t> tensors; // model state it reads or writes
+  std::vector<int32_t> allocs;  // buffers it allocates when it starts
+  std::vector<int32_t> uses;    // buffers it reads or writes
+  std::vector<int32_t> frees;   // buffers it frees when it completes
+  std::vector<int32_t> deps;    // tasks of the same iteration that must complete first
+  std::vector<CarriedDep> carried;
+  int32_t priority = 0;         // lower runs first among ready instances on one resource
+  Phase phase = Phase::kOther;
+  int32_t layer = -1;
+  bool operator==(const TaskSpec&) const = default;
+};
+
+class Schedule {
+ public:
+  std::string name;
+  // At most this many iterations have instances materialised at once: iteration t + window
+  // starts only after iteration t has completed entirely. Part of the contract, so that sim
+  // and real overlap iterations the same way.
+  int32_t iteration_window = 2;
+  // Free-form provenance (policy, model, hardware, knob values), kept in order.
+  std::vector<std::pair<std::string, std::string>> meta;
+
+  const std::vector<DeviceSpec>& devices() const { return devices_; }
+  const std::vector<ResourceSpec>& resources() const { return resources_; }
+  const std::vector<PoolSpec>& pools() const { return pools_; }
+  const std::vector<BufferSpec>& buffers() const { return buffers_; }
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  const std::vector<TaskSpec>& tasks() const { return tasks_; }
+  std::vector<TaskSpec>& mutable_tasks() { return tasks_; }
+
+  // Each Add* returns the new index. A duplicate name is a bug of the caller (TF_CHECK); files
+  // with duplicates are rejected by the reader before they get here.
+  int32_t AddDevice(DeviceSpec d);
+  int32_t AddResource(ResourceSpec r);
+  int32_t AddPool(PoolSpec p);
+  int32_t AddBuffer(BufferSpec b);
+  int32_t AddTensor(TensorSpec t);
+  int32_t AddTask(TaskSpec t);
+
+  // kNoIndex when absent.
+  int32_t FindDevice(const std::string& name) const { return Find(device_index_, name); }
+  int32_t FindResource(const std::string& name) const { return Find(resource_index_, name); }
+  int32_t FindPool(const std::string& name) const { return Find(pool_index_, name); }
+  int32_t FindBuffer(const std::string& name) const { return Find(buffer_index_, name); }
+  int32_t FindTensor(const std::string& name) const { return Find(tensor_index_, name); }
+  int32_t FindTask(const std::string& name) const { return Find(task_index_, name); }
+
+  // Checks every rule of docs/schedule-format.md: references in range, sizes and counts in
+  // range, no cycle among same-iteration deps (so none in the unrolled graph either), every
+  // buffer allocated once before any use and freed once after every use, buffers fitting their
+  // pools. The first broken rule is returned, naming the task (or object) and the rule.
+  Status Validate() const;
+
+  // Same-iteration topological order of tasks (stable: ties keep schedule order). Requires a
+  // valid schedule.
+  std::vector<int32_t> TopologicalOrder() const;
+
+  bool operator==(const Schedule& o) const;
+
+ private:
+  static int32_t Find(const std::unordered_map<std::string, int32_t>& index, const std::string& n) {
+    auto it = index.find(n);
+    return it == index.end() ? kNoIndex : it->second;
+  }
+  std::vector<DeviceSpec> devices_;
+  std::vector<ResourceSpec> resources_;
+  std::vector<PoolSpec> pools_;
+  std::vector<BufferSpec> buffers_;
+  std::vector<TensorSpec> tensors_;
+  std::vector<TaskSpec> tasks_;
+  std::unordered_map<std::string, int32_t> device_index_, resource_index_, pool_index_,
+      buffer_index_, tensor_index_, task_index_;
+};
+
+// The file format (JSON, "format": "tierflow.schedule/1"). Writing is deterministic and
+// reading then writing reproduces the file byte for byte.
+std::string ScheduleToJson(const Schedule& schedule);
+// Parses and validates. Errors name the object ("task 'bwd.L3'") and the rule or key.
+StatusOr<Schedule> ScheduleFromJson(const std::string& text);
+StatusOr<Schedule> ReadScheduleFile(const std::string& path);
+Status WriteScheduleFile(const std::string& path, const Schedule& schedule);
+
+}  // namespace tierflow

@@ -1,0 +1,66 @@
+// Trace records: one per executed task instance, identical in shape whether the simulator or the
+// real executor produced it. Calibration fits models from them, traces/ turns them into
+// summaries and Perfetto timelines, and `tierflow trace compare` lines sim up against real.
+//
+// File format: JSON Lines, one object per record, keys in the order of the struct below
+// (docs/trace-format.md). Reading validates every field and names the line of a bad record.
+//
+// Thread safety: TraceWriter is not thread-safe; give each thread its own or serialise calls.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/ops.h"
+#include "tierflow/core/status.h"
+
+namespace tierflow {
+
+struct TraceRecord {
+  int64_t iteration = 0;
+  std::string task;      // the schedule's task id, or a probe's name for probe records
+  Op op = Op::kCompute;
+  std::string resource;  // the resource it ran on ("" for instant ops)
+  int32_t layer = -1;    // -1 when the task belongs to no layer
+  Phase phase = Phase::kOther;
+  int64_t bytes = 0;
+  double flops = 0;
+  double start_s = 0;
+  double end_s = 0;
+  std::string source;    // "sim", "real", "probe"
+  // Optional parameters of the request that calibration keys fits by (0 when not applicable).
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  int32_t threads = 0;
+
+  double duration_s() const { return end_s - start_s; }
+  bool operator==(const TraceRecord&) const = default;
+};
+
+// Appends records to a JSON Lines file.
+class TraceWriter {
+ public:
+  // Opens (truncates) `path`.
+  static StatusOr<TraceWriter> Open(const std::string& path);
+  TraceWriter(TraceWriter&& other) noexcept;
+  TraceWriter& operator=(TraceWriter&& other) noexcept;
+  ~TraceWriter();
+
+  Status Write(const TraceRecord& record);
+  Status Close();
+
+ private:
+  TraceWriter(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+std::string TraceRecordToJson(const TraceRecord& record);
+StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line);
+// Reads every record of a JSON Lines file; an error names the file and line.
+StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path);
+Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& records);
+
+}  // namespace tierflow

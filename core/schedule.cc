@@ -1,0 +1,248 @@
+#include "tierflow/core/schedule.h"
+
+#include <algorithm>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/depth_first_search.hpp>
+#include <queue>
+
+namespace tierflow {
+namespace {
+
+template <typename Spec>
+int32_t Append(std::vector<Spec>* v, std::unordered_map<std::string, int32_t>* index, Spec s) {
+  int32_t i = static_cast<int32_t>(v->size());
+  bool inserted = index->emplace(s.name, i).second;
+  TF_CHECK(inserted);
+  v->push_back(std::move(s));
+  return i;
+}
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+
+// Records the first back edge a DFS meets: its presence means a cycle.
+struct CycleFinder : public boost::default_dfs_visitor {
+  explicit CycleFinder(std::pair<int32_t, int32_t>* edge) : edge_(edge) {}
+  void back_edge(Graph::edge_descriptor e, const Graph& g) {
+    if (edge_->first == kNoIndex) {
+      *edge_ = {static_cast<int32_t>(boost::source(e, g)), static_cast<int32_t>(boost::target(e, g))};
+    }
+  }
+  std::pair<int32_t, int32_t>* edge_;
+};
+
+}  // namespace
+
+int32_t Schedule::AddDevice(DeviceSpec d) { return Append(&devices_, &device_index_, std::move(d)); }
+int32_t Schedule::AddResource(ResourceSpec r) { return Append(&resources_, &resource_index_, std::move(r)); }
+int32_t Schedule::AddPool(PoolSpec p) { return Append(&pools_, &pool_index_, std::move(p)); }
+int32_t Schedule::AddBuffer(BufferSpec b) { return Append(&buffers_, &buffer_index_, std::move(b)); }
+int32_t Schedule::AddTensor(TensorSpec t) { return Append(&tensors_, &tensor_index_, std::move(t)); }
+
+int32_t Schedule::AddTask(TaskSpec t) {
+  int32_t i = static_cast<int32_t>(tasks_.size());
+  bool inserted = task_index_.emplace(t.id, i).second;
+  TF_CHECK(inserted);
+  tasks_.push_back(std::move(t));
+  return i;
+}
+
+bool Schedule::operator==(const Schedule& o) const {
+  return name == o.name && iteration_window == o.iteration_window && meta == o.meta &&
+         devices_ == o.devices_ && resources_ == o.resources_ && pools_ == o.pools_ &&
+         buffers_ == o.buffers_ && tensors_ == o.tensors_ && tasks_ == o.tasks_;
+}
+
+std::vector<int32_t> Schedule::TopologicalOrder() const {
+  const int32_t n = static_cast<int32_t>(tasks_.size());
+  std::vector<int32_t> indegree(n, 0);
+  std::vector<std::vector<int32_t>> succ(n);
+  for (int32_t t = 0; t < n; ++t) {
+    for (int32_t d : tasks_[t].deps) {
+      succ[d].push_back(t);
+      ++indegree[t];
+    }
+  }
+  // Kahn's algorithm with a min-heap keeps schedule order among ties, which makes the order
+  // (and everything derived from it) deterministic and readable.
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> ready;
+  for (int32_t t = 0; t < n; ++t) {
+    if (indegree[t] == 0) ready.push(t);
+  }
+  std::vector<int32_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    int32_t t = ready.top();
+    ready.pop();
+    order.push_back(t);
+    for (int32_t s : succ[t]) {
+      if (--indegree[s] == 0) ready.push(s);
+    }
+  }
+  TF_CHECK(static_cast<int32_t>(order.size()) == n);
+  return order;
+}
+
+Status Schedule::Validate() const {
+  const int32_t n = static_cast<int32_t>(tasks_.size());
+  auto in_range = [](int32_t i, size_t size) { return i >= 0 && static_cast<size_t>(i) < size; };
+
+  if (iteration_window < 1) return InvalidArgument("iteration_window must be >= 1");
+  for (const auto& r : resources_) {
+    if (!in_range(r.device, devices_.size())) return InvalidArgument("resource " + Quote(r.name) + ": device out of range");
+    if (r.concurrency < 1) return InvalidArgument("resource " + Quote(r.name) + ": concurrency must be >= 1");
+  }
+  std::vector<int64_t> persistent_bytes(pools_.size(), 0);
+  for (const auto& p : pools_) {
+    if (!in_range(p.device, devices_.size())) return InvalidArgument("pool " + Quote(p.name) + ": device out of range");
+    if (p.capacity_bytes < 0) return InvalidArgument("pool " + Quote(p.name) + ": capacity_bytes must be >= 0");
+  }
+  for (const auto& b : buffers_) {
+    if (!in_range(b.pool, pools_.size())) return InvalidArgument("buffer " + Quote(b.name) + ": pool out of range");
+    if (b.size_bytes < 0) return InvalidArgument("buffer " + Quote(b.name) + ": size_bytes must be >= 0");
+    const PoolSpec& pool = pools_[b.pool];
+    if (b.size_bytes > pool.capacity_bytes) {
+      return ResourceExhausted("buffer " + Quote(b.name) + " (" + std::to_string(b.size_bytes) +
+                               " bytes) is larger than pool " + Quote(pool.name) + " (" +
+                               std::to_string(pool.capacity_bytes) + " bytes)");
+    }
+    if (b.persistent) persistent_bytes[b.pool] += b.size_bytes;
+  }
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    if (persistent_bytes[p] > pools_[p].capacity_bytes) {
+      return ResourceExhausted("pool " + Quote(pools_[p].name) + ": persistent buffers need " +
+                               std::to_string(persistent_bytes[p]) + " bytes, capacity is " +
+                               std::to_string(pools_[p].capacity_bytes));
+    }
+  }
+  for (const auto& t : tensors_) {
+    if (!in_range(t.device, devices_.size())) return InvalidArgument("tensor " + Quote(t.name) + ": device out of range");
+    if (t.size_bytes < 0 || t.offset_bytes < 0) return InvalidArgument("tensor " + Quote(t.name) + ": size_bytes and offset_bytes must be >= 0");
+    for (int64_t d : t.shape) {
+      if (d < 0) return InvalidArgument("tensor " + Quote(t.name) + ": shape has a negative dimension");
+    }
+  }
+
+  // Per-task fields, and who allocates and frees each buffer.
+  std::vector<int32_t> alloc_by(buffers_.size(), kNoIndex), free_by(buffers_.size(), kNoIndex);
+  for (int32_t i = 0; i < n; ++i) {
+    const TaskSpec& t = tasks_[i];
+    const std::string who = "task " + Quote(t.id);
+    if (IsInstantOp(t.op)) {
+      if (t.resource != kNoIndex) return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' runs on no resource");
+    } else if (!in_range(t.resource, resources_.size())) {
+      return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' needs a resource");
+    }
+    if (t.bytes < 0) return InvalidArgument(who + ": bytes must be >= 0");
+    if (t.flops < 0) return InvalidArgument(who + ": flops must be >= 0");
+    if (t.block_bytes < 0 || t.queue_depth < 0 || t.ranks < 0) {
+      return InvalidArgument(who + ": block_bytes, queue_depth and ranks must be >= 0");
+    }
+    for (int32_t x : t.tensors) {
+      if (!in_range(x, tensors_.size())) return InvalidArgument(who + ": tensor out of range");
+    }
+    for (int32_t d : t.deps) {
+      if (!in_range(d, tasks_.size())) return InvalidArgument(who + ": dep names no task");
+      if (d == i) return InvalidArgument(who + ": depends on itself");
+    }
+    for (const CarriedDep& c : t.carried) {
+      if (!in_range(c.task, tasks_.size())) return InvalidArgument(who + ": carried dep names no task");
+      if (c.distance < 1) return InvalidArgument(who + ": carried dep on " + Quote(tasks_[c.task].id) + " needs distance >= 1");
+    }
+    for (int32_t b : t.uses) {
+      if (!in_range(b, buffers_.size())) return InvalidArgument(who + ": uses a buffer out of range");
+    }
+    for (int32_t b : t.allocs) {
+      if (!in_range(b, buffers_.size())) return InvalidArgument(who + ": allocates a buffer out of range");
+      if (buffers_[b].persistent) return InvalidArgument(who + ": allocates persistent buffer " + Quote(buffers_[b].name));
+      if (alloc_by[b] != kNoIndex) return InvalidArgument(who + ": buffer " + Quote(buffers_[b].name) + " is already allocated by task " + Quote(tasks_[alloc_by[b]].id));
+      alloc_by[b] = i;
+    }
+    for (int32_t b : t.frees) {
+      if (!in_range(b, buffers_.size())) return InvalidArgument(who + ": frees a buffer out of range");
+      if (buffers_[b].persistent) return InvalidArgument(who + ": frees persistent buffer " + Quote(buffers_[b].name));
+      if (free_by[b] != kNoIndex) return InvalidArgument(who + ": buffer " + Quote(buffers_[b].name) + " is already freed by task " + Quote(tasks_[free_by[b]].id));
+      free_by[b] = i;
+    }
+  }
+
+  // Cycles among same-iteration deps. Carried deps always point at earlier iterations, so the
+  // unrolled graph is acyclic exactly when this one is.
+  Graph g(n);
+  for (int32_t i = 0; i < n; ++i) {
+    for (int32_t d : tasks_[i].deps) boost::add_edge(d, i, g);
+  }
+  std::pair<int32_t, int32_t> back{kNoIndex, kNoIndex};
+  boost::depth_first_search(g, boost::visitor(CycleFinder(&back)));
+  if (back.first != kNoIndex) {
+    return InvalidArgument("task " + Quote(tasks_[back.second].id) + " is on a dependency cycle (through task " +
+                           Quote(tasks_[back.first].id) + ")");
+  }
+
+  // Buffer lifetimes: allocated by one task and freed by one task, every use between them.
+  std::vector<int32_t> order = TopologicalOrder();
+  std::vector<int32_t> position(n);
+  for (int32_t k = 0; k < n; ++k) position[order[k]] = k;
+  std::vector<std::vector<int32_t>> succ(n);
+  for (int32_t i = 0; i < n; ++i) {
+    for (int32_t d : tasks_[i].deps) succ[d].push_back(i);
+  }
+  std::vector<std::vector<int32_t>> users(buffers_.size());
+  for (int32_t i = 0; i < n; ++i) {
+    for (int32_t b : tasks_[i].uses) users[b].push_back(i);
+    for (int32_t b : tasks_[i].frees) users[b].push_back(i);
+  }
+  // Marks the descendants of `from` whose topological position is <= limit: a search bounded
+  // by the buffer's last user, so the check stays cheap on long schedules.
+  std::vector<int32_t> mark(n, -1);
+  std::vector<int32_t> stack;
+  int32_t next_stamp = 0;  // each search marks with a fresh stamp, so marks never need clearing
+  auto reach_forward = [&](int32_t from, int32_t limit, int32_t stamp) {
+    stack.assign(1, from);
+    mark[from] = stamp;
+    while (!stack.empty()) {
+      int32_t t = stack.back();
+      stack.pop_back();
+      for (int32_t s : succ[t]) {
+        if (mark[s] != stamp && position[s] <= limit) {
+          mark[s] = stamp;
+          stack.push_back(s);
+        }
+      }
+    }
+  };
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    const BufferSpec& buf = buffers_[b];
+    if (buf.persistent) continue;
+    const std::string what = "buffer " + Quote(buf.name);
+    if (alloc_by[b] == kNoIndex) {
+      if (users[b].empty() && free_by[b] == kNoIndex) continue;  // declared, never used
+      return InvalidArgument(what + " is used by task " + Quote(tasks_[users[b].front()].id) + " but no task allocates it");
+    }
+    if (free_by[b] == kNoIndex) return InvalidArgument(what + " is allocated by task " + Quote(tasks_[alloc_by[b]].id) + " but no task frees it");
+    int32_t last = position[free_by[b]];
+    for (int32_t u : users[b]) last = std::max(last, position[u]);
+    const int32_t stamp = next_stamp++;
+    reach_forward(alloc_by[b], last, stamp);
+    for (int32_t u : users[b]) {
+      if (u != alloc_by[b] && mark[u] != stamp) {
+        return InvalidArgument("task " + Quote(tasks_[u].id) + " uses " + what + " without depending on task " +
+                               Quote(tasks_[alloc_by[b]].id) + " that allocates it");
+      }
+    }
+    // Every user must precede the free: the free task must be reachable from each user.
+    for (int32_t u : users[b]) {
+      if (u == free_by[b]) continue;
+      const int32_t user_stamp = next_stamp++;
+      reach_forward(u, position[free_by[b]], user_stamp);
+      if (mark[free_by[b]] != user_stamp) {
+        return InvalidArgument("task " + Quote(tasks_[free_by[b]].id) + " frees " + what + " before task " +
+                               Quote(tasks_[u].id) + " that uses it has completed (missing dep)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tierflow

@@ -1,0 +1,455 @@
+// The schedule file: JSON with a fixed key order and defaults omitted, so that writing is
+// deterministic and read-then-write reproduces a file byte for byte.
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "tierflow/core/schedule.h"
+
+namespace tierflow {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Reads the fields of one JSON object, rejecting unknown keys and wrong types with an error that
+// names the object ("task 'fwd.L3'") and the key.
+class Fields {
+ public:
+  Fields(const Json& j, std::string what) : j_(j), what_(std::move(what)) {}
+
+  Status CheckObject() const {
+    if (!j_.is_object()) return InvalidArgument(what_ + ": expected a JSON object");
+    return Status::Ok();
+  }
+  Status CheckKnownKeys(std::initializer_list<const char*> keys) const {
+    std::set<std::string> known(keys.begin(), keys.end());
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (!known.count(it.key())) return InvalidArgument(what_ + ": unknown key '" + it.key() + "'");
+    }
+    return Status::Ok();
+  }
+  bool Has(const char* key) const { return j_.contains(key); }
+
+  Status String(const char* key, std::string* out, bool required) const {
+    if (!j_.contains(key)) return required ? Missing(key) : Status::Ok();
+    const Json& v = j_.at(key);
+    if (!v.is_string()) return WrongType(key, "a string");
+    *out = v.get<std::string>();
+    return Status::Ok();
+  }
+  template <typename Int>
+  Status Integer(const char* key, Int* out, bool required) const {
+    if (!j_.contains(key)) return required ? Missing(key) : Status::Ok();
+    const Json& v = j_.at(key);
+    if (!v.is_number_integer()) return WrongType(key, "an integer");
+    *out = v.get<Int>();
+    return Status::Ok();
+  }
+  Status Number(const char* key, double* out) const {
+    if (!j_.contains(key)) return Status::Ok();
+    const Json& v = j_.at(key);
+    if (!v.is_number()) return WrongType(key, "a number");
+    *out = v.get<double>();
+    return Status::Ok();
+  }
+  Status Bool(const char* key, bool* out) const {
+    if (!j_.contains(key)) return Status::Ok();
+    const Json& v = j_.at(key);
+    if (!v.is_boolean()) return WrongType(key, "true or false");
+    *out = v.get<bool>();
+    return Status::Ok();
+  }
+  Status StringList(const char* key, std::vector<std::string>* out) const {
+    if (!j_.contains(key)) return Status::Ok();
+    const Json& v = j_.at(key);
+    if (!v.is_array()) return WrongType(key, "a list of names");
+    for (const Json& e : v) {
+      if (!e.is_string()) return WrongType(key, "a list of names");
+      out->push_back(e.get<std::string>());
+    }
+    return Status::Ok();
+  }
+  const Json& Get(const char* key) const { return j_.at(key); }
+  const std::string& what() const { return what_; }
+
+ private:
+  Status Missing(const char* key) const { return InvalidArgument(what_ + ": missing key '" + std::string(key) + "'"); }
+  Status WrongType(const char* key, const char* expected) const {
+    return InvalidArgument(what_ + ": key '" + std::string(key) + "' must be " + expected);
+  }
+  const Json& j_;
+  std::string what_;
+};
+
+std::string Q(const std::string& s) { return "'" + s + "'"; }
+
+// Resolves a name to an index, or says which object referred to what that does not exist.
+template <typename FindFn>
+StatusOr<int32_t> Resolve(FindFn find, const std::string& name, const std::string& owner, const char* kind) {
+  int32_t i = find(name);
+  if (i == kNoIndex) return InvalidArgument(owner + ": " + kind + " " + Q(name) + " does not exist");
+  return i;
+}
+
+Status ReadSection(const Json& root, const char* key, std::vector<const Json*>* out) {
+  if (!root.contains(key)) return Status::Ok();
+  const Json& v = root.at(key);
+  if (!v.is_array()) return InvalidArgument(std::string("schedule: key '") + key + "' must be a list");
+  for (const Json& e : v) out->push_back(&e);
+  return Status::Ok();
+}
+
+StatusOr<Schedule> Parse(const Json& root) {
+  Fields top(root, "schedule");
+  TF_RETURN_IF_ERROR(top.CheckObject());
+  TF_RETURN_IF_ERROR(top.CheckKnownKeys({"format", "name", "iteration_window", "meta", "devices", "resources",
+                                         "pools", "buffers", "tensors", "tasks"}));
+  std::string format;
+  TF_RETURN_IF_ERROR(top.String("format", &format, true));
+  if (format != kScheduleFormat) {
+    return InvalidArgument("schedule: format is " + Q(format) + ", expected " + Q(kScheduleFormat));
+  }
+  Schedule s;
+  TF_RETURN_IF_ERROR(top.String("name", &s.name, false));
+  TF_RETURN_IF_ERROR(top.Integer("iteration_window", &s.iteration_window, false));
+  if (root.contains("meta")) {
+    const Json& meta = root.at("meta");
+    if (!meta.is_object()) return InvalidArgument("schedule: key 'meta' must be an object of strings");
+    for (auto it = meta.begin(); it != meta.end(); ++it) {
+      if (!it.value().is_string()) return InvalidArgument("schedule: meta key " + Q(it.key()) + " must be a string");
+      s.meta.emplace_back(it.key(), it.value().get<std::string>());
+    }
+  }
+
+  std::vector<const Json*> section;
+  auto check_unique = [](int32_t existing, const std::string& kind, const std::string& name) -> Status {
+    if (existing != kNoIndex) return InvalidArgument(kind + " " + Q(name) + " is defined twice");
+    return Status::Ok();
+  };
+
+  TF_RETURN_IF_ERROR(ReadSection(root, "devices", &section));
+  for (size_t i = 0; i < section.size(); ++i) {
+    Fields f(*section[i], "device #" + std::to_string(i));
+    TF_RETURN_IF_ERROR(f.CheckObject());
+    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"name", "kind"}));
+    DeviceSpec d;
+    std::string kind;
+    TF_RETURN_IF_ERROR(f.String("name", &d.name, true));
+    TF_RETURN_IF_ERROR(f.String("kind", &kind, true));
+    auto k = DeviceKindFromName(kind);
+    if (!k) return InvalidArgument("device " + Q(d.name) + ": unknown kind " + Q(kind) + " (gpu, host, nvme, remote, network)");
+    d.kind = *k;
+    TF_RETURN_IF_ERROR(check_unique(s.FindDevice(d.name), "device", d.name));
+    s.AddDevice(std::move(d));
+  }
+
+  section.clear();
+  TF_RETURN_IF_ERROR(ReadSection(root, "resources", &section));
+  for (size_t i = 0; i < section.size(); ++i) {
+    Fields f(*section[i], "resource #" + std::to_string(i));
+    TF_RETURN_IF_ERROR(f.CheckObject());
+    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"name", "device", "concurrency"}));
+    ResourceSpec r;
+    std::string device;
+    TF_RETURN_IF_ERROR(f.String("name", &r.name, true));
+    const std::string owner = "resource " + Q(r.name);
+    TF_RETURN_IF_ERROR(f.String("device", &device, true));
+    TF_RETURN_IF_ERROR(f.Integer("concurrency", &r.concurrency, false));
+    TF_ASSIGN_OR_RETURN(r.device, Resolve([&](const std::string& n) { return s.FindDevice(n); }, device, owner, "device"));
+    TF_RETURN_IF_ERROR(check_unique(s.FindResource(r.name), "resource", r.name));
+    s.AddResource(std::move(r));
+  }
+
+  section.clear();
+  TF_RETURN_IF_ERROR(ReadSection(root, "pools", &section));
+  for (size_t i = 0; i < section.size(); ++i) {
+    Fields f(*section[i], "pool #" + std::to_string(i));
+    TF_RETURN_IF_ERROR(f.CheckObject());
+    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"name", "device", "capacity_bytes"}));
+    PoolSpec p;
+    std::string device;
+    TF_RETURN_IF_ERROR(f.String("name", &p.name, true));
+    TF_RETURN_IF_ERROR(f.String("device", &device, true));
+    TF_RETURN_IF_ERROR(f.Integer("capacity_bytes", &p.capacity_bytes, true));
+    TF_ASSIGN_OR_RETURN(p.device, Resolve([&](const std::string& n) { return s.FindDevice(n); }, device, "pool " + Q(p.name), "device"));
+    TF_RETURN_IF_ERROR(check_unique(s.FindPool(p.name), "pool", p.name));
+    s.AddPool(std::move(p));
+  }
+
+  section.clear();
+  TF_RETURN_IF_ERROR(ReadSection(root, "buffers", &section));
+  for (size_t i = 0; i < section.size(); ++i) {
+    Fields f(*section[i], "buffer #" + std::to_string(i));
+    TF_RETURN_IF_ERROR(f.CheckObject());
+    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"name", "pool", "size_bytes", "persistent"}));
+    BufferSpec b;
+    std::string pool;
+    TF_RETURN_IF_ERROR(f.String("name", &b.name, true));
+    TF_RETURN_IF_ERROR(f.String("pool", &pool, true));
+    TF_RETURN_IF_ERROR(f.Integer("size_bytes", &b.size_bytes, true));
+    TF_RETURN_IF_ERROR(f.Bool("persistent", &b.persistent));
+    TF_ASSIGN_OR_RETURN(b.pool, Resolve([&](const std::string& n) { return s.FindPool(n); }, pool, "buffer " + Q(b.name), "pool"));
+    TF_RETURN_IF_ERROR(check_unique(s.FindBuffer(b.name), "buffer", b.name));
+    s.AddBuffer(std::move(b));
+  }
+
+  section.clear();
+  TF_RETURN_IF_ERROR(ReadSection(root, "tensors", &section));
+  for (size_t i = 0; i < section.size(); ++i) {
+    Fields f(*section[i], "tensor #" + std::to_string(i));
+    TF_RETURN_IF_ERROR(f.CheckObject());
+    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"name", "kind", "dtype", "shape", "rank", "device", "offset_bytes", "size_bytes"}));
+    TensorSpec t;
+    std::string device;
+    TF_RETURN_IF_ERROR(f.String("name", &t.name, true));
+    const std::string owner = "tensor " + Q(t.name);
+    TF_RETURN_IF_ERROR(f.String("kind", &t.kind, false));
+    TF_RETURN_IF_ERROR(f.String("dtype", &t.dtype, false));
+    if (f.Has("shape")) {
+      const Json& shape = f.Get("shape");
+      if (!shape.is_array()) return InvalidArgument(owner + ": key 'shape' must be a list of integers");
+      for (const Json& d : shape) {
+        if (!d.is_number_integer()) return InvalidArgument(owner + ": key 'shape' must be a list of integers");
+        t.shape.push_back(d.get<int64_t>());
+      }
+    }
+    TF_RETURN_IF_ERROR(f.Integer("rank", &t.rank, false));
+    TF_RETURN_IF_ERROR(f.String("device", &device, true));
+    TF_RETURN_IF_ERROR(f.Integer("offset_bytes", &t.offset_bytes, false));
+    TF_RETURN_IF_ERROR(f.Integer("size_bytes", &t.size_bytes, true));
+    TF_ASSIGN_OR_RETURN(t.device, Resolve([&](const std::string& n) { return s.FindDevice(n); }, device, owner, "device"));
+    TF_RETURN_IF_ERROR(check_unique(s.FindTensor(t.name), "tensor", t.name));
+    s.AddTensor(std::move(t));
+  }
+
+  // Tasks refer to each other by id, forwards as well as backwards: register all ids first.
+  section.clear();
+  TF_RETURN_IF_ERROR(ReadSection(root, "tasks", &section));
+  std::vector<std::string> ids(section.size());
+  std::unordered_map<std::string, int32_t> task_index;
+  for (size_t i = 0; i < section.size(); ++i) {
+    Fields f(*section[i], "task #" + std::to_string(i));
+    TF_RETURN_IF_ERROR(f.CheckObject());
+    TF_RETURN_IF_ERROR(f.String("id", &ids[i], true));
+    if (!task_index.emplace(ids[i], static_cast<int32_t>(i)).second) {
+      return InvalidArgument("task " + Q(ids[i]) + " is defined twice");
+    }
+  }
+  auto find_task = [&](const std::string& n) {
+    auto it = task_index.find(n);
+    return it == task_index.end() ? kNoIndex : it->second;
+  };
+  for (size_t i = 0; i < section.size(); ++i) {
+    const std::string owner = "task " + Q(ids[i]);
+    Fields f(*section[i], owner);
+    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"id", "op", "resource", "kernel", "bytes", "flops", "block_bytes", "queue_depth",
+                                         "ranks", "tensors", "allocs", "uses", "frees", "deps", "carried", "priority",
+                                         "phase", "layer"}));
+    TaskSpec t;
+    t.id = ids[i];
+    std::string op, resource, phase;
+    TF_RETURN_IF_ERROR(f.String("op", &op, true));
+    auto o = OpFromName(op);
+    if (!o) return InvalidArgument(owner + ": unknown op " + Q(op));
+    t.op = *o;
+    TF_RETURN_IF_ERROR(f.String("resource", &resource, false));
+    if (!resource.empty()) {
+      TF_ASSIGN_OR_RETURN(t.resource, Resolve([&](const std::string& n) { return s.FindResource(n); }, resource, owner, "resource"));
+    }
+    TF_RETURN_IF_ERROR(f.String("kernel", &t.kernel, false));
+    TF_RETURN_IF_ERROR(f.Integer("bytes", &t.bytes, false));
+    TF_RETURN_IF_ERROR(f.Number("flops", &t.flops));
+    TF_RETURN_IF_ERROR(f.Integer("block_bytes", &t.block_bytes, false));
+    TF_RETURN_IF_ERROR(f.Integer("queue_depth", &t.queue_depth, false));
+    TF_RETURN_IF_ERROR(f.Integer("ranks", &t.ranks, false));
+    std::vector<std::string> names;
+    TF_RETURN_IF_ERROR(f.StringList("tensors", &names));
+    for (const auto& n : names) {
+      TF_ASSIGN_OR_RETURN(int32_t x, Resolve([&](const std::string& m) { return s.FindTensor(m); }, n, owner, "tensor"));
+      t.tensors.push_back(x);
+    }
+    struct BufferList {
+      const char* key;
+      std::vector<int32_t>* out;
+    };
+    for (BufferList list : {BufferList{"allocs", &t.allocs}, BufferList{"uses", &t.uses}, BufferList{"frees", &t.frees}}) {
+      names.clear();
+      TF_RETURN_IF_ERROR(f.StringList(list.key, &names));
+      for (const auto& n : names) {
+        TF_ASSIGN_OR_RETURN(int32_t b, Resolve([&](const std::string& m) { return s.FindBuffer(m); }, n, owner, "buffer"));
+        list.out->push_back(b);
+      }
+    }
+    names.clear();
+    TF_RETURN_IF_ERROR(f.StringList("deps", &names));
+    for (const auto& n : names) {
+      TF_ASSIGN_OR_RETURN(int32_t d, Resolve(find_task, n, owner, "dep"));
+      t.deps.push_back(d);
+    }
+    if (f.Has("carried")) {
+      const Json& carried = f.Get("carried");
+      if (!carried.is_array()) return InvalidArgument(owner + ": key 'carried' must be a list of {task, distance}");
+      for (size_t c = 0; c < carried.size(); ++c) {
+        Fields cf(carried[c], owner + " carried dep #" + std::to_string(c));
+        TF_RETURN_IF_ERROR(cf.CheckObject());
+        TF_RETURN_IF_ERROR(cf.CheckKnownKeys({"task", "distance"}));
+        std::string task;
+        CarriedDep cd;
+        TF_RETURN_IF_ERROR(cf.String("task", &task, true));
+        TF_RETURN_IF_ERROR(cf.Integer("distance", &cd.distance, false));
+        TF_ASSIGN_OR_RETURN(cd.task, Resolve(find_task, task, owner, "carried dep"));
+        t.carried.push_back(cd);
+      }
+    }
+    TF_RETURN_IF_ERROR(f.Integer("priority", &t.priority, false));
+    TF_RETURN_IF_ERROR(f.String("phase", &phase, false));
+    if (!phase.empty()) {
+      auto p = PhaseFromName(phase);
+      if (!p) return InvalidArgument(owner + ": unknown phase " + Q(phase) + " (forward, backward, step, other)");
+      t.phase = *p;
+    }
+    TF_RETURN_IF_ERROR(f.Integer("layer", &t.layer, false));
+    s.AddTask(std::move(t));
+  }
+  TF_RETURN_IF_ERROR(s.Validate());
+  return s;
+}
+
+Json NameList(const std::vector<int32_t>& indices, const auto& specs) {
+  Json a = Json::array();
+  for (int32_t i : indices) {
+    if constexpr (requires { specs[i].id; }) {
+      a.push_back(specs[i].id);
+    } else {
+      a.push_back(specs[i].name);
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+std::string ScheduleToJson(const Schedule& s) {
+  // Written by hand, one object per line, so that the files diff well and stay small.
+  std::ostringstream out;
+  out << "{\n";
+  out << "  \"format\": " << Json(kScheduleFormat).dump() << ",\n";
+  out << "  \"name\": " << Json(s.name).dump() << ",\n";
+  out << "  \"iteration_window\": " << s.iteration_window << ",\n";
+  Json meta = Json::object();
+  for (const auto& [k, v] : s.meta) meta[k] = v;
+  out << "  \"meta\": " << meta.dump() << ",\n";
+
+  auto section = [&](const char* key, size_t count, auto&& row, bool last) {
+    out << "  \"" << key << "\": [";
+    for (size_t i = 0; i < count; ++i) out << (i ? ",\n    " : "\n    ") << row(i).dump();
+    out << (count ? "\n  ]" : "]") << (last ? "\n" : ",\n");
+  };
+  section("devices", s.devices().size(), [&](size_t i) {
+    const auto& d = s.devices()[i];
+    Json j;
+    j["name"] = d.name;
+    j["kind"] = DeviceKindName(d.kind);
+    return j;
+  }, false);
+  section("resources", s.resources().size(), [&](size_t i) {
+    const auto& r = s.resources()[i];
+    Json j;
+    j["name"] = r.name;
+    j["device"] = s.devices()[r.device].name;
+    j["concurrency"] = r.concurrency;
+    return j;
+  }, false);
+  section("pools", s.pools().size(), [&](size_t i) {
+    const auto& p = s.pools()[i];
+    Json j;
+    j["name"] = p.name;
+    j["device"] = s.devices()[p.device].name;
+    j["capacity_bytes"] = p.capacity_bytes;
+    return j;
+  }, false);
+  section("buffers", s.buffers().size(), [&](size_t i) {
+    const auto& b = s.buffers()[i];
+    Json j;
+    j["name"] = b.name;
+    j["pool"] = s.pools()[b.pool].name;
+    j["size_bytes"] = b.size_bytes;
+    if (b.persistent) j["persistent"] = true;
+    return j;
+  }, false);
+  section("tensors", s.tensors().size(), [&](size_t i) {
+    const auto& t = s.tensors()[i];
+    Json j;
+    j["name"] = t.name;
+    if (!t.kind.empty()) j["kind"] = t.kind;
+    if (!t.dtype.empty()) j["dtype"] = t.dtype;
+    if (!t.shape.empty()) j["shape"] = t.shape;
+    if (t.rank != 0) j["rank"] = t.rank;
+    j["device"] = s.devices()[t.device].name;
+    if (t.offset_bytes != 0) j["offset_bytes"] = t.offset_bytes;
+    j["size_bytes"] = t.size_bytes;
+    return j;
+  }, false);
+  section("tasks", s.tasks().size(), [&](size_t i) {
+    const auto& t = s.tasks()[i];
+    Json j;
+    j["id"] = t.id;
+    j["op"] = OpName(t.op);
+    if (t.resource != kNoIndex) j["resource"] = s.resources()[t.resource].name;
+    if (!t.kernel.empty()) j["kernel"] = t.kernel;
+    if (t.bytes) j["bytes"] = t.bytes;
+    if (t.flops) j["flops"] = t.flops;
+    if (t.block_bytes) j["block_bytes"] = t.block_bytes;
+    if (t.queue_depth) j["queue_depth"] = t.queue_depth;
+    if (t.ranks) j["ranks"] = t.ranks;
+    if (!t.tensors.empty()) j["tensors"] = NameList(t.tensors, s.tensors());
+    if (!t.allocs.empty()) j["allocs"] = NameList(t.allocs, s.buffers());
+    if (!t.uses.empty()) j["uses"] = NameList(t.uses, s.buffers());
+    if (!t.frees.empty()) j["frees"] = NameList(t.frees, s.buffers());
+    if (!t.deps.empty()) j["deps"] = NameList(t.deps, s.tasks());
+    if (!t.carried.empty()) {
+      Json c = Json::array();
+      for (const auto& cd : t.carried) {
+        Json e;
+        e["task"] = s.tasks()[cd.task].id;
+        e["distance"] = cd.distance;
+        c.push_back(std::move(e));
+      }
+      j["carried"] = std::move(c);
+    }
+    if (t.priority) j["priority"] = t.priority;
+    if (t.phase != Phase::kOther) j["phase"] = PhaseName(t.phase);
+    if (t.layer != -1) j["layer"] = t.layer;
+    return j;
+  }, true);
+  out << "}\n";
+  return out.str();
+}
+
+StatusOr<Schedule> ScheduleFromJson(const std::string& text) {
+  Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return InvalidArgument("schedule: not valid JSON");
+  return Parse(root);
+}
+
+StatusOr<Schedule> ReadScheduleFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("schedule file '" + path + "' cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto s = ScheduleFromJson(ss.str());
+  if (!s.ok()) return s.status().WithContext(path);
+  return s;
+}
+
+Status WriteScheduleFile(const std::string& path, const Schedule& schedule) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return FromErrno(errno, "open schedule file '" + path + "' for writing");
+  out << ScheduleToJson(schedule);
+  out.close();
+  if (!out) return FromErrno(errno, "write schedule file '" + path + "'");
+  return Status::Ok();
+}
+
+}  // namespace tierflow

@@ -1,0 +1,134 @@
+#include "tierflow/core/trace_record.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace tierflow {
+
+using Json = nlohmann::ordered_json;
+
+std::string TraceRecordToJson(const TraceRecord& r) {
+  Json j;
+  j["iteration"] = r.iteration;
+  j["task"] = r.task;
+  j["op"] = OpName(r.op);
+  j["resource"] = r.resource;
+  j["layer"] = r.layer;
+  j["phase"] = PhaseName(r.phase);
+  j["bytes"] = r.bytes;
+  j["flops"] = r.flops;
+  j["start_s"] = r.start_s;
+  j["end_s"] = r.end_s;
+  j["source"] = r.source;
+  if (r.block_bytes) j["block_bytes"] = r.block_bytes;
+  if (r.queue_depth) j["queue_depth"] = r.queue_depth;
+  if (r.threads) j["threads"] = r.threads;
+  return j.dump();
+}
+
+StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
+  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("not a JSON object");
+  TraceRecord r;
+  try {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      const Json& v = it.value();
+      if (key == "iteration") r.iteration = v.get<int64_t>();
+      else if (key == "task") r.task = v.get<std::string>();
+      else if (key == "op") {
+        auto op = OpFromName(v.get<std::string>());
+        if (!op) return InvalidArgument("unknown op '" + v.get<std::string>() + "'");
+        r.op = *op;
+      } else if (key == "resource") r.resource = v.get<std::string>();
+      else if (key == "layer") r.layer = v.get<int32_t>();
+      else if (key == "phase") {
+        auto phase = PhaseFromName(v.get<std::string>());
+        if (!phase) return InvalidArgument("unknown phase '" + v.get<std::string>() + "'");
+        r.phase = *phase;
+      } else if (key == "bytes") r.bytes = v.get<int64_t>();
+      else if (key == "flops") r.flops = v.get<double>();
+      else if (key == "start_s") r.start_s = v.get<double>();
+      else if (key == "end_s") r.end_s = v.get<double>();
+      else if (key == "source") r.source = v.get<std::string>();
+      else if (key == "block_bytes") r.block_bytes = v.get<int64_t>();
+      else if (key == "queue_depth") r.queue_depth = v.get<int32_t>();
+      else if (key == "threads") r.threads = v.get<int32_t>();
+      else return InvalidArgument("unknown key '" + key + "'");
+    }
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string("wrong type: ") + e.what());
+  }
+  if (r.end_s < r.start_s) return InvalidArgument("end_s is before start_s");
+  if (r.bytes < 0) return InvalidArgument("bytes is negative");
+  return r;
+}
+
+StatusOr<TraceWriter> TraceWriter::Open(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return FromErrno(errno, "open trace file '" + path + "'");
+  return TraceWriter(f, path);
+}
+
+TraceWriter::TraceWriter(TraceWriter&& o) noexcept : file_(o.file_), path_(std::move(o.path_)) {
+  o.file_ = nullptr;
+}
+
+TraceWriter& TraceWriter::operator=(TraceWriter&& o) noexcept {
+  if (this != &o) {
+    if (file_) std::fclose(file_);
+    file_ = o.file_;
+    path_ = std::move(o.path_);
+    o.file_ = nullptr;
+  }
+  return *this;
+}
+
+TraceWriter::~TraceWriter() {
+  if (file_) std::fclose(file_);
+}
+
+Status TraceWriter::Write(const TraceRecord& record) {
+  if (!file_) return FailedPrecondition("trace writer for '" + path_ + "' is closed");
+  std::string line = TraceRecordToJson(record);
+  line.push_back('\n');
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) {
+    return FromErrno(errno, "write trace file '" + path_ + "'");
+  }
+  return Status::Ok();
+}
+
+Status TraceWriter::Close() {
+  if (!file_) return Status::Ok();
+  int rc = std::fclose(file_);
+  file_ = nullptr;
+  if (rc != 0) return FromErrno(errno, "close trace file '" + path_ + "'");
+  return Status::Ok();
+}
+
+StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("trace file '" + path + "' cannot be opened");
+  std::vector<TraceRecord> records;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    auto r = TraceRecordFromJson(line);
+    if (!r.ok()) {
+      return InvalidArgument("trace file '" + path + "' line " + std::to_string(line_no) + ": " +
+                             r.status().message());
+    }
+    records.push_back(std::move(r).value());
+  }
+  return records;
+}
+
+Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& records) {
+  TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(path));
+  for (const auto& r : records) TF_RETURN_IF_ERROR(w.Write(r));
+  return w.Close();
+}
+
+}  // namespace tierflow

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs tierflow's build dependencies from Debian packages, skipping what is already there.
+# CUDA, NCCL and MPI are optional and never installed here: CMake detects them.
+set -euo pipefail
+packages=(cmake ninja-build g++ pkg-config
+  libsimgrid-dev libboost-graph-dev libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev
+  libcli11-dev libfmt-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev fio)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
