@@ -1,0 +1,35 @@
+// The `tierflow` binary: a subcommand per verb, each in its own file (see command.h).
+#include <cstdio>
+
+#include "command.h"
+
+namespace tierflow::cli {
+std::vector<CommandFactory>& CommandRegistry() {
+  static std::vector<CommandFactory> registry;
+  return registry;
+}
+}  // namespace tierflow::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"tierflow: plan, simulate and run SSD-offloaded LLM fine-tuning schedules", "tierflow"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tierflow 0.1.0");
+  std::vector<tierflow::cli::Command> commands;
+  for (auto factory : tierflow::cli::CommandRegistry()) commands.push_back(factory(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& c : commands) {
+    if (c.app->parsed()) {
+      tierflow::Status s = c.run();
+      if (!s.ok()) {
+        std::fprintf(stderr, "tierflow %s: error: %s\n", c.app->get_name().c_str(), s.ToString().c_str());
+        return s.code() == tierflow::StatusCode::kInvalidArgument ? 2 : 1;
+      }
+      return 0;
+    }
+  }
+  return 0;
+}

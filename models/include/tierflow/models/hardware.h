@@ -1,0 +1,101 @@
+// Hardware descriptions: a node (GPUs, PCIe, host memory, CPU, NVMe SSDs, remote tiers, NIC)
+// and a cluster of such nodes, with the parameters of every performance model. Presets are YAML
+// texts compiled into the binary, each number citing its source; a calibrated profile written by
+// `tierflow calibrate` overrides any field.
+//
+// Thread safety: values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierflow/core/status.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace tierflow::models {
+
+struct GpuSpec {
+  std::string name;
+  int64_t hbm_bytes = 0;
+  double peak_flops = 0;          // dense bf16 with fp32 accumulation, FLOP/s
+  double hbm_bw_bytes_per_s = 0;
+  double compute_efficiency = 0.5;  // achieved fraction of peak on large GEMM-bound steps
+  double kernel_overhead_s = 0;     // fixed cost per compute task (launches, sync)
+};
+
+struct PcieSpec {
+  double h2d_bw_bytes_per_s = 0;       // pinned, per direction, per GPU
+  double d2h_bw_bytes_per_s = 0;
+  double pageable_factor = 0.5;        // pageable bandwidth / pinned bandwidth
+  double latency_s = 0;
+  double root_complex_bw_bytes_per_s = 0;  // shared by all GPUs and NVMe DMA of the node
+};
+
+// Disk throughput follows Little's law with a saturating peak:
+//   bw(block, qd) = min(peak, qd * block / (latency + block / peak))
+// and concurrent reads and writes share the device as
+//   1 / mixed = r / read_peak + w / write_peak, scaled by mixed_efficiency.
+struct NvmeSpec {
+  std::string name;
+  int64_t capacity_bytes = 0;
+  double read_bw_bytes_per_s = 0;
+  double write_bw_bytes_per_s = 0;
+  double read_latency_s = 0;
+  double write_latency_s = 0;
+  double mixed_efficiency = 1.0;  // aggregate under mixed traffic / the harmonic mix
+};
+
+struct RemoteTierSpec {  // e.g. a parallel file system mount shared by the cluster
+  std::string name;
+  double read_bw_bytes_per_s = 0;
+  double write_bw_bytes_per_s = 0;
+  double latency_s = 0;
+};
+
+struct CpuSpec {
+  int32_t cores = 0;
+  int64_t host_memory_bytes = 0;
+  double memory_bw_bytes_per_s = 0;
+  double adam_elements_per_s_per_core = 0;  // fp32 Adam, one core
+  double convert_bytes_per_s_per_core = 0;  // dtype casts and accumulation on the host
+};
+
+struct InterconnectSpec {       // the GPUs' collective path
+  std::string kind;             // "pcie" or "nvlink"
+  double bus_bw_bytes_per_s = 0;  // nccl-tests busbw for large messages
+  double latency_s = 0;          // alpha per ring step
+};
+
+struct NodeSpec {
+  std::string name;
+  std::string source;
+  int32_t gpu_count = 0;
+  GpuSpec gpu;
+  PcieSpec pcie;
+  CpuSpec cpu;
+  InterconnectSpec interconnect;
+  std::vector<NvmeSpec> nvme;
+  std::vector<RemoteTierSpec> remote;
+  double nic_bw_bytes_per_s = 0;
+};
+
+struct HardwareSpec {
+  NodeSpec node;
+  int32_t nodes = 1;
+};
+
+StatusOr<HardwareSpec> HardwarePreset(std::string_view name);  // error lists the known names
+std::vector<std::string> HardwarePresetNames();
+// The YAML text of a preset, with its source comments (what `tierflow hardware NAME` prints).
+StatusOr<std::string> HardwarePresetYaml(std::string_view name);
+// Accepts {preset: NAME, <overrides>} or a full description; sizes, bandwidths and durations
+// need units ("80 GiB", "25 GB/s", "2 us"); unknown keys are errors naming the key path.
+StatusOr<HardwareSpec> HardwareFromYaml(const YAML::Node& node);
+Status ValidateHardware(const HardwareSpec& hw);
+
+}  // namespace tierflow::models
