@@ -1,0 +1,1 @@
+tierflow_bench(dispatcher_bench SOURCES dispatcher_bench.cc LIBS tierflow_core)

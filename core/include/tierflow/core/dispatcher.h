@@ -1,0 +1,140 @@
+// The dispatcher: decides when each task instance (task, iteration) starts, for the simulator
+// and the real executor alike, so that a schedule means the same thing in both.
+//
+// An instance is ready when its same-iteration deps and its carried deps (task, iteration -
+// distance) have completed. It starts when, in addition, its resource has a free slot and the
+// buffers it allocates fit in their pools. Among startable instances on one resource, the lower
+// priority value goes first, then the earlier iteration, then the earlier task in the schedule.
+// An instance whose allocations do not fit steps aside (it does not block its resource) until
+// its pool releases bytes.
+//
+// The dispatcher never sleeps, measures or spawns anything. The executor's loop is:
+//     Dispatcher d(schedule, iterations);
+//     d.Dispatch(&to_start);            // start each (its allocations are already taken)
+//     ... when one finishes: d.Complete(instance); d.Dispatch(&to_start); ...
+//     if (d.running() == 0 && !d.done()) -> d.DeadlockReport()
+// Iterations are materialised lazily: at most schedule.iteration_window iterations have state
+// at once, so memory stays proportional to one iteration whatever the iteration count.
+//
+// Thread safety: none; one thread drives a dispatcher.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/core/status.h"
+
+namespace tierflow {
+
+struct Instance {
+  int32_t task = kNoIndex;
+  int64_t iteration = 0;
+  bool operator==(const Instance&) const = default;
+};
+
+class Dispatcher {
+ public:
+  // Requires schedule.Validate().ok(); `schedule` must outlive the dispatcher.
+  Dispatcher(const Schedule& schedule, int64_t iterations);
+
+  // Appends every instance that can start now and marks it running: its resource slot and its
+  // allocations are taken. Returns the number appended.
+  size_t Dispatch(std::vector<Instance>* to_start);
+
+  // Reports that a running instance has finished: frees the buffers it frees, releases its
+  // resource slot and makes its successors ready. Requires the instance to be running.
+  void Complete(const Instance& instance);
+
+  bool done() const { return completed_ == total_; }
+  int64_t running() const { return running_; }
+  int64_t completed() const { return completed_; }
+  int64_t total() const { return total_; }
+  int64_t iterations() const { return iterations_; }
+
+  // Bytes of pool `p` held now and at most so far, persistent buffers included.
+  int64_t pool_in_use_bytes(int32_t p) const { return pools_[p].in_use; }
+  int64_t pool_peak_bytes(int32_t p) const { return pools_[p].peak; }
+
+  // When nothing runs, nothing can start and work remains: a kDeadlock Status whose message
+  // lists the blocked instances and what each waits for (the unfinished deps, or the pool and
+  // how many bytes it is short). OK when the dispatcher is not deadlocked.
+  Status DeadlockReport(size_t max_instances = 12) const;
+
+ private:
+  enum State : uint8_t { kWaiting = 0, kQueued, kPoolWait, kRunning, kDone };
+
+  struct Pending {  // an entry of a resource's ready heap
+    int64_t priority;
+    int64_t iteration;
+    int32_t task;
+    // std::push_heap builds a max-heap; invert so the smallest (priority, iteration, task) is on top.
+    bool operator<(const Pending& o) const {
+      if (priority != o.priority) return priority > o.priority;
+      if (iteration != o.iteration) return iteration > o.iteration;
+      return task > o.task;
+    }
+  };
+  struct ResourceState {
+    int32_t free_slots = 0;  // < 0 never happens; INT32_MAX for instant ops
+    bool dirty = false;
+    std::vector<Pending> heap;
+  };
+  struct PoolState {
+    int64_t capacity = 0;
+    int64_t in_use = 0;
+    int64_t peak = 0;
+    // Instances that did not fit: a heap in dispatch order. A free re-queues only the waiters
+    // that the free bytes can admit, so a long queue of waiters costs O(log n) per free.
+    std::vector<Pending> waiting;
+  };
+  struct PoolBytes {
+    int32_t pool;
+    int64_t bytes;
+  };
+  struct Slot {  // one materialised iteration
+    int64_t iteration = -1;
+    int64_t completed = 0;
+    std::vector<int32_t> remaining;  // unfinished deps per task
+    std::vector<uint8_t> state;
+  };
+
+  Slot& SlotOf(int64_t iteration) { return slots_[static_cast<size_t>(iteration % window_)]; }
+  const Slot& SlotOf(int64_t iteration) const { return slots_[static_cast<size_t>(iteration % window_)]; }
+  bool IsDone(int32_t task, int64_t iteration) const;
+  void Materialize(int64_t iteration);
+  void MakeReady(int32_t task, int64_t iteration);
+  void MarkDirty(int32_t resource);
+  int32_t FirstShortPool(int32_t task) const;  // kNoIndex when all allocations fit
+  int64_t NeedBytes(int32_t task, int32_t pool) const;
+  void WakePoolWaiters(int32_t pool);
+
+  const Schedule& schedule_;
+  const int64_t iterations_;
+  const int64_t window_;
+  const int32_t task_count_;
+  const int32_t instant_resource_;  // index of the pseudo-resource for instant ops
+  int64_t total_ = 0;
+  int64_t completed_ = 0;
+  int64_t running_ = 0;
+  int64_t oldest_live_ = 0;   // iterations below are complete
+  int64_t next_iteration_ = 0;  // first iteration not yet materialised
+
+  // Per task, flattened (CSR) for speed.
+  std::vector<int32_t> resource_of_;
+  std::vector<int32_t> priority_;
+  std::vector<int32_t> dep_count_;
+  std::vector<int32_t> succ_begin_, succ_;                 // same-iteration successors
+  std::vector<int32_t> carried_succ_begin_;                // successors in later iterations
+  std::vector<CarriedDep> carried_succ_;
+  std::vector<int32_t> alloc_begin_, free_begin_;
+  std::vector<PoolBytes> alloc_, free_;
+
+  std::vector<ResourceState> resources_;
+  std::vector<int32_t> dirty_;
+  std::vector<PoolState> pools_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace tierflow

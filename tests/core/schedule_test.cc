@@ -1,0 +1,138 @@
+#include "tierflow/core/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include "test_schedules.h"
+
+namespace tierflow {
+namespace {
+
+using testing::Builder;
+
+std::string ErrorOf(const std::string& json) {
+  auto s = ScheduleFromJson(json);
+  return s.ok() ? std::string("OK") : s.status().ToString();
+}
+
+const char* kValid = R"({
+  "format": "tierflow.schedule/1", "name": "pipe", "iteration_window": 2, "meta": {"policy": "test"},
+  "devices": [{"name": "host", "kind": "host"}, {"name": "nvme0", "kind": "nvme"}],
+  "resources": [{"name": "nvme0.read", "device": "nvme0", "concurrency": 2},
+                {"name": "gpu0.compute", "device": "host", "concurrency": 1}],
+  "pools": [{"name": "host.pinned", "device": "host", "capacity_bytes": 100}],
+  "buffers": [{"name": "b0", "pool": "host.pinned", "size_bytes": 60}],
+  "tensors": [{"name": "w", "kind": "param16", "dtype": "bf16", "shape": [2, 3], "device": "nvme0", "size_bytes": 12}],
+  "tasks": [
+    {"id": "read", "op": "read", "resource": "nvme0.read", "bytes": 12, "tensors": ["w"], "allocs": ["b0"], "block_bytes": 4096, "queue_depth": 8},
+    {"id": "fwd", "op": "compute", "resource": "gpu0.compute", "kernel": "layer_fwd", "flops": 1.5e9, "uses": ["b0"], "deps": ["read"], "phase": "forward", "layer": 0},
+    {"id": "done", "op": "free", "frees": ["b0"], "deps": ["fwd"], "carried": [{"task": "fwd", "distance": 1}]}
+  ]
+})";
+
+TEST(ScheduleFile, ParsesAValidSchedule) {
+  auto s = ScheduleFromJson(kValid);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->tasks().size(), 3u);
+  const TaskSpec& fwd = s->tasks()[s->FindTask("fwd")];
+  EXPECT_EQ(fwd.op, Op::kCompute);
+  EXPECT_EQ(fwd.deps, std::vector<int32_t>{s->FindTask("read")});
+  EXPECT_DOUBLE_EQ(fwd.flops, 1.5e9);
+  EXPECT_EQ(fwd.phase, Phase::kForward);
+  EXPECT_EQ(s->tasks()[2].carried[0].distance, 1);
+  EXPECT_EQ(s->resources()[0].concurrency, 2);
+}
+
+TEST(ScheduleFile, RoundTripsExactly) {
+  auto s = ScheduleFromJson(kValid);
+  ASSERT_TRUE(s.ok());
+  const std::string once = ScheduleToJson(*s);
+  auto back = ScheduleFromJson(once);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == *s);
+  EXPECT_EQ(ScheduleToJson(*back), once);
+}
+
+TEST(ScheduleFile, RejectsMalformedFilesWithOneClearError) {
+  EXPECT_EQ(ErrorOf("{"), "invalid argument: schedule: not valid JSON");
+  EXPECT_NE(ErrorOf(R"({"format": "other/9"})").find("expected 'tierflow.schedule/1'"), std::string::npos);
+  std::string s = kValid;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = s;
+    auto pos = t.find(from);
+    EXPECT_NE(pos, std::string::npos) << from;
+    return ErrorOf(t.replace(pos, from.size(), to));
+  };
+  EXPECT_EQ(with(R"("deps": ["read"])", R"("deps": ["nope"])"),
+            "invalid argument: task 'fwd': dep 'nope' does not exist");
+  EXPECT_EQ(with(R"("kernel": "layer_fwd")", R"("colour": "red")"),
+            "invalid argument: task 'fwd': unknown key 'colour'");
+  EXPECT_EQ(with(R"("bytes": 12, "tensors")", R"("bytes": "12", "tensors")"),
+            "invalid argument: task 'read': key 'bytes' must be an integer");
+  EXPECT_EQ(with(R"("bytes": 12, "tensors")", R"("bytes": -12, "tensors")"),
+            "invalid argument: task 'read': bytes must be >= 0");
+  EXPECT_EQ(with(R"("op": "read")", R"("op": "teleport")"), "invalid argument: task 'read': unknown op 'teleport'");
+  EXPECT_EQ(with(R"("resource": "gpu0.compute", "kernel")", R"("resource": "gpu9.compute", "kernel")"),
+            "invalid argument: task 'fwd': resource 'gpu9.compute' does not exist");
+  EXPECT_EQ(with(R"("concurrency": 2)", R"("concurrency": 0)"),
+            "invalid argument: resource 'nvme0.read': concurrency must be >= 1");
+  EXPECT_EQ(with(R"("size_bytes": 60)", R"("size_bytes": 160)"),
+            "resource exhausted: buffer 'b0' (160 bytes) is larger than pool 'host.pinned' (100 bytes)");
+  EXPECT_EQ(with(R"("distance": 1)", R"("distance": 0)"),
+            "invalid argument: task 'done': carried dep on 'fwd' needs distance >= 1");
+  EXPECT_EQ(with(R"({"id": "read", "op": "read")", R"({"id": "fwd", "op": "read")"),
+            "invalid argument: task 'fwd' is defined twice");
+}
+
+TEST(ScheduleValidate, RejectsACycleNamingATaskOnIt) {
+  Builder b;
+  b.Resource("r").Task("a", "r").Task("b", "r", {"a"}).Task("c", "r", {"b"});
+  b.s.mutable_tasks()[0].deps.push_back(2);  // a <- c closes the cycle
+  Status st = b.s.Validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("dependency cycle"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("task '"), std::string::npos);
+}
+
+TEST(ScheduleValidate, BufferLifetimes) {
+  // Use without depending on the allocating task.
+  Builder use;
+  use.Resource("r").Pool("p", 10).Buffer("x", "p", 4).Task("alloc", "", {}, {"x"}).Task("user", "r");
+  use.s.mutable_tasks()[1].uses.push_back(0);
+  use.Task("free", "", {"alloc", "user"}, {}, {"x"});
+  Status st = use.s.Validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "task 'user' uses buffer 'x' without depending on task 'alloc' that allocates it");
+
+  // Free that may run before a user finishes.
+  Builder early;
+  early.Resource("r").Pool("p", 10).Buffer("x", "p", 4).Task("alloc", "", {}, {"x"}).Task("user", "r", {"alloc"});
+  early.s.mutable_tasks()[1].uses.push_back(0);
+  early.Task("free", "", {"alloc"}, {}, {"x"});
+  st = early.s.Validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("frees buffer 'x' before task 'user'"), std::string::npos) << st.message();
+
+  // Allocated, never freed.
+  Builder leak;
+  leak.Resource("r").Pool("p", 10).Buffer("x", "p", 4).Task("alloc", "", {}, {"x"});
+  st = leak.s.Validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no task frees it"), std::string::npos);
+
+  // The correct shape passes.
+  Builder ok;
+  ok.Resource("r").Pool("p", 10).Buffer("x", "p", 4).Task("alloc", "", {}, {"x"}).Task("user", "r", {"alloc"});
+  ok.s.mutable_tasks()[1].uses.push_back(0);
+  ok.Task("free", "", {"user"}, {}, {"x"});
+  EXPECT_TRUE(ok.s.Validate().ok()) << ok.s.Validate().ToString();
+}
+
+TEST(ScheduleValidate, TopologicalOrderKeepsScheduleOrderAmongTies) {
+  Builder b;
+  b.Resource("r").Task("a", "r").Task("b", "r").Task("c", "r", {"b"}).Task("d", "r", {"a"});
+  auto order = b.s.TopologicalOrder();
+  EXPECT_EQ(order, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace tierflow

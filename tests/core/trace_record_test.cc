@@ -1,0 +1,53 @@
+#include "tierflow/core/trace_record.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace tierflow {
+namespace {
+
+TEST(TraceRecord, RoundTripsThroughJsonLines) {
+  TraceRecord a;
+  a.iteration = 3;
+  a.task = "fwd.read.L7.r0";
+  a.op = Op::kRead;
+  a.resource = "nvme0.read";
+  a.layer = 7;
+  a.phase = Phase::kForward;
+  a.bytes = 1 << 20;
+  a.flops = 0;
+  a.start_s = 0.125;
+  a.end_s = 0.3;
+  a.source = "sim";
+  a.block_bytes = 1 << 20;
+  a.queue_depth = 8;
+  TraceRecord b = a;
+  b.op = Op::kCompute;
+  b.flops = 1.5e12;
+  b.block_bytes = 0;
+  b.queue_depth = 0;
+  auto path = (std::filesystem::temp_directory_path() / "tierflow_trace_record_test.jsonl").string();
+  ASSERT_TRUE(WriteTraceFile(path, {a, b}).ok());
+  auto back = ReadTraceFile(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0], a);
+  EXPECT_EQ((*back)[1], b);
+  std::filesystem::remove(path);
+}
+
+TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {
+  EXPECT_FALSE(TraceRecordFromJson("{").ok());
+  auto op = TraceRecordFromJson(R"({"op":"teleport"})");
+  ASSERT_FALSE(op.ok());
+  EXPECT_NE(op.status().message().find("teleport"), std::string::npos);
+  auto key = TraceRecordFromJson(R"({"colour":"red"})");
+  ASSERT_FALSE(key.ok());
+  EXPECT_NE(key.status().message().find("colour"), std::string::npos);
+  EXPECT_FALSE(TraceRecordFromJson(R"({"start_s":2,"end_s":1})").ok());
+  EXPECT_FALSE(TraceRecordFromJson(R"({"bytes":"many"})").ok());
+}
+
+}  // namespace
+}  // namespace tierflow
