@@ -1,0 +1,33 @@
+#include "tierflow/policies/policy.h"
+
+#include "policies_internal.h"
+
+namespace tierflow::policies {
+namespace {
+
+struct Entry {
+  const char* name;
+  StatusOr<Schedule> (*plan)(const Scenario&);
+};
+constexpr Entry kPolicies[] = {
+    {"zero-infinity", &PlanZeroInfinity},
+};
+
+}  // namespace
+
+std::vector<std::string> PolicyNames() {
+  std::vector<std::string> names;
+  for (const Entry& e : kPolicies) names.push_back(e.name);
+  return names;
+}
+
+StatusOr<Schedule> Plan(Scenario scenario) {
+  for (const Entry& e : kPolicies) {
+    if (scenario.policy == e.name) return e.plan(scenario);
+  }
+  std::string list;
+  for (const Entry& e : kPolicies) list += (list.empty() ? "" : ", ") + std::string(e.name);
+  return InvalidArgument("policy.name: unknown policy '" + scenario.policy + "' (known: " + list + ")");
+}
+
+}  // namespace tierflow::policies
