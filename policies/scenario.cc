@@ -88,8 +88,12 @@ StatusOr<TrainingSetup> ReadTraining(const YAML::Node& node) {
   TF_RETURN_IF_ERROR(CheckKeys(node, "training",
                                {"micro_batch_size", "sequence_length", "gradient_accumulation_steps",
                                 "data_parallel", "activation_checkpointing", "dtype"}));
-  if (node["micro_batch_size"]) TF_ASSIGN_OR_RETURN(t.micro_batch_size, PositiveInt(node["micro_batch_size"], "training.micro_batch_size"));
-  if (node["sequence_length"]) TF_ASSIGN_OR_RETURN(t.sequence_length, PositiveInt(node["sequence_length"], "training.sequence_length"));
+  if (node["micro_batch_size"]) {
+    TF_ASSIGN_OR_RETURN(t.micro_batch_size, PositiveInt(node["micro_batch_size"], "training.micro_batch_size"));
+  }
+  if (node["sequence_length"]) {
+    TF_ASSIGN_OR_RETURN(t.sequence_length, PositiveInt(node["sequence_length"], "training.sequence_length"));
+  }
   if (node["gradient_accumulation_steps"]) {
     TF_ASSIGN_OR_RETURN(t.gradient_accumulation_steps,
                         PositiveInt(node["gradient_accumulation_steps"], "training.gradient_accumulation_steps"));
@@ -191,6 +195,9 @@ StatusOr<Scenario> LoadScenarioText(const std::string& yaml, const std::vector<s
     TF_RETURN_IF_ERROR(CheckKeys(root, origin, {"name", "description", "model", "hardware", "training", "policy", "paper"}));
     Scenario s;
     s.name = root["name"] ? root["name"].as<std::string>() : origin;
+    YAML::Emitter emitter;
+    emitter << root;
+    s.yaml = emitter.c_str();
     if (!root["model"]) return InvalidArgument(origin + ": missing key 'model'");
     if (!root["hardware"]) return InvalidArgument(origin + ": missing key 'hardware'");
     auto model = models::LlmFromYaml(root["model"]);

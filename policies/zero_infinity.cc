@@ -52,6 +52,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
 
   ScheduleBuilder b(s, "zero-infinity");
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
+  b.Meta("scenario_yaml", s.yaml);
   const std::string nvme = ScheduleBuilder::Nvme(0);
   b.Device(nvme, DeviceKind::kNvme);
 
@@ -82,7 +83,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   for (size_t i = 0; i < plan.units.size(); ++i) forward_order[i] = static_cast<int32_t>(i);
   backward_order.assign(forward_order.rbegin(), forward_order.rend());
 
-  std::vector<int32_t> carried_reads;  // first-pass reads: they get the carried dep on step.end
+  std::vector<int32_t> carried_reads;  // every parameter read: step() blocks the next iteration
   std::vector<int32_t> last_compute(ranks, kNoIndex);
   std::vector<std::vector<int32_t>> grad_writes(ranks), grad_copies(ranks);
   const int64_t micro_steps = s.training.gradient_accumulation_steps;
@@ -102,9 +103,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
       fo.priority_base = priority_base;
       std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo);
       priority_base += static_cast<int32_t>(fetched.size());
-      if (m == 0 && fwd) {
-        for (const FetchedUnit& f : fetched) carried_reads.insert(carried_reads.end(), f.reads.begin(), f.reads.end());
-      }
+      for (const FetchedUnit& f : fetched) carried_reads.insert(carried_reads.end(), f.reads.begin(), f.reads.end());
       for (const FetchedUnit& f : fetched) {
         const ParamUnit& unit = plan.units[f.unit];
         std::vector<int32_t> computes;
@@ -200,7 +199,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     // Gradients are flushed at the first swap-in of the step.
     std::vector<int32_t> prev_done = grad_writes[r];
     prev_done.push_back(norm_done);
-    int32_t prev_read_grad = kNoIndex, prev_adam = kNoIndex;
+    int32_t prev_read_grad = kNoIndex, prev_param_write = kNoIndex;
     for (size_t g = 0; g < plan.subgroups.size(); ++g) {
       const int64_t n = plan.subgroups[g].elements;
       const std::string G = ".sg" + std::to_string(g) + R;
@@ -243,7 +242,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
       adam.uses = {states};
       adam.frees = {grad};
       adam.deps = {read_grad};
-      if (prev_adam != kNoIndex) adam.deps.push_back(prev_adam);
+      if (prev_param_write != kNoIndex) adam.deps.push_back(prev_param_write);
       adam.phase = Phase::kStep;
       const int32_t adam_task = b.Task(std::move(adam));
       // fp32 -> fp16 copy through the parameter swapper's slots, each written with a blocking wait.
@@ -290,7 +289,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
       ws.phase = Phase::kStep;
       const int32_t write_states = b.Task(std::move(ws));
       prev_read_grad = read_grad;
-      prev_adam = param_writes.back();
+      prev_param_write = param_writes.back();
       // Serial: the next swap-in waits for this swap-out. pipeline_write: only for the compute
       // and the blocking parameter write.
       prev_done = pipeline_write ? std::vector<int32_t>{param_writes.back()} : std::vector<int32_t>{write_states};

@@ -40,6 +40,22 @@ TEST(Dispatcher, LowerPriorityValueStartsFirstThenScheduleOrder) {
   EXPECT_DOUBLE_EQ(r.at("z").start, 3);
 }
 
+TEST(Dispatcher, EarlierIterationGoesFirstWhateverThePriority) {
+  // All six instances (two iterations of hold, b, a) are queued on r from the start. Priority
+  // orders one iteration's tasks; it must not let iteration 1's hold and b overtake iteration
+  // 0's low-priority a.
+  Builder b;
+  b.Resource("r", 1).Task("hold", "r", {}, {}, {}, 0).Task("a", "r", {}, {}, {}, 9).Task("b", "r", {}, {}, {}, 0);
+  b.s.iteration_window = 2;
+  auto r = RunTimed(b.s, 2, {{"hold", 1}, {"a", 1}, {"b", 1}});
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_DOUBLE_EQ(r.at("hold", 0).start, 0);
+  EXPECT_DOUBLE_EQ(r.at("b", 0).start, 1);  // same priority as hold: schedule order
+  EXPECT_DOUBLE_EQ(r.at("a", 0).start, 2);
+  EXPECT_DOUBLE_EQ(r.at("hold", 1).start, 3);
+  EXPECT_DOUBLE_EQ(r.at("a", 1).start, 5);
+}
+
 TEST(Dispatcher, CarriedDepWaitsForTheEarlierIteration) {
   // write (slow, on its own resource) of iteration t must finish before read of t+1.
   Builder b;

@@ -3,8 +3,9 @@
 //
 // An instance is ready when its same-iteration deps and its carried deps (task, iteration -
 // distance) have completed. It starts when, in addition, its resource has a free slot and the
-// buffers it allocates fit in their pools. Among startable instances on one resource, the lower
-// priority value goes first, then the earlier iteration, then the earlier task in the schedule.
+// buffers it allocates fit in their pools. Among startable instances on one resource, the earlier
+// iteration goes first, then the lower priority value, then the earlier task in the schedule
+// (priority orders the tasks of one iteration: a schedule is a program for one iteration).
 // An instance whose allocations do not fit steps aside (it does not block its resource) until
 // its pool releases bytes.
 //
@@ -69,10 +70,10 @@ class Dispatcher {
     int64_t priority;
     int64_t iteration;
     int32_t task;
-    // std::push_heap builds a max-heap; invert so the smallest (priority, iteration, task) is on top.
+    // std::push_heap builds a max-heap; invert so the smallest (iteration, priority, task) is on top.
     bool operator<(const Pending& o) const {
-      if (priority != o.priority) return priority > o.priority;
       if (iteration != o.iteration) return iteration > o.iteration;
+      if (priority != o.priority) return priority > o.priority;
       return task > o.task;
     }
   };

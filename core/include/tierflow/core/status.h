@@ -120,5 +120,6 @@ class [[nodiscard]] StatusOr {
   if (!tmp.ok()) return tmp.status();            \
   lhs = std::move(tmp).value()
 
+// Expands to several statements: inside an if or a loop, use braces.
 #define TF_ASSIGN_OR_RETURN(lhs, expr) \
   TF_ASSIGN_OR_RETURN_IMPL(TF_CONCAT(tf_statusor_, __LINE__), lhs, expr)

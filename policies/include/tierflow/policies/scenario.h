@@ -59,6 +59,9 @@ struct Scenario {
   TrainingSetup training;
   std::string policy = "zero-infinity";
   Knobs knobs;
+  // The scenario as read, --set overrides applied: plan stores it in the schedule's meta so that
+  // `sim SCHEDULE` finds the same hardware without the scenario file.
+  std::string yaml;
 };
 
 // `overrides` are "key.path=value" strings (from --set).
