@@ -1,0 +1,116 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "tierflow/core/units.h"
+#include "tierflow/traces/summary.h"
+
+namespace tierflow::cli {
+
+nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<TraceRecord>& records,
+                                   const RunFacts& facts) {
+  const traces::TraceSummary summary = traces::Summarize(records, &schedule);
+  nlohmann::ordered_json j;
+  j["scenario"] = facts.scenario;
+  j["policy"] = facts.policy;
+  j["iterations"] = facts.iterations;
+  j["iteration_s"] = summary.mean_iteration_s;
+  std::vector<double> per_iteration;
+  for (const auto& it : summary.iterations) per_iteration.push_back(it.time_s);
+  j["iterations_s"] = per_iteration;
+  // Phases: mean span over the steady-state iterations (all but the first when there are two+).
+  const size_t first = summary.iterations.size() >= 2 ? 1 : 0;
+  const char* keys[] = {"forward_s", "backward_s", "step_s"};
+  const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kStep};
+  nlohmann::ordered_json pj;
+  for (int p = 0; p < 3; ++p) {
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = first; i < summary.iterations.size(); ++i) {
+      const auto& span = summary.iterations[i].phases[static_cast<int>(phases[p])];
+      if (span.present) {
+        sum += span.span_s;
+        ++n;
+      }
+    }
+    pj[keys[p]] = n ? sum / static_cast<double>(n) : 0.0;
+  }
+  j["phases"] = pj;
+  nlohmann::ordered_json rj = nlohmann::ordered_json::object();
+  for (const auto& r : summary.resources) {
+    nlohmann::ordered_json e;
+    e["busy_s"] = r.busy_s;
+    e["utilization"] = r.utilization;
+    e["exposed_s"] = r.exposed_s;
+    e["bytes_per_s"] = r.bytes_per_s;
+    rj[r.name] = e;
+  }
+  j["resources"] = rj;
+  nlohmann::ordered_json peaks = nlohmann::ordered_json::object();
+  for (size_t p = 0; p < schedule.pools().size() && p < facts.pool_peak_bytes.size(); ++p) {
+    peaks[schedule.pools()[p].name] = facts.pool_peak_bytes[p];
+  }
+  j["peak_bytes"] = peaks;
+  nlohmann::ordered_json cp = nlohmann::ordered_json::object();
+  for (int op = 0; op < kOpCount; ++op) {
+    if (summary.critical_path.time_by_op_s[op] > 0) cp[std::string(OpName(static_cast<Op>(op)))] = summary.critical_path.time_by_op_s[op];
+  }
+  j["critical_path_s"] = cp;
+  j["exposed_s"] = summary.exposed_s;
+  j[facts.tasks_key] = facts.tasks;
+  j["wall_s"] = facts.wall_s;
+  j["tasks_per_s"] = facts.wall_s > 0 ? static_cast<double>(facts.tasks) / facts.wall_s : 0.0;
+  return j;
+}
+
+std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json& r) {
+  std::string out;
+  char line[256];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof(line), fmt, args...);
+    out += line;
+  };
+  add("%s  (policy %s, %lld iterations)\n", r["scenario"].get<std::string>().c_str(),
+      r["policy"].get<std::string>().c_str(), static_cast<long long>(r["iterations"].get<int64_t>()));
+  const double it = r["iteration_s"].get<double>();
+  add("\niteration time   %s (steady state)\n", FormatDuration(it).c_str());
+  const auto& ph = r["phases"];
+  for (const char* k : {"forward_s", "backward_s", "step_s"}) {
+    const double v = ph[k].get<double>();
+    add("  %-14s %12s  %5.1f%%\n", std::string(k, std::strlen(k) - 2).c_str(), FormatDuration(v).c_str(),
+        it > 0 ? 100 * v / it : 0.0);
+  }
+  // Resources, busiest first.
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> res;
+  for (auto e = r["resources"].begin(); e != r["resources"].end(); ++e) res.emplace_back(e.key(), e.value());
+  std::stable_sort(res.begin(), res.end(), [](const auto& a, const auto& b) {
+    return a.second["utilization"].template get<double>() > b.second["utilization"].template get<double>();
+  });
+  add("\n%-28s %12s %8s %12s %12s\n", "resource", "busy", "util", "exposed", "rate");
+  for (const auto& [name, e] : res) {
+    const double bps = e["bytes_per_s"].get<double>();
+    add("%-28s %12s %7.1f%% %12s %12s\n", name.c_str(), FormatDuration(e["busy_s"].get<double>()).c_str(),
+        100 * e["utilization"].get<double>(), FormatDuration(e["exposed_s"].get<double>()).c_str(),
+        bps > 0 ? FormatBandwidth(bps).c_str() : "-");
+  }
+  add("\n%-28s %14s %14s %8s\n", "pool", "peak", "capacity", "used");
+  for (const PoolSpec& p : schedule.pools()) {
+    if (!r["peak_bytes"].contains(p.name)) continue;
+    const double peak = static_cast<double>(r["peak_bytes"][p.name].get<int64_t>());
+    add("%-28s %14s %14s %7.1f%%\n", p.name.c_str(), FormatBytes(peak).c_str(),
+        FormatBytes(static_cast<double>(p.capacity_bytes)).c_str(),
+        p.capacity_bytes ? 100 * peak / static_cast<double>(p.capacity_bytes) : 0.0);
+  }
+  if (!r["critical_path_s"].empty()) {
+    add("\ncritical path by op:");
+    for (auto e = r["critical_path_s"].begin(); e != r["critical_path_s"].end(); ++e) {
+      add("  %s %s", e.key().c_str(), FormatDuration(e.value().get<double>()).c_str());
+    }
+    add("\n");
+  }
+  return out;
+}
+
+}  // namespace tierflow::cli

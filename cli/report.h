@@ -1,0 +1,32 @@
+// The iteration report shared by `tierflow sim` and `tierflow run`: the same keys whichever
+// executor produced the trace records, so that scripts and `tierflow validate` read both alike.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/core/trace_record.h"
+
+namespace tierflow::cli {
+
+struct RunFacts {  // what the executor knows beyond the records
+  std::string scenario;
+  std::string policy;
+  int64_t iterations = 0;
+  std::vector<int64_t> pool_peak_bytes;  // per schedule pool, exact (from the dispatcher)
+  int64_t tasks = 0;                     // instances executed
+  double wall_s = 0;
+  std::string tasks_key = "tasks_simulated";
+};
+
+// Keys: iteration_s (steady-state mean), iterations_s, phases {forward_s, backward_s, step_s}
+// (steady-state mean span of each phase), resources {name: {busy_s, utilization, exposed_s,
+// bytes_per_s}}, peak_bytes {pool: bytes}, critical_path_s {op: seconds}, <tasks_key>, wall_s.
+nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<TraceRecord>& records,
+                                   const RunFacts& facts);
+// The same report as readable tables.
+std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json& report);
+
+}  // namespace tierflow::cli
