@@ -71,7 +71,11 @@ void BuildCriticalPath(const std::vector<TraceRecord>& records, const Schedule& 
   size_t cur = n;
   for (size_t i = 0; i < n; ++i) {
     if (task_of[i] == kNoIndex) continue;
-    if (cur == n || records[i].end_s > records[cur].end_s) cur = i;
+    // The last to end; among ties the last to start (a closing barrier rather than its dep).
+    if (cur == n || records[i].end_s > records[cur].end_s ||
+        (records[i].end_s == records[cur].end_s && records[i].start_s >= records[cur].start_s)) {
+      cur = i;
+    }
   }
   auto find = [&](int64_t iteration, int32_t task) -> size_t {
     auto it = instance.find({iteration, task});
