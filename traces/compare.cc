@@ -18,7 +18,7 @@ struct Key {
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
-    return std::hash<std::string_view>()(k.task) ^ (std::hash<int64_t>()(k.iteration) * 0x9E3779B97F4A7C15ULL);
+    return std::hash<std::string_view>()(k.task) ^ (static_cast<uint64_t>(k.iteration) * 0x9E3779B97F4A7C15ULL);
   }
 };
 

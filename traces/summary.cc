@@ -23,7 +23,8 @@ struct ResourceState {
 
 struct InstanceKeyHash {
   size_t operator()(const std::pair<int64_t, int32_t>& k) const {
-    return std::hash<int64_t>()(k.first * 0x9E3779B97F4A7C15LL ^ static_cast<int64_t>(k.second));
+    uint64_t h = static_cast<uint64_t>(k.first) * 0x9E3779B97F4A7C15ULL ^ static_cast<uint32_t>(k.second);
+    return std::hash<uint64_t>()(h);
   }
 };
 
