@@ -4,7 +4,11 @@
 #include <cstdio>
 #include <fmt/format.h>
 #include <functional>
+#include <algorithm>
 #include <map>
+#include <queue>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "interval_math.h"
@@ -57,10 +61,39 @@ class EventStream {
   bool ok_ = true;
 };
 
+// Interval partitioning: instances fed in start order get the lowest lane whose previous
+// instance has ended, so the instances of one lane never overlap. O(log lanes) per instance.
 struct Track {
   int32_t pid = 0;
   int32_t tid = 0;
 };
+
+class Lanes {
+ public:
+  std::vector<Track> tracks;  // the track of each lane, filled by the caller
+  int32_t Take(double start_s, double end_s) {
+    while (!busy_.empty() && busy_.top().first <= start_s) {
+      free_.insert(busy_.top().second);
+      busy_.pop();
+    }
+    int32_t lane;
+    if (free_.empty()) {
+      lane = count_++;
+    } else {
+      lane = *free_.begin();
+      free_.erase(free_.begin());
+    }
+    busy_.push({end_s, lane});
+    return lane;
+  }
+
+ private:
+  using Busy = std::pair<double, int32_t>;
+  std::priority_queue<Busy, std::vector<Busy>, std::greater<>> busy_;
+  std::set<int32_t> free_;
+  int32_t count_ = 0;
+};
+
 
 class Layout {
  public:
@@ -78,15 +111,22 @@ class Layout {
     return pid;
   }
 
-  Track Thread(const std::string& source, const std::string& device, const std::string& track) {
+  // The track of `resource` in its device's process; lane k > 0 is an extra track named
+  // "<resource> #<k+1>" for instances that overlap on a queue with concurrency > 1 (Perfetto
+  // needs the complete events of one track to nest). Lanes sort right after their resource.
+  Track Thread(const std::string& source, const std::string& device, const std::string& resource,
+               int32_t lane) {
     int32_t pid = Process(source, device);
-    auto key = std::make_pair(pid, track);
+    auto key = std::make_tuple(pid, resource, lane);
     auto it = tids_.find(key);
     if (it != tids_.end()) return {pid, it->second};
     int32_t tid = static_cast<int32_t>(tids_.size()) + 1;
     tids_.emplace(key, tid);
-    Metadata("thread_name", pid, tid, track);
-    SortIndex("thread_sort_index", pid, tid, tid);
+    auto [ord, inserted] = resource_order_.try_emplace(std::make_pair(pid, resource),
+                                                       static_cast<int32_t>(resource_order_.size()));
+    (void)inserted;
+    Metadata("thread_name", pid, tid, lane == 0 ? resource : fmt::format("{} #{}", resource, lane + 1));
+    SortIndex("thread_sort_index", pid, tid, ord->second * kMaxLanesSorted + std::min(lane, kMaxLanesSorted - 1));
     return {pid, tid};
   }
 
@@ -120,7 +160,9 @@ class Layout {
   const Schedule* schedule_;
   EventStream* out_;
   std::map<std::pair<std::string, std::string>, int32_t> pids_;
-  std::map<std::pair<int32_t, std::string>, int32_t> tids_;
+  std::map<std::tuple<int32_t, std::string, int32_t>, int32_t> tids_;
+  std::map<std::pair<int32_t, std::string>, int32_t> resource_order_;
+  static constexpr int32_t kMaxLanesSorted = 4096;
 };
 
 void WriteRecord(const TraceRecord& r, Track track, EventStream* out) {
@@ -165,20 +207,30 @@ bool Emit(const std::vector<TraceRecord>& records, const Schedule* schedule,
     // Declare the schedule's devices and resources first, so tracks follow schedule order.
     if (schedule) {
       for (const ResourceSpec& rs : schedule->resources()) {
-        layout.Thread(source, layout.DeviceOfResource(rs.name), rs.name);
+        layout.Thread(source, layout.DeviceOfResource(rs.name), rs.name, 0);
       }
     }
-    std::unordered_map<std::string, Track> track_of;
-    for (size_t i : indices) {
+    // Records in start order, each on the lowest lane of its resource that is free by then.
+    std::vector<size_t> order(indices);
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      const TraceRecord& a = records[x];
+      const TraceRecord& b = records[y];
+      if (a.start_s != b.start_s) return a.start_s < b.start_s;
+      if (a.end_s != b.end_s) return a.end_s < b.end_s;
+      return x < y;
+    });
+    std::unordered_map<std::string, Lanes> lanes_of;
+    for (size_t i : order) {
       const TraceRecord& r = records[i];
       if (r.resource.empty() && !options.instant_ops) continue;
-      auto it = track_of.find(r.resource);
-      if (it == track_of.end()) {
-        Track t = r.resource.empty() ? layout.Thread(source, kScheduleProcess, kInstantTrack)
-                                     : layout.Thread(source, layout.DeviceOfResource(r.resource), r.resource);
-        it = track_of.emplace(r.resource, t).first;
+      Lanes& lanes = lanes_of[r.resource];
+      int32_t lane = lanes.Take(r.start_s, r.end_s);
+      if (lane == static_cast<int32_t>(lanes.tracks.size())) {
+        lanes.tracks.push_back(
+            r.resource.empty() ? layout.Thread(source, kScheduleProcess, kInstantTrack, lane)
+                               : layout.Thread(source, layout.DeviceOfResource(r.resource), r.resource, lane));
       }
-      WriteRecord(r, it->second, &out);
+      WriteRecord(r, lanes.tracks[lane], &out);
     }
     if (schedule && options.pool_counters) {
       OccupancyResult occ = internal::ReconstructPoolOccupancyOf(records, &indices, *schedule, true);

@@ -537,6 +537,47 @@ TEST(ChromeTraceTest, SimAndRealSideBySideAsSeparateProcessGroups) {
   EXPECT_EQ(events_per_pid[pid_of["gpu0 (real)"]], 1);
 }
 
+TEST(ChromeTraceTest, OverlappingRequestsOnOneQueueGetLanesThatNeverOverlap) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> start(0, 50), len(0.1, 8);
+  std::vector<TraceRecord> records;
+  for (int i = 0; i < 200; ++i) {
+    double s0 = start(rng);
+    records.push_back(Rec(0, "rd" + std::to_string(i), Op::kRead, "nvme0.read", s0, s0 + len(rng)));
+  }
+  // Back-to-back compute shares one track.
+  for (int i = 0; i < 10; ++i) records.push_back(Rec(0, "c" + std::to_string(i), Op::kCompute, "gpu0.compute", i, i + 1));
+  Json j = Json::parse(ChromeTraceToString(records, nullptr));
+  std::map<std::pair<int, int>, std::string> thread_name;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> events;
+  for (const auto& e : j["traceEvents"]) {
+    std::pair<int, int> key(e["pid"], e["tid"]);
+    if (e["ph"] == "M" && e["name"] == "thread_name") thread_name[key] = e["args"]["name"];
+    if (e["ph"] == "X") events[key].push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  }
+  // The most requests in flight at once (brute force at every start) = the lanes needed.
+  size_t most = 0;
+  for (const auto& r : records) {
+    if (r.resource != "nvme0.read") continue;
+    size_t in_flight = 0;
+    for (const auto& q : records) in_flight += q.resource == "nvme0.read" && q.start_s <= r.start_s && r.start_s < q.end_s;
+    most = std::max(most, in_flight);
+  }
+  size_t read_tracks = 0, compute_tracks = 0, total = 0;
+  for (auto& [key, v] : events) {
+    const std::string& name = thread_name[key];
+    read_tracks += name.rfind("nvme0.read", 0) == 0;
+    compute_tracks += name.rfind("gpu0.compute", 0) == 0;
+    total += v.size();
+    std::sort(v.begin(), v.end());
+    for (size_t k = 1; k < v.size(); ++k) EXPECT_LE(v[k - 1].second, v[k].first) << name;
+  }
+  EXPECT_EQ(total, records.size());
+  EXPECT_EQ(read_tracks, most);
+  EXPECT_EQ(compute_tracks, 1u);
+  EXPECT_GT(most, 1u);
+}
+
 TEST(ChromeTraceTest, WritesAFileAndReportsAnUnwritablePath) {
   std::string path = std::string(TIERFLOW_BINARY_DIR) + "/traces_test_chrome.json";
   std::vector<TraceRecord> records = {Rec(0, "t\"quoted\"", Op::kCompute, "gpu0.compute", 0, 1)};
