@@ -5,6 +5,8 @@
 //   - a process (pid) per (source, device), named "<device> (<source>)" by process_name
 //     metadata, so sim and real records written into one file sit side by side;
 //   - a track (tid) per resource inside its device's process, named by thread_name metadata;
+//     instances overlapping on one queue go to extra lanes ("nvme0.read #2", ...) so that the
+//     events of each track nest, as Perfetto requires;
 //   - a complete event (ph "X", ts and dur in microseconds) per record: name = task id,
 //     cat = op, args = iteration, layer, phase, bytes, flops, source, and gb_per_s for
 //     transfers (read, write, h2d, d2h, collectives);
