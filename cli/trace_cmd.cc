@@ -1,0 +1,140 @@
+// `tierflow trace`: look at trace records (docs/trace-format.md).
+//   tierflow trace summary TRACE.jsonl [--schedule S.json] [--source NAME] [--json]
+//   tierflow trace chrome TRACE.jsonl [MORE.jsonl ...] -o OUT.json [--schedule S.json]
+//   tierflow trace compare A.jsonl B.jsonl [--worst N] [--json]
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "tierflow/core/schedule.h"
+#include "tierflow/core/trace_record.h"
+#include "tierflow/traces/chrome_trace.h"
+#include "tierflow/traces/compare.h"
+#include "tierflow/traces/summary.h"
+
+namespace tierflow::cli {
+namespace {
+
+struct TraceOptions {
+  std::vector<std::string> traces;
+  std::string schedule_path;
+  std::string source;
+  std::string output_path;
+  bool json = false;
+  int32_t worst = 10;
+};
+
+StatusOr<std::optional<Schedule>> LoadOptionalSchedule(const std::string& path) {
+  if (path.empty()) return std::optional<Schedule>();
+  TF_ASSIGN_OR_RETURN(Schedule s, ReadScheduleFile(path));
+  return std::optional<Schedule>(std::move(s));
+}
+
+void Print(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (!text.empty() && text.back() != '\n') std::fputc('\n', stdout);
+}
+
+Status RunSummary(const TraceOptions& o) {
+  TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> records, ReadTraceFile(o.traces.at(0)));
+  TF_ASSIGN_OR_RETURN(std::optional<Schedule> schedule, LoadOptionalSchedule(o.schedule_path));
+  std::set<std::string> sources;
+  for (const auto& r : records) sources.insert(r.source);
+  if (!o.source.empty()) {
+    if (!sources.count(o.source)) {
+      return InvalidArgument("trace '" + o.traces[0] + "' has no records with source '" + o.source + "'");
+    }
+    std::erase_if(records, [&](const TraceRecord& r) { return r.source != o.source; });
+  } else if (sources.size() > 1) {
+    std::string names;
+    for (const auto& s : sources) names += (names.empty() ? "" : ", ") + s;
+    return InvalidArgument("trace '" + o.traces[0] + "' mixes records of several runs (sources " + names +
+                           "); pick one with --source");
+  }
+  traces::TraceSummary summary = traces::Summarize(records, schedule ? &*schedule : nullptr);
+  Print(o.json ? traces::SummaryToJson(summary) : traces::SummaryToText(summary));
+  return Status::Ok();
+}
+
+Status RunChrome(const TraceOptions& o) {
+  TF_ASSIGN_OR_RETURN(std::optional<Schedule> schedule, LoadOptionalSchedule(o.schedule_path));
+  std::vector<TraceRecord> all;
+  std::set<std::string> seen;
+  for (const std::string& path : o.traces) {
+    TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> records, ReadTraceFile(path));
+    // Two files with the same source (two real runs) stay apart: the later one's source gets
+    // the file's stem appended.
+    std::set<std::string> mine;
+    for (const auto& r : records) mine.insert(r.source);
+    std::map<std::string, std::string> rename;
+    for (const auto& s : mine) {
+      rename[s] = seen.count(s) ? s + "@" + std::filesystem::path(path).stem().string() : s;
+    }
+    for (auto& r : records) {
+      r.source = rename[r.source];
+      seen.insert(r.source);
+      all.push_back(std::move(r));
+    }
+  }
+  TF_RETURN_IF_ERROR(traces::WriteChromeTrace(o.output_path, all, schedule ? &*schedule : nullptr));
+  std::printf("wrote %s: %zu records from %zu file(s)%s; open it in https://ui.perfetto.dev\n",
+              o.output_path.c_str(), all.size(), o.traces.size(),
+              schedule ? ", with pool occupancy counters" : "");
+  return Status::Ok();
+}
+
+Status RunCompare(const TraceOptions& o) {
+  TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> a, ReadTraceFile(o.traces.at(0)));
+  TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> b, ReadTraceFile(o.traces.at(1)));
+  if (o.worst < 0) return InvalidArgument("--worst must be >= 0");
+  traces::CompareOptions options;
+  options.worst_count = o.worst;
+  traces::TraceComparison c = traces::Compare(a, b, options);
+  Print(o.json ? traces::ComparisonToJson(c) : traces::ComparisonToText(c));
+  return Status::Ok();
+}
+
+Command MakeTraceCommand(CLI::App& parent) {
+  CLI::App* app = parent.add_subcommand("trace", "Summarise, export (Perfetto) and compare trace records");
+  app->require_subcommand(1);
+
+  TraceOptions* summary = Keep<TraceOptions>();
+  CLI::App* s = app->add_subcommand(
+      "summary", "Iteration time, phases, busy/exposed time per resource, pool peaks, critical path");
+  s->add_option("trace", summary->traces, "trace records (JSON Lines)")->required()->expected(1);
+  s->add_option("--schedule", summary->schedule_path,
+                "the schedule the trace ran (needed for pools and the critical path)");
+  s->add_option("--source", summary->source, "summarise only records of this source (sim, real, ...)");
+  s->add_flag("--json", summary->json, "print JSON instead of tables");
+
+  TraceOptions* chrome = Keep<TraceOptions>();
+  CLI::App* c = app->add_subcommand(
+      "chrome", "Write Chrome trace JSON for Perfetto; several traces (sim and real) side by side");
+  c->add_option("traces", chrome->traces, "trace records (JSON Lines), one or more")->required();
+  c->add_option("-o,--output", chrome->output_path, "the Chrome trace JSON to write")->required();
+  c->add_option("--schedule", chrome->schedule_path, "the schedule (adds pool occupancy counters)");
+
+  TraceOptions* compare = Keep<TraceOptions>();
+  CLI::App* k = app->add_subcommand("compare", "Compare two traces of one schedule; errors are (B - A) / A");
+  k->add_option("traces", compare->traces, "A.jsonl (the reference) and B.jsonl")->required()->expected(2);
+  k->add_option("--worst", compare->worst, "how many worst tasks to list")->capture_default_str();
+  k->add_flag("--json", compare->json, "print JSON instead of tables");
+
+  return Command{app, [=]() -> Status {
+                   if (s->parsed()) return RunSummary(*summary);
+                   if (c->parsed()) return RunChrome(*chrome);
+                   if (k->parsed()) return RunCompare(*compare);
+                   return InvalidArgument("trace needs a subcommand: summary, chrome or compare");
+                 }};
+}
+
+}  // namespace
+
+TIERFLOW_COMMAND(MakeTraceCommand);
+
+}  // namespace tierflow::cli

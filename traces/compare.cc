@@ -1,0 +1,132 @@
+#include "tierflow/traces/compare.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string_view>
+#include <unordered_map>
+
+#include "interval_math.h"
+
+namespace tierflow::traces {
+namespace {
+
+struct Key {
+  int64_t iteration;
+  std::string_view task;
+  bool operator==(const Key&) const = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    return std::hash<std::string_view>()(k.task) ^ (static_cast<uint64_t>(k.iteration) * 0x9E3779B97F4A7C15ULL);
+  }
+};
+
+std::string Describe(const TraceRecord& r) {
+  return "iteration " + std::to_string(r.iteration) + " task '" + r.task + "'";
+}
+
+}  // namespace
+
+double RelativeError(double reference, double value) { return internal::RelativeErrorOf(reference, value); }
+
+TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<TraceRecord>& b,
+                        const CompareOptions& options) {
+  TraceComparison c;
+  c.a_records = static_cast<int64_t>(a.size());
+  c.b_records = static_cast<int64_t>(b.size());
+
+  std::unordered_map<Key, size_t, KeyHash> a_index;
+  a_index.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a_index.emplace(Key{a[i].iteration, a[i].task}, i).second) {
+      ++c.a_unmatched;  // a duplicate instance in a can match nothing
+      if (static_cast<int32_t>(c.a_unmatched_examples.size()) < options.example_count) {
+        c.a_unmatched_examples.push_back(Describe(a[i]) + " (duplicate)");
+      }
+    }
+  }
+  std::vector<char> a_used(a.size(), 0);
+  std::array<OpComparison, kOpCount> per_op{};
+  std::array<int64_t, kOpCount> rel_count{};
+  struct Diff {
+    double abs_error_s;
+    size_t a, b;
+  };
+  std::vector<Diff> diffs;
+  diffs.reserve(std::min(a.size(), b.size()));
+  for (size_t j = 0; j < b.size(); ++j) {
+    auto it = a_index.find(Key{b[j].iteration, b[j].task});
+    if (it == a_index.end() || a_used[it->second]) {
+      ++c.b_unmatched;
+      if (static_cast<int32_t>(c.b_unmatched_examples.size()) < options.example_count) {
+        c.b_unmatched_examples.push_back(Describe(b[j]) + (it == a_index.end() ? "" : " (duplicate)"));
+      }
+      continue;
+    }
+    size_t i = it->second;
+    a_used[i] = 1;
+    ++c.matched;
+    const TraceRecord& ra = a[i];
+    const TraceRecord& rb = b[j];
+    if (ra.op != rb.op) ++c.op_mismatches;
+    OpComparison& oc = per_op[static_cast<int>(ra.op)];
+    ++oc.count;
+    double da = ra.duration_s(), db = rb.duration_s();
+    oc.a_sum_s += da;
+    oc.b_sum_s += db;
+    if (da > 0) {
+      oc.mean_abs_rel_error += std::fabs((db - da) / da);
+      ++rel_count[static_cast<int>(ra.op)];
+    }
+    diffs.push_back({std::fabs(db - da), i, j});
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a_used[i] || a_index.at(Key{a[i].iteration, a[i].task}) != i) continue;  // dups counted
+    ++c.a_unmatched;
+    if (static_cast<int32_t>(c.a_unmatched_examples.size()) < options.example_count) {
+      c.a_unmatched_examples.push_back(Describe(a[i]));
+    }
+  }
+  for (int o = 0; o < kOpCount; ++o) {
+    OpComparison& oc = per_op[o];
+    if (oc.count == 0) continue;
+    oc.op = static_cast<Op>(o);
+    oc.rel_error = internal::RelativeErrorOf(oc.a_sum_s, oc.b_sum_s);
+    oc.mean_abs_rel_error = rel_count[o] > 0 ? oc.mean_abs_rel_error / static_cast<double>(rel_count[o]) : 0;
+    c.ops.push_back(oc);
+  }
+
+  std::vector<internal::IterationBound> ia = internal::IterationBounds(a);
+  std::vector<internal::IterationBound> ib = internal::IterationBounds(b);
+  for (size_t x = 0, y = 0; x < ia.size() && y < ib.size();) {
+    if (ia[x].iteration < ib[y].iteration) ++x;
+    else if (ib[y].iteration < ia[x].iteration) ++y;
+    else {
+      double ta = ia[x].end_s - ia[x].start_s, tb = ib[y].end_s - ib[y].start_s;
+      c.iterations.push_back({ia[x].iteration, ta, tb, internal::RelativeErrorOf(ta, tb)});
+      ++x;
+      ++y;
+    }
+  }
+  c.a_mean_iteration_s = internal::SteadyIterationTime(ia);
+  c.b_mean_iteration_s = internal::SteadyIterationTime(ib);
+  c.mean_iteration_rel_error = internal::RelativeErrorOf(c.a_mean_iteration_s, c.b_mean_iteration_s);
+
+  size_t keep = std::min(diffs.size(), static_cast<size_t>(std::max(0, options.worst_count)));
+  auto worse = [&](const Diff& x, const Diff& y) {
+    if (x.abs_error_s != y.abs_error_s) return x.abs_error_s > y.abs_error_s;
+    if (a[x.a].iteration != a[y.a].iteration) return a[x.a].iteration < a[y.a].iteration;
+    return a[x.a].task < a[y.a].task;
+  };
+  std::partial_sort(diffs.begin(), diffs.begin() + static_cast<std::ptrdiff_t>(keep), diffs.end(), worse);
+  for (size_t k = 0; k < keep; ++k) {
+    const TraceRecord& ra = a[diffs[k].a];
+    const TraceRecord& rb = b[diffs[k].b];
+    c.worst.push_back({ra.iteration, ra.task, ra.op, ra.resource, ra.duration_s(), rb.duration_s(),
+                       diffs[k].abs_error_s, internal::RelativeErrorOf(ra.duration_s(), rb.duration_s())});
+  }
+  return c;
+}
+
+}  // namespace tierflow::traces
