@@ -34,34 +34,33 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
   const models::NodeSpec& n = hw.node;
   nlohmann::json j;
   j["nodes"] = hw.nodes;
-  j["node"] = {
-      {"name", n.name},
-      {"source", n.source},
-      {"gpu_count", n.gpu_count},
-      {"gpu",
-       {{"name", n.gpu.name},
-        {"hbm_bytes", n.gpu.hbm_bytes},
-        {"peak_flops", n.gpu.peak_flops},
-        {"hbm_bw_bytes_per_s", n.gpu.hbm_bw_bytes_per_s},
-        {"compute_efficiency", n.gpu.compute_efficiency},
-        {"kernel_overhead_s", n.gpu.kernel_overhead_s}}},
-      {"pcie",
-       {{"h2d_bw_bytes_per_s", n.pcie.h2d_bw_bytes_per_s},
-        {"d2h_bw_bytes_per_s", n.pcie.d2h_bw_bytes_per_s},
-        {"pageable_factor", n.pcie.pageable_factor},
-        {"latency_s", n.pcie.latency_s},
-        {"root_complex_bw_bytes_per_s", n.pcie.root_complex_bw_bytes_per_s}}},
-      {"cpu",
-       {{"cores", n.cpu.cores},
-        {"host_memory_bytes", n.cpu.host_memory_bytes},
-        {"memory_bw_bytes_per_s", n.cpu.memory_bw_bytes_per_s},
-        {"adam_elements_per_s_per_core", n.cpu.adam_elements_per_s_per_core},
-        {"convert_bytes_per_s_per_core", n.cpu.convert_bytes_per_s_per_core}}},
-      {"interconnect",
-       {{"kind", n.interconnect.kind},
-        {"bus_bw_bytes_per_s", n.interconnect.bus_bw_bytes_per_s},
-        {"latency_s", n.interconnect.latency_s}}},
-      {"nic_bw_bytes_per_s", n.nic_bw_bytes_per_s}};
+  j["node"] = {{"name", n.name},
+               {"source", n.source},
+               {"gpu_count", n.gpu_count},
+               {"gpu",
+                {{"name", n.gpu.name},
+                 {"hbm_bytes", n.gpu.hbm_bytes},
+                 {"peak_flops", n.gpu.peak_flops},
+                 {"hbm_bw_bytes_per_s", n.gpu.hbm_bw_bytes_per_s},
+                 {"compute_efficiency", n.gpu.compute_efficiency},
+                 {"kernel_overhead_s", n.gpu.kernel_overhead_s}}},
+               {"pcie",
+                {{"h2d_bw_bytes_per_s", n.pcie.h2d_bw_bytes_per_s},
+                 {"d2h_bw_bytes_per_s", n.pcie.d2h_bw_bytes_per_s},
+                 {"pageable_factor", n.pcie.pageable_factor},
+                 {"latency_s", n.pcie.latency_s},
+                 {"root_complex_bw_bytes_per_s", n.pcie.root_complex_bw_bytes_per_s}}},
+               {"cpu",
+                {{"cores", n.cpu.cores},
+                 {"host_memory_bytes", n.cpu.host_memory_bytes},
+                 {"memory_bw_bytes_per_s", n.cpu.memory_bw_bytes_per_s},
+                 {"adam_elements_per_s_per_core", n.cpu.adam_elements_per_s_per_core},
+                 {"convert_bytes_per_s_per_core", n.cpu.convert_bytes_per_s_per_core}}},
+               {"interconnect",
+                {{"kind", n.interconnect.kind},
+                 {"bus_bw_bytes_per_s", n.interconnect.bus_bw_bytes_per_s},
+                 {"latency_s", n.interconnect.latency_s}}},
+               {"nic_bw_bytes_per_s", n.nic_bw_bytes_per_s}};
   nlohmann::json disks = nlohmann::json::array();
   for (const auto& d : n.nvme) {
     disks.push_back({{"name", d.name},
@@ -88,27 +87,31 @@ void PrintTable(const models::HardwareSpec& hw) {
   const models::NodeSpec& n = hw.node;
   fmt::print("hardware {}  ({} node{})\n  source: {}\n\n", n.name, hw.nodes,
              hw.nodes == 1 ? "" : "s", n.source);
-  fmt::print("  gpu         {} x {}: {} HBM, {:.1f} TFLOP/s peak x {:.2f} efficiency, {} HBM, "
-             "{} per task\n",
-             n.gpu_count, n.gpu.name, FormatBytes(static_cast<double>(n.gpu.hbm_bytes)),
-             n.gpu.peak_flops / 1e12, n.gpu.compute_efficiency,
-             FormatBandwidth(n.gpu.hbm_bw_bytes_per_s), FormatDuration(n.gpu.kernel_overhead_s));
-  fmt::print("  pcie        h2d {}, d2h {} pinned (pageable x {:.2f}), latency {}, root complex "
-             "{}\n",
-             FormatBandwidth(n.pcie.h2d_bw_bytes_per_s), FormatBandwidth(n.pcie.d2h_bw_bytes_per_s),
-             n.pcie.pageable_factor, FormatDuration(n.pcie.latency_s),
-             FormatBandwidth(n.pcie.root_complex_bw_bytes_per_s));
-  fmt::print("  cpu         {} cores, {} host memory at {}, Adam {:.3g} elements/s/core, convert "
-             "{}/core\n",
-             n.cpu.cores, FormatBytes(static_cast<double>(n.cpu.host_memory_bytes)),
-             FormatBandwidth(n.cpu.memory_bw_bytes_per_s), n.cpu.adam_elements_per_s_per_core,
-             FormatBandwidth(n.cpu.convert_bytes_per_s_per_core));
+  fmt::print(
+      "  gpu         {} x {}: {} HBM, {:.1f} TFLOP/s peak x {:.2f} efficiency, {} HBM, "
+      "{} per task\n",
+      n.gpu_count, n.gpu.name, FormatBytes(static_cast<double>(n.gpu.hbm_bytes)),
+      n.gpu.peak_flops / 1e12, n.gpu.compute_efficiency, FormatBandwidth(n.gpu.hbm_bw_bytes_per_s),
+      FormatDuration(n.gpu.kernel_overhead_s));
+  fmt::print(
+      "  pcie        h2d {}, d2h {} pinned (pageable x {:.2f}), latency {}, root complex "
+      "{}\n",
+      FormatBandwidth(n.pcie.h2d_bw_bytes_per_s), FormatBandwidth(n.pcie.d2h_bw_bytes_per_s),
+      n.pcie.pageable_factor, FormatDuration(n.pcie.latency_s),
+      FormatBandwidth(n.pcie.root_complex_bw_bytes_per_s));
+  fmt::print(
+      "  cpu         {} cores, {} host memory at {}, Adam {:.3g} elements/s/core, convert "
+      "{}/core\n",
+      n.cpu.cores, FormatBytes(static_cast<double>(n.cpu.host_memory_bytes)),
+      FormatBandwidth(n.cpu.memory_bw_bytes_per_s), n.cpu.adam_elements_per_s_per_core,
+      FormatBandwidth(n.cpu.convert_bytes_per_s_per_core));
   fmt::print("  collective  {} busbw {}, alpha {}\n", n.interconnect.kind,
              FormatBandwidth(n.interconnect.bus_bw_bytes_per_s),
              FormatDuration(n.interconnect.latency_s));
-  if (n.nic_bw_bytes_per_s > 0) fmt::print("  nic         {}\n", FormatBandwidth(n.nic_bw_bytes_per_s));
-  fmt::print("\n  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5} {:>14} {:>14}\n", "#",
-             "nvme", "capacity", "read", "write", "r lat", "w lat", "mix", "read 1MiB qd8",
+  if (n.nic_bw_bytes_per_s > 0)
+    fmt::print("  nic         {}\n", FormatBandwidth(n.nic_bw_bytes_per_s));
+  fmt::print("\n  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5} {:>14} {:>14}\n", "#", "nvme",
+             "capacity", "read", "write", "r lat", "w lat", "mix", "read 1MiB qd8",
              "read 4KiB qd32");
   for (size_t i = 0; i < n.nvme.size(); ++i) {
     const auto& d = n.nvme[i];
@@ -146,7 +149,8 @@ Status Run(const HardwareOptions& o) {
     }
     return Status::Ok();
   }
-  if (!o.preset.empty() && !o.file.empty()) return InvalidArgument("give a preset or --file, not both");
+  if (!o.preset.empty() && !o.file.empty())
+    return InvalidArgument("give a preset or --file, not both");
   models::HardwareSpec hw;
   if (!o.file.empty()) {
     TF_ASSIGN_OR_RETURN(std::string text, ReadFile(o.file));

@@ -46,12 +46,16 @@ KindTotals ByKind(const models::LlmConfig& c) {
   KindTotals t;
   for (const auto& l : models::Layers(c)) {
     switch (l.kind) {
-      case models::LayerInfo::Kind::kEmbedding: t.embedding += l.parameters; break;
+      case models::LayerInfo::Kind::kEmbedding:
+        t.embedding += l.parameters;
+        break;
       case models::LayerInfo::Kind::kDecoder:
         t.decoder_each = l.parameters;
         t.decoder_total += l.parameters;
         break;
-      case models::LayerInfo::Kind::kHead: t.head += l.parameters; break;
+      case models::LayerInfo::Kind::kHead:
+        t.head += l.parameters;
+        break;
     }
   }
   return t;
@@ -112,9 +116,9 @@ void PrintTable(const models::LlmConfig& c, int64_t seq) {
   row("embedding", 1, k.embedding, k.embedding);
   row("decoder", c.layers, k.decoder_each, k.decoder_total);
   row("head", 1, k.head, k.head);
-  fmt::print("  {:<10} {:>6} {:>16} {:>18} {:>12}   ({} parameters)\n\n", "total", c.layers + 2,
-             "", FormatCount(static_cast<double>(total)),
-             FormatBytes(2.0 * static_cast<double>(total)), total);
+  fmt::print("  {:<10} {:>6} {:>16} {:>18} {:>12}   ({} parameters)\n\n", "total", c.layers + 2, "",
+             FormatCount(static_cast<double>(total)), FormatBytes(2.0 * static_cast<double>(total)),
+             total);
 
   const models::Flops ck = models::ModelFlops(c, 1, seq, true);
   const double tokens = static_cast<double>(seq);
@@ -125,10 +129,11 @@ void PrintTable(const models::LlmConfig& c, int64_t seq) {
   fmt::print("    training step: {:.4g} with activation checkpointing, {:.4g} without\n",
              (ck.forward + ck.backward + ck.recompute) / tokens,
              (ck.forward + ck.backward) / tokens);
-  fmt::print("  activation bytes per token per decoder layer (bf16, seq {}): {} checkpointed, {} "
-             "full\n",
-             seq, models::ActivationBytesPerToken(c, 2, true, seq),
-             models::ActivationBytesPerToken(c, 2, false, seq));
+  fmt::print(
+      "  activation bytes per token per decoder layer (bf16, seq {}): {} checkpointed, {} "
+      "full\n",
+      seq, models::ActivationBytesPerToken(c, 2, true, seq),
+      models::ActivationBytesPerToken(c, 2, false, seq));
 }
 
 Status Run(const ModelOptions& o) {
@@ -173,8 +178,10 @@ Command MakeModelCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "model", "Show an LLM preset: dimensions, parameters per layer kind, FLOPs per token");
   app->add_option("preset", o->preset, "preset name (see --list)");
-  app->add_option("--file", o->file, "YAML model description ({preset: NAME, overrides} or all dims)");
-  app->add_option("--seq", o->seq, "sequence length for FLOPs and activations (default min(max_seq, 2048))");
+  app->add_option("--file", o->file,
+                  "YAML model description ({preset: NAME, overrides} or all dims)");
+  app->add_option("--seq", o->seq,
+                  "sequence length for FLOPs and activations (default min(max_seq, 2048))");
   app->add_flag("--json", o->json, "print JSON");
   app->add_flag("--list", o->list, "list the presets");
   return Command{app, [o] { return Run(*o); }};

@@ -165,7 +165,7 @@ TEST(PerfCpuTest, ConvertIsBoundedByCoresThenMemory) {
   const int64_t bytes = int64_t{10} << 30;
   const double b = static_cast<double>(bytes);
   ExpectRel(ConvertTime(c, bytes, 2), b / (2 * 5e9));
-  ExpectRel(ConvertTime(c, bytes, 32), b / 160e9);   // 32 x 5 GB/s < 280 GB/s
+  ExpectRel(ConvertTime(c, bytes, 32), b / 160e9);  // 32 x 5 GB/s < 280 GB/s
   CpuSpec fast = c;
   fast.convert_bytes_per_s_per_core = 20e9;
   ExpectRel(ConvertTime(fast, bytes, 32), b / 280e9);  // memory-bound
