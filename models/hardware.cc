@@ -150,6 +150,8 @@ const PresetText* FindPreset(std::string_view name) {
 }
 
 Status Positive(double v, const std::string& path) {
+  if (v == 0)
+    return InvalidArgument(path + " must be positive, got 0 (missing from the description?)");
   if (!(v > 0)) return InvalidArgument(path + " must be positive, got " + fmt::format("{:g}", v));
   return Status::Ok();
 }

@@ -198,8 +198,8 @@ Status ValidateLlm(const LlmConfig& c) {
   const struct {
     const char* field;
     int64_t value;
-  } dims[] = {{"hidden", c.hidden}, {"ffn", c.ffn},     {"layers", c.layers},
-              {"heads", c.heads},   {"kv_heads", c.kv_heads}, {"vocab", c.vocab},
+  } dims[] = {{"hidden", c.hidden},  {"ffn", c.ffn},           {"layers", c.layers},
+              {"heads", c.heads},    {"kv_heads", c.kv_heads}, {"vocab", c.vocab},
               {"max_seq", c.max_seq}};
   std::string who = c.name.empty() ? "model" : "model '" + c.name + "'";
   for (const auto& d : dims) {
@@ -220,6 +220,7 @@ Status ValidateLlm(const LlmConfig& c) {
 }
 
 std::vector<LayerInfo> Layers(const LlmConfig& c) {
+  TF_CHECK(c.heads > 0 && c.kv_heads > 0 && c.layers >= 0);
   std::vector<LayerInfo> layers;
   layers.reserve(static_cast<size_t>(c.layers) + 2);
   const int64_t h = c.hidden;
@@ -280,6 +281,7 @@ int64_t ParameterCount(const LlmConfig& c) {
 
 Flops LayerFlops(const LlmConfig& c, const LayerInfo& layer, int64_t batch, int64_t seq,
                  bool activation_checkpointing) {
+  TF_CHECK(c.heads > 0);
   const double tokens = static_cast<double>(batch) * static_cast<double>(seq);
   const double h = static_cast<double>(c.hidden);
   Flops f;
@@ -301,7 +303,7 @@ Flops LayerFlops(const LlmConfig& c, const LayerInfo& layer, int64_t batch, int6
   const double ffn = static_cast<double>(c.ffn);
   const double s = static_cast<double>(seq);
   const double projections = 2.0 * tokens * h * (q_dim + 2.0 * kv_dim)  // q, k, v
-                             + 2.0 * tokens * q_dim * h;                 // o
+                             + 2.0 * tokens * q_dim * h;                // o
   // QK^T and AV, each batch * heads * s * s * head_dim MACs, counted at full (unmasked) size.
   const double attention = 2.0 * 2.0 * static_cast<double>(batch) * s * s * q_dim;
   const double mlp_matrices = c.mlp == MlpKind::kSwiGlu ? 3.0 : 2.0;
@@ -380,9 +382,9 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
     const char* key;
     int64_t* field;
   };
-  const Dim dims[] = {{"hidden", &c.hidden},     {"ffn", &c.ffn},     {"layers", &c.layers},
-                      {"heads", &c.heads},       {"kv_heads", &c.kv_heads},
-                      {"vocab", &c.vocab},       {"max_seq", &c.max_seq}};
+  const Dim dims[] = {{"hidden", &c.hidden},  {"ffn", &c.ffn},           {"layers", &c.layers},
+                      {"heads", &c.heads},    {"kv_heads", &c.kv_heads}, {"vocab", &c.vocab},
+                      {"max_seq", &c.max_seq}};
   std::vector<std::string> overridden;
   for (const Dim& d : dims) {
     const bool present = r.Has(d.key);

@@ -63,8 +63,7 @@ double CopyTime(const PcieSpec& pcie, bool host_to_device, int64_t bytes, bool p
   return pcie.latency_s + static_cast<double>(bytes) / bw;
 }
 
-double CollectiveTime(const InterconnectSpec& ic, Collective kind, int64_t bytes,
-                      int32_t ranks) {
+double CollectiveTime(const InterconnectSpec& ic, Collective kind, int64_t bytes, int32_t ranks) {
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double n = static_cast<double>(ranks);
   const double one_pass =

@@ -90,7 +90,7 @@ bool FieldReader::Has(const std::string& key) {
   try {
     YAML::Node child = node_[key];
     return child.IsDefined();
-  } catch (const YAML::Exception& e) {
+  } catch (const YAML::Exception&) {
     return false;
   }
 }
@@ -200,36 +200,37 @@ Status ReadQuantity(FieldReader* reader, const std::string& key, const std::stri
 Status FieldReader::Bytes(const std::string& key, int64_t* out) {
   bool present = false;
   auto s = Scalar(key, &present);
-  return ReadQuantity(this, key, "GiB", s, present,
-                      [](const std::string& t) { return ParseBytes(t); }, out);
+  return ReadQuantity(
+      this, key, "GiB", s, present, [](const std::string& t) { return ParseBytes(t); }, out);
 }
 
 Status FieldReader::Bandwidth(const std::string& key, double* out) {
   bool present = false;
   auto s = Scalar(key, &present);
-  return ReadQuantity(this, key, "GB/s", s, present,
-                      [](const std::string& t) { return ParseBandwidth(t); }, out);
+  return ReadQuantity(
+      this, key, "GB/s", s, present, [](const std::string& t) { return ParseBandwidth(t); }, out);
 }
 
 Status FieldReader::Duration(const std::string& key, double* out) {
   bool present = false;
   auto s = Scalar(key, &present);
-  return ReadQuantity(this, key, "us", s, present,
-                      [](const std::string& t) { return ParseDuration(t); }, out);
+  return ReadQuantity(
+      this, key, "us", s, present, [](const std::string& t) { return ParseDuration(t); }, out);
 }
 
 Status FieldReader::FlopRate(const std::string& key, double* out) {
   bool present = false;
   auto s = Scalar(key, &present);
-  return ReadQuantity(this, key, "TFLOP/s", s, present,
-                      [](const std::string& t) { return ParseFlopRate(t); }, out);
+  return ReadQuantity(
+      this, key, "TFLOP/s", s, present, [](const std::string& t) { return ParseFlopRate(t); }, out);
 }
 
 Status FieldReader::ElementRate(const std::string& key, double* out) {
   bool present = false;
   auto s = Scalar(key, &present);
-  return ReadQuantity(this, key, "M elements/s", s, present,
-                      [](const std::string& t) { return ParseElementRate(t); }, out);
+  return ReadQuantity(
+      this, key, "M elements/s", s, present,
+      [](const std::string& t) { return ParseElementRate(t); }, out);
 }
 
 Status FieldReader::Finish() const {

@@ -9,11 +9,11 @@
 // Thread safety: one reader per thread.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "tierflow/core/status.h"
 
@@ -31,15 +31,15 @@ class FieldReader {
   bool Has(const std::string& key);  // marks the key as known
 
   Status String(const std::string& key, std::string* out);
-  Status Int(const std::string& key, int64_t* out);        // a count: bare integer, no unit
+  Status Int(const std::string& key, int64_t* out);  // a count: bare integer, no unit
   Status Int32(const std::string& key, int32_t* out);
-  Status Fraction(const std::string& key, double* out);   // a bare number (ratios, efficiencies)
+  Status Fraction(const std::string& key, double* out);  // a bare number (ratios, efficiencies)
   Status Bool(const std::string& key, bool* out);
-  Status Bytes(const std::string& key, int64_t* out);      // "80 GiB"
-  Status Bandwidth(const std::string& key, double* out);   // "25 GB/s"
-  Status Duration(const std::string& key, double* out);    // "2 us"
-  Status FlopRate(const std::string& key, double* out);    // "312 TFLOP/s"
-  Status ElementRate(const std::string& key, double* out); // "150 M elements/s"
+  Status Bytes(const std::string& key, int64_t* out);       // "80 GiB"
+  Status Bandwidth(const std::string& key, double* out);    // "25 GB/s"
+  Status Duration(const std::string& key, double* out);     // "2 us"
+  Status FlopRate(const std::string& key, double* out);     // "312 TFLOP/s"
+  Status ElementRate(const std::string& key, double* out);  // "150 M elements/s"
   // The child node under `key` (null when absent) for nested maps and lists.
   YAML::Node Child(const std::string& key);
 

@@ -75,7 +75,8 @@ TEST(HardwareTest, EveryPresetNumberCitesASource) {
       if (colon == std::string::npos) continue;
       const std::string key = code.substr(0, colon);
       const std::string value = code.substr(colon + 1);
-      if (key.find("name") != std::string::npos || key.find("source") != std::string::npos) continue;
+      if (key.find("name") != std::string::npos || key.find("source") != std::string::npos)
+        continue;
       bool has_digit = false;
       for (char ch : value) has_digit |= std::isdigit(static_cast<unsigned char>(ch)) != 0;
       if (!has_digit) continue;
@@ -191,8 +192,8 @@ void ExpectError(const std::string& text, const std::string& starts_with,
   ASSERT_FALSE(hw.ok()) << text;
   const std::string& m = hw.status().message();
   EXPECT_EQ(hw.status().code(), StatusCode::kInvalidArgument) << m;
-  EXPECT_EQ(m.rfind(starts_with, 0), 0u) << "message '" << m << "' should start with '"
-                                         << starts_with << "'";
+  EXPECT_EQ(m.rfind(starts_with, 0), 0u)
+      << "message '" << m << "' should start with '" << starts_with << "'";
   EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
   for (const auto& f : fragments) {
     EXPECT_NE(m.find(f), std::string::npos) << "message '" << m << "' lacks '" << f << "'";
@@ -226,8 +227,8 @@ TEST(HardwareYamlTest, UnknownKeyNamesTheKeyPath) {
 }
 
 TEST(HardwareYamlTest, NegativeSizeNamesTheKeyPath) {
-  ExpectError("{preset: a100x4-1nvme, node: {gpu: {hbm: -80 GiB}}}", "hardware.node.gpu.hbm: ",
-              {"negative"});
+  ExpectError("{preset: a100x4-1nvme, node: {gpu: {hbm: -80 GiB}}}",
+              "hardware.node.gpu.hbm: ", {"negative"});
   ExpectError("{preset: a100x4-1nvme, node: {nvme: [{write_bw: 0 GB/s}]}}",
               "hardware.node.nvme[0].write_bw: ", {"positive"});
   ExpectError("{preset: a100x4-1nvme, node: {gpu_count: 0}}", "hardware.node.gpu_count must be");
@@ -236,7 +237,8 @@ TEST(HardwareYamlTest, NegativeSizeNamesTheKeyPath) {
 }
 
 TEST(HardwareYamlTest, UnknownPresetListsKnownOnes) {
-  ExpectError("{preset: dgx-z}", "hardware.preset: ", {"dgx-z", "a100x4-1nvme", "workstation-4090"});
+  ExpectError("{preset: dgx-z}",
+              "hardware.preset: ", {"dgx-z", "a100x4-1nvme", "workstation-4090"});
 }
 
 TEST(HardwareYamlTest, StructuralErrors) {

@@ -45,11 +45,11 @@ TEST(LlmTest, Llama3_8bHasAbout8BParameters) {
 TEST(LlmTest, TinyMatchesHandCount) {
   // tiny: 4 layers, hidden 256, ffn 688, 4 heads (head_dim 64), 4 kv heads, vocab 256, untied.
   const int64_t h = 256, ffn = 688, vocab = 256;
-  const int64_t attention = 4 * h * h;   // q, k, v, o all [256, 256]
-  const int64_t mlp = 3 * h * ffn;       // gate, up [688, 256]; down [256, 688]
+  const int64_t attention = 4 * h * h;  // q, k, v, o all [256, 256]
+  const int64_t mlp = 3 * h * ffn;      // gate, up [688, 256]; down [256, 688]
   const int64_t norms = 2 * h;
-  const int64_t expected = 4 * (attention + mlp + norms) + vocab * h /*embed*/ +
-                           h /*final norm*/ + vocab * h /*lm_head*/;
+  const int64_t expected = 4 * (attention + mlp + norms) + vocab * h /*embed*/ + h /*final norm*/ +
+                           vocab * h /*lm_head*/;
   const LlmConfig tiny = Preset("tiny");
   EXPECT_EQ(tiny.layers, 4);
   EXPECT_EQ(tiny.max_seq, 128);
@@ -178,8 +178,8 @@ TEST(LlmTest, ForwardFlopsAreTwicePerMatmulWeightPerTokenPlusAttention) {
       }
     }
     matmul_weights += static_cast<double>(c.vocab * c.hidden);
-    const double attention = static_cast<double>(c.layers) * 4 * b * s * s *
-                             static_cast<double>(c.heads * c.head_dim());
+    const double attention =
+        static_cast<double>(c.layers) * 4 * b * s * s * static_cast<double>(c.heads * c.head_dim());
     const double expected = 2 * b * s * matmul_weights + attention;
     EXPECT_NEAR(ModelFlops(c, 3, 512, false).forward / expected, 1.0, 1e-12) << name;
   }
@@ -244,9 +244,9 @@ TEST(LlmYamlTest, AllDimensions) {
   EXPECT_TRUE(c->attention_bias);
   // Hand count: kv_dim = 2 x 64 = 128.
   const int64_t h = 512, kv = 128, ffn = 1024;
-  const int64_t layer = 2 * 2 * h                       // two LayerNorms with bias
+  const int64_t layer = 2 * 2 * h                                        // two LayerNorms with bias
                         + (h * h + h) + 2 * (h * kv + kv) + (h * h + h)  // q, k, v, o + biases
-                        + (h * ffn + ffn) + (ffn * h + h);              // fc1, fc2 + biases
+                        + (h * ffn + ffn) + (ffn * h + h);               // fc1, fc2 + biases
   EXPECT_EQ(ParameterCount(c.value()), 3 * layer + 1000 * h + 256 * h + 2 * h);
 }
 

@@ -68,6 +68,7 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node);
 StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text);
 Status ValidateLlm(const LlmConfig& config);
 
+// The functions below require ValidateLlm(config).ok() (presets and LlmFromYaml results are).
 std::vector<LayerInfo> Layers(const LlmConfig& config);
 int64_t ParameterCount(const LlmConfig& config);
 

@@ -1,0 +1,190 @@
+// `tierflow hardware`: lists the hardware presets, or shows one (or a YAML profile given with
+// --file) as a table, as YAML (`--yaml`: a preset's text with its source comments) or as JSON.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "command.h"
+#include "tierflow/core/units.h"
+#include "tierflow/models/hardware.h"
+#include "tierflow/models/perf.h"
+
+namespace tierflow::cli {
+namespace {
+
+struct HardwareOptions {
+  std::string preset;
+  std::string file;
+  bool json = false;
+  bool yaml = false;
+};
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open hardware file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json ToJson(const models::HardwareSpec& hw) {
+  const models::NodeSpec& n = hw.node;
+  nlohmann::json j;
+  j["nodes"] = hw.nodes;
+  j["node"] = {{"name", n.name},
+               {"source", n.source},
+               {"gpu_count", n.gpu_count},
+               {"gpu",
+                {{"name", n.gpu.name},
+                 {"hbm_bytes", n.gpu.hbm_bytes},
+                 {"peak_flops", n.gpu.peak_flops},
+                 {"hbm_bw_bytes_per_s", n.gpu.hbm_bw_bytes_per_s},
+                 {"compute_efficiency", n.gpu.compute_efficiency},
+                 {"kernel_overhead_s", n.gpu.kernel_overhead_s}}},
+               {"pcie",
+                {{"h2d_bw_bytes_per_s", n.pcie.h2d_bw_bytes_per_s},
+                 {"d2h_bw_bytes_per_s", n.pcie.d2h_bw_bytes_per_s},
+                 {"pageable_factor", n.pcie.pageable_factor},
+                 {"latency_s", n.pcie.latency_s},
+                 {"root_complex_bw_bytes_per_s", n.pcie.root_complex_bw_bytes_per_s}}},
+               {"cpu",
+                {{"cores", n.cpu.cores},
+                 {"host_memory_bytes", n.cpu.host_memory_bytes},
+                 {"memory_bw_bytes_per_s", n.cpu.memory_bw_bytes_per_s},
+                 {"adam_elements_per_s_per_core", n.cpu.adam_elements_per_s_per_core},
+                 {"convert_bytes_per_s_per_core", n.cpu.convert_bytes_per_s_per_core}}},
+               {"interconnect",
+                {{"kind", n.interconnect.kind},
+                 {"bus_bw_bytes_per_s", n.interconnect.bus_bw_bytes_per_s},
+                 {"latency_s", n.interconnect.latency_s}}},
+               {"nic_bw_bytes_per_s", n.nic_bw_bytes_per_s}};
+  nlohmann::json disks = nlohmann::json::array();
+  for (const auto& d : n.nvme) {
+    disks.push_back({{"name", d.name},
+                     {"capacity_bytes", d.capacity_bytes},
+                     {"read_bw_bytes_per_s", d.read_bw_bytes_per_s},
+                     {"write_bw_bytes_per_s", d.write_bw_bytes_per_s},
+                     {"read_latency_s", d.read_latency_s},
+                     {"write_latency_s", d.write_latency_s},
+                     {"mixed_efficiency", d.mixed_efficiency}});
+  }
+  j["node"]["nvme"] = disks;
+  nlohmann::json remote = nlohmann::json::array();
+  for (const auto& t : n.remote) {
+    remote.push_back({{"name", t.name},
+                      {"read_bw_bytes_per_s", t.read_bw_bytes_per_s},
+                      {"write_bw_bytes_per_s", t.write_bw_bytes_per_s},
+                      {"latency_s", t.latency_s}});
+  }
+  j["node"]["remote"] = remote;
+  return j;
+}
+
+void PrintTable(const models::HardwareSpec& hw) {
+  const models::NodeSpec& n = hw.node;
+  fmt::print("hardware {}  ({} node{})\n  source: {}\n\n", n.name, hw.nodes,
+             hw.nodes == 1 ? "" : "s", n.source);
+  fmt::print(
+      "  gpu         {} x {}: {} HBM, {:.1f} TFLOP/s peak x {:.2f} efficiency, {} HBM, "
+      "{} per task\n",
+      n.gpu_count, n.gpu.name, FormatBytes(static_cast<double>(n.gpu.hbm_bytes)),
+      n.gpu.peak_flops / 1e12, n.gpu.compute_efficiency, FormatBandwidth(n.gpu.hbm_bw_bytes_per_s),
+      FormatDuration(n.gpu.kernel_overhead_s));
+  fmt::print(
+      "  pcie        h2d {}, d2h {} pinned (pageable x {:.2f}), latency {}, root complex "
+      "{}\n",
+      FormatBandwidth(n.pcie.h2d_bw_bytes_per_s), FormatBandwidth(n.pcie.d2h_bw_bytes_per_s),
+      n.pcie.pageable_factor, FormatDuration(n.pcie.latency_s),
+      FormatBandwidth(n.pcie.root_complex_bw_bytes_per_s));
+  fmt::print(
+      "  cpu         {} cores, {} host memory at {}, Adam {:.3g} elements/s/core, convert "
+      "{}/core\n",
+      n.cpu.cores, FormatBytes(static_cast<double>(n.cpu.host_memory_bytes)),
+      FormatBandwidth(n.cpu.memory_bw_bytes_per_s), n.cpu.adam_elements_per_s_per_core,
+      FormatBandwidth(n.cpu.convert_bytes_per_s_per_core));
+  fmt::print("  collective  {} busbw {}, alpha {}\n", n.interconnect.kind,
+             FormatBandwidth(n.interconnect.bus_bw_bytes_per_s),
+             FormatDuration(n.interconnect.latency_s));
+  if (n.nic_bw_bytes_per_s > 0)
+    fmt::print("  nic         {}\n", FormatBandwidth(n.nic_bw_bytes_per_s));
+  fmt::print("\n  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5} {:>14} {:>14}\n", "#", "nvme",
+             "capacity", "read", "write", "r lat", "w lat", "mix", "read 1MiB qd8",
+             "read 4KiB qd32");
+  for (size_t i = 0; i < n.nvme.size(); ++i) {
+    const auto& d = n.nvme[i];
+    fmt::print("  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5.2f} {:>14} {:>14}\n", i,
+               d.name, FormatBytes(static_cast<double>(d.capacity_bytes)),
+               FormatBandwidth(d.read_bw_bytes_per_s), FormatBandwidth(d.write_bw_bytes_per_s),
+               FormatDuration(d.read_latency_s), FormatDuration(d.write_latency_s),
+               d.mixed_efficiency, FormatBandwidth(models::DiskReadBandwidth(d, 1 << 20, 8)),
+               FormatBandwidth(models::DiskReadBandwidth(d, 4096, 32)));
+  }
+  for (size_t i = 0; i < n.remote.size(); ++i) {
+    const auto& t = n.remote[i];
+    fmt::print("  remote {:<24} read {}, write {}, latency {}\n", t.name,
+               FormatBandwidth(t.read_bw_bytes_per_s), FormatBandwidth(t.write_bw_bytes_per_s),
+               FormatDuration(t.latency_s));
+  }
+}
+
+Status Run(const HardwareOptions& o) {
+  if (o.json && o.yaml) return InvalidArgument("give --json or --yaml, not both");
+  if (o.preset.empty() && o.file.empty()) {
+    if (o.json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& name : models::HardwarePresetNames()) arr.push_back(name);
+      fmt::print("{}\n", arr.dump(2));
+      return Status::Ok();
+    }
+    fmt::print("{:<18} {:>5} {:<16} {:>10} {:>5}  {}\n", "preset", "gpus", "gpu", "hbm", "nvme",
+               "source");
+    for (const auto& name : models::HardwarePresetNames()) {
+      TF_ASSIGN_OR_RETURN(models::HardwareSpec hw, models::HardwarePreset(name));
+      fmt::print("{:<18} {:>5} {:<16} {:>10} {:>5}  {}\n", name, hw.node.gpu_count,
+                 hw.node.gpu.name, FormatBytes(static_cast<double>(hw.node.gpu.hbm_bytes)),
+                 hw.node.nvme.size(), hw.node.source);
+    }
+    return Status::Ok();
+  }
+  if (!o.preset.empty() && !o.file.empty())
+    return InvalidArgument("give a preset or --file, not both");
+  models::HardwareSpec hw;
+  if (!o.file.empty()) {
+    TF_ASSIGN_OR_RETURN(std::string text, ReadFile(o.file));
+    TF_ASSIGN_OR_RETURN(hw, models::HardwareFromYamlText(text));
+  } else {
+    TF_ASSIGN_OR_RETURN(hw, models::HardwarePreset(o.preset));
+    if (o.yaml) {
+      TF_ASSIGN_OR_RETURN(std::string text, models::HardwarePresetYaml(o.preset));
+      fmt::print("{}", text);
+      return Status::Ok();
+    }
+  }
+  if (o.yaml) {
+    fmt::print("{}", models::HardwareToYaml(hw));
+  } else if (o.json) {
+    fmt::print("{}\n", ToJson(hw).dump(2));
+  } else {
+    PrintTable(hw);
+  }
+  return Status::Ok();
+}
+
+Command MakeHardwareCommand(CLI::App& parent) {
+  HardwareOptions* o = Keep<HardwareOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "hardware", "List hardware presets, or show one (or a YAML profile) with its numbers");
+  app->add_option("preset", o->preset, "preset name (omit to list them)");
+  app->add_option("--file", o->file, "YAML hardware description or calibrated profile");
+  app->add_flag("--json", o->json, "print JSON (base units: bytes, seconds, bytes/s, FLOP/s)");
+  app->add_flag("--yaml", o->yaml, "print YAML (a preset's text with its source comments)");
+  return Command{app, [o] { return Run(*o); }};
+}
+
+TIERFLOW_COMMAND(MakeHardwareCommand);
+
+}  // namespace
+}  // namespace tierflow::cli
