@@ -96,6 +96,11 @@ StatusOr<std::string> HardwarePresetYaml(std::string_view name);
 // Accepts {preset: NAME, <overrides>} or a full description; sizes, bandwidths and durations
 // need units ("80 GiB", "25 GB/s", "2 us"); unknown keys are errors naming the key path.
 StatusOr<HardwareSpec> HardwareFromYaml(const YAML::Node& node);
+// The same from YAML text (parse errors become Statuses); lets callers avoid yaml-cpp.
+StatusOr<HardwareSpec> HardwareFromYamlText(std::string_view yaml_text);
+// A full description in the format HardwareFromYaml reads, numbers in base units with 17
+// significant digits, so HardwareFromYamlText(HardwareToYaml(hw)) == hw (what calibrate writes).
+std::string HardwareToYaml(const HardwareSpec& hw);
 Status ValidateHardware(const HardwareSpec& hw);
 
 }  // namespace tierflow::models

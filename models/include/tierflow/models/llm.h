@@ -20,6 +20,7 @@ namespace tierflow::models {
 
 enum class MlpKind { kSwiGlu, kGelu };           // SwiGLU: gate, up, down; GELU: fc1, fc2
 enum class PositionKind { kRotary, kLearned };   // learned adds a [max_seq, hidden] table
+enum class NormKind { kRmsNorm, kLayerNorm };    // LayerNorm adds a bias to every norm
 
 struct LlmConfig {
   std::string name;
@@ -34,6 +35,7 @@ struct LlmConfig {
   PositionKind position = PositionKind::kRotary;
   bool tied_embeddings = false;  // LM head shares the embedding matrix
   bool attention_bias = false;   // GPT-style biases on the linear layers
+  NormKind norm = NormKind::kRmsNorm;  // added with the implementation (additive)
   std::string source;            // where the dimensions come from
 
   int64_t head_dim() const { return hidden / heads; }
@@ -58,7 +60,12 @@ struct LayerInfo {
 StatusOr<LlmConfig> LlmPreset(std::string_view name);  // error lists the known names
 std::vector<std::string> LlmPresetNames();
 // Accepts {preset: NAME, <overrides>} or all dimensions spelled out; unknown keys are errors.
+// Keys: preset, name, source, hidden, ffn, layers, heads, kv_heads, vocab, max_seq,
+// mlp (swiglu|gelu), position (rotary|learned), norm (rmsnorm|layernorm), tied_embeddings,
+// attention_bias. Errors name the key as "model.<key>". docs/models.md has the format.
 StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node);
+// The same from YAML text (parse errors become Statuses); lets callers avoid yaml-cpp.
+StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text);
 Status ValidateLlm(const LlmConfig& config);
 
 std::vector<LayerInfo> Layers(const LlmConfig& config);
@@ -75,7 +82,17 @@ Flops LayerFlops(const LlmConfig& config, const LayerInfo& layer, int64_t batch,
                  bool activation_checkpointing);
 // Bytes of activations one decoder layer keeps for backward, per token, at `dtype_bytes`;
 // with checkpointing only the layer input is kept.
+// Without checkpointing the attention-probability term grows with the sequence length; this
+// form uses config.max_seq (the overload below takes it explicitly). The formula is in
+// docs/models.md: Korthikanti et al. 2022 without dropout, generalised to GQA, SwiGLU and
+// `dtype_bytes`.
 int64_t ActivationBytesPerToken(const LlmConfig& config, int64_t dtype_bytes,
                                 bool activation_checkpointing);
+int64_t ActivationBytesPerToken(const LlmConfig& config, int64_t dtype_bytes,
+                                bool activation_checkpointing, int64_t seq);
+
+// Sum of LayerFlops over all of Layers() (added with the implementation).
+Flops ModelFlops(const LlmConfig& config, int64_t batch, int64_t seq,
+                 bool activation_checkpointing);
 
 }  // namespace tierflow::models

@@ -1,0 +1,358 @@
+#include "tierflow/models/hardware.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+#include "hardware_presets.inc"
+#include "yaml_fields.h"
+
+namespace tierflow::models {
+namespace {
+
+using internal::FieldReader;
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+// Each Apply* reads the keys present in `node` onto `out`, leaving absent fields as they are, so
+// one code path serves full descriptions (applied onto defaults) and overrides (onto a preset).
+
+Status ApplyGpu(const YAML::Node& node, const std::string& path, GpuSpec* g) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.String("name", &g->name));
+  TF_RETURN_IF_ERROR(r.Bytes("hbm", &g->hbm_bytes));
+  TF_RETURN_IF_ERROR(r.FlopRate("peak_flops", &g->peak_flops));
+  TF_RETURN_IF_ERROR(r.Bandwidth("hbm_bw", &g->hbm_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Fraction("compute_efficiency", &g->compute_efficiency));
+  TF_RETURN_IF_ERROR(r.Duration("kernel_overhead", &g->kernel_overhead_s));
+  return r.Finish();
+}
+
+Status ApplyPcie(const YAML::Node& node, const std::string& path, PcieSpec* p) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.Bandwidth("h2d_bw", &p->h2d_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Bandwidth("d2h_bw", &p->d2h_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Fraction("pageable_factor", &p->pageable_factor));
+  TF_RETURN_IF_ERROR(r.Duration("latency", &p->latency_s));
+  TF_RETURN_IF_ERROR(r.Bandwidth("root_complex_bw", &p->root_complex_bw_bytes_per_s));
+  return r.Finish();
+}
+
+Status ApplyCpu(const YAML::Node& node, const std::string& path, CpuSpec* c) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.Int32("cores", &c->cores));
+  TF_RETURN_IF_ERROR(r.Bytes("host_memory", &c->host_memory_bytes));
+  TF_RETURN_IF_ERROR(r.Bandwidth("memory_bw", &c->memory_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.ElementRate("adam_rate_per_core", &c->adam_elements_per_s_per_core));
+  TF_RETURN_IF_ERROR(r.Bandwidth("convert_bw_per_core", &c->convert_bytes_per_s_per_core));
+  return r.Finish();
+}
+
+Status ApplyInterconnect(const YAML::Node& node, const std::string& path, InterconnectSpec* ic) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.String("kind", &ic->kind));
+  TF_RETURN_IF_ERROR(r.Bandwidth("bus_bw", &ic->bus_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Duration("latency", &ic->latency_s));
+  return r.Finish();
+}
+
+Status ApplyNvme(const YAML::Node& node, const std::string& path, NvmeSpec* d) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.String("name", &d->name));
+  TF_RETURN_IF_ERROR(r.Bytes("capacity", &d->capacity_bytes));
+  TF_RETURN_IF_ERROR(r.Bandwidth("read_bw", &d->read_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Bandwidth("write_bw", &d->write_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Duration("read_latency", &d->read_latency_s));
+  TF_RETURN_IF_ERROR(r.Duration("write_latency", &d->write_latency_s));
+  TF_RETURN_IF_ERROR(r.Fraction("mixed_efficiency", &d->mixed_efficiency));
+  return r.Finish();
+}
+
+Status ApplyRemote(const YAML::Node& node, const std::string& path, RemoteTierSpec* t) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.String("name", &t->name));
+  TF_RETURN_IF_ERROR(r.Bandwidth("read_bw", &t->read_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Bandwidth("write_bw", &t->write_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Duration("latency", &t->latency_s));
+  return r.Finish();
+}
+
+// A list replaces the current one; entry i starts from the current entry i (or the current last
+// entry when the new list is longer), so `nvme: [{}, {}, {}, {}]` turns one disk into four equal
+// ones and `nvme: [{read_bw: 6 GB/s}]` changes one number of a one-disk preset.
+template <typename T>
+Status ApplyList(const YAML::Node& node, const std::string& path,
+                 Status (*apply)(const YAML::Node&, const std::string&, T*), std::vector<T>* list) {
+  if (!node.IsDefined() || node.IsNull()) return Status::Ok();
+  if (!node.IsSequence()) {
+    return InvalidArgument(path + ": expected a list, got " + internal::Describe(node));
+  }
+  std::vector<T> out;
+  for (size_t i = 0; i < node.size(); ++i) {
+    T entry = i < list->size() ? (*list)[i] : (list->empty() ? T{} : list->back());
+    TF_RETURN_IF_ERROR(apply(node[i], path + "[" + std::to_string(i) + "]", &entry));
+    out.push_back(std::move(entry));
+  }
+  *list = std::move(out);
+  return Status::Ok();
+}
+
+Status ApplyNode(const YAML::Node& node, const std::string& path, NodeSpec* n) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.status());
+  TF_RETURN_IF_ERROR(r.String("name", &n->name));
+  TF_RETURN_IF_ERROR(r.String("source", &n->source));
+  TF_RETURN_IF_ERROR(r.Int32("gpu_count", &n->gpu_count));
+  TF_RETURN_IF_ERROR(ApplyGpu(r.Child("gpu"), r.KeyPath("gpu"), &n->gpu));
+  TF_RETURN_IF_ERROR(ApplyPcie(r.Child("pcie"), r.KeyPath("pcie"), &n->pcie));
+  TF_RETURN_IF_ERROR(ApplyCpu(r.Child("cpu"), r.KeyPath("cpu"), &n->cpu));
+  TF_RETURN_IF_ERROR(
+      ApplyInterconnect(r.Child("interconnect"), r.KeyPath("interconnect"), &n->interconnect));
+  TF_RETURN_IF_ERROR(ApplyList<NvmeSpec>(r.Child("nvme"), r.KeyPath("nvme"), ApplyNvme, &n->nvme));
+  TF_RETURN_IF_ERROR(
+      ApplyList<RemoteTierSpec>(r.Child("remote"), r.KeyPath("remote"), ApplyRemote, &n->remote));
+  TF_RETURN_IF_ERROR(r.Bandwidth("nic_bw", &n->nic_bw_bytes_per_s));
+  return r.Finish();
+}
+
+// Applies a description (without `preset`) onto `hw`.
+Status ApplyHardware(const YAML::Node& node, const std::string& path, bool allow_preset,
+                     HardwareSpec* hw) {
+  FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.status());
+  if (allow_preset) {
+    std::string preset;
+    TF_RETURN_IF_ERROR(r.String("preset", &preset));
+    if (!preset.empty()) {
+      auto p = HardwarePreset(preset);
+      if (!p.ok()) return InvalidArgument(r.KeyPath("preset") + ": " + p.status().message());
+      *hw = p.value();
+    }
+  }
+  TF_RETURN_IF_ERROR(r.Int32("nodes", &hw->nodes));
+  TF_RETURN_IF_ERROR(ApplyNode(r.Child("node"), r.KeyPath("node"), &hw->node));
+  return r.Finish();
+}
+
+const PresetText* FindPreset(std::string_view name) {
+  for (const auto& p : kHardwarePresets) {
+    if (name == p.name) return &p;
+  }
+  return nullptr;
+}
+
+Status Positive(double v, const std::string& path) {
+  if (v == 0) return InvalidArgument(path + " must be positive, got 0 (missing from the description?)");
+  if (!(v > 0)) return InvalidArgument(path + " must be positive, got " + fmt::format("{:g}", v));
+  return Status::Ok();
+}
+
+Status InUnitInterval(double v, const std::string& path) {
+  if (!(v > 0 && v <= 1)) {
+    return InvalidArgument(path + " must be in (0, 1], got " + fmt::format("{:g}", v));
+  }
+  return Status::Ok();
+}
+
+StatusOr<HardwareSpec> ParsePresetText(const PresetText& p) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(p.yaml);
+  } catch (const YAML::Exception& e) {
+    return Internal(std::string("hardware preset '") + p.name + "' does not parse: " + e.what());
+  }
+  HardwareSpec hw;
+  Status s = ApplyHardware(node, "hardware", /*allow_preset=*/false, &hw);
+  if (s.ok()) s = ValidateHardware(hw);
+  if (!s.ok()) return Internal(std::string("hardware preset '") + p.name + "': " + s.message());
+  return hw;
+}
+
+}  // namespace
+
+std::vector<std::string> HardwarePresetNames() {
+  std::vector<std::string> names;
+  for (const auto& p : kHardwarePresets) names.push_back(p.name);
+  return names;
+}
+
+StatusOr<std::string> HardwarePresetYaml(std::string_view name) {
+  const PresetText* p = FindPreset(name);
+  if (p == nullptr) {
+    return NotFound("unknown hardware preset '" + std::string(name) +
+                    "' (known: " + JoinNames(HardwarePresetNames()) + ")");
+  }
+  return std::string(p->yaml);
+}
+
+StatusOr<HardwareSpec> HardwarePreset(std::string_view name) {
+  const PresetText* p = FindPreset(name);
+  if (p == nullptr) {
+    return NotFound("unknown hardware preset '" + std::string(name) +
+                    "' (known: " + JoinNames(HardwarePresetNames()) + ")");
+  }
+  return ParsePresetText(*p);
+}
+
+StatusOr<HardwareSpec> HardwareFromYaml(const YAML::Node& node) {
+  HardwareSpec hw;
+  try {
+    TF_RETURN_IF_ERROR(ApplyHardware(node, "hardware", /*allow_preset=*/true, &hw));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(std::string("hardware: ") + e.what());
+  }
+  TF_RETURN_IF_ERROR(ValidateHardware(hw));
+  return hw;
+}
+
+StatusOr<HardwareSpec> HardwareFromYamlText(std::string_view yaml_text) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(std::string("hardware: YAML parse error: ") + e.what());
+  }
+  return HardwareFromYaml(node);
+}
+
+Status ValidateHardware(const HardwareSpec& hw) {
+  const std::string n = "hardware.node";
+  if (hw.nodes < 1) {
+    return InvalidArgument("hardware.nodes must be at least 1, got " + std::to_string(hw.nodes));
+  }
+  const NodeSpec& node = hw.node;
+  if (node.gpu_count < 1) {
+    return InvalidArgument(n + ".gpu_count must be at least 1, got " +
+                           std::to_string(node.gpu_count));
+  }
+  TF_RETURN_IF_ERROR(Positive(static_cast<double>(node.gpu.hbm_bytes), n + ".gpu.hbm"));
+  TF_RETURN_IF_ERROR(Positive(node.gpu.peak_flops, n + ".gpu.peak_flops"));
+  TF_RETURN_IF_ERROR(Positive(node.gpu.hbm_bw_bytes_per_s, n + ".gpu.hbm_bw"));
+  TF_RETURN_IF_ERROR(InUnitInterval(node.gpu.compute_efficiency, n + ".gpu.compute_efficiency"));
+  if (node.gpu.kernel_overhead_s < 0) {
+    return InvalidArgument(n + ".gpu.kernel_overhead must not be negative");
+  }
+  TF_RETURN_IF_ERROR(Positive(node.pcie.h2d_bw_bytes_per_s, n + ".pcie.h2d_bw"));
+  TF_RETURN_IF_ERROR(Positive(node.pcie.d2h_bw_bytes_per_s, n + ".pcie.d2h_bw"));
+  TF_RETURN_IF_ERROR(InUnitInterval(node.pcie.pageable_factor, n + ".pcie.pageable_factor"));
+  TF_RETURN_IF_ERROR(Positive(node.pcie.root_complex_bw_bytes_per_s, n + ".pcie.root_complex_bw"));
+  if (node.pcie.latency_s < 0) return InvalidArgument(n + ".pcie.latency must not be negative");
+  if (node.cpu.cores < 1) {
+    return InvalidArgument(n + ".cpu.cores must be at least 1, got " +
+                           std::to_string(node.cpu.cores));
+  }
+  TF_RETURN_IF_ERROR(
+      Positive(static_cast<double>(node.cpu.host_memory_bytes), n + ".cpu.host_memory"));
+  TF_RETURN_IF_ERROR(Positive(node.cpu.memory_bw_bytes_per_s, n + ".cpu.memory_bw"));
+  TF_RETURN_IF_ERROR(
+      Positive(node.cpu.adam_elements_per_s_per_core, n + ".cpu.adam_rate_per_core"));
+  TF_RETURN_IF_ERROR(
+      Positive(node.cpu.convert_bytes_per_s_per_core, n + ".cpu.convert_bw_per_core"));
+  if (node.interconnect.kind != "pcie" && node.interconnect.kind != "nvlink") {
+    return InvalidArgument(n + ".interconnect.kind must be 'pcie' or 'nvlink', got '" +
+                           node.interconnect.kind + "'");
+  }
+  if (node.gpu_count > 1 || hw.nodes > 1) {
+    TF_RETURN_IF_ERROR(Positive(node.interconnect.bus_bw_bytes_per_s, n + ".interconnect.bus_bw"));
+  }
+  if (node.interconnect.latency_s < 0) {
+    return InvalidArgument(n + ".interconnect.latency must not be negative");
+  }
+  for (size_t i = 0; i < node.nvme.size(); ++i) {
+    const NvmeSpec& d = node.nvme[i];
+    const std::string p = n + ".nvme[" + std::to_string(i) + "]";
+    TF_RETURN_IF_ERROR(Positive(static_cast<double>(d.capacity_bytes), p + ".capacity"));
+    TF_RETURN_IF_ERROR(Positive(d.read_bw_bytes_per_s, p + ".read_bw"));
+    TF_RETURN_IF_ERROR(Positive(d.write_bw_bytes_per_s, p + ".write_bw"));
+    TF_RETURN_IF_ERROR(InUnitInterval(d.mixed_efficiency, p + ".mixed_efficiency"));
+    if (d.read_latency_s < 0 || d.write_latency_s < 0) {
+      return InvalidArgument(p + ": latencies must not be negative");
+    }
+  }
+  for (size_t i = 0; i < node.remote.size(); ++i) {
+    const RemoteTierSpec& t = node.remote[i];
+    const std::string p = n + ".remote[" + std::to_string(i) + "]";
+    TF_RETURN_IF_ERROR(Positive(t.read_bw_bytes_per_s, p + ".read_bw"));
+    TF_RETURN_IF_ERROR(Positive(t.write_bw_bytes_per_s, p + ".write_bw"));
+    if (t.latency_s < 0) return InvalidArgument(p + ".latency must not be negative");
+  }
+  if (hw.nodes > 1) TF_RETURN_IF_ERROR(Positive(node.nic_bw_bytes_per_s, n + ".nic_bw"));
+  if (node.nic_bw_bytes_per_s < 0) return InvalidArgument(n + ".nic_bw must not be negative");
+  return Status::Ok();
+}
+
+namespace {
+// Round-trip exact text for numbers: 17 significant digits.
+std::string Num(double v) { return fmt::format("{:.17g}", v); }
+std::string Quote(const std::string& s) {
+  YAML::Emitter e;
+  e << YAML::DoubleQuoted << s;
+  return e.c_str();
+}
+}  // namespace
+
+std::string HardwareToYaml(const HardwareSpec& hw) {
+  const NodeSpec& n = hw.node;
+  std::string y;
+  y += fmt::format("nodes: {}\n", hw.nodes);
+  y += "node:\n";
+  y += fmt::format("  name: {}\n", Quote(n.name));
+  y += fmt::format("  source: {}\n", Quote(n.source));
+  y += fmt::format("  gpu_count: {}\n", n.gpu_count);
+  y += "  gpu:\n";
+  y += fmt::format("    name: {}\n", Quote(n.gpu.name));
+  y += fmt::format("    hbm: {} B\n", n.gpu.hbm_bytes);
+  y += fmt::format("    peak_flops: {} FLOP/s\n", Num(n.gpu.peak_flops));
+  y += fmt::format("    hbm_bw: {} B/s\n", Num(n.gpu.hbm_bw_bytes_per_s));
+  y += fmt::format("    compute_efficiency: {}\n", Num(n.gpu.compute_efficiency));
+  y += fmt::format("    kernel_overhead: {} s\n", Num(n.gpu.kernel_overhead_s));
+  y += "  pcie:\n";
+  y += fmt::format("    h2d_bw: {} B/s\n", Num(n.pcie.h2d_bw_bytes_per_s));
+  y += fmt::format("    d2h_bw: {} B/s\n", Num(n.pcie.d2h_bw_bytes_per_s));
+  y += fmt::format("    pageable_factor: {}\n", Num(n.pcie.pageable_factor));
+  y += fmt::format("    latency: {} s\n", Num(n.pcie.latency_s));
+  y += fmt::format("    root_complex_bw: {} B/s\n", Num(n.pcie.root_complex_bw_bytes_per_s));
+  y += "  cpu:\n";
+  y += fmt::format("    cores: {}\n", n.cpu.cores);
+  y += fmt::format("    host_memory: {} B\n", n.cpu.host_memory_bytes);
+  y += fmt::format("    memory_bw: {} B/s\n", Num(n.cpu.memory_bw_bytes_per_s));
+  y += fmt::format("    adam_rate_per_core: {} elements/s\n",
+                   Num(n.cpu.adam_elements_per_s_per_core));
+  y += fmt::format("    convert_bw_per_core: {} B/s\n", Num(n.cpu.convert_bytes_per_s_per_core));
+  y += "  interconnect:\n";
+  y += fmt::format("    kind: {}\n", Quote(n.interconnect.kind));
+  // bus_bw may be 0 on a one-GPU node; a zero bandwidth does not parse, so it is left out.
+  if (n.interconnect.bus_bw_bytes_per_s > 0) {
+    y += fmt::format("    bus_bw: {} B/s\n", Num(n.interconnect.bus_bw_bytes_per_s));
+  }
+  y += fmt::format("    latency: {} s\n", Num(n.interconnect.latency_s));
+  y += n.nvme.empty() ? "  nvme: []\n" : "  nvme:\n";
+  for (const NvmeSpec& d : n.nvme) {
+    y += fmt::format("    - name: {}\n", Quote(d.name));
+    y += fmt::format("      capacity: {} B\n", d.capacity_bytes);
+    y += fmt::format("      read_bw: {} B/s\n", Num(d.read_bw_bytes_per_s));
+    y += fmt::format("      write_bw: {} B/s\n", Num(d.write_bw_bytes_per_s));
+    y += fmt::format("      read_latency: {} s\n", Num(d.read_latency_s));
+    y += fmt::format("      write_latency: {} s\n", Num(d.write_latency_s));
+    y += fmt::format("      mixed_efficiency: {}\n", Num(d.mixed_efficiency));
+  }
+  y += n.remote.empty() ? "  remote: []\n" : "  remote:\n";
+  for (const RemoteTierSpec& t : n.remote) {
+    y += fmt::format("    - name: {}\n", Quote(t.name));
+    y += fmt::format("      read_bw: {} B/s\n", Num(t.read_bw_bytes_per_s));
+    y += fmt::format("      write_bw: {} B/s\n", Num(t.write_bw_bytes_per_s));
+    y += fmt::format("      latency: {} s\n", Num(t.latency_s));
+  }
+  if (n.nic_bw_bytes_per_s > 0) y += fmt::format("  nic_bw: {} B/s\n", Num(n.nic_bw_bytes_per_s));
+  return y;
+}
+
+}  // namespace tierflow::models

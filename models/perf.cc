@@ -1,0 +1,89 @@
+#include "tierflow/models/perf.h"
+
+#include <algorithm>
+
+namespace tierflow::models {
+namespace {
+
+// Little's law with a saturating peak: `queue_depth` requests in flight, each taking the fixed
+// latency plus its transfer time at peak bandwidth.
+double LittlesLawBandwidth(double peak_bw, double latency_s, int64_t block_bytes,
+                           int32_t queue_depth) {
+  if (block_bytes <= 0 || queue_depth <= 0 || peak_bw <= 0) return 0.0;
+  const double block = static_cast<double>(block_bytes);
+  const double per_request_s = latency_s + block / peak_bw;
+  return std::min(peak_bw, static_cast<double>(queue_depth) * block / per_request_s);
+}
+
+// Threads that do useful work: at least one, at most the cores there are.
+double UsefulThreads(const CpuSpec& cpu, int32_t threads) {
+  int32_t t = std::max(threads, 1);
+  if (cpu.cores > 0) t = std::min(t, cpu.cores);
+  return static_cast<double>(t);
+}
+
+}  // namespace
+
+double ComputeTime(const GpuSpec& gpu, double flops, double bytes) {
+  double t = 0.0;
+  if (flops > 0 && gpu.peak_flops > 0 && gpu.compute_efficiency > 0) {
+    t = flops / (gpu.peak_flops * gpu.compute_efficiency);
+  }
+  if (bytes > 0 && gpu.hbm_bw_bytes_per_s > 0) t = std::max(t, bytes / gpu.hbm_bw_bytes_per_s);
+  return t + gpu.kernel_overhead_s;
+}
+
+double DiskReadBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth) {
+  return LittlesLawBandwidth(disk.read_bw_bytes_per_s, disk.read_latency_s, block_bytes,
+                             queue_depth);
+}
+
+double DiskWriteBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth) {
+  return LittlesLawBandwidth(disk.write_bw_bytes_per_s, disk.write_latency_s, block_bytes,
+                             queue_depth);
+}
+
+double DiskSharedCapacity(const NvmeSpec& disk, int32_t reads, int32_t writes) {
+  reads = std::max(reads, 0);
+  writes = std::max(writes, 0);
+  if (reads == 0 && writes == 0) return 0.0;
+  if (writes == 0) return disk.read_bw_bytes_per_s;
+  if (reads == 0) return disk.write_bw_bytes_per_s;
+  const double total = static_cast<double>(reads) + static_cast<double>(writes);
+  const double r = static_cast<double>(reads) / total;
+  const double w = static_cast<double>(writes) / total;
+  const double harmonic = 1.0 / (r / disk.read_bw_bytes_per_s + w / disk.write_bw_bytes_per_s);
+  return harmonic * disk.mixed_efficiency;
+}
+
+double CopyTime(const PcieSpec& pcie, bool host_to_device, int64_t bytes, bool pinned) {
+  if (bytes <= 0) return 0.0;
+  double bw = host_to_device ? pcie.h2d_bw_bytes_per_s : pcie.d2h_bw_bytes_per_s;
+  if (!pinned) bw *= pcie.pageable_factor;
+  return pcie.latency_s + static_cast<double>(bytes) / bw;
+}
+
+double CollectiveTime(const InterconnectSpec& ic, Collective kind, int64_t bytes,
+                      int32_t ranks) {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double n = static_cast<double>(ranks);
+  const double one_pass =
+      (n - 1.0) * ic.latency_s + (n - 1.0) / n * static_cast<double>(bytes) / ic.bus_bw_bytes_per_s;
+  return kind == Collective::kAllReduce ? 2.0 * one_pass : one_pass;
+}
+
+double AdamTime(const CpuSpec& cpu, int64_t elements, int32_t threads) {
+  if (elements <= 0) return 0.0;
+  const double compute_rate = UsefulThreads(cpu, threads) * cpu.adam_elements_per_s_per_core;
+  const double memory_rate = cpu.memory_bw_bytes_per_s / kAdamBytesPerElement;
+  return static_cast<double>(elements) / std::min(compute_rate, memory_rate);
+}
+
+double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads) {
+  if (bytes <= 0) return 0.0;
+  const double rate = std::min(UsefulThreads(cpu, threads) * cpu.convert_bytes_per_s_per_core,
+                               cpu.memory_bw_bytes_per_s);
+  return static_cast<double>(bytes) / rate;
+}
+
+}  // namespace tierflow::models

@@ -1,0 +1,261 @@
+// Hardware presets and the YAML format: every preset parses, validates and cites its numbers;
+// overrides merge as documented; each malformed input gives one message naming the key path.
+#include "tierflow/models/hardware.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <sstream>
+#include <string>
+
+namespace tierflow::models {
+namespace {
+
+HardwareSpec Preset(const std::string& name) {
+  auto p = HardwarePreset(name);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.value();
+}
+
+TEST(HardwareTest, RequiredPresetsExistAndValidate) {
+  for (const char* name : {"a100x4-1nvme", "a100x4-4nvme", "h100x8-pcie5", "workstation-4090"}) {
+    auto p = HardwarePreset(name);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
+    EXPECT_TRUE(ValidateHardware(p.value()).ok()) << name;
+    EXPECT_EQ(p->node.name, name);
+    EXPECT_FALSE(p->node.source.empty()) << name;
+  }
+  for (const auto& name : HardwarePresetNames()) {
+    EXPECT_TRUE(HardwarePreset(name).ok()) << name;
+  }
+}
+
+TEST(HardwareTest, PresetValuesCarryDatasheetNumbers) {
+  const double GiB = 1024.0 * 1024 * 1024;
+  const HardwareSpec a = Preset("a100x4-1nvme");
+  EXPECT_EQ(a.node.gpu_count, 4);
+  EXPECT_EQ(a.node.gpu.hbm_bytes, static_cast<int64_t>(80 * GiB));
+  EXPECT_DOUBLE_EQ(a.node.gpu.peak_flops, 312e12);
+  EXPECT_DOUBLE_EQ(a.node.gpu.hbm_bw_bytes_per_s, 1935e9);
+  ASSERT_EQ(a.node.nvme.size(), 1u);
+  EXPECT_DOUBLE_EQ(a.node.nvme[0].read_bw_bytes_per_s, 7.0e9);
+  EXPECT_DOUBLE_EQ(a.node.nvme[0].write_bw_bytes_per_s, 3.8e9);
+  EXPECT_DOUBLE_EQ(a.node.pcie.h2d_bw_bytes_per_s, 25e9);
+
+  EXPECT_EQ(Preset("a100x4-4nvme").node.nvme.size(), 4u);
+
+  const HardwareSpec h = Preset("h100x8-pcie5");
+  EXPECT_EQ(h.node.gpu_count, 8);
+  EXPECT_DOUBLE_EQ(h.node.gpu.peak_flops, 756e12);
+  EXPECT_DOUBLE_EQ(h.node.gpu.hbm_bw_bytes_per_s, 2.0e12);
+  EXPECT_GE(h.node.nvme.size(), 2u);
+
+  const HardwareSpec w = Preset("workstation-4090");
+  EXPECT_EQ(w.node.gpu_count, 1);
+  EXPECT_EQ(w.node.gpu.hbm_bytes, static_cast<int64_t>(24 * GiB));
+  EXPECT_DOUBLE_EQ(w.node.gpu.peak_flops, 165.2e12);
+  EXPECT_DOUBLE_EQ(w.node.gpu.hbm_bw_bytes_per_s, 1008e9);
+  EXPECT_EQ(w.node.nvme.size(), 2u);
+  EXPECT_DOUBLE_EQ(w.node.nvme[0].read_bw_bytes_per_s, 7.45e9);
+}
+
+// Every line of a preset that sets a number says where it comes from.
+TEST(HardwareTest, EveryPresetNumberCitesASource) {
+  for (const auto& name : HardwarePresetNames()) {
+    auto text = HardwarePresetYaml(name);
+    ASSERT_TRUE(text.ok());
+    std::istringstream in(text.value());
+    std::string line;
+    int numbers = 0;
+    while (std::getline(in, line)) {
+      const auto hash = line.find('#');
+      const std::string code = line.substr(0, hash);
+      const auto colon = code.find(':');
+      if (colon == std::string::npos) continue;
+      const std::string key = code.substr(0, colon);
+      const std::string value = code.substr(colon + 1);
+      if (key.find("name") != std::string::npos || key.find("source") != std::string::npos) continue;
+      bool has_digit = false;
+      for (char ch : value) has_digit |= std::isdigit(static_cast<unsigned char>(ch)) != 0;
+      if (!has_digit) continue;
+      ++numbers;
+      EXPECT_NE(line.find("# source:"), std::string::npos) << name << ": " << line;
+    }
+    EXPECT_GT(numbers, 20) << name;
+  }
+}
+
+StatusOr<HardwareSpec> FromText(const std::string& text) { return HardwareFromYamlText(text); }
+
+TEST(HardwareYamlTest, PresetWithNestedOverrides) {
+  auto hw = FromText(R"(
+preset: a100x4-1nvme
+node:
+  gpu: {compute_efficiency: 0.7}
+  pcie: {latency: 5 us}
+  nvme: [{}, {}, {read_bw: 6 GB/s, name: slow}]
+)");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  const HardwareSpec base = Preset("a100x4-1nvme");
+  EXPECT_DOUBLE_EQ(hw->node.gpu.compute_efficiency, 0.7);
+  EXPECT_DOUBLE_EQ(hw->node.gpu.peak_flops, base.node.gpu.peak_flops);
+  EXPECT_DOUBLE_EQ(hw->node.pcie.latency_s, 5e-6);
+  EXPECT_DOUBLE_EQ(hw->node.pcie.h2d_bw_bytes_per_s, base.node.pcie.h2d_bw_bytes_per_s);
+  ASSERT_EQ(hw->node.nvme.size(), 3u);
+  EXPECT_DOUBLE_EQ(hw->node.nvme[1].read_bw_bytes_per_s, base.node.nvme[0].read_bw_bytes_per_s);
+  EXPECT_DOUBLE_EQ(hw->node.nvme[2].read_bw_bytes_per_s, 6e9);
+  EXPECT_DOUBLE_EQ(hw->node.nvme[2].write_bw_bytes_per_s, base.node.nvme[0].write_bw_bytes_per_s);
+  EXPECT_EQ(hw->node.nvme[2].name, "slow");
+}
+
+TEST(HardwareYamlTest, AddsARemoteTier) {
+  auto hw = FromText(R"(
+preset: a100x4-1nvme
+node:
+  remote:
+    - {name: pfs, read_bw: 2 GB/s, write_bw: 1.5 GB/s, latency: 1 ms}
+)");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  ASSERT_EQ(hw->node.remote.size(), 1u);
+  EXPECT_DOUBLE_EQ(hw->node.remote[0].write_bw_bytes_per_s, 1.5e9);
+  EXPECT_DOUBLE_EQ(hw->node.remote[0].latency_s, 1e-3);
+}
+
+void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
+  EXPECT_EQ(a.nodes, b.nodes);
+  const NodeSpec &x = a.node, &y = b.node;
+  EXPECT_EQ(x.name, y.name);
+  EXPECT_EQ(x.source, y.source);
+  EXPECT_EQ(x.gpu_count, y.gpu_count);
+  EXPECT_EQ(x.gpu.name, y.gpu.name);
+  EXPECT_EQ(x.gpu.hbm_bytes, y.gpu.hbm_bytes);
+  EXPECT_EQ(x.gpu.peak_flops, y.gpu.peak_flops);
+  EXPECT_EQ(x.gpu.hbm_bw_bytes_per_s, y.gpu.hbm_bw_bytes_per_s);
+  EXPECT_EQ(x.gpu.compute_efficiency, y.gpu.compute_efficiency);
+  EXPECT_EQ(x.gpu.kernel_overhead_s, y.gpu.kernel_overhead_s);
+  EXPECT_EQ(x.pcie.h2d_bw_bytes_per_s, y.pcie.h2d_bw_bytes_per_s);
+  EXPECT_EQ(x.pcie.d2h_bw_bytes_per_s, y.pcie.d2h_bw_bytes_per_s);
+  EXPECT_EQ(x.pcie.pageable_factor, y.pcie.pageable_factor);
+  EXPECT_EQ(x.pcie.latency_s, y.pcie.latency_s);
+  EXPECT_EQ(x.pcie.root_complex_bw_bytes_per_s, y.pcie.root_complex_bw_bytes_per_s);
+  EXPECT_EQ(x.cpu.cores, y.cpu.cores);
+  EXPECT_EQ(x.cpu.host_memory_bytes, y.cpu.host_memory_bytes);
+  EXPECT_EQ(x.cpu.memory_bw_bytes_per_s, y.cpu.memory_bw_bytes_per_s);
+  EXPECT_EQ(x.cpu.adam_elements_per_s_per_core, y.cpu.adam_elements_per_s_per_core);
+  EXPECT_EQ(x.cpu.convert_bytes_per_s_per_core, y.cpu.convert_bytes_per_s_per_core);
+  EXPECT_EQ(x.interconnect.kind, y.interconnect.kind);
+  EXPECT_EQ(x.interconnect.bus_bw_bytes_per_s, y.interconnect.bus_bw_bytes_per_s);
+  EXPECT_EQ(x.interconnect.latency_s, y.interconnect.latency_s);
+  ASSERT_EQ(x.nvme.size(), y.nvme.size());
+  for (size_t i = 0; i < x.nvme.size(); ++i) {
+    EXPECT_EQ(x.nvme[i].name, y.nvme[i].name);
+    EXPECT_EQ(x.nvme[i].capacity_bytes, y.nvme[i].capacity_bytes);
+    EXPECT_EQ(x.nvme[i].read_bw_bytes_per_s, y.nvme[i].read_bw_bytes_per_s);
+    EXPECT_EQ(x.nvme[i].write_bw_bytes_per_s, y.nvme[i].write_bw_bytes_per_s);
+    EXPECT_EQ(x.nvme[i].read_latency_s, y.nvme[i].read_latency_s);
+    EXPECT_EQ(x.nvme[i].write_latency_s, y.nvme[i].write_latency_s);
+    EXPECT_EQ(x.nvme[i].mixed_efficiency, y.nvme[i].mixed_efficiency);
+  }
+  ASSERT_EQ(x.remote.size(), y.remote.size());
+  for (size_t i = 0; i < x.remote.size(); ++i) {
+    EXPECT_EQ(x.remote[i].name, y.remote[i].name);
+    EXPECT_EQ(x.remote[i].read_bw_bytes_per_s, y.remote[i].read_bw_bytes_per_s);
+    EXPECT_EQ(x.remote[i].write_bw_bytes_per_s, y.remote[i].write_bw_bytes_per_s);
+    EXPECT_EQ(x.remote[i].latency_s, y.remote[i].latency_s);
+  }
+  EXPECT_EQ(x.nic_bw_bytes_per_s, y.nic_bw_bytes_per_s);
+}
+
+TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
+  for (const auto& name : HardwarePresetNames()) {
+    HardwareSpec hw = Preset(name);
+    hw.node.remote.push_back({"pfs \"quoted\": name", 1.0 / 3.0 * 1e9, 0.7e9, 1.1e-3});
+    const std::string yaml = HardwareToYaml(hw);
+    auto back = FromText(yaml);
+    ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;
+    ExpectEqual(back.value(), hw);
+  }
+}
+
+TEST(HardwareYamlTest, NodeTakesYamlNode) {
+  YAML::Node n = YAML::Load("{preset: workstation-4090, nodes: 1}");
+  auto hw = HardwareFromYaml(n);
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  EXPECT_EQ(hw->node.gpu_count, 1);
+}
+
+void ExpectError(const std::string& text, const std::string& starts_with,
+                 const std::vector<std::string>& fragments = {}) {
+  auto hw = FromText(text);
+  ASSERT_FALSE(hw.ok()) << text;
+  const std::string& m = hw.status().message();
+  EXPECT_EQ(hw.status().code(), StatusCode::kInvalidArgument) << m;
+  EXPECT_EQ(m.rfind(starts_with, 0), 0u) << "message '" << m << "' should start with '"
+                                         << starts_with << "'";
+  EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
+  for (const auto& f : fragments) {
+    EXPECT_NE(m.find(f), std::string::npos) << "message '" << m << "' lacks '" << f << "'";
+  }
+}
+
+TEST(HardwareYamlTest, BareNumberNamesTheKeyPath) {
+  ExpectError("{preset: a100x4-1nvme, node: {nvme: [{read_bw: 7}]}}",
+              "hardware.node.nvme[0].read_bw: '7' has no unit", {"GB/s"});
+  ExpectError("{preset: a100x4-1nvme, node: {gpu: {hbm: 80}}}",
+              "hardware.node.gpu.hbm: '80' has no unit", {"GiB"});
+  ExpectError("{preset: a100x4-1nvme, node: {pcie: {latency: 2}}}",
+              "hardware.node.pcie.latency: '2' has no unit");
+  ExpectError("{preset: a100x4-1nvme, node: {gpu: {peak_flops: 3e14}}}",
+              "hardware.node.gpu.peak_flops: '3e14' has no unit");
+  ExpectError("{preset: a100x4-1nvme, node: {cpu: {adam_rate_per_core: 1e8}}}",
+              "hardware.node.cpu.adam_rate_per_core: '1e8' has no unit");
+}
+
+TEST(HardwareYamlTest, WrongUnitNamesTheKeyPath) {
+  ExpectError("{preset: a100x4-1nvme, node: {nvme: [{read_bw: 7 GB}]}}",
+              "hardware.node.nvme[0].read_bw: ", {"per second"});
+}
+
+TEST(HardwareYamlTest, UnknownKeyNamesTheKeyPath) {
+  ExpectError("{preset: a100x4-1nvme, node: {gpu: {hmb: 80 GiB}}}",
+              "hardware.node.gpu.hmb: unknown key", {"hbm"});
+  ExpectError("{preset: a100x4-1nvme, nodez: 2}", "hardware.nodez: unknown key");
+  ExpectError("{preset: a100x4-1nvme, node: {nvme: [{}, {speed: 1 GB/s}]}}",
+              "hardware.node.nvme[1].speed: unknown key");
+}
+
+TEST(HardwareYamlTest, NegativeSizeNamesTheKeyPath) {
+  ExpectError("{preset: a100x4-1nvme, node: {gpu: {hbm: -80 GiB}}}", "hardware.node.gpu.hbm: ",
+              {"negative"});
+  ExpectError("{preset: a100x4-1nvme, node: {nvme: [{write_bw: 0 GB/s}]}}",
+              "hardware.node.nvme[0].write_bw: ", {"positive"});
+  ExpectError("{preset: a100x4-1nvme, node: {gpu_count: 0}}", "hardware.node.gpu_count must be");
+  ExpectError("{preset: a100x4-1nvme, node: {gpu: {compute_efficiency: 1.5}}}",
+              "hardware.node.gpu.compute_efficiency must be in (0, 1]");
+}
+
+TEST(HardwareYamlTest, UnknownPresetListsKnownOnes) {
+  ExpectError("{preset: dgx-z}", "hardware.preset: ", {"dgx-z", "a100x4-1nvme", "workstation-4090"});
+}
+
+TEST(HardwareYamlTest, StructuralErrors) {
+  ExpectError("{preset: a100x4-1nvme, node: {gpu: 4}}", "hardware.node.gpu: expected a map");
+  ExpectError("{preset: a100x4-1nvme, node: {nvme: {read_bw: 1 GB/s}}}",
+              "hardware.node.nvme: expected a list");
+  ExpectError("{preset: a100x4-1nvme, node: {cpu: {cores: many}}}",
+              "hardware.node.cpu.cores: 'many' is not an integer");
+  ExpectError("nodes: [", "hardware: YAML parse error");
+  // A full description that leaves required fields out fails validation, naming the first one.
+  ExpectError("{node: {gpu_count: 1}}", "hardware.node.gpu.hbm must be positive");
+}
+
+TEST(HardwareTest, UnknownPresetIsNotFound) {
+  auto p = HardwarePreset("nope");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(HardwarePresetYaml("nope").ok());
+}
+
+}  // namespace
+}  // namespace tierflow::models

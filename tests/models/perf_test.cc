@@ -1,0 +1,176 @@
+// Performance models against their closed forms (docs/performance-models.md), on hand-made specs
+// with round numbers so that each expected value can be worked by hand.
+#include "tierflow/models/perf.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace tierflow::models {
+namespace {
+
+constexpr double kRel = 1e-12;
+
+void ExpectRel(double actual, double expected) {
+  EXPECT_NEAR(actual, expected, std::fabs(expected) * kRel + 1e-300)
+      << "actual " << actual << " expected " << expected;
+}
+
+NvmeSpec Disk() {
+  NvmeSpec d;
+  d.name = "test";
+  d.capacity_bytes = int64_t{1} << 40;
+  d.read_bw_bytes_per_s = 7e9;
+  d.write_bw_bytes_per_s = 4e9;
+  d.read_latency_s = 80e-6;
+  d.write_latency_s = 20e-6;
+  d.mixed_efficiency = 0.8;
+  return d;
+}
+
+TEST(PerfDiskTest, QueueDepthOneIsOneRequestAtATime) {
+  const NvmeSpec d = Disk();
+  for (int64_t block : {int64_t{4096}, int64_t{1} << 20, int64_t{8} << 20}) {
+    const double b = static_cast<double>(block);
+    ExpectRel(DiskReadBandwidth(d, block, 1), b / (80e-6 + b / 7e9));
+    ExpectRel(DiskWriteBandwidth(d, block, 1), b / (20e-6 + b / 4e9));
+  }
+}
+
+TEST(PerfDiskTest, LittlesLawBelowSaturation) {
+  const NvmeSpec d = Disk();
+  // 4 KiB at qd 32: 32 x 4096 / (80 us + 4096 / 7e9) = 1.62 GB/s, far below the peak.
+  const double b = 4096;
+  ExpectRel(DiskReadBandwidth(d, 4096, 32), 32 * b / (80e-6 + b / 7e9));
+}
+
+TEST(PerfDiskTest, SaturatesAtPeak) {
+  const NvmeSpec d = Disk();
+  // 1 MiB: one request takes 80 us + 149.8 us; qd 2 already exceeds the 7 GB/s peak.
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 1 << 20, 2), 7e9);
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 1 << 20, 1024), 7e9);
+  EXPECT_DOUBLE_EQ(DiskWriteBandwidth(d, 1 << 20, 1024), 4e9);
+  // Monotone in queue depth up to the peak.
+  double last = 0;
+  for (int qd = 1; qd <= 256; qd *= 2) {
+    const double bw = DiskReadBandwidth(d, 64 << 10, qd);
+    EXPECT_GE(bw, last);
+    EXPECT_LE(bw, 7e9);
+    last = bw;
+  }
+  EXPECT_DOUBLE_EQ(last, 7e9);
+}
+
+TEST(PerfDiskTest, NoRequestsNoBandwidth) {
+  EXPECT_EQ(DiskReadBandwidth(Disk(), 4096, 0), 0.0);
+  EXPECT_EQ(DiskReadBandwidth(Disk(), 0, 8), 0.0);
+}
+
+TEST(PerfDiskTest, SharedCapacityIsTheHarmonicMixWithEfficiency) {
+  const NvmeSpec d = Disk();
+  EXPECT_DOUBLE_EQ(DiskSharedCapacity(d, 3, 0), 7e9);  // reads only: the read peak
+  EXPECT_DOUBLE_EQ(DiskSharedCapacity(d, 0, 2), 4e9);  // writes only: the write peak
+  EXPECT_EQ(DiskSharedCapacity(d, 0, 0), 0.0);
+  // One read and one write stream, each half the streams: 0.8 / (0.5/7e9 + 0.5/4e9).
+  ExpectRel(DiskSharedCapacity(d, 1, 1), 0.8 / (0.5 / 7e9 + 0.5 / 4e9));
+  // Three readers, one writer.
+  ExpectRel(DiskSharedCapacity(d, 3, 1), 0.8 / (0.75 / 7e9 + 0.25 / 4e9));
+  // With efficiency 1 and equal peaks the mix is the peak itself.
+  NvmeSpec e = d;
+  e.write_bw_bytes_per_s = e.read_bw_bytes_per_s;
+  e.mixed_efficiency = 1.0;
+  ExpectRel(DiskSharedCapacity(e, 5, 3), 7e9);
+}
+
+GpuSpec Gpu() {
+  GpuSpec g;
+  g.peak_flops = 300e12;
+  g.hbm_bw_bytes_per_s = 2e12;
+  g.compute_efficiency = 0.5;
+  g.kernel_overhead_s = 10e-6;
+  return g;
+}
+
+TEST(PerfComputeTest, Roofline) {
+  const GpuSpec g = Gpu();
+  // Compute-bound: 1.5e14 FLOPs at 150 TFLOP/s effective = 1 s; 1 GB at 2 TB/s = 0.5 ms.
+  ExpectRel(ComputeTime(g, 1.5e14, 1e9), 1.0 + 10e-6);
+  // Memory-bound: 1e9 FLOPs = 6.7 us, 4 GB = 2 ms.
+  ExpectRel(ComputeTime(g, 1e9, 4e9), 4e9 / 2e12 + 10e-6);
+  // Nothing to do still costs the overhead.
+  ExpectRel(ComputeTime(g, 0, 0), 10e-6);
+}
+
+TEST(PerfCopyTest, PinnedPageableAndDirection) {
+  PcieSpec p;
+  p.h2d_bw_bytes_per_s = 25e9;
+  p.d2h_bw_bytes_per_s = 20e9;
+  p.pageable_factor = 0.5;
+  p.latency_s = 10e-6;
+  const int64_t bytes = 1 << 30;
+  const double b = static_cast<double>(bytes);
+  ExpectRel(CopyTime(p, true, bytes, true), 10e-6 + b / 25e9);
+  ExpectRel(CopyTime(p, false, bytes, true), 10e-6 + b / 20e9);
+  ExpectRel(CopyTime(p, true, bytes, false), 10e-6 + b / (25e9 * 0.5));
+  EXPECT_EQ(CopyTime(p, true, 0, true), 0.0);
+}
+
+TEST(PerfCollectiveTest, RingAlphaBeta) {
+  InterconnectSpec ic;
+  ic.kind = "pcie";
+  ic.bus_bw_bytes_per_s = 12e9;
+  ic.latency_s = 10e-6;
+  const int64_t bytes = 400'000'000;
+  const double b = static_cast<double>(bytes);
+  // 4 ranks: 3 steps of alpha, and 3/4 of the buffer over the bus bandwidth.
+  const double ag = 3 * 10e-6 + 0.75 * b / 12e9;
+  ExpectRel(CollectiveTime(ic, Collective::kAllGather, bytes, 4), ag);
+  ExpectRel(CollectiveTime(ic, Collective::kReduceScatter, bytes, 4), ag);
+  ExpectRel(CollectiveTime(ic, Collective::kAllReduce, bytes, 4), 2 * ag);
+  // 8 ranks.
+  ExpectRel(CollectiveTime(ic, Collective::kAllGather, bytes, 8), 7 * 10e-6 + 7.0 / 8 * b / 12e9);
+  EXPECT_EQ(CollectiveTime(ic, Collective::kAllReduce, bytes, 1), 0.0);
+  EXPECT_EQ(CollectiveTime(ic, Collective::kAllReduce, bytes, 0), 0.0);
+}
+
+CpuSpec Cpu() {
+  CpuSpec c;
+  c.cores = 32;
+  c.host_memory_bytes = int64_t{512} << 30;
+  c.memory_bw_bytes_per_s = 280e9;  // 10e9 Adam elements/s at 28 B each
+  c.adam_elements_per_s_per_core = 1e9 / 8;
+  c.convert_bytes_per_s_per_core = 5e9;
+  return c;
+}
+
+TEST(PerfCpuTest, AdamIsBoundedByCoresThenMemory) {
+  const CpuSpec c = Cpu();
+  const int64_t n = 1'000'000'000;
+  // 4 threads: 0.5e9 elements/s compute, memory allows 10e9: compute-bound, 2 s.
+  ExpectRel(AdamTime(c, n, 4), 1e9 / (4 * 1e9 / 8));
+  // 32 threads: 4e9 elements/s, still compute-bound.
+  ExpectRel(AdamTime(c, n, 32), 1e9 / (32 * 1e9 / 8));
+  // Threads beyond the cores do not help.
+  ExpectRel(AdamTime(c, n, 64), AdamTime(c, n, 32));
+  // A faster core makes memory the bound: 28 B x 1e9 / 280 GB/s = 0.1 s.
+  CpuSpec fast = c;
+  fast.adam_elements_per_s_per_core = 1e9;
+  ExpectRel(AdamTime(fast, n, 32), 1e9 * kAdamBytesPerElement / 280e9);
+  EXPECT_EQ(AdamTime(c, 0, 4), 0.0);
+  EXPECT_EQ(kAdamBytesPerElement, 28.0);
+}
+
+TEST(PerfCpuTest, ConvertIsBoundedByCoresThenMemory) {
+  const CpuSpec c = Cpu();
+  const int64_t bytes = int64_t{10} << 30;
+  const double b = static_cast<double>(bytes);
+  ExpectRel(ConvertTime(c, bytes, 2), b / (2 * 5e9));
+  ExpectRel(ConvertTime(c, bytes, 32), b / 160e9);   // 32 x 5 GB/s < 280 GB/s
+  CpuSpec fast = c;
+  fast.convert_bytes_per_s_per_core = 20e9;
+  ExpectRel(ConvertTime(fast, bytes, 32), b / 280e9);  // memory-bound
+  ExpectRel(ConvertTime(c, bytes, 0), b / 5e9);        // at least one thread
+}
+
+}  // namespace
+}  // namespace tierflow::models
