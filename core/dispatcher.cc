@@ -57,6 +57,7 @@ Dispatcher::Dispatcher(const Schedule& schedule, int64_t iterations)
   free_slots_[instant_queue_] = std::numeric_limits<int32_t>::max();
   queue_dirty_.assign(n_queues, 0);
   parked_.resize(n_pools);
+  parked_needs_.resize(n_pools);
   pool_freed_.assign(n_pools, 0);
   pool_used_.assign(n_pools, 0);
   for (const BufferSpec& b : buffers) {
@@ -123,6 +124,19 @@ int32_t Dispatcher::ShortPool(int32_t task) const {
   return kNoIndex;
 }
 
+int64_t Dispatcher::NeedIn(int32_t task, int32_t pool) const {
+  for (const PoolNeed& n : alloc_needs_[task]) {
+    if (n.pool == pool) return n.bytes;
+  }
+  return 0;
+}
+
+void Dispatcher::Park(const Key& key, int32_t pool) {
+  Slot(key.iteration).state[key.task] = State::kParked;
+  parked_[pool].insert(key);
+  parked_needs_[pool].insert(NeedIn(key.task, pool));
+}
+
 void Dispatcher::Start(const Key& key, std::vector<Instance>* to_start) {
   for (const PoolNeed& n : alloc_needs_[key.task]) {
     pool_used_[n.pool] += n.bytes;
@@ -136,21 +150,31 @@ void Dispatcher::Start(const Key& key, std::vector<Instance>* to_start) {
 
 int64_t Dispatcher::Dispatch(std::vector<Instance>* to_start) {
   const size_t before = to_start->size();
-  // Instances parked on a pool that has freed bytes go back to their queues, in key order.
+  // Instances parked on a pool that has freed bytes go back to their queues, in key order, as
+  // many as the free bytes can hold (each may still be short of another pool).
+  const auto& pools = schedule_.pools();
   for (int32_t p : freed_pools_) {
     pool_freed_[p] = 0;
-    std::vector<Key> still;
-    for (const Key& k : parked_[p]) {
+    int64_t avail = pools[p].capacity_bytes - pool_used_[p];
+    std::set<Key>& parked = parked_[p];
+    std::multiset<int64_t>& needs = parked_needs_[p];
+    for (auto it = parked.begin(); it != parked.end() && !needs.empty() && avail >= *needs.begin();) {
+      const Key k = *it;
+      const int64_t need = NeedIn(k.task, p);
+      if (need > avail) {
+        ++it;
+        continue;
+      }
+      avail -= need;
+      it = parked.erase(it);
+      needs.erase(needs.find(need));
       const int32_t short_pool = ShortPool(k.task);
       if (short_pool == kNoIndex) {
         MakeReady(k.task, k.iteration);
-      } else if (short_pool == p) {
-        still.push_back(k);
       } else {
-        parked_[short_pool].push_back(k);
+        Park(k, short_pool);
       }
     }
-    parked_[p].swap(still);
   }
   freed_pools_.clear();
 
@@ -165,8 +189,7 @@ int64_t Dispatcher::Dispatch(std::vector<Instance>* to_start) {
       if (short_pool == kNoIndex) {
         Start(k, to_start);
       } else {
-        Slot(k.iteration).state[k.task] = State::kParked;
-        parked_[short_pool].push_back(k);
+        Park(k, short_pool);
       }
     }
   }
@@ -234,10 +257,7 @@ Status Dispatcher::DeadlockReport() const {
       if (st == State::kParked || st == State::kReady) {
         const int32_t p = ShortPool(i);
         if (p == kNoIndex) continue;  // cannot happen once deadlocked; listed in the count only
-        int64_t need = 0;
-        for (const PoolNeed& n : alloc_needs_[i]) {
-          if (n.pool == p) need = n.bytes;
-        }
+        const int64_t need = NeedIn(i, p);
         if (static_cast<int>(pool_lines.size()) < kMaxListed) {
           pool_lines.push_back(who(i, it) + " needs " + std::to_string(need) + " bytes in pool " +
                                Quote(pools[p].name) + ", which has " +

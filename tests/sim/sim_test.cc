@@ -207,6 +207,27 @@ TEST(SimTest, CopiesAndNvmeDmaShareTheRootComplex) {
   EXPECT_GT(c_done, copy_bytes / root * 1.2);  // slower than alone: the root complex is shared
 }
 
+// Flows of different latencies share a bottleneck equally once both transfer (SimGrid's CM02
+// would weigh them by route latency if latency were a link property).
+TEST(SimTest, FlowsOfDifferentLatenciesShareTheRootComplexEqually) {
+  auto hw = TestHardware();
+  hw.node.pcie.root_complex_bw_bytes_per_s = 4e9;  // fair share 2 GB/s, below both caps
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("gpu0.h2d", "gpu0");
+  const double read_bytes = 1e9, copy_bytes = 2e9;
+  b.Task("r", Op::kRead, "nvme0.read", static_cast<int64_t>(read_bytes));
+  b.Task("c", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(copy_bytes));
+  SimResult r = MustSimulate(b.s, hw);
+  const double root = hw.node.pcie.root_complex_bw_bytes_per_s;
+  const double t_c = hw.node.pcie.latency_s, t_r = hw.node.nvme[0].read_latency_s;
+  const double c_alone = (t_r - t_c) * root;        // the copy transfers alone until the read starts
+  const double r_done = t_r + read_bytes / (root / 2);
+  const double c_done = r_done + (copy_bytes - c_alone - read_bytes) / root;
+  EXPECT_REL(Find(r, "r").end_s, r_done);
+  EXPECT_REL(Find(r, "c").end_s, c_done);
+}
+
 TEST(SimTest, CopyTakesLatencyPlusBytesOverPinnedBandwidth) {
   const auto hw = TestHardware();
   Builder b;

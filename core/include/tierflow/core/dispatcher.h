@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <queue>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,7 @@ class Dispatcher {
       if (iteration != o.iteration) return iteration > o.iteration;
       return task > o.task;
     }
+    bool operator<(const Key& o) const { return o > *this; }
   };
   using Heap = std::priority_queue<Key, std::vector<Key>, std::greater<Key>>;
   struct PoolNeed {
@@ -107,6 +109,8 @@ class Dispatcher {
   void Satisfy(int32_t task, int64_t iteration);
   // The first pool the instance's allocations do not fit in, or kNoIndex.
   int32_t ShortPool(int32_t task) const;
+  int64_t NeedIn(int32_t task, int32_t pool) const;
+  void Park(const Key& key, int32_t pool);
   void Start(const Key& key, std::vector<Instance>* to_start);
 
   const Schedule& schedule_;
@@ -132,7 +136,11 @@ class Dispatcher {
   std::vector<int32_t> free_slots_;   // per queue (instant queue: unbounded)
   std::vector<uint8_t> queue_dirty_;
   std::vector<int32_t> dirty_queues_;
-  std::vector<std::vector<Key>> parked_;  // per pool: ready but short of bytes in that pool
+  // Per pool: instances ready but short of bytes in that pool, in key order, and their needs
+  // (the smallest need bounds the re-examination after a free, keeping it O(started) when
+  // buffers are of similar sizes).
+  std::vector<std::set<Key>> parked_;
+  std::vector<std::multiset<int64_t>> parked_needs_;
   std::vector<uint8_t> pool_freed_;       // per pool: bytes freed since parked_ was last scanned
   std::vector<int32_t> freed_pools_;
   std::vector<int64_t> pool_used_;
