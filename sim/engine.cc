@@ -308,7 +308,8 @@ class Runner {
 }  // namespace
 
 Status RunEngine(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
-                 int64_t iterations, bool want_progress, RunSink* sink, RunStats* stats) {
+                 int64_t iterations, bool want_progress, const std::vector<std::string>& extra_config,
+                 RunSink* sink, RunStats* stats) {
   static bool engine_used = false;
   if (engine_used) {
     return FailedPrecondition("SimGrid 3.32 runs one engine per process; use SimIsolation::kFork");
@@ -324,6 +325,7 @@ Status RunEngine(const Schedule& schedule, const models::HardwareSpec& hw, const
     sg4::Engine::set_config("network/model:CM02");
     sg4::Engine::set_config("network/crosstraffic:0");
     sg4::Engine::set_config("network/TCP-gamma:0");
+    for (const std::string& item : extra_config) sg4::Engine::set_config(item);
     Runner runner(schedule, hw, plan, iterations, want_progress, sink);
     g_runner = &runner;
     sg4::Activity::on_completion_cb([](const sg4::Activity& a) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "sim/plan.h"
@@ -30,9 +31,11 @@ struct RunStats {
   int64_t disk_sharing_mismatches = 0;
 };
 
-// Runs `iterations` iterations. Returns the dispatcher's kDeadlock Status when the schedule
+// Runs `iterations` iterations; `extra_config` items ("key:value") are passed to SimGrid after
+// ours. Returns the dispatcher's kDeadlock Status when the schedule
 // stops making progress, kInternal for a SimGrid failure (its exceptions do not escape).
 Status RunEngine(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
-                 int64_t iterations, bool want_progress, RunSink* sink, RunStats* stats);
+                 int64_t iterations, bool want_progress, const std::vector<std::string>& extra_config,
+                 RunSink* sink, RunStats* stats);
 
 }  // namespace tierflow::sim::internal

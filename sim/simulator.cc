@@ -1,5 +1,6 @@
 #include "tierflow/sim/simulator.h"
 
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,13 @@ namespace {
 using internal::Plan;
 using internal::RunSink;
 using internal::RunStats;
+
+double CpuSeconds(int who) {
+  rusage u{};
+  ::getrusage(who, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
 
 // Builds trace records in the calling process from (task, iteration, start, end).
 class RecordBuilder {
@@ -164,10 +172,11 @@ class PipeSink : public RunSink {
   PipeSink sink(&writer, options.record_trace);
   RunStats stats;
   Status s = internal::RunEngine(schedule, hw, plan, options.iterations,
-                                 static_cast<bool>(options.progress), &sink, &stats);
+                                 static_cast<bool>(options.progress), options.simgrid_config, &sink, &stats);
   sink.Flush();
   std::string payload;
   if (s.ok()) {
+    Put(&payload, CpuSeconds(RUSAGE_SELF));  // a forked child's usage starts at zero
     Put(&payload, stats.makespan_s);
     Put(&payload, stats.completed);
     Put(&payload, stats.activities);
@@ -232,7 +241,7 @@ Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const
       }
       case kStats: {
         int64_t pools = 0;
-        bool ok = Get(payload, &pos, &result->makespan_s) && Get(payload, &pos, &result->tasks_simulated) &&
+        bool ok = Get(payload, &pos, &result->cpu_s) && Get(payload, &pos, &result->makespan_s) && Get(payload, &pos, &result->tasks_simulated) &&
                   Get(payload, &pos, &result->activities) &&
                   Get(payload, &pos, &result->disk_sharing_mismatches) && Get(payload, &pos, &pools);
         result->pool_peak_bytes.resize(ok ? static_cast<size_t>(pools) : 0);
@@ -288,8 +297,10 @@ StatusOr<SimResult> Simulate(const Schedule& schedule, const models::HardwareSpe
   } else {
     InProcessSink sink(&builder, options);
     RunStats stats;
+    const double cpu0 = CpuSeconds(RUSAGE_THREAD);
     TF_RETURN_IF_ERROR(internal::RunEngine(schedule, hw, plan, options.iterations,
-                                           static_cast<bool>(options.progress), &sink, &stats));
+                                           static_cast<bool>(options.progress), options.simgrid_config, &sink, &stats));
+    result.cpu_s = CpuSeconds(RUSAGE_THREAD) - cpu0;
     result.makespan_s = stats.makespan_s;
     result.pool_peak_bytes = stats.pool_peak_bytes;
     result.tasks_simulated = stats.completed;

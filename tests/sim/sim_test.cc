@@ -459,5 +459,37 @@ TEST(SimTest, ProgressIsReportedAndTracesCanBeSkipped) {
   EXPECT_GE(calls, 10);
 }
 
+TEST(SimTest, SimGridFailureBecomesAStatus) {
+  const auto hw = TestHardware();
+  const Schedule s = PipelineSchedule(2);
+  SimOptions o;
+  o.simgrid_config = {"no/such-option:1"};
+  auto r = Simulate(s, hw, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
+}
+
+// In-process runs match forked ones, and a second in-process run is refused, not wrong. Runs in
+// a child process (a death test) because it uses up this process's one SimGrid engine.
+TEST(SimDeathTest, InProcessRunsOnceAndMatchesFork) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto hw = TestHardware();
+  const Schedule s = PipelineSchedule(10);
+  EXPECT_EXIT(
+      {
+        SimOptions fork_options;
+        fork_options.iterations = 2;
+        auto forked = Simulate(s, hw, fork_options);
+        SimOptions in_options = fork_options;
+        in_options.isolation = SimIsolation::kInProcess;
+        auto first = Simulate(s, hw, in_options);
+        auto second = Simulate(s, hw, in_options);
+        const bool ok = forked.ok() && first.ok() && first->records == forked->records &&
+                        !second.ok() && second.status().code() == StatusCode::kFailedPrecondition;
+        std::_Exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
 }  // namespace tierflow::sim

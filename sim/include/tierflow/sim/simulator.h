@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tierflow/core/schedule.h"
@@ -44,6 +45,10 @@ struct SimOptions {
   // Called in the calling thread about every 1% of instances and once at the end.
   std::function<void(const SimProgress&)> progress;
   SimIsolation isolation = SimIsolation::kFork;
+  // Extra SimGrid configuration items ("network/optim:Full"), applied after sim's own
+  // (network/model:CM02, network/crosstraffic:0, network/TCP-gamma:0). For experiments only:
+  // changing the network model breaks the exactness docs/simulator.md promises.
+  std::vector<std::string> simgrid_config;
 };
 
 struct SimResult {
@@ -53,6 +58,7 @@ struct SimResult {
   int64_t tasks_simulated = 0;           // instances completed (tasks x iterations)
   int64_t activities = 0;                // SimGrid activities created (instant ops create none)
   double wall_s = 0;                     // host time the simulation took, fork and transfer included
+  double cpu_s = 0;                      // CPU time of the simulating process (one thread), user + system
   // Calls of a disk's sharing callback in which SimGrid's count of flows on the disk differed
   // from sim's own read/write counts (a diagnostic for the contention model; expected 0).
   int64_t disk_sharing_mismatches = 0;
