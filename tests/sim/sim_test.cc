@@ -228,6 +228,21 @@ TEST(SimTest, FlowsOfDifferentLatenciesShareTheRootComplexEqually) {
   EXPECT_REL(Find(r, "c").end_s, c_done);
 }
 
+TEST(SimTest, RemoteTierReadsShareItsBandwidthThroughTheNic) {
+  auto hw = TestHardware();
+  hw.node.remote.push_back({"pfs", 2e9, 1e9, 5e-4});
+  hw.node.nic_bw_bytes_per_s = 25e9;
+  Builder b;
+  b.Device("remote0");
+  b.Resource("remote0.read", "remote0", 2);
+  const double n = 1e9;
+  b.Task("a", Op::kRead, "remote0.read", static_cast<int64_t>(n));
+  b.Task("b", Op::kRead, "remote0.read", static_cast<int64_t>(n));
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& tier = hw.node.remote[0];
+  for (const char* id : {"a", "b"}) EXPECT_REL(Find(r, id).end_s, 2 * n / tier.read_bw_bytes_per_s + tier.latency_s);
+}
+
 TEST(SimTest, CopyTakesLatencyPlusBytesOverPinnedBandwidth) {
   const auto hw = TestHardware();
   Builder b;
