@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -198,6 +199,9 @@ Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const
                  const SimOptions& options, RecordBuilder* builder, SimResult* result) {
   int fds[2];
   if (::pipe(fds) != 0) return FromErrno(errno, "pipe for the simulation process");
+  // Output buffered in this process would otherwise be written a second time by the child
+  // (SimGrid flushes stdio).
+  std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
