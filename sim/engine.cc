@@ -5,6 +5,7 @@
 #include <xbt/log.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -249,7 +250,7 @@ class Runner {
     // sendto_init(src, dst) does not start the comm (set_source/set_destination would), and
     // Comm::set_rate is ignored on such comms in 3.32: per-flow caps are endpoint links.
     sg4::CommPtr comm = sg4::Comm::sendto_init(src, dst);
-    comm->set_payload_size(static_cast<uint64_t>(p.amount));
+    comm->set_payload_size(static_cast<uint64_t>(std::llround(p.amount)));
     f.activity = comm;
     if (latency_s > 0) {
       // Latency is a delay before the transfer, not a link latency: CM02 weighs each flow's
