@@ -243,6 +243,33 @@ TEST(SimTest, RemoteTierReadsShareItsBandwidthThroughTheNic) {
   for (const char* id : {"a", "b"}) EXPECT_REL(Find(r, id).end_s, 2 * n / tier.read_bw_bytes_per_s + tier.latency_s);
 }
 
+// Over a PCIe interconnect a collective's bus bytes cross the root complex; over NVLink not.
+TEST(SimTest, PcieCollectivesLoadTheRootComplex) {
+  for (const char* kind : {"pcie", "nvlink"}) {
+    auto hw = TestHardware();
+    hw.node.pcie.latency_s = 0;
+    hw.node.pcie.root_complex_bw_bytes_per_s = 8e9;
+    hw.node.interconnect = {kind, 10e9, 0.0};
+    Builder b;
+    b.Resource("gpu0.h2d", "gpu0");
+    b.Resource("dp.comm", "net");
+    const double copy_bytes = 8e9, reduce_bytes = 4e9;
+    b.Task("c", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(copy_bytes));
+    b.Task("ar", Op::kAllReduce, "dp.comm", static_cast<int64_t>(reduce_bytes)).ranks = 2;
+    SimResult r = MustSimulate(b.s, hw);
+    const double root = hw.node.pcie.root_complex_bw_bytes_per_s;
+    const double bus_bytes = 2 * 0.5 * reduce_bytes;  // all-reduce on 2 ranks: 2 (n-1)/n bytes
+    if (std::string(kind) == "pcie") {
+      const double ar_done = bus_bytes / (root / 2);  // fair half of the root complex
+      EXPECT_REL(Find(r, "ar").end_s, ar_done) << kind;
+      EXPECT_REL(Find(r, "c").end_s, ar_done + (copy_bytes - bus_bytes) / root) << kind;
+    } else {
+      EXPECT_REL(Find(r, "ar").end_s, bus_bytes / hw.node.interconnect.bus_bw_bytes_per_s) << kind;
+      EXPECT_REL(Find(r, "c").end_s, copy_bytes / root) << kind;
+    }
+  }
+}
+
 TEST(SimTest, CopyTakesLatencyPlusBytesOverPinnedBandwidth) {
   const auto hw = TestHardware();
   Builder b;
