@@ -1,0 +1,131 @@
+// Simulator throughput: task instances simulated per second of host time (wall clock, fork and
+// result transfer included), on a synthetic read -> h2d -> compute -> d2h -> write pipeline of
+// ~5k tasks per iteration, for 1, 10 and 100 iterations. The target is >= 100k tasks/s on one
+// core, flat in the number of iterations (sim must stay linear in the number of tasks).
+//
+//   tasks_per_s     = instances simulated / wall seconds of Simulate()
+//   tasks_per_cpu_s = instances simulated / CPU seconds of the simulating process (one thread;
+//                     the figure to compare on a shared machine)
+//
+// To benchmark another schedule, call RunSimBenchmark() from a BENCHMARK_CAPTURE.
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/models/hardware.h"
+#include "tierflow/sim/simulator.h"
+
+namespace tierflow::sim {
+namespace {
+
+models::HardwareSpec BenchHardware() {
+  models::HardwareSpec hw;
+  models::NodeSpec& n = hw.node;
+  n.name = "bench-node";
+  n.gpu_count = 1;
+  n.gpu = {"bench-gpu", 80LL << 30, 400e12, 2e12, 0.5, 5e-6};
+  n.pcie = {25e9, 25e9, 0.5, 5e-6, 64e9};
+  n.cpu = {32, 512LL << 30, 150e9, 2e8, 4e9};
+  n.interconnect = {"pcie", 20e9, 1e-5};
+  n.nvme.push_back({"bench-ssd", 4LL << 40, 7e9, 5e9, 80e-6, 20e-6, 0.85});
+  return hw;
+}
+
+// `layers` x 5 tasks: read (allocates a pinned buffer) -> h2d -> compute -> d2h -> write (frees
+// it), reads and writes 4 in flight, 8 buffers: the pool, the disk and the root complex all bind.
+Schedule SyntheticPipeline(int layers) {
+  Schedule s;
+  s.name = "synthetic-pipeline";
+  const int32_t gpu = s.AddDevice({"gpu0", DeviceKind::kGpu});
+  const int32_t host = s.AddDevice({"host", DeviceKind::kHost});
+  const int32_t nvme = s.AddDevice({"nvme0", DeviceKind::kNvme});
+  const int32_t rd = s.AddResource({"nvme0.read", nvme, 4});
+  const int32_t wr = s.AddResource({"nvme0.write", nvme, 4});
+  const int32_t h2d = s.AddResource({"gpu0.h2d", gpu, 1});
+  const int32_t d2h = s.AddResource({"gpu0.d2h", gpu, 1});
+  const int32_t comp = s.AddResource({"gpu0.compute", gpu, 1});
+  const int64_t bytes = 32LL << 20;
+  const int32_t pool = s.AddPool({"host.pinned", host, 8 * bytes});
+  auto task = [&](std::string id, Op op, int32_t res, std::vector<int32_t> deps) {
+    TaskSpec t;
+    t.id = std::move(id);
+    t.op = op;
+    t.resource = res;
+    t.bytes = bytes;
+    t.deps = std::move(deps);
+    return t;
+  };
+  for (int i = 0; i < layers; ++i) {
+    const std::string l = std::to_string(i);
+    const int32_t buf = s.AddBuffer({"buf" + l, pool, bytes, false});
+    TaskSpec r = task("read" + l, Op::kRead, rd, {});
+    r.allocs = {buf};
+    r.layer = i;
+    const int32_t ri = s.AddTask(std::move(r));
+    TaskSpec c = task("h2d" + l, Op::kH2D, h2d, {ri});
+    c.uses = {buf};
+    const int32_t ci = s.AddTask(std::move(c));
+    TaskSpec x = task("fwd" + l, Op::kCompute, comp, {ci});
+    x.flops = 1e12;
+    const int32_t xi = s.AddTask(std::move(x));
+    TaskSpec d = task("d2h" + l, Op::kD2H, d2h, {xi});
+    d.uses = {buf};
+    const int32_t di = s.AddTask(std::move(d));
+    TaskSpec w = task("write" + l, Op::kWrite, wr, {di});
+    w.uses = {buf};
+    w.frees = {buf};
+    s.AddTask(std::move(w));
+  }
+  return s;
+}
+
+}  // namespace
+
+// Simulates `schedule` for `iterations` iterations per benchmark iteration and reports
+// tasks_per_s (instances per wall second), sim_makespan_s and activities per run.
+void RunSimBenchmark(benchmark::State& state, const Schedule& schedule,
+                     const models::HardwareSpec& hw, int64_t iterations, bool record_trace) {
+  SimOptions options;
+  options.iterations = iterations;
+  options.record_trace = record_trace;
+  int64_t tasks = 0;
+  double wall_s = 0, cpu_s = 0, makespan_s = 0;
+  for (auto _ : state) {
+    auto result = Simulate(schedule, hw, options);
+    if (!result.ok()) {
+      state.SkipWithError(result.status().ToString().c_str());
+      return;
+    }
+    tasks += result->tasks_simulated;
+    wall_s += result->wall_s;
+    cpu_s += result->cpu_s;
+    makespan_s = result->makespan_s;
+    benchmark::DoNotOptimize(result->records.data());
+  }
+  state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(tasks) / wall_s);
+  state.counters["tasks_per_cpu_s"] = benchmark::Counter(static_cast<double>(tasks) / cpu_s);
+  state.counters["tasks_per_run"] = benchmark::Counter(static_cast<double>(tasks) / state.iterations());
+  state.counters["sim_makespan_s"] = makespan_s;
+}
+
+namespace {
+
+void BM_SyntheticPipeline(benchmark::State& state) {
+  static const Schedule schedule = SyntheticPipeline(1000);  // 5000 tasks per iteration
+  static const models::HardwareSpec hw = BenchHardware();
+  RunSimBenchmark(state, schedule, hw, state.range(0), state.range(1) != 0);
+}
+BENCHMARK(BM_SyntheticPipeline)
+    ->ArgNames({"iterations", "trace"})
+    ->Args({1, 1})
+    ->Args({10, 1})
+    ->Args({100, 1})
+    ->Args({100, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace tierflow::sim
+
+BENCHMARK_MAIN();

@@ -1,0 +1,69 @@
+// Private to sim/: how each task of a schedule becomes a SimGrid activity on the platform built
+// from a HardwareSpec. Planning is plain C++ (no SimGrid) so that every input error is found
+// before a simulation process is started.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/core/status.h"
+#include "tierflow/models/hardware.h"
+
+namespace tierflow::sim::internal {
+
+// Exec amounts are in units of 1e-9 s of one core: hosts run at 1e9 "flop"/s per core, so
+// SimGrid's work-amount precision (1e-5) is 1e-14 s, far below anything we report.
+inline constexpr double kExecSpeed = 1e9;
+// FATPIPE links that only carry a latency (or a per-flow cap) use this bandwidth when uncapped.
+inline constexpr double kUnlimitedBw = 1e15;
+// DeepSpeed's aio defaults, used when a task leaves block_bytes or queue_depth at 0.
+inline constexpr int64_t kDefaultBlockBytes = 1 << 20;
+inline constexpr int32_t kDefaultQueueDepth = 8;
+
+enum class ActivityKind : uint8_t { kInstant, kComm, kExec };
+
+// A source or destination endpoint of a Comm that needs its own first link: one per disk and
+// direction and (block, queue depth) class, carrying that class's per-flow rate cap and latency;
+// one per collective (kind, ranks) class carrying its alpha term.
+struct Endpoint {
+  std::string name;      // host name
+  double cap_bw = 0;     // FATPIPE bandwidth of its private link, bytes/s
+  double latency_s = 0;  // latency of its private link
+  int32_t disk = -1;     // nvme index whose media link the route crosses, or -1
+  int32_t remote = -1;   // remote tier index, or -1
+  bool collective = false;
+  bool write = false;    // towards the device (disk/remote write)
+};
+
+struct TaskPlan {
+  ActivityKind kind = ActivityKind::kInstant;
+  // Comm: `endpoint` indexes Plan::endpoints; `gpu` >= 0 for h2d/d2h (endpoint unused).
+  int32_t endpoint = -1;
+  int32_t gpu = -1;
+  bool to_device = false;  // comm direction: host memory -> device (write, h2d)
+  bool on_cpu = false;     // exec on the CPU host; otherwise on gpu
+  double amount = 0;       // comm: bytes; exec: seconds * kExecSpeed per thread
+  int32_t threads = 1;
+  // For the trace record.
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  int32_t record_threads = 0;
+};
+
+struct Plan {
+  std::vector<TaskPlan> tasks;  // per schedule task
+  std::vector<Endpoint> endpoints;
+  int32_t gpus = 0;
+  int32_t nvmes = 0;
+  int32_t remotes = 0;
+  bool collectives_cross_root = false;  // PCIe interconnect: collectives load the root complex
+};
+
+// Maps schedule devices to the hardware and each task to its activity. Errors: InvalidArgument
+// naming the device (unknown or out of range) or the task (op not possible on its device, or a
+// bandwidth it needs left at 0 in the hardware).
+StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw);
+
+}  // namespace tierflow::sim::internal

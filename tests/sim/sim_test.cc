@@ -1,0 +1,537 @@
+// Closed-form checks of the SimGrid executor: every expectation is computed here from the
+// hardware numbers, independently of sim/ (the few that use a models/ function say so).
+#include "tierflow/sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/models/perf.h"
+
+namespace tierflow::sim {
+namespace {
+
+constexpr double kRelTol = 1e-6;
+constexpr int64_t kMiB = 1 << 20;
+
+#define EXPECT_REL(actual, expected)                                                   \
+  EXPECT_NEAR((actual), (expected), kRelTol * std::max(1e-9, std::fabs(expected)))    \
+      << "relative error " << ((actual) - (expected)) / (expected)
+
+models::HardwareSpec TestHardware() {
+  models::HardwareSpec hw;
+  models::NodeSpec& n = hw.node;
+  n.name = "testnode";
+  n.gpu_count = 2;
+  n.gpu = {"testgpu", 80LL << 30, 100e12, 2e12, 0.5, 0.0};
+  n.pcie.h2d_bw_bytes_per_s = 20e9;
+  n.pcie.d2h_bw_bytes_per_s = 18e9;
+  n.pcie.latency_s = 5e-6;
+  n.pcie.root_complex_bw_bytes_per_s = 64e9;
+  n.cpu.cores = 16;
+  n.cpu.host_memory_bytes = 512LL << 30;
+  n.cpu.memory_bw_bytes_per_s = 100e9;
+  n.cpu.adam_elements_per_s_per_core = 1e8;
+  n.cpu.convert_bytes_per_s_per_core = 2e9;
+  n.interconnect = {"pcie", 10e9, 1e-5};
+  models::NvmeSpec disk;
+  disk.name = "testssd";
+  disk.capacity_bytes = 4LL << 40;
+  disk.read_bw_bytes_per_s = 3e9;
+  disk.write_bw_bytes_per_s = 2e9;
+  disk.read_latency_s = 1e-4;
+  disk.write_latency_s = 2e-5;
+  disk.mixed_efficiency = 0.9;
+  n.nvme.push_back(disk);
+  return hw;
+}
+
+// Little's law with a saturating peak, as documented in models/hardware.h.
+double StreamBandwidth(double peak, double latency_s, double block, double depth) {
+  return std::min(peak, depth * block / (latency_s + block / peak));
+}
+
+// Builds small schedules by name.
+class Builder {
+ public:
+  Builder() {
+    s.name = "test";
+    for (const char* d : {"gpu0", "gpu1", "host", "nvme0"}) Device(d);
+  }
+  int32_t Device(const std::string& name) {
+    int32_t i = s.FindDevice(name);
+    if (i != kNoIndex) return i;
+    DeviceKind kind = name.rfind("gpu", 0) == 0    ? DeviceKind::kGpu
+                      : name.rfind("nvme", 0) == 0 ? DeviceKind::kNvme
+                      : name == "net"              ? DeviceKind::kNetwork
+                                                   : DeviceKind::kHost;
+    return s.AddDevice({name, kind});
+  }
+  int32_t Resource(const std::string& name, const std::string& device, int32_t concurrency = 1) {
+    int32_t i = s.FindResource(name);
+    if (i != kNoIndex) return i;
+    return s.AddResource({name, Device(device), concurrency});
+  }
+  int32_t Pool(const std::string& name, int64_t capacity) { return s.AddPool({name, s.FindDevice("host"), capacity}); }
+  int32_t Buffer(const std::string& name, const std::string& pool, int64_t size) {
+    return s.AddBuffer({name, s.FindPool(pool), size, false});
+  }
+  // A task on `resource` (empty for instant ops).
+  TaskSpec& Task(const std::string& id, Op op, const std::string& resource, int64_t bytes = 0,
+                 std::vector<std::string> deps = {}) {
+    TaskSpec t;
+    t.id = id;
+    t.op = op;
+    t.resource = resource.empty() ? kNoIndex : s.FindResource(resource);
+    t.bytes = bytes;
+    for (const auto& d : deps) t.deps.push_back(s.FindTask(d));
+    int32_t i = s.AddTask(std::move(t));
+    return s.mutable_tasks()[i];
+  }
+  Schedule s;
+};
+
+const TraceRecord& Find(const SimResult& r, const std::string& task, int64_t iteration = 0) {
+  for (const TraceRecord& rec : r.records) {
+    if (rec.task == task && rec.iteration == iteration) return rec;
+  }
+  ADD_FAILURE() << "no record for " << task << " iteration " << iteration;
+  static TraceRecord none;
+  return none;
+}
+
+SimResult MustSimulate(const Schedule& s, const models::HardwareSpec& hw, int64_t iterations = 1) {
+  SimOptions o;
+  o.iterations = iterations;
+  auto r = Simulate(s, hw, o);
+  if (!r.ok()) {
+    ADD_FAILURE() << r.status().ToString();
+    return SimResult{};
+  }
+  return std::move(r).value();
+}
+
+TEST(SimTest, OneReadTakesBytesOverBandwidthPlusLatency) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  const int64_t n = 3'000'000'000;
+  b.Task("r", Op::kRead, "nvme0.read", n);
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& d = hw.node.nvme[0];
+  const double bw = StreamBandwidth(d.read_bw_bytes_per_s, d.read_latency_s, kMiB, 8);
+  const TraceRecord& rec = Find(r, "r");
+  EXPECT_EQ(rec.start_s, 0.0);
+  EXPECT_REL(rec.end_s, n / bw + d.read_latency_s);
+  EXPECT_EQ(rec.source, "sim");
+  EXPECT_EQ(rec.block_bytes, kMiB);
+  EXPECT_EQ(rec.queue_depth, 8);
+  EXPECT_EQ(rec.resource, "nvme0.read");
+  EXPECT_REL(r.makespan_s, rec.end_s);
+  EXPECT_EQ(r.tasks_simulated, 1);
+}
+
+TEST(SimTest, SmallRequestsAreCappedByLittlesLaw) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  const int64_t n = 100'000'000;
+  TaskSpec& t = b.Task("r", Op::kRead, "nvme0.read", n);
+  t.block_bytes = 4096;
+  t.queue_depth = 4;
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& d = hw.node.nvme[0];
+  const double bw = StreamBandwidth(d.read_bw_bytes_per_s, d.read_latency_s, 4096, 4);
+  ASSERT_LT(bw, d.read_bw_bytes_per_s / 10);  // the case is worth testing only if capped
+  EXPECT_REL(Find(r, "r").end_s, n / bw + d.read_latency_s);
+}
+
+TEST(SimTest, TwoConcurrentReadsShareOneSsd) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0", 2);
+  const int64_t n = 1'500'000'000;
+  b.Task("r0", Op::kRead, "nvme0.read", n);
+  b.Task("r1", Op::kRead, "nvme0.read", n);
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& d = hw.node.nvme[0];
+  for (const char* id : {"r0", "r1"}) EXPECT_REL(Find(r, id).end_s, 2.0 * n / d.read_bw_bytes_per_s + d.read_latency_s);
+  EXPECT_EQ(r.disk_sharing_mismatches, 0);
+}
+
+TEST(SimTest, ReadAndWriteShareTheSsdAsDiskSharedCapacity) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("nvme0.write", "nvme0");
+  const double n = 1e9;
+  b.Task("r", Op::kRead, "nvme0.read", static_cast<int64_t>(n));
+  b.Task("w", Op::kWrite, "nvme0.write", static_cast<int64_t>(n));
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& d = hw.node.nvme[0];
+  // Mixed capacity: harmonic mean of the peaks weighted by the stream mix, times the
+  // efficiency (models/hardware.h), split equally between the two streams.
+  const double mixed = d.mixed_efficiency / (0.5 / d.read_bw_bytes_per_s + 0.5 / d.write_bw_bytes_per_s);
+  EXPECT_REL(models::DiskSharedCapacity(d, 1, 1), mixed);
+  // The write's latency (20 us) ends first: alone until the read's (100 us) ends.
+  const double t_w = d.write_latency_s, t_r = d.read_latency_s;
+  const double w_alone = (t_r - t_w) * d.write_bw_bytes_per_s;
+  const double w_done = t_r + (n - w_alone) / (mixed / 2);                   // write finishes first
+  const double r_done = w_done + (n - (w_done - t_r) * mixed / 2) / d.read_bw_bytes_per_s;
+  EXPECT_REL(Find(r, "w").end_s, w_done);
+  EXPECT_REL(Find(r, "r").end_s, r_done);
+  EXPECT_EQ(r.disk_sharing_mismatches, 0);
+}
+
+TEST(SimTest, CopiesAndNvmeDmaShareTheRootComplex) {
+  auto hw = TestHardware();
+  hw.node.pcie.latency_s = 0;
+  hw.node.nvme[0].read_latency_s = 0;
+  hw.node.pcie.root_complex_bw_bytes_per_s = 8e9;  // below h2d (20) + read (3)
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("gpu0.h2d", "gpu0");
+  const double read_bytes = 3e9, copy_bytes = 6e9;
+  b.Task("r", Op::kRead, "nvme0.read", static_cast<int64_t>(read_bytes));
+  b.Task("c", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(copy_bytes));
+  SimResult r = MustSimulate(b.s, hw);
+  // Max-min: the read keeps its 3 GB/s, the copy gets the 5 GB/s left, then all 8 GB/s.
+  const double root = hw.node.pcie.root_complex_bw_bytes_per_s, read_bw = hw.node.nvme[0].read_bw_bytes_per_s;
+  const double r_done = read_bytes / read_bw;
+  const double c_done = r_done + (copy_bytes - r_done * (root - read_bw)) / root;
+  EXPECT_REL(Find(r, "r").end_s, r_done);
+  EXPECT_REL(Find(r, "c").end_s, c_done);
+  EXPECT_GT(c_done, copy_bytes / root * 1.2);  // slower than alone: the root complex is shared
+}
+
+// Flows of different latencies share a bottleneck equally once both transfer (SimGrid's CM02
+// would weigh them by route latency if latency were a link property).
+TEST(SimTest, FlowsOfDifferentLatenciesShareTheRootComplexEqually) {
+  auto hw = TestHardware();
+  hw.node.pcie.root_complex_bw_bytes_per_s = 4e9;  // fair share 2 GB/s, below both caps
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("gpu0.h2d", "gpu0");
+  const double read_bytes = 1e9, copy_bytes = 2e9;
+  b.Task("r", Op::kRead, "nvme0.read", static_cast<int64_t>(read_bytes));
+  b.Task("c", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(copy_bytes));
+  SimResult r = MustSimulate(b.s, hw);
+  const double root = hw.node.pcie.root_complex_bw_bytes_per_s;
+  const double t_c = hw.node.pcie.latency_s, t_r = hw.node.nvme[0].read_latency_s;
+  const double c_alone = (t_r - t_c) * root;        // the copy transfers alone until the read starts
+  const double r_done = t_r + read_bytes / (root / 2);
+  const double c_done = r_done + (copy_bytes - c_alone - read_bytes) / root;
+  EXPECT_REL(Find(r, "r").end_s, r_done);
+  EXPECT_REL(Find(r, "c").end_s, c_done);
+}
+
+TEST(SimTest, RemoteTierReadsShareItsBandwidthThroughTheNic) {
+  auto hw = TestHardware();
+  hw.node.remote.push_back({"pfs", 2e9, 1e9, 5e-4});
+  hw.node.nic_bw_bytes_per_s = 25e9;
+  Builder b;
+  b.Device("remote0");
+  b.Resource("remote0.read", "remote0", 2);
+  const double n = 1e9;
+  b.Task("a", Op::kRead, "remote0.read", static_cast<int64_t>(n));
+  b.Task("b", Op::kRead, "remote0.read", static_cast<int64_t>(n));
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& tier = hw.node.remote[0];
+  for (const char* id : {"a", "b"}) EXPECT_REL(Find(r, id).end_s, 2 * n / tier.read_bw_bytes_per_s + tier.latency_s);
+}
+
+// Over a PCIe interconnect a collective's bus bytes cross the root complex; over NVLink not.
+TEST(SimTest, PcieCollectivesLoadTheRootComplex) {
+  for (const char* kind : {"pcie", "nvlink"}) {
+    auto hw = TestHardware();
+    hw.node.pcie.latency_s = 0;
+    hw.node.pcie.root_complex_bw_bytes_per_s = 8e9;
+    hw.node.interconnect = {kind, 10e9, 0.0};
+    Builder b;
+    b.Resource("gpu0.h2d", "gpu0");
+    b.Resource("dp.comm", "net");
+    const double copy_bytes = 8e9, reduce_bytes = 4e9;
+    b.Task("c", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(copy_bytes));
+    b.Task("ar", Op::kAllReduce, "dp.comm", static_cast<int64_t>(reduce_bytes)).ranks = 2;
+    SimResult r = MustSimulate(b.s, hw);
+    const double root = hw.node.pcie.root_complex_bw_bytes_per_s;
+    const double bus_bytes = 2 * 0.5 * reduce_bytes;  // all-reduce on 2 ranks: 2 (n-1)/n bytes
+    if (std::string(kind) == "pcie") {
+      const double ar_done = bus_bytes / (root / 2);  // fair half of the root complex
+      EXPECT_REL(Find(r, "ar").end_s, ar_done) << kind;
+      EXPECT_REL(Find(r, "c").end_s, ar_done + (copy_bytes - bus_bytes) / root) << kind;
+    } else {
+      EXPECT_REL(Find(r, "ar").end_s, bus_bytes / hw.node.interconnect.bus_bw_bytes_per_s) << kind;
+      EXPECT_REL(Find(r, "c").end_s, copy_bytes / root) << kind;
+    }
+  }
+}
+
+TEST(SimTest, CopyTakesLatencyPlusBytesOverPinnedBandwidth) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("gpu1.h2d", "gpu1");
+  b.Resource("gpu1.d2h", "gpu1");
+  const int64_t n = 512 * kMiB;
+  b.Task("up", Op::kH2D, "gpu1.h2d", n);
+  b.Task("down", Op::kD2H, "gpu1.d2h", n, {"up"});
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& p = hw.node.pcie;
+  const double up = p.latency_s + n / p.h2d_bw_bytes_per_s;
+  EXPECT_REL(Find(r, "up").end_s, up);
+  EXPECT_REL(Find(r, "down").end_s, up + p.latency_s + n / p.d2h_bw_bytes_per_s);
+}
+
+TEST(SimTest, ComputeOptimizerAndCollectivesTakeTheirModelTimes) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("gpu0.compute", "gpu0");
+  b.Resource("cpu.optimizer", "host");
+  b.Resource("dp.comm", "net");
+  TaskSpec& x = b.Task("x", Op::kCompute, "gpu0.compute", 0);
+  x.flops = 1e13;
+  TaskSpec& o = b.Task("adam", Op::kOptimizer, "cpu.optimizer", 400'000'000);
+  o.ranks = 8;
+  TaskSpec& c = b.Task("ar", Op::kAllReduce, "dp.comm", 1'000'000'000);
+  c.ranks = 2;
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& n = hw.node;
+  EXPECT_REL(Find(r, "x").end_s, 1e13 / (n.gpu.peak_flops * n.gpu.compute_efficiency));
+  const double elements = 400'000'000 / 4.0;
+  EXPECT_REL(Find(r, "adam").end_s,
+             elements / std::min(8 * n.cpu.adam_elements_per_s_per_core, n.cpu.memory_bw_bytes_per_s / 28.0));
+  EXPECT_EQ(Find(r, "adam").threads, 8);
+  const double ring = 2 * (1 * n.interconnect.latency_s + 0.5 * 1e9 / n.interconnect.bus_bw_bytes_per_s);
+  EXPECT_REL(Find(r, "ar").end_s, ring);
+}
+
+// k steps of read -> compute with two buffers: fill + (k - 1) x max(read, compute) + drain.
+void CheckPipeline(double compute_flops) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("gpu0.compute", "gpu0");
+  const int64_t n = 256 * kMiB;
+  b.Pool("host.pinned", 2 * n);
+  const int k = 6;
+  for (int i = 0; i < k; ++i) {
+    const std::string si = std::to_string(i);
+    const int32_t buf = b.Buffer("buf" + si, "host.pinned", n);
+    b.Task("read" + si, Op::kRead, "nvme0.read", n).allocs = {buf};
+    TaskSpec& c = b.Task("fwd" + si, Op::kCompute, "gpu0.compute", 0, {"read" + si});
+    c.flops = compute_flops;
+    c.uses = {buf};
+    c.frees = {buf};
+  }
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& d = hw.node.nvme[0];
+  const double read = n / StreamBandwidth(d.read_bw_bytes_per_s, d.read_latency_s, kMiB, 8) + d.read_latency_s;
+  const double compute = compute_flops / (hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency);
+  EXPECT_REL(r.makespan_s, read + (k - 1) * std::max(read, compute) + compute);
+  ASSERT_EQ(r.pool_peak_bytes.size(), 1u);
+  EXPECT_EQ(r.pool_peak_bytes[0], 2 * n);
+}
+
+TEST(SimTest, PipelineBoundByReads) { CheckPipeline(2e12); }
+TEST(SimTest, PipelineBoundByCompute) { CheckPipeline(8e12); }
+
+TEST(SimTest, PoolGatingDelaysATaskUntilAFree) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("nvme0.read2", "nvme0");
+  b.Resource("gpu0.compute", "gpu0");
+  const int64_t n = 64 * kMiB;
+  b.Pool("host.pinned", n);
+  const int32_t a = b.Buffer("a", "host.pinned", n);
+  const int32_t c = b.Buffer("c", "host.pinned", n);
+  b.Task("ra", Op::kRead, "nvme0.read", n).allocs = {a};
+  TaskSpec& x = b.Task("xa", Op::kCompute, "gpu0.compute", 0, {"ra"});
+  x.flops = 1e12;
+  x.uses = {a};
+  x.frees = {a};
+  TaskSpec& rc = b.Task("rc", Op::kRead, "nvme0.read2", n);  // independent, but needs the pool
+  rc.allocs = {c};
+  b.Task("fc", Op::kFree, "", 0, {"rc"}).frees = {c};
+  SimResult r = MustSimulate(b.s, hw);
+  EXPECT_EQ(Find(r, "ra").start_s, 0.0);
+  EXPECT_EQ(Find(r, "rc").start_s, Find(r, "xa").end_s);
+  EXPECT_GT(Find(r, "rc").start_s, 0.0);
+}
+
+TEST(SimTest, PoolTooSmallIsADeadlockNamingThePool) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  const int64_t n = 64 * kMiB;
+  b.Pool("host.pinned", n + n / 2);
+  const int32_t x = b.Buffer("x", "host.pinned", n);
+  const int32_t y = b.Buffer("y", "host.pinned", n);
+  b.Task("rx", Op::kRead, "nvme0.read", n).allocs = {x, y};
+  b.Task("fx", Op::kFree, "", 0, {"rx"}).frees = {x, y};
+  ASSERT_TRUE(b.s.Validate().ok());
+  SimOptions o;
+  auto r = Simulate(b.s, hw, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlock) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("host.pinned"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(std::to_string(n / 2) + " bytes short"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("'rx'"), std::string::npos) << r.status().message();
+}
+
+TEST(SimTest, CarriedDepOrdersIterations) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("nvme0.write", "nvme0");
+  b.Resource("gpu0.compute", "gpu0");
+  const int64_t n = 128 * kMiB;
+  b.Task("r", Op::kRead, "nvme0.read", n);
+  b.Task("x", Op::kCompute, "gpu0.compute", 0, {"r"}).flops = 1e12;
+  b.Task("w", Op::kWrite, "nvme0.write", n, {"x"});
+  b.s.mutable_tasks()[0].carried = {{b.s.FindTask("w"), 1}};
+  SimResult r = MustSimulate(b.s, hw, 3);
+  ASSERT_EQ(r.records.size(), 9u);
+  for (int it = 1; it < 3; ++it) EXPECT_EQ(Find(r, "r", it).start_s, Find(r, "w", it - 1).end_s);
+
+  // Without the carried dep, the second read starts as soon as the first one ends.
+  b.s.mutable_tasks()[0].carried.clear();
+  SimResult free_running = MustSimulate(b.s, hw, 3);
+  EXPECT_EQ(Find(free_running, "r", 1).start_s, Find(free_running, "r", 0).end_s);
+  EXPECT_LT(free_running.makespan_s, r.makespan_s);
+}
+
+Schedule PipelineSchedule(int layers) {
+  Builder b;
+  b.Resource("nvme0.read", "nvme0", 2);
+  b.Resource("nvme0.write", "nvme0", 2);
+  b.Resource("gpu0.h2d", "gpu0");
+  b.Resource("gpu0.d2h", "gpu0");
+  b.Resource("gpu0.compute", "gpu0");
+  const int64_t n = 16 * kMiB;
+  b.Pool("host.pinned", 4 * n);
+  for (int i = 0; i < layers; ++i) {
+    const std::string s = std::to_string(i);
+    const int32_t buf = b.Buffer("b" + s, "host.pinned", n);
+    b.Task("read" + s, Op::kRead, "nvme0.read", n).allocs = {buf};
+    b.Task("h2d" + s, Op::kH2D, "gpu0.h2d", n, {"read" + s}).uses = {buf};
+    b.Task("fwd" + s, Op::kCompute, "gpu0.compute", n, {"h2d" + s}).flops = 2e11;
+    b.Task("d2h" + s, Op::kD2H, "gpu0.d2h", n, {"fwd" + s}).uses = {buf};
+    TaskSpec& w = b.Task("write" + s, Op::kWrite, "nvme0.write", n, {"d2h" + s});
+    w.uses = {buf};
+    w.frees = {buf};
+  }
+  return b.s;
+}
+
+TEST(SimTest, SimulatingTwiceGivesIdenticalResults) {
+  const auto hw = TestHardware();
+  const Schedule s = PipelineSchedule(50);
+  SimResult a = MustSimulate(s, hw, 3);
+  SimResult b = MustSimulate(s, hw, 3);
+  ASSERT_EQ(a.records.size(), 750u);
+  EXPECT_EQ(a.records, b.records);
+  EXPECT_EQ(a.makespan_s, b.makespan_s);
+  EXPECT_EQ(a.pool_peak_bytes, b.pool_peak_bytes);
+  EXPECT_EQ(a.disk_sharing_mismatches, 0);
+}
+
+TEST(SimTest, WallTimeIsLinearInIterations) {
+  const auto hw = TestHardware();
+  const Schedule s = PipelineSchedule(200);  // 1000 tasks per iteration
+  SimResult small = MustSimulate(s, hw, 5);
+  SimResult large = MustSimulate(s, hw, 50);
+  ASSERT_EQ(large.tasks_simulated, 50'000);
+  const double per_task_small = small.wall_s / small.tasks_simulated;
+  const double per_task_large = large.wall_s / large.tasks_simulated;
+  std::printf("wall per task: %.2f us (5 iterations), %.2f us (50 iterations)\n", per_task_small * 1e6,
+              per_task_large * 1e6);
+  EXPECT_LT(per_task_large, 3 * per_task_small);
+  EXPECT_REL(large.makespan_s / small.makespan_s, 10.0 * large.makespan_s / small.makespan_s / 10.0);
+  EXPECT_GT(large.makespan_s, 9 * small.makespan_s);
+}
+
+TEST(SimTest, DeviceMissingOnTheHardwareIsAnInvalidArgumentNamingIt) {
+  const auto hw = TestHardware();
+  Builder b;
+  b.Resource("nvme3.read", "nvme3");
+  b.Task("r", Op::kRead, "nvme3.read", 1 << 20);
+  auto r = Simulate(b.s, hw, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("nvme3"), std::string::npos) << r.status().message();
+
+  Builder c;
+  c.Device("tpu0");
+  auto r2 = Simulate(c.s, hw, SimOptions{});
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("tpu0"), std::string::npos) << r2.status().message();
+
+  Builder g;
+  g.Resource("gpu0.read", "gpu0");
+  g.Task("r", Op::kRead, "gpu0.read", 1 << 20);
+  auto r3 = Simulate(g.s, hw, SimOptions{});
+  ASSERT_FALSE(r3.ok());
+  EXPECT_EQ(r3.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r3.status().message().find("'r'"), std::string::npos) << r3.status().message();
+}
+
+TEST(SimTest, ProgressIsReportedAndTracesCanBeSkipped) {
+  const auto hw = TestHardware();
+  const Schedule s = PipelineSchedule(20);
+  SimOptions o;
+  o.iterations = 4;
+  o.record_trace = false;
+  int64_t last = 0, calls = 0;
+  o.progress = [&](const SimProgress& p) {
+    EXPECT_GE(p.instances_completed, last);
+    last = p.instances_completed;
+    EXPECT_EQ(p.instances_total, 400);
+    ++calls;
+  };
+  auto r = Simulate(s, hw, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->records.empty());
+  EXPECT_EQ(r->tasks_simulated, 400);
+  EXPECT_EQ(last, 400);
+  EXPECT_GE(calls, 10);
+}
+
+TEST(SimTest, SimGridFailureBecomesAStatus) {
+  const auto hw = TestHardware();
+  const Schedule s = PipelineSchedule(2);
+  SimOptions o;
+  o.simgrid_config = {"no/such-option:1"};
+  auto r = Simulate(s, hw, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
+}
+
+// In-process runs match forked ones, and a second in-process run is refused, not wrong. Runs in
+// a child process (a death test) because it uses up this process's one SimGrid engine.
+TEST(SimDeathTest, InProcessRunsOnceAndMatchesFork) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto hw = TestHardware();
+  const Schedule s = PipelineSchedule(10);
+  EXPECT_EXIT(
+      {
+        SimOptions fork_options;
+        fork_options.iterations = 2;
+        auto forked = Simulate(s, hw, fork_options);
+        SimOptions in_options = fork_options;
+        in_options.isolation = SimIsolation::kInProcess;
+        auto first = Simulate(s, hw, in_options);
+        auto second = Simulate(s, hw, in_options);
+        const bool ok = forked.ok() && first.ok() && first->records == forked->records &&
+                        !second.ok() && second.status().code() == StatusCode::kFailedPrecondition;
+        std::_Exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
+}  // namespace tierflow::sim
