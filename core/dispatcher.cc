@@ -162,37 +162,50 @@ void Dispatcher::WakePoolWaiters(int32_t p) {
 
 size_t Dispatcher::Dispatch(std::vector<Instance>* to_start) {
   size_t started = 0;
-  while (!dirty_.empty()) {
-    const int32_t r = dirty_.back();
-    dirty_.pop_back();
-    ResourceState& res = resources_[r];
-    res.dirty = false;
-    while (res.free_slots > 0 && !res.heap.empty()) {
-      std::pop_heap(res.heap.begin(), res.heap.end());
-      const Pending p = res.heap.back();
-      res.heap.pop_back();
-      const int64_t it = p.iteration;
-      if (alloc_begin_[p.task] != alloc_begin_[p.task + 1]) {
-        const int32_t short_pool = FirstShortPool(p.task);
-        if (short_pool != kNoIndex) {
-          SlotOf(it).state[p.task] = kPoolWait;
-          auto& waiting = pools_[short_pool].waiting;
-          waiting.push_back(p);
-          std::push_heap(waiting.begin(), waiting.end());
-          continue;
-        }
-        for (int32_t k = alloc_begin_[p.task]; k < alloc_begin_[p.task + 1]; ++k) {
-          PoolState& pool = pools_[alloc_[k].pool];
-          pool.in_use += alloc_[k].bytes;
-          pool.peak = std::max(pool.peak, pool.in_use);
-        }
+  // Across resources too, the earliest (iteration, priority, task) goes first: it matters when
+  // instances on different resources compete for one pool. The dirty list is short (the
+  // resources touched since the last call), so a scan per start is cheap.
+  while (true) {
+    int32_t best = kNoIndex;
+    for (size_t i = 0; i < dirty_.size();) {
+      const int32_t r = dirty_[i];
+      ResourceState& res = resources_[r];
+      if (res.free_slots <= 0 || res.heap.empty()) {
+        res.dirty = false;
+        dirty_[i] = dirty_.back();
+        dirty_.pop_back();
+        continue;
       }
-      SlotOf(it).state[p.task] = kRunning;
-      if (r != instant_resource_) --res.free_slots;
-      ++running_;
-      ++started;
-      to_start->push_back({p.task, it});
+      // The heap's comparator is inverted, so front() is the smallest entry.
+      if (best == kNoIndex || resources_[best].heap.front() < res.heap.front()) best = r;
+      ++i;
     }
+    if (best == kNoIndex) break;
+    ResourceState& res = resources_[best];
+    std::pop_heap(res.heap.begin(), res.heap.end());
+    const Pending p = res.heap.back();
+    res.heap.pop_back();
+    const int64_t it = p.iteration;
+    if (alloc_begin_[p.task] != alloc_begin_[p.task + 1]) {
+      const int32_t short_pool = FirstShortPool(p.task);
+      if (short_pool != kNoIndex) {
+        SlotOf(it).state[p.task] = kPoolWait;
+        auto& waiting = pools_[short_pool].waiting;
+        waiting.push_back(p);
+        std::push_heap(waiting.begin(), waiting.end());
+        continue;
+      }
+      for (int32_t k = alloc_begin_[p.task]; k < alloc_begin_[p.task + 1]; ++k) {
+        PoolState& pool = pools_[alloc_[k].pool];
+        pool.in_use += alloc_[k].bytes;
+        pool.peak = std::max(pool.peak, pool.in_use);
+      }
+    }
+    SlotOf(it).state[p.task] = kRunning;
+    if (best != instant_resource_) --res.free_slots;
+    ++running_;
+    ++started;
+    to_start->push_back({p.task, it});
   }
   return started;
 }

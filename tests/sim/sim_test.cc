@@ -378,7 +378,7 @@ TEST(SimTest, PoolTooSmallIsADeadlockNamingThePool) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlock) << r.status().ToString();
   EXPECT_NE(r.status().message().find("host.pinned"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find(std::to_string(n / 2) + " bytes short"), std::string::npos)
+  EXPECT_NE(r.status().message().find("short by " + std::to_string(n / 2) + " bytes"), std::string::npos)
       << r.status().message();
   EXPECT_NE(r.status().message().find("'rx'"), std::string::npos) << r.status().message();
 }

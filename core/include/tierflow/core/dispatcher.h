@@ -3,9 +3,10 @@
 //
 // An instance is ready when its same-iteration deps and its carried deps (task, iteration -
 // distance) have completed. It starts when, in addition, its resource has a free slot and the
-// buffers it allocates fit in their pools. Among startable instances on one resource, the earlier
-// iteration goes first, then the lower priority value, then the earlier task in the schedule
-// (priority orders the tasks of one iteration: a schedule is a program for one iteration).
+// buffers it allocates fit in their pools. Among startable instances, on one resource and across
+// resources alike (which matters when they compete for a pool), the earlier iteration goes
+// first, then the lower priority value, then the earlier task in the schedule (priority orders
+// the tasks of one iteration: a schedule is a program for one iteration).
 // An instance whose allocations do not fit steps aside (it does not block its resource) until
 // its pool releases bytes.
 //
