@@ -14,6 +14,7 @@
 
 #include "tierflow/core/schedule.h"
 #include "tierflow/models/hardware.h"
+#include "tierflow/policies/policy.h"
 #include "tierflow/sim/simulator.h"
 
 namespace tierflow::sim {
@@ -126,6 +127,28 @@ BENCHMARK(BM_SyntheticPipeline)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
+}  // namespace tierflow::sim
+
+namespace tierflow::sim {
+
+// The quickstart: Llama-2-70B under zero-infinity on the 4 x A100 one-NVMe node (21k tasks per
+// iteration), planned once, simulated for 1, 10 and 100 iterations.
+void BM_Quickstart(benchmark::State& state) {
+  static const auto planned = [] {
+    auto scenario = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/quickstart.yaml");
+    if (!scenario.ok()) return StatusOr<std::pair<Schedule, models::HardwareSpec>>(scenario.status());
+    auto schedule = policies::Plan(*scenario);
+    if (!schedule.ok()) return StatusOr<std::pair<Schedule, models::HardwareSpec>>(schedule.status());
+    return StatusOr<std::pair<Schedule, models::HardwareSpec>>(std::make_pair(std::move(*schedule), scenario->hardware));
+  }();
+  if (!planned.ok()) {
+    state.SkipWithError(planned.status().ToString().c_str());
+    return;
+  }
+  RunSimBenchmark(state, planned->first, planned->second, state.range(0), true);
+}
+BENCHMARK(BM_Quickstart)->ArgNames({"iterations"})->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace tierflow::sim
 
 BENCHMARK_MAIN();
