@@ -1,0 +1,17 @@
+# Runs one tierflow command and checks its exit code, its output against a regex, and (for
+# errors) that stderr is exactly one line.  -DARGS="a|b|c" -DRC=N -DREGEX=... [-DONE_LINE=1]
+string(REPLACE "|" ";" argv "${ARGS}")
+execute_process(COMMAND ${TIERFLOW} ${argv} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT "${rc}" STREQUAL "${RC}")
+  message(FATAL_ERROR "exit code ${rc}, expected ${RC}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+if(NOT "${out}${err}" MATCHES "${REGEX}")
+  message(FATAL_ERROR "output does not match '${REGEX}'\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+if(ONE_LINE)
+  string(REGEX MATCHALL "\n" newlines "${err}")
+  list(LENGTH newlines n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "expected one error line, got ${n}:\n${err}")
+  endif()
+endif()
