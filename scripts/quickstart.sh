@@ -7,4 +7,3 @@ cd "$(dirname "$0")/.."
 ./scripts/build.sh --target tierflow
 mkdir -p out
 ./build/cli/tierflow sim scenarios/quickstart.yaml --iterations 3 --trace out/quickstart-trace.json
-echo "Timeline: out/quickstart-trace.json (open it at ui.perfetto.dev)"

@@ -23,6 +23,8 @@ struct Case {
   std::vector<std::string> sets;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 const std::string kScenario = std::string(TIERFLOW_SOURCE_DIR) + "/tests/cli/data/small.yaml";
 const std::string kData = std::string(TIERFLOW_SOURCE_DIR) + "/tests/golden/data/";
 
