@@ -8,9 +8,10 @@ namespace {
 struct Entry {
   const char* name;
   StatusOr<Schedule> (*plan)(const Scenario&);
+  std::vector<KnobChoice> (*tunable)(const Scenario&);
 };
 constexpr Entry kPolicies[] = {
-    {"zero-infinity", &PlanZeroInfinity},
+    {"zero-infinity", &PlanZeroInfinity, &ZeroInfinityTunableKnobs},
 };
 
 }  // namespace
@@ -19,6 +20,13 @@ std::vector<std::string> PolicyNames() {
   std::vector<std::string> names;
   for (const Entry& e : kPolicies) names.push_back(e.name);
   return names;
+}
+
+std::vector<KnobChoice> TunableKnobs(const std::string& policy, const Scenario& scenario) {
+  for (const Entry& e : kPolicies) {
+    if (policy == e.name) return e.tunable(scenario);
+  }
+  return {};
 }
 
 StatusOr<Schedule> Plan(Scenario scenario) {

@@ -306,4 +306,15 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   return schedule;
 }
 
+// What a DeepSpeed user can change without touching DeepSpeed: the swap buffers, the
+// optimizer pipelining, the sub-group size and the aio request shape.
+std::vector<KnobChoice> ZeroInfinityTunableKnobs(const Scenario&) {
+  return {{"buffer_count", {"3", "5", "8"}},
+          {"pipeline_read", {"false", "true"}},
+          {"pipeline_write", {"false", "true"}},
+          {"sub_group_size", {"1e8", "5e8", "1e9"}},
+          {"block_size", {"1 MiB", "8 MiB"}},
+          {"queue_depth", {"8", "32", "128"}}};
+}
+
 }  // namespace tierflow::policies

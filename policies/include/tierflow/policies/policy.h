@@ -17,4 +17,13 @@ namespace tierflow::policies {
 StatusOr<Schedule> Plan(Scenario scenario);
 std::vector<std::string> PolicyNames();
 
+// A knob the tuner may change, with the values worth trying (spelt as in a scenario).
+struct KnobChoice {
+  std::string name;
+  std::vector<std::string> values;
+};
+// The knobs of `policy` that `tierflow tune` searches, for this scenario (values may depend on
+// the model and hardware, e.g. disk counts). Empty for an unknown policy.
+std::vector<KnobChoice> TunableKnobs(const std::string& policy, const Scenario& scenario);
+
 }  // namespace tierflow::policies
