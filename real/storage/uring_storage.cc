@@ -16,6 +16,8 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -53,78 +55,111 @@ class Ring {
     if (efd_ >= 0) ::close(efd_);
   }
 
+  // Starts the ring's thread, which creates the ring itself: the ring is set up single-issuer
+  // with deferred task running (completions are processed only when the thread waits), falling
+  // back to cooperative task running, then to plain, on older kernels.
   Status Init() {
-    unsigned entries = 1;
-    while (entries < static_cast<unsigned>(options_.queue_depth) + 1) entries <<= 1;
-    io_uring_params params{};
-    params.flags = IORING_SETUP_COOP_TASKRUN;
-    int rc = io_uring_queue_init_params(entries, &ring_, &params);
-    if (rc == -EINVAL) {
-      params = io_uring_params{};
-      rc = io_uring_queue_init_params(entries, &ring_, &params);
-    }
-    if (rc < 0) return Unavailable("io_uring_queue_init for device " + std::to_string(device_) + ": " + std::strerror(-rc));
-    ring_ok_ = true;
     efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (efd_ < 0) return FromErrno(errno, "eventfd for device " + std::to_string(device_));
-    if (options_.register_files) fixed_files_ = io_uring_register_files_sparse(&ring_, kFixedFiles) == 0;
-    if (options_.register_buffers) fixed_buffers_ = io_uring_register_buffers_sparse(&ring_, kFixedBuffers) == 0;
-    thread_ = std::thread([this] { Loop(); });
+    std::promise<Status> ready;
+    auto started = ready.get_future();
+    thread_ = std::thread([this, &ready] {
+      Status st = CreateRing();
+      bool ok = st.ok();
+      ready.set_value(st);
+      if (ok) Loop();
+    });
+    Status st = started.get();
+    if (!st.ok()) {
+      thread_.join();
+      return st;
+    }
     return Status::Ok();
   }
 
   void InstallFile(FileId id, int fd) {
     if (!fixed_files_ || id < 0 || static_cast<unsigned>(id) >= kFixedFiles) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    int f = fd;
-    if (io_uring_register_files_update(&ring_, id, &f, 1) == 1) {
-      if (static_cast<size_t>(id) >= installed_.size()) installed_.resize(id + 1, false);
-      installed_[id] = true;
-    }
+    RunOnRing([this, id, fd] {
+      int f = fd;
+      if (io_uring_register_files_update(&ring_, id, &f, 1) == 1) {
+        if (static_cast<size_t>(id) >= installed_.size()) installed_.resize(id + 1, false);
+        installed_[id] = true;
+      }
+    });
   }
   void RemoveFile(FileId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<size_t>(id) < installed_.size() && installed_[id]) {
-      int f = -1;
-      io_uring_register_files_update(&ring_, id, &f, 1);
-      installed_[id] = false;
-    }
+    RunOnRing([this, id] {
+      if (static_cast<size_t>(id) < installed_.size() && installed_[id]) {
+        int f = -1;
+        io_uring_register_files_update(&ring_, id, &f, 1);
+        installed_[id] = false;
+      }
+    });
   }
-  // Returns the buffer slot used, or -1.
-  int InstallBuffer(int slot, const Region& r) {
-    if (!fixed_buffers_ || slot >= static_cast<int>(kFixedBuffers)) return -1;
-    iovec iov{r.data, static_cast<size_t>(r.size_bytes)};
-    __u64 tag = 0;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (io_uring_register_buffers_update_tag(&ring_, slot, &iov, &tag, 1) != 1) return -1;
-    if (static_cast<size_t>(slot) >= buffers_.size()) buffers_.resize(slot + 1);
-    buffers_[slot] = r;
-    return slot;
+  // Installs a buffer in the fixed-buffer table slot (when the kernel accepts it).
+  void InstallBuffer(int slot, const Region& r) {
+    if (!fixed_buffers_ || slot >= static_cast<int>(kFixedBuffers)) return;
+    RunOnRing([this, slot, r] {
+      iovec iov{r.data, static_cast<size_t>(r.size_bytes)};
+      __u64 tag = 0;
+      if (io_uring_register_buffers_update_tag(&ring_, slot, &iov, &tag, 1) != 1) return;
+      if (static_cast<size_t>(slot) >= buffers_.size()) buffers_.resize(slot + 1);
+      buffers_[slot] = r;
+    });
   }
   void RemoveBuffer(int slot) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (slot < 0 || static_cast<size_t>(slot) >= buffers_.size() || buffers_[slot].data == nullptr) return;
-    iovec iov{nullptr, 0};
-    __u64 tag = 0;
-    io_uring_register_buffers_update_tag(&ring_, slot, &iov, &tag, 1);
-    buffers_[slot] = Region{};
+    RunOnRing([this, slot] {
+      if (slot < 0 || static_cast<size_t>(slot) >= buffers_.size() || buffers_[slot].data == nullptr) return;
+      iovec iov{nullptr, 0};
+      __u64 tag = 0;
+      io_uring_register_buffers_update_tag(&ring_, slot, &iov, &tag, 1);
+      buffers_[slot] = Region{};
+    });
   }
 
   void Enqueue(std::vector<Piece*>& pieces, IoOp op) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto& q = op == IoOp::kRead ? reads_ : writes_;
-      for (Piece* p : pieces) {
-        if (static_cast<size_t>(p->parent->request.file) < installed_.size() && installed_[p->parent->request.file]) {
-          p->fixed_file = p->parent->request.file;
-        }
-        q.push_back(p);
-      }
+      for (Piece* p : pieces) q.push_back(p);
     }
     Wake();
   }
 
  private:
+  Status CreateRing() {
+    unsigned entries = 1;
+    while (entries < static_cast<unsigned>(options_.queue_depth) + 1) entries <<= 1;
+    int rc = -EINVAL;
+    for (unsigned flags : {unsigned{IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN},
+                           unsigned{IORING_SETUP_COOP_TASKRUN}, 0u}) {
+      io_uring_params params{};
+      params.flags = flags;
+      rc = io_uring_queue_init_params(entries, &ring_, &params);
+      if (rc != -EINVAL) break;
+    }
+    if (rc < 0) return Unavailable("io_uring_queue_init for device " + std::to_string(device_) + ": " + std::strerror(-rc));
+    ring_ok_ = true;
+    if (options_.register_files) fixed_files_ = io_uring_register_files_sparse(&ring_, kFixedFiles) == 0;
+    if (options_.register_buffers) fixed_buffers_ = io_uring_register_buffers_sparse(&ring_, kFixedBuffers) == 0;
+    return Status::Ok();
+  }
+
+  // Runs `fn` on the ring's thread (the ring's only issuer) and waits for it.
+  void RunOnRing(std::function<void()> fn) {
+    std::promise<void> done;
+    auto f = done.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      commands_.push_back([&fn, &done] {
+        fn();
+        done.set_value();
+      });
+    }
+    Wake();
+    f.wait();
+  }
+
   void Wake() {
     uint64_t one = 1;
     ssize_t rc = ::write(efd_, &one, sizeof one);
@@ -144,6 +179,8 @@ class Ring {
     char* buf = p->buffer + p->done_bytes;
     unsigned len = static_cast<unsigned>(p->length_bytes - p->done_bytes);
     uint64_t off = static_cast<uint64_t>(p->offset_bytes + p->done_bytes);
+    FileId id = p->parent->request.file;
+    p->fixed_file = static_cast<size_t>(id) < installed_.size() && installed_[id] ? id : -1;
     int fd = p->fixed_file >= 0 ? p->fixed_file : p->fd;
     int slot = FindBuffer(buf, len);
     if (slot >= 0) {
@@ -163,10 +200,17 @@ class Ring {
     uint64_t drained;
     std::vector<std::pair<Piece*, Status>> finished;
     for (;;) {
+      // 0. Registration commands from other threads.
+      std::vector<std::function<void()>> commands;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        commands.swap(commands_);
+      }
+      for (auto& c : commands) c();
       // 1. Fill to the queue depth, reads first.
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stop_ && inflight == 0 && reads_.empty() && writes_.empty()) break;
+        if (stop_ && inflight == 0 && reads_.empty() && writes_.empty() && commands_.empty()) break;
         if (!wake_armed) {
           io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
           io_uring_prep_poll_add(sqe, efd_, POLLIN);
@@ -247,8 +291,9 @@ class Ring {
   bool fixed_files_ = false;
   bool fixed_buffers_ = false;
   std::thread thread_;
-  std::mutex mu_;  // queues, stop_, installed_, buffers_ and io_uring_register calls
+  std::mutex mu_;  // queues, stop_, commands_
   std::deque<Piece*> reads_, writes_;
+  std::vector<std::function<void()>> commands_;
   bool stop_ = false;
   std::vector<bool> installed_;
   std::vector<Region> buffers_;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tierflow/core/status.h"
+#include "tierflow/real/pinned_arena.h"
 #include "tierflow/real/storage.h"
 
 namespace tierflow::real {
@@ -47,7 +48,11 @@ struct CheckpointOptions {
   CheckpointStrategy strategy = CheckpointStrategy::kAggregated;
   int64_t align_bytes = 4096;             // aggregated: tensor offsets in a file
   int64_t staging_bytes = 32 << 20;       // aggregated: size of one staging buffer
-  int32_t staging_buffers = 3;            // aggregated: buffers in flight + the one being filled
+  int32_t staging_buffers = 4;            // aggregated: buffers in flight + the one being filled
+  // Optional: staging slots kept across saves and loads (as a training job keeps its pinned
+  // buffers); then staging_bytes is the pool's slot size and up to staging_buffers slots are used.
+  // Default (nullptr): a fresh pinned arena per call.
+  SlotPool* staging = nullptr;
 };
 
 struct CheckpointStats {
