@@ -20,7 +20,8 @@ namespace {
 
 struct CkptArgs {
   std::vector<std::string> dirs;
-  std::string strategy = "aggregated";
+  std::string strategy = "aggregated";        // save
+  std::string bench_strategy = "both";        // bench
   std::string name = "ckpt";
   std::string backend = "auto";
   std::string preset;
@@ -133,10 +134,10 @@ double Median(std::vector<double> v) {
 Status Bench(const CkptArgs& a) {
   TF_ASSIGN_OR_RETURN(auto set, MakeTensors(a));
   std::vector<real::CheckpointStrategy> strategies;
-  if (a.strategy == "both" || a.strategy.empty()) {
+  if (a.bench_strategy == "both" || a.bench_strategy.empty()) {
     strategies = {real::CheckpointStrategy::kAggregated, real::CheckpointStrategy::kFilePerTensor};
   } else {
-    TF_ASSIGN_OR_RETURN(auto s, real::CheckpointStrategyFromName(a.strategy));
+    TF_ASSIGN_OR_RETURN(auto s, real::CheckpointStrategyFromName(a.bench_strategy));
     strategies = {s};
   }
   if (!a.json) {
@@ -218,7 +219,7 @@ Command MakeCheckpoint(CLI::App& parent) {
   load->callback([which] { *which = "load"; });
   CLI::App* bench = ck->add_subcommand("bench", "Save and load with each strategy; median bandwidths");
   common(bench);
-  bench->add_option("--strategy", a->strategy, "aggregated, file-per-tensor or both")->default_val("both");
+  bench->add_option("--strategy", a->bench_strategy, "aggregated, file-per-tensor or both");
   bench->add_option("--reps", a->reps, "Repetitions");
   bench->add_flag("--json", a->json, "Print JSON");
   bench->add_flag("--keep", a->keep, "Keep the benchmark checkpoints");
