@@ -6,7 +6,11 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "../store/aligned_buffer.h"
 #include "tierflow/real/storage.h"
@@ -50,11 +54,123 @@ struct Slot {
   int64_t offset = 0;
 };
 
+// Keeps `slots.size()` requests in flight without a thread hand-off: each completion is
+// accounted and its slot's next request submitted from the sink, on the back-end's thread — the
+// fill/submit/reap cycle of fio and liburing's examples.
+class ClosedLoop final : public CompletionSink {
+ public:
+  struct Window {
+    int64_t bytes = 0, ios = 0, wrong = 0;
+    std::vector<int64_t> dev_read, dev_write;
+    std::vector<double> latencies;
+  };
+
+  ClosedLoop(Storage& storage, std::vector<Slot>& slots, const std::vector<FileId>& files, const std::string& op,
+             int64_t block, int64_t blocks_in_file, bool random, int32_t devices)
+      : storage_(storage), slots_(slots), files_(files), op_(op), block_(block), blocks_(blocks_in_file),
+        random_(random), next_block_(devices, 0), devices_(devices), rng_(42) {}
+
+  Status Start() {
+    std::vector<IoRequest> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < slots_.size(); ++i) batch.push_back(Prepare(i));
+      inflight_ = static_cast<int64_t>(slots_.size());
+    }
+    Status st = storage_.Submit(batch, this);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      inflight_ = 0;
+    }
+    return st;
+  }
+  void OpenWindow(double start_s, double stop_s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    w_ = Window{};
+    w_.dev_read.assign(devices_, 0);
+    w_.dev_write.assign(devices_, 0);
+    start_s_ = start_s;
+    stop_s_ = stop_s;
+    open_ = true;
+  }
+  Window CloseWindow() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+    return std::move(w_);
+  }
+  Status Stop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.wait(lock, [&] { return inflight_ == 0; });
+    return error_;
+  }
+
+  void Push(IoCompletion c) override {
+    IoRequest next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Slot& s = slots_[c.tag];
+      if (open_ && c.complete_s >= start_s_ && c.complete_s <= stop_s_) {
+        if (!c.status.ok() || c.bytes != block_) {
+          ++w_.wrong;
+        } else {
+          if (s.op == IoOp::kRead && CountWrong(s.buf, s.offset, block_) > 0) ++w_.wrong;
+          w_.bytes += c.bytes;
+          ++w_.ios;
+          (s.op == IoOp::kRead ? w_.dev_read : w_.dev_write)[s.device] += c.bytes;
+          w_.latencies.push_back(c.complete_s - c.submit_s);
+        }
+      }
+      if (!c.status.ok() && error_.ok()) error_ = c.status;
+      if (stopping_ || !error_.ok()) {
+        if (--inflight_ == 0) cv_.notify_all();
+        return;
+      }
+      next = Prepare(c.tag);
+    }
+    Status st = storage_.Submit({&next, 1}, this);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.ok()) error_ = st;
+      if (--inflight_ == 0) cv_.notify_all();
+    }
+  }
+
+ private:
+  IoRequest Prepare(size_t i) {
+    Slot& s = slots_[i];
+    s.op = op_ == "read" ? IoOp::kRead : op_ == "write" ? IoOp::kWrite : (rng_() % 10 < 7 ? IoOp::kRead : IoOp::kWrite);
+    int64_t blk = random_ ? static_cast<int64_t>(rng_() % blocks_) : next_block_[s.device]++ % blocks_;
+    s.offset = blk * block_;
+    if (s.op == IoOp::kWrite) Stamp(s.buf, s.offset, block_);
+    return IoRequest{s.op, files_[s.device], s.offset, block_, s.buf, i};
+  }
+
+  Storage& storage_;
+  std::vector<Slot>& slots_;
+  const std::vector<FileId>& files_;
+  std::string op_;
+  int64_t block_, blocks_;
+  bool random_;
+  std::vector<int64_t> next_block_;
+  int32_t devices_;
+  std::mt19937_64 rng_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t inflight_ = 0;
+  bool stopping_ = false;
+  bool open_ = false;
+  double start_s_ = 0, stop_s_ = 0;
+  Window w_;
+  Status error_;
+};
+
 }  // namespace
 
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
                                                     const std::function<void(const DiskProbeResult&)>& progress) {
   if (o.dirs.empty()) return InvalidArgument("probe disk: no --dir given");
+  if (o.backend == "memory") return InvalidArgument("probe disk: measures a device; use uring, posix or auto");
   if (o.file_bytes < (int64_t{16} << 20)) return InvalidArgument("probe disk: the file must be at least 16 MiB");
   for (int64_t b : o.block_bytes) {
     if (b < kDirectAlignment || b % kDirectAlignment != 0) {
@@ -122,24 +238,11 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
             if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * qd * ndev) + " bytes");
             (void)storage.RegisterMemory(buffers.data(), buffers.size_bytes());
             std::vector<Slot> slots(static_cast<size_t>(qd) * ndev);
-            std::mt19937_64 rng(42);
-            const int64_t blocks_in_file = file_bytes / block;
-            std::vector<int64_t> next_block(ndev, 0);
-            CompletionQueue q;
-            auto issue = [&](size_t i) -> Status {
-              Slot& s = slots[i];
-              s.op = opname == "read" ? IoOp::kRead : opname == "write" ? IoOp::kWrite
-                     : (rng() % 10 < 7 ? IoOp::kRead : IoOp::kWrite);
-              int64_t blk = o.random ? static_cast<int64_t>(rng() % blocks_in_file) : next_block[s.device]++ % blocks_in_file;
-              s.offset = blk * block;
-              if (s.op == IoOp::kWrite) Stamp(s.buf, s.offset, block);
-              IoRequest r{s.op, files[s.device], s.offset, block, s.buf, i};
-              return storage.Submit({&r, 1}, &q);
-            };
             for (size_t i = 0; i < slots.size(); ++i) {
               slots[i].device = static_cast<int32_t>(i % ndev);
               slots[i].buf = buffers.data() + static_cast<int64_t>(i) * block;
             }
+            ClosedLoop loop(storage, slots, files, opname, block, file_bytes / block, o.random, ndev);
             DiskProbeResult res;
             res.op = opname;
             res.block_bytes = block;
@@ -147,46 +250,26 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
             res.devices = ndev;
             res.backend = storage.name();
             std::vector<double> bws, iops, lat;
-            for (size_t i = 0; i < slots.size(); ++i) TF_RETURN_IF_ERROR(issue(i));
+            TF_RETURN_IF_ERROR(loop.Start());
             for (int32_t rep = -1; rep < o.repetitions; ++rep) {  // rep -1 is the warm-up
-              const bool measured = rep >= 0;
               const double start = MonotonicSeconds();
-              const double stop = start + (measured ? o.duration_s : o.warmup_s);
-              int64_t bytes = 0, ios = 0;
-              std::vector<int64_t> dev_read(ndev, 0), dev_write(ndev, 0);
-              double now = start;
-              while (now < stop) {
-                std::vector<IoCompletion> done;
-                q.Wait(&done, 1);
-                now = MonotonicSeconds();
-                for (auto& c : done) {
-                  Slot& s = slots[c.tag];
-                  if (measured) {
-                    if (!c.status.ok() || c.bytes != block) {
-                      ++res.wrong;
-                    } else if (s.op == IoOp::kRead) {
-                      res.wrong += CountWrong(s.buf, s.offset, block) > 0 ? 1 : 0;
-                    }
-                    // Count requests that complete inside the window.
-                    if (c.complete_s <= stop) {
-                      bytes += c.bytes;
-                      ++ios;
-                      (s.op == IoOp::kRead ? dev_read : dev_write)[s.device] += c.bytes;
-                      lat.push_back(c.complete_s - c.submit_s);
-                    }
-                  }
-                  TF_RETURN_IF_ERROR(issue(c.tag));
-                }
-              }
-              if (!measured) continue;
+              const double stop = start + (rep >= 0 ? o.duration_s : o.warmup_s);
+              loop.OpenWindow(start, stop);
+              std::this_thread::sleep_for(std::chrono::duration<double>(stop - MonotonicSeconds()));
+              // Completions stamped inside the window may still be on their way to the sink.
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+              ClosedLoop::Window w = loop.CloseWindow();
+              if (rep < 0) continue;
               double window = stop - start;
-              bws.push_back(static_cast<double>(bytes) / window);
-              iops.push_back(static_cast<double>(ios) / window);
-              res.bytes += bytes;
+              bws.push_back(static_cast<double>(w.bytes) / window);
+              iops.push_back(static_cast<double>(w.ios) / window);
+              res.bytes += w.bytes;
+              res.wrong += w.wrong;
+              lat.insert(lat.end(), w.latencies.begin(), w.latencies.end());
               if (trace != nullptr) {
                 for (int32_t d = 0; d < ndev; ++d) {
                   for (IoOp op : {IoOp::kRead, IoOp::kWrite}) {
-                    int64_t b = (op == IoOp::kRead ? dev_read : dev_write)[d];
+                    int64_t b = (op == IoOp::kRead ? w.dev_read : w.dev_write)[d];
                     if (b == 0) continue;
                     TraceRecord r;
                     r.iteration = rep;
@@ -206,12 +289,10 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
                 }
               }
             }
-            // Drain what is still in flight before the buffers go away.
-            size_t outstanding = slots.size();
-            std::vector<IoCompletion> rest;
-            while (rest.size() < outstanding) q.Wait(&rest, 1);
+            Status stopped = loop.Stop();  // waits for everything in flight
             storage.UnregisterMemory(buffers.data());
             for (FileId f : files) (void)storage.Close(f);
+            TF_RETURN_IF_ERROR(stopped);
             std::sort(bws.begin(), bws.end());
             std::sort(iops.begin(), iops.end());
             res.bytes_per_s = bws[bws.size() / 2];

@@ -43,7 +43,7 @@ class FaultStorage final : public FaultInjectingStorage {
   std::string PathOf(FileId file) const override { return inner_->PathOf(file); }
   int32_t DeviceOf(FileId file) const override { return inner_->DeviceOf(file); }
 
-  Status Submit(std::span<const IoRequest> requests, CompletionQueue* queue) override {
+  Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
     std::vector<IoRequest> pass;
     for (const IoRequest& r : requests) {
       std::string path = inner_->PathOf(r.file);

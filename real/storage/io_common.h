@@ -14,7 +14,7 @@ namespace tierflow::real::internal {
 
 struct Parent {
   IoRequest request;
-  CompletionQueue* queue = nullptr;
+  CompletionSink* queue = nullptr;
   std::string path;  // for messages
   int32_t device = 0;
   double submit_s = 0;
@@ -99,7 +99,7 @@ inline Status ValidateRequest(const IoRequest& r, const std::string& path, bool 
   return Status::Ok();
 }
 
-inline void CompleteNow(const IoRequest& r, CompletionQueue* q, Status status, int64_t bytes) {
+inline void CompleteNow(const IoRequest& r, CompletionSink* q, Status status, int64_t bytes) {
   IoCompletion c;
   c.tag = r.tag;
   c.status = std::move(status);

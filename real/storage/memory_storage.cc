@@ -44,36 +44,41 @@ class MemoryStorage final : public Storage {
     return Valid(file) ? handles_[file].device : 0;
   }
 
-  Status Submit(std::span<const IoRequest> requests, CompletionQueue* queue) override {
+  Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
+    // Completions are delivered after the lock is released: a sink may submit again.
+    CompletionQueue done;
     for (const IoRequest& r : requests) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!Valid(r.file)) {
-        CompleteNow(r, queue, InvalidArgument(std::string(IoOpName(r.op)) + ": file id " + std::to_string(r.file) + " is not open"), 0);
+        CompleteNow(r, &done, InvalidArgument(std::string(IoOpName(r.op)) + ": file id " + std::to_string(r.file) + " is not open"), 0);
         continue;
       }
       Handle& h = handles_[r.file];
       Status v = ValidateRequest(r, h.path, h.direct);
       if (!v.ok()) {
-        CompleteNow(r, queue, v, 0);
+        CompleteNow(r, &done, v, 0);
         continue;
       }
       auto& d = *h.data;
       if (r.op == IoOp::kWrite) {
         if (static_cast<int64_t>(d.size()) < r.offset_bytes + r.length_bytes) d.resize(r.offset_bytes + r.length_bytes, 0);
         if (r.length_bytes > 0) std::memcpy(d.data() + r.offset_bytes, r.buffer, r.length_bytes);
-        CompleteNow(r, queue, Status::Ok(), r.length_bytes);
+        CompleteNow(r, &done, Status::Ok(), r.length_bytes);
       } else {
         int64_t avail = std::max<int64_t>(0, std::min<int64_t>(r.length_bytes, static_cast<int64_t>(d.size()) - r.offset_bytes));
         if (avail > 0) std::memcpy(r.buffer, d.data() + r.offset_bytes, avail);
         if (avail < r.length_bytes) {
-          CompleteNow(r, queue, DataLoss("read '" + h.path + "' (device " + std::to_string(h.device) + ") at offset " +
+          CompleteNow(r, &done, DataLoss("read '" + h.path + "' (device " + std::to_string(h.device) + ") at offset " +
                                          std::to_string(r.offset_bytes) + ", " + std::to_string(r.length_bytes) +
                                          " bytes: end of file after " + std::to_string(avail) + " bytes"), avail);
         } else {
-          CompleteNow(r, queue, Status::Ok(), avail);
+          CompleteNow(r, &done, Status::Ok(), avail);
         }
       }
     }
+    std::vector<IoCompletion> out;
+    done.Wait(&out, 0);
+    for (auto& c : out) queue->Push(std::move(c));
     return Status::Ok();
   }
 

@@ -34,7 +34,7 @@ class PosixStorage final : public FdStorage {
   }
   std::string name() const override { return "posix"; }
 
-  Status Submit(std::span<const IoRequest> requests, CompletionQueue* queue) override {
+  Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
     double now = MonotonicSeconds();
     for (const IoRequest& r : requests) {
       Entry e = Lookup(r.file);

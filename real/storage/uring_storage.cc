@@ -311,7 +311,7 @@ class UringStorage final : public FdStorage {
   // Creates the ring of device 0 so that construction fails when io_uring is unusable.
   Status Init() { return RingFor(0).status(); }
 
-  Status Submit(std::span<const IoRequest> requests, CompletionQueue* queue) override {
+  Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
     double now = MonotonicSeconds();
     for (const IoRequest& r : requests) {
       Entry e = Lookup(r.file);
@@ -339,26 +339,41 @@ class UringStorage final : public FdStorage {
     return Status::Ok();
   }
 
+  // The rings are told outside mu_: a ring thread may be inside a sink that calls Submit.
   Status RegisterMemory(void* data, int64_t size_bytes) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    int slot = static_cast<int>(regions_.size());
-    for (size_t i = 0; i < regions_.size(); ++i) {
-      if (regions_[i].data == nullptr) { slot = static_cast<int>(i); break; }
+    std::vector<Ring*> rings;
+    int slot;
+    Region region{static_cast<char*>(data), size_bytes};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot = static_cast<int>(regions_.size());
+      for (size_t i = 0; i < regions_.size(); ++i) {
+        if (regions_[i].data == nullptr) { slot = static_cast<int>(i); break; }
+      }
+      if (slot >= static_cast<int>(kFixedBuffers)) return Status::Ok();  // table full: plain ops
+      if (static_cast<size_t>(slot) >= regions_.size()) regions_.resize(slot + 1);
+      regions_[slot] = region;
+      for (auto& [dev, ring] : rings_) rings.push_back(ring.get());
     }
-    if (slot >= static_cast<int>(kFixedBuffers)) return Status::Ok();  // table full: plain ops
-    if (static_cast<size_t>(slot) >= regions_.size()) regions_.resize(slot + 1);
-    regions_[slot] = Region{static_cast<char*>(data), size_bytes};
-    for (auto& [dev, ring] : rings_) ring->InstallBuffer(slot, regions_[slot]);
+    for (Ring* ring : rings) ring->InstallBuffer(slot, region);
     return Status::Ok();
   }
   void UnregisterMemory(void* data) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < regions_.size(); ++i) {
-      if (regions_[i].data == data) {
-        for (auto& [dev, ring] : rings_) ring->RemoveBuffer(static_cast<int>(i));
-        regions_[i] = Region{};
+    std::vector<Ring*> rings;
+    std::vector<int> slots;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < regions_.size(); ++i) {
+        if (regions_[i].data == data) slots.push_back(static_cast<int>(i));
       }
+      for (auto& [dev, ring] : rings_) rings.push_back(ring.get());
     }
+    for (Ring* ring : rings) {
+      for (int slot : slots) ring->RemoveBuffer(slot);
+    }
+    // Only now may the slots be reused.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int slot : slots) regions_[slot] = Region{};
   }
 
  protected:

@@ -85,10 +85,20 @@ struct IoCompletion {
   double complete_s = 0;    // ... and when its last piece completed
 };
 
-// Where completions are delivered. One per submitter (or shared, since tags tell them apart).
-class CompletionQueue {
+// Where completions are delivered. Push() is called on a back-end thread (or inside Submit for
+// the memory back-end); it must be short and must not block on I/O. It may call Submit() again
+// (a closed loop that keeps a queue depth without a thread hand-off, as the disk probe does).
+class CompletionSink {
  public:
-  void Push(IoCompletion completion);
+  virtual ~CompletionSink() = default;
+  virtual void Push(IoCompletion completion) = 0;
+};
+
+// The usual sink: completions wait here until the submitter collects them. One per submitter
+// (or shared, since tags tell them apart).
+class CompletionQueue final : public CompletionSink {
+ public:
+  void Push(IoCompletion completion) override;
   // Blocks until at least `min_count` completions are available (or timeout), then moves up to
   // `max_count` of them to `out` (appending). Returns how many were moved.
   size_t Wait(std::vector<IoCompletion>* out, size_t min_count, size_t max_count = SIZE_MAX,
@@ -115,7 +125,7 @@ class Storage {
 
   // Queues requests; each produces one completion in `queue`. Returns an error only when the
   // back-end cannot accept requests at all (then none of them were queued).
-  virtual Status Submit(std::span<const IoRequest> requests, CompletionQueue* queue) = 0;
+  virtual Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) = 0;
 
   // Lets a back-end pre-register memory for faster I/O (io_uring fixed buffers). Optional:
   // requests work on any buffer. `data` must stay valid until UnregisterMemory or destruction.
