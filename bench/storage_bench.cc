@@ -1,7 +1,7 @@
-// The io_uring engine against fio on the same directory: sequential 1 MiB (default) reads and
-// writes at queue depth 16 and 32, O_DIRECT, same file size and time per repetition. Each
-// repetition runs fio and the engine back to back (so both see the same background load); the
-// counters are medians and the ratio is engine / fio.
+// The io_uring engine against fio on the same directory: sequential 1 MiB reads and writes at
+// queue depth 16 and 32, O_DIRECT, same file size and time per repetition. Each repetition runs
+// fio and the engine back to back, alternating which goes first (both see the same background
+// load); each keeps its file across repetitions. Counters are medians; ratio = engine / fio.
 //   storage_bench [--dir=D] [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -14,8 +14,8 @@ using tierflow::bench::BenchDir;
 using tierflow::bench::Median;
 
 constexpr int64_t kFileBytes = int64_t{1} << 30;
-constexpr double kSeconds = 3.0;
-constexpr int kReps = 3;
+constexpr double kSeconds = 2.0;
+constexpr int kReps = 5;
 
 void EngineVsFio(benchmark::State& state, const std::string& op, const std::string& backend) {
   const int64_t block = state.range(0);
@@ -23,33 +23,40 @@ void EngineVsFio(benchmark::State& state, const std::string& op, const std::stri
   std::vector<double> ours, fio;
   for (auto _ : state) {
     for (int rep = 0; rep < kReps; ++rep) {
-      double f = tierflow::bench::RunFio(op, block, qd, kFileBytes, kSeconds);
-      tierflow::bench::RemoveFioFile();
-      if (f <= 0) {
-        state.SkipWithError("fio failed (is fio installed with io_uring support?)");
-        return;
+      for (int turn = 0; turn < 2; ++turn) {
+        if ((turn == 0) == (rep % 2 == 0)) {
+          double f = tierflow::bench::RunFio(op, block, qd, kFileBytes, kSeconds);
+          if (f <= 0) {
+            state.SkipWithError("fio failed (is fio installed with io_uring support?)");
+            return;
+          }
+          fio.push_back(f);
+        } else {
+          tierflow::real::DiskProbeOptions o;
+          o.dirs = {BenchDir()};
+          o.block_bytes = {block};
+          o.queue_depths = {qd};
+          o.ops = {op};
+          o.device_counts = {1};
+          o.file_bytes = kFileBytes;
+          o.warmup_s = 0.25;
+          o.duration_s = kSeconds;
+          o.repetitions = 1;
+          o.backend = backend;
+          o.keep_files = true;
+          auto r = tierflow::real::RunDiskProbe(o, nullptr);
+          if (!r.ok()) {
+            state.SkipWithError(r.status().ToString().c_str());
+            return;
+          }
+          if (r->at(0).wrong != 0) state.SkipWithError("engine reported wrong data");
+          ours.push_back(r->at(0).bytes_per_s);
+        }
       }
-      fio.push_back(f);
-      tierflow::real::DiskProbeOptions o;
-      o.dirs = {BenchDir()};
-      o.block_bytes = {block};
-      o.queue_depths = {qd};
-      o.ops = {op};
-      o.device_counts = {1};
-      o.file_bytes = kFileBytes;
-      o.warmup_s = 0.25;
-      o.duration_s = kSeconds;
-      o.repetitions = 1;
-      o.backend = backend;
-      auto r = tierflow::real::RunDiskProbe(o, nullptr);
-      if (!r.ok()) {
-        state.SkipWithError(r.status().ToString().c_str());
-        return;
-      }
-      if (r->at(0).wrong != 0) state.SkipWithError("engine reported wrong data");
-      ours.push_back(r->at(0).bytes_per_s);
     }
   }
+  tierflow::bench::RemoveFioFile();
+  std::remove(tierflow::real::ProbeFilePath(BenchDir()).c_str());
   state.counters["engine_GBps"] = Median(ours) / 1e9;
   state.counters["fio_GBps"] = Median(fio) / 1e9;
   state.counters["ratio"] = Median(ours) / Median(fio);

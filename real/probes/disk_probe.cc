@@ -1,5 +1,6 @@
 #include "tierflow/real/disk_probe.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -190,7 +191,7 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
   }
   const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
   std::vector<std::string> paths;
-  for (auto& d : o.dirs) paths.push_back(d + "/tierflow-probe-" + std::to_string(::getpid()) + ".dat");
+  for (auto& d : o.dirs) paths.push_back(ProbeFilePath(d));
 
   std::vector<DiskProbeResult> results;
   // Everything below runs with the files present; they are removed on every exit path.
@@ -201,6 +202,8 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
       if (!storage.ok()) return storage.status();
       AlignedBuffer fill(16 << 20);
       for (size_t d = 0; d < paths.size(); ++d) {
+        struct stat st_buf;
+        if (o.keep_files && ::stat(paths[d].c_str(), &st_buf) == 0 && st_buf.st_size == file_bytes) continue;
         OpenOptions oo;
         oo.device = static_cast<int32_t>(d);
         oo.create = oo.truncate = true;
@@ -310,9 +313,15 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
     return Status::Ok();
   };
   Status st = body();
-  for (auto& p : paths) ::unlink(p.c_str());
+  if (!o.keep_files || !st.ok()) {
+    for (auto& p : paths) ::unlink(p.c_str());
+  }
   TF_RETURN_IF_ERROR(st);
   return results;
+}
+
+std::string ProbeFilePath(const std::string& dir) {
+  return dir + "/tierflow-probe-" + std::to_string(::getpid()) + ".dat";
 }
 
 std::string FormatDiskProbeTable(const std::vector<DiskProbeResult>& results, bool header) {

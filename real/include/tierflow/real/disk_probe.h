@@ -34,7 +34,14 @@ struct DiskProbeOptions {
   int32_t repetitions = 3;
   bool random = false;                 // random block offsets instead of sequential
   std::string backend = "auto";        // uring, posix, auto
+  // Leave the probe files in place, and reuse them (without refilling) when they exist with the
+  // right size — for benchmarks that call the probe repeatedly. The caller removes them
+  // (ProbeFilePath).
+  bool keep_files = false;
 };
+
+// The probe's file in `dir` for this process.
+std::string ProbeFilePath(const std::string& dir);
 
 struct DiskProbeResult {
   std::string op;
