@@ -12,10 +12,9 @@ double MonotonicSeconds() {
 const char* IoOpName(IoOp op) { return op == IoOp::kRead ? "read" : "write"; }
 
 void CompletionQueue::Push(IoCompletion completion) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ready_.push_back(std::move(completion));
-  }
+  // Notify under the lock: the waiter may destroy the queue as soon as it sees the completion.
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_.push_back(std::move(completion));
   cv_.notify_all();
 }
 

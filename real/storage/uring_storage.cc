@@ -147,13 +147,14 @@ class Ring {
 
   // Runs `fn` on the ring's thread (the ring's only issuer) and waits for it.
   void RunOnRing(std::function<void()> fn) {
-    std::promise<void> done;
-    auto f = done.get_future();
+    // Shared, so that the ring thread never touches the waiter's stack after waking it.
+    auto done = std::make_shared<std::promise<void>>();
+    auto f = done->get_future();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      commands_.push_back([&fn, &done] {
+      commands_.push_back([fn = std::move(fn), done] {
         fn();
-        done.set_value();
+        done->set_value();
       });
     }
     Wake();
