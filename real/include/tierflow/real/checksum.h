@@ -1,0 +1,17 @@
+// CRC-32C (Castagnoli), the checksum of every stored tensor and checkpoint entry: the SSE4.2
+// instruction where the CPU has it, a table otherwise (same values). Thread safety: pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tierflow::real {
+
+// Extends `crc` (0 for a fresh checksum) over `size_bytes` at `data`.
+uint32_t Crc32c(const void* data, int64_t size_bytes, uint32_t crc = 0);
+// "crc32c:0a1b2c3d"
+std::string FormatChecksum(uint32_t crc);
+// Parses FormatChecksum's output; false when malformed.
+bool ParseChecksum(const std::string& text, uint32_t* crc);
+
+}  // namespace tierflow::real

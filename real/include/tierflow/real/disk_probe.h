@@ -1,0 +1,70 @@
+// The disk probe: measures what the storage back-end gets from each directory's device as a
+// function of request size, queue depth, operation (read, write, a 70/30 read/write mix) and the
+// number of devices driven at once — nccl-tests style: warm-up, repetitions, median and spread,
+// and a correctness column (#wrong: reads whose 4 KiB block headers do not match the pattern
+// written, plus failed requests). It writes one file per directory
+// (`tierflow-probe-<pid>.dat`), only there, and removes it when done (also on error).
+//
+// Formulas (docs/storage.md): GB/s = bytes completed in the measured window / window seconds,
+// summed over devices, median over repetitions; IOPS = requests completed / window seconds;
+// latency = completion time - submission time per request, p50/p99 over all repetitions.
+//
+// Thread safety: RunDiskProbe is self-contained; do not run two probes on the same directory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/status.h"
+#include "tierflow/core/trace_record.h"
+
+namespace tierflow::real {
+
+struct DiskProbeOptions {
+  std::vector<std::string> dirs;
+  std::vector<int64_t> block_bytes = {4 << 10, 64 << 10, 1 << 20, 16 << 20};
+  std::vector<int32_t> queue_depths = {1, 8, 32, 128};
+  std::vector<std::string> ops = {"read", "write", "mix"};  // mix: 70 % reads, 30 % writes
+  std::vector<int32_t> device_counts;  // how many of dirs at once; empty: 1 and dirs.size()
+  int64_t file_bytes = int64_t{1} << 30;
+  double warmup_s = 0.25;
+  double duration_s = 1.0;             // per repetition
+  int32_t repetitions = 3;
+  bool random = false;                 // random block offsets instead of sequential
+  std::string backend = "auto";        // uring, posix, auto
+  // Leave the probe files in place, and reuse them (without refilling) when they exist with the
+  // right size — for benchmarks that call the probe repeatedly. The caller removes them
+  // (ProbeFilePath).
+  bool keep_files = false;
+};
+
+// The probe's file in `dir` for this process.
+std::string ProbeFilePath(const std::string& dir);
+
+struct DiskProbeResult {
+  std::string op;
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  int32_t devices = 0;
+  double bytes_per_s = 0;       // median over repetitions, summed over devices
+  double bytes_per_s_min = 0;
+  double bytes_per_s_max = 0;
+  double iops = 0;              // median
+  double p50_latency_s = 0;
+  double p99_latency_s = 0;
+  int64_t wrong = 0;
+  int64_t bytes = 0;            // total bytes measured over all repetitions
+  std::string backend;
+};
+
+// Runs the sweep. `progress` (optional) gets each result as it is measured. Trace records (one
+// per device, op and repetition, source "probe") are appended to `trace` when non-null.
+StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& options, std::vector<TraceRecord>* trace,
+                                                    const std::function<void(const DiskProbeResult&)>& progress = {});
+
+// Formats results as the probe's table (header + one line per result).
+std::string FormatDiskProbeTable(const std::vector<DiskProbeResult>& results, bool header = true);
+
+}  // namespace tierflow::real

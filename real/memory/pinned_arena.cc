@@ -1,0 +1,251 @@
+#include "tierflow/real/pinned_arena.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace tierflow::real {
+namespace {
+
+constexpr int64_t kPage = 4096;
+int64_t RoundUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+// The three CUDA runtime entry points we need, found at run time so that the arena builds and
+// runs without CUDA and registers itself when a GPU is there.
+using CudaGetDeviceCount = int (*)(int*);
+using CudaHostRegister = int (*)(void*, size_t, unsigned);
+using CudaHostUnregister = int (*)(void*);
+
+}  // namespace
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    pool_ = other.pool_;
+    data_ = other.data_;
+    size_bytes_ = other.size_bytes_;
+    offset_ = other.offset_;
+    other.pool_ = nullptr;
+    other.data_ = nullptr;
+    other.size_bytes_ = 0;
+  }
+  return *this;
+}
+
+void PinnedBuffer::Release() {
+  if (pool_ != nullptr) pool_->Free(offset_, size_bytes_);
+  pool_ = nullptr;
+  data_ = nullptr;
+  size_bytes_ = 0;
+}
+
+// ---- SlotPool ----
+
+SlotPool::SlotPool(PinnedArena* arena, std::string name, char* base, int64_t slot_bytes, int64_t stride,
+                   int64_t count)
+    : PinnedPool(arena, std::move(name), base, stride * count), slot_bytes_(slot_bytes), stride_(stride) {
+  for (int64_t i = count - 1; i >= 0; --i) free_.push_back(i);
+}
+
+StatusOr<PinnedBuffer> SlotPool::Acquire() {
+  int64_t slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) {
+      return ResourceExhausted("pinned slot pool '" + name_ + "': all " + std::to_string(in_use_slots_) +
+                               " slots of " + std::to_string(slot_bytes_) + " bytes are in use");
+    }
+    slot = free_.back();
+    free_.pop_back();
+    ++in_use_slots_;
+    peak_slots_ = std::max(peak_slots_, in_use_slots_);
+  }
+  arena_->AddInUse(stride_);
+  return PinnedBuffer(this, base_ + slot * stride_, slot_bytes_, slot * stride_);
+}
+
+void SlotPool::Free(int64_t offset, int64_t) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(offset / stride_);
+    --in_use_slots_;
+  }
+  arena_->AddInUse(-stride_);
+}
+
+PoolStats SlotPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PoolStats{name_, capacity_bytes_, in_use_slots_ * stride_, peak_slots_ * stride_, in_use_slots_};
+}
+
+// ---- ExactPool ----
+
+ExactPool::ExactPool(PinnedArena* arena, std::string name, char* base, int64_t capacity_bytes, int64_t alignment)
+    : PinnedPool(arena, std::move(name), base, capacity_bytes), alignment_(alignment) {
+  if (capacity_bytes > 0) free_.push_back({0, capacity_bytes});
+}
+
+StatusOr<PinnedBuffer> ExactPool::Allocate(int64_t size_bytes) {
+  if (size_bytes <= 0) return InvalidArgument("pinned pool '" + name_ + "': allocation of " + std::to_string(size_bytes) + " bytes");
+  int64_t footprint = RoundUp(size_bytes, alignment_);
+  int64_t offset = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+      auto& [off, len] = free_[i];
+      if (len >= footprint) {
+        offset = off;
+        off += footprint;
+        len -= footprint;
+        if (len == 0) free_.erase(free_.begin() + static_cast<ptrdiff_t>(i));
+        break;
+      }
+    }
+    if (offset < 0) {
+      int64_t largest = 0;
+      for (auto& f : free_) largest = std::max(largest, f.second);
+      return ResourceExhausted("pinned pool '" + name_ + "': cannot allocate " + std::to_string(size_bytes) +
+                               " bytes (footprint " + std::to_string(footprint) + "): " + std::to_string(in_use_) +
+                               " of " + std::to_string(capacity_bytes_) + " bytes in use, largest free block " +
+                               std::to_string(largest) + " bytes");
+    }
+    in_use_ += footprint;
+    peak_ = std::max(peak_, in_use_);
+    ++live_;
+  }
+  arena_->AddInUse(footprint);
+  return PinnedBuffer(this, base_ + offset, size_bytes, offset);
+}
+
+void ExactPool::Free(int64_t offset, int64_t size_bytes) {
+  int64_t footprint = RoundUp(size_bytes, alignment_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::lower_bound(free_.begin(), free_.end(), std::make_pair(offset, int64_t{0}));
+    it = free_.insert(it, {offset, footprint});
+    // Coalesce with the next and the previous free range.
+    if (it + 1 != free_.end() && it->first + it->second == (it + 1)->first) {
+      it->second += (it + 1)->second;
+      free_.erase(it + 1);
+    }
+    if (it != free_.begin() && (it - 1)->first + (it - 1)->second == it->first) {
+      (it - 1)->second += it->second;
+      free_.erase(it);
+    }
+    in_use_ -= footprint;
+    --live_;
+  }
+  arena_->AddInUse(-footprint);
+}
+
+int64_t ExactPool::largest_free_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t largest = 0;
+  for (auto& f : free_) largest = std::max(largest, f.second);
+  return largest;
+}
+
+PoolStats ExactPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PoolStats{name_, capacity_bytes_, in_use_, peak_, live_};
+}
+
+// ---- PinnedArena ----
+
+StatusOr<std::unique_ptr<PinnedArena>> PinnedArena::Create(int64_t budget_bytes, const ArenaOptions& options) {
+  if (budget_bytes <= 0) return InvalidArgument("pinned arena budget must be positive, got " + std::to_string(budget_bytes));
+  std::unique_ptr<PinnedArena> arena(new PinnedArena);
+  arena->budget_bytes_ = RoundUp(budget_bytes, kPage);
+  void* p = ::mmap(nullptr, arena->budget_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return FromErrno(errno, "mmap pinned arena of " + std::to_string(arena->budget_bytes_) + " bytes");
+  arena->base_ = static_cast<char*>(p);
+  if (options.lock) {
+    if (::mlock(p, arena->budget_bytes_) == 0) {
+      arena->locked_ = true;
+    } else if (!options.allow_unlocked) {
+      int err = errno;
+      return ResourceExhausted("mlock pinned arena of " + std::to_string(arena->budget_bytes_) + " bytes: " +
+                               std::strerror(err) + " (raise RLIMIT_MEMLOCK, `ulimit -l`, or run with CAP_IPC_LOCK)");
+    }
+  }
+  if (options.cuda_register) {
+    void* lib = ::dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = ::dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      auto count_fn = reinterpret_cast<CudaGetDeviceCount>(::dlsym(lib, "cudaGetDeviceCount"));
+      auto reg_fn = reinterpret_cast<CudaHostRegister>(::dlsym(lib, "cudaHostRegister"));
+      int count = 0;
+      if (count_fn != nullptr && reg_fn != nullptr && count_fn(&count) == 0 && count > 0 &&
+          reg_fn(p, static_cast<size_t>(arena->budget_bytes_), 0 /* cudaHostRegisterDefault */) == 0) {
+        arena->cuda_registered_ = true;
+        arena->cuda_lib_ = lib;
+      } else {
+        ::dlclose(lib);
+      }
+    }
+  }
+  return arena;
+}
+
+PinnedArena::~PinnedArena() {
+  pools_.clear();
+  if (cuda_registered_) {
+    auto unreg = reinterpret_cast<CudaHostUnregister>(::dlsym(cuda_lib_, "cudaHostUnregister"));
+    if (unreg != nullptr) unreg(base_);
+  }
+  if (base_ != nullptr) ::munmap(base_, budget_bytes_);
+  // libcudart stays loaded: unloading a CUDA runtime mid-process is not safe.
+}
+
+StatusOr<char*> PinnedArena::Reserve(const std::string& pool, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reserved_ + bytes > budget_bytes_) {
+    return ResourceExhausted("pinned arena: reserving " + std::to_string(bytes) + " bytes for pool '" + pool +
+                             "' exceeds the budget: " + std::to_string(reserved_) + " of " +
+                             std::to_string(budget_bytes_) + " bytes already reserved");
+  }
+  char* p = base_ + reserved_;
+  reserved_ += bytes;
+  return p;
+}
+
+StatusOr<SlotPool*> PinnedArena::CreateSlotPool(const std::string& name, int64_t slot_bytes, int64_t slot_count) {
+  if (slot_bytes <= 0 || slot_count <= 0) return InvalidArgument("pinned slot pool '" + name + "': slot size and count must be positive");
+  int64_t stride = RoundUp(slot_bytes, kPage);
+  TF_ASSIGN_OR_RETURN(char* base, Reserve(name, stride * slot_count));
+  auto* pool = new SlotPool(this, name, base, slot_bytes, stride, slot_count);
+  std::lock_guard<std::mutex> lock(mu_);
+  pools_.emplace_back(pool);
+  return pool;
+}
+
+StatusOr<ExactPool*> PinnedArena::CreateExactPool(const std::string& name, int64_t capacity_bytes, int64_t alignment_bytes) {
+  if (capacity_bytes <= 0) return InvalidArgument("pinned pool '" + name + "': capacity must be positive");
+  if (alignment_bytes <= 0 || kPage % alignment_bytes != 0) {
+    return InvalidArgument("pinned pool '" + name + "': alignment must divide 4096, got " + std::to_string(alignment_bytes));
+  }
+  int64_t cap = RoundUp(capacity_bytes, alignment_bytes);
+  TF_ASSIGN_OR_RETURN(char* base, Reserve(name, RoundUp(cap, kPage)));
+  auto* pool = new ExactPool(this, name, base, cap, alignment_bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  pools_.emplace_back(pool);
+  return pool;
+}
+
+void PinnedArena::AddInUse(int64_t delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_use_ += delta;
+  peak_ = std::max(peak_, in_use_);
+}
+
+ArenaStats PinnedArena::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ArenaStats s{budget_bytes_, reserved_, in_use_, peak_, {}};
+  for (auto& p : pools_) s.pools.push_back(p->stats());
+  return s;
+}
+
+}  // namespace tierflow::real

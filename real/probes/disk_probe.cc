@@ -1,0 +1,344 @@
+#include "tierflow/real/disk_probe.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "../store/aligned_buffer.h"
+#include "tierflow/real/storage.h"
+
+namespace tierflow::real {
+
+using internal::AlignedBuffer;
+
+namespace {
+
+constexpr uint64_t kMagic = 0x7469657266'6c6f77ull;  // "tierflow"
+
+void Stamp(char* buf, int64_t offset, int64_t len) {
+  for (int64_t b = 0; b < len; b += kDirectAlignment) {
+    uint64_t v = static_cast<uint64_t>((offset + b) / kDirectAlignment) ^ kMagic;
+    std::memcpy(buf + b, &v, 8);
+  }
+}
+
+int64_t CountWrong(const char* buf, int64_t offset, int64_t len) {
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < len; b += kDirectAlignment) {
+    uint64_t v;
+    std::memcpy(&v, buf + b, 8);
+    if (v != (static_cast<uint64_t>((offset + b) / kDirectAlignment) ^ kMagic)) ++wrong;
+  }
+  return wrong;
+}
+
+double Percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+struct Slot {
+  int32_t device = 0;
+  char* buf = nullptr;
+  IoOp op = IoOp::kRead;
+  int64_t offset = 0;
+};
+
+// Keeps `slots.size()` requests in flight without a thread hand-off: each completion is
+// accounted and its slot's next request submitted from the sink, on the back-end's thread — the
+// fill/submit/reap cycle of fio and liburing's examples.
+class ClosedLoop final : public CompletionSink {
+ public:
+  struct Window {
+    int64_t bytes = 0, ios = 0, wrong = 0;
+    std::vector<int64_t> dev_read, dev_write;
+    std::vector<double> latencies;
+  };
+
+  ClosedLoop(Storage& storage, std::vector<Slot>& slots, const std::vector<FileId>& files, const std::string& op,
+             int64_t block, int64_t blocks_in_file, bool random, int32_t devices)
+      : storage_(storage), slots_(slots), files_(files), op_(op), block_(block), blocks_(blocks_in_file),
+        random_(random), next_block_(devices, 0), devices_(devices), rng_(42) {}
+
+  Status Start() {
+    std::vector<IoRequest> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < slots_.size(); ++i) batch.push_back(Prepare(i));
+      inflight_ = static_cast<int64_t>(slots_.size());
+    }
+    Status st = storage_.Submit(batch, this);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      inflight_ = 0;
+    }
+    return st;
+  }
+  void OpenWindow(double start_s, double stop_s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    w_ = Window{};
+    w_.dev_read.assign(devices_, 0);
+    w_.dev_write.assign(devices_, 0);
+    start_s_ = start_s;
+    stop_s_ = stop_s;
+    open_ = true;
+  }
+  Window CloseWindow() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+    return std::move(w_);
+  }
+  Status Stop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.wait(lock, [&] { return inflight_ == 0; });
+    return error_;
+  }
+
+  void Push(IoCompletion c) override {
+    IoRequest next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Slot& s = slots_[c.tag];
+      if (open_ && c.complete_s >= start_s_ && c.complete_s <= stop_s_) {
+        if (!c.status.ok() || c.bytes != block_) {
+          ++w_.wrong;
+        } else {
+          if (s.op == IoOp::kRead && CountWrong(s.buf, s.offset, block_) > 0) ++w_.wrong;
+          w_.bytes += c.bytes;
+          ++w_.ios;
+          (s.op == IoOp::kRead ? w_.dev_read : w_.dev_write)[s.device] += c.bytes;
+          w_.latencies.push_back(c.complete_s - c.submit_s);
+        }
+      }
+      if (!c.status.ok() && error_.ok()) error_ = c.status;
+      if (stopping_ || !error_.ok()) {
+        if (--inflight_ == 0) cv_.notify_all();
+        return;
+      }
+      next = Prepare(c.tag);
+    }
+    Status st = storage_.Submit({&next, 1}, this);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.ok()) error_ = st;
+      if (--inflight_ == 0) cv_.notify_all();
+    }
+  }
+
+ private:
+  IoRequest Prepare(size_t i) {
+    Slot& s = slots_[i];
+    s.op = op_ == "read" ? IoOp::kRead : op_ == "write" ? IoOp::kWrite : (rng_() % 10 < 7 ? IoOp::kRead : IoOp::kWrite);
+    int64_t blk = random_ ? static_cast<int64_t>(rng_() % blocks_) : next_block_[s.device]++ % blocks_;
+    s.offset = blk * block_;
+    if (s.op == IoOp::kWrite) Stamp(s.buf, s.offset, block_);
+    return IoRequest{s.op, files_[s.device], s.offset, block_, s.buf, i};
+  }
+
+  Storage& storage_;
+  std::vector<Slot>& slots_;
+  const std::vector<FileId>& files_;
+  std::string op_;
+  int64_t block_, blocks_;
+  bool random_;
+  std::vector<int64_t> next_block_;
+  int32_t devices_;
+  std::mt19937_64 rng_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t inflight_ = 0;
+  bool stopping_ = false;
+  bool open_ = false;
+  double start_s_ = 0, stop_s_ = 0;
+  Window w_;
+  Status error_;
+};
+
+}  // namespace
+
+StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
+                                                    const std::function<void(const DiskProbeResult&)>& progress) {
+  if (o.dirs.empty()) return InvalidArgument("probe disk: no --dir given");
+  if (o.backend == "memory") return InvalidArgument("probe disk: measures a device; use uring, posix or auto");
+  if (o.file_bytes < (int64_t{16} << 20)) return InvalidArgument("probe disk: the file must be at least 16 MiB");
+  for (int64_t b : o.block_bytes) {
+    if (b < kDirectAlignment || b % kDirectAlignment != 0) {
+      return InvalidArgument("probe disk: block size " + std::to_string(b) + " is not a positive multiple of 4 KiB");
+    }
+  }
+  for (auto& op : o.ops) {
+    if (op != "read" && op != "write" && op != "mix") return InvalidArgument("probe disk: unknown op '" + op + "' (read, write, mix)");
+  }
+  std::vector<int32_t> counts = o.device_counts;
+  if (counts.empty()) {
+    counts.push_back(1);
+    if (o.dirs.size() > 1) counts.push_back(static_cast<int32_t>(o.dirs.size()));
+  }
+  for (int32_t c : counts) {
+    if (c < 1 || c > static_cast<int32_t>(o.dirs.size())) return InvalidArgument("probe disk: device count " + std::to_string(c) + " out of range");
+  }
+  const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
+  std::vector<std::string> paths;
+  for (auto& d : o.dirs) paths.push_back(ProbeFilePath(d));
+
+  std::vector<DiskProbeResult> results;
+  // Everything below runs with the files present; they are removed on every exit path.
+  auto body = [&]() -> Status {
+    // Create and fill the files with the pattern (also preconditions them).
+    {
+      auto storage = NewStorage(o.backend, StorageOptions{});
+      if (!storage.ok()) return storage.status();
+      AlignedBuffer fill(16 << 20);
+      for (size_t d = 0; d < paths.size(); ++d) {
+        struct stat st_buf;
+        if (o.keep_files && ::stat(paths[d].c_str(), &st_buf) == 0 && st_buf.st_size == file_bytes) continue;
+        OpenOptions oo;
+        oo.device = static_cast<int32_t>(d);
+        oo.create = oo.truncate = true;
+        TF_ASSIGN_OR_RETURN(OpenFile f, (*storage)->Open(paths[d], oo));
+        Status st = (*storage)->Allocate(f.id, file_bytes);
+        for (int64_t off = 0; st.ok() && off < file_bytes; off += fill.size_bytes()) {
+          Stamp(fill.data(), off, fill.size_bytes());
+          st = WriteAt(**storage, f.id, off, fill.data(), fill.size_bytes());
+        }
+        if (st.ok()) st = (*storage)->Sync(f.id);
+        (void)(*storage)->Close(f.id);
+        TF_RETURN_IF_ERROR(st);
+      }
+    }
+    for (int32_t ndev : counts) {
+      for (const std::string& opname : o.ops) {
+        for (int64_t block : o.block_bytes) {
+          for (int32_t qd : o.queue_depths) {
+            if (block * qd > file_bytes) continue;  // documented: buffers would exceed the file
+            StorageOptions so;
+            so.queue_depth = qd;
+            so.request_bytes = block;
+            so.threads = qd;
+            auto storage_or = NewStorage(o.backend, so);
+            if (!storage_or.ok()) return storage_or.status();
+            Storage& storage = **storage_or;
+            std::vector<FileId> files;
+            for (int32_t d = 0; d < ndev; ++d) {
+              OpenOptions oo;
+              oo.device = d;
+              TF_ASSIGN_OR_RETURN(OpenFile f, storage.Open(paths[d], oo));
+              files.push_back(f.id);
+            }
+            AlignedBuffer buffers(block * qd * ndev);
+            if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * qd * ndev) + " bytes");
+            (void)storage.RegisterMemory(buffers.data(), buffers.size_bytes());
+            std::vector<Slot> slots(static_cast<size_t>(qd) * ndev);
+            for (size_t i = 0; i < slots.size(); ++i) {
+              slots[i].device = static_cast<int32_t>(i % ndev);
+              slots[i].buf = buffers.data() + static_cast<int64_t>(i) * block;
+            }
+            ClosedLoop loop(storage, slots, files, opname, block, file_bytes / block, o.random, ndev);
+            DiskProbeResult res;
+            res.op = opname;
+            res.block_bytes = block;
+            res.queue_depth = qd;
+            res.devices = ndev;
+            res.backend = storage.name();
+            std::vector<double> bws, iops, lat;
+            TF_RETURN_IF_ERROR(loop.Start());
+            for (int32_t rep = -1; rep < o.repetitions; ++rep) {  // rep -1 is the warm-up
+              const double start = MonotonicSeconds();
+              const double stop = start + (rep >= 0 ? o.duration_s : o.warmup_s);
+              loop.OpenWindow(start, stop);
+              std::this_thread::sleep_for(std::chrono::duration<double>(stop - MonotonicSeconds()));
+              // Completions stamped inside the window may still be on their way to the sink.
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+              ClosedLoop::Window w = loop.CloseWindow();
+              if (rep < 0) continue;
+              double window = stop - start;
+              bws.push_back(static_cast<double>(w.bytes) / window);
+              iops.push_back(static_cast<double>(w.ios) / window);
+              res.bytes += w.bytes;
+              res.wrong += w.wrong;
+              lat.insert(lat.end(), w.latencies.begin(), w.latencies.end());
+              if (trace != nullptr) {
+                for (int32_t d = 0; d < ndev; ++d) {
+                  for (IoOp op : {IoOp::kRead, IoOp::kWrite}) {
+                    int64_t b = (op == IoOp::kRead ? w.dev_read : w.dev_write)[d];
+                    if (b == 0) continue;
+                    TraceRecord r;
+                    r.iteration = rep;
+                    r.task = "probe.disk." + opname;
+                    r.op = op == IoOp::kRead ? Op::kRead : Op::kWrite;
+                    r.resource = "nvme" + std::to_string(d) + "." + IoOpName(op);
+                    r.phase = Phase::kOther;
+                    r.bytes = b;
+                    r.start_s = start;
+                    r.end_s = stop;
+                    r.source = "probe";
+                    r.block_bytes = block;
+                    r.queue_depth = qd;
+                    r.threads = ndev;
+                    trace->push_back(r);
+                  }
+                }
+              }
+            }
+            Status stopped = loop.Stop();  // waits for everything in flight
+            storage.UnregisterMemory(buffers.data());
+            for (FileId f : files) (void)storage.Close(f);
+            TF_RETURN_IF_ERROR(stopped);
+            std::sort(bws.begin(), bws.end());
+            std::sort(iops.begin(), iops.end());
+            res.bytes_per_s = bws[bws.size() / 2];
+            res.bytes_per_s_min = bws.front();
+            res.bytes_per_s_max = bws.back();
+            res.iops = iops[iops.size() / 2];
+            res.p50_latency_s = Percentile(lat, 0.50);
+            res.p99_latency_s = Percentile(lat, 0.99);
+            results.push_back(res);
+            if (progress) progress(res);
+          }
+        }
+      }
+    }
+    return Status::Ok();
+  };
+  Status st = body();
+  if (!o.keep_files || !st.ok()) {
+    for (auto& p : paths) ::unlink(p.c_str());
+  }
+  TF_RETURN_IF_ERROR(st);
+  return results;
+}
+
+std::string ProbeFilePath(const std::string& dir) {
+  return dir + "/tierflow-probe-" + std::to_string(::getpid()) + ".dat";
+}
+
+std::string FormatDiskProbeTable(const std::vector<DiskProbeResult>& results, bool header) {
+  std::string out;
+  char line[256];
+  if (header) {
+    std::snprintf(line, sizeof line, "#%11s %5s %5s %4s %9s %9s %9s %10s %10s %10s %7s\n", "size(B)", "qd", "op", "dev",
+                  "GB/s", "min", "max", "IOPS", "p50(us)", "p99(us)", "#wrong");
+    out += line;
+  }
+  for (auto& r : results) {
+    std::snprintf(line, sizeof line, " %11" PRId64 " %5d %5s %4d %9.3f %9.3f %9.3f %10.0f %10.1f %10.1f %7" PRId64 "\n",
+                  r.block_bytes, r.queue_depth, r.op.c_str(), r.devices, r.bytes_per_s / 1e9, r.bytes_per_s_min / 1e9,
+                  r.bytes_per_s_max / 1e9, r.iops, r.p50_latency_s * 1e6, r.p99_latency_s * 1e6, r.wrong);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace tierflow::real
