@@ -1,0 +1,384 @@
+// CPU reference kernels. Inner loops are written so GCC vectorises them without -ffast-math:
+// reductions keep 8 independent partial sums combined in a fixed tree, and axpy-style loops have
+// no reduction at all. Work is split over output rows or columns only, never over a reduction.
+#include "tierflow/real/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tierflow/core/status.h"
+
+namespace tierflow::real::cpu {
+namespace {
+
+// Sum of a[i] * b[i] with 8 partial sums in a fixed order.
+template <typename T>
+inline T Dot(const T* __restrict a, const T* __restrict b, int64_t n) {
+  T acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[i] += alpha * x[i].
+template <typename T>
+inline void Axpy(T* __restrict y, T alpha, const T* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// Grain sizes: enough work per chunk that a wake-up (a few microseconds) is worth it.
+int64_t RowGrain(int64_t work_per_row) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, work_per_row));
+}
+
+}  // namespace
+
+bool SupportsOp(ComputeOp op) { return op != ComputeOp::kCount; }
+
+template <typename T>
+void EmbeddingForward(T* out, const int32_t* tokens, const T* table, int64_t n_rows,
+                      int64_t channels, CpuThreads& threads) {
+  threads.ParallelFor(n_rows, RowGrain(channels), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      std::copy_n(table + static_cast<int64_t>(tokens[n]) * channels, channels, out + n * channels);
+    }
+  });
+}
+
+template <typename T>
+void EmbeddingBackward(T* dtable, const int32_t* tokens, const T* dout, int64_t n_rows,
+                       int64_t channels, CpuThreads& threads) {
+  // Split by columns so that repeated tokens add up in row order whatever the thread count.
+  threads.ParallelFor(channels, 64, [&](int64_t c0, int64_t c1) {
+    for (int64_t n = 0; n < n_rows; ++n) {
+      T* row = dtable + static_cast<int64_t>(tokens[n]) * channels;
+      const T* g = dout + n * channels;
+      for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
+    }
+  });
+}
+
+template <typename T>
+void RmsNormForward(T* out, T* rstd, const T* x, const T* w, int64_t n_rows, int64_t channels,
+                    double eps, CpuThreads& threads) {
+  threads.ParallelFor(n_rows, RowGrain(channels), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const T* xr = x + n * channels;
+      const T mean_sq = Dot(xr, xr, channels) / static_cast<T>(channels);
+      const T r = static_cast<T>(1) / std::sqrt(mean_sq + static_cast<T>(eps));
+      rstd[n] = r;
+      T* o = out + n * channels;
+      for (int64_t c = 0; c < channels; ++c) o[c] = w[c] * (xr[c] * r);
+    }
+  });
+}
+
+template <typename T>
+void RmsNormBackward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd,
+                     int64_t n_rows, int64_t channels, CpuThreads& threads) {
+  if (dx != nullptr) {
+    threads.ParallelFor(n_rows, RowGrain(channels), [&](int64_t begin, int64_t end) {
+      std::vector<T> dxhat(static_cast<size_t>(channels));
+      for (int64_t n = begin; n < end; ++n) {
+        const T* xr = x + n * channels;
+        const T* g = dout + n * channels;
+        const T r = rstd[n];
+        for (int64_t c = 0; c < channels; ++c) dxhat[c] = g[c] * w[c];
+        // mean_c(dxhat * xhat) with xhat = x * r.
+        const T m = Dot(dxhat.data(), xr, channels) * r / static_cast<T>(channels);
+        T* d = dx + n * channels;
+        for (int64_t c = 0; c < channels; ++c) d[c] += r * (dxhat[c] - xr[c] * r * m);
+      }
+    });
+  }
+  if (dw != nullptr) {
+    threads.ParallelFor(channels, 64, [&](int64_t c0, int64_t c1) {
+      for (int64_t n = 0; n < n_rows; ++n) {
+        const T* xr = x + n * channels;
+        const T* g = dout + n * channels;
+        const T r = rstd[n];
+        for (int64_t c = c0; c < c1; ++c) dw[c] += g[c] * (xr[c] * r);
+      }
+    });
+  }
+}
+
+template <typename T>
+void LinearForward(T* out, const T* x, const T* w, int64_t n_rows, int64_t in, int64_t out_dim,
+                   CpuThreads& threads) {
+  threads.ParallelFor(n_rows, RowGrain(in * out_dim), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const T* xr = x + n * in;
+      T* o = out + n * out_dim;
+      for (int64_t j = 0; j < out_dim; ++j) o[j] = Dot(xr, w + j * in, in);
+    }
+  });
+}
+
+template <typename T>
+void LinearBackward(T* dx, T* dw, const T* dout, const T* x, const T* w, int64_t n_rows,
+                    int64_t in, int64_t out_dim, CpuThreads& threads) {
+  if (dx != nullptr) {
+    threads.ParallelFor(n_rows, RowGrain(in * out_dim), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const T* g = dout + n * out_dim;
+        T* d = dx + n * in;
+        for (int64_t j = 0; j < out_dim; ++j) Axpy(d, g[j], w + j * in, in);
+      }
+    });
+  }
+  if (dw != nullptr) {
+    threads.ParallelFor(out_dim, RowGrain(in * n_rows), [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        T* d = dw + j * in;
+        for (int64_t n = 0; n < n_rows; ++n) Axpy(d, dout[n * out_dim + j], x + n * in, in);
+      }
+    });
+  }
+}
+
+template <typename T>
+void RopeTables(T* cos_table, T* sin_table, int64_t seq, int64_t head_dim, double theta) {
+  TF_CHECK(head_dim % 2 == 0);
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < seq; ++t) {
+    for (int64_t j = 0; j < half; ++j) {
+      const double inv_freq = 1.0 / std::pow(theta, static_cast<double>(2 * j) / head_dim);
+      const double angle = static_cast<double>(t) * inv_freq;
+      cos_table[t * half + j] = static_cast<T>(std::cos(angle));
+      sin_table[t * half + j] = static_cast<T>(std::sin(angle));
+    }
+  }
+}
+
+namespace {
+
+// Rotates every head of every row by +angle (sign = 1) or -angle (sign = -1).
+template <typename T>
+void Rotate(T* x, const T* cos_table, const T* sin_table, int64_t n_rows, int64_t seq,
+            int64_t heads, int64_t head_dim, T sign, CpuThreads& threads) {
+  const int64_t half = head_dim / 2;
+  threads.ParallelFor(n_rows, RowGrain(heads * head_dim), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const int64_t t = n % seq;
+      const T* c = cos_table + t * half;
+      const T* s = sin_table + t * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        T* x1 = x + (n * heads + h) * head_dim;
+        T* x2 = x1 + half;
+        for (int64_t j = 0; j < half; ++j) {
+          const T a = x1[j];
+          const T b = x2[j];
+          const T sn = sign * s[j];
+          x1[j] = a * c[j] - b * sn;
+          x2[j] = b * c[j] + a * sn;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void RopeForward(T* x, const T* cos_table, const T* sin_table, int64_t n_rows, int64_t seq,
+                 int64_t heads, int64_t head_dim, CpuThreads& threads) {
+  Rotate(x, cos_table, sin_table, n_rows, seq, heads, head_dim, static_cast<T>(1), threads);
+}
+
+template <typename T>
+void RopeBackward(T* dx, const T* cos_table, const T* sin_table, int64_t n_rows, int64_t seq,
+                  int64_t heads, int64_t head_dim, CpuThreads& threads) {
+  Rotate(dx, cos_table, sin_table, n_rows, seq, heads, head_dim, static_cast<T>(-1), threads);
+}
+
+template <typename T>
+void AttentionForward(T* out, T* probs, const T* q, const T* k, const T* v, int64_t batch,
+                      int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                      CpuThreads& threads) {
+  TF_CHECK(heads % kv_heads == 0);
+  const int64_t group = heads / kv_heads;
+  const int64_t q_stride = heads * head_dim;
+  const int64_t kv_stride = kv_heads * head_dim;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  threads.ParallelFor(batch * heads, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / heads;
+      const int64_t h = bh % heads;
+      const int64_t kvh = h / group;
+      T* p_head = probs + bh * seq * seq;
+      for (int64_t t = 0; t < seq; ++t) {
+        const T* qt = q + (b * seq + t) * q_stride + h * head_dim;
+        T* p = p_head + t * seq;
+        T max_score = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) {
+          const T* ks = k + (b * seq + s) * kv_stride + kvh * head_dim;
+          p[s] = Dot(qt, ks, head_dim) * scale;
+          max_score = std::max(max_score, p[s]);
+        }
+        T sum = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          p[s] = std::exp(p[s] - max_score);
+          sum += p[s];
+        }
+        const T inv_sum = static_cast<T>(1) / sum;
+        for (int64_t s = 0; s <= t; ++s) p[s] *= inv_sum;
+        for (int64_t s = t + 1; s < seq; ++s) p[s] = 0;
+        T* o = out + (b * seq + t) * q_stride + h * head_dim;
+        std::fill_n(o, head_dim, static_cast<T>(0));
+        for (int64_t s = 0; s <= t; ++s) {
+          Axpy(o, p[s], v + (b * seq + s) * kv_stride + kvh * head_dim, head_dim);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void AttentionBackward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                       const T* probs, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t kv_heads, int64_t head_dim, CpuThreads& threads) {
+  TF_CHECK(heads % kv_heads == 0);
+  const int64_t group = heads / kv_heads;
+  const int64_t q_stride = heads * head_dim;
+  const int64_t kv_stride = kv_heads * head_dim;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  threads.ParallelFor(batch * kv_heads, [&](int64_t begin, int64_t end) {
+    std::vector<T> dscore(static_cast<size_t>(seq));
+    for (int64_t bk = begin; bk < end; ++bk) {
+      const int64_t b = bk / kv_heads;
+      const int64_t kvh = bk % kv_heads;
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        const T* p_head = probs + (b * heads + h) * seq * seq;
+        for (int64_t t = 0; t < seq; ++t) {
+          const T* p = p_head + t * seq;
+          const T* g = dout + (b * seq + t) * q_stride + h * head_dim;
+          // dprob[s] = g . v[s]; dscore = p * (dprob - sum_s p * dprob).
+          T weighted = 0;
+          for (int64_t s = 0; s <= t; ++s) {
+            const int64_t kv_row = (b * seq + s) * kv_stride + kvh * head_dim;
+            if (dv != nullptr) Axpy(dv + kv_row, p[s], g, head_dim);
+            dscore[s] = Dot(g, v + kv_row, head_dim);
+            weighted += p[s] * dscore[s];
+          }
+          for (int64_t s = 0; s <= t; ++s) dscore[s] = p[s] * (dscore[s] - weighted) * scale;
+          const int64_t q_row = (b * seq + t) * q_stride + h * head_dim;
+          for (int64_t s = 0; s <= t; ++s) {
+            const int64_t kv_row = (b * seq + s) * kv_stride + kvh * head_dim;
+            if (dq != nullptr) Axpy(dq + q_row, dscore[s], k + kv_row, head_dim);
+            if (dk != nullptr) Axpy(dk + kv_row, dscore[s], q + q_row, head_dim);
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void SwiGluForward(T* out, const T* gate, const T* up, int64_t n, CpuThreads& threads) {
+  threads.ParallelFor(n, 8192, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T g = gate[i];
+      out[i] = g / (static_cast<T>(1) + std::exp(-g)) * up[i];
+    }
+  });
+}
+
+template <typename T>
+void SwiGluBackward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
+                    CpuThreads& threads) {
+  threads.ParallelFor(n, 8192, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T g = gate[i];
+      const T sig = static_cast<T>(1) / (static_cast<T>(1) + std::exp(-g));
+      const T silu = g * sig;
+      // d silu / dg = sig * (1 + g * (1 - sig)).
+      if (dgate != nullptr) dgate[i] += dout[i] * up[i] * sig * (static_cast<T>(1) + g * (static_cast<T>(1) - sig));
+      if (dup != nullptr) dup[i] += dout[i] * silu;
+    }
+  });
+}
+
+template <typename T>
+void ResidualAdd(T* out, const T* a, const T* b, int64_t n, CpuThreads& threads) {
+  threads.ParallelFor(n, 16384, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+template <typename T>
+double CrossEntropyForwardBackward(T* dlogits, const T* logits, const int32_t* targets,
+                                   int64_t n_rows, int64_t vocab, double grad_scale,
+                                   CpuThreads& threads) {
+  int64_t count = 0;
+  for (int64_t n = 0; n < n_rows; ++n) count += targets[n] >= 0 ? 1 : 0;
+  std::vector<double> row_loss(static_cast<size_t>(n_rows), 0.0);
+  const double row_scale = count > 0 ? grad_scale / static_cast<double>(count) : 0.0;
+  threads.ParallelFor(n_rows, RowGrain(vocab), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const T* l = logits + n * vocab;
+      const int32_t target = targets[n];
+      if (target < 0) {
+        if (dlogits != nullptr) std::fill_n(dlogits + n * vocab, vocab, static_cast<T>(0));
+        continue;
+      }
+      TF_CHECK(target < vocab);
+      const T max_logit = *std::max_element(l, l + vocab);
+      double sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(l[j] - max_logit));
+      const double log_sum = std::log(sum);
+      row_loss[n] = log_sum - static_cast<double>(l[target] - max_logit);
+      if (dlogits != nullptr) {
+        T* d = dlogits + n * vocab;
+        const double inv_sum = 1.0 / sum;
+        for (int64_t j = 0; j < vocab; ++j) {
+          const double p = std::exp(static_cast<double>(l[j] - max_logit)) * inv_sum;
+          d[j] = static_cast<T>((p - (j == target ? 1.0 : 0.0)) * row_scale);
+        }
+      }
+    }
+  });
+  double total = 0;
+  for (double x : row_loss) total += x;
+  return count > 0 ? total / static_cast<double>(count) : 0.0;
+}
+
+#define TF_INSTANTIATE(T)                                                                        \
+  template void EmbeddingForward<T>(T*, const int32_t*, const T*, int64_t, int64_t,              \
+                                    CpuThreads&);                                                \
+  template void EmbeddingBackward<T>(T*, const int32_t*, const T*, int64_t, int64_t,             \
+                                     CpuThreads&);                                               \
+  template void RmsNormForward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double,          \
+                                  CpuThreads&);                                                  \
+  template void RmsNormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t,      \
+                                   int64_t, CpuThreads&);                                        \
+  template void LinearForward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t,              \
+                                 CpuThreads&);                                                   \
+  template void LinearBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t,        \
+                                  int64_t, CpuThreads&);                                         \
+  template void RopeTables<T>(T*, T*, int64_t, int64_t, double);                                 \
+  template void RopeForward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
+                               CpuThreads&);                                                     \
+  template void RopeBackward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,      \
+                                CpuThreads&);                                                    \
+  template void AttentionForward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t,      \
+                                    int64_t, int64_t, int64_t, CpuThreads&);                     \
+  template void AttentionBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
+                                     const T*, int64_t, int64_t, int64_t, int64_t, int64_t,      \
+                                     CpuThreads&);                                               \
+  template void SwiGluForward<T>(T*, const T*, const T*, int64_t, CpuThreads&);                  \
+  template void SwiGluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, CpuThreads&);   \
+  template void ResidualAdd<T>(T*, const T*, const T*, int64_t, CpuThreads&);                    \
+  template double CrossEntropyForwardBackward<T>(T*, const T*, const int32_t*, int64_t, int64_t, \
+                                                 double, CpuThreads&);
+
+TF_INSTANTIATE(float)
+TF_INSTANTIATE(double)
+#undef TF_INSTANTIATE
+
+}  // namespace tierflow::real::cpu

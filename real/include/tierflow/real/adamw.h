@@ -1,0 +1,86 @@
+// AdamW on the CPU over any element range of flat fp32 buffers (a ZeRO "sub-group"), with the
+// mixed-precision pieces around it: the fused overflow check and gradient norm of (loss-)scaled
+// gradients, a bf16 copy of the updated parameters, and a dynamic loss scaler.
+//
+// The update is PyTorch's torch.optim.AdamW (decoupled weight decay, bias correction), for step
+// t >= 1 and the gradient g = grad * grad_scale:
+//   m = beta1 m + (1 - beta1) g
+//   v = beta2 v + (1 - beta2) g^2
+//   p = p (1 - lr wd) - lr / (1 - beta1^t) * m / (sqrt(v / (1 - beta2^t)) + eps)
+// docs/training-math.md derives the byte counts used by the benchmark (28 B per element, 30 with
+// the bf16 copy).
+//
+// Every function is elementwise or reduces in fixed-size blocks combined in order, so results
+// are bit-identical for any thread count and any split of a buffer into ranges whose boundaries
+// are multiples of kNormBlock (for the norm; AdamW and bf16 conversion for any split).
+// Thread safety: each call uses `threads` for its duration; distinct ranges may be updated
+// concurrently from distinct calls.
+#pragma once
+
+#include <cstdint>
+
+#include "tierflow/real/cpu_threads.h"
+
+namespace tierflow::real {
+
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+// Round-to-nearest-even fp32 -> bf16 (NaN stays a quiet NaN), and the exact widening.
+uint16_t Fp32ToBf16(float x);
+float Bf16ToFp32(uint16_t x);
+// The fp16 (IEEE binary16) conversions, for reading and writing checkpoints.
+uint16_t Fp32ToFp16(float x);
+float Fp16ToFp32(uint16_t x);
+
+namespace cpu {
+
+// Elements per block of the norm's fixed reduction tree.
+inline constexpr int64_t kNormBlock = 4096;
+
+struct GradCheck {
+  bool finite = true;   // no inf or nan in grad * grad_scale
+  double sum_sq = 0;    // sum of (grad * grad_scale)^2, meaningful only when finite
+};
+
+// One read-only pass over grad[0, n): the overflow check and the squared norm of the unscaled
+// gradient (grad_scale = 1 / loss_scale), no temporaries. Combine ranges with CombineGradChecks.
+GradCheck OverflowCheckAndNorm(const float* grad, int64_t n, float grad_scale,
+                               CpuThreads& threads);
+GradCheck CombineGradChecks(const GradCheck& a, const GradCheck& b);
+
+// One AdamW step (t >= 1) on n elements: reads param, m, v, grad; writes param, m, v and, when
+// bf16_param is not null, the rounded copy. grad_scale multiplies the gradient first (the
+// inverse loss scale times any clipping factor). grad is not modified.
+void AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n,
+           int64_t step, float grad_scale, const AdamWConfig& config, CpuThreads& threads);
+
+// dst[i] = Fp32ToBf16(src[i]).
+void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads);
+
+}  // namespace cpu
+
+// Dynamic loss scaling as in DeepSpeed/Megatron: on an overflow the step is skipped and the scale
+// halves (not below min_scale); after `growth_interval` finite steps in a row it doubles.
+class LossScaler {
+ public:
+  explicit LossScaler(float initial_scale = 65536.0f, int64_t growth_interval = 1000,
+                      float min_scale = 1.0f)
+      : scale_(initial_scale), growth_interval_(growth_interval), min_scale_(min_scale) {}
+  float scale() const { return scale_; }
+  // Records one step's overflow check; returns true when the optimizer step should run.
+  bool Update(bool finite);
+
+ private:
+  float scale_;
+  int64_t growth_interval_;
+  float min_scale_;
+  int64_t good_steps_ = 0;
+};
+
+}  // namespace tierflow::real

@@ -1,0 +1,134 @@
+// AdamW against a scalar fp64 transcription of torch.optim.AdamW, the bf16 rounding, the fused
+// overflow check and norm, and the loss scaler.
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tierflow/real/adamw.h"
+
+namespace tierflow::real {
+namespace {
+
+CpuThreads& Threads() {
+  static CpuThreads threads(2);
+  return threads;
+}
+
+TEST(TrainAdamW, MatchesTorchFormulaInFp64) {
+  const int64_t n = 1000;  // not a multiple of the 16-element chunks
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n);
+  for (auto& x : p) x = dist(rng);
+  std::vector<double> p64(p.begin(), p.end()), m64(n, 0.0), v64(n, 0.0);
+  std::vector<uint16_t> bf16(n);
+  AdamWConfig c;
+  c.lr = 1e-2f;
+  c.weight_decay = 0.1f;
+  const float loss_scale = 1024.0f;
+  double worst = 0;
+  for (int64_t step = 1; step <= 5; ++step) {
+    for (auto& x : g) x = dist(rng) * loss_scale;
+    cpu::AdamW(p.data(), m.data(), v.data(), g.data(), bf16.data(), n, step, 1.0f / loss_scale,
+               c, Threads());
+    // torch.optim.AdamW (single tensor): p *= 1 - lr*wd; m, v moments; p -= lr/bc1 * m /
+    // (sqrt(v)/sqrt(bc2) + eps).
+    const double bc1 = 1 - std::pow(0.9, step), bc2 = 1 - std::pow(0.999, step);
+    for (int64_t i = 0; i < n; ++i) {
+      const double grad = static_cast<double>(g[i]) / loss_scale;
+      p64[i] *= 1 - static_cast<double>(c.lr) * c.weight_decay;
+      m64[i] = 0.9 * m64[i] + 0.1 * grad;
+      v64[i] = 0.999 * v64[i] + 0.001 * grad * grad;
+      p64[i] -= c.lr / bc1 * m64[i] / (std::sqrt(v64[i]) / std::sqrt(bc2) + 1e-8);
+      worst = std::max(worst, std::fabs(p[i] - p64[i]) / std::max(1.0, std::fabs(p64[i])));
+      EXPECT_EQ(bf16[i], Fp32ToBf16(p[i]));
+    }
+  }
+  std::printf("adamw vs fp64 torch formula: worst |p - p64| / max(1, |p64|) = %.3e\n", worst);
+  EXPECT_LE(worst, 1e-5);
+}
+
+TEST(TrainAdamW, AnySplitIntoRangesIsBitIdentical) {
+  const int64_t n = 10007;
+  std::vector<float> p(n), g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = std::sin(static_cast<float>(i));
+    g[i] = std::cos(static_cast<float>(i) * 0.37f);
+  }
+  std::vector<float> p1 = p, m1(n, 0), v1(n, 0), p2 = p, m2(n, 0), v2(n, 0);
+  AdamWConfig c;
+  CpuThreads one(1);
+  cpu::AdamW(p1.data(), m1.data(), v1.data(), g.data(), nullptr, n, 3, 1.0f, c, one);
+  for (int64_t begin : {0, 17, 5000}) {  // sub-groups [0,17), [17,5000), [5000,n)
+    const int64_t end = begin == 0 ? 17 : begin == 17 ? 5000 : n;
+    cpu::AdamW(p2.data() + begin, m2.data() + begin, v2.data() + begin, g.data() + begin, nullptr,
+               end - begin, 3, 1.0f, c, Threads());
+  }
+  EXPECT_TRUE(p1 == p2 && m1 == m2 && v1 == v2);
+}
+
+TEST(TrainAdamW, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(Fp32ToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Fp32ToBf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(Fp32ToBf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(Fp32ToBf16(std::bit_cast<float>(0x3f808001u)), 0x3f81);  // above the tie
+  EXPECT_EQ(Fp32ToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(Fp32ToBf16(std::bit_cast<float>(0x7f7fffffu)), 0x7f80);  // max float rounds to inf
+  const uint16_t nan = Fp32ToBf16(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(Bf16ToFp32(nan)));
+  EXPECT_EQ(Bf16ToFp32(0xc040), -3.0f);
+}
+
+TEST(TrainAdamW, Fp16ConversionRoundTrips) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0) continue;  // NaN payloads
+    EXPECT_EQ(Fp32ToFp16(Fp16ToFp32(static_cast<uint16_t>(h))), h) << h;
+  }
+  EXPECT_EQ(Fp32ToFp16(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(Fp32ToFp16(1.0f + 1.0f / 2048), 0x3c00);  // tie to even
+}
+
+TEST(TrainAdamW, OverflowCheckAndNorm) {
+  const int64_t n = 3 * cpu::kNormBlock + 5;
+  std::vector<float> g(n);
+  double expect = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = static_cast<float>((i % 7) - 3) * 8.0f;
+    const double x = g[i] / 8.0;
+    expect += x * x;
+  }
+  const cpu::GradCheck check = cpu::OverflowCheckAndNorm(g.data(), n, 1.0f / 8, Threads());
+  EXPECT_TRUE(check.finite);
+  EXPECT_DOUBLE_EQ(check.sum_sq, expect);  // small integers: exact in any order
+  CpuThreads one(1);
+  const cpu::GradCheck single = cpu::OverflowCheckAndNorm(g.data(), n, 1.0f / 8, one);
+  EXPECT_EQ(single.sum_sq, check.sum_sq);
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> h = g;
+    h[n - 2] = bad;
+    EXPECT_FALSE(cpu::OverflowCheckAndNorm(h.data(), n, 1.0f, Threads()).finite);
+  }
+  // Combining the checks of several ranges: one non-finite range makes the whole non-finite.
+  const cpu::GradCheck both = cpu::CombineGradChecks(check, {false, 1.0});
+  EXPECT_FALSE(both.finite);
+}
+
+TEST(TrainAdamW, LossScalerHalvesOnOverflowAndGrows) {
+  LossScaler scaler(1024.0f, 2, 1.0f);
+  EXPECT_FALSE(scaler.Update(false));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_TRUE(scaler.Update(true));
+  EXPECT_TRUE(scaler.Update(true));
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+  for (int i = 0; i < 20; ++i) scaler.Update(false);
+  EXPECT_EQ(scaler.scale(), 1.0f);
+}
+
+}  // namespace
+}  // namespace tierflow::real
