@@ -27,6 +27,7 @@ struct SweepArgs {
   std::string plot;
   std::string shard;
   int top = 10;
+  std::string parallelism = "processes";
   std::vector<std::string> sets;
   bool json = false;
   // merge
@@ -78,6 +79,7 @@ Status RunSweepVerb(const SweepArgs& a) {
   Progress progress("sweep", static_cast<double>(runs.size()));
   sweep::EvaluateOptions options;
   options.jobs = jobs;
+  options.parallelism = a.parallelism == "threads" ? sweep::Parallelism::kThreads : sweep::Parallelism::kWorkerProcesses;
   options.progress = [&](int64_t done, int64_t) { progress.Update(static_cast<double>(done)); };
   const double t0 = Now();
   TF_ASSIGN_OR_RETURN(std::vector<sweep::SweepRow> rows, sweep::RunSweep(spec, runs, options));
@@ -127,7 +129,7 @@ Status RunSweepVerb(const SweepArgs& a) {
     return Status::Ok();
   }
   std::printf("%s", sweep::RankedTable(table, a.top).c_str());
-  std::printf("\n%zu runs in %s with %d worker processes (%.2f runs/s); per run: plan %s, simulate %s, worker %s\n",
+  std::printf("\n%zu runs in %s with -j %d (%.2f runs/s); per run: plan %s, simulate %s, worker %s\n",
               rows.size(), FormatDuration(wall_s).c_str(), jobs, wall_s > 0 ? static_cast<double>(rows.size()) / wall_s : 0.0,
               FormatDuration(plan_s / n).c_str(), FormatDuration(sim_s / n).c_str(), FormatDuration(worker_s / n).c_str());
   std::printf("csv: %s\n", output.c_str());
@@ -145,6 +147,11 @@ Command MakeSweep(CLI::App& parent) {
   app->add_option("--plot", a->plot, "Also write a PNG plot (needs gnuplot)");
   app->add_option("--shard", a->shard, "Run only slice I of N (runs with index % N == I), e.g. 0/4");
   app->add_option("--top", a->top, "Rows of the ranked table")->capture_default_str();
+  app->add_option("--parallelism", a->parallelism,
+                  "processes: a worker process plans and simulates each run (fastest); threads: threads plan, "
+                  "each simulation forks")
+      ->check(CLI::IsMember({"processes", "threads"}))
+      ->capture_default_str();
   AddSetOption(app, &a->sets);
   app->add_flag("--json", a->json, "Print a JSON summary instead of the table");
   app->require_subcommand(0, 1);

@@ -11,7 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <optional>
 #include <sstream>
 
 #include "tierflow/core/units.h"
@@ -98,19 +102,29 @@ bool Decode(const std::string& in, Evaluation* e) {
          pos == in.size();
 }
 
-// Plans and simulates one variation in this (worker) process. Never fails: what goes wrong is
-// the Evaluation's reason.
+// What one evaluation builds. A worker process leaves it allocated when it exits: freeing a 70B
+// schedule's tens of thousands of strings and vectors is a measurable part of a run.
+struct Built {
+  std::optional<StatusOr<policies::Scenario>> scenario;
+  std::optional<StatusOr<Schedule>> schedule;
+  std::optional<StatusOr<sim::SimResult>> result;
+};
+
+// Plans and simulates one variation. Never fails: what goes wrong is the Evaluation's reason.
+// kInProcess is for a fresh worker process that has never run SimGrid (one run per process).
 Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin, const Variation& variation,
-                        int64_t iterations) {
+                        int64_t iterations, sim::SimIsolation isolation, Built* built) {
   Evaluation e;
   const double t0 = Now();
-  auto scenario = policies::LoadScenarioText(base_yaml, variation.overrides, origin);
+  built->scenario.emplace(policies::LoadScenarioText(base_yaml, variation.overrides, origin));
+  const auto& scenario = *built->scenario;
   if (!scenario.ok()) {
     e.reason = scenario.status().message();
     return e;
   }
   e.policy = scenario->policy;
-  auto schedule = policies::Plan(*scenario);
+  built->schedule.emplace(policies::Plan(*scenario));
+  const auto& schedule = *built->schedule;
   e.plan_s = Now() - t0;
   if (!schedule.ok()) {
     e.reason = "plan: " + schedule.status().message();
@@ -119,11 +133,10 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
   sim::SimOptions options;
   options.iterations = iterations;
   options.record_trace = true;
-  // This worker is a fresh process that has never run SimGrid: one in-process run is allowed
-  // and saves a second fork and the transfer of every record.
-  options.isolation = sim::SimIsolation::kInProcess;
+  options.isolation = isolation;
   const double t1 = Now();
-  auto result = sim::Simulate(*schedule, scenario->hardware, options);
+  built->result.emplace(sim::Simulate(*schedule, scenario->hardware, options));
+  const auto& result = *built->result;
   e.sim_s = Now() - t1;
   if (!result.ok()) {
     e.reason = std::string(result.status().code() == StatusCode::kDeadlock ? "" : "sim: ") +
@@ -242,11 +255,57 @@ std::string MemoryBudgetToString(const MemoryBudget& b) {
   return "host " + one(b.host_bytes) + ", gpu " + one(b.gpu_bytes);
 }
 
-StatusOr<std::vector<Evaluation>> EvaluateAll(const std::string& base_yaml, const std::string& origin,
-                                              const std::vector<Variation>& variations,
-                                              const EvaluateOptions& options) {
-  if (options.jobs < 1) return InvalidArgument("jobs must be >= 1");
-  if (options.iterations < 1) return InvalidArgument("iterations must be >= 1");
+namespace {
+
+// Threads in this process load and plan; each Simulate() forks its own child and sends every
+// trace record back. The comparison for kWorkerProcesses (docs/sweep-format.md, "Speed").
+StatusOr<std::vector<Evaluation>> EvaluateInThreads(const std::string& base_yaml, const std::string& origin,
+                                                    const std::vector<Variation>& variations,
+                                                    const EvaluateOptions& options) {
+  std::vector<Evaluation> results(variations.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next = 0;
+  int64_t done = 0;
+  auto work = [&] {
+    while (true) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= variations.size()) return;
+        i = next++;
+      }
+      const double t0 = Now();
+      Built built;
+      Evaluation e = EvaluateHere(base_yaml, origin, variations[i], options.iterations, sim::SimIsolation::kFork, &built);
+      e.wall_s = Now() - t0;
+      ApplyBudget(options.budget, &e);
+      std::lock_guard<std::mutex> lock(mu);
+      results[i] = std::move(e);
+      ++done;
+      cv.notify_one();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < options.jobs && static_cast<size_t>(t) < variations.size(); ++t) threads.emplace_back(work);
+  int64_t reported = 0;
+  while (reported < static_cast<int64_t>(variations.size())) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done > reported; });
+    const int64_t now_done = done;
+    lock.unlock();
+    for (; reported < now_done;) {
+      ++reported;
+      if (options.progress) options.progress(reported, static_cast<int64_t>(variations.size()));
+    }
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+StatusOr<std::vector<Evaluation>> EvaluateInWorkers(const std::string& base_yaml, const std::string& origin,
+                                                    const std::vector<Variation>& variations,
+                                                    const EvaluateOptions& options) {
   std::vector<Evaluation> results(variations.size());
   std::vector<Worker> running;
   size_t next = 0;
@@ -289,7 +348,9 @@ StatusOr<std::vector<Evaluation>> EvaluateAll(const std::string& base_yaml, cons
       if (w.pid == 0) {
         ::close(fds[0]);
         for (const Worker& other : running) ::close(other.fd);
-        const Evaluation e = EvaluateHere(base_yaml, origin, variations[next], options.iterations);
+        auto* built = new Built;  // never freed: the worker exits right after (see Built)
+        const Evaluation e = EvaluateHere(base_yaml, origin, variations[next], options.iterations,
+                                          sim::SimIsolation::kInProcess, built);
         const bool ok = WriteAll(fds[1], Encode(e));
         ::close(fds[1]);
         ::_exit(ok ? 0 : 3);  // no destructors or atexit handlers of the parent's state
@@ -321,6 +382,17 @@ StatusOr<std::vector<Evaluation>> EvaluateAll(const std::string& base_yaml, cons
   }
   if (!failure.ok()) return failure;
   return results;
+}
+
+}  // namespace
+
+StatusOr<std::vector<Evaluation>> EvaluateAll(const std::string& base_yaml, const std::string& origin,
+                                              const std::vector<Variation>& variations,
+                                              const EvaluateOptions& options) {
+  if (options.jobs < 1) return InvalidArgument("jobs must be >= 1");
+  if (options.iterations < 1) return InvalidArgument("iterations must be >= 1");
+  if (options.parallelism == Parallelism::kThreads) return EvaluateInThreads(base_yaml, origin, variations, options);
+  return EvaluateInWorkers(base_yaml, origin, variations, options);
 }
 
 StatusOr<Evaluation> EvaluateOne(const std::string& base_yaml, const std::string& origin, const Variation& variation,

@@ -59,10 +59,20 @@ struct Evaluation {
   double wall_s = 0;            // the worker's whole life, fork to result
 };
 
+enum class Parallelism {
+  // A forked worker process per variation loads, plans and simulates it (SimGrid in-process) and
+  // sends back the figures only. The default: measured fastest (docs/sweep-format.md, "Speed").
+  kWorkerProcesses,
+  // `jobs` threads in this process load and plan; each Simulate() forks its own child, which
+  // sends every trace record back.
+  kThreads,
+};
+
 struct EvaluateOptions {
   int64_t iterations = 1;  // iterations simulated per variation (>= 1)
   int jobs = 1;            // worker processes at once (>= 1)
   MemoryBudget budget;     // a run whose peaks exceed it is infeasible
+  Parallelism parallelism = Parallelism::kWorkerProcesses;
   // Called in the calling thread after each variation completes (done counts completed ones).
   std::function<void(int64_t done, int64_t total)> progress;
 };
