@@ -82,32 +82,65 @@ class Search {
   const Evaluation& Get(const Config& c) const { return cache_.at(c); }
   bool Good(const Config& c) const { return WithinBudget(result_->budget, cache_.at(c)); }
 
-  // Greedy coordinate descent from `start` over `knobs`.
+  // The fastest of `candidates` that beats `current` by min_gain (any good one when `current` is
+  // not itself good), or null.
+  const Config* BestMove(const Config& current, const std::vector<Config>& candidates) const {
+    const double bar = Good(current) ? Get(current).iteration_s * (1 - options_.min_gain)
+                                     : std::numeric_limits<double>::infinity();
+    const Config* move = nullptr;
+    double move_s = bar;
+    for (const Config& c : candidates) {
+      if (Good(c) && Get(c).iteration_s < move_s) {
+        move_s = Get(c).iteration_s;
+        move = &c;
+      }
+    }
+    return move;
+  }
+
+  // Greedy coordinate descent from `start` over `knobs`: single-knob moves, and when none helps,
+  // moves of two knobs at once (knobs that only pay off together, such as DeepSpeed's two
+  // pipelining flags on one SSD, trap a single-knob search).
   Status Descend(Config current, const std::vector<policies::KnobChoice>& knobs) {
     TF_RETURN_IF_ERROR(EvaluateBatch({current}, current.policy + " start"));
+    auto alternatives = [&](const policies::KnobChoice& choice) {
+      std::vector<std::string> out;
+      const auto it = current.knobs.find(choice.name);
+      for (const std::string& v : choice.values) {
+        if (it == current.knobs.end() || it->second != v) out.push_back(v);
+      }
+      return out;
+    };
     for (int round = 1; round <= options_.max_rounds; ++round) {
-      std::vector<Config> candidates;
+      std::vector<Config> singles;
       for (const auto& choice : knobs) {
-        const auto it = current.knobs.find(choice.name);
-        for (const std::string& v : choice.values) {
-          if (it != current.knobs.end() && it->second == v) continue;
+        for (const std::string& v : alternatives(choice)) {
           Config c = current;
           c.knobs[choice.name] = v;
-          candidates.push_back(std::move(c));
+          singles.push_back(std::move(c));
         }
       }
-      TF_RETURN_IF_ERROR(EvaluateBatch(candidates, current.policy + " round " + std::to_string(round)));
-      const bool current_good = Good(current);
-      const double bar = current_good ? Get(current).iteration_s * (1 - options_.min_gain)
-                                      : std::numeric_limits<double>::infinity();
-      const Config* move = nullptr;
-      double move_s = bar;
-      for (const Config& c : candidates) {
-        if (Good(c) && Get(c).iteration_s < move_s) {
-          move_s = Get(c).iteration_s;
-          move = &c;
+      const std::string stage = current.policy + " round " + std::to_string(round);
+      TF_RETURN_IF_ERROR(EvaluateBatch(singles, stage));
+      if (const Config* move = BestMove(current, singles)) {
+        current = *move;
+        continue;
+      }
+      std::vector<Config> pairs;
+      for (size_t a = 0; a < knobs.size(); ++a) {
+        for (size_t b = a + 1; b < knobs.size(); ++b) {
+          for (const std::string& va : alternatives(knobs[a])) {
+            for (const std::string& vb : alternatives(knobs[b])) {
+              Config c = current;
+              c.knobs[knobs[a].name] = va;
+              c.knobs[knobs[b].name] = vb;
+              pairs.push_back(std::move(c));
+            }
+          }
         }
       }
+      TF_RETURN_IF_ERROR(EvaluateBatch(pairs, stage + " (pairs)"));
+      const Config* move = BestMove(current, pairs);
       if (!move) break;
       current = *move;
     }

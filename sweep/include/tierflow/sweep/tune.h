@@ -6,8 +6,9 @@
 // policy searched, the start point is the scenario's own knobs when it is the scenario's policy,
 // else the policy's defaults; then greedy coordinate descent over TunableKnobs(policy): each round
 // evaluates every single-knob change of the current point in parallel and moves to the fastest
-// one that is feasible, within budget and faster by more than `min_gain`; it stops when no
-// change helps or after `max_rounds`. Every configuration is evaluated once (results are cached).
+// one that is feasible, within budget and faster by more than `min_gain`; when no single change
+// helps, it tries every change of two knobs at once (knobs that only pay off together trap a
+// single-knob search); it stops when neither helps or after `max_rounds`. Every configuration is evaluated once (results are cached).
 //
 // Thread safety: as EvaluateAll (forks worker processes).
 #pragma once
