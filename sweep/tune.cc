@@ -82,16 +82,42 @@ class Search {
   const Evaluation& Get(const Config& c) const { return cache_.at(c); }
   bool Good(const Config& c) const { return WithinBudget(result_->budget, cache_.at(c)); }
 
-  // The fastest of `candidates` that beats `current` by min_gain (any good one when `current` is
-  // not itself good), or null.
+  // How far `c` is above the budget: the sum of its relative excesses (0 when within; infinite
+  // when it cannot be planned or simulated).
+  double Excess(const Config& c) const {
+    const Evaluation& e = cache_.at(c);
+    if (!e.feasible) return std::numeric_limits<double>::infinity();
+    const MemoryBudget& b = result_->budget;
+    double excess = 0;
+    if (b.host_bytes > 0 && e.host_peak_bytes > b.host_bytes) {
+      excess += static_cast<double>(e.host_peak_bytes - b.host_bytes) / static_cast<double>(b.host_bytes);
+    }
+    if (b.gpu_bytes > 0 && e.gpu_peak_bytes > b.gpu_bytes) {
+      excess += static_cast<double>(e.gpu_peak_bytes - b.gpu_bytes) / static_cast<double>(b.gpu_bytes);
+    }
+    return excess;
+  }
+
+  // Where to move from `current`, or null. Within the budget: the fastest candidate that beats
+  // `current` by min_gain. Above it: the candidate closest to the budget (then the fastest), if
+  // it is closer than `current` — the search walks back into the budget before it speeds up.
   const Config* BestMove(const Config& current, const std::vector<Config>& candidates) const {
-    const double bar = Good(current) ? Get(current).iteration_s * (1 - options_.min_gain)
-                                     : std::numeric_limits<double>::infinity();
     const Config* move = nullptr;
-    double move_s = bar;
+    if (Good(current)) {
+      double move_s = Get(current).iteration_s * (1 - options_.min_gain);
+      for (const Config& c : candidates) {
+        if (Good(c) && Get(c).iteration_s < move_s) {
+          move_s = Get(c).iteration_s;
+          move = &c;
+        }
+      }
+      return move;
+    }
+    std::pair<double, double> move_key{Excess(current), std::numeric_limits<double>::infinity()};
     for (const Config& c : candidates) {
-      if (Good(c) && Get(c).iteration_s < move_s) {
-        move_s = Get(c).iteration_s;
+      const std::pair<double, double> key{Excess(c), Get(c).iteration_s};
+      if (key.first < move_key.first || (key.first == 0 && key < move_key)) {
+        move_key = key;
         move = &c;
       }
     }
