@@ -12,9 +12,10 @@
 // steady-state mean iteration time (the first iteration's span when only one is simulated), phase
 // times are the mean span of each phase over the steady-state iterations.
 //
-// Thread safety: EvaluateAll() forks; call it from a thread while no other thread of the process
-// holds a lock a child could need (the driver verbs and the tests are single-threaded). The
-// calling process must never have run SimGrid in-process itself.
+// Thread safety: EvaluateAll() forks; call it while no other thread of the process holds a lock a
+// child could need (the driver verbs and the tests are single-threaded). With kThreads its own
+// threads plan while others fork (glibc's malloc is fork-safe; the forked child only runs
+// SimGrid). The calling process must never have run SimGrid in-process itself.
 #pragma once
 
 #include <cstdint>
