@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "tierflow/core/units.h"
 #include "tierflow/policies/policy.h"
@@ -246,7 +247,36 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
                              FormatBytes(static_cast<double>(result.baseline.host_peak_bytes)) + ", gpu " +
                              FormatBytes(static_cast<double>(result.baseline.gpu_peak_bytes)));
   }
-  const Config& best = budgeted.best();
+  // Leave out the knobs the best set that make no difference (a value equal to the policy's
+  // default, or a knob the simulation does not feel), so that `changes` lists what matters.
+  Config best = budgeted.best();
+  const Config start{best.policy, best.policy == scenario.policy ? scenario.knobs.values()
+                                                                 : std::map<std::string, std::string>{}};
+  auto same = [&](const Evaluation& a, const Evaluation& b) {
+    return a.feasible && b.feasible && a.iteration_s == b.iteration_s && a.host_peak_bytes == b.host_peak_bytes &&
+           a.gpu_peak_bytes == b.gpu_peak_bytes;
+  };
+  std::vector<Config> without;
+  for (const auto& [k, v] : best.knobs) {
+    if (start.knobs.count(k)) continue;
+    Config c = best;
+    c.knobs.erase(k);
+    without.push_back(std::move(c));
+  }
+  if (!without.empty()) {
+    TF_RETURN_IF_ERROR(budgeted.EvaluateBatch(without, "simplifying"));
+    Config pruned = best;
+    for (const Config& c : without) {
+      if (!same(budgeted.Get(c), budgeted.Get(best))) continue;
+      for (const auto& [k, v] : best.knobs) {
+        if (!c.knobs.count(k)) pruned.knobs.erase(k);
+      }
+    }
+    if (!(pruned == best)) {
+      TF_RETURN_IF_ERROR(budgeted.EvaluateBatch({pruned}, "simplifying"));
+      if (same(budgeted.Get(pruned), budgeted.Get(best))) best = pruned;
+    }
+  }
   result.best = budgeted.Get(best);
   result.best_policy = best.policy;
   result.best_knobs = best.knobs;
@@ -256,7 +286,8 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
   for (const auto& [k, v] : baseline.knobs) keys.insert(k);
   for (const auto& [k, v] : best.knobs) keys.insert(k);
   for (const std::string& k : keys) {
-    const auto a = baseline.knobs.find(k), b = best.knobs.find(k);
+    const auto a = baseline.knobs.find(k);
+    const auto b = std::as_const(best.knobs).find(k);
     const std::string from = a == baseline.knobs.end() ? "" : a->second;
     const std::string to = b == best.knobs.end() ? "" : b->second;
     if (from != to || best.policy != baseline.policy) result.changes.push_back({"policy." + k, from, to});

@@ -342,6 +342,11 @@ TEST(Tune, RespectsATightBudget) {
   EXPECT_LE(r->best.host_peak_bytes, 17LL << 29);
   EXPECT_LE(r->best.gpu_peak_bytes, r->baseline.gpu_peak_bytes);
   EXPECT_GT(r->over_budget, 0);
+  // Only what matters is reported: the search also set buffer_count to its default 5 on the way,
+  // which changes nothing and is left out.
+  std::vector<std::string> changed;
+  for (const KnobChange& c : r->changes) changed.push_back(c.knob + ":" + c.from + "->" + c.to);
+  EXPECT_EQ(changed, (std::vector<std::string>{"policy.pipeline_read:true->false", "policy.pipeline_write:true->false"}));
 
   options.budget.host_bytes = 1LL << 20;  // nothing fits 1 MiB
   auto none = Tune(SmallYaml(), "small", options);

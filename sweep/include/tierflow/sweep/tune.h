@@ -9,7 +9,10 @@
 // one that is feasible, within budget and faster by more than `min_gain`; when no single change
 // helps, it tries every change of two knobs at once (knobs that only pay off together trap a
 // single-knob search); it stops when neither helps or after `max_rounds`. From a start point
-// above the budget, each move goes to the candidate closest to the budget until one fits. Every configuration is evaluated once (results are cached).
+// above the budget, each move goes to the candidate closest to the budget until one fits.
+// Finally, knobs the best sets that change nothing (same time and peaks without them) are left
+// out, so that the changes reported are the ones that matter. Every configuration is evaluated
+// once (results are cached).
 //
 // Thread safety: as EvaluateAll (forks worker processes).
 #pragma once
