@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config
   libsimgrid-dev libboost-graph-dev libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev
-  libcli11-dev libfmt-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev fio)
+  libcli11-dev libfmt-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev fio
+  gnuplot-nox)  # gnuplot-nox: `tierflow sweep --plot` (pngcairo terminal)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

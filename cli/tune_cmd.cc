@@ -1,0 +1,140 @@
+// tierflow tune SCENARIO [--memory-budget host=…,gpu=…] [--policy P]... [-j N] [-n ITER] [-o schedule.json] [--set k=v] [--json]
+// Searches the policies' knobs with the simulator (docs/tuning.md) and writes the best schedule.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "inputs.h"
+#include "tierflow/core/units.h"
+#include "tierflow/policies/policy.h"
+#include "tierflow/policies/scenario.h"
+#ifdef TIERFLOW_HAVE_SIMGRID
+#include "tierflow/sweep/tune.h"
+#endif
+
+namespace tierflow::cli {
+namespace {
+
+struct TuneArgs {
+  std::string scenario;
+  std::string budget;
+  std::vector<std::string> policies;
+  int jobs = 0;
+  int64_t iterations = 1;
+  std::string output;
+  std::vector<std::string> sets;
+  bool json = false;
+};
+
+#ifdef TIERFLOW_HAVE_SIMGRID
+Status RunTune(const TuneArgs& a) {
+  if (a.scenario.size() >= 5 && a.scenario.compare(a.scenario.size() - 5, 5, ".json") == 0) {
+    return InvalidArgument(a.scenario + ": tune takes a scenario (YAML), not a schedule");
+  }
+  TF_ASSIGN_OR_RETURN(policies::Scenario scenario, policies::LoadScenarioFile(a.scenario, a.sets));
+  sweep::TuneOptions options;
+  options.policies = a.policies;
+  if (!a.budget.empty()) {
+    TF_ASSIGN_OR_RETURN(options.budget, sweep::ParseMemoryBudget(a.budget));
+  }
+  options.iterations = a.iterations;
+  if (a.jobs < 0) return InvalidArgument("-j must be >= 1");
+  options.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Progress: an open-ended search, so a status line (stage, evaluations, best) rather than a bar.
+  const bool tty = isatty(STDERR_FILENO);
+  options.progress = [&](const std::string& stage, int64_t evaluations, double best_s) {
+    if (!tty) return;
+    std::fprintf(stderr, "\rtune: %-28s %4lld configurations simulated, best %s      ", stage.c_str(),
+                 static_cast<long long>(evaluations), best_s < 1e300 ? FormatDuration(best_s).c_str() : "-");
+    std::fflush(stderr);
+  };
+  TF_ASSIGN_OR_RETURN(sweep::TuneResult r, sweep::Tune(scenario.yaml, a.scenario, options));
+  if (tty) std::fprintf(stderr, "\r%*s\r", 100, "");
+
+  // The best schedule, planned again here (workers send back figures only).
+  TF_ASSIGN_OR_RETURN(policies::Scenario best_scenario, policies::LoadScenarioText(scenario.yaml, r.best_overrides, a.scenario));
+  best_scenario.name = scenario.name + "-tuned";
+  TF_ASSIGN_OR_RETURN(Schedule schedule, policies::Plan(best_scenario));
+  const std::string output = a.output.empty() ? scenario.name + ".tuned.json" : a.output;
+  TF_RETURN_IF_ERROR(WriteScheduleFile(output, schedule));
+
+  const double speedup = r.best.iteration_s > 0 ? r.baseline.iteration_s / r.best.iteration_s : 0;
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["scenario"] = scenario.name;
+    j["baseline_s"] = r.baseline.iteration_s;
+    j["best_s"] = r.best.iteration_s;
+    j["speedup"] = speedup;
+    j["policy"] = r.best_policy;
+    j["schedule"] = output;
+    nlohmann::ordered_json changes = nlohmann::ordered_json::array();
+    for (const auto& c : r.changes) changes.push_back({{"knob", c.knob}, {"from", c.from}, {"to", c.to}});
+    j["changes"] = changes;
+    j["budget"] = {{"host_bytes", r.budget.host_bytes}, {"gpu_bytes", r.budget.gpu_bytes}};
+    j["baseline_peak_bytes"] = {{"host", r.baseline.host_peak_bytes}, {"gpu", r.baseline.gpu_peak_bytes}};
+    j["best_peak_bytes"] = {{"host", r.best.host_peak_bytes}, {"gpu", r.best.gpu_peak_bytes}};
+    j["evaluations"] = r.evaluations;
+    j["infeasible"] = r.infeasible;
+    j["over_budget"] = r.over_budget;
+    j["notes"] = r.notes;
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status::Ok();
+  }
+  std::printf("tune %s: %lld configurations simulated (%lld infeasible, %lld over the budget)\n", scenario.name.c_str(),
+              static_cast<long long>(r.evaluations), static_cast<long long>(r.infeasible),
+              static_cast<long long>(r.over_budget));
+  std::printf("memory budget    %s\n\n", sweep::MemoryBudgetToString(r.budget).c_str());
+  std::printf("%-10s %-16s %12s %12s %12s\n", "", "policy", "iteration", "host peak", "gpu peak");
+  std::printf("%-10s %-16s %12s %12s %12s\n", "baseline", scenario.policy.c_str(), FormatDuration(r.baseline.iteration_s).c_str(),
+              FormatBytes(static_cast<double>(r.baseline.host_peak_bytes)).c_str(),
+              FormatBytes(static_cast<double>(r.baseline.gpu_peak_bytes)).c_str());
+  std::printf("%-10s %-16s %12s %12s %12s\n", "best", r.best_policy.c_str(), FormatDuration(r.best.iteration_s).c_str(),
+              FormatBytes(static_cast<double>(r.best.host_peak_bytes)).c_str(),
+              FormatBytes(static_cast<double>(r.best.gpu_peak_bytes)).c_str());
+  std::printf("\nspeedup %.2fx\n", speedup);
+  if (r.changes.empty()) {
+    std::printf("no change beats the baseline\n");
+  } else {
+    std::printf("changes:\n");
+    for (const auto& c : r.changes) {
+      std::printf("  %-36s %s -> %s\n", c.knob.c_str(), c.from.empty() ? "(default)" : c.from.c_str(),
+                  c.to.empty() ? "(default)" : c.to.c_str());
+    }
+  }
+  for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
+  std::printf("schedule: %s\n", output.c_str());
+  return Status::Ok();
+}
+#endif
+
+Command MakeTune(CLI::App& parent) {
+  auto* a = Keep<TuneArgs>();
+  CLI::App* app = parent.add_subcommand("tune", "Search policy knobs with the simulator; write the fastest schedule");
+  app->add_option("scenario", a->scenario, "Scenario YAML file")->required();
+  app->add_option("--memory-budget", a->budget,
+                  "host=SIZE,gpu=SIZE: pinned host (sum of host pools) and per-GPU peaks (default: the baseline's)");
+  app->add_option("--policy", a->policies, "Policy to search (repeatable; default: every policy)")->take_all();
+  app->add_option("-j,--jobs", a->jobs, "Worker processes (default: one per core)");
+  app->add_option("-n,--iterations", a->iterations, "Iterations simulated per candidate")->capture_default_str();
+  app->add_option("-o,--output", a->output, "Schedule file to write (default: <scenario name>.tuned.json)");
+  AddSetOption(app, &a->sets);
+  app->add_flag("--json", a->json, "Print baseline_s, best_s, schedule and changes as JSON");
+  return {app, [a] {
+#ifdef TIERFLOW_HAVE_SIMGRID
+            return RunTune(*a);
+#else
+            (void)a;
+            return Unavailable("this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
+#endif
+          }};
+}
+
+TIERFLOW_COMMAND(MakeTune);
+
+}  // namespace
+}  // namespace tierflow::cli

@@ -1,0 +1,407 @@
+#include "tierflow/sweep/evaluate.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <optional>
+#include <sstream>
+
+#include "tierflow/core/units.h"
+#include "tierflow/policies/policy.h"
+#include "tierflow/sim/simulator.h"
+
+namespace tierflow::sweep {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The worker's answer: length-prefixed fields ("<len>:<bytes>") in a fixed order.
+void PutField(std::string* out, const std::string& v) {
+  *out += std::to_string(v.size());
+  *out += ':';
+  *out += v;
+}
+void PutNumber(std::string* out, double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  PutField(out, buf);
+}
+void PutInt(std::string* out, int64_t v) { PutField(out, std::to_string(v)); }
+
+bool GetField(const std::string& in, size_t* pos, std::string* v) {
+  const size_t colon = in.find(':', *pos);
+  if (colon == std::string::npos) return false;
+  char* end = nullptr;
+  const unsigned long long len = std::strtoull(in.c_str() + *pos, &end, 10);
+  if (end != in.c_str() + colon || colon + 1 + len > in.size()) return false;
+  *v = in.substr(colon + 1, len);
+  *pos = colon + 1 + len;
+  return true;
+}
+bool GetNumber(const std::string& in, size_t* pos, double* v) {
+  std::string f;
+  if (!GetField(in, pos, &f)) return false;
+  *v = std::strtod(f.c_str(), nullptr);
+  return true;
+}
+bool GetInt(const std::string& in, size_t* pos, int64_t* v) {
+  std::string f;
+  if (!GetField(in, pos, &f)) return false;
+  *v = std::strtoll(f.c_str(), nullptr, 10);
+  return true;
+}
+
+std::string Encode(const Evaluation& e) {
+  std::string out;
+  PutInt(&out, e.feasible ? 1 : 0);
+  PutField(&out, e.reason);
+  PutField(&out, e.policy);
+  for (double v : {e.iteration_s, e.forward_s, e.backward_s, e.step_s}) PutNumber(&out, v);
+  PutInt(&out, e.host_peak_bytes);
+  PutInt(&out, e.gpu_peak_bytes);
+  PutInt(&out, static_cast<int64_t>(e.pool_peak_bytes.size()));
+  for (const auto& [name, bytes] : e.pool_peak_bytes) {
+    PutField(&out, name);
+    PutInt(&out, bytes);
+  }
+  PutInt(&out, e.tasks);
+  PutNumber(&out, e.plan_s);
+  PutNumber(&out, e.sim_s);
+  return out;
+}
+
+bool Decode(const std::string& in, Evaluation* e) {
+  size_t pos = 0;
+  int64_t feasible = 0, pools = 0;
+  bool ok = GetInt(in, &pos, &feasible) && GetField(in, &pos, &e->reason) && GetField(in, &pos, &e->policy) &&
+            GetNumber(in, &pos, &e->iteration_s) && GetNumber(in, &pos, &e->forward_s) &&
+            GetNumber(in, &pos, &e->backward_s) && GetNumber(in, &pos, &e->step_s) &&
+            GetInt(in, &pos, &e->host_peak_bytes) && GetInt(in, &pos, &e->gpu_peak_bytes) &&
+            GetInt(in, &pos, &pools);
+  e->feasible = feasible != 0;
+  for (int64_t p = 0; ok && p < pools; ++p) {
+    std::pair<std::string, int64_t> peak;
+    ok = GetField(in, &pos, &peak.first) && GetInt(in, &pos, &peak.second);
+    e->pool_peak_bytes.push_back(std::move(peak));
+  }
+  return ok && GetInt(in, &pos, &e->tasks) && GetNumber(in, &pos, &e->plan_s) && GetNumber(in, &pos, &e->sim_s) &&
+         pos == in.size();
+}
+
+// What one evaluation builds. A worker process leaves it allocated when it exits: freeing a 70B
+// schedule's tens of thousands of strings and vectors is a measurable part of a run.
+struct Built {
+  std::optional<StatusOr<policies::Scenario>> scenario;
+  std::optional<StatusOr<Schedule>> schedule;
+  std::optional<StatusOr<sim::SimResult>> result;
+};
+
+// Plans and simulates one variation. Never fails: what goes wrong is the Evaluation's reason.
+// kInProcess is for a fresh worker process that has never run SimGrid (one run per process).
+Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin, const Variation& variation,
+                        int64_t iterations, sim::SimIsolation isolation, Built* built) {
+  Evaluation e;
+  const double t0 = Now();
+  built->scenario.emplace(policies::LoadScenarioText(base_yaml, variation.overrides, origin));
+  const auto& scenario = *built->scenario;
+  if (!scenario.ok()) {
+    e.reason = scenario.status().message();
+    return e;
+  }
+  e.policy = scenario->policy;
+  built->schedule.emplace(policies::Plan(*scenario));
+  const auto& schedule = *built->schedule;
+  e.plan_s = Now() - t0;
+  if (!schedule.ok()) {
+    e.reason = "plan: " + schedule.status().message();
+    return e;
+  }
+  sim::SimOptions options;
+  options.iterations = iterations;
+  options.record_trace = true;
+  options.isolation = isolation;
+  const double t1 = Now();
+  built->result.emplace(sim::Simulate(*schedule, scenario->hardware, options));
+  const auto& result = *built->result;
+  e.sim_s = Now() - t1;
+  if (!result.ok()) {
+    e.reason = std::string(result.status().code() == StatusCode::kDeadlock ? "" : "sim: ") +
+               result.status().ToString();
+    return e;
+  }
+  // Iteration bounds and phase spans, as traces::Summarize defines them (docs/trace-format.md).
+  struct Span {
+    double start = 0, end = 0;
+    bool present = false;
+    void Add(double s, double t) {
+      if (!present) {
+        start = s, end = t, present = true;
+      } else {
+        start = std::min(start, s), end = std::max(end, t);
+      }
+    }
+  };
+  std::map<int64_t, std::array<Span, kPhaseCount + 1>> spans;  // [kPhaseCount] = whole iteration
+  for (const TraceRecord& r : result->records) {
+    auto& s = spans[r.iteration];
+    s[static_cast<int>(r.phase)].Add(r.start_s, r.end_s);
+    s[kPhaseCount].Add(r.start_s, r.end_s);
+  }
+  if (spans.size() == 1) {
+    e.iteration_s = spans.begin()->second[kPhaseCount].end - spans.begin()->second[kPhaseCount].start;
+  } else if (spans.size() > 1) {
+    e.iteration_s = (spans.rbegin()->second[kPhaseCount].end - spans.begin()->second[kPhaseCount].end) /
+                    static_cast<double>(spans.size() - 1);
+  }
+  const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kStep};
+  double* outs[] = {&e.forward_s, &e.backward_s, &e.step_s};
+  for (int p = 0; p < 3; ++p) {
+    double sum = 0;
+    int n = 0;
+    bool first = spans.size() >= 2;  // the warm-up iteration is left out when there are more
+    for (const auto& [it, s] : spans) {
+      if (first) {
+        first = false;
+        continue;
+      }
+      const Span& span = s[static_cast<int>(phases[p])];
+      if (span.present) {
+        sum += span.end - span.start;
+        ++n;
+      }
+    }
+    *outs[p] = n ? sum / n : 0.0;
+  }
+  const auto& pools = schedule->pools();
+  for (size_t p = 0; p < pools.size() && p < result->pool_peak_bytes.size(); ++p) {
+    const int64_t peak = result->pool_peak_bytes[p];
+    e.pool_peak_bytes.emplace_back(pools[p].name, peak);
+    const DeviceKind kind = schedule->devices()[pools[p].device].kind;
+    if (kind == DeviceKind::kHost) e.host_peak_bytes += peak;
+    if (kind == DeviceKind::kGpu) e.gpu_peak_bytes = std::max(e.gpu_peak_bytes, peak);
+  }
+  e.tasks = result->tasks_simulated;
+  e.feasible = true;
+  return e;
+}
+
+void ApplyBudget(const MemoryBudget& budget, Evaluation* e) {
+  if (!e->feasible) return;
+  if (budget.host_bytes > 0 && e->host_peak_bytes > budget.host_bytes) {
+    e->feasible = false;
+    e->reason = "memory budget: host peak " + FormatBytes(static_cast<double>(e->host_peak_bytes)) + " > " +
+                FormatBytes(static_cast<double>(budget.host_bytes));
+  } else if (budget.gpu_bytes > 0 && e->gpu_peak_bytes > budget.gpu_bytes) {
+    e->feasible = false;
+    e->reason = "memory budget: gpu peak " + FormatBytes(static_cast<double>(e->gpu_peak_bytes)) + " > " +
+                FormatBytes(static_cast<double>(budget.gpu_bytes));
+  }
+}
+
+bool WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+struct Worker {
+  pid_t pid = -1;
+  int fd = -1;
+  size_t index = 0;
+  double start = 0;
+  std::string received;
+};
+
+}  // namespace
+
+StatusOr<MemoryBudget> ParseMemoryBudget(const std::string& text) {
+  MemoryBudget budget;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');) {
+    const auto eq = part.find('=');
+    const std::string key = part.substr(0, eq);
+    if (eq == std::string::npos || (key != "host" && key != "gpu")) {
+      return InvalidArgument("--memory-budget '" + text + "': expected host=SIZE,gpu=SIZE (e.g. host=200GiB,gpu=70GiB)");
+    }
+    auto bytes = ParseBytes(part.substr(eq + 1));
+    if (!bytes.ok()) return bytes.status().WithContext("--memory-budget " + key);
+    if (*bytes <= 0) return InvalidArgument("--memory-budget " + key + ": must be > 0");
+    (key == "host" ? budget.host_bytes : budget.gpu_bytes) = *bytes;
+  }
+  return budget;
+}
+
+std::string MemoryBudgetToString(const MemoryBudget& b) {
+  auto one = [](int64_t v) { return v > 0 ? FormatBytes(static_cast<double>(v)) : std::string("unlimited"); };
+  return "host " + one(b.host_bytes) + ", gpu " + one(b.gpu_bytes);
+}
+
+namespace {
+
+// Threads in this process load and plan; each Simulate() forks its own child and sends every
+// trace record back. The comparison for kWorkerProcesses (docs/sweep-format.md, "Speed").
+StatusOr<std::vector<Evaluation>> EvaluateInThreads(const std::string& base_yaml, const std::string& origin,
+                                                    const std::vector<Variation>& variations,
+                                                    const EvaluateOptions& options) {
+  std::vector<Evaluation> results(variations.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next = 0;
+  int64_t done = 0;
+  auto work = [&] {
+    while (true) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= variations.size()) return;
+        i = next++;
+      }
+      const double t0 = Now();
+      Built built;
+      Evaluation e = EvaluateHere(base_yaml, origin, variations[i], options.iterations, sim::SimIsolation::kFork, &built);
+      e.wall_s = Now() - t0;
+      ApplyBudget(options.budget, &e);
+      std::lock_guard<std::mutex> lock(mu);
+      results[i] = std::move(e);
+      ++done;
+      cv.notify_one();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < options.jobs && static_cast<size_t>(t) < variations.size(); ++t) threads.emplace_back(work);
+  int64_t reported = 0;
+  while (reported < static_cast<int64_t>(variations.size())) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done > reported; });
+    const int64_t now_done = done;
+    lock.unlock();
+    for (; reported < now_done;) {
+      ++reported;
+      if (options.progress) options.progress(reported, static_cast<int64_t>(variations.size()));
+    }
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+StatusOr<std::vector<Evaluation>> EvaluateInWorkers(const std::string& base_yaml, const std::string& origin,
+                                                    const std::vector<Variation>& variations,
+                                                    const EvaluateOptions& options) {
+  std::vector<Evaluation> results(variations.size());
+  std::vector<Worker> running;
+  size_t next = 0;
+  int64_t done = 0;
+  Status failure;
+  auto finish = [&](Worker& w) {
+    ::close(w.fd);
+    int wstatus = 0;
+    while (::waitpid(w.pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    Evaluation& e = results[w.index];
+    if (!(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || !Decode(w.received, &e)) {
+      e = Evaluation();
+      e.reason = WIFSIGNALED(wstatus) ? "worker died of signal " + std::to_string(WTERMSIG(wstatus))
+                                      : "worker failed (exit " + std::to_string(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1) + ")";
+    }
+    e.wall_s = Now() - w.start;
+    ApplyBudget(options.budget, &e);
+    ++done;
+    if (options.progress) options.progress(done, static_cast<int64_t>(variations.size()));
+  };
+  while (done < static_cast<int64_t>(variations.size())) {
+    while (failure.ok() && next < variations.size() && running.size() < static_cast<size_t>(options.jobs)) {
+      int fds[2];
+      if (::pipe(fds) != 0) {
+        failure = FromErrno(errno, "pipe for a sweep worker");
+        break;
+      }
+      std::fflush(nullptr);  // or the child would write the parent's buffered output again
+      Worker w;
+      w.index = next;
+      w.start = Now();
+      w.pid = ::fork();
+      if (w.pid < 0) {
+        failure = FromErrno(errno, "fork of a sweep worker");
+        ::close(fds[0]);
+        ::close(fds[1]);
+        break;
+      }
+      if (w.pid == 0) {
+        ::close(fds[0]);
+        for (const Worker& other : running) ::close(other.fd);
+        auto* built = new Built;  // never freed: the worker exits right after (see Built)
+        const Evaluation e = EvaluateHere(base_yaml, origin, variations[next], options.iterations,
+                                          sim::SimIsolation::kInProcess, built);
+        const bool ok = WriteAll(fds[1], Encode(e));
+        ::close(fds[1]);
+        ::_exit(ok ? 0 : 3);  // no destructors or atexit handlers of the parent's state
+      }
+      ::close(fds[1]);
+      w.fd = fds[0];
+      running.push_back(std::move(w));
+      ++next;
+    }
+    if (running.empty()) break;  // only after a failure to start one
+    std::vector<pollfd> pfds;
+    for (const Worker& w : running) pfds.push_back({w.fd, POLLIN, 0});
+    if (::poll(pfds.data(), pfds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      return FromErrno(errno, "poll of the sweep workers");
+    }
+    for (size_t i = running.size(); i-- > 0;) {
+      if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      const ssize_t n = ::read(running[i].fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        running[i].received.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      finish(running[i]);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  if (!failure.ok()) return failure;
+  return results;
+}
+
+}  // namespace
+
+StatusOr<std::vector<Evaluation>> EvaluateAll(const std::string& base_yaml, const std::string& origin,
+                                              const std::vector<Variation>& variations,
+                                              const EvaluateOptions& options) {
+  if (options.jobs < 1) return InvalidArgument("jobs must be >= 1");
+  if (options.iterations < 1) return InvalidArgument("iterations must be >= 1");
+  if (options.parallelism == Parallelism::kThreads) return EvaluateInThreads(base_yaml, origin, variations, options);
+  return EvaluateInWorkers(base_yaml, origin, variations, options);
+}
+
+StatusOr<Evaluation> EvaluateOne(const std::string& base_yaml, const std::string& origin, const Variation& variation,
+                                 const EvaluateOptions& options) {
+  EvaluateOptions one = options;
+  one.jobs = 1;
+  one.progress = nullptr;
+  TF_ASSIGN_OR_RETURN(std::vector<Evaluation> all, EvaluateAll(base_yaml, origin, {variation}, one));
+  return all.front();
+}
+
+}  // namespace tierflow::sweep

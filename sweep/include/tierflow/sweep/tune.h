@@ -1,0 +1,67 @@
+// The tuner: searches the knobs of one or every policy with the simulator under a memory budget
+// and returns the fastest feasible configuration found. docs/tuning.md describes the search.
+//
+// Baseline: the scenario as given. Budget: by default the baseline's own peaks (host pinned sum,
+// largest GPU pool), so that "faster within the same memory" is the default question. For each
+// policy searched, the start point is the scenario's own knobs when it is the scenario's policy,
+// else the policy's defaults; then greedy coordinate descent over TunableKnobs(policy): each round
+// evaluates every single-knob change of the current point in parallel and moves to the fastest
+// one that is feasible, within budget and faster by more than `min_gain`; when no single change
+// helps, it tries every change of two knobs at once (knobs that only pay off together trap a
+// single-knob search); it stops when neither helps or after `max_rounds`. From a start point
+// above the budget, each move goes to the candidate closest to the budget until one fits.
+// Finally, knobs the best sets that change nothing (same time and peaks without them) are left
+// out, so that the changes reported are the ones that matter. Every configuration is evaluated
+// once (results are cached).
+//
+// Thread safety: as EvaluateAll (forks worker processes).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/status.h"
+#include "tierflow/sweep/evaluate.h"
+
+namespace tierflow::sweep {
+
+struct TuneOptions {
+  std::vector<std::string> policies;  // empty: every name in policies::PolicyNames()
+  MemoryBudget budget;                // 0 parts: the baseline's peaks
+  int64_t iterations = 1;             // simulated per candidate
+  int jobs = 1;                       // worker processes
+  int max_rounds = 12;                // coordinate-descent rounds per policy
+  double min_gain = 1e-3;             // a move must cut iteration time by this fraction
+  // Called after each evaluated batch: what is being searched, evaluations so far, best so far.
+  std::function<void(const std::string& stage, int64_t evaluations, double best_s)> progress;
+};
+
+struct KnobChange {
+  std::string knob;  // "policy.name", "policy.buffer_count"
+  std::string from;  // "" when the baseline leaves it at the policy's default
+  std::string to;
+};
+
+struct TuneResult {
+  Evaluation baseline;
+  Evaluation best;
+  MemoryBudget budget;                  // the budget the search respected
+  std::string best_policy;
+  std::map<std::string, std::string> best_knobs;  // knob -> value, as set on top of the policy
+  std::vector<std::string> best_overrides;        // "policy=..."-style --set list giving the best
+  std::vector<KnobChange> changes;      // from the baseline to the best
+  int64_t evaluations = 0;              // distinct configurations simulated
+  int64_t infeasible = 0;               // of which failed to plan or simulate
+  int64_t over_budget = 0;              // of which exceeded the budget
+  std::vector<std::string> notes;       // e.g. a policy that could not be searched, and why
+};
+
+// `scenario_yaml` is a scenario text (overrides already applied); origin names it in messages.
+// Errors: a baseline that cannot be planned or simulated (nothing to compare with), options out
+// of range, workers that cannot start.
+StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& origin, const TuneOptions& options);
+
+}  // namespace tierflow::sweep
