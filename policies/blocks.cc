@@ -157,7 +157,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       }
       const std::string id = unit.name + "." + o.tag + ".r" + std::to_string(r);
       const int64_t part_bytes = unit.rank_elements * 2;
-      const int32_t slot = b.Buffer("slot." + id, o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
+      const int32_t slot = b.Buffer("slot." + id, o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
       TaskSpec t;
       t.id = "read." + id;
       t.op = Op::kRead;
@@ -254,7 +254,9 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo);
       priority_base += static_cast<int32_t>(fetched.size());
       for (const FetchedUnit& f : fetched) {
+        if (m == 0 && fwd) res.first_forward_reads += f.reads.size();
         res.reads.insert(res.reads.end(), f.reads.begin(), f.reads.end());
+        for (size_t r = 0; r < f.reads.size(); ++r) res.read_rank_unit.emplace_back(static_cast<int32_t>(r), f.unit);
         res.gathers.push_back(f.allgather);
       }
       for (const FetchedUnit& f : fetched) {
@@ -330,8 +332,19 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   return res;
 }
 
+int32_t PinnedPool(ScheduleBuilder& b, const std::string& name, int64_t capacity_bytes, bool rounding) {
+  int64_t rounded = capacity_bytes;
+  if (rounding && capacity_bytes > 0) {
+    rounded = 1;
+    while (rounded < capacity_bytes) rounded <<= 1;
+  }
+  const int32_t pool = b.Pool(name, "host", rounded);
+  if (rounded > capacity_bytes) b.Buffer(name + ".pad", pool, rounded - capacity_bytes, /*persistent=*/true);
+  return pool;
+}
+
 int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<std::vector<int32_t>>& deps,
-                     int32_t threads, int64_t host_bytes_per_element) {
+                     int32_t threads, int64_t host_bytes_per_element, const std::vector<int32_t>& temporaries) {
   std::vector<int32_t> norms;
   for (int32_t r = 0; r < plan.ranks; ++r) {
     TaskSpec norm;
@@ -342,6 +355,10 @@ int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vecto
     norm.bytes = plan.rank_elements * host_bytes_per_element;
     norm.ranks = threads;
     norm.deps = deps[r];
+    if (!temporaries.empty()) {
+      norm.allocs = {temporaries[r]};
+      norm.frees = {temporaries[r]};
+    }
     norm.phase = Phase::kStep;
     norms.push_back(b.Task(std::move(norm)));
   }

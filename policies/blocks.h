@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tierflow/core/schedule.h"
@@ -86,6 +87,7 @@ struct FetchOptions {
   Phase phase = Phase::kForward;
   std::string tag;                    // unique per pass: "f0", "b0", ...
   std::vector<int32_t> slot_pool;     // per rank: pinned pool the partitions are read into
+  PlacedResource slot_pool_of;        // per (rank, unit), overriding slot_pool: MemAscend's class pools
   int64_t slot_bytes = 0;             // 0 = exact partition size (exact-size pools)
   std::vector<int32_t> read_resource; // per rank
   int64_t block_bytes = 0;
@@ -140,6 +142,8 @@ struct PassOptions {
 
 struct PassResult {
   std::vector<int32_t> reads;                      // every parameter read, all passes
+  std::vector<std::pair<int32_t, int32_t>> read_rank_unit;  // per read: (rank, unit)
+  size_t first_forward_reads = 0;                  // reads[0 .. this) belong to the first forward pass
   std::vector<int32_t> gathers;                    // every all-gather, all passes
   std::vector<int32_t> last_compute;               // per rank
   std::vector<std::vector<int32_t>> grad_copies;   // per rank: every gradient d2h
@@ -155,8 +159,21 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
 // The overflow check and global gradient norm over each rank's gradients after `deps[r]`, then
 // one all-reduce of the norm; returns the all-reduce. `host_bytes_per_element` is what the check
 // reads per gradient element (4 for fp32 gradients).
+// `temporaries` (per rank, optional): a buffer the check allocates and frees (DeepSpeed's
+// unfused isinf/isnan over the flat gradient creates full-size temporaries).
 int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<std::vector<int32_t>>& deps,
-                     int32_t threads, int64_t host_bytes_per_element = 4);
+                     int32_t threads, int64_t host_bytes_per_element = 4,
+                     const std::vector<int32_t>& temporaries = {});
+
+// A pinned pool as PyTorch's caching host allocator provides it when `rounding`: the block is
+// rounded up to the next power of two. Adds the pool with the rounded capacity and, when that
+// is larger, a persistent pad buffer of the difference, so that the pool's peak counts the
+// memory really pinned while the usable capacity stays `capacity_bytes`.
+int32_t PinnedPool(ScheduleBuilder& b, const std::string& name, int64_t capacity_bytes, bool rounding);
+
+// The unfused overflow check's temporaries: bytes per gradient element (an isinf and an isnan
+// mask of one byte each alive together: the assumption of docs/policies.md).
+inline constexpr int64_t kOverflowTemporaryBytesPerElement = 2;
 
 // Per sub-group, the grad_ready tasks of the units overlapping it: its gradients are final when
 // they have completed (what an optimizer overlapped with backward waits for).

@@ -30,6 +30,10 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const int64_t cpu_threads, knobs.Int("cpu_threads", 0));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   const bool params_on_nvme = offload_param == "nvme";
+  // Host-memory fidelity (off by default so that earlier figures stay comparable; MemAscend's
+  // comparison turns both on, as DeepSpeed really behaves).
+  TF_ASSIGN_OR_RETURN(const bool pin_rounding, knobs.Bool("pin_memory_rounding", false));
+  TF_ASSIGN_OR_RETURN(const bool overflow_temporaries, knobs.Bool("overflow_check_temporaries", false));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
   if (buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
   if (optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
@@ -68,9 +72,9 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     if (params_on_nvme) param_io[r] = b.Resource(nvme + R + ".param", nvme);
     opt_read[r] = b.Resource(nvme + R + ".opt_read", nvme);
     opt_write[r] = b.Resource(nvme + R + ".opt_write", nvme);
-    param_pool[r] = params_on_nvme ? b.Pool("host.pinned.param" + R, "host", buffer_count * buffer_size * 2)
-                                   : b.Pool("host.pinned.p16" + R, "host", 2 * max_subgroup * 2);
-    opt_pool[r] = b.Pool("host.pinned.opt" + R, "host", opt_slots * max_subgroup * 4);
+    param_pool[r] = params_on_nvme ? PinnedPool(b, "host.pinned.param" + R, buffer_count * buffer_size * 2, pin_rounding)
+                                   : PinnedPool(b, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
+    opt_pool[r] = PinnedPool(b, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
     b.Buffer("gpu.resident" + R, b.GpuPool(r), plan.gpu_resident_bytes, /*persistent=*/true);
     // Without offload_param the rank's fp16 partition lives on its GPU.
     if (!params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
@@ -102,7 +106,13 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   // Step. The global gradient norm needs every rank's gradients: backward must end first.
   std::vector<std::vector<int32_t>> norm_deps = passes.grad_copies;
   for (int32_t r = 0; r < ranks; ++r) norm_deps[r].push_back(passes.last_compute[r]);
-  const int32_t norm_done = GradientNorm(b, plan, norm_deps, threads);
+  std::vector<int32_t> temporaries;
+  for (int32_t r = 0; overflow_temporaries && r < ranks; ++r) {
+    const int64_t bytes = plan.rank_elements * kOverflowTemporaryBytesPerElement;
+    const int32_t pool = b.Pool("host.temp.r" + std::to_string(r), "host", bytes);
+    temporaries.push_back(b.Buffer("overflow_check.r" + std::to_string(r), pool, bytes));
+  }
+  const int32_t norm_done = GradientNorm(b, plan, norm_deps, threads, 4, temporaries);
 
   std::vector<int32_t> step_tails;
   const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
