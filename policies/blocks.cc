@@ -252,6 +252,9 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       fo.tag = (fwd ? "f" : "b") + std::to_string(m);
       fo.priority_base = priority_base;
       std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo);
+      if (o.chain_passes && !fetched.empty() && !res.gathers.empty()) {
+        b.task(fetched.front().allgather).deps.push_back(res.gathers.back());
+      }
       priority_base += static_cast<int32_t>(fetched.size());
       for (const FetchedUnit& f : fetched) {
         if (m == 0 && fwd) res.first_forward_reads += f.reads.size();

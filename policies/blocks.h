@@ -138,6 +138,10 @@ struct PassOptions {
   PlacedResource grad_write_resource_of;     // multi-disk placement (flush), by unit
   int64_t block_bytes = 0;
   int32_t queue_depth = 0;
+  // The first all-gather of a pass waits for the last one of the previous pass, so that one
+  // pass's gathers never take the memory an earlier pass still needs (needed when gathers are
+  // bounded by memory rather than by reads: parameters on the GPU, a GPU prefetch window).
+  bool chain_passes = false;
 };
 
 struct PassResult {
