@@ -1,10 +1,12 @@
 // tierflow sim SCENARIO|SCHEDULE [--iterations N] [--trace out.json] [--records out.jsonl] [--json]
+#include <cmath>
 #include <cstdio>
 
 #include "command.h"
 #include "inputs.h"
 #include "report.h"
 #include "tierflow/core/units.h"
+#include "tierflow/policies/policy.h"
 #ifdef TIERFLOW_HAVE_SIMGRID
 #include "tierflow/sim/simulator.h"
 #include "tierflow/traces/chrome_trace.h"
@@ -12,6 +14,64 @@
 
 namespace tierflow::cli {
 namespace {
+
+#ifdef TIERFLOW_HAVE_SIMGRID
+// The paper comparison's metric of one simulated run (docs/scenario-format.md, `paper:`).
+double PaperMetric(const std::string& metric, const Schedule& schedule, const nlohmann::ordered_json& report) {
+  if (metric == "peak_host_bytes") {
+    double bytes = 0;
+    for (const PoolSpec& p : schedule.pools()) {
+      if (p.device != kNoIndex && schedule.devices()[p.device].kind == DeviceKind::kHost &&
+          report["peak_bytes"].contains(p.name)) {
+        bytes += static_cast<double>(report["peak_bytes"][p.name].get<int64_t>());
+      }
+    }
+    return bytes;
+  }
+  const double it = report["iteration_s"].get<double>();
+  if (metric == "throughput") return it > 0 ? 1.0 / it : 0.0;  // iterations/s: same tokens per iteration
+  return it;
+}
+
+// Simulates the paper's baseline (the scenario with the baseline's --set overrides) and
+// compares the ratio of the metric with the paper's.
+StatusOr<nlohmann::ordered_json> ComparePaper(const policies::Scenario& scenario, const Schedule& schedule,
+                                              const nlohmann::ordered_json& report, int64_t iterations) {
+  const policies::PaperClaim& p = scenario.paper;
+  TF_ASSIGN_OR_RETURN(policies::Scenario base, policies::LoadScenarioText(scenario.yaml, p.baseline_sets, "paper.baseline"));
+  base.has_paper = false;
+  TF_ASSIGN_OR_RETURN(Schedule base_schedule, policies::Plan(base));
+  sim::SimOptions options;
+  options.iterations = iterations;
+  auto result = sim::Simulate(base_schedule, base.hardware, options);
+  if (!result.ok()) return result.status().WithContext("paper baseline");
+  RunFacts facts;
+  facts.scenario = base.name;
+  facts.policy = base.policy;
+  facts.iterations = iterations;
+  facts.pool_peak_bytes = result->pool_peak_bytes;
+  facts.tasks = result->tasks_simulated;
+  facts.wall_s = result->wall_s;
+  const nlohmann::ordered_json base_report = BuildReport(base_schedule, result->records, facts);
+  const double sys = PaperMetric(p.metric, schedule, report);
+  const double ref = PaperMetric(p.metric, base_schedule, base_report);
+  const double ratio = ref > 0 ? sys / ref : 0.0;
+  nlohmann::ordered_json j;
+  j["system"] = p.system;
+  j["claim"] = p.claim;
+  j["source"] = p.source;
+  j["metric"] = p.metric;
+  j["baseline_policy"] = base.policy;
+  j["baseline_set"] = p.baseline_sets;
+  j["baseline_metric"] = ref;
+  j["metric_value"] = sys;
+  j["expected_ratio"] = p.expected_ratio;
+  j["simulated_ratio"] = ratio;
+  j["tolerance"] = p.tolerance;
+  j["within"] = std::fabs(ratio / p.expected_ratio - 1.0) <= p.tolerance;
+  return j;
+}
+#endif
 
 struct SimArgs {
   std::string input;
@@ -45,7 +105,10 @@ Status RunSim(const SimArgs& a) {
   facts.pool_peak_bytes = result->pool_peak_bytes;
   facts.tasks = result->tasks_simulated;
   facts.wall_s = result->wall_s;
-  const nlohmann::ordered_json report = BuildReport(in.schedule, result->records, facts);
+  nlohmann::ordered_json report = BuildReport(in.schedule, result->records, facts);
+  if (in.scenario.has_paper) {
+    TF_ASSIGN_OR_RETURN(report["paper"], ComparePaper(in.scenario, in.schedule, report, a.iterations));
+  }
   if (!a.records.empty()) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result->records));
   if (!a.trace.empty()) TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, result->records, &in.schedule));
   if (a.json) {
@@ -55,6 +118,15 @@ Status RunSim(const SimArgs& a) {
     std::printf("\nsimulated %lld task instances in %s (%s tasks/s)\n", static_cast<long long>(result->tasks_simulated),
                 FormatDuration(result->wall_s).c_str(), FormatCount(report["tasks_per_s"].get<double>()).c_str());
     if (!a.trace.empty()) std::printf("timeline: %s (open in ui.perfetto.dev)\n", a.trace.c_str());
+    if (report.contains("paper")) {
+      const auto& p = report["paper"];
+      std::printf("\npaper: %s; simulated: %.3f (%s \u00b1%.0f %%) [%s %s vs %s with %s]\n", p["claim"].get<std::string>().c_str(),
+                  p["simulated_ratio"].get<double>(), p["within"].get<bool>() ? "within" : "outside",
+                  100 * p["tolerance"].get<double>(), p["metric"].get<std::string>().c_str(),
+                  in.scenario.policy.c_str(), p["baseline_policy"].get<std::string>().c_str(),
+                  p["baseline_set"].dump().c_str());
+      std::printf("  expected ratio %.3f (%s)\n", p["expected_ratio"].get<double>(), p["source"].get<std::string>().c_str());
+    }
   }
   return Status::Ok();
 #endif

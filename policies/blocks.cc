@@ -151,13 +151,17 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     FetchedUnit f;
     f.unit = u;
     for (int32_t r = 0; r < ranks; ++r) {
+      if (o.params_on_gpu) {
+        f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU
+        continue;
+      }
       const std::string id = unit.name + "." + o.tag + ".r" + std::to_string(r);
       const int64_t part_bytes = unit.rank_elements * 2;
-      const int32_t slot = b.Buffer("slot." + id, o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
+      const int32_t slot = b.Buffer("slot." + id, o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
       TaskSpec t;
       t.id = "read." + id;
       t.op = Op::kRead;
-      t.resource = o.read_resource[r];
+      t.resource = o.read_resource_of ? o.read_resource_of(r, u) : o.read_resource[r];
       t.bytes = part_bytes;
       t.block_bytes = o.block_bytes;
       t.queue_depth = o.queue_depth;
@@ -187,6 +191,13 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     std::vector<int32_t> gathered;
     for (int32_t r = 0; r < ranks; ++r) {
       const std::string id = unit.name + "." + o.tag + ".r" + std::to_string(r);
+      const int32_t full_pool = o.gather_pool.empty() ? b.GpuPool(r) : o.gather_pool[r];
+      if (o.params_on_gpu) {
+        const int32_t full = b.Buffer("gathered." + id, full_pool, unit.elements * 2);
+        gather.allocs.push_back(full);
+        gathered.push_back(full);
+        continue;
+      }
       const int32_t slot = f.gathered_buffer[r];
       TaskSpec h2d;
       h2d.id = "h2d." + id;
@@ -199,7 +210,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       h2d.layer = unit.layer;
       gather.deps.push_back(b.Task(std::move(h2d)));
       gather.frees.push_back(slot);
-      const int32_t full = b.Buffer("gathered." + id, b.GpuPool(r), unit.elements * 2);
+      const int32_t full = b.Buffer("gathered." + id, full_pool, unit.elements * 2);
       gather.allocs.push_back(full);
       gathered.push_back(full);
     }
@@ -212,6 +223,368 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     previous_gather = f.allgather;
   }
   return out;
+}
+
+PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o) {
+  const int32_t ranks = plan.ranks;
+  PassResult res;
+  res.last_compute.assign(ranks, kNoIndex);
+  res.grad_copies.resize(ranks);
+  res.grad_writes.resize(ranks);
+  res.grad_ready.assign(ranks, std::vector<int32_t>(plan.units.size(), kNoIndex));
+  if (o.gradient_path == GradientPath::kKeepInHost) {
+    for (int32_t r = 0; r < ranks; ++r) {
+      res.host_grad_buffer.push_back(
+          b.Buffer("grad.host.r" + std::to_string(r), o.grad_pool[r], plan.rank_elements * 2, /*persistent=*/true));
+    }
+  }
+  std::vector<int32_t> forward_order(plan.units.size()), backward_order;
+  for (size_t i = 0; i < plan.units.size(); ++i) forward_order[i] = static_cast<int32_t>(i);
+  backward_order.assign(forward_order.rbegin(), forward_order.rend());
+
+  const int64_t micro_steps = b.scenario().training.gradient_accumulation_steps;
+  int32_t priority_base = 0;
+  for (int64_t m = 0; m < micro_steps; ++m) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool fwd = pass == 0;
+      FetchOptions fo = o.fetch;
+      fo.phase = fwd ? Phase::kForward : Phase::kBackward;
+      fo.tag = (fwd ? "f" : "b") + std::to_string(m);
+      fo.priority_base = priority_base;
+      std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo);
+      if (o.chain_passes && !fetched.empty() && !res.gathers.empty()) {
+        b.task(fetched.front().allgather).deps.push_back(res.gathers.back());
+      }
+      priority_base += static_cast<int32_t>(fetched.size());
+      for (const FetchedUnit& f : fetched) {
+        if (m == 0 && fwd) res.first_forward_reads += f.reads.size();
+        res.reads.insert(res.reads.end(), f.reads.begin(), f.reads.end());
+        for (size_t r = 0; r < f.reads.size(); ++r) res.read_rank_unit.emplace_back(static_cast<int32_t>(r), f.unit);
+        res.gathers.push_back(f.allgather);
+      }
+      for (const FetchedUnit& f : fetched) {
+        const ParamUnit& unit = plan.units[f.unit];
+        std::vector<int32_t> computes;
+        for (int32_t r = 0; r < ranks; ++r) {
+          TaskSpec c;
+          c.id = std::string(fwd ? "fwd." : "bwd.") + unit.name + "." + fo.tag.substr(1) + ".r" + std::to_string(r);
+          c.op = Op::kCompute;
+          c.kernel = fwd ? "fwd" : "bwd";
+          c.resource = b.GpuCompute(r);
+          c.flops = fwd ? unit.fwd_flops : unit.bwd_flops;
+          c.bytes = unit.compute_bytes * (fwd ? 1 : 2);
+          c.uses = {f.gathered_buffer[r]};
+          c.frees = {f.gathered_buffer[r]};
+          c.deps = {f.allgather};
+          if (res.last_compute[r] != kNoIndex) c.deps.push_back(res.last_compute[r]);
+          c.phase = fo.phase;
+          c.layer = unit.layer;
+          res.last_compute[r] = b.Task(std::move(c));
+          computes.push_back(res.last_compute[r]);
+        }
+        if (fwd) continue;
+        TaskSpec rs;
+        rs.id = "reducescatter." + unit.name + "." + fo.tag;
+        rs.op = Op::kReduceScatter;
+        rs.resource = b.Comm();
+        rs.bytes = unit.elements * 2;
+        rs.ranks = ranks;
+        rs.deps = computes;
+        rs.phase = Phase::kBackward;
+        rs.layer = unit.layer;
+        const int32_t rs_task = b.Task(std::move(rs));
+        for (int32_t r = 0; r < ranks; ++r) {
+          const std::string id = unit.name + "." + fo.tag + ".r" + std::to_string(r);
+          const bool flush = o.gradient_path == GradientPath::kFlushToNvme;
+          // Flush: the fp32 partition into pinned staging; keep: the bf16 partition into the
+          // rank's persistent host gradient buffer.
+          const int64_t grad_bytes = unit.rank_elements * (flush ? 4 : 2);
+          const int32_t gbuf = flush ? b.Buffer("grad." + id, o.grad_pool[r], grad_bytes) : res.host_grad_buffer[r];
+          TaskSpec d2h;
+          d2h.id = "d2h.grad." + id;
+          d2h.op = Op::kD2H;
+          d2h.resource = b.GpuD2H(r);
+          d2h.bytes = grad_bytes;
+          if (flush) d2h.allocs = {gbuf};
+          else d2h.uses = {gbuf};
+          d2h.deps = {rs_task};
+          d2h.phase = Phase::kBackward;
+          d2h.layer = unit.layer;
+          const int32_t d2h_task = b.Task(std::move(d2h));
+          res.grad_copies[r].push_back(d2h_task);
+          res.grad_ready[r][f.unit] = d2h_task;
+          if (!flush) continue;
+          TaskSpec w;
+          w.id = "write.grad." + id;
+          w.op = Op::kWrite;
+          w.resource = o.grad_write_resource_of ? o.grad_write_resource_of(r, f.unit) : o.grad_write_resource[r];
+          w.bytes = grad_bytes;
+          w.block_bytes = o.block_bytes;
+          w.queue_depth = o.queue_depth;
+          w.uses = {gbuf};
+          w.frees = {gbuf};
+          w.deps = {d2h_task};
+          w.phase = Phase::kBackward;
+          w.layer = unit.layer;
+          res.grad_writes[r].push_back(b.Task(std::move(w)));
+          res.grad_ready[r][f.unit] = res.grad_writes[r].back();
+        }
+      }
+    }
+  }
+  return res;
+}
+
+int32_t PinnedPool(ScheduleBuilder& b, const std::string& name, int64_t capacity_bytes, bool rounding) {
+  int64_t rounded = capacity_bytes;
+  if (rounding && capacity_bytes > 0) {
+    rounded = 1;
+    while (rounded < capacity_bytes) rounded <<= 1;
+  }
+  const int32_t pool = b.Pool(name, "host", rounded);
+  if (rounded > capacity_bytes) b.Buffer(name + ".pad", pool, rounded - capacity_bytes, /*persistent=*/true);
+  return pool;
+}
+
+int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<std::vector<int32_t>>& deps,
+                     int32_t threads, int64_t host_bytes_per_element, const std::vector<int32_t>& temporaries) {
+  std::vector<int32_t> norms;
+  for (int32_t r = 0; r < plan.ranks; ++r) {
+    TaskSpec norm;
+    norm.id = "step.norm.r" + std::to_string(r);
+    norm.op = Op::kConvert;
+    norm.kernel = "overflow_check_and_norm";
+    norm.resource = b.Cpu(r);
+    norm.bytes = plan.rank_elements * host_bytes_per_element;
+    norm.ranks = threads;
+    norm.deps = deps[r];
+    if (!temporaries.empty()) {
+      norm.allocs = {temporaries[r]};
+      norm.frees = {temporaries[r]};
+    }
+    norm.phase = Phase::kStep;
+    norms.push_back(b.Task(std::move(norm)));
+  }
+  TaskSpec norm_reduce;
+  norm_reduce.id = "step.norm.allreduce";
+  norm_reduce.op = Op::kAllReduce;
+  norm_reduce.resource = b.Comm();
+  norm_reduce.bytes = 8;
+  norm_reduce.ranks = plan.ranks;
+  norm_reduce.deps = norms;
+  norm_reduce.phase = Phase::kStep;
+  return b.Task(std::move(norm_reduce));
+}
+
+std::vector<int32_t> SubGroupsOfUnit(const ModelPlan& plan, int32_t unit) {
+  const ParamUnit& u = plan.units[unit];
+  std::vector<int32_t> out;
+  if (u.rank_elements == 0) return out;
+  const int64_t begin = u.rank_offset, end = u.rank_offset + u.rank_elements;
+  for (size_t g = 0; g < plan.subgroups.size(); ++g) {
+    const SubGroup& sg = plan.subgroups[g];
+    if (sg.begin < end && begin < sg.begin + sg.elements) out.push_back(static_cast<int32_t>(g));
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> SubGroupGradientDeps(const ModelPlan& plan, const std::vector<int32_t>& grad_ready) {
+  std::vector<std::vector<int32_t>> deps(plan.subgroups.size());
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    if (grad_ready[u] == kNoIndex) continue;
+    for (int32_t g : SubGroupsOfUnit(plan, static_cast<int32_t>(u))) deps[g].push_back(grad_ready[u]);
+  }
+  return deps;
+}
+
+SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o) {
+  const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
+  const std::string R = ".r" + std::to_string(o.rank);
+  SweepResult res;
+  res.read_states.assign(nsub, kNoIndex);
+  res.write_states.assign(nsub, kNoIndex);
+  res.param_done.assign(nsub, kNoIndex);
+  res.adam.assign(nsub, kNoIndex);
+  auto is_cached = [&](int32_t g) { return !o.cached.empty() && o.cached[g]; };
+  auto io = [&](TaskSpec& t) {
+    t.block_bytes = o.block_bytes;
+    t.queue_depth = o.queue_depth;
+  };
+  std::vector<int32_t> prev_done = o.first_deps;
+  int32_t prev_read_end = kNoIndex, prev_param_write = kNoIndex;
+  std::vector<int32_t> cached_writes;  // (g, write) of cached sub-groups still written back
+  for (size_t pos = 0; pos < o.order.size(); ++pos) {
+    const int32_t g = o.order[pos];
+    const int64_t n = plan.subgroups[g].elements;
+    const std::string G = ".sg" + std::to_string(g) + R;
+    const bool cached = is_cached(g);
+    const int32_t states = cached ? b.Buffer("states" + G, o.cache_pool, 3 * n * 4, /*persistent=*/true)
+                                  : b.Buffer("states" + G, o.opt_pool, 3 * n * 4);
+    const int32_t grad = b.Buffer("gradin" + G, o.opt_pool, n * 4);
+    // Serial: after the previous sub-group is done. Pipelined: as soon as the previous
+    // sub-group's reads are done.
+    std::vector<int32_t> read_deps;
+    if (o.pipeline_read && prev_read_end != kNoIndex) {
+      read_deps = {prev_read_end};
+      read_deps.insert(read_deps.end(), o.pipelined_read_deps.begin(), o.pipelined_read_deps.end());
+    } else {
+      read_deps = prev_done;
+    }
+    if (!o.ready_deps.empty()) read_deps.insert(read_deps.end(), o.ready_deps[g].begin(), o.ready_deps[g].end());
+    int32_t read_states = kNoIndex;
+    if (!cached) {
+      TaskSpec rs;
+      rs.id = "read.states" + G;
+      rs.op = Op::kRead;
+      rs.resource = o.read_resource[g];
+      rs.bytes = 3 * n * 4;
+      io(rs);
+      // With gradients in host memory the states' read also reserves the fp32 gradient buffer,
+      // so that read-ahead can never take the space a converted gradient needs (deadlock).
+      rs.allocs = o.grads_on_nvme ? std::vector<int32_t>{states} : std::vector<int32_t>{states, grad};
+      rs.phase = Phase::kStep;
+      rs.priority = static_cast<int32_t>(pos);
+      rs.deps = read_deps;
+      read_states = b.Task(std::move(rs));
+      res.read_states[g] = read_states;
+    }
+    int32_t grad_task;
+    if (o.grads_on_nvme) {
+      TaskSpec rg;
+      rg.id = "read.grad" + G;
+      rg.op = Op::kRead;
+      rg.resource = o.read_resource[g];
+      rg.bytes = n * 4;
+      io(rg);
+      rg.allocs = {grad};
+      rg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
+      rg.phase = Phase::kStep;
+      rg.priority = static_cast<int32_t>(pos);
+      grad_task = b.Task(std::move(rg));
+      prev_read_end = grad_task;
+    } else {
+      TaskSpec cg;
+      cg.id = "convert.grad" + G;
+      cg.op = Op::kConvert;
+      cg.kernel = "bf16_to_fp32";
+      cg.resource = b.Cpu(o.rank);
+      cg.bytes = n * 6;  // reads bf16, writes fp32
+      cg.ranks = o.threads;
+      if (cached) cg.allocs = {grad};
+      cg.uses = {o.host_grad_buffer};
+      cg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
+      cg.phase = Phase::kStep;
+      grad_task = b.Task(std::move(cg));
+      if (!cached) prev_read_end = read_states;
+    }
+    TaskSpec adam;
+    adam.id = "adam" + G;
+    adam.op = Op::kOptimizer;
+    adam.kernel = "adam";
+    adam.resource = b.Cpu(o.rank);
+    adam.bytes = n * 4;
+    adam.ranks = o.threads;
+    adam.uses = {states};
+    adam.frees = {grad};
+    adam.deps = {grad_task};
+    if (o.adam_waits_param_write && prev_param_write != kNoIndex) adam.deps.push_back(prev_param_write);
+    adam.phase = Phase::kStep;
+    const int32_t adam_task = b.Task(std::move(adam));
+    res.adam[g] = adam_task;
+    int32_t param_done = kNoIndex;
+    if (o.param_path == ParamUpdatePath::kChunkedBlocking) {
+      // fp32 -> fp16 through the parameter swapper's slots, each written with a blocking wait.
+      std::vector<int32_t> param_writes;
+      for (int64_t c0 = 0, c = 0; c0 < n; c0 += o.chunk_elements, ++c) {
+        const int64_t chunk = std::min(o.chunk_elements, n - c0);
+        const std::string C = G + ".c" + std::to_string(c);
+        const int32_t slot = b.Buffer("p16" + C, o.param_pool, o.chunk_elements * 2);
+        TaskSpec conv;
+        conv.id = "convert.p16" + C;
+        conv.op = Op::kConvert;
+        conv.kernel = "fp32_to_bf16";
+        conv.resource = b.Cpu(o.rank);
+        conv.bytes = chunk * 4;
+        conv.ranks = o.threads;
+        conv.allocs = {slot};
+        conv.deps = {adam_task};
+        if (!param_writes.empty()) conv.deps.push_back(param_writes.back());
+        conv.phase = Phase::kStep;
+        const int32_t conv_task = b.Task(std::move(conv));
+        TaskSpec pw;
+        pw.id = "write.p16" + C;
+        pw.op = Op::kWrite;
+        pw.resource = o.param_write_resource[g];
+        pw.bytes = chunk * 2;
+        io(pw);
+        pw.uses = {slot};
+        pw.frees = {slot};
+        pw.deps = {conv_task};
+        pw.phase = Phase::kStep;
+        param_writes.push_back(b.Task(std::move(pw)));
+      }
+      param_done = param_writes.back();
+    } else {
+      const int32_t p16 = b.Buffer("p16" + G, o.param_pool, n * 2);  // exact size
+      TaskSpec conv;
+      conv.id = "convert.p16" + G;
+      conv.op = Op::kConvert;
+      conv.kernel = "fp32_to_bf16";
+      conv.resource = b.Cpu(o.rank);
+      conv.bytes = n * 4;
+      conv.ranks = o.threads;
+      conv.allocs = {p16};
+      conv.deps = {adam_task};
+      conv.phase = Phase::kStep;
+      const int32_t conv_task = b.Task(std::move(conv));
+      TaskSpec out;
+      out.uses = {p16};
+      out.frees = {p16};
+      out.deps = {conv_task};
+      out.phase = Phase::kStep;
+      out.bytes = n * 2;
+      if (o.param_path == ParamUpdatePath::kWrite) {
+        out.id = "write.p16" + G;
+        out.op = Op::kWrite;
+        out.resource = o.param_write_resource[g];
+        io(out);
+        out.priority = o.isolate_reads_first ? nsub + static_cast<int32_t>(pos) : 0;
+      } else {
+        out.id = "h2d.p16" + G;
+        out.op = Op::kH2D;
+        out.resource = b.GpuH2D(o.rank);
+      }
+      param_done = b.Task(std::move(out));
+    }
+    res.param_done[g] = param_done;
+    int32_t write_states = kNoIndex;
+    if (!cached || o.write_cached) {
+      TaskSpec ws;
+      ws.id = "write.states" + G;
+      ws.op = Op::kWrite;
+      ws.resource = o.write_resource[g];
+      ws.bytes = 3 * n * 4;
+      io(ws);
+      ws.uses = {states};
+      if (!cached) ws.frees = {states};
+      ws.deps = {o.states_after_params ? param_done : adam_task};
+      ws.phase = Phase::kStep;
+      // Isolation: among ready I/O, every read of the sweep goes before any write.
+      ws.priority = o.isolate_reads_first ? nsub + static_cast<int32_t>(pos) : 0;
+      write_states = b.Task(std::move(ws));
+      res.write_states[g] = write_states;
+      if (o.semi_async_writes && read_states != kNoIndex) b.task(read_states).carried.push_back({write_states, 1});
+      // A cached sub-group's states are updated in place: the next update waits for the write.
+      if (cached) b.task(adam_task).carried.push_back({write_states, 1});
+    }
+    prev_read_end = prev_read_end == kNoIndex ? grad_task : prev_read_end;
+    prev_param_write = param_done;
+    const int32_t done = write_states != kNoIndex ? write_states : param_done;
+    prev_done = o.pipeline_write ? std::vector<int32_t>{param_done} : std::vector<int32_t>{done};
+    if (write_states != kNoIndex && !o.semi_async_writes) res.tails.push_back(write_states);
+    res.tails.push_back(param_done);
+  }
+  return res;
 }
 
 }  // namespace tierflow::policies

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tierflow/core/schedule.h"
@@ -76,11 +78,16 @@ class ScheduleBuilder {
   Schedule schedule_;
 };
 
+// The resource a rank's I/O for one parameter unit (or one sub-group) runs on: how a policy
+// places data over several disks or tiers. Empty = the per-rank default.
+using PlacedResource = std::function<int32_t(int32_t rank, int32_t index)>;
+
 // How a pass (forward or backward of one micro-step) fetches its parameter units.
 struct FetchOptions {
   Phase phase = Phase::kForward;
   std::string tag;                    // unique per pass: "f0", "b0", ...
   std::vector<int32_t> slot_pool;     // per rank: pinned pool the partitions are read into
+  PlacedResource slot_pool_of;        // per (rank, unit), overriding slot_pool: MemAscend's class pools
   int64_t slot_bytes = 0;             // 0 = exact partition size (exact-size pools)
   std::vector<int32_t> read_resource; // per rank
   int64_t block_bytes = 0;
@@ -92,6 +99,14 @@ struct FetchOptions {
   // Reads are prioritised in trace order across passes, so that a later pass's read-ahead never
   // takes a pinned slot that an earlier pass still waits for.
   int32_t priority_base = 0;
+  // Multi-disk placement of parameter partitions: overrides read_resource when set.
+  PlacedResource read_resource_of;
+  // Partitions kept on the GPU (DeepSpeed without offload_param): no read, no h2d; the
+  // all-gather reads the rank's resident partition.
+  bool params_on_gpu = false;
+  // Per rank: the pool the gathered parameters are allocated in; empty = the GPU's HBM pool.
+  // Fuyou's prefetch window is such a pool: its capacity bounds how far fetches run ahead.
+  std::vector<int32_t> gather_pool;
 };
 
 struct FetchedUnit {
@@ -106,5 +121,123 @@ struct FetchedUnit {
 // buffers; successive all-gathers are issued in order (DeepSpeed's fetch coordinator).
 std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& order,
                                     const FetchOptions& o);
+
+// Where a unit's reduced gradient partition goes after its backward.
+enum class GradientPath {
+  kFlushToNvme,  // DeepSpeed: fp32 partition d2h into a pinned staging buffer, async write
+  kKeepInHost,   // MLP-Offload, HiTrain, Fuyou: bf16 partition d2h into a persistent host buffer
+};
+
+// Forward and backward of every micro-step: fetch (FetchUnits), compute per rank, and in
+// backward the reduce-scatter and the gradient path.
+struct PassOptions {
+  FetchOptions fetch;                 // phase, tag and priority_base are set per pass
+  GradientPath gradient_path = GradientPath::kFlushToNvme;
+  std::vector<int32_t> grad_pool;     // per rank: pinned staging (flush) or the host buffer's pool
+  std::vector<int32_t> grad_write_resource;  // per rank (flush)
+  PlacedResource grad_write_resource_of;     // multi-disk placement (flush), by unit
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  // The first all-gather of a pass waits for the last one of the previous pass, so that one
+  // pass's gathers never take the memory an earlier pass still needs (needed when gathers are
+  // bounded by memory rather than by reads: parameters on the GPU, a GPU prefetch window).
+  bool chain_passes = false;
+};
+
+struct PassResult {
+  std::vector<int32_t> reads;                      // every parameter read, all passes
+  std::vector<std::pair<int32_t, int32_t>> read_rank_unit;  // per read: (rank, unit)
+  size_t first_forward_reads = 0;                  // reads[0 .. this) belong to the first forward pass
+  std::vector<int32_t> gathers;                    // every all-gather, all passes
+  std::vector<int32_t> last_compute;               // per rank
+  std::vector<std::vector<int32_t>> grad_copies;   // per rank: every gradient d2h
+  std::vector<std::vector<int32_t>> grad_writes;   // per rank: every gradient write (flush)
+  // [rank][unit]: the task after which the unit's gradient of the last micro-step is final in
+  // host memory (the d2h) or on disk (the write); kNoIndex for GPU-resident units.
+  std::vector<std::vector<int32_t>> grad_ready;
+  std::vector<int32_t> host_grad_buffer;           // per rank (kKeepInHost), persistent
+};
+
+PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o);
+
+// The overflow check and global gradient norm over each rank's gradients after `deps[r]`, then
+// one all-reduce of the norm; returns the all-reduce. `host_bytes_per_element` is what the check
+// reads per gradient element (4 for fp32 gradients).
+// `temporaries` (per rank, optional): a buffer the check allocates and frees (DeepSpeed's
+// unfused isinf/isnan over the flat gradient creates full-size temporaries).
+int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<std::vector<int32_t>>& deps,
+                     int32_t threads, int64_t host_bytes_per_element = 4,
+                     const std::vector<int32_t>& temporaries = {});
+
+// A pinned pool as PyTorch's caching host allocator provides it when `rounding`: the block is
+// rounded up to the next power of two. Adds the pool with the rounded capacity and, when that
+// is larger, a persistent pad buffer of the difference, so that the pool's peak counts the
+// memory really pinned while the usable capacity stays `capacity_bytes`.
+int32_t PinnedPool(ScheduleBuilder& b, const std::string& name, int64_t capacity_bytes, bool rounding);
+
+// The unfused overflow check's temporaries: bytes per gradient element (an isinf and an isnan
+// mask of one byte each alive together: the assumption of docs/policies.md).
+inline constexpr int64_t kOverflowTemporaryBytesPerElement = 2;
+
+// Per sub-group, the grad_ready tasks of the units overlapping it: its gradients are final when
+// they have completed (what an optimizer overlapped with backward waits for).
+std::vector<std::vector<int32_t>> SubGroupGradientDeps(const ModelPlan& plan, const std::vector<int32_t>& grad_ready);
+
+// How updated fp16 parameters leave the optimizer.
+enum class ParamUpdatePath {
+  kChunkedBlocking,  // DeepSpeed: fp32->fp16 in chunks through parameter slots, each written and waited for
+  kWrite,            // one exact-size buffer per sub-group, written to the parameter store
+  kToGpu,            // one exact-size buffer per sub-group, copied to the GPU's resident partition
+};
+
+// The optimizer over one rank's sub-groups: swap in states (and gradients), Adam on the CPU,
+// fp16 parameters out, swap out states. DeepSpeed's serial and pipelined swappers, IOC's
+// isolated pipeline, MLP-Offload's placement and caching, and the overlapped optimizers of
+// HiTrain and Fuyou are all options of this one block.
+struct SweepOptions {
+  int32_t rank = 0;
+  std::vector<int32_t> order;             // sub-group indices, in update order
+  bool pipeline_read = false;             // read the next sub-group while this one computes
+  bool pipeline_write = false;            // the next sub-group does not wait for this one's write
+  // Read/write isolation: writes yield to reads (priority after every read of the sweep), and
+  // the update is pipelined both ways.
+  bool isolate_reads_first = false;
+  // Semi-asynchronous write-back: the step does not wait for state writes; instead the next
+  // iteration's read of the same sub-group carries a dep on it.
+  bool semi_async_writes = false;
+  std::vector<int32_t> read_resource;     // per sub-group
+  std::vector<int32_t> write_resource;    // per sub-group
+  std::vector<bool> cached;               // per sub-group: states stay in host memory, never read
+  bool write_cached = false;              // cached sub-groups are still written back
+  int32_t cache_pool = kNoIndex;          // where cached states live (persistent buffers)
+  int32_t opt_pool = kNoIndex;            // pinned buffers of states and gradients in flight
+  bool grads_on_nvme = true;              // read.grad from the sub-group's read resource
+  int32_t host_grad_buffer = kNoIndex;    // else: convert.grad bf16 -> fp32 from this buffer
+  std::vector<int32_t> first_deps;        // the first swap-in waits for these (norm, flushed grads)
+  std::vector<int32_t> pipelined_read_deps;  // every pipelined read also waits for these
+  std::vector<std::vector<int32_t>> ready_deps;  // per sub-group: its gradients are final
+  ParamUpdatePath param_path = ParamUpdatePath::kChunkedBlocking;
+  bool adam_waits_param_write = true;     // DeepSpeed: the blocking fp16 write ends the sub-group
+  bool states_after_params = true;        // DeepSpeed: states are swapped out after the fp16 write
+  int32_t param_pool = kNoIndex;
+  int64_t chunk_elements = 0;             // kChunkedBlocking: elements per parameter slot
+  std::vector<int32_t> param_write_resource;  // per sub-group (kChunkedBlocking, kWrite)
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  int32_t threads = 1;
+};
+
+struct SweepResult {
+  std::vector<int32_t> tails;          // what a blocking step() waits for
+  std::vector<int32_t> read_states;    // per sub-group (kNoIndex when cached)
+  std::vector<int32_t> write_states;   // per sub-group (kNoIndex when cached and not written)
+  std::vector<int32_t> param_done;     // per sub-group: its fp16 parameters are written / on the GPU
+  std::vector<int32_t> adam;           // per sub-group
+};
+
+SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o);
+
+// The sub-groups a unit's partition overlaps (indices into plan.subgroups).
+std::vector<int32_t> SubGroupsOfUnit(const ModelPlan& plan, int32_t unit);
 
 }  // namespace tierflow::policies

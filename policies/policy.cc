@@ -12,6 +12,12 @@ struct Entry {
 };
 constexpr Entry kPolicies[] = {
     {"zero-infinity", &PlanZeroInfinity, &ZeroInfinityTunableKnobs},
+    {"ioc", &PlanIoc, &IocTunableKnobs},
+    {"mlp-offload", &PlanMlpOffload, &MlpOffloadTunableKnobs},
+    {"hitrain", &PlanHiTrain, &HiTrainTunableKnobs},
+    {"memascend", &PlanMemAscend, &MemAscendTunableKnobs},
+    {"fuyou", &PlanFuyou, &FuyouTunableKnobs},
+    {"tierflow", &PlanTierflow, &TierflowTunableKnobs},
 };
 
 }  // namespace

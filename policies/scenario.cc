@@ -112,6 +112,44 @@ StatusOr<TrainingSetup> ReadTraining(const YAML::Node& node) {
   return t;
 }
 
+StatusOr<PaperClaim> ReadPaper(const YAML::Node& node) {
+  TF_RETURN_IF_ERROR(CheckKeys(node, "paper", {"system", "claim", "metric", "baseline", "expected_ratio", "tolerance", "source"}));
+  PaperClaim p;
+  for (const char* key : {"system", "claim", "metric", "expected_ratio", "source"}) {
+    if (!node[key]) return InvalidArgument(std::string("paper: missing key '") + key + "'");
+  }
+  p.system = node["system"].as<std::string>();
+  p.claim = node["claim"].as<std::string>();
+  p.source = node["source"].as<std::string>();
+  p.metric = node["metric"].as<std::string>();
+  if (p.metric != "iteration_s" && p.metric != "peak_host_bytes" && p.metric != "throughput") {
+    return InvalidArgument("paper.metric: " + Q(p.metric) + " (iteration_s, peak_host_bytes or throughput)");
+  }
+  try {
+    p.expected_ratio = node["expected_ratio"].as<double>();
+  } catch (const YAML::Exception&) {
+    return InvalidArgument("paper.expected_ratio: " + Q(node["expected_ratio"].Scalar()) + " is not a number");
+  }
+  if (!(p.expected_ratio > 0)) return InvalidArgument("paper.expected_ratio must be > 0");
+  if (node["tolerance"]) {
+    try {
+      p.tolerance = node["tolerance"].as<double>();
+    } catch (const YAML::Exception&) {
+      return InvalidArgument("paper.tolerance: " + Q(node["tolerance"].Scalar()) + " is not a number");
+    }
+    if (!(p.tolerance > 0 && p.tolerance < 1)) return InvalidArgument("paper.tolerance must be in (0, 1)");
+  }
+  const YAML::Node base = node["baseline"];
+  if (!base || !base.IsMap()) return InvalidArgument("paper.baseline: expected a map with 'set: [key.path=value, ...]'");
+  TF_RETURN_IF_ERROR(CheckKeys(base, "paper.baseline", {"set"}));
+  const YAML::Node sets = base["set"];
+  if (!sets || !sets.IsSequence() || sets.size() == 0) {
+    return InvalidArgument("paper.baseline.set: expected a non-empty list of key.path=value");
+  }
+  for (const auto& v : sets) p.baseline_sets.push_back(v.as<std::string>());
+  return p;
+}
+
 }  // namespace
 
 StatusOr<bool> Knobs::Bool(const std::string& name, bool default_value) {
@@ -221,12 +259,19 @@ StatusOr<Scenario> LoadScenarioText(const std::string& yaml, const std::vector<s
       if (!policy.IsMap()) return InvalidArgument(origin + ": policy: expected a map with 'name' and knobs");
       for (auto it = policy.begin(); it != policy.end(); ++it) {
         const std::string k = it->first.as<std::string>();
+        if (it->second.IsNull() && k != "name") continue;  // null: the knob is unset (its default)
         if (!it->second.IsScalar()) return InvalidArgument(origin + ": policy." + k + ": expected a single value");
         if (k == "name") s.policy = it->second.as<std::string>();
         else knobs[k] = it->second.Scalar();
       }
     }
     s.knobs = Knobs(std::move(knobs));
+    if (root["paper"] && !root["paper"].IsNull()) {
+      auto paper = ReadPaper(root["paper"]);
+      if (!paper.ok()) return paper.status().WithContext(origin);
+      s.paper = std::move(paper).value();
+      s.has_paper = true;
+    }
     return s;
   } catch (const YAML::Exception& e) {
     return InvalidArgument(origin + ": " + e.what());

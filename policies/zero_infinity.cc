@@ -28,6 +28,12 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const int64_t queue_depth, knobs.Int("queue_depth", 8));
   TF_ASSIGN_OR_RETURN(const int64_t persistence, knobs.Int("param_persistence_threshold", 100000));
   TF_ASSIGN_OR_RETURN(const int64_t cpu_threads, knobs.Int("cpu_threads", 0));
+  TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
+  const bool params_on_nvme = offload_param == "nvme";
+  // Host-memory fidelity (off by default so that earlier figures stay comparable; MemAscend's
+  // comparison turns both on, as DeepSpeed really behaves).
+  TF_ASSIGN_OR_RETURN(const bool pin_rounding, knobs.Bool("pin_memory_rounding", false));
+  TF_ASSIGN_OR_RETURN(const bool overflow_temporaries, knobs.Bool("overflow_check_temporaries", false));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
   if (buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
   if (optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
@@ -37,7 +43,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, sub_group_size, persistence));
   const int32_t ranks = plan.ranks;
   for (const ParamUnit& u : plan.units) {
-    if (!u.gpu_resident && u.rank_elements > buffer_size) {
+    if (params_on_nvme && !u.gpu_resident && u.rank_elements > buffer_size) {
       // DeepSpeed asserts here too; users raise buffer_size and pay for it in every slot.
       return InvalidArgument("policy.buffer_size: the partition of '" + u.name + "' has " +
                              std::to_string(u.rank_elements) + " elements, more than buffer_size " +
@@ -63,12 +69,15 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
       std::max<int64_t>(optimizer_buffer_count, (pipeline_read || pipeline_write) ? 12 : 4));
   for (int32_t r = 0; r < ranks; ++r) {
     const std::string R = ".r" + std::to_string(r);
-    param_io[r] = b.Resource(nvme + R + ".param", nvme);
+    if (params_on_nvme) param_io[r] = b.Resource(nvme + R + ".param", nvme);
     opt_read[r] = b.Resource(nvme + R + ".opt_read", nvme);
     opt_write[r] = b.Resource(nvme + R + ".opt_write", nvme);
-    param_pool[r] = b.Pool("host.pinned.param" + R, "host", buffer_count * buffer_size * 2);
-    opt_pool[r] = b.Pool("host.pinned.opt" + R, "host", opt_slots * max_subgroup * 4);
+    param_pool[r] = params_on_nvme ? PinnedPool(b, "host.pinned.param" + R, buffer_count * buffer_size * 2, pin_rounding)
+                                   : PinnedPool(b, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
+    opt_pool[r] = PinnedPool(b, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
     b.Buffer("gpu.resident" + R, b.GpuPool(r), plan.gpu_resident_bytes, /*persistent=*/true);
+    // Without offload_param the rank's fp16 partition lives on its GPU.
+    if (!params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
     b.GpuCompute(r);
   }
 
@@ -79,227 +88,63 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   step_end_spec.phase = Phase::kStep;
   // Added last, but referred to by carried deps: its index is known once everything else is in.
 
-  std::vector<int32_t> forward_order(plan.units.size()), backward_order;
-  for (size_t i = 0; i < plan.units.size(); ++i) forward_order[i] = static_cast<int32_t>(i);
-  backward_order.assign(forward_order.rbegin(), forward_order.rend());
-
-  std::vector<int32_t> carried_reads;  // every parameter read: step() blocks the next iteration
-  std::vector<int32_t> last_compute(ranks, kNoIndex);
-  std::vector<std::vector<int32_t>> grad_writes(ranks), grad_copies(ranks);
-  const int64_t micro_steps = s.training.gradient_accumulation_steps;
-  int32_t priority_base = 0;
-  for (int64_t m = 0; m < micro_steps; ++m) {
-    for (int pass = 0; pass < 2; ++pass) {
-      const bool fwd = pass == 0;
-      FetchOptions fo;
-      fo.phase = fwd ? Phase::kForward : Phase::kBackward;
-      fo.tag = (fwd ? "f" : "b") + std::to_string(m);
-      fo.slot_pool = param_pool;
-      fo.slot_bytes = buffer_size * 2;
-      fo.read_resource = param_io;
-      fo.block_bytes = block_size;
-      fo.queue_depth = static_cast<int32_t>(queue_depth);
-      fo.coupled_reads = static_cast<int32_t>(buffer_count);
-      fo.priority_base = priority_base;
-      std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo);
-      priority_base += static_cast<int32_t>(fetched.size());
-      for (const FetchedUnit& f : fetched) carried_reads.insert(carried_reads.end(), f.reads.begin(), f.reads.end());
-      for (const FetchedUnit& f : fetched) {
-        const ParamUnit& unit = plan.units[f.unit];
-        std::vector<int32_t> computes;
-        for (int32_t r = 0; r < ranks; ++r) {
-          TaskSpec c;
-          c.id = std::string(fwd ? "fwd." : "bwd.") + unit.name + "." + fo.tag.substr(1) + ".r" + std::to_string(r);
-          c.op = Op::kCompute;
-          c.kernel = fwd ? "fwd" : "bwd";
-          c.resource = b.GpuCompute(r);
-          c.flops = fwd ? unit.fwd_flops : unit.bwd_flops;
-          c.bytes = unit.compute_bytes * (fwd ? 1 : 2);
-          c.uses = {f.gathered_buffer[r]};
-          c.frees = {f.gathered_buffer[r]};
-          c.deps = {f.allgather};
-          if (last_compute[r] != kNoIndex) c.deps.push_back(last_compute[r]);
-          c.phase = fo.phase;
-          c.layer = unit.layer;
-          last_compute[r] = b.Task(std::move(c));
-          computes.push_back(last_compute[r]);
-        }
-        if (fwd) continue;
-        // Gradient path: reduce-scatter, fp32 partition to pinned memory, async write.
-        TaskSpec rs;
-        rs.id = "reducescatter." + unit.name + "." + fo.tag;
-        rs.op = Op::kReduceScatter;
-        rs.resource = b.Comm();
-        rs.bytes = unit.elements * 2;
-        rs.ranks = ranks;
-        rs.deps = computes;
-        rs.phase = Phase::kBackward;
-        rs.layer = unit.layer;
-        const int32_t rs_task = b.Task(std::move(rs));
-        for (int32_t r = 0; r < ranks; ++r) {
-          const std::string id = unit.name + "." + fo.tag + ".r" + std::to_string(r);
-          const int32_t gbuf = b.Buffer("grad." + id, opt_pool[r], unit.rank_elements * 4);
-          TaskSpec d2h;
-          d2h.id = "d2h.grad." + id;
-          d2h.op = Op::kD2H;
-          d2h.resource = b.GpuD2H(r);
-          d2h.bytes = unit.rank_elements * 4;
-          d2h.allocs = {gbuf};
-          d2h.deps = {rs_task};
-          d2h.phase = Phase::kBackward;
-          d2h.layer = unit.layer;
-          const int32_t d2h_task = b.Task(std::move(d2h));
-          grad_copies[r].push_back(d2h_task);
-          TaskSpec w;
-          w.id = "write.grad." + id;
-          w.op = Op::kWrite;
-          w.resource = opt_write[r];
-          w.bytes = unit.rank_elements * 4;
-          w.block_bytes = block_size;
-          w.queue_depth = static_cast<int32_t>(queue_depth);
-          w.uses = {gbuf};
-          w.frees = {gbuf};
-          w.deps = {d2h_task};
-          w.phase = Phase::kBackward;
-          w.layer = unit.layer;
-          grad_writes[r].push_back(b.Task(std::move(w)));
-        }
-      }
-    }
-  }
+  PassOptions po;
+  po.fetch.slot_pool = param_pool;
+  po.fetch.slot_bytes = buffer_size * 2;
+  po.fetch.read_resource = param_io;
+  po.fetch.block_bytes = block_size;
+  po.fetch.queue_depth = static_cast<int32_t>(queue_depth);
+  po.fetch.coupled_reads = static_cast<int32_t>(buffer_count);
+  po.fetch.params_on_gpu = !params_on_nvme;
+  po.gradient_path = GradientPath::kFlushToNvme;
+  po.grad_pool = opt_pool;
+  po.grad_write_resource = opt_write;
+  po.block_bytes = block_size;
+  po.queue_depth = static_cast<int32_t>(queue_depth);
+  po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
+  PassResult passes = TrainingPasses(b, plan, po);
 
   // Step. The global gradient norm needs every rank's gradients: backward must end first.
-  std::vector<int32_t> norms;
-  for (int32_t r = 0; r < ranks; ++r) {
-    TaskSpec norm;
-    norm.id = "step.norm.r" + std::to_string(r);
-    norm.op = Op::kConvert;
-    norm.kernel = "overflow_check_and_norm";
-    norm.resource = b.Cpu(r);
-    norm.bytes = plan.rank_elements * 4;
-    norm.ranks = threads;
-    norm.deps = grad_copies[r];
-    norm.deps.push_back(last_compute[r]);
-    norm.phase = Phase::kStep;
-    norms.push_back(b.Task(std::move(norm)));
+  std::vector<std::vector<int32_t>> norm_deps = passes.grad_copies;
+  for (int32_t r = 0; r < ranks; ++r) norm_deps[r].push_back(passes.last_compute[r]);
+  std::vector<int32_t> temporaries;
+  for (int32_t r = 0; overflow_temporaries && r < ranks; ++r) {
+    const int64_t bytes = plan.rank_elements * kOverflowTemporaryBytesPerElement;
+    const int32_t pool = b.Pool("host.temp.r" + std::to_string(r), "host", bytes);
+    temporaries.push_back(b.Buffer("overflow_check.r" + std::to_string(r), pool, bytes));
   }
-  TaskSpec norm_reduce;
-  norm_reduce.id = "step.norm.allreduce";
-  norm_reduce.op = Op::kAllReduce;
-  norm_reduce.resource = b.Comm();
-  norm_reduce.bytes = 8;
-  norm_reduce.ranks = ranks;
-  norm_reduce.deps = norms;
-  norm_reduce.phase = Phase::kStep;
-  const int32_t norm_done = b.Task(std::move(norm_reduce));
+  const int32_t norm_done = GradientNorm(b, plan, norm_deps, threads, 4, temporaries);
 
   std::vector<int32_t> step_tails;
+  const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
   for (int32_t r = 0; r < ranks; ++r) {
-    const std::string R = ".r" + std::to_string(r);
+    SweepOptions so;
+    so.rank = r;
+    for (int32_t g = 0; g < nsub; ++g) so.order.push_back(g);  // ascending, as DeepSpeed
+    so.pipeline_read = pipeline_read;
+    so.pipeline_write = pipeline_write;
+    so.read_resource.assign(nsub, opt_read[r]);
+    so.write_resource.assign(nsub, opt_write[r]);
+    so.opt_pool = opt_pool[r];
     // Gradients are flushed at the first swap-in of the step.
-    std::vector<int32_t> prev_done = grad_writes[r];
-    prev_done.push_back(norm_done);
-    int32_t prev_read_grad = kNoIndex, prev_param_write = kNoIndex;
-    for (size_t g = 0; g < plan.subgroups.size(); ++g) {
-      const int64_t n = plan.subgroups[g].elements;
-      const std::string G = ".sg" + std::to_string(g) + R;
-      const int32_t states = b.Buffer("states" + G, opt_pool[r], 3 * n * 4);
-      const int32_t grad = b.Buffer("gradin" + G, opt_pool[r], n * 4);
-      TaskSpec rs;
-      rs.id = "read.states" + G;
-      rs.op = Op::kRead;
-      rs.resource = opt_read[r];
-      rs.bytes = 3 * n * 4;
-      rs.block_bytes = block_size;
-      rs.queue_depth = static_cast<int32_t>(queue_depth);
-      rs.allocs = {states};
-      rs.phase = Phase::kStep;
-      rs.priority = static_cast<int32_t>(g);
-      // Serial: after the previous sub-group is written back. pipeline_read: one sub-group
-      // ahead, as soon as the previous sub-group's reads are done.
-      rs.deps = pipeline_read && prev_read_grad != kNoIndex ? std::vector<int32_t>{prev_read_grad} : prev_done;
-      if (pipeline_read && prev_read_grad != kNoIndex) rs.deps.push_back(norm_done);
-      const int32_t read_states = b.Task(std::move(rs));
-      TaskSpec rg;
-      rg.id = "read.grad" + G;
-      rg.op = Op::kRead;
-      rg.resource = opt_read[r];
-      rg.bytes = n * 4;
-      rg.block_bytes = block_size;
-      rg.queue_depth = static_cast<int32_t>(queue_depth);
-      rg.allocs = {grad};
-      rg.deps = {read_states};
-      rg.phase = Phase::kStep;
-      rg.priority = static_cast<int32_t>(g);
-      const int32_t read_grad = b.Task(std::move(rg));
-      TaskSpec adam;
-      adam.id = "adam" + G;
-      adam.op = Op::kOptimizer;
-      adam.kernel = "adam";
-      adam.resource = b.Cpu(r);
-      adam.bytes = n * 4;
-      adam.ranks = threads;
-      adam.uses = {states};
-      adam.frees = {grad};
-      adam.deps = {read_grad};
-      if (prev_param_write != kNoIndex) adam.deps.push_back(prev_param_write);
-      adam.phase = Phase::kStep;
-      const int32_t adam_task = b.Task(std::move(adam));
-      // fp32 -> fp16 copy through the parameter swapper's slots, each written with a blocking wait.
-      std::vector<int32_t> param_writes;
-      for (int64_t c0 = 0, c = 0; c0 < n; c0 += buffer_size, ++c) {
-        const int64_t chunk = std::min(buffer_size, n - c0);
-        const std::string C = G + ".c" + std::to_string(c);
-        const int32_t slot = b.Buffer("p16" + C, param_pool[r], buffer_size * 2);
-        TaskSpec conv;
-        conv.id = "convert.p16" + C;
-        conv.op = Op::kConvert;
-        conv.kernel = "fp32_to_bf16";
-        conv.resource = b.Cpu(r);
-        conv.bytes = chunk * 4;
-        conv.ranks = threads;
-        conv.allocs = {slot};
-        conv.deps = {adam_task};
-        if (!param_writes.empty()) conv.deps.push_back(param_writes.back());
-        conv.phase = Phase::kStep;
-        const int32_t conv_task = b.Task(std::move(conv));
-        TaskSpec pw;
-        pw.id = "write.p16" + C;
-        pw.op = Op::kWrite;
-        pw.resource = param_io[r];
-        pw.bytes = chunk * 2;
-        pw.block_bytes = block_size;
-        pw.queue_depth = static_cast<int32_t>(queue_depth);
-        pw.uses = {slot};
-        pw.frees = {slot};
-        pw.deps = {conv_task};
-        pw.phase = Phase::kStep;
-        param_writes.push_back(b.Task(std::move(pw)));
-      }
-      TaskSpec ws;
-      ws.id = "write.states" + G;
-      ws.op = Op::kWrite;
-      ws.resource = opt_write[r];
-      ws.bytes = 3 * n * 4;
-      ws.block_bytes = block_size;
-      ws.queue_depth = static_cast<int32_t>(queue_depth);
-      ws.uses = {states};
-      ws.frees = {states};
-      ws.deps = {param_writes.back()};
-      ws.phase = Phase::kStep;
-      const int32_t write_states = b.Task(std::move(ws));
-      prev_read_grad = read_grad;
-      prev_param_write = param_writes.back();
-      // Serial: the next swap-in waits for this swap-out. pipeline_write: only for the compute
-      // and the blocking parameter write.
-      prev_done = pipeline_write ? std::vector<int32_t>{param_writes.back()} : std::vector<int32_t>{write_states};
-      step_tails.push_back(write_states);
-      step_tails.push_back(param_writes.back());
-    }
+    so.first_deps = passes.grad_writes[r];
+    so.first_deps.push_back(norm_done);
+    so.pipelined_read_deps = {norm_done};
+    so.param_path = params_on_nvme ? ParamUpdatePath::kChunkedBlocking : ParamUpdatePath::kToGpu;
+    so.param_pool = param_pool[r];
+    so.chunk_elements = buffer_size;
+    so.param_write_resource.assign(nsub, param_io[r]);
+    so.block_bytes = block_size;
+    so.queue_depth = static_cast<int32_t>(queue_depth);
+    so.threads = threads;
+    SweepResult sweep = OptimizerSweep(b, plan, so);
+    step_tails.insert(step_tails.end(), sweep.tails.begin(), sweep.tails.end());
   }
   step_end_spec.deps = step_tails;
   const int32_t step_end = b.Task(std::move(step_end_spec));
-  for (int32_t read : carried_reads) b.task(read).carried.push_back({step_end, 1});
+  for (int32_t read : passes.reads) b.task(read).carried.push_back({step_end, 1});
+  // Without parameter offload nothing is read: the first all-gather waits for the step instead.
+  if (!params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});
 
   Schedule schedule = b.Finish();
   TF_RETURN_IF_ERROR(schedule.Validate().WithContext("zero-infinity generated an invalid schedule (a bug)"));

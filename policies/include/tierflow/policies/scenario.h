@@ -52,6 +52,19 @@ class Knobs {
   std::set<std::string> read_;
 };
 
+// A paper's headline figure that a scenario reproduces (`paper:` in the file). `tierflow sim`
+// simulates the scenario and the baseline (the scenario with `baseline_sets` applied) and
+// compares ratio = metric(scenario) / metric(baseline) with expected_ratio.
+struct PaperClaim {
+  std::string system;                      // "IOC"
+  std::string claim;                       // the headline, in words
+  std::string metric;                      // iteration_s, peak_host_bytes or throughput
+  std::vector<std::string> baseline_sets;  // --set overrides that turn the scenario into the baseline
+  double expected_ratio = 0;               // the paper's metric(system) / metric(baseline)
+  double tolerance = 0.15;                 // relative, on the ratio
+  std::string source;                      // where the figure comes from
+};
+
 struct Scenario {
   std::string name;
   models::LlmConfig model;
@@ -62,6 +75,8 @@ struct Scenario {
   // The scenario as read, --set overrides applied: plan stores it in the schedule's meta so that
   // `sim SCHEDULE` finds the same hardware without the scenario file.
   std::string yaml;
+  bool has_paper = false;
+  PaperClaim paper;
 };
 
 // `overrides` are "key.path=value" strings (from --set).
