@@ -40,12 +40,7 @@ StatusOr<Schedule> PlanIoc(const Scenario& s) {
   d.shared_rw_queue = isolate;
   d.semi_async_writes = semi_async;
   d.blocking_step = !semi_async;
-  if (layout == "split" && use >= 2) {
-    d.param_disks = {0};
-    d.opt_disks = DiskRange(1, use - 1);
-  } else {
-    d.param_disks = d.opt_disks = DiskRange(0, use);
-  }
+  PlaceOnDisks(layout, use, &d);
   return PlanDesign(s, d);
 }
 

@@ -25,6 +25,15 @@ std::vector<int32_t> DiskRange(int32_t first, int32_t count) {
   return d;
 }
 
+void PlaceOnDisks(const std::string& layout, int32_t disks, OffloadDesign* d) {
+  if (layout == "split" && disks >= 2) {
+    d->param_disks = {0};
+    d->opt_disks = DiskRange(1, disks - 1);
+  } else {
+    d->param_disks = d->opt_disks = DiskRange(0, disks);
+  }
+}
+
 Status ReadCommonKnobs(Knobs& knobs, OffloadDesign* d) {
   TF_ASSIGN_OR_RETURN(d->sub_group_size, knobs.Int("sub_group_size", d->sub_group_size));
   TF_ASSIGN_OR_RETURN(d->persistence_threshold, knobs.Int("param_persistence_threshold", d->persistence_threshold));

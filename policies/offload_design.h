@@ -70,7 +70,12 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d);
 // optimizer_buffer_count. Defaults are the design's current values.
 Status ReadCommonKnobs(Knobs& knobs, OffloadDesign* d);
 
-// Disk indices 0 .. count-1, or a one-element list {0}.
+// Disk indices first .. first+count-1 (at least one).
 std::vector<int32_t> DiskRange(int32_t first, int32_t count);
+
+// Places parameters and optimizer state over the first `disks` devices: "split" gives disk 0 to
+// parameters and the rest to optimizer state (reads and writes of the update kept apart from
+// the parameter stream) when there are two or more; anything else stripes both over all.
+void PlaceOnDisks(const std::string& layout, int32_t disks, OffloadDesign* d);
 
 }  // namespace tierflow::policies

@@ -53,12 +53,7 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
   d.gradient_path = host_grads ? GradientPath::kKeepInHost : GradientPath::kFlushToNvme;
   d.global_norm_first = !overlap;
   d.descending_order = overlap;
-  if (layout == "split" && use >= 2) {
-    d.param_disks = {0};
-    d.opt_disks = DiskRange(1, use - 1);
-  } else {
-    d.param_disks = d.opt_disks = DiskRange(0, use);
-  }
+  PlaceOnDisks(layout, use, &d);
   return PlanDesign(s, d);
 }
 
