@@ -1,7 +1,8 @@
 // `tierflow checkpoint save|load|bench --dir D [--dir D2 ...]`: saves a set of tensors with the
 // aggregated (default) or file-per-tensor strategy, loads and verifies it, or benchmarks both.
-// The tensor set is a documented size distribution (real::DefaultCheckpointSizes) per rank; the
-// `--preset` hook will take a model preset's per-rank shards once models/ provides them.
+// The tensor set is a documented size distribution (real::DefaultCheckpointSizes) per rank, or
+// with --preset a model's ZeRO-3 shards per rank: each parameter's partition in bf16 and its fp32
+// master weights and Adam moments.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "command.h"
 #include "tierflow/core/units.h"
+#include "tierflow/models/llm.h"
 #include "tierflow/real/checkpoint.h"
 #include "tierflow/real/storage.h"
 
@@ -36,12 +38,23 @@ struct CkptArgs {
   bool keep = false;
 };
 
-// Per-rank tensor sizes. The model-preset hook: models/ (LlmPreset, Layers) is not on this branch
-// yet; when it lands, shard Layers(preset) over `ranks` here.
+// Per-rank tensor sizes: a preset's shards, or the default size distribution.
 StatusOr<std::vector<std::pair<std::string, int64_t>>> TensorSizes(const CkptArgs& a, int32_t rank) {
   if (!a.preset.empty()) {
-    return Unavailable("checkpoint --preset '" + a.preset + "': model presets are not wired in yet; "
-                       "use the default size distribution (--small-count, --large-count)");
+    TF_ASSIGN_OR_RETURN(models::LlmConfig model, models::LlmPreset(a.preset));
+    std::vector<std::pair<std::string, int64_t>> sizes;
+    const std::string R = ".r" + std::to_string(rank);
+    for (const models::LayerInfo& layer : models::Layers(model)) {
+      for (const models::TensorShape& t : layer.tensors) {
+        // ZeRO-3 partition: ceil(elements / ranks), the last rank takes what is left.
+        const int64_t per_rank = (t.elements() + a.ranks - 1) / a.ranks;
+        const int64_t n = std::max<int64_t>(0, std::min(per_rank, t.elements() - rank * per_rank));
+        if (n == 0) continue;
+        sizes.emplace_back(t.name + R + ".bf16", n * 2);
+        for (const char* state : {".fp32", ".exp_avg", ".exp_avg_sq"}) sizes.emplace_back(t.name + R + state, n * 4);
+      }
+    }
+    return sizes;
   }
   real::SizeDistribution d;
   d.small_count = a.small_count;
@@ -202,7 +215,7 @@ Command MakeCheckpoint(CLI::App& parent) {
     s->add_option("--dir", a->dirs, "A directory per device (repeat); the manifest lives in the first")->required();
     s->add_option("--name", a->name, "Checkpoint name");
     s->add_option("--backend", a->backend, "Storage back-end for aggregated I/O: auto, uring, posix");
-    s->add_option("--preset", a->preset, "Model preset whose per-rank shards to save (pending models/)");
+    s->add_option("--preset", a->preset, "Model preset whose per-rank ZeRO-3 shards to save (bf16 parameters, fp32 master, Adam m and v; held in memory)");
     s->add_option("--ranks", a->ranks, "Ranks (one file per rank per device)");
     s->add_option("--small-count", a->small_count, "Small tensors per rank (4 KiB - 256 KiB, log-uniform)");
     s->add_option("--large-count", a->large_count, "Large tensors per rank (16 - 64 MiB)");
