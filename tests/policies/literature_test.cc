@@ -1,0 +1,156 @@
+// The defining behaviour of each literature policy, pinned on a small model with the dispatcher
+// in simulated time (testing::RunTimed): what the paper's system changes relative to
+// zero-infinity is visible in the schedule and in when things start.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "../core/test_schedules.h"
+#include "tierflow/policies/policy.h"
+
+namespace tierflow::policies {
+namespace {
+
+const char* kSmall = R"(
+name: small
+model: {preset: tiny, layers: 2, hidden: 512, ffn: 1024, heads: 4, kv_heads: 4, vocab: 1024}
+hardware:
+  preset: a100x4-1nvme
+  node:
+    remote:
+      - {name: test tier, read_bw: 2 GB/s, write_bw: 1 GB/s, latency: 1 ms}
+training: {micro_batch_size: 1, sequence_length: 128, data_parallel: 2}
+policy: {name: zero-infinity, buffer_size: 1e6, sub_group_size: 2e5, param_persistence_threshold: 1000}
+)";
+
+Schedule PlanOrDie(const std::vector<std::string>& sets) {
+  auto scenario = LoadScenarioText(kSmall, sets, "small.yaml");
+  EXPECT_TRUE(scenario.ok()) << scenario.status().ToString();
+  auto s = Plan(*scenario);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+// "allgather.<unit>.<pass>" -> "<unit>"; "read.<unit>.<pass>.r<k>" -> "<unit>".
+std::string UnitOf(const std::string& id, const std::string& prefix) {
+  std::string rest = id.substr(prefix.size());
+  for (const char* pass : {".f", ".b"}) {
+    auto pos = rest.rfind(pass);
+    if (pos != std::string::npos) return rest.substr(0, pos);
+  }
+  return rest;
+}
+
+std::map<std::string, double> UnitDurations(const Schedule& s) {
+  std::map<std::string, double> d;
+  for (const TaskSpec& t : s.tasks()) d[t.id] = t.op == Op::kRead || t.op == Op::kWrite ? 1.0 : 0.01;
+  return d;
+}
+
+TEST(Ioc, AnAllGatherWaitsOnlyForItsOwnParameter) {
+  Schedule s = PlanOrDie({"policy.name=ioc", "policy.sub_group_size=null"});
+  int gathers = 0;
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op != Op::kAllGather || t.id.rfind("allgather.", 0) != 0) continue;
+    ++gathers;
+    const std::string unit = UnitOf(t.id, "allgather.");
+    for (int32_t d : t.deps) {
+      const std::string& dep = s.tasks()[d].id;
+      if (dep.rfind("read.", 0) == 0) ADD_FAILURE() << t.id << " waits for " << dep;
+      if (dep.rfind("h2d.", 0) == 0) {
+        EXPECT_EQ(UnitOf(dep, "h2d."), unit) << t.id << " waits for another unit's copy " << dep;
+      }
+    }
+  }
+  EXPECT_GT(gathers, 0);
+
+  // In time: a very slow read of a later parameter does not delay an earlier gather (under
+  // zero-infinity it does: ZeroInfinity.AllGatherWaitsForReadsOfOtherParameters).
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  const std::string k = "model.layers.0.self_attn.k_proj.weight";
+  auto durations = UnitDurations(s);
+  durations["read." + k + ".f0.r1"] = 500.0;
+  auto r = testing::RunTimed(s, 1, durations);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_LT(r.at("allgather." + q + ".f0").end, r.at("read." + k + ".f0.r1").end);
+}
+
+TEST(MlpOffload, NoTwoRanksReadOneTierAtOnce) {
+  Schedule s = PlanOrDie({"policy.name=mlp-offload", "policy.ratio=2"});
+  auto r = testing::RunTimed(s, 2, UnitDurations(s));
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  // Every read's interval, by the tier (device) it reads from and the rank that issued it.
+  struct Read {
+    double start, end;
+    std::string rank, id;
+  };
+  std::map<std::string, std::vector<Read>> by_tier;
+  std::set<std::string> tiers;
+  for (const auto& [key, span] : r.spans) {
+    const TaskSpec& t = s.tasks()[s.FindTask(key.first)];
+    if (t.op != Op::kRead) continue;
+    const std::string tier = s.devices()[s.resources()[t.resource].device].name;
+    const std::string rank = key.first.substr(key.first.rfind(".r"));
+    by_tier[tier].push_back({span.start, span.end, rank, key.first + "@" + std::to_string(key.second)});
+    tiers.insert(tier);
+  }
+  EXPECT_TRUE(tiers.count("remote0")) << "ratio 2 places sub-groups on the remote tier";
+  for (auto& [tier, reads] : by_tier) {
+    std::sort(reads.begin(), reads.end(), [](const Read& a, const Read& b) { return a.start < b.start; });
+    for (size_t i = 0; i < reads.size(); ++i) {
+      for (size_t j = i + 1; j < reads.size() && reads[j].start < reads[i].end; ++j) {
+        EXPECT_EQ(reads[i].rank, reads[j].rank) << tier << ": " << reads[i].id << " and " << reads[j].id << " overlap";
+      }
+    }
+  }
+}
+
+TEST(MlpOffload, GradientsStayInHostMemory) {
+  Schedule s = PlanOrDie({"policy.name=mlp-offload", "policy.ratio=2"});
+  for (const TaskSpec& t : s.tasks()) {
+    EXPECT_FALSE(t.op == Op::kWrite && t.phase == Phase::kBackward) << t.id << " flushes a gradient";
+  }
+  Schedule flushing = PlanOrDie({"policy.name=zero-infinity"});
+  EXPECT_TRUE(std::any_of(flushing.tasks().begin(), flushing.tasks().end(),
+                          [](const TaskSpec& t) { return t.op == Op::kWrite && t.phase == Phase::kBackward; }));
+}
+
+TEST(MemAscend, ClassPoolsAreSizedExactlyAndBoundThePinnedPeak) {
+  Schedule s = PlanOrDie({"policy.name=memascend", "policy.buffer_count=3"});
+  // Each parameter read allocates one slot; group the slots' sizes by pool.
+  std::map<int32_t, int64_t> largest;
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op != Op::kRead || t.phase == Phase::kStep) continue;
+    for (int32_t b : t.allocs) {
+      const BufferSpec& buf = s.buffers()[b];
+      EXPECT_EQ(buf.size_bytes, t.bytes) << t.id << ": a slot is the exact size of its partition";
+      largest[buf.pool] = std::max(largest[buf.pool], buf.size_bytes);
+    }
+  }
+  ASSERT_GE(largest.size(), 2u) << "one pool per shape class";
+  int64_t class_capacity = 0;
+  for (const auto& [pool, bytes] : largest) {
+    EXPECT_EQ(s.pools()[pool].capacity_bytes, 3 * bytes) << s.pools()[pool].name << ": buffer_count slots of its largest partition";
+    class_capacity += s.pools()[pool].capacity_bytes;
+  }
+  auto r = testing::RunTimed(s, 1, UnitDurations(s));
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  int64_t class_peak = 0;
+  for (const auto& [pool, bytes] : largest) class_peak += r.peaks[pool];
+  // What is pinned is the pools' reserved bytes; occupancy peaks below when the classes do not
+  // all fill at once.
+  EXPECT_GT(class_peak, 0);
+  EXPECT_LE(class_peak, class_capacity);
+  // Against DeepSpeed's pool, where every slot holds buffer_size elements.
+  Schedule zi = PlanOrDie({"policy.name=zero-infinity", "policy.buffer_count=3"});
+  int64_t zi_param = 0;
+  for (const PoolSpec& p : zi.pools()) {
+    if (p.name.rfind("host.pinned.param", 0) == 0) zi_param += p.capacity_bytes;
+  }
+  EXPECT_LT(class_capacity, zi_param);
+}
+
+}  // namespace
+}  // namespace tierflow::policies
