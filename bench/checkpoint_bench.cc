@@ -125,12 +125,4 @@ BENCHMARK(BM_Checkpoint)->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  bool owned = false;
-  tierflow::bench::SetUpBenchDir(&argc, argv, &owned);
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  if (owned) std::filesystem::remove_all(BenchDir());
-  return 0;
-}
+int main(int argc, char** argv) { return tierflow::bench::RunBenchmarksInBenchDir(argc, argv); }

@@ -74,12 +74,4 @@ BENCHMARK(BM_PosixWrite)->Args({1 << 20, 16})->Iterations(1)->Unit(benchmark::kS
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  bool owned = false;
-  tierflow::bench::SetUpBenchDir(&argc, argv, &owned);
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  if (owned) std::filesystem::remove_all(BenchDir());
-  return 0;
-}
+int main(int argc, char** argv) { return tierflow::bench::RunBenchmarksInBenchDir(argc, argv); }

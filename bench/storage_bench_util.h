@@ -3,6 +3,8 @@
 // run on the same directory with the same request size, queue depth, O_DIRECT and io_uring.
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +77,18 @@ inline double RunFio(const std::string& rw, int64_t block_bytes, int queue_depth
 inline void RemoveFioFile() {
   std::error_code ec;
   std::filesystem::remove(BenchDir() + "/fio-bench.dat", ec);
+}
+
+// The main() of a storage benchmark: sets up (or takes) the bench directory, runs the
+// registered benchmarks, and removes the directory if it made it.
+inline int RunBenchmarksInBenchDir(int argc, char** argv) {
+  bool owned = false;
+  SetUpBenchDir(&argc, argv, &owned);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (owned) std::filesystem::remove_all(BenchDir());
+  return 0;
 }
 
 }  // namespace tierflow::bench

@@ -120,26 +120,20 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   auto param_io = [&](int32_t r, int32_t disk) {
     return b.Resource(nvme(disk) + ".r" + std::to_string(r) + ".param", nvme(disk));
   };
-  auto opt_read_io = [&](int32_t r, int32_t g) {
+  // The queue an optimizer read or write of sub-group g on rank r goes through.
+  auto opt_io = [&](int32_t r, int32_t g, bool write) {
+    const std::string dir = write ? "write" : "read";
     if (opt_on_remote(g)) {
-      return d.tier_locks ? b.Resource("remote0.read", "remote0")
-                          : b.Resource("remote0.r" + std::to_string(r) + ".read", "remote0");
+      return d.tier_locks ? b.Resource("remote0." + dir, "remote0")
+                          : b.Resource("remote0.r" + std::to_string(r) + "." + dir, "remote0");
     }
     const int32_t disk = opt_disk_of_subgroup(r, g);
     if (d.shared_rw_queue) return b.Resource(nvme(disk) + ".opt", nvme(disk));
-    if (d.tier_locks) return b.Resource(nvme(disk) + ".read", nvme(disk));
-    return b.Resource(nvme(disk) + ".r" + std::to_string(r) + ".opt_read", nvme(disk));
+    if (d.tier_locks) return b.Resource(nvme(disk) + "." + dir, nvme(disk));
+    return b.Resource(nvme(disk) + ".r" + std::to_string(r) + ".opt_" + dir, nvme(disk));
   };
-  auto opt_write_io = [&](int32_t r, int32_t g) {
-    if (opt_on_remote(g)) {
-      return d.tier_locks ? b.Resource("remote0.write", "remote0")
-                          : b.Resource("remote0.r" + std::to_string(r) + ".write", "remote0");
-    }
-    const int32_t disk = opt_disk_of_subgroup(r, g);
-    if (d.shared_rw_queue) return b.Resource(nvme(disk) + ".opt", nvme(disk));
-    if (d.tier_locks) return b.Resource(nvme(disk) + ".write", nvme(disk));
-    return b.Resource(nvme(disk) + ".r" + std::to_string(r) + ".opt_write", nvme(disk));
-  };
+  auto opt_read_io = [&](int32_t r, int32_t g) { return opt_io(r, g, false); };
+  auto opt_write_io = [&](int32_t r, int32_t g) { return opt_io(r, g, true); };
 
   // Pools.
   std::vector<int32_t> param_pool(ranks, kNoIndex), opt_pool(ranks), grad_pool(ranks), cache_pool(ranks, kNoIndex),
