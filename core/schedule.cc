@@ -118,7 +118,9 @@ Status Schedule::Validate() const {
   }
   for (const auto& t : tensors_) {
     if (!in_range(t.device, devices_.size())) return InvalidArgument("tensor " + Quote(t.name) + ": device out of range");
-    if (t.size_bytes < 0 || t.offset_bytes < 0) return InvalidArgument("tensor " + Quote(t.name) + ": size_bytes and offset_bytes must be >= 0");
+    if (t.size_bytes < 0 || t.offset_bytes < 0 || t.element_offset < 0) {
+      return InvalidArgument("tensor " + Quote(t.name) + ": size_bytes, offset_bytes and element_offset must be >= 0");
+    }
     for (int64_t d : t.shape) {
       if (d < 0) return InvalidArgument("tensor " + Quote(t.name) + ": shape has a negative dimension");
     }

@@ -199,7 +199,7 @@ StatusOr<Schedule> Parse(const Json& root) {
   for (size_t i = 0; i < section.size(); ++i) {
     Fields f(*section[i], "tensor #" + std::to_string(i));
     TF_RETURN_IF_ERROR(f.CheckObject());
-    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"name", "kind", "dtype", "shape", "rank", "device", "offset_bytes", "size_bytes"}));
+    TF_RETURN_IF_ERROR(f.CheckKnownKeys({"name", "kind", "dtype", "shape", "rank", "device", "offset_bytes", "size_bytes", "element_offset"}));
     TensorSpec t;
     std::string device;
     TF_RETURN_IF_ERROR(f.String("name", &t.name, true));
@@ -218,6 +218,7 @@ StatusOr<Schedule> Parse(const Json& root) {
     TF_RETURN_IF_ERROR(f.String("device", &device, true));
     TF_RETURN_IF_ERROR(f.Integer("offset_bytes", &t.offset_bytes, false));
     TF_RETURN_IF_ERROR(f.Integer("size_bytes", &t.size_bytes, true));
+    TF_RETURN_IF_ERROR(f.Integer("element_offset", &t.element_offset, false));
     TF_ASSIGN_OR_RETURN(t.device, Resolve([&](const std::string& n) { return s.FindDevice(n); }, device, owner, "device"));
     TF_RETURN_IF_ERROR(check_unique(s.FindTensor(t.name), "tensor", t.name));
     s.AddTensor(std::move(t));
@@ -389,6 +390,7 @@ std::string ScheduleToJson(const Schedule& s) {
     j["device"] = s.devices()[t.device].name;
     if (t.offset_bytes != 0) j["offset_bytes"] = t.offset_bytes;
     j["size_bytes"] = t.size_bytes;
+    if (t.element_offset != 0) j["element_offset"] = t.element_offset;
     return j;
   }, false);
   section("tasks", s.tasks().size(), [&](size_t i) {

@@ -140,6 +140,53 @@ int32_t ScheduleBuilder::GpuPool(int32_t r) {
   return Pool(g + ".hbm", g, scenario_.hardware.node.gpu.hbm_bytes);
 }
 
+namespace {
+
+struct StateKind {
+  const char* name;
+  const char* dtype;
+  int64_t element_bytes;
+};
+// The order fixes each kind's region in a device's store.
+constexpr StateKind kStateKinds[] = {{"param16", "bf16", 2}, {"grad16", "bf16", 2}, {"grad", "fp32", 4},
+                                     {"master", "fp32", 4},  {"adam_m", "fp32", 4},  {"adam_v", "fp32", 4}};
+
+}  // namespace
+
+void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
+  const int64_t mib = int64_t{1} << 20;
+  state_rank_elements_ = plan.rank_elements;
+  state_region_bytes_ = (plan.ranks * plan.rank_elements * 4 + mib - 1) / mib * mib;
+}
+
+int32_t ScheduleBuilder::State(const std::string& kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
+  TF_CHECK(state_region_bytes_ > 0 || state_rank_elements_ == 0);
+  int64_t k = 0;
+  while (k < static_cast<int64_t>(std::size(kStateKinds)) && kind != kStateKinds[k].name) ++k;
+  TF_CHECK(k < static_cast<int64_t>(std::size(kStateKinds)));
+  const StateKind& sk = kStateKinds[k];
+  const std::string name = kind + ".r" + std::to_string(rank) + "[" + std::to_string(begin) + "+" +
+                           std::to_string(elements) + "]@" + schedule_.devices()[device].name;
+  const int32_t existing = schedule_.FindTensor(name);
+  if (existing != kNoIndex) return existing;
+  TensorSpec t;
+  t.name = name;
+  t.kind = kind;
+  t.dtype = sk.dtype;
+  t.shape = {elements};
+  t.rank = rank;
+  t.device = device;
+  t.element_offset = begin;
+  t.size_bytes = elements * sk.element_bytes;
+  t.offset_bytes = k * state_region_bytes_ + (rank * state_rank_elements_ + begin) * sk.element_bytes;
+  return schedule_.AddTensor(std::move(t));
+}
+
+int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions& o, int32_t rank, int32_t unit) {
+  if (plan.units[unit].gpu_resident || o.params_on_gpu) return b.GpuDevice(rank);
+  return b.DeviceOfResource(o.read_resource_of ? o.read_resource_of(rank, unit) : o.read_resource[rank]);
+}
+
 std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& order,
                                     const FetchOptions& o) {
   const int32_t ranks = plan.ranks;
@@ -151,6 +198,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     FetchedUnit f;
     f.unit = u;
     for (int32_t r = 0; r < ranks; ++r) {
+      f.param_tensor.push_back(b.State("param16", r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, o, r, u)));
       if (o.params_on_gpu) {
         f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU
         continue;
@@ -166,6 +214,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       t.block_bytes = o.block_bytes;
       t.queue_depth = o.queue_depth;
       t.allocs = {slot};
+      t.tensors = {f.param_tensor[r]};
       t.phase = o.phase;
       t.layer = unit.layer;
       t.priority = o.priority_base + static_cast<int32_t>(out.size());
@@ -185,6 +234,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     gather.resource = b.Comm();
     gather.bytes = unit.elements * 2;
     gather.ranks = ranks;
+    gather.tensors = f.param_tensor;
     gather.phase = o.phase;
     gather.layer = unit.layer;
     if (previous_gather != kNoIndex) gather.deps.push_back(previous_gather);
@@ -205,6 +255,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       h2d.resource = b.GpuH2D(r);
       h2d.bytes = unit.rank_elements * 2;
       h2d.uses = {slot};
+      h2d.tensors = {f.param_tensor[r]};
       h2d.deps = {f.reads[r]};
       h2d.phase = o.phase;
       h2d.layer = unit.layer;
@@ -227,6 +278,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
 
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o) {
   const int32_t ranks = plan.ranks;
+  b.StateLayout(plan);
   PassResult res;
   res.last_compute.assign(ranks, kNoIndex);
   res.grad_copies.resize(ranks);
@@ -262,9 +314,18 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         for (size_t r = 0; r < f.reads.size(); ++r) res.read_rank_unit.emplace_back(static_cast<int32_t>(r), f.unit);
         res.gathers.push_back(f.allgather);
       }
-      for (const FetchedUnit& f : fetched) {
-        const ParamUnit& unit = plan.units[f.unit];
-        std::vector<int32_t> computes;
+      // Every unit is computed, GPU-resident ones too. A layer's gradients are final only after
+      // the backward of its last unit in pass order (activation checkpointing recomputes the
+      // whole layer, and the real executor computes a layer at once), so the reduce-scatters
+      // of a layer's units follow that compute.
+      std::vector<int32_t> fetched_of(plan.units.size(), -1);
+      for (size_t i = 0; i < fetched.size(); ++i) fetched_of[fetched[i].unit] = static_cast<int32_t>(i);
+      const std::vector<int32_t>& order = fwd ? forward_order : backward_order;
+      std::vector<int32_t> layer_units;
+      for (size_t pos = 0; pos < order.size(); ++pos) {
+        const int32_t u = order[pos];
+        const ParamUnit& unit = plan.units[u];
+        const FetchedUnit* f = fetched_of[u] >= 0 ? &fetched[fetched_of[u]] : nullptr;
         for (int32_t r = 0; r < ranks; ++r) {
           TaskSpec c;
           c.id = std::string(fwd ? "fwd." : "bwd.") + unit.name + "." + fo.tag.substr(1) + ".r" + std::to_string(r);
@@ -273,62 +334,79 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           c.resource = b.GpuCompute(r);
           c.flops = fwd ? unit.fwd_flops : unit.bwd_flops;
           c.bytes = unit.compute_bytes * (fwd ? 1 : 2);
-          c.uses = {f.gathered_buffer[r]};
-          c.frees = {f.gathered_buffer[r]};
-          c.deps = {f.allgather};
+          if (f != nullptr) {
+            c.uses = {f->gathered_buffer[r]};
+            c.frees = {f->gathered_buffer[r]};
+            c.deps = {f->allgather};
+            c.tensors = {f->param_tensor[r]};
+          } else {
+            c.tensors = {b.State("param16", r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, fo, r, u))};
+          }
           if (res.last_compute[r] != kNoIndex) c.deps.push_back(res.last_compute[r]);
           c.phase = fo.phase;
           c.layer = unit.layer;
           res.last_compute[r] = b.Task(std::move(c));
-          computes.push_back(res.last_compute[r]);
         }
-        if (fwd) continue;
-        TaskSpec rs;
-        rs.id = "reducescatter." + unit.name + "." + fo.tag;
-        rs.op = Op::kReduceScatter;
-        rs.resource = b.Comm();
-        rs.bytes = unit.elements * 2;
-        rs.ranks = ranks;
-        rs.deps = computes;
-        rs.phase = Phase::kBackward;
-        rs.layer = unit.layer;
-        const int32_t rs_task = b.Task(std::move(rs));
-        for (int32_t r = 0; r < ranks; ++r) {
-          const std::string id = unit.name + "." + fo.tag + ".r" + std::to_string(r);
-          const bool flush = o.gradient_path == GradientPath::kFlushToNvme;
-          // Flush: the fp32 partition into pinned staging; keep: the bf16 partition into the
-          // rank's persistent host gradient buffer.
-          const int64_t grad_bytes = unit.rank_elements * (flush ? 4 : 2);
-          const int32_t gbuf = flush ? b.Buffer("grad." + id, o.grad_pool[r], grad_bytes) : res.host_grad_buffer[r];
-          TaskSpec d2h;
-          d2h.id = "d2h.grad." + id;
-          d2h.op = Op::kD2H;
-          d2h.resource = b.GpuD2H(r);
-          d2h.bytes = grad_bytes;
-          if (flush) d2h.allocs = {gbuf};
-          else d2h.uses = {gbuf};
-          d2h.deps = {rs_task};
-          d2h.phase = Phase::kBackward;
-          d2h.layer = unit.layer;
-          const int32_t d2h_task = b.Task(std::move(d2h));
-          res.grad_copies[r].push_back(d2h_task);
-          res.grad_ready[r][f.unit] = d2h_task;
-          if (!flush) continue;
-          TaskSpec w;
-          w.id = "write.grad." + id;
-          w.op = Op::kWrite;
-          w.resource = o.grad_write_resource_of ? o.grad_write_resource_of(r, f.unit) : o.grad_write_resource[r];
-          w.bytes = grad_bytes;
-          w.block_bytes = o.block_bytes;
-          w.queue_depth = o.queue_depth;
-          w.uses = {gbuf};
-          w.frees = {gbuf};
-          w.deps = {d2h_task};
-          w.phase = Phase::kBackward;
-          w.layer = unit.layer;
-          res.grad_writes[r].push_back(b.Task(std::move(w)));
-          res.grad_ready[r][f.unit] = res.grad_writes[r].back();
+        layer_units.push_back(u);
+        const bool layer_ends = pos + 1 == order.size() || plan.units[order[pos + 1]].layer != unit.layer;
+        if (fwd || !layer_ends) continue;
+        for (int32_t lu : layer_units) {
+          const ParamUnit& gu = plan.units[lu];
+          TaskSpec rs;
+          rs.id = "reducescatter." + gu.name + "." + fo.tag;
+          rs.op = Op::kReduceScatter;
+          rs.resource = b.Comm();
+          rs.bytes = gu.elements * 2;
+          rs.ranks = ranks;
+          rs.deps = res.last_compute;
+          rs.phase = Phase::kBackward;
+          rs.layer = gu.layer;
+          const int32_t rs_task = b.Task(std::move(rs));
+          for (int32_t r = 0; r < ranks; ++r) {
+            const std::string id = gu.name + "." + fo.tag + ".r" + std::to_string(r);
+            const bool flush = o.gradient_path == GradientPath::kFlushToNvme;
+            // Flush: the fp32 partition into pinned staging; keep: the bf16 partition into the
+            // rank's persistent host gradient buffer.
+            const int64_t grad_bytes = gu.rank_elements * (flush ? 4 : 2);
+            const int32_t gbuf = flush ? b.Buffer("grad." + id, o.grad_pool[r], grad_bytes) : res.host_grad_buffer[r];
+            const int32_t write_resource =
+                !flush ? kNoIndex : o.grad_write_resource_of ? o.grad_write_resource_of(r, lu) : o.grad_write_resource[r];
+            const int32_t grad_tensor =
+                flush ? b.State("grad", r, gu.rank_offset, gu.rank_elements, b.DeviceOfResource(write_resource))
+                      : b.State("grad16", r, gu.rank_offset, gu.rank_elements, b.Device("host", DeviceKind::kHost));
+            TaskSpec d2h;
+            d2h.id = "d2h.grad." + id;
+            d2h.op = Op::kD2H;
+            d2h.resource = b.GpuD2H(r);
+            d2h.bytes = grad_bytes;
+            if (flush) d2h.allocs = {gbuf};
+            else d2h.uses = {gbuf};
+            d2h.tensors = {grad_tensor};
+            d2h.deps = {rs_task};
+            d2h.phase = Phase::kBackward;
+            d2h.layer = gu.layer;
+            const int32_t d2h_task = b.Task(std::move(d2h));
+            res.grad_copies[r].push_back(d2h_task);
+            res.grad_ready[r][lu] = d2h_task;
+            if (!flush) continue;
+            TaskSpec w;
+            w.id = "write.grad." + id;
+            w.op = Op::kWrite;
+            w.resource = write_resource;
+            w.bytes = grad_bytes;
+            w.block_bytes = o.block_bytes;
+            w.queue_depth = o.queue_depth;
+            w.uses = {gbuf};
+            w.frees = {gbuf};
+            w.tensors = {grad_tensor};
+            w.deps = {d2h_task};
+            w.phase = Phase::kBackward;
+            w.layer = gu.layer;
+            res.grad_writes[r].push_back(b.Task(std::move(w)));
+            res.grad_ready[r][lu] = res.grad_writes[r].back();
+          }
         }
+        layer_units.clear();
       }
     }
   }
@@ -397,8 +475,70 @@ std::vector<std::vector<int32_t>> SubGroupGradientDeps(const ModelPlan& plan, co
   return deps;
 }
 
+namespace {
+
+// The parameter elements [begin, begin + n) of a rank split where GPU residency changes: runs of
+// resident and of offloaded units.
+struct ParamRun {
+  int64_t begin, elements;
+  bool resident;
+};
+std::vector<ParamRun> ParamRuns(const ModelPlan& plan, int64_t begin, int64_t n) {
+  std::vector<ParamRun> runs;
+  const int64_t end = begin + n;
+  for (const ParamUnit& u : plan.units) {
+    const int64_t b = std::max(begin, u.rank_offset), e = std::min(end, u.rank_offset + u.rank_elements);
+    if (b >= e) continue;
+    if (!runs.empty() && runs.back().resident == u.gpu_resident && runs.back().begin + runs.back().elements == b) {
+      runs.back().elements += e - b;
+    } else {
+      runs.push_back({b, e - b, u.gpu_resident});
+    }
+  }
+  return runs;
+}
+
+// The updated bf16 values of GPU-resident parameters, copied from `buffer` to the GPU after
+// their conversion: what keeps a resident unit current for the next iteration's compute.
+int32_t ResidentRefresh(ScheduleBuilder& b, int32_t rank, const std::string& id, int32_t buffer,
+                        const std::vector<int32_t>& tensors, int32_t after) {
+  TaskSpec h2d;
+  h2d.id = id;
+  h2d.op = Op::kH2D;
+  h2d.resource = b.GpuH2D(rank);
+  for (int32_t t : tensors) h2d.bytes += b.tensor_bytes(t);
+  h2d.uses = {buffer};
+  h2d.tensors = tensors;
+  h2d.deps = {after};
+  h2d.phase = Phase::kStep;
+  return b.Task(std::move(h2d));
+}
+
+}  // namespace
+
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o) {
   const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
+  b.StateLayout(plan);
+  const int32_t host = b.Device("host", DeviceKind::kHost);
+  const int32_t gpu = b.GpuDevice(o.rank);
+  auto states_at = [&](int64_t begin, int64_t n, int32_t device) {
+    return std::vector<int32_t>{b.State("master", o.rank, begin, n, device), b.State("adam_m", o.rank, begin, n, device),
+                                b.State("adam_v", o.rank, begin, n, device)};
+  };
+  // The updated bf16 parameters [begin, begin + n): offloaded runs to `device`, resident runs
+  // to the GPU. Returns (offloaded tensors, resident tensors, offloaded bytes).
+  auto p16_tensors = [&](int64_t begin, int64_t n, int32_t device) {
+    std::pair<std::vector<int32_t>, std::vector<int32_t>> t;
+    for (const ParamRun& run : ParamRuns(plan, begin, n)) {
+      (run.resident ? t.second : t.first).push_back(b.State("param16", o.rank, run.begin, run.elements, run.resident ? gpu : device));
+    }
+    return t;
+  };
+  auto bytes_of = [&](const std::vector<int32_t>& tensors) {
+    int64_t sum = 0;
+    for (int32_t t : tensors) sum += b.tensor_bytes(t);
+    return sum;
+  };
   const std::string R = ".r" + std::to_string(o.rank);
   SweepResult res;
   res.read_states.assign(nsub, kNoIndex);
@@ -416,8 +556,11 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
   for (size_t pos = 0; pos < o.order.size(); ++pos) {
     const int32_t g = o.order[pos];
     const int64_t n = plan.subgroups[g].elements;
+    const int64_t first = plan.subgroups[g].begin;
     const std::string G = ".sg" + std::to_string(g) + R;
     const bool cached = is_cached(g);
+    const std::vector<int32_t> home_states =
+        cached ? states_at(first, n, host) : states_at(first, n, b.DeviceOfResource(o.read_resource[g]));
     const int32_t states = cached ? b.Buffer("states" + G, o.cache_pool, 3 * n * 4, /*persistent=*/true)
                                   : b.Buffer("states" + G, o.opt_pool, 3 * n * 4);
     const int32_t grad = b.Buffer("gradin" + G, o.opt_pool, n * 4);
@@ -438,6 +581,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       rs.op = Op::kRead;
       rs.resource = o.read_resource[g];
       rs.bytes = 3 * n * 4;
+      rs.tensors = home_states;
       io(rs);
       // With gradients in host memory the states' read also reserves the fp32 gradient buffer,
       // so that read-ahead can never take the space a converted gradient needs (deadlock).
@@ -455,6 +599,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       rg.op = Op::kRead;
       rg.resource = o.read_resource[g];
       rg.bytes = n * 4;
+      rg.tensors = {b.State("grad", o.rank, first, n, b.DeviceOfResource(o.read_resource[g]))};
       io(rg);
       rg.allocs = {grad};
       rg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
@@ -472,6 +617,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       cg.ranks = o.threads;
       if (cached) cg.allocs = {grad};
       cg.uses = {o.host_grad_buffer};
+      cg.tensors = {b.State("grad16", o.rank, first, n, host)};
       cg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
       cg.phase = Phase::kStep;
       grad_task = b.Task(std::move(cg));
@@ -484,14 +630,16 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     adam.resource = b.Cpu(o.rank);
     adam.bytes = n * 4;
     adam.ranks = o.threads;
-    adam.uses = {states};
+    adam.uses = {states, grad};
     adam.frees = {grad};
+    adam.tensors = home_states;
     adam.deps = {grad_task};
     if (o.adam_waits_param_write && prev_param_write != kNoIndex) adam.deps.push_back(prev_param_write);
     adam.phase = Phase::kStep;
     const int32_t adam_task = b.Task(std::move(adam));
     res.adam[g] = adam_task;
     int32_t param_done = kNoIndex;
+    int32_t last_convert = kNoIndex;  // the conversions read the master weights from `states`
     if (o.param_path == ParamUpdatePath::kChunkedBlocking) {
       // fp32 -> fp16 through the parameter swapper's slots, each written with a blocking wait.
       std::vector<int32_t> param_writes;
@@ -507,20 +655,28 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         conv.bytes = chunk * 4;
         conv.ranks = o.threads;
         conv.allocs = {slot};
+        conv.uses = {states};
+        const auto [offloaded, resident] =
+            p16_tensors(first + c0, chunk, b.DeviceOfResource(o.param_write_resource[g]));
+        conv.tensors = offloaded;
+        conv.tensors.insert(conv.tensors.end(), resident.begin(), resident.end());
         conv.deps = {adam_task};
         if (!param_writes.empty()) conv.deps.push_back(param_writes.back());
         conv.phase = Phase::kStep;
         const int32_t conv_task = b.Task(std::move(conv));
+        last_convert = conv_task;
         TaskSpec pw;
         pw.id = "write.p16" + C;
         pw.op = Op::kWrite;
         pw.resource = o.param_write_resource[g];
-        pw.bytes = chunk * 2;
+        pw.bytes = bytes_of(offloaded);
         io(pw);
         pw.uses = {slot};
         pw.frees = {slot};
+        pw.tensors = offloaded;
         pw.deps = {conv_task};
         pw.phase = Phase::kStep;
+        if (!resident.empty()) pw.deps.push_back(ResidentRefresh(b, o.rank, "h2d.p16res" + C, slot, resident, conv_task));
         param_writes.push_back(b.Task(std::move(pw)));
       }
       param_done = param_writes.back();
@@ -534,25 +690,36 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       conv.bytes = n * 4;
       conv.ranks = o.threads;
       conv.allocs = {p16};
+      conv.uses = {states};
+      const bool to_gpu = o.param_path == ParamUpdatePath::kToGpu;
+      const auto [offloaded, resident] =
+          p16_tensors(first, n, to_gpu ? gpu : b.DeviceOfResource(o.param_write_resource[g]));
+      conv.tensors = offloaded;
+      conv.tensors.insert(conv.tensors.end(), resident.begin(), resident.end());
       conv.deps = {adam_task};
       conv.phase = Phase::kStep;
       const int32_t conv_task = b.Task(std::move(conv));
+      last_convert = conv_task;
       TaskSpec out;
       out.uses = {p16};
       out.frees = {p16};
       out.deps = {conv_task};
       out.phase = Phase::kStep;
-      out.bytes = n * 2;
-      if (o.param_path == ParamUpdatePath::kWrite) {
+      if (!to_gpu) {
         out.id = "write.p16" + G;
         out.op = Op::kWrite;
         out.resource = o.param_write_resource[g];
+        out.bytes = bytes_of(offloaded);
+        out.tensors = offloaded;
         io(out);
         out.priority = o.isolate_reads_first ? nsub + static_cast<int32_t>(pos) : 0;
+        if (!resident.empty()) out.deps.push_back(ResidentRefresh(b, o.rank, "h2d.p16res" + G, p16, resident, conv_task));
       } else {
         out.id = "h2d.p16" + G;
         out.op = Op::kH2D;
         out.resource = b.GpuH2D(o.rank);
+        out.bytes = n * 2;
+        out.tensors = conv.tensors;
       }
       param_done = b.Task(std::move(out));
     }
@@ -564,10 +731,11 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       ws.op = Op::kWrite;
       ws.resource = o.write_resource[g];
       ws.bytes = 3 * n * 4;
+      ws.tensors = states_at(first, n, b.DeviceOfResource(o.write_resource[g]));
       io(ws);
       ws.uses = {states};
       if (!cached) ws.frees = {states};
-      ws.deps = {o.states_after_params ? param_done : adam_task};
+      ws.deps = {o.states_after_params ? param_done : last_convert};
       ws.phase = Phase::kStep;
       // Isolation: among ready I/O, every read of the sweep goes before any write.
       ws.priority = o.isolate_reads_first ? nsub + static_cast<int32_t>(pos) : 0;

@@ -70,12 +70,27 @@ class ScheduleBuilder {
   int32_t GpuPool(int32_t rank);
   static std::string Nvme(int32_t disk) { return "nvme" + std::to_string(disk); }
 
+  // Model state as schedule tensors (docs/schedule-format.md "Tensors"). StateLayout takes the
+  // plan's partition once; State returns the tensor for elements [begin, begin + elements) of
+  // `kind` ("param16", "grad16", "grad", "master", "adam_m", "adam_v") of rank `rank`, homed
+  // on `device`, creating it on first use. Each kind has its own region of a device's store,
+  // addressed by flat element index, so overlapping ranges (a unit's gradient written, a
+  // sub-group's read back) name the same bytes.
+  void StateLayout(const ModelPlan& plan);
+  int32_t State(const std::string& kind, int32_t rank, int64_t begin, int64_t elements, int32_t device);
+  int32_t DeviceOfResource(int32_t resource) const { return schedule_.resources()[resource].device; }
+  int64_t tensor_bytes(int32_t tensor) const { return schedule_.tensors()[tensor].size_bytes; }
+  // The device of gpu{rank}, created on first use.
+  int32_t GpuDevice(int32_t rank) { return Device("gpu" + std::to_string(rank), DeviceKind::kGpu); }
+
   Schedule Finish() { return std::move(schedule_); }
   const Scenario& scenario() const { return scenario_; }
 
  private:
   const Scenario& scenario_;
   Schedule schedule_;
+  int64_t state_region_bytes_ = 0;  // per kind and device: ranks x rank elements x 4, 1 MiB-aligned
+  int64_t state_rank_elements_ = 0;
 };
 
 // The resource a rank's I/O for one parameter unit (or one sub-group) runs on: how a policy
@@ -111,10 +126,15 @@ struct FetchOptions {
 
 struct FetchedUnit {
   int32_t unit = 0;
+  std::vector<int32_t> param_tensor;       // per rank: the param16 partition at its home
   int32_t allgather = kNoIndex;            // the task after which the full unit is on every GPU
   std::vector<int32_t> gathered_buffer;    // per rank, in the GPU pool; the compute frees it
   std::vector<int32_t> reads;              // per rank (kNoIndex when resident)
 };
+
+// Where rank r's bf16 partition of unit u lives: the GPU for resident units and
+// params_on_gpu, else the device of its read resource.
+int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions& o, int32_t rank, int32_t unit);
 
 // Emits read -> h2d per rank and one all-gather per unit, in `order` (indices into plan.units),
 // skipping GPU-resident units. The all-gather frees the pinned slots and allocates the gathered

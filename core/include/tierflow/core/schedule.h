@@ -67,6 +67,9 @@ struct TensorSpec {
   int32_t device = kNoIndex;  // home device
   int64_t offset_bytes = 0;   // offset in that device's store
   int64_t size_bytes = 0;
+  // First element of the range this tensor covers in the rank's flat state of its kind
+  // (docs/schedule-format.md "Tensors": what the real executor moves and computes on).
+  int64_t element_offset = 0;
   bool operator==(const TensorSpec&) const = default;
 };
 
