@@ -19,7 +19,8 @@ HardwareSpec Preset(const std::string& name) {
 }
 
 TEST(HardwareTest, RequiredPresetsExistAndValidate) {
-  for (const char* name : {"a100x4-1nvme", "a100x4-4nvme", "h100x8-pcie5", "workstation-4090"}) {
+  for (const char* name : {"a100x4-1nvme", "a100x4-4nvme", "h100x8-pcie5", "workstation-4090", "cpu-host",
+                           "cpu-host-1disk"}) {
     auto p = HardwarePreset(name);
     ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
     EXPECT_TRUE(ValidateHardware(p.value()).ok()) << name;
@@ -58,6 +59,17 @@ TEST(HardwareTest, PresetValuesCarryDatasheetNumbers) {
   EXPECT_DOUBLE_EQ(w.node.gpu.hbm_bw_bytes_per_s, 1008e9);
   EXPECT_EQ(w.node.nvme.size(), 2u);
   EXPECT_DOUBLE_EQ(w.node.nvme[0].read_bw_bytes_per_s, 7.45e9);
+
+  // The CPU-only host: one emulated device, ~20 GFLOP/s effective, one or two disk directories.
+  const HardwareSpec c = Preset("cpu-host");
+  EXPECT_EQ(c.node.gpu_count, 1);
+  EXPECT_EQ(c.node.gpu.name, "cpu-emulated");
+  EXPECT_EQ(c.node.gpu.hbm_bytes, static_cast<int64_t>(4 * GiB));
+  EXPECT_NEAR(c.node.gpu.peak_flops * c.node.gpu.compute_efficiency, 20e9, 1e6);
+  EXPECT_EQ(c.node.cpu.cores, 2);
+  ASSERT_EQ(c.node.nvme.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.node.nvme[1].write_bw_bytes_per_s, 1e9);
+  EXPECT_EQ(Preset("cpu-host-1disk").node.nvme.size(), 1u);
 }
 
 // Every line of a preset that sets a number says where it comes from.
