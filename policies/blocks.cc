@@ -346,6 +346,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           c.phase = fo.phase;
           c.layer = unit.layer;
           res.last_compute[r] = b.Task(std::move(c));
+          if (f == nullptr) res.resident_computes.push_back(res.last_compute[r]);
         }
         layer_units.push_back(u);
         const bool layer_ends = pos + 1 == order.size() || plan.units[order[pos + 1]].layer != unit.layer;
@@ -617,6 +618,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       cg.ranks = o.threads;
       if (cached) cg.allocs = {grad};
       cg.uses = {o.host_grad_buffer};
+      if (!cached) cg.uses.push_back(grad);  // reserved by the states' read
       cg.tensors = {b.State("grad16", o.rank, first, n, host)};
       cg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
       cg.phase = Phase::kStep;

@@ -176,6 +176,9 @@ struct PassResult {
   // host memory (the d2h) or on disk (the write); kNoIndex for GPU-resident units.
   std::vector<std::vector<int32_t>> grad_ready;
   std::vector<int32_t> host_grad_buffer;           // per rank (kKeepInHost), persistent
+  // Computes of GPU-resident units: their parameters are refreshed by the previous iteration's
+  // update, so each must carry a dep on it (as parameter reads do).
+  std::vector<int32_t> resident_computes;
 };
 
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o);

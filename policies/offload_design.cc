@@ -281,6 +281,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   }
   step_end_spec.deps = step_tails;
   const int32_t step_end = b.Task(std::move(step_end_spec));
+  for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});
   if (d.blocking_step || !d.params_on_nvme) {
     for (int32_t read : passes.reads) b.task(read).carried.push_back({step_end, 1});
     if (!d.params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});

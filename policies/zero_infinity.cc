@@ -143,6 +143,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   step_end_spec.deps = step_tails;
   const int32_t step_end = b.Task(std::move(step_end_spec));
   for (int32_t read : passes.reads) b.task(read).carried.push_back({step_end, 1});
+  for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});
   // Without parameter offload nothing is read: the first all-gather waits for the step instead.
   if (!params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});
 

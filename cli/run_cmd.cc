@@ -1,0 +1,139 @@
+// tierflow run SCENARIO|SCHEDULE --disk DIR [--disk DIR2 ...] [--iterations N] [--trace out.json]
+//              [--records out.jsonl] [--data FILE] [--in-memory] [--json]
+// Runs a schedule for real (real/exec): fine-tunes the scenario's model on the CPU with gpu0
+// emulated in host memory, state offloaded to the --disk directories as the schedule says.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "command.h"
+#include "inputs.h"
+#include "report.h"
+#include "tierflow/core/units.h"
+#include "tierflow/real/dataset.h"
+#include "tierflow/real/executor.h"
+#include "tierflow/real/tokenizer.h"
+#include "tierflow/traces/chrome_trace.h"
+
+namespace tierflow::cli {
+namespace {
+
+constexpr const char* kDefaultCorpus = "data/corpus/kjv-genesis.txt";
+
+struct RunArgs {
+  std::string input;
+  std::vector<std::string> disks;
+  int64_t iterations = 3;
+  std::string trace;
+  std::string records;
+  std::string data;
+  std::string storage = "auto";
+  int threads = 0;
+  float lr = 1e-3f;
+  bool in_memory = false;
+  std::vector<std::string> sets;
+  bool json = false;
+};
+
+// A .txt file is byte-tokenized; anything else is an llm.c token file.
+StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path) {
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".txt") == 0) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return NotFound("--data '" + path + "': cannot open");
+    std::stringstream text;
+    text << in.rdbuf();
+    return real::ByteEncode(text.str());
+  }
+  return real::ReadTokenFile(path);
+}
+
+Status RunRun(const RunArgs& a) {
+  if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
+  TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
+  real::TrainConfig config;
+  config.spec.config = in.scenario.model;
+  config.batch = in.scenario.training.micro_batch_size;
+  config.seq = in.scenario.training.sequence_length;
+  config.adam.lr = a.lr;
+  config.threads = a.threads;
+  const std::string data = a.data.empty() ? kDefaultCorpus : a.data;
+  auto tokens = LoadTokens(data);
+  if (!tokens.ok()) {
+    return Status(tokens.status().code(), tokens.status().message() +
+                                              (a.data.empty() ? " (the shipped corpus is looked up from the repository root; give --data FILE)" : ""));
+  }
+  config.tokens = std::move(*tokens);
+  for (int32_t t : config.tokens) {
+    if (t < 0 || t >= config.spec.config.vocab) {
+      return InvalidArgument("--data '" + data + "': token id " + std::to_string(t) + " is outside the model's vocabulary of " +
+                             std::to_string(config.spec.config.vocab));
+    }
+  }
+  auto print_loss = [&](int64_t iteration, double loss) {
+    if (!a.json) std::printf("iteration %4lld  loss %.6f\n", static_cast<long long>(iteration), loss);
+    std::fflush(stdout);
+  };
+  real::RunResult result;
+  if (a.in_memory) {
+    TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss));
+  } else {
+    TF_RETURN_IF_ERROR(real::CheckRunnable(in.schedule, config));
+    real::RunOptions options;
+    options.iterations = a.iterations;
+    options.disks = a.disks;
+    options.storage = a.storage;
+    options.on_iteration = print_loss;
+    TF_ASSIGN_OR_RETURN(result, real::RunSchedule(in.schedule, config, options));
+  }
+  RunFacts facts;
+  facts.scenario = in.scenario.name;
+  facts.policy = a.in_memory ? "in-memory" : in.scenario.policy;
+  facts.iterations = a.iterations;
+  facts.pool_peak_bytes = result.pool_peak_bytes;
+  facts.tasks = result.tasks;
+  facts.wall_s = result.wall_s;
+  facts.tasks_key = "tasks_executed";
+  nlohmann::ordered_json report;
+  if (a.in_memory) {
+    report["iteration_s"] = result.wall_s / static_cast<double>(a.iterations);
+    report["wall_s"] = result.wall_s;
+  } else {
+    report = BuildReport(in.schedule, result.records, facts);
+  }
+  report["loss"] = result.loss;
+  report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
+  if (!a.records.empty()) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result.records));
+  if (!a.trace.empty()) TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, result.records, &in.schedule));
+  if (a.json) {
+    std::printf("%s\n", report.dump(2).c_str());
+    return Status::Ok();
+  }
+  if (!a.in_memory) std::printf("\n%s", ReportToText(in.schedule, report).c_str());
+  std::printf("\nran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(a.iterations),
+              FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
+  if (!a.trace.empty()) std::printf("timeline: %s (open in ui.perfetto.dev)\n", a.trace.c_str());
+  return Status::Ok();
+}
+
+Command MakeRun(CLI::App& parent) {
+  auto* a = Keep<RunArgs>();
+  CLI::App* app = parent.add_subcommand("run", "Run a scenario or schedule for real: fine-tune on the CPU, state offloaded to --disk directories");
+  app->add_option("input", a->input, "Scenario (YAML) or schedule (JSON)")->required();
+  app->add_option("--disk", a->disks, "Directory for nvme0, then nvme1, ... (one per NVMe device of the schedule)");
+  app->add_option("-n,--iterations", a->iterations, "Training iterations")->capture_default_str();
+  app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
+  app->add_option("--records", a->records, "Write the trace records (JSON Lines, the format of sim --records)");
+  app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default ") + kDefaultCorpus);
+  app->add_option("--storage", a->storage, "I/O back-end: uring, posix, auto")->capture_default_str();
+  app->add_option("--threads", a->threads, "Compute threads (0 = all cores)")->capture_default_str();
+  app->add_option("--lr", a->lr, "AdamW learning rate")->capture_default_str();
+  app->add_flag("--in-memory", a->in_memory, "Ignore the schedule: the same training as a plain loop in memory (the reference)");
+  AddSetOption(app, &a->sets);
+  app->add_flag("--json", a->json, "Print the report as JSON");
+  return {app, [a] { return RunRun(*a); }};
+}
+
+TIERFLOW_COMMAND(MakeRun);
+
+}  // namespace
+}  // namespace tierflow::cli

@@ -1,0 +1,1110 @@
+// The real executor (executor.h): prepare on the dispatch thread, work on a resource's worker or
+// the Storage back-end, finish on the dispatch thread.
+#include "tierflow/real/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "tierflow/core/dispatcher.h"
+#include "tierflow/real/dataset.h"
+#include "tierflow/real/disk_set.h"
+#include "tierflow/real/storage.h"
+#include "trainer.h"
+
+namespace tierflow::real {
+namespace {
+
+using exec::IterationState;
+using exec::Trainer;
+
+// ---- State kinds and versions ----------------------------------------------------------------
+
+enum Kind : int { kParam16, kGrad16, kGrad, kMaster, kAdamM, kAdamV, kKindCount };
+constexpr const char* kKindNames[kKindCount] = {"param16", "grad16", "grad", "master", "adam_m", "adam_v"};
+constexpr int64_t kKindBytes[kKindCount] = {2, 2, 4, 4, 4, 4};
+
+int KindOf(const std::string& name) {
+  for (int k = 0; k < kKindCount; ++k) {
+    if (name == kKindNames[k]) return k;
+  }
+  return -1;
+}
+
+// Element range -> version: the number of optimizer updates the bytes reflect (gradients: the
+// iteration that produced them). kNever where nothing was ever stored.
+class Versions {
+ public:
+  static constexpr int64_t kNever = -1;
+  static constexpr int64_t kMixed = -2;
+
+  void Set(int64_t begin, int64_t end, int64_t version) {
+    if (begin >= end) return;
+    auto it = spans_.lower_bound(begin);
+    if (it != spans_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second.end > begin) {  // split the span that starts before
+        const Span tail = prev->second;
+        prev->second.end = begin;
+        if (tail.end > end) spans_[end] = {tail.end, tail.version};
+      }
+    }
+    it = spans_.lower_bound(begin);
+    while (it != spans_.end() && it->first < end) {
+      if (it->second.end > end) spans_[end] = {it->second.end, it->second.version};
+      it = spans_.erase(it);
+    }
+    spans_[begin] = {end, version};
+  }
+  // The one version of the whole range; kNever if any element was never stored; kMixed if
+  // parts differ.
+  int64_t Get(int64_t begin, int64_t end) const {
+    int64_t version = kNever;
+    int64_t at = begin;
+    auto it = spans_.upper_bound(begin);
+    if (it != spans_.begin()) --it;
+    for (; it != spans_.end() && it->first < end; ++it) {
+      if (it->second.end <= at) continue;
+      if (it->first > at) return kNever;  // a hole
+      if (version == kNever) version = it->second.version;
+      else if (version != it->second.version) return kMixed;
+      at = it->second.end;
+      if (at >= end) return version;
+    }
+    return kNever;
+  }
+
+ private:
+  struct Span {
+    int64_t end;
+    int64_t version;
+  };
+  std::map<int64_t, Span> spans_;
+};
+
+std::string VersionText(int64_t v) {
+  if (v == Versions::kNever) return "nothing";
+  if (v == Versions::kMixed) return "parts of different versions";
+  return "version " + std::to_string(v);
+}
+
+// ---- Buffers -----------------------------------------------------------------------------------
+
+struct Piece {  // state inside a buffer
+  int kind;
+  int64_t begin, elements;
+  int64_t offset;   // bytes into the buffer
+  int64_t version;
+};
+
+struct BufferState {
+  char* data = nullptr;
+  int64_t size = 0;
+  std::vector<Piece> pieces;
+};
+
+void FreeAligned(char* p) { std::free(p); }
+
+// Aligned blocks kept per size for reuse: a schedule allocates the same buffer sizes each
+// iteration, and large fresh allocations would be page-faulted in every time.
+class BlockCache {
+ public:
+  ~BlockCache() {
+    for (auto& [size, blocks] : free_) {
+      for (char* b : blocks) FreeAligned(b);
+    }
+  }
+  char* Take(int64_t size) {
+    auto& blocks = free_[size];
+    if (!blocks.empty()) {
+      char* b = blocks.back();
+      blocks.pop_back();
+      return b;
+    }
+    void* p = nullptr;
+    if (posix_memalign(&p, static_cast<size_t>(kDirectAlignment), static_cast<size_t>(AlignUp(std::max<int64_t>(size, 1), kDirectAlignment))) != 0) {
+      return nullptr;
+    }
+    return static_cast<char*>(p);
+  }
+  void Give(char* b, int64_t size) { free_[size].push_back(b); }
+
+ private:
+  std::map<int64_t, std::vector<char*>> free_;
+};
+
+// ---- Events and workers ------------------------------------------------------------------------
+
+struct Event {
+  size_t job = 0;
+  Status status;
+};
+
+class EventQueue {
+ public:
+  void Push(Event e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+  }
+  Event Pop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !events_.empty(); });
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+};
+
+// One thread per resource slot, running closures in order.
+class Worker {
+ public:
+  Worker() : thread_([this] { Loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void Post(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      work_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
+        if (work_.empty()) return;
+        fn = std::move(work_.front());
+        work_.pop_front();
+      }
+      fn();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> work_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Counts a job's I/O pieces; the last one posts the job's event.
+class IoSink final : public CompletionSink {
+ public:
+  IoSink(EventQueue* events, size_t job, int pieces) : events_(events), job_(job), remaining_(pieces) {}
+  void Push(IoCompletion c) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!c.status.ok() && status_.ok()) status_ = c.status;
+    }
+    if (remaining_.fetch_sub(1) == 1) {
+      Status s;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        s = status_;
+      }
+      events_->Push({job_, s});
+    }
+  }
+
+ private:
+  EventQueue* events_;
+  size_t job_;
+  std::atomic<int> remaining_;
+  std::mutex mu_;
+  Status status_;
+};
+
+// ---- The run -----------------------------------------------------------------------------------
+
+struct DiskFile {
+  FileId direct = -1;    // O_DIRECT when the file system allows it
+  FileId buffered = -1;  // for requests that are not 4 KiB-aligned
+  bool is_direct = false;
+};
+
+struct Job {
+  Instance instance;
+  double start_s = 0;
+  std::function<Status()> work;      // on a worker; empty for I/O and instant ops
+  std::function<void()> finish;      // on the dispatch thread, after success
+  std::unique_ptr<IoSink> sink;
+};
+
+struct NormAccumulator {
+  // Per gradient tensor: (elements, check), combined in element order.
+  std::map<int64_t, std::pair<int64_t, cpu::GradCheck>> by_begin;
+};
+
+class Run {
+ public:
+  Run(const Schedule& s, const TrainConfig& config, const RunOptions& options)
+      : s_(s), config_(config), options_(options), trainer_(config), scaler_(config.initial_loss_scale) {}
+
+  StatusOr<RunResult> Execute();
+
+ private:
+  Status Setup();
+  Status InitialiseStores();
+  Status Start(const Instance& inst, size_t job_index);
+  Status PrepareIo(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareCompute(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration);
+  Status ReadFinalMaster(std::vector<float>* master);
+
+  std::string Who(const TaskSpec& t, int64_t iteration) const {
+    return "task '" + t.id + "' (iteration " + std::to_string(iteration) + ")";
+  }
+  const TensorSpec& T(int32_t i) const { return s_.tensors()[static_cast<size_t>(i)]; }
+  std::string Range(const TensorSpec& t) const {
+    return t.kind + " [" + std::to_string(t.element_offset) + ", " +
+           std::to_string(t.element_offset + t.size_bytes / kKindBytes[KindOf(t.kind)]) + ")";
+  }
+  int64_t Elements(const TensorSpec& t) const { return t.size_bytes / kKindBytes[KindOf(t.kind)]; }
+  BufferState& Buf(int32_t b) { return buffers_[static_cast<size_t>(b)]; }
+  // The piece of `buffer` holding kind [begin, begin + n), or null.
+  const Piece* FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const;
+  int32_t FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const;
+  IterationState& Iter(int64_t iteration) { return iterations_[static_cast<size_t>(iteration % window_)]; }
+  CpuThreads& ThreadsOf(int32_t resource);
+
+  const Schedule& s_;
+  const TrainConfig& config_;
+  const RunOptions& options_;
+  Trainer trainer_;
+  LossScaler scaler_;
+  int64_t window_ = 2;
+
+  std::unique_ptr<Storage> storage_;
+  std::vector<DiskFile> disk_of_device_;               // per schedule device
+  std::vector<std::array<Versions, kKindCount>> home_;  // per schedule device
+  Versions dev_p16_versions_, dev_grad_versions_;
+  std::vector<BufferState> buffers_;
+  BlockCache blocks_;
+  std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
+  std::vector<std::unique_ptr<Worker>> workers_;       // per resource
+  std::vector<std::unique_ptr<CpuThreads>> threads_;   // per resource, lazily
+  std::vector<IterationState> iterations_;
+  std::vector<NormAccumulator> norms_;                 // per window slot
+  std::vector<int64_t> completed_in_;                  // per window slot
+  std::vector<int8_t> step_decided_;                   // per window slot: -1 undecided, 0 skip, 1 update
+  std::vector<int64_t> adam_step_;                     // per window slot
+  int64_t updates_ = 0;                                // successful optimizer steps so far
+  int64_t next_norm_iteration_ = 0;
+  int64_t next_batch_iteration_ = 0;
+  std::unique_ptr<TokenLoader> loader_;
+  EventQueue events_;
+  std::vector<Job> jobs_;
+  std::vector<size_t> free_jobs_;
+  double t0_ = 0;
+  RunResult result_;
+};
+
+CpuThreads& Run::ThreadsOf(int32_t resource) {
+  auto& slot = threads_[static_cast<size_t>(resource)];
+  if (!slot) {
+    const int hw = config_.threads > 0 ? config_.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    slot = std::make_unique<CpuThreads>(hw);
+  }
+  return *slot;
+}
+
+const Piece* Run::FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const {
+  for (const Piece& p : buffers_[static_cast<size_t>(buffer)].pieces) {
+    if (p.kind == kind && p.begin <= begin && begin + n <= p.begin + p.elements) return &p;
+  }
+  return nullptr;
+}
+
+int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const {
+  auto on = [&](int32_t b) {
+    return s_.devices()[static_cast<size_t>(s_.pools()[static_cast<size_t>(s_.buffers()[static_cast<size_t>(b)].pool)].device)].kind == kind;
+  };
+  const std::vector<int32_t>* lists[2] = {&t.allocs, &t.uses};
+  if (!allocs_first) std::swap(lists[0], lists[1]);
+  for (const auto* list : lists) {
+    for (int32_t b : *list) {
+      if (on(b)) return b;
+    }
+  }
+  return kNoIndex;
+}
+
+Status Run::Setup() {
+  TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
+  window_ = std::max<int64_t>(1, s_.iteration_window);
+  // Disks: checked before anything is written.
+  TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks));
+  std::vector<int64_t> need(s_.devices().size(), 0);
+  for (const TensorSpec& t : s_.tensors()) {
+    need[static_cast<size_t>(t.device)] = std::max(need[static_cast<size_t>(t.device)], AlignUp(t.offset_bytes + t.size_bytes, kDirectAlignment));
+  }
+  for (DiskDir& d : dirs) d.required_bytes = need[static_cast<size_t>(s_.FindDevice(d.device))];
+  TF_RETURN_IF_ERROR(CheckDiskDirs(dirs));
+  StorageOptions so;
+  TF_ASSIGN_OR_RETURN(storage_, NewStorage(options_.storage, so));
+  disk_of_device_.assign(s_.devices().size(), DiskFile{});
+  home_.resize(s_.devices().size());
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const int32_t dev = s_.FindDevice(dirs[i].device);
+    const std::string path = dirs[i].dir + "/tierflow-run.store";
+    OpenOptions o;
+    o.device = static_cast<int32_t>(i);
+    o.create = true;
+    o.truncate = true;
+    o.direct = true;
+    o.direct_fallback = true;
+    TF_ASSIGN_OR_RETURN(OpenFile direct, storage_->Open(path, o));
+    OpenOptions ob = o;
+    ob.truncate = false;
+    ob.direct = false;
+    TF_ASSIGN_OR_RETURN(OpenFile buffered, storage_->Open(path, ob));
+    DiskFile& f = disk_of_device_[static_cast<size_t>(dev)];
+    f.direct = direct.id;
+    f.buffered = buffered.id;
+    f.is_direct = direct.direct;
+    if (dirs[i].required_bytes > 0) {
+      Status st = storage_->Allocate(direct.id, dirs[i].required_bytes);
+      if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
+    }
+  }
+  buffers_.resize(s_.buffers().size());
+  for (size_t b = 0; b < s_.buffers().size(); ++b) {
+    const BufferSpec& spec = s_.buffers()[b];
+    buffers_[b].size = spec.size_bytes;
+    if (spec.persistent) {
+      buffers_[b].data = blocks_.Take(spec.size_bytes);
+      if (buffers_[b].data == nullptr) return ResourceExhausted("buffer '" + spec.name + "': cannot allocate " + std::to_string(spec.size_bytes) + " bytes");
+    }
+  }
+  // The last compute task of each (phase, layer) runs the layer's math.
+  std::map<std::pair<int, int32_t>, int32_t> last;
+  for (size_t i = 0; i < s_.tasks().size(); ++i) {
+    const TaskSpec& t = s_.tasks()[i];
+    if (t.op == Op::kCompute) last[{static_cast<int>(t.phase), t.layer}] = static_cast<int32_t>(i);
+  }
+  math_task_.assign(s_.tasks().size(), 0);
+  for (const auto& [key, task] : last) math_task_[static_cast<size_t>(task)] = 1;
+  for (int64_t l = 0; l < trainer_.layer_count(); ++l) {
+    for (int phase : {static_cast<int>(Phase::kForward), static_cast<int>(Phase::kBackward)}) {
+      if (!last.count({phase, static_cast<int32_t>(l)})) {
+        return InvalidArgument("schedule: no " + std::string(PhaseName(static_cast<Phase>(phase))) +
+                               " compute task for layer " + std::to_string(l) + " (every layer needs one)");
+      }
+    }
+  }
+  workers_.resize(s_.resources().size());
+  threads_.resize(s_.resources().size());
+  for (size_t r = 0; r < s_.resources().size(); ++r) workers_[r] = std::make_unique<Worker>();
+  iterations_.resize(static_cast<size_t>(window_));
+  for (auto& it : iterations_) trainer_.PrepareIteration(&it);
+  norms_.resize(static_cast<size_t>(window_));
+  completed_in_.assign(static_cast<size_t>(window_), 0);
+  step_decided_.assign(static_cast<size_t>(window_), -1);
+  adam_step_.assign(static_cast<size_t>(window_), 0);
+  TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config_.tokens, config_.batch, config_.seq, config_.data_seed));
+  loader_ = std::make_unique<TokenLoader>(std::move(loader));
+  return InitialiseStores();
+}
+
+// Writes the initial state to every disk home the schedule names (version 0) and sets the GPU's
+// bf16 parameters.
+Status Run::InitialiseStores() {
+  const std::vector<float> master = trainer_.InitialMaster();
+  std::vector<uint16_t> p16(master.size());
+  for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
+  trainer_.dev_p16 = p16;
+  dev_p16_versions_.Set(0, static_cast<int64_t>(p16.size()), 0);
+  const std::vector<float> zeros(master.size(), 0.0f);
+  CompletionQueue done;
+  std::vector<char*> staged;
+  size_t submitted = 0;
+  for (const TensorSpec& t : s_.tensors()) {
+    const int kind = KindOf(t.kind);
+    const DiskFile& f = disk_of_device_[static_cast<size_t>(t.device)];
+    if (f.direct < 0 || kind == kGrad || kind == kGrad16) continue;
+    const int64_t n = Elements(t);
+    const void* src = kind == kParam16 ? static_cast<const void*>(p16.data() + t.element_offset)
+                      : kind == kMaster ? static_cast<const void*>(master.data() + t.element_offset)
+                                        : static_cast<const void*>(zeros.data() + t.element_offset);
+    char* block = blocks_.Take(t.size_bytes);
+    if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
+    std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
+    staged.push_back(block);
+    const bool aligned = f.is_direct && IsAligned(t.offset_bytes, kDirectAlignment) && IsAligned(t.size_bytes, kDirectAlignment);
+    IoRequest r{IoOp::kWrite, aligned ? f.direct : f.buffered, t.offset_bytes, t.size_bytes, block, submitted};
+    TF_RETURN_IF_ERROR(storage_->Submit({&r, 1}, &done));
+    ++submitted;
+    home_[static_cast<size_t>(t.device)][kind].Set(t.element_offset, t.element_offset + n, 0);
+  }
+  std::vector<IoCompletion> completions;
+  while (completions.size() < submitted) done.Wait(&completions, 1);
+  Status first;
+  for (const IoCompletion& c : completions) {
+    if (!c.status.ok() && first.ok()) first = c.status;
+  }
+  for (char* b : staged) FreeAligned(b);
+  if (!first.ok()) return Status(first.code(), "writing the initial state: " + first.message());
+  return Status::Ok();
+}
+
+Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
+  const bool read = t.op == Op::kRead;
+  const int32_t buffer = read ? (t.allocs.empty() ? (t.uses.empty() ? kNoIndex : t.uses[0]) : t.allocs[0])
+                              : (t.uses.empty() ? kNoIndex : t.uses[0]);
+  if (t.tensors.empty()) return Status::Ok();  // bytes with no state (none in our policies)
+  if (buffer == kNoIndex) return InvalidArgument(Who(t, iteration) + ": moves tensors but names no buffer");
+  BufferState& buf = Buf(buffer);
+  struct Move {
+    int32_t tensor;
+    int64_t offset;
+    int64_t version;
+  };
+  std::vector<Move> moves;
+  std::vector<IoRequest> requests;
+  int64_t packed = 0;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    const int kind = KindOf(ts.kind);
+    const DiskFile& f = disk_of_device_[static_cast<size_t>(ts.device)];
+    if (f.direct < 0) {
+      return InvalidArgument(Who(t, iteration) + ": " + Range(ts) + " lives on '" + s_.devices()[static_cast<size_t>(ts.device)].name +
+                             "', not a disk; " + std::string(OpName(t.op)) + " moves state between a disk and host memory");
+    }
+    const int64_t n = Elements(ts);
+    int64_t offset = packed, version = 0;
+    if (read) {
+      version = home_[static_cast<size_t>(ts.device)][kind].Get(ts.element_offset, ts.element_offset + n);
+      if (version < 0) {
+        return FailedPrecondition(Who(t, iteration) + " reads " + Range(ts) + " from '" + s_.devices()[static_cast<size_t>(ts.device)].name +
+                                  "', which holds " + VersionText(version) + " of it: no task wrote it there");
+      }
+      if (packed + ts.size_bytes > buf.size) return InvalidArgument(Who(t, iteration) + ": its tensors do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
+      packed += ts.size_bytes;
+    } else {
+      const Piece* p = FindPiece(buffer, kind, ts.element_offset, n);
+      if (p == nullptr) {
+        return FailedPrecondition(Who(t, iteration) + " writes " + Range(ts) + " from buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name +
+                                  "', which does not hold it");
+      }
+      offset = p->offset + (ts.element_offset - p->begin) * kKindBytes[kind];
+      version = p->version;
+    }
+    const bool aligned = f.is_direct && IsAligned(ts.offset_bytes, kDirectAlignment) && IsAligned(ts.size_bytes, kDirectAlignment) &&
+                         IsAlignedPtr(buf.data + offset, kDirectAlignment);
+    requests.push_back({read ? IoOp::kRead : IoOp::kWrite, aligned ? f.direct : f.buffered, ts.offset_bytes, ts.size_bytes,
+                        buf.data + offset, 0});
+    moves.push_back({ti, offset, version});
+  }
+  job.finish = [this, moves, read, buffer] {
+    for (const Move& m : moves) {
+      const TensorSpec& ts = T(m.tensor);
+      const int kind = KindOf(ts.kind);
+      const int64_t n = Elements(ts);
+      if (read) Buf(buffer).pieces.push_back({kind, ts.element_offset, n, m.offset, m.version});
+      else home_[static_cast<size_t>(ts.device)][kind].Set(ts.element_offset, ts.element_offset + n, m.version);
+    }
+  };
+  job.sink = std::make_unique<IoSink>(&events_, static_cast<size_t>(&job - jobs_.data()), static_cast<int>(requests.size()));
+  return storage_->Submit(requests, job.sink.get());
+}
+
+Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
+  if (t.op == Op::kH2D) {
+    const int32_t buffer = FirstBufferOnDevice(t, DeviceKind::kHost, false);
+    std::vector<std::function<void()>> copies;
+    std::vector<std::pair<const TensorSpec*, int64_t>> sets;
+    for (int32_t ti : t.tensors) {
+      const TensorSpec& ts = T(ti);
+      const int kind = KindOf(ts.kind);
+      if (kind != kParam16) return InvalidArgument(Who(t, iteration) + ": h2d of " + ts.kind + " (only param16 goes to the GPU)");
+      const int64_t n = Elements(ts);
+      const Piece* p = buffer == kNoIndex ? nullptr : FindPiece(buffer, kind, ts.element_offset, n);
+      if (p == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
+      const char* src = Buf(buffer).data + p->offset + (ts.element_offset - p->begin) * 2;
+      uint16_t* dst = trainer_.dev_p16.data() + ts.element_offset;
+      copies.push_back([src, dst, n] { std::memcpy(dst, src, static_cast<size_t>(n) * 2); });
+      sets.push_back({&ts, p->version});
+    }
+    job.work = [copies] {
+      for (const auto& c : copies) c();
+      return Status::Ok();
+    };
+    job.finish = [this, sets] {
+      for (const auto& [ts, v] : sets) dev_p16_versions_.Set(ts->element_offset, ts->element_offset + Elements(*ts), v);
+    };
+    return Status::Ok();
+  }
+  // d2h: gradients leave the GPU; the norm is accumulated per tensor on the way (as DeepSpeed
+  // does per partition while reducing).
+  const int32_t buffer = FirstBufferOnDevice(t, DeviceKind::kHost, true);
+  if (buffer == kNoIndex) return InvalidArgument(Who(t, iteration) + ": d2h names no host buffer");
+  IterationState& it = Iter(iteration);
+  struct Out {
+    const TensorSpec* ts;
+    int64_t offset;
+  };
+  std::vector<Out> outs;
+  int64_t packed = 0;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    const int kind = KindOf(ts.kind);
+    if (kind != kGrad && kind != kGrad16) return InvalidArgument(Who(t, iteration) + ": d2h of " + ts.kind + " (only gradients leave the GPU)");
+    const int64_t n = Elements(ts);
+    const int64_t v = dev_grad_versions_.Get(ts.element_offset, ts.element_offset + n);
+    if (v != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, which holds " + VersionText(v) +
+                                " of it, not iteration " + std::to_string(iteration) + "'s: it runs before the backward that computes it");
+    }
+    const int64_t offset = kind == kGrad16 ? ts.element_offset * 2 : packed;
+    if (offset + ts.size_bytes > Buf(buffer).size) return InvalidArgument(Who(t, iteration) + ": gradients do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
+    packed += ts.size_bytes;
+    outs.push_back({&ts, offset});
+  }
+  auto checks = std::make_shared<std::vector<cpu::GradCheck>>(outs.size());
+  const float grad_scale = 1.0f / it.loss_scale;
+  CpuThreads* threads = &ThreadsOf(t.resource);
+  char* base = Buf(buffer).data;
+  job.work = [this, outs, checks, grad_scale, threads, base] {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorSpec& ts = *outs[i].ts;
+      const int64_t n = Elements(ts);
+      const float* src = trainer_.dev_grad.data() + ts.element_offset;
+      (*checks)[i] = cpu::OverflowCheckAndNorm(src, n, grad_scale, *threads);
+      if (KindOf(ts.kind) == kGrad) {
+        std::memcpy(base + outs[i].offset, src, static_cast<size_t>(n) * 4);
+      } else {
+        cpu::Fp32ToBf16(reinterpret_cast<uint16_t*>(base + outs[i].offset), src, n, *threads);
+      }
+    }
+    return Status::Ok();
+  };
+  job.finish = [this, outs, checks, buffer, iteration] {
+    NormAccumulator& norm = norms_[static_cast<size_t>(iteration % window_)];
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorSpec& ts = *outs[i].ts;
+      const int64_t n = Elements(ts);
+      auto& pieces = Buf(buffer).pieces;
+      const int kind = KindOf(ts.kind);
+      pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [&](const Piece& p) {
+        return p.kind == kind && p.begin == ts.element_offset && p.elements == n;
+      }), pieces.end());
+      pieces.push_back({kind, ts.element_offset, n, outs[i].offset, iteration});
+      norm.by_begin[ts.element_offset] = {n, (*checks)[i]};
+    }
+  };
+  return Status::Ok();
+}
+
+Status Run::PrepareCompute(const TaskSpec& t, Job& job, int64_t iteration) {
+  // Every parameter it names must be on the GPU at this iteration's version: the updates of
+  // iterations 0 .. iteration - 1.
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    if (KindOf(ts.kind) != kParam16) continue;
+    const int64_t v = dev_p16_versions_.Get(ts.element_offset, ts.element_offset + Elements(ts));
+    if (v != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " computes with " + Range(ts) + " on the GPU at " + VersionText(v) +
+                                ", expected version " + std::to_string(iteration) + " (the parameters after " + std::to_string(iteration) +
+                                " updates): a dependency is missing");
+    }
+  }
+  if (!math_task_[static_cast<size_t>(s_.FindTask(t.id))]) return Status::Ok();
+  IterationState* it = &Iter(iteration);
+  const int64_t layer = t.layer;
+  CpuThreads* threads = &ThreadsOf(t.resource);
+  if (t.phase == Phase::kForward) {
+    if (layer == 0) {
+      if (it->iteration != iteration) {  // the first forward step of an iteration takes its batch
+        if (iteration != next_batch_iteration_) {
+          return FailedPrecondition(Who(t, iteration) + ": iteration " + std::to_string(iteration) + " starts before iteration " +
+                                    std::to_string(next_batch_iteration_));
+        }
+        ++next_batch_iteration_;
+        TokenBatch batch = loader_->Next();
+        it->tokens = std::move(batch.inputs);
+        it->targets = std::move(batch.targets);
+        it->iteration = iteration;
+      }
+    } else if (it->iteration != iteration) {
+      return FailedPrecondition(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s forward runs before the embedding's");
+    }
+    job.work = [this, layer, it, threads] {
+      trainer_.Forward(layer, it, *threads);
+      return Status::Ok();
+    };
+    return Status::Ok();
+  }
+  if (layer == trainer_.layer_count() - 1) {
+    // The head's backward starts the gradients: they are scaled by the scale after every earlier
+    // iteration's overflow check.
+    if (next_norm_iteration_ != iteration) {
+      return FailedPrecondition(Who(t, iteration) + ": backward starts before iteration " + std::to_string(next_norm_iteration_) +
+                                "'s overflow check decided the loss scale");
+    }
+    it->loss_scale = scaler_.scale();
+  }
+  job.work = [this, layer, it, threads] {
+    trainer_.Backward(layer, it, *threads);
+    return Status::Ok();
+  };
+  job.finish = [this, layer, iteration] {
+    dev_grad_versions_.Set(trainer_.LayerBegin(layer), trainer_.LayerBegin(layer) + trainer_.LayerElements(layer), iteration);
+  };
+  return Status::Ok();
+}
+
+Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
+  if (t.kernel != "adam") return InvalidArgument(Who(t, iteration) + ": optimizer kernel '" + t.kernel + "' (tierflow run has adam)");
+  const size_t slot = static_cast<size_t>(iteration % window_);
+  if (step_decided_[slot] < 0) {
+    return FailedPrecondition(Who(t, iteration) + " runs before the overflow check and gradient norm of its iteration");
+  }
+  float* state[3] = {nullptr, nullptr, nullptr};
+  const Piece* pieces[3] = {nullptr, nullptr, nullptr};
+  int32_t where[3] = {kNoIndex, kNoIndex, kNoIndex};
+  int64_t begin = -1, n = 0;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    const int kind = KindOf(ts.kind);
+    if (kind < kMaster) continue;
+    begin = ts.element_offset;
+    n = Elements(ts);
+    for (int32_t b : t.uses) {
+      const Piece* p = FindPiece(b, kind, begin, n);
+      if (p == nullptr) continue;
+      if (p->version != iteration) {
+        return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " at " + VersionText(p->version) + ", expected version " +
+                                  std::to_string(iteration));
+      }
+      state[kind - kMaster] = reinterpret_cast<float*>(Buf(b).data + p->offset) + (begin - p->begin);
+      pieces[kind - kMaster] = p;
+      where[kind - kMaster] = b;
+    }
+    if (state[kind - kMaster] == nullptr) {
+      return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " but no buffer it uses holds it (host-resident optimizer states are not supported by tierflow run yet)");
+    }
+  }
+  if (begin < 0) return InvalidArgument(Who(t, iteration) + ": adam names no master, adam_m, adam_v tensors");
+  const float* grad = nullptr;
+  for (int32_t b : t.uses) {
+    const Piece* p = FindPiece(b, kGrad, begin, n);
+    if (p == nullptr) continue;
+    if (p->version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " uses the gradient of iteration " + std::to_string(p->version) + ", expected " +
+                                std::to_string(iteration));
+    }
+    grad = reinterpret_cast<const float*>(Buf(b).data + p->offset) + (begin - p->begin);
+  }
+  if (grad == nullptr) {
+    return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(begin) + ", " +
+                              std::to_string(begin + n) + ")");
+  }
+  const bool update = step_decided_[slot] == 1;
+  const int64_t step = adam_step_[slot];
+  const float grad_scale = 1.0f / Iter(iteration).loss_scale;
+  CpuThreads* threads = &ThreadsOf(t.resource);
+  const AdamWConfig cfg = config_.adam;
+  job.work = [=] {
+    if (update) cpu::AdamW(state[0], state[1], state[2], grad, nullptr, n, step, grad_scale, cfg, *threads);
+    return Status::Ok();
+  };
+  job.finish = [this, where, begin, n, iteration] {
+    for (int k = 0; k < 3; ++k) {
+      for (Piece& p : Buf(where[k]).pieces) {
+        if (p.kind == kMaster + k && p.begin <= begin && begin + n <= p.begin + p.elements) p.version = iteration + 1;
+      }
+    }
+  };
+  (void)pieces;
+  return Status::Ok();
+}
+
+Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
+  const size_t slot = static_cast<size_t>(iteration % window_);
+  if (t.kernel == "overflow_check_and_norm") {
+    if (iteration != next_norm_iteration_) {
+      return FailedPrecondition(Who(t, iteration) + ": overflow checks out of iteration order");
+    }
+    // Every gradient must have left the GPU (and been checked) before the check finishes.
+    int64_t at = 0;
+    for (const auto& [begin, part] : norms_[slot].by_begin) {
+      if (begin != at) break;
+      at += part.first;
+    }
+    if (at != trainer_.layout().total) {
+      return FailedPrecondition(Who(t, iteration) + " finishes the gradient norm, but the gradients from element " + std::to_string(at) +
+                                " on have not left the GPU yet: a dependency is missing");
+    }
+    job.finish = [this, slot, iteration] {
+      NormAccumulator& norm = norms_[slot];
+      cpu::GradCheck total;
+      for (const auto& entry : norm.by_begin) total = cpu::CombineGradChecks(total, entry.second.second);
+      const bool update = scaler_.Update(total.finite);
+      step_decided_[slot] = update ? 1 : 0;
+      if (update) ++updates_;
+      adam_step_[slot] = updates_;
+      norm.by_begin.clear();
+      next_norm_iteration_ = iteration + 1;
+    };
+    return Status::Ok();
+  }
+  if (t.kernel == "fp32_to_bf16") {
+    const int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
+    if (out == kNoIndex) return InvalidArgument(Who(t, iteration) + ": fp32_to_bf16 allocates no output buffer");
+    struct Conv {
+      const float* src;
+      int64_t offset, begin, n, version;
+    };
+    std::vector<Conv> convs;
+    int64_t packed = 0;
+    for (int32_t ti : t.tensors) {
+      const TensorSpec& ts = T(ti);
+      const int64_t n = Elements(ts);
+      const float* src = nullptr;
+      int64_t version = 0;
+      for (int32_t b : t.uses) {
+        const Piece* p = FindPiece(b, kMaster, ts.element_offset, n);
+        if (p == nullptr) continue;
+        src = reinterpret_cast<const float*>(Buf(b).data + p->offset) + (ts.element_offset - p->begin);
+        version = p->version;
+      }
+      if (src == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the master weights of " + Range(ts));
+      if (version != iteration + 1) {
+        return FailedPrecondition(Who(t, iteration) + " converts master weights at " + VersionText(version) + ", expected version " +
+                                  std::to_string(iteration + 1) + " (after this iteration's update)");
+      }
+      convs.push_back({src, packed, ts.element_offset, n, version});
+      packed += ts.size_bytes;
+    }
+    if (packed > Buf(out).size) return InvalidArgument(Who(t, iteration) + ": its output does not fit buffer '" + s_.buffers()[static_cast<size_t>(out)].name + "'");
+    CpuThreads* threads = &ThreadsOf(t.resource);
+    char* base = Buf(out).data;
+    job.work = [convs, threads, base] {
+      for (const Conv& c : convs) cpu::Fp32ToBf16(reinterpret_cast<uint16_t*>(base + c.offset), c.src, c.n, *threads);
+      return Status::Ok();
+    };
+    job.finish = [this, convs, out] {
+      for (const Conv& c : convs) Buf(out).pieces.push_back({kParam16, c.begin, c.n, c.offset, c.version});
+    };
+    return Status::Ok();
+  }
+  if (t.kernel == "bf16_to_fp32") {
+    // The bf16 gradients kept in host memory, widened into the fp32 gradient buffer.
+    if (t.tensors.size() != 1) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 names one grad16 tensor");
+    const TensorSpec& ts = T(t.tensors[0]);
+    const int64_t n = Elements(ts);
+    const Piece* src_piece = nullptr;
+    int32_t src_buf = kNoIndex;
+    for (int32_t b : t.uses) {
+      if ((src_piece = FindPiece(b, kGrad16, ts.element_offset, n)) != nullptr) {
+        src_buf = b;
+        break;
+      }
+    }
+    if (src_piece == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds " + Range(ts));
+    int64_t version = src_piece->version;
+    for (int32_t b : t.uses) {  // every unit's part must be this iteration's
+      for (const Piece& p : Buf(b).pieces) {
+        if (p.kind == kGrad16 && p.begin < ts.element_offset + n && ts.element_offset < p.begin + p.elements && p.version != iteration) version = p.version;
+      }
+    }
+    if (version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " widens gradients of iteration " + std::to_string(version) + ", expected " + std::to_string(iteration));
+    }
+    int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
+    for (int32_t b : t.uses) {
+      if (out == kNoIndex && b != src_buf) out = b;
+    }
+    if (out == kNoIndex || Buf(out).size < n * 4) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 has no fp32 output buffer of " + std::to_string(n * 4) + " bytes");
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(Buf(src_buf).data) + ts.element_offset;
+    float* dst = reinterpret_cast<float*>(Buf(out).data);
+    CpuThreads* threads = &ThreadsOf(t.resource);
+    job.work = [src, dst, n, threads] {
+      threads->ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dst[i] = Bf16ToFp32(src[i]);
+      });
+      return Status::Ok();
+    };
+    const int64_t begin = ts.element_offset;
+    job.finish = [this, out, begin, n, iteration] { Buf(out).pieces.push_back({kGrad, begin, n, 0, iteration}); };
+    return Status::Ok();
+  }
+  return InvalidArgument(Who(t, iteration) + ": convert kernel '" + t.kernel + "' is not supported by tierflow run");
+}
+
+Status Run::Start(const Instance& inst, size_t job_index) {
+  const TaskSpec& t = s_.tasks()[static_cast<size_t>(inst.task)];
+  Job& job = jobs_[job_index];
+  job = Job{};
+  job.instance = inst;
+  job.start_s = MonotonicSeconds() - t0_;
+  // Buffers it allocates get memory now (the dispatcher has admitted them to their pools).
+  for (int32_t b : t.allocs) {
+    BufferState& buf = Buf(b);
+    buf.data = blocks_.Take(buf.size);
+    buf.pieces.clear();
+    if (buf.data == nullptr) return ResourceExhausted(Who(t, inst.iteration) + ": cannot allocate buffer '" + s_.buffers()[static_cast<size_t>(b)].name + "'");
+  }
+  Status st;
+  switch (t.op) {
+    case Op::kRead:
+    case Op::kWrite:
+      st = PrepareIo(t, job, inst.iteration);
+      if (st.ok() && job.sink == nullptr) events_.Push({job_index, Status::Ok()});
+      return st;
+    case Op::kH2D:
+    case Op::kD2H: st = PrepareCopy(t, job, inst.iteration); break;
+    case Op::kCompute: st = PrepareCompute(t, job, inst.iteration); break;
+    case Op::kOptimizer: st = PrepareOptimizer(t, job, inst.iteration); break;
+    case Op::kConvert: st = PrepareConvert(t, job, inst.iteration); break;
+    default: break;  // collectives of one rank, alloc, free, barrier: nothing to do
+  }
+  TF_RETURN_IF_ERROR(st);
+  if (!job.work || t.resource == kNoIndex) {
+    if (job.work) TF_RETURN_IF_ERROR(job.work());
+    events_.Push({job_index, Status::Ok()});
+    return Status::Ok();
+  }
+  workers_[static_cast<size_t>(t.resource)]->Post([this, job_index] {
+    Status s = jobs_[job_index].work();
+    events_.Push({job_index, s});
+  });
+  return Status::Ok();
+}
+
+StatusOr<RunResult> Run::Execute() {
+  TF_RETURN_IF_ERROR(Setup());
+  Dispatcher d(s_, options_.iterations);
+  t0_ = MonotonicSeconds();
+  std::vector<Instance> to_start;
+  Status failure;
+  int64_t running = 0;
+  const int64_t per_iteration = static_cast<int64_t>(s_.tasks().size());
+  // Jobs live in a vector that never reallocates while work is in flight: sized to the most
+  // instances that can run at once (every task of the window).
+  jobs_.resize(static_cast<size_t>(per_iteration * window_ + 1));
+  for (size_t i = jobs_.size(); i-- > 0;) free_jobs_.push_back(i);
+  for (;;) {
+    if (failure.ok()) {
+      to_start.clear();
+      d.Dispatch(&to_start);
+      for (const Instance& inst : to_start) {
+        if (free_jobs_.empty()) {
+          failure = Internal("executor: more instances in flight than the iteration window allows");
+          break;
+        }
+        const size_t j = free_jobs_.back();
+        free_jobs_.pop_back();
+        ++running;
+        Status st = Start(inst, j);
+        if (!st.ok()) {
+          failure = st;
+          --running;  // its work was never started
+          break;
+        }
+      }
+    }
+    if (running == 0) {
+      if (!failure.ok()) return failure;
+      if (d.done()) break;
+      return d.DeadlockReport();
+    }
+    Event e = events_.Pop();
+    --running;
+    Job& job = jobs_[e.job];
+    const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
+    if (!e.status.ok()) {
+      if (failure.ok()) failure = Status(e.status.code(), Who(t, job.instance.iteration) + ": " + e.status.message());
+      continue;
+    }
+    if (!failure.ok()) continue;
+    if (job.finish) job.finish();
+    const double end_s = MonotonicSeconds() - t0_;
+    TraceRecord r;
+    r.iteration = job.instance.iteration;
+    r.task = t.id;
+    r.op = t.op;
+    r.resource = t.resource == kNoIndex ? "" : s_.resources()[static_cast<size_t>(t.resource)].name;
+    r.layer = t.layer;
+    r.phase = t.phase;
+    r.bytes = t.bytes;
+    r.flops = t.flops;
+    r.start_s = job.start_s;
+    r.end_s = IsInstantOp(t.op) ? job.start_s : end_s;
+    r.source = "real";
+    r.block_bytes = t.block_bytes;
+    r.queue_depth = t.queue_depth;
+    r.threads = t.ranks;
+    result_.records.push_back(std::move(r));
+    for (int32_t b : t.frees) {
+      BufferState& buf = Buf(b);
+      blocks_.Give(buf.data, buf.size);
+      buf.data = nullptr;
+      buf.pieces.clear();
+    }
+    job.sink.reset();
+    const int64_t iteration = job.instance.iteration;
+    free_jobs_.push_back(e.job);
+    d.Complete(job.instance);
+    const size_t slot = static_cast<size_t>(iteration % window_);
+    if (++completed_in_[slot] == per_iteration) {
+      completed_in_[slot] = 0;
+      step_decided_[slot] = -1;
+      const double loss = Iter(iteration).loss;
+      result_.loss.push_back(loss);
+      if (options_.on_iteration) options_.on_iteration(iteration, loss);
+    }
+  }
+  result_.wall_s = MonotonicSeconds() - t0_;
+  result_.tasks = d.completed();
+  for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
+  TF_RETURN_IF_ERROR(ReadFinalMaster(&result_.master));
+  return std::move(result_);
+}
+
+// The final master weights from their homes, every element at the last version.
+Status Run::ReadFinalMaster(std::vector<float>* master) {
+  master->assign(static_cast<size_t>(trainer_.layout().total), 0.0f);
+  Versions got;
+  CompletionQueue done;
+  std::vector<std::pair<char*, const TensorSpec*>> reads;
+  for (const TensorSpec& ts : s_.tensors()) {
+    if (KindOf(ts.kind) != kMaster) continue;
+    const DiskFile& f = disk_of_device_[static_cast<size_t>(ts.device)];
+    if (f.buffered < 0) continue;
+    const int64_t n = Elements(ts);
+    if (home_[static_cast<size_t>(ts.device)][kMaster].Get(ts.element_offset, ts.element_offset + n) != options_.iterations) continue;
+    char* block = blocks_.Take(ts.size_bytes);
+    IoRequest r{IoOp::kRead, f.buffered, ts.offset_bytes, ts.size_bytes, block, reads.size()};
+    TF_RETURN_IF_ERROR(storage_->Submit({&r, 1}, &done));
+    reads.push_back({block, &ts});
+  }
+  std::vector<IoCompletion> completions;
+  while (completions.size() < reads.size()) done.Wait(&completions, 1);
+  for (const IoCompletion& c : completions) {
+    if (!c.status.ok()) return Status(c.status.code(), "reading the final master weights: " + c.status.message());
+  }
+  for (const auto& [block, ts] : reads) {
+    std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
+    got.Set(ts->element_offset, ts->element_offset + Elements(*ts), 1);
+    blocks_.Give(block, ts->size_bytes);
+  }
+  if (got.Get(0, trainer_.layout().total) != 1) {
+    return FailedPrecondition("after the run, some master weights are not on any disk at the final version (" +
+                              std::to_string(options_.iterations) + " updates)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
+  TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
+  if (config.spec.config.tied_embeddings) return InvalidArgument("tierflow run: tied embeddings are not supported yet");
+  TF_RETURN_IF_ERROR(schedule.Validate());
+  const ParamLayout layout = MakeParamLayout(config.spec.config);
+  for (const TaskSpec& t : schedule.tasks()) {
+    if (IsCollectiveOp(t.op) && t.ranks > 1) {
+      return InvalidArgument("tierflow run on this host runs one rank; task '" + t.id + "' is a collective of " + std::to_string(t.ranks) +
+                             " ranks (set training.data_parallel: 1)");
+    }
+    if (t.op == Op::kCompute && t.resource != kNoIndex && schedule.resources()[static_cast<size_t>(t.resource)].concurrency != 1) {
+      return InvalidArgument("resource '" + schedule.resources()[static_cast<size_t>(t.resource)].name + "': a compute resource of concurrency 1 is required");
+    }
+    if (t.phase == Phase::kForward && t.op == Op::kCompute && t.id.find(".f1.") != std::string::npos) {
+      return InvalidArgument("tierflow run: gradient_accumulation_steps > 1 is not supported yet (task '" + t.id + "')");
+    }
+  }
+  for (const TensorSpec& ts : schedule.tensors()) {
+    const int kind = KindOf(ts.kind);
+    if (kind < 0) return InvalidArgument("tensor '" + ts.name + "': kind '" + ts.kind + "' is not one tierflow run knows");
+    if (ts.rank != 0) return InvalidArgument("tensor '" + ts.name + "': rank " + std::to_string(ts.rank) + " (tierflow run runs rank 0 only)");
+    if (ts.size_bytes % kKindBytes[kind] != 0 || ts.element_offset + ts.size_bytes / kKindBytes[kind] > layout.total) {
+      return InvalidArgument("tensor '" + ts.name + "': its range is outside the model's " + std::to_string(layout.total) + " parameters");
+    }
+  }
+  if (schedule.tensors().empty()) {
+    return InvalidArgument("schedule '" + schedule.name + "' names no tensors: plan it again with this tierflow (tasks must say which state they move)");
+  }
+  return Status::Ok();
+}
+
+StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& config, const RunOptions& options) {
+  if (options.iterations < 1) return InvalidArgument("iterations must be >= 1");
+  Run run(schedule, config, options);
+  return run.Execute();
+}
+
+StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
+                                const std::function<void(int64_t, double)>& on_iteration) {
+  TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
+  if (iterations < 1) return InvalidArgument("iterations must be >= 1");
+  Trainer trainer(config);
+  const int hw = config.threads > 0 ? config.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  CpuThreads threads(hw);
+  TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config.tokens, config.batch, config.seq, config.data_seed));
+  std::vector<float> master = trainer.InitialMaster();
+  std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f);
+  for (size_t i = 0; i < master.size(); ++i) trainer.dev_p16[i] = Fp32ToBf16(master[i]);
+  LossScaler scaler(config.initial_loss_scale);
+  IterationState it;
+  trainer.PrepareIteration(&it);
+  RunResult result;
+  const double t0 = MonotonicSeconds();
+  int64_t updates = 0;
+  const int64_t layers = trainer.layer_count();
+  for (int64_t i = 0; i < iterations; ++i) {
+    TokenBatch batch = loader.Next();
+    it.tokens = std::move(batch.inputs);
+    it.targets = std::move(batch.targets);
+    it.iteration = i;
+    it.loss_scale = scaler.scale();
+    for (int64_t l = 0; l < layers; ++l) trainer.Forward(l, &it, threads);
+    for (int64_t l = layers; l-- > 0;) trainer.Backward(l, &it, threads);
+    cpu::GradCheck total;
+    for (const ParamTensor& pt : trainer.layout().tensors) {
+      total = cpu::CombineGradChecks(total, cpu::OverflowCheckAndNorm(trainer.dev_grad.data() + pt.offset, pt.elements,
+                                                                      1.0f / it.loss_scale, threads));
+    }
+    if (scaler.Update(total.finite)) {
+      ++updates;
+      cpu::AdamW(master.data(), m.data(), v.data(), trainer.dev_grad.data(), nullptr, static_cast<int64_t>(master.size()), updates,
+                 1.0f / it.loss_scale, config.adam, threads);
+    }
+    cpu::Fp32ToBf16(trainer.dev_p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
+    result.loss.push_back(it.loss);
+    if (on_iteration) on_iteration(i, it.loss);
+  }
+  result.wall_s = MonotonicSeconds() - t0;
+  result.tasks = iterations;
+  result.master = std::move(master);
+  return result;
+}
+
+}  // namespace tierflow::real

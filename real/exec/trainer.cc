@@ -1,0 +1,83 @@
+#include "trainer.h"
+
+#include <algorithm>
+
+#include "tierflow/real/adamw.h"
+
+namespace tierflow::real::exec {
+
+Trainer::Trainer(const TrainConfig& config)
+    : config_(config),
+      layout_(MakeParamLayout(config.spec.config)),
+      w32_(static_cast<size_t>(layout_.total)),
+      ws_(config.spec, config.batch, config.seq) {
+  dev_p16.resize(static_cast<size_t>(layout_.total));
+  dev_grad.resize(static_cast<size_t>(layout_.total));
+}
+
+std::vector<float> Trainer::InitialMaster() const {
+  std::vector<float> master(static_cast<size_t>(layout_.total));
+  InitLlamaParams(layout_, master.data(), config_.init_seed);
+  return master;
+}
+
+void Trainer::PrepareIteration(IterationState* it) const {
+  const size_t rows = static_cast<size_t>(config_.batch * config_.seq);
+  const size_t hidden = static_cast<size_t>(config_.spec.config.hidden);
+  it->boundary.resize(static_cast<size_t>(config_.spec.config.layers + 1));
+  for (auto& b : it->boundary) b.resize(rows * hidden);
+  it->d_x.resize(rows * hidden);
+}
+
+void Trainer::Widen(int64_t layer, CpuThreads& threads) {
+  const int64_t begin = LayerBegin(layer);
+  const uint16_t* src = dev_p16.data() + begin;
+  float* dst = w32_.data() + begin;
+  threads.ParallelFor(LayerElements(layer), 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = Bf16ToFp32(src[i]);
+  });
+}
+
+const float* Trainer::LmHead() const {
+  const int64_t head = layer_count() - 1;
+  if (config_.spec.config.tied_embeddings) return w32_.data();
+  return w32_.data() + LayerBegin(head) + config_.spec.config.hidden;
+}
+
+void Trainer::Forward(int64_t layer, IterationState* it, CpuThreads& threads) {
+  const int64_t L = config_.spec.config.layers;
+  Widen(layer, threads);
+  if (layer == 0) {
+    EmbedForward(config_.spec, w32_.data(), it->tokens.data(), it->boundary[0].data(), ws_, threads);
+  } else if (layer <= L) {
+    const auto w = DecoderView<const float>(config_.spec.config, w32_.data() + LayerBegin(layer));
+    DecoderForward<float>(config_.spec, w, it->boundary[static_cast<size_t>(layer - 1)].data(),
+                          it->boundary[static_cast<size_t>(layer)].data(), ws_, threads);
+  } else {
+    it->loss = HeadForwardBackward<float>(config_.spec, w32_.data() + LayerBegin(layer), LmHead(), nullptr, nullptr,
+                                          it->boundary[static_cast<size_t>(L)].data(), it->targets.data(), nullptr,
+                                          1.0, ws_, threads);
+  }
+}
+
+void Trainer::Backward(int64_t layer, IterationState* it, CpuThreads& threads) {
+  const int64_t L = config_.spec.config.layers;
+  Widen(layer, threads);
+  float* grad = dev_grad.data() + LayerBegin(layer);
+  std::fill(grad, grad + LayerElements(layer), 0.0f);
+  if (layer == 0) {
+    EmbedBackward(config_.spec, grad, it->tokens.data(), it->d_x.data(), ws_, threads);
+  } else if (layer <= L) {
+    const auto w = DecoderView<const float>(config_.spec.config, w32_.data() + LayerBegin(layer));
+    const auto g = DecoderView<float>(config_.spec.config, grad);
+    DecoderBackward<float>(config_.spec, w, g, it->boundary[static_cast<size_t>(layer - 1)].data(), it->d_x.data(),
+                           it->d_x.data(), ws_, threads);
+  } else {
+    float* d_lm_head = grad + config_.spec.config.hidden;
+    HeadForwardBackward<float>(config_.spec, w32_.data() + LayerBegin(layer), LmHead(), grad, d_lm_head,
+                               it->boundary[static_cast<size_t>(L)].data(), it->targets.data(), it->d_x.data(),
+                               it->loss_scale, ws_, threads);
+  }
+}
+
+}  // namespace tierflow::real::exec

@@ -1,0 +1,79 @@
+// The real executor: runs a schedule for real — the same schedule file that `tierflow sim`
+// evaluates — fine-tuning a Llama-family model on the CPU with `gpu0` emulated in host memory.
+//
+// One dispatch thread drives the core Dispatcher. Each started instance is prepared on that
+// thread (operands resolved, versions checked), then its work runs where the schedule says:
+// reads and writes on the Storage back-end (io_uring, or posix threads) against one store file
+// per --disk directory, everything else on a worker thread per resource. Completions come back
+// through one queue the dispatch thread sleeps on; nothing busy-waits.
+//
+// What each task does with its tensors is docs/schedule-format.md "Tensors". Every piece of
+// state carries a version (the number of optimizer updates it reflects), so a schedule whose
+// dependencies let a task use stale state — a compute before its parameters arrive, an update
+// before its gradient — stops with an error naming the task, the state and both versions,
+// instead of training on the wrong bytes. The math is the same as RunInMemory's plain loop, so
+// the final weights are bit-identical whatever the schedule (tests/exec).
+//
+// Thread safety: one call at a time per process is not required; each call owns its state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/core/status.h"
+#include "tierflow/core/trace_record.h"
+#include "tierflow/real/adamw.h"
+#include "tierflow/real/llama.h"
+
+namespace tierflow::real {
+
+struct TrainConfig {
+  LlamaSpec spec;
+  int64_t batch = 1;
+  int64_t seq = 128;
+  AdamWConfig adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+  float initial_loss_scale = 65536.0f;
+  uint64_t init_seed = 1234;        // InitLlamaParams
+  uint64_t data_seed = 1;           // TokenLoader's shuffle
+  std::vector<int32_t> tokens;      // the training corpus, already tokenized
+  int threads = 0;                  // compute threads, 0 = the hardware's
+};
+
+struct RunOptions {
+  int64_t iterations = 1;
+  std::vector<std::string> disks;   // nvme0, nvme1, ... in order
+  std::string storage = "auto";     // "uring", "posix", "auto"
+  // Called on the calling thread after each iteration completes, with its loss.
+  std::function<void(int64_t iteration, double loss)> on_iteration;
+};
+
+struct RunResult {
+  std::vector<TraceRecord> records;        // one per instance, source "real", times from run start
+  std::vector<double> loss;                // per iteration
+  std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher)
+  int64_t tasks = 0;                       // instances executed
+  double wall_s = 0;
+  std::vector<float> master;               // the final fp32 master weights, ParamLayout order
+};
+
+// The model and training set-up a schedule needs and the run supports: one rank, one micro-step,
+// a compute resource of concurrency 1, param16 units matching the model's layout. InvalidArgument
+// naming the first unsupported thing.
+Status CheckRunnable(const Schedule& schedule, const TrainConfig& config);
+
+// Runs `options.iterations` iterations of `schedule`. Errors: CheckRunnable's, the disk checks
+// (disk_set.h), a task's failure (named), and the dispatcher's deadlock report.
+StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& config, const RunOptions& options);
+
+// The same training as a plain loop with everything in memory: the reference the executor's
+// weights are compared against, and the baseline of the dispatcher's overhead.
+StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
+                                const std::function<void(int64_t, double)>& on_iteration = {});
+
+// SHA-256 of bytes, lower-case hex (FIPS 180-4).
+std::string Sha256Hex(const void* data, size_t size);
+
+}  // namespace tierflow::real
