@@ -1,0 +1,174 @@
+// The real executor end to end on the tiny model: the math does not depend on the schedule
+// (weights bit-identical to the in-memory loop under zero-infinity on one disk and ioc on two),
+// and a schedule that would train on stale state, deadlock, or has no disk stops with an error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tierflow/policies/policy.h"
+#include "tierflow/policies/scenario.h"
+#include "tierflow/real/executor.h"
+#include "tierflow/real/tokenizer.h"
+
+namespace tierflow::real {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(fs::temp_directory_path() / ("tierflow-exec-" + name + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+policies::Scenario LoadTiny(std::vector<std::string> sets) {
+  sets.push_back("training.sequence_length=32");  // a quarter of the work, same code paths
+  auto s = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml", sets);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+Schedule PlanOrDie(const policies::Scenario& s) {
+  auto schedule = policies::Plan(s);
+  EXPECT_TRUE(schedule.ok()) << schedule.status().ToString();
+  return std::move(schedule).value();
+}
+
+TrainConfig ConfigFor(const policies::Scenario& s) {
+  TrainConfig c;
+  c.spec.config = s.model;
+  c.batch = s.training.micro_batch_size;
+  c.seq = s.training.sequence_length;
+  std::ifstream in(std::string(TIERFLOW_SOURCE_DIR) + "/data/corpus/kjv-genesis.txt", std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  c.tokens = ByteEncode(text.str());
+  c.threads = 2;
+  return c;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+constexpr int64_t kIterations = 3;
+
+TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
+  const policies::Scenario zi = LoadTiny({});
+  const TrainConfig config = ConfigFor(zi);
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  ASSERT_EQ(reference->loss.size(), static_cast<size_t>(kIterations));
+  EXPECT_LT(reference->loss.back(), reference->loss.front());  // it trains
+
+  TempDir d0("zi0");
+  RunOptions options;
+  options.iterations = kIterations;
+  options.disks = {d0.str()};
+  auto run = RunSchedule(PlanOrDie(zi), config, options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->loss, reference->loss);
+  EXPECT_TRUE(SameBits(run->master, reference->master)) << "zero-infinity, one disk";
+  EXPECT_EQ(run->tasks, kIterations * static_cast<int64_t>(PlanOrDie(zi).tasks().size()));
+  EXPECT_EQ(run->records.size(), static_cast<size_t>(run->tasks));
+
+  const policies::Scenario ioc = LoadTiny({"policy.name=ioc", "policy.disk_layout=split"});
+  TempDir e0("ioc0"), e1("ioc1");
+  options.disks = {e0.str(), e1.str()};
+  auto run2 = RunSchedule(PlanOrDie(ioc), config, options);
+  ASSERT_TRUE(run2.ok()) << run2.status().ToString();
+  EXPECT_EQ(run2->loss, reference->loss);
+  EXPECT_TRUE(SameBits(run2->master, reference->master)) << "ioc, two disks";
+  // The state really went to both disks.
+  EXPECT_GT(fs::file_size(e0.str() + "/tierflow-run.store"), 0u);
+  EXPECT_GT(fs::file_size(e1.str() + "/tierflow-run.store"), 0u);
+}
+
+// Removing the deps that order a layer's gradient copies after its backward makes the copy read
+// gradients the backward has not produced: the version check stops the run, naming the task.
+TEST(Executor, StaleStateIsAnErrorNotSilentTraining) {
+  const policies::Scenario zi = LoadTiny({});
+  Schedule s = PlanOrDie(zi);
+  for (TaskSpec& t : s.mutable_tasks()) {
+    if (t.op == Op::kReduceScatter) t.deps.clear();
+  }
+  ASSERT_TRUE(s.Validate().ok());
+  TempDir d0("stale");
+  RunOptions options;
+  options.iterations = 1;
+  options.disks = {d0.str()};
+  auto run = RunSchedule(s, ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kFailedPrecondition) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("d2h.grad."), std::string::npos) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("before the backward"), std::string::npos) << run.status().ToString();
+}
+
+// The optimizer's pinned pool holds a sub-group's states but not its gradient as well: the
+// dispatcher's deadlock report, not a hang.
+TEST(Executor, APoolTooSmallGetsTheDeadlockReport) {
+  const policies::Scenario zi = LoadTiny({});
+  Schedule s = PlanOrDie(zi);
+  const int32_t pool = s.FindPool("host.pinned.opt.r0");
+  ASSERT_NE(pool, kNoIndex);
+  const int32_t states = s.FindBuffer("states.sg0.r0");
+  ASSERT_NE(states, kNoIndex);
+  // Rebuild the schedule with the pool's capacity cut to the states buffer alone.
+  std::string json = ScheduleToJson(s);
+  const std::string from = "\"capacity_bytes\":" + std::to_string(s.pools()[pool].capacity_bytes);
+  const size_t at = json.find(from, json.find("\"host.pinned.opt.r0\""));
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, from.size(), "\"capacity_bytes\":" + std::to_string(s.buffers()[states].size_bytes));
+  auto small = ScheduleFromJson(json);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  TempDir d0("deadlock");
+  RunOptions options;
+  options.iterations = 1;
+  options.disks = {d0.str()};
+  auto run = RunSchedule(*small, ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kDeadlock) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("host.pinned.opt.r0"), std::string::npos) << run.status().ToString();
+}
+
+TEST(Executor, AMissingDiskIsAnErrorBeforeTraining) {
+  const policies::Scenario zi = LoadTiny({});
+  RunOptions options;
+  options.disks = {"/nonexistent/tierflow-disk"};
+  auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("/nonexistent/tierflow-disk"), std::string::npos) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("does not exist"), std::string::npos) << run.status().ToString();
+  options.disks = {};
+  run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("nvme0"), std::string::npos) << run.status().ToString();
+}
+
+TEST(Executor, MultiRankSchedulesAreRefusedClearly) {
+  const policies::Scenario zi = LoadTiny({"training.data_parallel=2", "hardware.preset=a100x4-1nvme"});
+  const Status st = CheckRunnable(PlanOrDie(zi), ConfigFor(zi));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("one rank"), std::string::npos) << st.ToString();
+}
+
+TEST(Sha256, MatchesTheStandardVectors) {
+  EXPECT_EQ(Sha256Hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(Sha256Hex(two_blocks.data(), two_blocks.size()), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+}  // namespace
+}  // namespace tierflow::real
