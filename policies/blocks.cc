@@ -13,7 +13,8 @@ bool IsLinearWeight(const models::TensorShape& t) { return t.shape.size() == 2; 
 
 }  // namespace
 
-StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold) {
+StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold,
+                                  bool unit_aligned) {
   if (sub_group_size <= 0) return InvalidArgument("policy.sub_group_size must be > 0");
   ModelPlan plan;
   plan.ranks = std::max(1, s.training.data_parallel);
@@ -70,8 +71,20 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
     if (u.gpu_resident) resident_params += u.elements;
   }
   plan.rank_elements = offset;
-  for (int64_t begin = 0; begin < offset; begin += sub_group_size) {
-    plan.subgroups.push_back({begin, std::min(sub_group_size, offset - begin)});
+  if (unit_aligned) {
+    for (const ParamUnit& u : plan.units) {
+      if (u.rank_elements == 0) continue;
+      SubGroup* last = plan.subgroups.empty() ? nullptr : &plan.subgroups.back();
+      if (last != nullptr && last->elements + u.rank_elements <= sub_group_size) {
+        last->elements += u.rank_elements;
+      } else {
+        plan.subgroups.push_back({u.rank_offset, u.rank_elements});
+      }
+    }
+  } else {
+    for (int64_t begin = 0; begin < offset; begin += sub_group_size) {
+      plan.subgroups.push_back({begin, std::min(sub_group_size, offset - begin)});
+    }
   }
   // What stays on each GPU: resident parameters, the layer inputs kept by checkpointing, and one
   // layer's full activations as working memory.

@@ -44,7 +44,13 @@ struct ModelPlan {
 };
 
 // persistence_threshold: tensors with fewer elements stay on the GPU (never fetched).
-StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold);
+// unit_aligned: sub-groups end only at unit boundaries (whole units of at most sub_group_size
+// elements, a larger unit alone), so that a unit's state lies in one sub-group. Needed when
+// sub-groups are placed on different devices: a unit's reads and gradient writes go to one
+// device, which must be the one its sub-group's update reads from. DeepSpeed cuts the flat
+// partition at sub_group_size regardless (unit_aligned false).
+StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold,
+                                  bool unit_aligned = false);
 
 // Adds devices, resources, pools, buffers and tasks by name, creating a device or resource on
 // first use. Standard names: gpu{r}, host, nvme{d}, remote{d}, net; resources gpu{r}.compute,

@@ -67,7 +67,9 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   }
   if (d.gpu_window_bytes > 0 && !d.params_on_nvme) return InvalidArgument("policy: a GPU prefetch window needs parameters offloaded");
 
-  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, d.sub_group_size, d.persistence_threshold));
+  // Sub-groups placed on several devices must not split a unit (MakeModelPlan).
+  const bool spread = d.param_disks.size() > 1 || d.opt_disks.size() > 1 || d.remote_ratio > 0;
+  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, d.sub_group_size, d.persistence_threshold, spread));
   const int32_t ranks = plan.ranks;
   const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
   if (d.slot_elements > 0 && d.params_on_nvme) {

@@ -93,6 +93,15 @@ TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
   // The state really went to both disks.
   EXPECT_GT(fs::file_size(e0.str() + "/tierflow-run.store"), 0u);
   EXPECT_GT(fs::file_size(e1.str() + "/tierflow-run.store"), 0u);
+
+  // Striped: parameters and sub-groups alternate over both disks (the placement whose gradient
+  // writes once went to a disk the update did not read them from).
+  const policies::Scenario striped = LoadTiny({"policy.name=ioc", "policy.sub_group_size=1000000"});
+  TempDir f0("striped0"), f1("striped1");
+  options.disks = {f0.str(), f1.str()};
+  auto run3 = RunSchedule(PlanOrDie(striped), config, options);
+  ASSERT_TRUE(run3.ok()) << run3.status().ToString();
+  EXPECT_TRUE(SameBits(run3->master, reference->master)) << "ioc striped over two disks";
 }
 
 // Removing the deps that order a layer's gradient copies after its backward makes the copy read
