@@ -31,6 +31,7 @@ struct RunArgs {
   int threads = 0;
   float lr = 1e-3f;
   bool in_memory = false;
+  bool plain_loop = false;
   std::vector<std::string> sets;
   bool json = false;
 };
@@ -83,6 +84,7 @@ Status RunRun(const RunArgs& a) {
     options.disks = a.disks;
     options.storage = a.storage;
     options.on_iteration = print_loss;
+    options.plain_loop = a.plain_loop;
     TF_ASSIGN_OR_RETURN(result, real::RunSchedule(in.schedule, config, options));
   }
   RunFacts facts;
@@ -100,6 +102,7 @@ Status RunRun(const RunArgs& a) {
   } else {
     report = BuildReport(in.schedule, result.records, facts);
   }
+  if (!a.in_memory) report["dispatch_busy_s"] = result.dispatch_busy_s;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
   if (!a.records.empty()) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result.records));
@@ -124,10 +127,12 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
   app->add_option("--records", a->records, "Write the trace records (JSON Lines, the format of sim --records)");
   app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default ") + kDefaultCorpus);
-  app->add_option("--storage", a->storage, "I/O back-end: uring, posix, auto")->capture_default_str();
+  app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
   app->add_option("--threads", a->threads, "Compute threads (0 = all cores)")->capture_default_str();
   app->add_option("--lr", a->lr, "AdamW learning rate")->capture_default_str();
   app->add_flag("--in-memory", a->in_memory, "Ignore the schedule: the same training as a plain loop in memory (the reference)");
+  app->add_flag("--plain-loop", a->plain_loop,
+                "Run the schedule's tasks one at a time in topological order, without the dispatcher (its overhead's baseline)");
   AddSetOption(app, &a->sets);
   app->add_flag("--json", a->json, "Print the report as JSON");
   return {app, [a] { return RunRun(*a); }};

@@ -265,6 +265,8 @@ class Run {
       : s_(s), config_(config), options_(options), trainer_(config), scaler_(config.initial_loss_scale) {}
 
   StatusOr<RunResult> Execute();
+  StatusOr<RunResult> ExecutePlainLoop();
+  void Record(const Job& job, const TaskSpec& t);  // its trace record, ending now
 
  private:
   Status Setup();
@@ -891,6 +893,10 @@ Status Run::Start(const Instance& inst, size_t job_index) {
     events_.Push({job_index, Status::Ok()});
     return Status::Ok();
   }
+  if (options_.plain_loop) {
+    events_.Push({job_index, job.work()});
+    return Status::Ok();
+  }
   workers_[static_cast<size_t>(t.resource)]->Post([this, job_index] {
     Status s = jobs_[job_index].work();
     events_.Push({job_index, s});
@@ -898,8 +904,57 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   return Status::Ok();
 }
 
+void Run::Record(const Job& job, const TaskSpec& t) {
+  TraceRecord r;
+  r.iteration = job.instance.iteration;
+  r.task = t.id;
+  r.op = t.op;
+  r.resource = t.resource == kNoIndex ? "" : s_.resources()[static_cast<size_t>(t.resource)].name;
+  r.layer = t.layer;
+  r.phase = t.phase;
+  r.bytes = t.bytes;
+  r.flops = t.flops;
+  r.start_s = job.start_s;
+  r.end_s = IsInstantOp(t.op) ? job.start_s : MonotonicSeconds() - t0_;
+  r.source = "real";
+  r.block_bytes = t.block_bytes;
+  r.queue_depth = t.queue_depth;
+  r.threads = t.ranks;
+  result_.records.push_back(std::move(r));
+}
+
+StatusOr<RunResult> Run::ExecutePlainLoop() {
+  const std::vector<int32_t> order = s_.TopologicalOrder();
+  jobs_.resize(1);
+  t0_ = MonotonicSeconds();
+  for (int64_t iteration = 0; iteration < options_.iterations; ++iteration) {
+    for (int32_t task : order) {
+      const TaskSpec& t = s_.tasks()[static_cast<size_t>(task)];
+      TF_RETURN_IF_ERROR(Start({task, iteration}, 0));
+      Event e = events_.Pop();
+      if (!e.status.ok()) return Status(e.status.code(), Who(t, iteration) + ": " + e.status.message());
+      if (jobs_[0].finish) jobs_[0].finish();
+      Record(jobs_[0], t);
+      for (int32_t b : t.frees) {
+        blocks_.Give(Buf(b).data, Buf(b).size);
+        Buf(b).data = nullptr;
+        Buf(b).pieces.clear();
+      }
+      jobs_[0].sink.reset();
+    }
+    result_.loss.push_back(Iter(iteration).loss);
+    if (options_.on_iteration) options_.on_iteration(iteration, Iter(iteration).loss);
+    step_decided_[static_cast<size_t>(iteration % window_)] = -1;
+  }
+  result_.wall_s = MonotonicSeconds() - t0_;
+  result_.tasks = options_.iterations * static_cast<int64_t>(order.size());
+  TF_RETURN_IF_ERROR(ReadFinalMaster(&result_.master));
+  return std::move(result_);
+}
+
 StatusOr<RunResult> Run::Execute() {
   TF_RETURN_IF_ERROR(Setup());
+  if (options_.plain_loop) return ExecutePlainLoop();
   Dispatcher d(s_, options_.iterations);
   t0_ = MonotonicSeconds();
   std::vector<Instance> to_start;
@@ -910,6 +965,7 @@ StatusOr<RunResult> Run::Execute() {
   // instances that can run at once (every task of the window).
   jobs_.resize(static_cast<size_t>(per_iteration * window_ + 1));
   for (size_t i = jobs_.size(); i-- > 0;) free_jobs_.push_back(i);
+  double busy = 0, busy_from = MonotonicSeconds();
   for (;;) {
     if (failure.ok()) {
       to_start.clear();
@@ -935,7 +991,9 @@ StatusOr<RunResult> Run::Execute() {
       if (d.done()) break;
       return d.DeadlockReport();
     }
+    busy += MonotonicSeconds() - busy_from;
     Event e = events_.Pop();
+    busy_from = MonotonicSeconds();
     --running;
     Job& job = jobs_[e.job];
     const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
@@ -945,23 +1003,7 @@ StatusOr<RunResult> Run::Execute() {
     }
     if (!failure.ok()) continue;
     if (job.finish) job.finish();
-    const double end_s = MonotonicSeconds() - t0_;
-    TraceRecord r;
-    r.iteration = job.instance.iteration;
-    r.task = t.id;
-    r.op = t.op;
-    r.resource = t.resource == kNoIndex ? "" : s_.resources()[static_cast<size_t>(t.resource)].name;
-    r.layer = t.layer;
-    r.phase = t.phase;
-    r.bytes = t.bytes;
-    r.flops = t.flops;
-    r.start_s = job.start_s;
-    r.end_s = IsInstantOp(t.op) ? job.start_s : end_s;
-    r.source = "real";
-    r.block_bytes = t.block_bytes;
-    r.queue_depth = t.queue_depth;
-    r.threads = t.ranks;
-    result_.records.push_back(std::move(r));
+    Record(job, t);
     for (int32_t b : t.frees) {
       BufferState& buf = Buf(b);
       blocks_.Give(buf.data, buf.size);
@@ -981,7 +1023,9 @@ StatusOr<RunResult> Run::Execute() {
       if (options_.on_iteration) options_.on_iteration(iteration, loss);
     }
   }
+  busy += MonotonicSeconds() - busy_from;
   result_.wall_s = MonotonicSeconds() - t0_;
+  result_.dispatch_busy_s = busy;
   result_.tasks = d.completed();
   for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
   TF_RETURN_IF_ERROR(ReadFinalMaster(&result_.master));

@@ -45,7 +45,11 @@ struct TrainConfig {
 struct RunOptions {
   int64_t iterations = 1;
   std::vector<std::string> disks;   // nvme0, nvme1, ... in order
-  std::string storage = "auto";     // "uring", "posix", "auto"
+  std::string storage = "auto";     // "uring", "posix", "memory" (store files in RAM), "auto"
+  // No dispatcher and no threads: each iteration runs every task in the schedule's topological
+  // order, one at a time on the calling thread (I/O submitted and waited for): "the same ops in a
+  // plain loop", the baseline of the dispatcher's overhead. Pools are not enforced.
+  bool plain_loop = false;
   // Called on the calling thread after each iteration completes, with its loss.
   std::function<void(int64_t iteration, double loss)> on_iteration;
 };
@@ -56,6 +60,9 @@ struct RunResult {
   std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher)
   int64_t tasks = 0;                       // instances executed
   double wall_s = 0;
+  // Time the dispatch thread spent working (dispatching, preparing, finishing, recording), not
+  // waiting for completions: the executor's own overhead.
+  double dispatch_busy_s = 0;
   std::vector<float> master;               // the final fp32 master weights, ParamLayout order
 };
 
