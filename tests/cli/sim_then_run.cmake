@@ -1,0 +1,27 @@
+# One schedule file under `tierflow sim` and `tierflow run`: both write trace records with the
+# same task ids, and `tierflow trace compare` matches every record and prints per-op and
+# per-iteration differences.  -DSCENARIO=... -DCORPUS=... -DWORK=dir
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK}/disk0)
+set(sets --set training.sequence_length=32)
+execute_process(COMMAND ${TIERFLOW} plan ${SCENARIO} ${sets} -o ${WORK}/schedule.json RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "plan failed")
+endif()
+execute_process(COMMAND ${TIERFLOW} sim ${WORK}/schedule.json -n 2 --records ${WORK}/sim.jsonl RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "sim failed")
+endif()
+execute_process(COMMAND ${TIERFLOW} run ${WORK}/schedule.json -n 2 --disk ${WORK}/disk0 --data ${CORPUS}
+                        --records ${WORK}/real.jsonl RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc)
+  message(FATAL_ERROR "run failed: ${out}${err}")
+endif()
+execute_process(COMMAND ${TIERFLOW} trace compare ${WORK}/sim.jsonl ${WORK}/real.jsonl RESULT_VARIABLE rc OUTPUT_VARIABLE cmp)
+if(rc)
+  message(FATAL_ERROR "trace compare failed")
+endif()
+if(NOT cmp MATCHES "unmatched: 0 in a, 0 in b" OR NOT cmp MATCHES "per op" OR NOT cmp MATCHES "per iteration")
+  message(FATAL_ERROR "sim and real records do not line up:\n${cmp}")
+endif()
+message(STATUS "${cmp}")
