@@ -263,6 +263,11 @@ class Run {
  public:
   Run(const Schedule& s, const TrainConfig& config, const RunOptions& options)
       : s_(s), config_(config), options_(options), trainer_(config), scaler_(config.initial_loss_scale) {}
+  // Buffers still held (a run that failed) go back; no work is in flight by then.
+  ~Run() {
+    workers_.clear();
+    for (BufferState& b : buffers_) FreeAligned(b.data);
+  }
 
   StatusOr<RunResult> Execute();
   StatusOr<RunResult> ExecutePlainLoop();
@@ -274,7 +279,7 @@ class Run {
   Status Start(const Instance& inst, size_t job_index);
   Status PrepareIo(const TaskSpec& t, Job& job, int64_t iteration);
   Status PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration);
-  Status PrepareCompute(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration);
   Status PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration);
   Status PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration);
   Status ReadFinalMaster(std::vector<float>* master);
@@ -288,7 +293,15 @@ class Run {
            std::to_string(t.element_offset + t.size_bytes / kKindBytes[KindOf(t.kind)]) + ")";
   }
   int64_t Elements(const TensorSpec& t) const { return t.size_bytes / kKindBytes[KindOf(t.kind)]; }
-  BufferState& Buf(int32_t b) { return buffers_[static_cast<size_t>(b)]; }
+  // A buffer's state in the iteration being prepared or finished (ctx_iteration_): iterations in
+  // the window each have their own instance of a non-persistent buffer.
+  BufferState& Buf(int32_t b) { return buffers_[BufIndex(b)]; }
+  const BufferState& Buf(int32_t b) const { return buffers_[BufIndex(b)]; }
+  size_t BufIndex(int32_t b) const {
+    const size_t n = s_.buffers().size();
+    if (s_.buffers()[static_cast<size_t>(b)].persistent) return static_cast<size_t>(b);
+    return static_cast<size_t>(ctx_iteration_ % window_) * n + static_cast<size_t>(b);
+  }
   // The piece of `buffer` holding kind [begin, begin + n), or null.
   const Piece* FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const;
   int32_t FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const;
@@ -306,7 +319,8 @@ class Run {
   std::vector<DiskFile> disk_of_device_;               // per schedule device
   std::vector<std::array<Versions, kKindCount>> home_;  // per schedule device
   Versions dev_p16_versions_, dev_grad_versions_;
-  std::vector<BufferState> buffers_;
+  std::vector<BufferState> buffers_;                   // per window slot and buffer
+  int64_t ctx_iteration_ = 0;
   BlockCache blocks_;
   std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
   std::vector<std::unique_ptr<Worker>> workers_;       // per resource
@@ -337,7 +351,7 @@ CpuThreads& Run::ThreadsOf(int32_t resource) {
 }
 
 const Piece* Run::FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const {
-  for (const Piece& p : buffers_[static_cast<size_t>(buffer)].pieces) {
+  for (const Piece& p : Buf(buffer).pieces) {
     if (p.kind == kind && p.begin <= begin && begin + n <= p.begin + p.elements) return &p;
   }
   return nullptr;
@@ -395,10 +409,10 @@ Status Run::Setup() {
       if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
     }
   }
-  buffers_.resize(s_.buffers().size());
+  buffers_.resize(s_.buffers().size() * static_cast<size_t>(window_));
+  for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].size = s_.buffers()[i % s_.buffers().size()].size_bytes;
   for (size_t b = 0; b < s_.buffers().size(); ++b) {
     const BufferSpec& spec = s_.buffers()[b];
-    buffers_[b].size = spec.size_bytes;
     if (spec.persistent) {
       buffers_[b].data = blocks_.Take(spec.size_bytes);
       if (buffers_[b].data == nullptr) return ResourceExhausted("buffer '" + spec.name + "': cannot allocate " + std::to_string(spec.size_bytes) + " bytes");
@@ -623,7 +637,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   return Status::Ok();
 }
 
-Status Run::PrepareCompute(const TaskSpec& t, Job& job, int64_t iteration) {
+Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration) {
   // Every parameter it names must be on the GPU at this iteration's version: the updates of
   // iterations 0 .. iteration - 1.
   for (int32_t ti : t.tensors) {
@@ -636,7 +650,7 @@ Status Run::PrepareCompute(const TaskSpec& t, Job& job, int64_t iteration) {
                                 " updates): a dependency is missing");
     }
   }
-  if (!math_task_[static_cast<size_t>(s_.FindTask(t.id))]) return Status::Ok();
+  if (!math_task_[static_cast<size_t>(task)]) return Status::Ok();
   IterationState* it = &Iter(iteration);
   const int64_t layer = t.layer;
   CpuThreads* threads = &ThreadsOf(t.resource);
@@ -688,7 +702,6 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
     return FailedPrecondition(Who(t, iteration) + " runs before the overflow check and gradient norm of its iteration");
   }
   float* state[3] = {nullptr, nullptr, nullptr};
-  const Piece* pieces[3] = {nullptr, nullptr, nullptr};
   int32_t where[3] = {kNoIndex, kNoIndex, kNoIndex};
   int64_t begin = -1, n = 0;
   for (int32_t ti : t.tensors) {
@@ -705,7 +718,6 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
                                   std::to_string(iteration));
       }
       state[kind - kMaster] = reinterpret_cast<float*>(Buf(b).data + p->offset) + (begin - p->begin);
-      pieces[kind - kMaster] = p;
       where[kind - kMaster] = b;
     }
     if (state[kind - kMaster] == nullptr) {
@@ -743,7 +755,6 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
       }
     }
   };
-  (void)pieces;
   return Status::Ok();
 }
 
@@ -862,6 +873,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
 
 Status Run::Start(const Instance& inst, size_t job_index) {
   const TaskSpec& t = s_.tasks()[static_cast<size_t>(inst.task)];
+  ctx_iteration_ = inst.iteration;
   Job& job = jobs_[job_index];
   job = Job{};
   job.instance = inst;
@@ -882,7 +894,7 @@ Status Run::Start(const Instance& inst, size_t job_index) {
       return st;
     case Op::kH2D:
     case Op::kD2H: st = PrepareCopy(t, job, inst.iteration); break;
-    case Op::kCompute: st = PrepareCompute(t, job, inst.iteration); break;
+    case Op::kCompute: st = PrepareCompute(t, inst.task, job, inst.iteration); break;
     case Op::kOptimizer: st = PrepareOptimizer(t, job, inst.iteration); break;
     case Op::kConvert: st = PrepareConvert(t, job, inst.iteration); break;
     default: break;  // collectives of one rank, alloc, free, barrier: nothing to do
@@ -933,6 +945,7 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
       TF_RETURN_IF_ERROR(Start({task, iteration}, 0));
       Event e = events_.Pop();
       if (!e.status.ok()) return Status(e.status.code(), Who(t, iteration) + ": " + e.status.message());
+      ctx_iteration_ = iteration;
       if (jobs_[0].finish) jobs_[0].finish();
       Record(jobs_[0], t);
       for (int32_t b : t.frees) {
@@ -1002,6 +1015,7 @@ StatusOr<RunResult> Run::Execute() {
       continue;
     }
     if (!failure.ok()) continue;
+    ctx_iteration_ = job.instance.iteration;
     if (job.finish) job.finish();
     Record(job, t);
     for (int32_t b : t.frees) {
