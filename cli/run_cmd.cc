@@ -32,6 +32,10 @@ struct RunArgs {
   float lr = 1e-3f;
   bool in_memory = false;
   bool plain_loop = false;
+  std::string checkpoint;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  int64_t exit_after_tasks = 0;
   std::vector<std::string> sets;
   bool json = false;
 };
@@ -50,6 +54,8 @@ StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path) {
 
 Status RunRun(const RunArgs& a) {
   if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
+  if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
+  if (a.checkpoint_every < 0) return InvalidArgument("--checkpoint-every must be >= 0");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
   real::TrainConfig config;
   config.spec.config = in.scenario.model;
@@ -85,6 +91,10 @@ Status RunRun(const RunArgs& a) {
     options.storage = a.storage;
     options.on_iteration = print_loss;
     options.plain_loop = a.plain_loop;
+    options.checkpoint_dir = a.checkpoint;
+    options.checkpoint_every = a.checkpoint_every;
+    options.resume = a.resume;
+    options.exit_after_tasks = a.exit_after_tasks;
     TF_ASSIGN_OR_RETURN(result, real::RunSchedule(in.schedule, config, options));
   }
   RunFacts facts;
@@ -103,6 +113,7 @@ Status RunRun(const RunArgs& a) {
     report = BuildReport(in.schedule, result.records, facts);
   }
   if (!a.in_memory) report["dispatch_busy_s"] = result.dispatch_busy_s;
+  if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
   if (!a.records.empty()) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result.records));
@@ -112,7 +123,7 @@ Status RunRun(const RunArgs& a) {
     return Status::Ok();
   }
   if (!a.in_memory) std::printf("\n%s", ReportToText(in.schedule, report).c_str());
-  std::printf("\nran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(a.iterations),
+  std::printf("\nran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
               FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
   if (!a.trace.empty()) std::printf("timeline: %s (open in ui.perfetto.dev)\n", a.trace.c_str());
   return Status::Ok();
@@ -131,6 +142,11 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("--threads", a->threads, "Compute threads (0 = all cores)")->capture_default_str();
   app->add_option("--lr", a->lr, "AdamW learning rate")->capture_default_str();
   app->add_flag("--in-memory", a->in_memory, "Ignore the schedule: the same training as a plain loop in memory (the reference)");
+  app->add_option("--checkpoint", a->checkpoint, "Directory for the training checkpoint (master weights, Adam moments, step)");
+  app->add_option("--checkpoint-every", a->checkpoint_every, "Save a checkpoint after every K iterations (needs --checkpoint)");
+  app->add_flag("--resume", a->resume, "Start from the committed checkpoint in --checkpoint, if any; -n is the total to reach");
+  app->add_option("--exit-after-tasks", a->exit_after_tasks, "Testing: exit at once (as if killed) after N task completions")
+      ->group("");
   app->add_flag("--plain-loop", a->plain_loop,
                 "Run the schedule's tasks one at a time in topological order, without the dispatcher (its overhead's baseline)");
   AddSetOption(app, &a->sets);

@@ -14,6 +14,11 @@
 #include <utility>
 
 #include "tierflow/core/dispatcher.h"
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "tierflow/real/checkpoint.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/disk_set.h"
 #include "tierflow/real/storage.h"
@@ -272,6 +277,7 @@ class Run {
   StatusOr<RunResult> Execute();
   StatusOr<RunResult> ExecutePlainLoop();
   void Record(const Job& job, const TaskSpec& t);  // its trace record, ending now
+  Status IterationDone(int64_t iteration);
 
  private:
   Status Setup();
@@ -282,7 +288,10 @@ class Run {
   Status PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration);
   Status PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration);
   Status PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration);
-  Status ReadFinalMaster(std::vector<float>* master);
+  // State `kind` (master, adam_m, adam_v) from its disk homes, every element at `version`.
+  Status ReadState(int kind, int64_t version, std::vector<float>* out);
+  Status LoadCheckpointIfAny();
+  Status SaveTrainingCheckpoint(int64_t iteration);
 
   std::string Who(const TaskSpec& t, int64_t iteration) const {
     return "task '" + t.id + "' (iteration " + std::to_string(iteration) + ")";
@@ -333,6 +342,10 @@ class Run {
   int64_t updates_ = 0;                                // successful optimizer steps so far
   int64_t next_norm_iteration_ = 0;
   int64_t next_batch_iteration_ = 0;
+  int64_t base_iteration_ = 0;                         // iterations done before this run (resumed)
+  int64_t run_iterations_ = 0;                         // iterations this run executes
+  std::vector<float> initial_[3];                      // master, adam_m, adam_v from a checkpoint
+  int64_t tasks_done_ = 0;
   std::unique_ptr<TokenLoader> loader_;
   EventQueue events_;
   std::vector<Job> jobs_;
@@ -445,13 +458,17 @@ Status Run::Setup() {
   adam_step_.assign(static_cast<size_t>(window_), 0);
   TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config_.tokens, config_.batch, config_.seq, config_.data_seed));
   loader_ = std::make_unique<TokenLoader>(std::move(loader));
+  TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
+  for (int64_t i = 0; i < base_iteration_; ++i) loader_->Next();  // the batches already trained on
+  run_iterations_ = options_.iterations - base_iteration_;
+  result_.first_iteration = base_iteration_;
   return InitialiseStores();
 }
 
 // Writes the initial state to every disk home the schedule names (version 0) and sets the GPU's
 // bf16 parameters.
 Status Run::InitialiseStores() {
-  const std::vector<float> master = trainer_.InitialMaster();
+  const std::vector<float> master = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
   std::vector<uint16_t> p16(master.size());
   for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
   trainer_.dev_p16 = p16;
@@ -465,8 +482,10 @@ Status Run::InitialiseStores() {
     const DiskFile& f = disk_of_device_[static_cast<size_t>(t.device)];
     if (f.direct < 0 || kind == kGrad || kind == kGrad16) continue;
     const int64_t n = Elements(t);
+    const std::vector<float>& moment = kind == kAdamM ? initial_[1] : initial_[2];
     const void* src = kind == kParam16 ? static_cast<const void*>(p16.data() + t.element_offset)
                       : kind == kMaster ? static_cast<const void*>(master.data() + t.element_offset)
+                      : !moment.empty() ? static_cast<const void*>(moment.data() + t.element_offset)
                                         : static_cast<const void*>(zeros.data() + t.element_offset);
     char* block = blocks_.Take(t.size_bytes);
     if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
@@ -916,6 +935,19 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   return Status::Ok();
 }
 
+// Every task of `iteration` has completed: report its loss, checkpoint when due.
+Status Run::IterationDone(int64_t iteration) {
+  step_decided_[static_cast<size_t>(iteration % window_)] = -1;
+  const double loss = Iter(iteration).loss;
+  result_.loss.push_back(loss);
+  if (options_.on_iteration) options_.on_iteration(base_iteration_ + iteration, loss);
+  const int64_t done = base_iteration_ + iteration + 1;
+  if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty() && done % options_.checkpoint_every == 0) {
+    return SaveTrainingCheckpoint(iteration);
+  }
+  return Status::Ok();
+}
+
 void Run::Record(const Job& job, const TaskSpec& t) {
   TraceRecord r;
   r.iteration = job.instance.iteration;
@@ -939,7 +971,7 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
   const std::vector<int32_t> order = s_.TopologicalOrder();
   jobs_.resize(1);
   t0_ = MonotonicSeconds();
-  for (int64_t iteration = 0; iteration < options_.iterations; ++iteration) {
+  for (int64_t iteration = 0; iteration < run_iterations_; ++iteration) {
     for (int32_t task : order) {
       const TaskSpec& t = s_.tasks()[static_cast<size_t>(task)];
       TF_RETURN_IF_ERROR(Start({task, iteration}, 0));
@@ -955,20 +987,22 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
       }
       jobs_[0].sink.reset();
     }
-    result_.loss.push_back(Iter(iteration).loss);
-    if (options_.on_iteration) options_.on_iteration(iteration, Iter(iteration).loss);
-    step_decided_[static_cast<size_t>(iteration % window_)] = -1;
+    TF_RETURN_IF_ERROR(IterationDone(iteration));
   }
   result_.wall_s = MonotonicSeconds() - t0_;
-  result_.tasks = options_.iterations * static_cast<int64_t>(order.size());
-  TF_RETURN_IF_ERROR(ReadFinalMaster(&result_.master));
+  result_.tasks = run_iterations_ * static_cast<int64_t>(order.size());
+  TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   return std::move(result_);
 }
 
 StatusOr<RunResult> Run::Execute() {
   TF_RETURN_IF_ERROR(Setup());
+  if (run_iterations_ <= 0) {
+    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
+                              " iterations; ask for more than that");
+  }
   if (options_.plain_loop) return ExecutePlainLoop();
-  Dispatcher d(s_, options_.iterations);
+  Dispatcher d(s_, run_iterations_);
   t0_ = MonotonicSeconds();
   std::vector<Instance> to_start;
   Status failure;
@@ -1028,13 +1062,12 @@ StatusOr<RunResult> Run::Execute() {
     const int64_t iteration = job.instance.iteration;
     free_jobs_.push_back(e.job);
     d.Complete(job.instance);
+    if (options_.exit_after_tasks > 0 && ++tasks_done_ == options_.exit_after_tasks) std::_Exit(137);
     const size_t slot = static_cast<size_t>(iteration % window_);
     if (++completed_in_[slot] == per_iteration) {
       completed_in_[slot] = 0;
-      step_decided_[slot] = -1;
-      const double loss = Iter(iteration).loss;
-      result_.loss.push_back(loss);
-      if (options_.on_iteration) options_.on_iteration(iteration, loss);
+      Status st = IterationDone(iteration);
+      if (!st.ok() && failure.ok()) failure = st;
     }
   }
   busy += MonotonicSeconds() - busy_from;
@@ -1042,22 +1075,21 @@ StatusOr<RunResult> Run::Execute() {
   result_.dispatch_busy_s = busy;
   result_.tasks = d.completed();
   for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
-  TF_RETURN_IF_ERROR(ReadFinalMaster(&result_.master));
+  TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   return std::move(result_);
 }
 
-// The final master weights from their homes, every element at the last version.
-Status Run::ReadFinalMaster(std::vector<float>* master) {
+Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
   master->assign(static_cast<size_t>(trainer_.layout().total), 0.0f);
   Versions got;
   CompletionQueue done;
   std::vector<std::pair<char*, const TensorSpec*>> reads;
   for (const TensorSpec& ts : s_.tensors()) {
-    if (KindOf(ts.kind) != kMaster) continue;
+    if (KindOf(ts.kind) != kind) continue;
     const DiskFile& f = disk_of_device_[static_cast<size_t>(ts.device)];
     if (f.buffered < 0) continue;
     const int64_t n = Elements(ts);
-    if (home_[static_cast<size_t>(ts.device)][kMaster].Get(ts.element_offset, ts.element_offset + n) != options_.iterations) continue;
+    if (home_[static_cast<size_t>(ts.device)][kind].Get(ts.element_offset, ts.element_offset + n) != version) continue;
     char* block = blocks_.Take(ts.size_bytes);
     IoRequest r{IoOp::kRead, f.buffered, ts.offset_bytes, ts.size_bytes, block, reads.size()};
     TF_RETURN_IF_ERROR(storage_->Submit({&r, 1}, &done));
@@ -1066,7 +1098,7 @@ Status Run::ReadFinalMaster(std::vector<float>* master) {
   std::vector<IoCompletion> completions;
   while (completions.size() < reads.size()) done.Wait(&completions, 1);
   for (const IoCompletion& c : completions) {
-    if (!c.status.ok()) return Status(c.status.code(), "reading the final master weights: " + c.status.message());
+    if (!c.status.ok()) return Status(c.status.code(), std::string("reading ") + kKindNames[kind] + ": " + c.status.message());
   }
   for (const auto& [block, ts] : reads) {
     std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
@@ -1074,9 +1106,79 @@ Status Run::ReadFinalMaster(std::vector<float>* master) {
     blocks_.Give(block, ts->size_bytes);
   }
   if (got.Get(0, trainer_.layout().total) != 1) {
-    return FailedPrecondition("after the run, some master weights are not on any disk at the final version (" +
-                              std::to_string(options_.iterations) + " updates)");
+    return FailedPrecondition(std::string("some of ") + kKindNames[kind] + " is not on any disk at version " + std::to_string(version) +
+                              " (" + std::to_string(base_iteration_ + version) + " iterations)");
   }
+  return Status::Ok();
+}
+
+namespace {
+constexpr const char* kCheckpointName = "tierflow-run";
+}  // namespace
+
+// The committed checkpoint in options_.checkpoint_dir, when resuming and there is one: the state
+// to start from, the step, the loss scaler and the iterations already done.
+Status Run::LoadCheckpointIfAny() {
+  if (!options_.resume) return Status::Ok();
+  if (options_.checkpoint_dir.empty()) return InvalidArgument("resume needs a checkpoint directory");
+  if (!std::filesystem::exists(options_.checkpoint_dir + "/" + kCheckpointName + ".manifest.json")) return Status::Ok();
+  auto storage = NewPosixStorage();
+  CheckpointOptions o;
+  o.dirs = {options_.checkpoint_dir};
+  o.name = kCheckpointName;
+  const size_t total = static_cast<size_t>(trainer_.layout().total);
+  initial_[0].resize(total), initial_[1].resize(total), initial_[2].resize(total);
+  std::string meta;
+  Status sizes;
+  auto sink = [&](const CheckpointEntry& e) -> void* {
+    for (int k = 0; k < 3; ++k) {
+      if (e.name != kKindNames[kMaster + k]) continue;
+      if (e.size_bytes != static_cast<int64_t>(total * 4)) {
+        sizes = InvalidArgument("checkpoint '" + options_.checkpoint_dir + "': " + e.name + " has " + std::to_string(e.size_bytes) +
+                                " bytes, this model needs " + std::to_string(total * 4));
+        return nullptr;
+      }
+      return initial_[k].data();
+    }
+    if (e.name == "meta") {
+      meta.resize(static_cast<size_t>(e.size_bytes));
+      return meta.data();
+    }
+    return nullptr;
+  };
+  auto stats = LoadCheckpoint(*storage, o, sink);
+  if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
+  TF_RETURN_IF_ERROR(sizes);
+  const auto j = nlohmann::json::parse(meta, nullptr, false);
+  if (j.is_discarded() || !j.contains("iterations_done") || !j.contains("updates") || !j.contains("loss_scale") || !j.contains("good_steps")) {
+    return DataLoss("checkpoint '" + options_.checkpoint_dir + "': its meta record is unreadable");
+  }
+  base_iteration_ = j["iterations_done"].get<int64_t>();
+  updates_ = j["updates"].get<int64_t>();
+  scaler_.Restore(j["loss_scale"].get<float>(), j["good_steps"].get<int64_t>());
+  return Status::Ok();
+}
+
+// After `iteration` (of this run) completes: its updated states are at version iteration + 1 in
+// their homes; they, the step and the loss scaler are saved atomically.
+Status Run::SaveTrainingCheckpoint(int64_t iteration) {
+  std::vector<float> state[3];
+  for (int k = 0; k < 3; ++k) TF_RETURN_IF_ERROR(ReadState(kMaster + k, iteration + 1, &state[k]).WithContext("checkpoint"));
+  nlohmann::json j;
+  j["iterations_done"] = base_iteration_ + iteration + 1;
+  j["updates"] = updates_;
+  j["loss_scale"] = scaler_.scale();
+  j["good_steps"] = scaler_.good_steps();
+  const std::string meta = j.dump();
+  std::vector<CheckpointTensor> tensors;
+  for (int k = 0; k < 3; ++k) tensors.push_back({kKindNames[kMaster + k], "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
+  tensors.push_back({"meta", "u8", 0, meta.data(), static_cast<int64_t>(meta.size())});
+  auto storage = NewPosixStorage();
+  CheckpointOptions o;
+  o.dirs = {options_.checkpoint_dir};
+  o.name = kCheckpointName;
+  auto stats = SaveCheckpoint(*storage, tensors, o);
+  if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
   return Status::Ok();
 }
 

@@ -73,6 +73,12 @@ class LossScaler {
                       float min_scale = 1.0f)
       : scale_(initial_scale), growth_interval_(growth_interval), min_scale_(min_scale) {}
   float scale() const { return scale_; }
+  int64_t good_steps() const { return good_steps_; }
+  // Restores a saved state (scale() and good_steps() of a checkpoint).
+  void Restore(float scale, int64_t good_steps) {
+    scale_ = scale;
+    good_steps_ = good_steps;
+  }
   // Records one step's overflow check; returns true when the optimizer step should run.
   bool Update(bool finite);
 

@@ -50,13 +50,25 @@ struct RunOptions {
   // order, one at a time on the calling thread (I/O submitted and waited for): "the same ops in a
   // plain loop", the baseline of the dispatcher's overhead. Pools are not enforced.
   bool plain_loop = false;
+  // Checkpoints: with `checkpoint_dir` and `checkpoint_every` > 0, the training state (master
+  // weights, Adam moments, step, loss scaler, iterations done) is saved atomically there after
+  // every `checkpoint_every` iterations (real/checkpoint.h). With `resume`, a committed checkpoint
+  // in `checkpoint_dir` is the starting point and `iterations` is the total to reach: the result
+  // is bit-identical to an uninterrupted run.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  // For tests of crash recovery: after this many task completions the process exits at once
+  // (std::_Exit, no clean-up), as a kill -9 would leave it. 0 = never.
+  int64_t exit_after_tasks = 0;
   // Called on the calling thread after each iteration completes, with its loss.
   std::function<void(int64_t iteration, double loss)> on_iteration;
 };
 
 struct RunResult {
   std::vector<TraceRecord> records;        // one per instance, source "real", times from run start
-  std::vector<double> loss;                // per iteration
+  std::vector<double> loss;                // per iteration run now (from first_iteration)
+  int64_t first_iteration = 0;             // > 0 when resumed from a checkpoint
   std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher)
   int64_t tasks = 0;                       // instances executed
   double wall_s = 0;
