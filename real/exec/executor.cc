@@ -325,6 +325,8 @@ class Run {
   int64_t window_ = 2;
 
   std::unique_ptr<Storage> storage_;
+  std::unique_ptr<FaultInjectingStorage> fault_;      // wraps storage_ when options_.faults is set
+  Storage* io_ = nullptr;                              // what every I/O goes through
   std::vector<DiskFile> disk_of_device_;               // per schedule device
   std::vector<std::array<Versions, kKindCount>> home_;  // per schedule device
   Versions dev_p16_versions_, dev_grad_versions_;
@@ -397,6 +399,12 @@ Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckDiskDirs(dirs));
   StorageOptions so;
   TF_ASSIGN_OR_RETURN(storage_, NewStorage(options_.storage, so));
+  io_ = storage_.get();
+  if (!options_.faults.empty()) {
+    fault_ = NewFaultInjectingStorage(storage_.get());
+    for (const FaultRule& rule : options_.faults) fault_->AddRule(rule);
+    io_ = fault_.get();
+  }
   disk_of_device_.assign(s_.devices().size(), DiskFile{});
   home_.resize(s_.devices().size());
   for (size_t i = 0; i < dirs.size(); ++i) {
@@ -408,17 +416,17 @@ Status Run::Setup() {
     o.truncate = true;
     o.direct = true;
     o.direct_fallback = true;
-    TF_ASSIGN_OR_RETURN(OpenFile direct, storage_->Open(path, o));
+    TF_ASSIGN_OR_RETURN(OpenFile direct, io_->Open(path, o));
     OpenOptions ob = o;
     ob.truncate = false;
     ob.direct = false;
-    TF_ASSIGN_OR_RETURN(OpenFile buffered, storage_->Open(path, ob));
+    TF_ASSIGN_OR_RETURN(OpenFile buffered, io_->Open(path, ob));
     DiskFile& f = disk_of_device_[static_cast<size_t>(dev)];
     f.direct = direct.id;
     f.buffered = buffered.id;
     f.is_direct = direct.direct;
     if (dirs[i].required_bytes > 0) {
-      Status st = storage_->Allocate(direct.id, dirs[i].required_bytes);
+      Status st = io_->Allocate(direct.id, dirs[i].required_bytes);
       if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
     }
   }
@@ -493,7 +501,7 @@ Status Run::InitialiseStores() {
     staged.push_back(block);
     const bool aligned = f.is_direct && IsAligned(t.offset_bytes, kDirectAlignment) && IsAligned(t.size_bytes, kDirectAlignment);
     IoRequest r{IoOp::kWrite, aligned ? f.direct : f.buffered, t.offset_bytes, t.size_bytes, block, submitted};
-    TF_RETURN_IF_ERROR(storage_->Submit({&r, 1}, &done));
+    TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     ++submitted;
     home_[static_cast<size_t>(t.device)][kind].Set(t.element_offset, t.element_offset + n, 0);
   }
@@ -566,7 +574,7 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
     }
   };
   job.sink = std::make_unique<IoSink>(&events_, static_cast<size_t>(&job - jobs_.data()), static_cast<int>(requests.size()));
-  return storage_->Submit(requests, job.sink.get());
+  return io_->Submit(requests, job.sink.get());
 }
 
 Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
@@ -1092,7 +1100,7 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     if (home_[static_cast<size_t>(ts.device)][kind].Get(ts.element_offset, ts.element_offset + n) != version) continue;
     char* block = blocks_.Take(ts.size_bytes);
     IoRequest r{IoOp::kRead, f.buffered, ts.offset_bytes, ts.size_bytes, block, reads.size()};
-    TF_RETURN_IF_ERROR(storage_->Submit({&r, 1}, &done));
+    TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     reads.push_back({block, &ts});
   }
   std::vector<IoCompletion> completions;
@@ -1197,8 +1205,15 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
     if (t.op == Op::kCompute && t.resource != kNoIndex && schedule.resources()[static_cast<size_t>(t.resource)].concurrency != 1) {
       return InvalidArgument("resource '" + schedule.resources()[static_cast<size_t>(t.resource)].name + "': a compute resource of concurrency 1 is required");
     }
-    if (t.phase == Phase::kForward && t.op == Op::kCompute && t.id.find(".f1.") != std::string::npos) {
-      return InvalidArgument("tierflow run: gradient_accumulation_steps > 1 is not supported yet (task '" + t.id + "')");
+  }
+  // One micro-step: no unit is computed forward twice in an iteration.
+  std::map<int32_t, std::string> forward_of;
+  for (const TaskSpec& t : schedule.tasks()) {
+    if (t.op != Op::kCompute || t.phase != Phase::kForward || t.tensors.empty()) continue;
+    auto [it, fresh] = forward_of.emplace(t.tensors[0], t.id);
+    if (!fresh) {
+      return InvalidArgument("tierflow run: gradient_accumulation_steps > 1 is not supported yet (tasks '" + it->second + "' and '" + t.id +
+                             "' compute the same unit forward)");
     }
   }
   for (const TensorSpec& ts : schedule.tensors()) {

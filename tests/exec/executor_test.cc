@@ -3,6 +3,7 @@
 // and a schedule that would train on stale state, deadlock, or has no disk stops with an error.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -165,11 +166,40 @@ TEST(Executor, AMissingDiskIsAnErrorBeforeTraining) {
   EXPECT_NE(run.status().message().find("nvme0"), std::string::npos) << run.status().ToString();
 }
 
+// The disk fills up during training (ENOSPC on a store write after the initial state is in): the
+// run stops with the error, naming the task, after the work in flight drains; it does not hang.
+TEST(Executor, ADiskThatFillsUpStopsTheRunWithTheTaskNamed) {
+  const policies::Scenario zi = LoadTiny({});
+  TempDir d0("enospc");
+  RunOptions options;
+  options.iterations = 3;
+  options.disks = {d0.str()};
+  FaultRule full;
+  full.kind = FaultKind::kError;
+  full.ops = static_cast<uint32_t>(FaultOpMask::kWrite);
+  full.path_contains = "tierflow-run.store";
+  full.error = ENOSPC;
+  full.skip = 100;  // the initial state's writes and some of training's go through
+  full.count = -1;
+  options.faults = {full};
+  auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("task 'write."), std::string::npos) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("No space left"), std::string::npos) << run.status().ToString();
+}
+
 TEST(Executor, MultiRankSchedulesAreRefusedClearly) {
   const policies::Scenario zi = LoadTiny({"training.data_parallel=2", "hardware.preset=a100x4-1nvme"});
   const Status st = CheckRunnable(PlanOrDie(zi), ConfigFor(zi));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("one rank"), std::string::npos) << st.ToString();
+}
+
+TEST(Executor, SeveralMicroStepsAreRefusedClearly) {
+  const policies::Scenario zi = LoadTiny({"training.gradient_accumulation_steps=2"});
+  const Status st = CheckRunnable(PlanOrDie(zi), ConfigFor(zi));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("gradient_accumulation_steps > 1"), std::string::npos) << st.ToString();
 }
 
 TEST(Sha256, MatchesTheStandardVectors) {

@@ -27,6 +27,7 @@
 #include "tierflow/core/trace_record.h"
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/llama.h"
+#include "tierflow/real/storage.h"
 
 namespace tierflow::real {
 
@@ -58,6 +59,9 @@ struct RunOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
+  // For tests of I/O failures: the storage back-end is wrapped in the fault-injecting one with
+  // these rules (storage.h).
+  std::vector<FaultRule> faults;
   // For tests of crash recovery: after this many task completions the process exits at once
   // (std::_Exit, no clean-up), as a kill -9 would leave it. 0 = never.
   int64_t exit_after_tasks = 0;
