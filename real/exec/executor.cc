@@ -1276,8 +1276,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     result.loss.push_back(it.loss);
     if (on_iteration) on_iteration(i, it.loss);
   }
-  result.wall_s = MonotonicSeconds() - t0;
-  result.tasks = iterations;
+  result.wall_s = MonotonicSeconds() - t0;  // no schedule: no tasks, records or pools
   result.master = std::move(master);
   return result;
 }
