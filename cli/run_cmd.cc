@@ -84,7 +84,6 @@ Status RunRun(const RunArgs& a) {
   if (a.in_memory) {
     TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss));
   } else {
-    TF_RETURN_IF_ERROR(real::CheckRunnable(in.schedule, config));
     real::RunOptions options;
     options.iterations = a.iterations;
     options.disks = a.disks;

@@ -173,7 +173,7 @@ void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
 }
 
 int32_t ScheduleBuilder::State(const std::string& kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
-  TF_CHECK(state_region_bytes_ > 0 || state_rank_elements_ == 0);
+  TF_CHECK(state_region_bytes_ > 0);  // StateLayout first, or every kind would share one region
   int64_t k = 0;
   while (k < static_cast<int64_t>(std::size(kStateKinds)) && kind != kStateKinds[k].name) ++k;
   TF_CHECK(k < static_cast<int64_t>(std::size(kStateKinds)));

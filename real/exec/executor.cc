@@ -7,17 +7,16 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
 
-#include "tierflow/core/dispatcher.h"
-#include <filesystem>
-
 #include <nlohmann/json.hpp>
 
+#include "tierflow/core/dispatcher.h"
 #include "tierflow/real/checkpoint.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/disk_set.h"
@@ -275,11 +274,12 @@ class Run {
   }
 
   StatusOr<RunResult> Execute();
-  StatusOr<RunResult> ExecutePlainLoop();
-  void Record(const Job& job, const TaskSpec& t);  // its trace record, ending now
-  Status IterationDone(int64_t iteration);
 
  private:
+  StatusOr<RunResult> ExecutePlainLoop();
+  // A job whose work succeeded: its finish, its trace record (ending now), the buffers it frees.
+  void Finish(Job& job, const TaskSpec& t);
+  Status IterationDone(int64_t iteration);
   Status Setup();
   Status InitialiseStores();
   Status Start(const Instance& inst, size_t job_index);
@@ -469,6 +469,10 @@ Status Run::Setup() {
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
   for (int64_t i = 0; i < base_iteration_; ++i) loader_->Next();  // the batches already trained on
   run_iterations_ = options_.iterations - base_iteration_;
+  if (run_iterations_ <= 0) {
+    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
+                              " iterations; ask for more than that");
+  }
   result_.first_iteration = base_iteration_;
   return InitialiseStores();
 }
@@ -490,6 +494,8 @@ Status Run::InitialiseStores() {
     const DiskFile& f = disk_of_device_[static_cast<size_t>(t.device)];
     if (f.direct < 0 || kind == kGrad || kind == kGrad16) continue;
     const int64_t n = Elements(t);
+    // Tensors overlap (a unit's range, a sub-group's): write each range once.
+    if (home_[static_cast<size_t>(t.device)][kind].Get(t.element_offset, t.element_offset + n) == 0) continue;
     const std::vector<float>& moment = kind == kAdamM ? initial_[1] : initial_[2];
     const void* src = kind == kParam16 ? static_cast<const void*>(p16.data() + t.element_offset)
                       : kind == kMaster ? static_cast<const void*>(master.data() + t.element_offset)
@@ -956,7 +962,9 @@ Status Run::IterationDone(int64_t iteration) {
   return Status::Ok();
 }
 
-void Run::Record(const Job& job, const TaskSpec& t) {
+void Run::Finish(Job& job, const TaskSpec& t) {
+  ctx_iteration_ = job.instance.iteration;
+  if (job.finish) job.finish();
   TraceRecord r;
   r.iteration = job.instance.iteration;
   r.task = t.id;
@@ -973,6 +981,13 @@ void Run::Record(const Job& job, const TaskSpec& t) {
   r.queue_depth = t.queue_depth;
   r.threads = t.ranks;
   result_.records.push_back(std::move(r));
+  for (int32_t b : t.frees) {
+    BufferState& buf = Buf(b);
+    blocks_.Give(buf.data, buf.size);
+    buf.data = nullptr;
+    buf.pieces.clear();
+  }
+  job.sink.reset();
 }
 
 StatusOr<RunResult> Run::ExecutePlainLoop() {
@@ -985,15 +1000,7 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
       TF_RETURN_IF_ERROR(Start({task, iteration}, 0));
       Event e = events_.Pop();
       if (!e.status.ok()) return Status(e.status.code(), Who(t, iteration) + ": " + e.status.message());
-      ctx_iteration_ = iteration;
-      if (jobs_[0].finish) jobs_[0].finish();
-      Record(jobs_[0], t);
-      for (int32_t b : t.frees) {
-        blocks_.Give(Buf(b).data, Buf(b).size);
-        Buf(b).data = nullptr;
-        Buf(b).pieces.clear();
-      }
-      jobs_[0].sink.reset();
+      Finish(jobs_[0], t);
     }
     TF_RETURN_IF_ERROR(IterationDone(iteration));
   }
@@ -1005,10 +1012,6 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
 
 StatusOr<RunResult> Run::Execute() {
   TF_RETURN_IF_ERROR(Setup());
-  if (run_iterations_ <= 0) {
-    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
-                              " iterations; ask for more than that");
-  }
   if (options_.plain_loop) return ExecutePlainLoop();
   Dispatcher d(s_, run_iterations_);
   t0_ = MonotonicSeconds();
@@ -1057,16 +1060,7 @@ StatusOr<RunResult> Run::Execute() {
       continue;
     }
     if (!failure.ok()) continue;
-    ctx_iteration_ = job.instance.iteration;
-    if (job.finish) job.finish();
-    Record(job, t);
-    for (int32_t b : t.frees) {
-      BufferState& buf = Buf(b);
-      blocks_.Give(buf.data, buf.size);
-      buf.data = nullptr;
-      buf.pieces.clear();
-    }
-    job.sink.reset();
+    Finish(job, t);
     const int64_t iteration = job.instance.iteration;
     free_jobs_.push_back(e.job);
     d.Complete(job.instance);
@@ -1098,6 +1092,8 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     if (f.buffered < 0) continue;
     const int64_t n = Elements(ts);
     if (home_[static_cast<size_t>(ts.device)][kind].Get(ts.element_offset, ts.element_offset + n) != version) continue;
+    if (got.Get(ts.element_offset, ts.element_offset + n) == 1) continue;  // a copy already read
+    got.Set(ts.element_offset, ts.element_offset + n, 1);
     char* block = blocks_.Take(ts.size_bytes);
     IoRequest r{IoOp::kRead, f.buffered, ts.offset_bytes, ts.size_bytes, block, reads.size()};
     TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
@@ -1110,7 +1106,6 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
   }
   for (const auto& [block, ts] : reads) {
     std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
-    got.Set(ts->element_offset, ts->element_offset + Elements(*ts), 1);
     blocks_.Give(block, ts->size_bytes);
   }
   if (got.Get(0, trainer_.layout().total) != 1) {

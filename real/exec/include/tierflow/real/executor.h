@@ -14,7 +14,8 @@
 // instead of training on the wrong bytes. The math is the same as RunInMemory's plain loop, so
 // the final weights are bit-identical whatever the schedule (tests/exec).
 //
-// Thread safety: one call at a time per process is not required; each call owns its state.
+// Thread safety: calls are independent (each owns its threads, buffers and files); two runs must
+// not share --disk or checkpoint directories.
 #pragma once
 
 #include <cstdint>
