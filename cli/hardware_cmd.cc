@@ -43,6 +43,8 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                  {"peak_flops", n.gpu.peak_flops},
                  {"hbm_bw_bytes_per_s", n.gpu.hbm_bw_bytes_per_s},
                  {"compute_efficiency", n.gpu.compute_efficiency},
+                 {"forward_efficiency", models::ComputeEfficiency(n.gpu, Phase::kForward)},
+                 {"backward_efficiency", models::ComputeEfficiency(n.gpu, Phase::kBackward)},
                  {"kernel_overhead_s", n.gpu.kernel_overhead_s}}},
                {"pcie",
                 {{"h2d_bw_bytes_per_s", n.pcie.h2d_bw_bytes_per_s},

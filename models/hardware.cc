@@ -32,6 +32,8 @@ Status ApplyGpu(const YAML::Node& node, const std::string& path, GpuSpec* g) {
   TF_RETURN_IF_ERROR(r.FlopRate("peak_flops", &g->peak_flops));
   TF_RETURN_IF_ERROR(r.Bandwidth("hbm_bw", &g->hbm_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.Fraction("compute_efficiency", &g->compute_efficiency));
+  TF_RETURN_IF_ERROR(r.Fraction("forward_efficiency", &g->forward_efficiency));
+  TF_RETURN_IF_ERROR(r.Fraction("backward_efficiency", &g->backward_efficiency));
   TF_RETURN_IF_ERROR(r.Duration("kernel_overhead", &g->kernel_overhead_s));
   return r.Finish();
 }
@@ -238,6 +240,12 @@ Status ValidateHardware(const HardwareSpec& hw) {
   TF_RETURN_IF_ERROR(Positive(node.gpu.peak_flops, n + ".gpu.peak_flops"));
   TF_RETURN_IF_ERROR(Positive(node.gpu.hbm_bw_bytes_per_s, n + ".gpu.hbm_bw"));
   TF_RETURN_IF_ERROR(InUnitInterval(node.gpu.compute_efficiency, n + ".gpu.compute_efficiency"));
+  if (node.gpu.forward_efficiency != 0) {
+    TF_RETURN_IF_ERROR(InUnitInterval(node.gpu.forward_efficiency, n + ".gpu.forward_efficiency"));
+  }
+  if (node.gpu.backward_efficiency != 0) {
+    TF_RETURN_IF_ERROR(InUnitInterval(node.gpu.backward_efficiency, n + ".gpu.backward_efficiency"));
+  }
   if (node.gpu.kernel_overhead_s < 0) {
     return InvalidArgument(n + ".gpu.kernel_overhead must not be negative");
   }
@@ -314,6 +322,8 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
   y += fmt::format("    peak_flops: {} FLOP/s\n", Num(n.gpu.peak_flops));
   y += fmt::format("    hbm_bw: {} B/s\n", Num(n.gpu.hbm_bw_bytes_per_s));
   y += fmt::format("    compute_efficiency: {}\n", Num(n.gpu.compute_efficiency));
+  if (n.gpu.forward_efficiency != 0) y += fmt::format("    forward_efficiency: {}\n", Num(n.gpu.forward_efficiency));
+  if (n.gpu.backward_efficiency != 0) y += fmt::format("    backward_efficiency: {}\n", Num(n.gpu.backward_efficiency));
   y += fmt::format("    kernel_overhead: {} s\n", Num(n.gpu.kernel_overhead_s));
   y += "  pcie:\n";
   y += fmt::format("    h2d_bw: {} B/s\n", Num(n.pcie.h2d_bw_bytes_per_s));

@@ -24,11 +24,16 @@ double UsefulThreads(const CpuSpec& cpu, int32_t threads) {
 
 }  // namespace
 
-double ComputeTime(const GpuSpec& gpu, double flops, double bytes) {
+double ComputeEfficiency(const GpuSpec& gpu, Phase phase) {
+  if (phase == Phase::kForward && gpu.forward_efficiency > 0) return gpu.forward_efficiency;
+  if (phase == Phase::kBackward && gpu.backward_efficiency > 0) return gpu.backward_efficiency;
+  return gpu.compute_efficiency;
+}
+
+double ComputeTime(const GpuSpec& gpu, double flops, double bytes, Phase phase) {
   double t = 0.0;
-  if (flops > 0 && gpu.peak_flops > 0 && gpu.compute_efficiency > 0) {
-    t = flops / (gpu.peak_flops * gpu.compute_efficiency);
-  }
+  const double efficiency = ComputeEfficiency(gpu, phase);
+  if (flops > 0 && gpu.peak_flops > 0 && efficiency > 0) t = flops / (gpu.peak_flops * efficiency);
   if (bytes > 0 && gpu.hbm_bw_bytes_per_s > 0) t = std::max(t, bytes / gpu.hbm_bw_bytes_per_s);
   return t + gpu.kernel_overhead_s;
 }

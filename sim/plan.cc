@@ -163,7 +163,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
       }
       case Op::kCompute: {
         if (dev.kind != HwKind::kGpu) return InvalidArgument(who + ": compute needs a gpu device");
-        const double d = models::ComputeTime(node.gpu, t.flops, static_cast<double>(t.bytes));
+        const double d = models::ComputeTime(node.gpu, t.flops, static_cast<double>(t.bytes), t.phase);
         if (!(d > 0)) break;
         p.kind = ActivityKind::kExec;
         p.gpu = dev.index;

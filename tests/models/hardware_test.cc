@@ -146,6 +146,8 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.gpu.peak_flops, y.gpu.peak_flops);
   EXPECT_EQ(x.gpu.hbm_bw_bytes_per_s, y.gpu.hbm_bw_bytes_per_s);
   EXPECT_EQ(x.gpu.compute_efficiency, y.gpu.compute_efficiency);
+  EXPECT_EQ(x.gpu.forward_efficiency, y.gpu.forward_efficiency);
+  EXPECT_EQ(x.gpu.backward_efficiency, y.gpu.backward_efficiency);
   EXPECT_EQ(x.gpu.kernel_overhead_s, y.gpu.kernel_overhead_s);
   EXPECT_EQ(x.pcie.h2d_bw_bytes_per_s, y.pcie.h2d_bw_bytes_per_s);
   EXPECT_EQ(x.pcie.d2h_bw_bytes_per_s, y.pcie.d2h_bw_bytes_per_s);

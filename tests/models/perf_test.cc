@@ -101,6 +101,17 @@ TEST(PerfComputeTest, Roofline) {
   ExpectRel(ComputeTime(g, 0, 0), 10e-6);
 }
 
+TEST(PerfComputeTest, PhaseEfficiencyOverridesTheDefault) {
+  GpuSpec g = Gpu();
+  g.backward_efficiency = 0.25;
+  // Backward at 75 TFLOP/s effective; forward (no override) and other phases at 150.
+  ExpectRel(ComputeTime(g, 1.5e14, 0, Phase::kBackward), 2.0 + 10e-6);
+  ExpectRel(ComputeTime(g, 1.5e14, 0, Phase::kForward), 1.0 + 10e-6);
+  ExpectRel(ComputeTime(g, 1.5e14, 0, Phase::kStep), 1.0 + 10e-6);
+  EXPECT_EQ(ComputeEfficiency(g, Phase::kBackward), 0.25);
+  EXPECT_EQ(ComputeEfficiency(g, Phase::kForward), 0.5);
+}
+
 TEST(PerfCopyTest, PinnedPageableAndDirection) {
   PcieSpec p;
   p.h2d_bw_bytes_per_s = 25e9;

@@ -25,6 +25,10 @@ struct GpuSpec {
   double peak_flops = 0;          // dense bf16 with fp32 accumulation, FLOP/s
   double hbm_bw_bytes_per_s = 0;
   double compute_efficiency = 0.5;  // achieved fraction of peak on large GEMM-bound steps
+  // Per-phase efficiencies (calibrate fits them apart: backward kernels, with recomputation,
+  // rarely run at the forward's rate); 0 means compute_efficiency.
+  double forward_efficiency = 0;
+  double backward_efficiency = 0;
   double kernel_overhead_s = 0;     // fixed cost per compute task (launches, sync)
 };
 

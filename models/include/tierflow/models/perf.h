@@ -7,12 +7,15 @@
 
 #include <cstdint>
 
+#include "tierflow/core/ops.h"
 #include "tierflow/models/hardware.h"
 
 namespace tierflow::models {
 
-// Roofline with a fitted efficiency: max(flops / (peak * eff), bytes / hbm_bw) + overhead.
-double ComputeTime(const GpuSpec& gpu, double flops, double bytes);
+// Roofline with a fitted efficiency: max(flops / (peak * eff), bytes / hbm_bw) + overhead, eff
+// being the phase's own efficiency where the GPU has one (ComputeEfficiency).
+double ComputeTime(const GpuSpec& gpu, double flops, double bytes, Phase phase = Phase::kOther);
+double ComputeEfficiency(const GpuSpec& gpu, Phase phase);
 
 // Sustained bandwidth of one stream of requests of `block_bytes` with `queue_depth` in flight.
 double DiskReadBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth);
