@@ -8,6 +8,7 @@
 #include <string>
 
 #include "command.h"
+#include "inputs.h"
 #include "tierflow/core/units.h"
 #include "tierflow/models/hardware.h"
 #include "tierflow/models/perf.h"
@@ -21,14 +22,6 @@ struct HardwareOptions {
   bool json = false;
   bool yaml = false;
 };
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot open hardware file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 nlohmann::json ToJson(const models::HardwareSpec& hw) {
   const models::NodeSpec& n = hw.node;
@@ -155,8 +148,7 @@ Status Run(const HardwareOptions& o) {
     return InvalidArgument("give a preset or --file, not both");
   models::HardwareSpec hw;
   if (!o.file.empty()) {
-    TF_ASSIGN_OR_RETURN(std::string text, ReadFile(o.file));
-    TF_ASSIGN_OR_RETURN(hw, models::HardwareFromYamlText(text));
+    TF_ASSIGN_OR_RETURN(hw, LoadHardwareFile(o.file));
   } else {
     TF_ASSIGN_OR_RETURN(hw, models::HardwarePreset(o.preset));
     if (o.yaml) {

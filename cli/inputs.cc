@@ -1,11 +1,16 @@
 #include "inputs.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 
 #include "tierflow/policies/policy.h"
+#include "tierflow/real/dataset.h"
+#include "tierflow/real/tokenizer.h"
 
 namespace tierflow::cli {
 namespace {
@@ -45,6 +50,55 @@ StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vect
   TF_ASSIGN_OR_RETURN(in.scenario, policies::LoadScenarioFile(path, sets));
   TF_ASSIGN_OR_RETURN(in.schedule, policies::Plan(in.scenario));
   return in;
+}
+
+namespace {
+
+StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path) {
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".txt") == 0) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return NotFound("--data '" + path + "': cannot open");
+    std::stringstream text;
+    text << in.rdbuf();
+    return real::ByteEncode(text.str());
+  }
+  return real::ReadTokenFile(path);
+}
+
+}  // namespace
+
+StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, const std::string& data, float lr,
+                                            int threads) {
+  real::TrainConfig config;
+  config.spec.config = scenario.model;
+  config.batch = scenario.training.micro_batch_size;
+  config.seq = scenario.training.sequence_length;
+  config.adam.lr = lr;
+  config.threads = threads;
+  const std::string path = data.empty() ? kDefaultCorpus : data;
+  auto tokens = LoadTokens(path);
+  if (!tokens.ok()) {
+    return Status(tokens.status().code(), tokens.status().message() +
+                                              (data.empty() ? " (the shipped corpus is looked up from the repository root; give --data FILE)" : ""));
+  }
+  config.tokens = std::move(*tokens);
+  for (int32_t t : config.tokens) {
+    if (t < 0 || t >= config.spec.config.vocab) {
+      return InvalidArgument("--data '" + path + "': token id " + std::to_string(t) + " is outside the model's vocabulary of " +
+                             std::to_string(config.spec.config.vocab));
+    }
+  }
+  return config;
+}
+
+StatusOr<models::HardwareSpec> LoadHardwareFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("hardware file '" + path + "' cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto hw = models::HardwareFromYamlText(ss.str());
+  if (!hw.ok()) return hw.status().WithContext("hardware file '" + path + "'");
+  return hw;
 }
 
 Progress::Progress(std::string label, double total)

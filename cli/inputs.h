@@ -10,7 +10,9 @@
 #include <CLI/CLI.hpp>
 
 #include "tierflow/core/schedule.h"
+#include "tierflow/models/hardware.h"
 #include "tierflow/policies/scenario.h"
+#include "tierflow/real/executor.h"
 
 namespace tierflow::cli {
 
@@ -27,6 +29,17 @@ void AddSetOption(CLI::App* app, std::vector<std::string>* sets);
 // it is an error (the schedule is already planned), except for hardware.* keys, which re-target
 // the stored scenario's hardware.
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets);
+
+// The training set-up `run` and `validate` give the executor: the scenario's model and shape,
+// the corpus (`data`: a .txt file is byte-tokenized, anything else an llm.c token file; empty:
+// kDefaultCorpus, looked up from the working directory), AdamW's learning rate, compute threads.
+inline constexpr const char* kDefaultCorpus = "data/corpus/kjv-genesis.txt";
+StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, const std::string& data, float lr,
+                                            int threads);
+
+// A hardware description file (a calibrated profile, or any file in docs/hardware-format.md);
+// errors name the file.
+StatusOr<models::HardwareSpec> LoadHardwareFile(const std::string& path);
 
 // Prints a one-line progress bar with ETA to stderr when it is a terminal.
 class Progress {

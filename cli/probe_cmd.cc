@@ -1,15 +1,26 @@
-// `tierflow probe disk --dir D [--dir D2 ...]`: sweeps request size × queue depth × op ×
-// concurrent devices on the storage back-end and prints an nccl-tests-style table (or --json);
-// --trace writes the calibration records. Writes only one file inside each given directory and
-// removes it.
+// `tierflow probe`: measure this machine for `tierflow calibrate` (docs/calibration.md).
+//   probe disk --dir D [--dir D2 ...]   request size x queue depth x op x devices, nccl-tests style
+//   probe copy | compute [SCENARIO] | optimizer | memory   the host-side probes
+//   probe all --dir D [--dir D2 ...] -o DIR [--scenario S]   every probe, bounded, one file each
+// Each writes trace records (--trace FILE, or DIR/<probe>.jsonl for `all`). The disk probe writes
+// only one file inside each given directory and removes it.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <map>
+#include <tuple>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "inputs.h"
 #include "tierflow/core/units.h"
+#include "tierflow/policies/policy.h"
 #include "tierflow/real/disk_probe.h"
+#include "tierflow/real/host_probes.h"
+#include "tierflow/real/storage.h"
 
 namespace tierflow::cli {
 namespace {
@@ -106,8 +117,216 @@ Status RunProbeDisk(const ProbeArgs& a) {
   return Status::Ok();
 }
 
+// ---- host probes -----------------------------------------------------------------------------
+
+struct HostArgs {
+  std::string sizes = "64KiB,256KiB,1MiB,4MiB,16MiB,64MiB";
+  std::string elements = "262144,1048576,4194304,16777216";
+  std::string memory = "128MiB";
+  std::string scenario;
+  std::vector<std::string> sets;
+  int reps = 5;
+  int threads = 0;
+  std::string trace;
+};
+
+// The model the compute probe runs when no scenario is given: the tiny test model at its whole
+// context, as scenarios/tiny-cpu.yaml trains it.
+constexpr const char* kDefaultComputeScenario = R"(name: probe-compute
+model: {preset: tiny}
+hardware: {preset: cpu-host}
+training: {micro_batch_size: 1, sequence_length: 128, gradient_accumulation_steps: 1,
+           activation_checkpointing: true, data_parallel: 1}
+)";
+
+StatusOr<policies::Scenario> ComputeScenario(const std::string& path, const std::vector<std::string>& sets) {
+  if (path.empty()) return policies::LoadScenarioText(kDefaultComputeScenario, sets, "the default compute-probe scenario");
+  TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(path, sets));
+  return in.scenario;
+}
+
+// The compute probe at the scenario's shape and at a half and a quarter of its sequence, so
+// that the fit sees a range of FLOPs per layer (the overhead and the rate come apart).
+StatusOr<std::vector<TraceRecord>> ProbeComputeOf(const policies::Scenario& base, const real::HostProbeOptions& o, int threads) {
+  std::vector<TraceRecord> out;
+  const int64_t seq = base.training.sequence_length;
+  for (int64_t s : {seq / 4, seq / 2, seq}) {
+    if (s < 1) continue;
+    policies::Scenario sc = base;
+    sc.training.sequence_length = s;
+    sc.training.data_parallel = 1;
+    TF_ASSIGN_OR_RETURN(std::vector<policies::LayerCompute> costs, policies::LayerComputeCosts(sc));
+    std::vector<real::LayerCost> lc;
+    for (const auto& c : costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes});
+    real::TrainConfig config;
+    config.spec.config = sc.model;
+    config.batch = sc.training.micro_batch_size;
+    config.seq = s;
+    config.threads = threads;
+    const std::string label = sc.model.name + ".b" + std::to_string(config.batch) + ".s" + std::to_string(s);
+    TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> r, real::ProbeCompute(config, lc, label, o));
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  return out;
+}
+
+// One line per measured point (records with the same task, op, size, threads, layer and phase):
+// repetitions, median time, and the median rate (FLOP/s for compute, bytes/s otherwise).
+void PrintPointTable(const std::vector<TraceRecord>& records) {
+  std::map<std::tuple<std::string, int, int64_t, int32_t, int32_t, int>, std::vector<const TraceRecord*>> points;
+  for (const TraceRecord& r : records) {
+    points[{r.task, static_cast<int>(r.op), r.bytes, r.threads, r.layer, static_cast<int>(r.phase)}].push_back(&r);
+  }
+  std::printf("%-34s %-9s %-8s %10s %7s %5s %11s %14s\n", "task", "op", "phase", "bytes", "threads", "reps", "median", "rate");
+  for (auto& [key, rs] : points) {
+    std::vector<double> t;
+    for (const TraceRecord* r : rs) t.push_back(r->duration_s());
+    std::sort(t.begin(), t.end());
+    const double med = t[t.size() / 2];
+    const TraceRecord& r = *rs.front();
+    std::string task = r.task;
+    if (r.layer >= 0) task += " L" + std::to_string(r.layer);
+    const std::string rate = r.op == Op::kCompute ? fmt::format("{:.2f} GFLOP/s", med > 0 ? r.flops / med / 1e9 : 0.0)
+                                                  : FormatBandwidth(med > 0 ? static_cast<double>(r.bytes) / med : 0.0);
+    std::printf("%-34s %-9s %-8s %10s %7d %5zu %11s %14s\n", task.c_str(), std::string(OpName(r.op)).c_str(),
+                std::string(PhaseName(r.phase)).c_str(), FormatBytes(static_cast<double>(r.bytes)).c_str(), r.threads, rs.size(),
+                FormatDuration(med).c_str(), rate.c_str());
+  }
+}
+
+Status WriteRecords(const std::string& path, const std::vector<TraceRecord>& records, const std::string& what) {
+  PrintPointTable(records);
+  if (path.empty()) {
+    std::printf("%s: %zu records measured (give --trace FILE to keep them for tierflow calibrate)\n", what.c_str(), records.size());
+    return Status::Ok();
+  }
+  TF_RETURN_IF_ERROR(WriteTraceFile(path, records));
+  std::printf("%s: %zu records -> %s\n", what.c_str(), records.size(), path.c_str());
+  return Status::Ok();
+}
+
+real::HostProbeOptions HostOptions(const HostArgs& a, Progress* progress, double* done) {
+  real::HostProbeOptions o;
+  o.repetitions = a.reps;
+  o.max_threads = a.threads;
+  o.progress = [progress, done](const std::string&) {
+    if (progress != nullptr) progress->Update(++*done);
+  };
+  return o;
+}
+
+enum class HostProbe { kCopy, kCompute, kOptimizer, kMemory };
+
+StatusOr<std::vector<TraceRecord>> RunHostProbe(HostProbe which, const HostArgs& a, const real::HostProbeOptions& o) {
+  auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
+  switch (which) {
+    case HostProbe::kCopy: {
+      TF_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseList<int64_t>(a.sizes, bytes));
+      return real::ProbeCopies(sizes, o);
+    }
+    case HostProbe::kCompute: {
+      TF_ASSIGN_OR_RETURN(policies::Scenario sc, ComputeScenario(a.scenario, a.sets));
+      return ProbeComputeOf(sc, o, a.threads);
+    }
+    case HostProbe::kOptimizer: {
+      TF_ASSIGN_OR_RETURN(std::vector<int64_t> counts, ParseList<int64_t>(a.elements, bytes));
+      return real::ProbeOptimizer(counts, o);
+    }
+    case HostProbe::kMemory: {
+      TF_ASSIGN_OR_RETURN(int64_t b, ParseBytes(a.memory, true));
+      return real::ProbeMemory(b, o);
+    }
+  }
+  return Internal("unknown host probe");
+}
+
+// ---- probe all ---------------------------------------------------------------------------------
+
+struct AllArgs {
+  std::vector<std::string> dirs;
+  std::string out;
+  HostArgs host;
+  std::string disk_sizes = "64KiB,1MiB,4MiB";
+  std::string disk_qds = "1,2,8,32";
+  double disk_duration_s = 0.3;
+  int disk_reps = 2;
+  std::string backend = "auto";
+};
+
+Status RunProbeAll(const AllArgs& a) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(a.out, ec);
+  if (ec) return InvalidArgument("-o '" + a.out + "': cannot create the directory (" + ec.message() + ")");
+  // Everything is checked before anything is measured.
+  real::DiskProbeOptions d;
+  d.dirs = a.dirs;
+  auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
+  TF_ASSIGN_OR_RETURN(d.block_bytes, ParseList<int64_t>(a.disk_sizes, bytes));
+  TF_ASSIGN_OR_RETURN(d.queue_depths, ParseList<int32_t>(a.disk_qds, ParseInt));
+  d.file_bytes = int64_t{512} << 20;
+  d.duration_s = a.disk_duration_s;
+  d.warmup_s = 0.1;
+  d.repetitions = a.disk_reps;
+  d.backend = a.backend;
+  TF_ASSIGN_OR_RETURN(policies::Scenario compute_scenario, ComputeScenario(a.host.scenario, a.host.sets));
+
+  const int64_t device_counts = a.dirs.size() > 1 ? 2 : 1;
+  const double disk_points = static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * device_counts);
+  std::printf("# tierflow probe all: %zu disk dir(s); compute on %s (batch %lld, sequence %lld and shorter); records -> %s/\n",
+              a.dirs.size(), compute_scenario.model.name.c_str(),
+              static_cast<long long>(compute_scenario.training.micro_batch_size),
+              static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
+  std::printf("# disk: %.0f points of %.1f s each (about %.0f s); the host probes take about half a minute\n", disk_points,
+              d.warmup_s + d.repetitions * d.duration_s, disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02));
+  std::fflush(stdout);
+
+  struct Step {
+    std::string name;
+    std::function<StatusOr<std::vector<TraceRecord>>(const real::HostProbeOptions&)> run;
+  };
+  HostArgs host = a.host;
+  std::vector<Step> steps;
+  steps.push_back({"disk", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
+                     std::vector<TraceRecord> trace;
+                     TF_RETURN_IF_ERROR(real::RunDiskProbe(d, &trace, [&](const real::DiskProbeResult&) {
+                                          if (o.progress) o.progress("disk point");
+                                        }).status());
+                     return trace;
+                   }});
+  steps.push_back({"copy", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kCopy, host, o); }});
+  steps.push_back({"compute", [&](const real::HostProbeOptions& o) { return ProbeComputeOf(compute_scenario, o, host.threads); }});
+  steps.push_back({"optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
+  steps.push_back({"memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
+
+  // Progress in points: disk points, then the host probes' reported steps (estimated counts).
+  const double host_points = 12.0 + 3 * (host.reps + 1) + 8.0 + 2.0;
+  Progress progress("probing", disk_points + host_points);
+  double done = 0;
+  const double t0 = real::MonotonicSeconds();
+  for (const Step& step : steps) {
+    real::HostProbeOptions o = HostOptions(host, &progress, &done);
+    const double start = real::MonotonicSeconds();
+    auto records = step.run(o);
+    progress.Update(done);
+    if (!records.ok()) {
+      progress.Finish();
+      return Status(records.status().code(), "probe all: " + step.name + ": " + records.status().message());
+    }
+    const std::string path = (fs::path(a.out) / (step.name + ".jsonl")).string();
+    TF_RETURN_IF_ERROR(WriteTraceFile(path, *records));
+    progress.Finish();
+    std::printf("  %-10s %6zu records  %6.1f s  -> %s\n", step.name.c_str(), records->size(), real::MonotonicSeconds() - start,
+                path.c_str());
+    std::fflush(stdout);
+  }
+  std::printf("  %-10s skipped: this build's executor runs one rank (no collective back-end to measure)\n", "collective");
+  std::printf("# done in %.1f s; next: tierflow calibrate %s -o profile.yaml\n", real::MonotonicSeconds() - t0, a.out.c_str());
+  return Status::Ok();
+}
+
 Command MakeProbe(CLI::App& parent) {
-  CLI::App* probe = parent.add_subcommand("probe", "Measure the hardware (disk) for calibration");
+  CLI::App* probe = parent.add_subcommand("probe", "Measure this machine for calibration (disk, copies, compute, optimizer, memory)");
   probe->require_subcommand(1);
   CLI::App* disk = probe->add_subcommand("disk", "Sweep request size x queue depth x op x devices on directories");
   auto* a = Keep<ProbeArgs>();
@@ -124,7 +343,49 @@ Command MakeProbe(CLI::App& parent) {
   disk->add_option("--backend", a->backend, "Storage back-end: auto, uring, posix");
   disk->add_flag("--json", a->json, "Print JSON instead of the table");
   disk->add_option("--trace", a->trace, "Write trace records (JSON Lines) for calibration");
-  return Command{probe, [a] { return RunProbeDisk(*a); }};
+
+  // The host probes: one subcommand each, all writing records with --trace.
+  auto* h = Keep<HostArgs>();
+  auto* which = Keep<HostProbe>();
+  auto host = [&](const char* name, const char* help, HostProbe w) {
+    CLI::App* app = probe->add_subcommand(name, help);
+    app->add_option("--reps", h->reps, "Measured repetitions per point (after one warm-up)");
+    app->add_option("--threads", h->threads, "Most threads to use (0: every core)");
+    app->add_option("--trace", h->trace, "Write trace records (JSON Lines) for calibration");
+    app->callback([which, w] { *which = w; });
+    return app;
+  };
+  host("copy", "Emulated GPU copies (h2d, d2h), pinned and pageable, by size", HostProbe::kCopy)
+      ->add_option("--sizes", h->sizes, "Copy sizes, comma-separated");
+  CLI::App* compute = host("compute", "Each layer's forward and backward at the scenario's shape (and shorter sequences)", HostProbe::kCompute);
+  compute->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to probe (default: tiny at sequence 128)");
+  AddSetOption(compute, &h->sets);
+  host("optimizer", "CPU AdamW and the fp32->bf16 cast by element count and thread count", HostProbe::kOptimizer)
+      ->add_option("--elements", h->elements, "Element counts, comma-separated");
+  host("memory", "Streaming memory bandwidth (an in-place update, as the optimizer does) by thread count", HostProbe::kMemory)
+      ->add_option("--bytes", h->memory, "Bytes of each of the four arrays");
+
+  CLI::App* all = probe->add_subcommand("all", "Every probe in a bounded time, one records file each, for tierflow calibrate");
+  auto* al = Keep<AllArgs>();
+  all->add_option("--dir", al->dirs, "A directory on each disk the runs will use, in --disk order")->required();
+  all->add_option("-o,--out", al->out, "Directory for the records (disk.jsonl, copy.jsonl, ...)")->required();
+  all->add_option("--scenario", al->host.scenario, "SCENARIO or SCHEDULE whose model and shape the compute probe runs (default: tiny, sequence 128)");
+  AddSetOption(all, &al->host.sets);
+  all->add_option("--disk-sizes", al->disk_sizes, "Disk request sizes, comma-separated");
+  all->add_option("--disk-qd", al->disk_qds, "Disk queue depths, comma-separated");
+  all->add_option("--disk-duration", al->disk_duration_s, "Seconds per disk repetition");
+  all->add_option("--reps", al->host.reps, "Repetitions of the host probes");
+  all->add_option("--backend", al->backend, "Storage back-end: auto, uring, posix");
+
+  return Command{probe, [a, h, which, al, disk, all] {
+                   if (disk->parsed()) return RunProbeDisk(*a);
+                   if (all->parsed()) return RunProbeAll(*al);
+                   double done = 0;
+                   real::HostProbeOptions o = HostOptions(*h, nullptr, &done);
+                   auto records = RunHostProbe(*which, *h, o);
+                   TF_RETURN_IF_ERROR(records.status());
+                   return WriteRecords(h->trace, *records, "probe");
+                 }};
 }
 
 TIERFLOW_COMMAND(MakeProbe);

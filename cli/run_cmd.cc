@@ -3,22 +3,16 @@
 // Runs a schedule for real (real/exec): fine-tunes the scenario's model on the CPU with gpu0
 // emulated in host memory, state offloaded to the --disk directories as the schedule says.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "command.h"
 #include "inputs.h"
 #include "report.h"
 #include "tierflow/core/units.h"
-#include "tierflow/real/dataset.h"
 #include "tierflow/real/executor.h"
-#include "tierflow/real/tokenizer.h"
 #include "tierflow/traces/chrome_trace.h"
 
 namespace tierflow::cli {
 namespace {
-
-constexpr const char* kDefaultCorpus = "data/corpus/kjv-genesis.txt";
 
 struct RunArgs {
   std::string input;
@@ -40,42 +34,12 @@ struct RunArgs {
   bool json = false;
 };
 
-// A .txt file is byte-tokenized; anything else is an llm.c token file.
-StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path) {
-  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".txt") == 0) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return NotFound("--data '" + path + "': cannot open");
-    std::stringstream text;
-    text << in.rdbuf();
-    return real::ByteEncode(text.str());
-  }
-  return real::ReadTokenFile(path);
-}
-
 Status RunRun(const RunArgs& a) {
   if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
   if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
   if (a.checkpoint_every < 0) return InvalidArgument("--checkpoint-every must be >= 0");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
-  real::TrainConfig config;
-  config.spec.config = in.scenario.model;
-  config.batch = in.scenario.training.micro_batch_size;
-  config.seq = in.scenario.training.sequence_length;
-  config.adam.lr = a.lr;
-  config.threads = a.threads;
-  const std::string data = a.data.empty() ? kDefaultCorpus : a.data;
-  auto tokens = LoadTokens(data);
-  if (!tokens.ok()) {
-    return Status(tokens.status().code(), tokens.status().message() +
-                                              (a.data.empty() ? " (the shipped corpus is looked up from the repository root; give --data FILE)" : ""));
-  }
-  config.tokens = std::move(*tokens);
-  for (int32_t t : config.tokens) {
-    if (t < 0 || t >= config.spec.config.vocab) {
-      return InvalidArgument("--data '" + data + "': token id " + std::to_string(t) + " is outside the model's vocabulary of " +
-                             std::to_string(config.spec.config.vocab));
-    }
-  }
+  TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, a.lr, a.threads));
   auto print_loss = [&](int64_t iteration, double loss) {
     if (!a.json) std::printf("iteration %4lld  loss %.6f\n", static_cast<long long>(iteration), loss);
     std::fflush(stdout);

@@ -1,4 +1,4 @@
-// tierflow sim SCENARIO|SCHEDULE [--iterations N] [--trace out.json] [--records out.jsonl] [--json]
+// tierflow sim SCENARIO|SCHEDULE [--iterations N] [--profile P.yaml] [--trace out.json] [--records out.jsonl] [--json]
 #include <cmath>
 #include <cstdio>
 
@@ -35,15 +35,17 @@ double PaperMetric(const std::string& metric, const Schedule& schedule, const nl
 
 // Simulates the paper's baseline (the scenario with the baseline's --set overrides) and
 // compares the ratio of the metric with the paper's.
+// With a profile, the baseline is simulated on it too (planned, as always, on its own hardware).
 StatusOr<nlohmann::ordered_json> ComparePaper(const policies::Scenario& scenario, const Schedule& schedule,
-                                              const nlohmann::ordered_json& report, int64_t iterations) {
+                                              const nlohmann::ordered_json& report, int64_t iterations,
+                                              const models::HardwareSpec* profile) {
   const policies::PaperClaim& p = scenario.paper;
   TF_ASSIGN_OR_RETURN(policies::Scenario base, policies::LoadScenarioText(scenario.yaml, p.baseline_sets, "paper.baseline"));
   base.has_paper = false;
   TF_ASSIGN_OR_RETURN(Schedule base_schedule, policies::Plan(base));
   sim::SimOptions options;
   options.iterations = iterations;
-  auto result = sim::Simulate(base_schedule, base.hardware, options);
+  auto result = sim::Simulate(base_schedule, profile != nullptr ? *profile : base.hardware, options);
   if (!result.ok()) return result.status().WithContext("paper baseline");
   RunFacts facts;
   facts.scenario = base.name;
@@ -79,6 +81,7 @@ struct SimArgs {
   std::string trace;
   std::string records;
   std::vector<std::string> sets;
+  std::string profile;
   bool json = false;
 };
 
@@ -89,6 +92,11 @@ Status RunSim(const SimArgs& a) {
 #else
   if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
+  // A profile changes the machine the schedule is simulated on, never the schedule: the plan is
+  // the scenario's, so that sim and `run` execute the same tasks.
+  if (!a.profile.empty()) {
+    TF_ASSIGN_OR_RETURN(in.scenario.hardware, LoadHardwareFile(a.profile));
+  }
   sim::SimOptions options;
   options.iterations = a.iterations;
   Progress progress("simulating", 1.0);
@@ -107,7 +115,8 @@ Status RunSim(const SimArgs& a) {
   facts.wall_s = result->wall_s;
   nlohmann::ordered_json report = BuildReport(in.schedule, result->records, facts);
   if (in.scenario.has_paper) {
-    TF_ASSIGN_OR_RETURN(report["paper"], ComparePaper(in.scenario, in.schedule, report, a.iterations));
+    TF_ASSIGN_OR_RETURN(report["paper"], ComparePaper(in.scenario, in.schedule, report, a.iterations,
+                                                         a.profile.empty() ? nullptr : &in.scenario.hardware));
   }
   if (!a.records.empty()) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result->records));
   if (!a.trace.empty()) TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, result->records, &in.schedule));
@@ -140,6 +149,7 @@ Command MakeSim(CLI::App& parent) {
   app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
   app->add_option("--records", a->records, "Write the trace records (JSON Lines)");
   AddSetOption(app, &a->sets);
+  app->add_option("--profile", a->profile, "Simulate on this hardware profile (from tierflow calibrate) instead of the scenario's hardware");
   app->add_flag("--json", a->json, "Print the report as JSON");
   return {app, [a] { return RunSim(*a); }};
 }

@@ -345,8 +345,8 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           c.op = Op::kCompute;
           c.kernel = fwd ? "fwd" : "bwd";
           c.resource = b.GpuCompute(r);
-          c.flops = fwd ? unit.fwd_flops : unit.bwd_flops;
-          c.bytes = unit.compute_bytes * (fwd ? 1 : 2);
+          c.flops = ComputeTaskFlops(unit, fwd);
+          c.bytes = ComputeTaskBytes(unit, fwd);
           if (f != nullptr) {
             c.uses = {f->gathered_buffer[r]};
             c.frees = {f->gathered_buffer[r]};

@@ -52,6 +52,12 @@ struct ModelPlan {
 StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold,
                                   bool unit_aligned = false);
 
+// What a unit's compute task of one phase is charged: its FLOPs and the bytes it touches (the
+// roofline's memory side; backward reads and writes twice the forward's). The compute probe
+// charges its measurements the same way, so that calibrate fits what the schedule will ask.
+inline double ComputeTaskFlops(const ParamUnit& unit, bool forward) { return forward ? unit.fwd_flops : unit.bwd_flops; }
+inline int64_t ComputeTaskBytes(const ParamUnit& unit, bool forward) { return unit.compute_bytes * (forward ? 1 : 2); }
+
 // Adds devices, resources, pools, buffers and tasks by name, creating a device or resource on
 // first use. Standard names: gpu{r}, host, nvme{d}, remote{d}, net; resources gpu{r}.compute,
 // gpu{r}.h2d, gpu{r}.d2h, cpu.r{r}, dp.comm; pools gpu{r}.hbm.

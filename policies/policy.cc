@@ -1,5 +1,6 @@
 #include "tierflow/policies/policy.h"
 
+#include "blocks.h"
 #include "policies_internal.h"
 
 namespace tierflow::policies {
@@ -42,6 +43,21 @@ StatusOr<Schedule> Plan(Scenario scenario) {
   std::string list;
   for (const Entry& e : kPolicies) list += (list.empty() ? "" : ", ") + std::string(e.name);
   return InvalidArgument("policy.name: unknown policy '" + scenario.policy + "' (known: " + list + ")");
+}
+
+StatusOr<std::vector<LayerCompute>> LayerComputeCosts(const Scenario& scenario) {
+  // Sub-groups and GPU residency do not change what compute is charged.
+  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(scenario, int64_t{1} << 62, 0));
+  std::vector<LayerCompute> out(models::Layers(scenario.model).size());
+  for (const ParamUnit& u : plan.units) {
+    if (u.layer < 0 || u.layer >= static_cast<int32_t>(out.size())) return Internal("unit '" + u.name + "' has no layer");
+    LayerCompute& c = out[static_cast<size_t>(u.layer)];
+    c.forward_flops += ComputeTaskFlops(u, true);
+    c.backward_flops += ComputeTaskFlops(u, false);
+    c.forward_bytes += static_cast<double>(ComputeTaskBytes(u, true));
+    c.backward_bytes += static_cast<double>(ComputeTaskBytes(u, false));
+  }
+  return out;
 }
 
 }  // namespace tierflow::policies

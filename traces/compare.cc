@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "interval_math.h"
@@ -127,6 +129,32 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
                        diffs[k].abs_error_s, internal::RelativeErrorOf(ra.duration_s(), rb.duration_s())});
   }
   return c;
+}
+
+std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records) {
+  std::vector<TraceRecord> out;
+  out.reserve(records.size());
+  std::map<std::tuple<std::string, int64_t, int32_t, int>, size_t> group;  // -> index in out
+  for (const TraceRecord& r : records) {
+    if (r.op != Op::kCompute || r.layer < 0) {
+      out.push_back(r);
+      continue;
+    }
+    auto [it, inserted] = group.try_emplace({r.source, r.iteration, r.layer, static_cast<int>(r.phase)}, out.size());
+    if (inserted) {
+      TraceRecord g = r;
+      g.task = "compute." + std::string(PhaseName(r.phase)) + ".layer" + std::to_string(r.layer);
+      out.push_back(std::move(g));
+      continue;
+    }
+    TraceRecord& g = out[it->second];
+    const double duration = g.duration_s() + r.duration_s();
+    g.start_s = std::min(g.start_s, r.start_s);
+    g.end_s = g.start_s + duration;
+    g.flops += r.flops;
+    g.bytes += r.bytes;
+  }
+  return out;
 }
 
 }  // namespace tierflow::traces

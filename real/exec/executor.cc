@@ -21,6 +21,7 @@
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/disk_set.h"
 #include "tierflow/real/storage.h"
+#include "emulated_copy.h"
 #include "trainer.h"
 
 namespace tierflow::real {
@@ -597,7 +598,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       if (p == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
       const char* src = Buf(buffer).data + p->offset + (ts.element_offset - p->begin) * 2;
       uint16_t* dst = trainer_.dev_p16.data() + ts.element_offset;
-      copies.push_back([src, dst, n] { std::memcpy(dst, src, static_cast<size_t>(n) * 2); });
+      copies.push_back([src, dst, n] { exec::EmulatedH2D(dst, src, n); });
       sets.push_back({&ts, p->version});
     }
     job.work = [copies] {
@@ -644,12 +645,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
       const float* src = trainer_.dev_grad.data() + ts.element_offset;
-      (*checks)[i] = cpu::OverflowCheckAndNorm(src, n, grad_scale, *threads);
-      if (KindOf(ts.kind) == kGrad) {
-        std::memcpy(base + outs[i].offset, src, static_cast<size_t>(n) * 4);
-      } else {
-        cpu::Fp32ToBf16(reinterpret_cast<uint16_t*>(base + outs[i].offset), src, n, *threads);
-      }
+      (*checks)[i] = exec::EmulatedD2HGrad(base + outs[i].offset, src, n, KindOf(ts.kind) != kGrad, grad_scale, *threads);
     }
     return Status::Ok();
   };

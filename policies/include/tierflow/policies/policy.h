@@ -17,6 +17,15 @@ namespace tierflow::policies {
 StatusOr<Schedule> Plan(Scenario scenario);
 std::vector<std::string> PolicyNames();
 
+// What every policy's schedule charges one layer (models::Layers() index) for its compute tasks,
+// summed over the layer's parameter units, for one rank and micro-step (the compute probe
+// labels its measurements with these, so calibrate fits exactly what sim will be asked).
+struct LayerCompute {
+  double forward_flops = 0, backward_flops = 0;
+  double forward_bytes = 0, backward_bytes = 0;
+};
+StatusOr<std::vector<LayerCompute>> LayerComputeCosts(const Scenario& scenario);
+
 // A knob the tuner may change, with the values worth trying (spelt as in a scenario).
 struct KnobChoice {
   std::string name;

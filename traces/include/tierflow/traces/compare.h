@@ -70,6 +70,14 @@ struct CompareOptions {
 TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<TraceRecord>& b,
                         const CompareOptions& options = {});
 
+// The real executor runs a layer's whole forward (or backward) when the layer's last compute
+// task of that phase runs; the layer's other compute tasks take next to nothing. Compare compute
+// per layer, then: this merges the compute records of each (source, iteration, layer, phase) into
+// one record, task "compute.<phase>.layer<L>", starting at the first one's start and lasting the
+// sum of their durations, with their FLOPs and bytes summed. Other records pass unchanged; the
+// order is that of each group's first record.
+std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records);
+
 // (value - reference) / reference; 0 when both are 0, +infinity when only the reference is 0.
 double RelativeError(double reference, double value);
 

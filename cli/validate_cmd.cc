@@ -1,0 +1,140 @@
+// tierflow validate SCENARIO|SCHEDULE --profile P.yaml --disk DIR [--disk DIR2 ...] [-n N]
+//                  [--trace both.json] [--records-dir DIR] [--worst K] [--json]
+// Runs one schedule for real (as `run`) and on the simulator with a calibrated profile (as
+// `sim --profile`), then prints how well sim predicted real: the steady-state iteration time,
+// per iteration, per op class and the worst tasks (docs/calibration.md, "Validation"). Compute is
+// compared per layer and phase (traces::GroupComputeByLayer): real charges a layer's whole
+// forward or backward to one of its tasks. --trace writes both timelines into one Perfetto file.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "inputs.h"
+#include "tierflow/core/units.h"
+#include "tierflow/real/executor.h"
+#include "tierflow/traces/chrome_trace.h"
+#include "tierflow/traces/compare.h"
+#ifdef TIERFLOW_HAVE_SIMGRID
+#include "tierflow/sim/simulator.h"
+#endif
+
+namespace tierflow::cli {
+namespace {
+
+struct ValidateArgs {
+  std::string input;
+  std::string profile;
+  std::vector<std::string> disks;
+  int64_t iterations = 6;
+  std::string data;
+  std::string storage = "auto";
+  std::string trace;
+  std::string records_dir;
+  int32_t worst = 10;
+  std::vector<std::string> sets;
+  bool json = false;
+};
+
+Status RunValidate(const ValidateArgs& a) {
+#ifndef TIERFLOW_HAVE_SIMGRID
+  (void)a;
+  return Unavailable("validate needs the simulator: this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
+#else
+  // The steady-state mean drops the first iteration (docs/trace-format.md); two or more remain.
+  if (a.iterations < 3) return InvalidArgument("--iterations must be >= 3 (the first is warm-up; the mean needs two more)");
+  TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
+  TF_ASSIGN_OR_RETURN(models::HardwareSpec profile, LoadHardwareFile(a.profile));
+  TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, 1e-3f, 0));
+
+  // Simulate first: a profile that does not fit the schedule (a device it lacks) fails in
+  // seconds, before the real run.
+  sim::SimOptions so;
+  so.iterations = a.iterations;
+  auto simulated = sim::Simulate(in.schedule, profile, so);
+  if (!simulated.ok()) return simulated.status().WithContext("sim with profile '" + a.profile + "'");
+
+  real::RunOptions ro;
+  ro.iterations = a.iterations;
+  ro.disks = a.disks;
+  ro.storage = a.storage;
+  Progress progress("running", static_cast<double>(a.iterations));
+  ro.on_iteration = [&](int64_t iteration, double) { progress.Update(static_cast<double>(iteration + 1)); };
+  auto ran = real::RunSchedule(in.schedule, config, ro);
+  progress.Finish();
+  if (!ran.ok()) return ran.status().WithContext("real run");
+
+  const std::vector<TraceRecord>& real_records = ran->records;
+  const std::vector<TraceRecord>& sim_records = simulated->records;
+  if (!a.records_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.records_dir, ec);
+    if (ec) return InvalidArgument("--records-dir '" + a.records_dir + "': " + ec.message());
+    TF_RETURN_IF_ERROR(WriteTraceFile((std::filesystem::path(a.records_dir) / "real.jsonl").string(), real_records));
+    TF_RETURN_IF_ERROR(WriteTraceFile((std::filesystem::path(a.records_dir) / "sim.jsonl").string(), sim_records));
+  }
+  if (!a.trace.empty()) {
+    std::vector<TraceRecord> both = real_records;
+    both.insert(both.end(), sim_records.begin(), sim_records.end());
+    TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, both, &in.schedule));
+  }
+
+  // Real is the reference: every error is (sim - real) / real. Iteration times come from every
+  // record as recorded; op classes and worst tasks from records with compute grouped per layer.
+  traces::CompareOptions co;
+  co.worst_count = a.worst;
+  const traces::TraceComparison whole = traces::Compare(real_records, sim_records, co);
+  traces::TraceComparison grouped =
+      traces::Compare(traces::GroupComputeByLayer(real_records), traces::GroupComputeByLayer(sim_records), co);
+  grouped.iterations = whole.iterations;
+  grouped.a_mean_iteration_s = whole.a_mean_iteration_s;
+  grouped.b_mean_iteration_s = whole.b_mean_iteration_s;
+  grouped.mean_iteration_rel_error = whole.mean_iteration_rel_error;
+
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["scenario"] = in.scenario.name;
+    j["policy"] = in.scenario.policy;
+    j["profile"] = a.profile;
+    j["iterations"] = a.iterations;
+    j["real_iteration_s"] = whole.a_mean_iteration_s;
+    j["sim_iteration_s"] = whole.b_mean_iteration_s;
+    j["iteration_error"] = std::isfinite(whole.mean_iteration_rel_error) ? nlohmann::ordered_json(whole.mean_iteration_rel_error)
+                                                                          : nlohmann::ordered_json();
+    j["comparison"] = nlohmann::ordered_json::parse(traces::ComparisonToJson(grouped));
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status::Ok();
+  }
+  std::printf("validate %s (policy %s), %lld iterations; sim on profile %s\n\n", in.scenario.name.c_str(),
+              in.scenario.policy.c_str(), static_cast<long long>(a.iterations), a.profile.c_str());
+  std::printf("iteration time (steady state): real %s, sim %s, error %+.2f %%\n\n", FormatDuration(whole.a_mean_iteration_s).c_str(),
+              FormatDuration(whole.b_mean_iteration_s).c_str(), 100 * whole.mean_iteration_rel_error);
+  std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(grouped).c_str());
+  if (!a.trace.empty()) std::printf("\ntimeline: %s (real and sim side by side; open in ui.perfetto.dev)\n", a.trace.c_str());
+  return Status::Ok();
+#endif
+}
+
+Command MakeValidate(CLI::App& parent) {
+  auto* a = Keep<ValidateArgs>();
+  CLI::App* app = parent.add_subcommand("validate", "Run a schedule for real and on sim with a calibrated profile; print sim's prediction error");
+  app->add_option("input", a->input, "Scenario (YAML) or schedule (JSON)")->required();
+  app->add_option("--profile", a->profile, "Hardware profile to simulate on (from tierflow calibrate)")->required();
+  app->add_option("--disk", a->disks, "Directory for nvme0, then nvme1, ... (as tierflow run)");
+  app->add_option("-n,--iterations", a->iterations, "Iterations of each (the first is warm-up)")->capture_default_str();
+  app->add_option("--data", a->data, std::string("Training text or token file; default ") + kDefaultCorpus);
+  app->add_option("--storage", a->storage, "I/O back-end of the real run: uring, posix, auto")->capture_default_str();
+  app->add_option("--trace", a->trace, "Write both timelines (real and sim) into one Perfetto file");
+  app->add_option("--records-dir", a->records_dir, "Write real.jsonl and sim.jsonl there");
+  app->add_option("--worst", a->worst, "How many worst tasks to list")->capture_default_str();
+  AddSetOption(app, &a->sets);
+  app->add_flag("--json", a->json, "Print the result as JSON");
+  return {app, [a] { return RunValidate(*a); }};
+}
+
+TIERFLOW_COMMAND(MakeValidate);
+
+}  // namespace
+}  // namespace tierflow::cli

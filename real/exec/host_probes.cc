@@ -1,0 +1,258 @@
+#include "tierflow/real/host_probes.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "emulated_copy.h"
+#include "tierflow/real/adamw.h"
+#include "tierflow/real/cpu_threads.h"
+#include "tierflow/real/storage.h"
+#include "trainer.h"
+
+namespace tierflow::real {
+namespace {
+
+// Larger than any last-level cache we expect, so that rotating through it keeps data cold.
+constexpr int64_t kColdPoolBytes = int64_t{256} << 20;
+
+int32_t MaxThreads(const HostProbeOptions& o) {
+  if (o.max_threads > 0) return o.max_threads;
+  return std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+}
+
+Status CheckOptions(const HostProbeOptions& o, const char* probe) {
+  if (o.repetitions < 1) return InvalidArgument(std::string(probe) + ": repetitions must be at least 1");
+  if (o.max_threads < 0) return InvalidArgument(std::string(probe) + ": max_threads must not be negative");
+  return Status::Ok();
+}
+
+void Report(const HostProbeOptions& o, const std::string& what) {
+  if (o.progress) o.progress(what);
+}
+
+// Every byte 0x3f: as fp32 0.747, as bf16 0.746 — ordinary numbers (a fill such as 0x01 makes
+// denormals, which cost the optimizer ~20x and would be measured instead of the real rate).
+constexpr char kFill = 0x3f;
+
+// A byte pool touched once, so that page faults are not measured, carved into slots of
+// `slot_bytes` that successive repetitions rotate through.
+class ColdPool {
+ public:
+  ColdPool(int64_t slot_bytes, int64_t min_total)
+      : slot_bytes_(AlignUp(slot_bytes)),
+        slots_(std::max<int64_t>(1, (min_total + slot_bytes_ - 1) / slot_bytes_)),
+        data_(static_cast<size_t>(slot_bytes_ * slots_), kFill) {}
+  char* Slot(int64_t i) { return data_.data() + (i % slots_) * slot_bytes_; }
+
+ private:
+  static int64_t AlignUp(int64_t b) { return (b + 4095) / 4096 * 4096; }
+  int64_t slot_bytes_;
+  int64_t slots_;
+  std::vector<char> data_;
+};
+
+TraceRecord Record(std::string task, Op op, std::string resource, int64_t rep, int64_t bytes, double start,
+                   double end, int32_t threads) {
+  TraceRecord r;
+  r.iteration = rep;
+  r.task = std::move(task);
+  r.op = op;
+  r.resource = std::move(resource);
+  r.bytes = bytes;
+  r.start_s = start;
+  r.end_s = end;
+  r.source = "probe";
+  r.threads = threads;
+  return r;
+}
+
+}  // namespace
+
+StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes, const HostProbeOptions& o) {
+  TF_RETURN_IF_ERROR(CheckOptions(o, "probe copy"));
+  if (sizes.empty()) return InvalidArgument("probe copy: no sizes given");
+  for (int64_t s : sizes) {
+    if (s < 4 || s % 4 != 0) return InvalidArgument("probe copy: size " + std::to_string(s) + " is not a positive multiple of 4 bytes");
+  }
+  CpuThreads threads(MaxThreads(o));
+  std::vector<TraceRecord> out;
+  const double t0 = MonotonicSeconds();
+  for (const bool pinned : {true, false}) {
+    const std::string task = pinned ? "probe.copy.pinned" : "probe.copy.pageable";
+    for (int64_t size : sizes) {
+      // The emulated GPU and the host side each rotate through a cold pool. "Pinned" host memory
+      // is the executor's kind of buffer (allocated once, touched); "pageable" is memory the copy
+      // faults in as it goes, as a fresh pageable buffer would.
+      ColdPool device(size, kColdPoolBytes);
+      ColdPool host(size, kColdPoolBytes);
+      // Small copies take microseconds: more repetitions keep their median meaningful.
+      const int32_t reps = o.repetitions * (size < (int64_t{1} << 20) ? 8 : 1);
+      for (const bool h2d : {true, false}) {
+        for (int32_t rep = -1; rep < reps; ++rep) {
+          char* dev = device.Slot(rep + 1);
+          char* hst = host.Slot(rep + 1);
+          std::unique_ptr<char[]> fresh;
+          if (!pinned) {
+            fresh.reset(new char[static_cast<size_t>(size)]);  // not touched: its pages fault on the copy
+            hst = fresh.get();
+            if (h2d) std::memset(hst, kFill, static_cast<size_t>(size));  // an h2d source has content
+          }
+          const double start = MonotonicSeconds();
+          if (h2d) {
+            exec::EmulatedH2D(reinterpret_cast<uint16_t*>(dev), hst, size / 2);
+          } else {
+            exec::EmulatedD2HGrad(hst, reinterpret_cast<const float*>(dev), size / 4, false, 1.0f, threads);
+          }
+          const double end = MonotonicSeconds();
+          if (rep < 0) continue;
+          out.push_back(Record(task, h2d ? Op::kH2D : Op::kD2H, h2d ? "gpu0.h2d" : "gpu0.d2h", rep, size, start - t0,
+                               end - t0, h2d ? 1 : threads.threads()));
+        }
+      }
+      Report(o, task + " " + std::to_string(size) + " B");
+    }
+  }
+  return out;
+}
+
+StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
+                                                const std::string& label, const HostProbeOptions& o) {
+  TF_RETURN_IF_ERROR(CheckOptions(o, "probe compute"));
+  TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
+  if (config.batch < 1 || config.seq < 1) return InvalidArgument("probe compute: batch and sequence must be at least 1");
+  if (config.seq > config.spec.config.max_seq) {
+    return InvalidArgument("probe compute: sequence " + std::to_string(config.seq) + " exceeds the model's context of " +
+                           std::to_string(config.spec.config.max_seq));
+  }
+  exec::Trainer trainer(config);
+  if (static_cast<int64_t>(costs.size()) != trainer.layer_count()) {
+    return InvalidArgument("probe compute: " + std::to_string(costs.size()) + " layer costs for a model of " +
+                           std::to_string(trainer.layer_count()) + " layers");
+  }
+  {
+    const std::vector<float> master = trainer.InitialMaster();
+    for (size_t i = 0; i < master.size(); ++i) trainer.dev_p16[i] = Fp32ToBf16(master[i]);
+  }
+  exec::IterationState it;
+  trainer.PrepareIteration(&it);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.spec.config.vocab - 1));
+  const size_t rows = static_cast<size_t>(config.batch * config.seq);
+  it.tokens.resize(rows);
+  it.targets.resize(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    it.tokens[i] = token(rng);
+    it.targets[i] = token(rng);
+  }
+  it.loss_scale = 1.0f;
+  it.iteration = 0;
+  const int32_t nthreads = config.threads > 0 ? config.threads : MaxThreads(o);
+  CpuThreads threads(nthreads);
+  const int64_t layers = trainer.layer_count();
+  std::vector<TraceRecord> out;
+  const double t0 = MonotonicSeconds();
+  const std::string task = "probe.compute." + label;
+  for (int32_t rep = -1; rep < o.repetitions; ++rep) {
+    auto time = [&](int64_t layer, bool forward) {
+      const double start = MonotonicSeconds();
+      if (forward) {
+        trainer.Forward(layer, &it, threads);
+      } else {
+        trainer.Backward(layer, &it, threads);
+      }
+      const double end = MonotonicSeconds();
+      if (rep < 0) return;
+      const LayerCost& c = costs[static_cast<size_t>(layer)];
+      TraceRecord r = Record(task, Op::kCompute, "gpu0.compute", rep,
+                             static_cast<int64_t>(forward ? c.forward_bytes : c.backward_bytes), start - t0, end - t0, nthreads);
+      r.layer = static_cast<int32_t>(layer);
+      r.phase = forward ? Phase::kForward : Phase::kBackward;
+      r.flops = forward ? c.forward_flops : c.backward_flops;
+      out.push_back(std::move(r));
+    };
+    for (int64_t l = 0; l < layers; ++l) time(l, true);
+    for (int64_t l = layers; l-- > 0;) time(l, false);
+    Report(o, task + (rep < 0 ? " warm-up" : " repetition " + std::to_string(rep + 1)));
+  }
+  return out;
+}
+
+StatusOr<std::vector<TraceRecord>> ProbeOptimizer(const std::vector<int64_t>& element_counts, const HostProbeOptions& o) {
+  TF_RETURN_IF_ERROR(CheckOptions(o, "probe optimizer"));
+  if (element_counts.empty()) return InvalidArgument("probe optimizer: no element counts given");
+  for (int64_t n : element_counts) {
+    if (n < 1) return InvalidArgument("probe optimizer: element count " + std::to_string(n) + " must be positive");
+  }
+  std::vector<TraceRecord> out;
+  const double t0 = MonotonicSeconds();
+  const AdamWConfig cfg{.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+  for (int32_t nt = 1; nt <= MaxThreads(o); ++nt) {
+    CpuThreads threads(nt);
+    for (int64_t n : element_counts) {
+      // Four fp32 arrays (parameter, gradient, m, v) per slot for Adam; source and destination
+      // of the cast in the same slots.
+      ColdPool pool(16 * n, kColdPoolBytes);
+      for (int32_t rep = -1; rep < o.repetitions; ++rep) {
+        float* base = reinterpret_cast<float*>(pool.Slot(rep + 1));
+        float* p = base;
+        float* g = base + n;
+        float* m = base + 2 * n;
+        float* v = base + 3 * n;
+        double start = MonotonicSeconds();
+        cpu::AdamW(p, m, v, g, nullptr, n, rep + 2, 1.0f, cfg, threads);
+        double end = MonotonicSeconds();
+        if (rep >= 0) out.push_back(Record("probe.adam", Op::kOptimizer, "cpu", rep, 4 * n, start - t0, end - t0, nt));
+        float* src = reinterpret_cast<float*>(pool.Slot(rep + 2));
+        uint16_t* dst = reinterpret_cast<uint16_t*>(pool.Slot(rep + 3));
+        start = MonotonicSeconds();
+        cpu::Fp32ToBf16(dst, src, n, threads);
+        end = MonotonicSeconds();
+        if (rep >= 0) out.push_back(Record("probe.convert.fp32_to_bf16", Op::kConvert, "cpu", rep, 4 * n, start - t0, end - t0, nt));
+      }
+      Report(o, "adam and convert, " + std::to_string(n) + " elements, " + std::to_string(nt) + " thread(s)");
+    }
+  }
+  return out;
+}
+
+StatusOr<std::vector<TraceRecord>> ProbeMemory(int64_t bytes, const HostProbeOptions& o) {
+  TF_RETURN_IF_ERROR(CheckOptions(o, "probe memory"));
+  if (bytes < (int64_t{1} << 20)) return InvalidArgument("probe memory: at least 1 MiB, got " + std::to_string(bytes) + " bytes");
+  // Four fp32 streams of `bytes` each, three updated in place from the fourth:
+  // p += s*g, m += s*g, v += s*g*g — the optimizer's traffic (read p, g, m, v; write p, m, v:
+  // 28 bytes per element, the figure the Adam model divides memory bandwidth by) with almost none
+  // of its arithmetic. A copy or STREAM's triad would measure a different pattern: their stores
+  // go to lines not read before, which the CPU must first fetch.
+  const int64_t n = bytes / 4;
+  std::vector<float> p(static_cast<size_t>(n), 0.5f), g(static_cast<size_t>(n), 0.25f), m(static_cast<size_t>(n), 0.f),
+      v(static_cast<size_t>(n), 0.f);
+  std::vector<TraceRecord> out;
+  const double t0 = MonotonicSeconds();
+  for (int32_t nt = 1; nt <= MaxThreads(o); ++nt) {
+    CpuThreads threads(nt);
+    for (int32_t rep = -1; rep < o.repetitions; ++rep) {
+      const float s = rep % 2 == 0 ? 1e-3f : -1e-3f;  // keeps the values bounded over repetitions
+      const double start = MonotonicSeconds();
+      threads.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
+        float* pp = p.data();
+        float* mp = m.data();
+        float* vp = v.data();
+        const float* gp = g.data();
+        for (int64_t i = b; i < e; ++i) {
+          pp[i] += s * gp[i];
+          mp[i] += s * gp[i];
+          vp[i] += s * gp[i] * gp[i];
+        }
+      });
+      const double end = MonotonicSeconds();
+      if (rep >= 0) out.push_back(Record("probe.memory.update", Op::kConvert, "cpu", rep, 28 * n, start - t0, end - t0, nt));
+    }
+    Report(o, "memory update, " + std::to_string(nt) + " thread(s)");
+  }
+  return out;
+}
+
+}  // namespace tierflow::real

@@ -1,0 +1,61 @@
+// Probes of what runs on this host, each writing trace records (source "probe") that
+// `tierflow calibrate` fits (docs/calibration.md): the emulated GPU's copies, its compute (each
+// layer of a model, forward and backward, at given shapes), CPU AdamW and the fp32 -> bf16 cast by
+// thread count, and memory bandwidth. Each probe runs the very functions `tierflow run` runs for
+// the same tasks, on buffers larger than the last-level cache where a run's data would be cold.
+//
+// Record conventions (the contract with calibrate):
+//   copies   op h2d/d2h, task "probe.copy.pinned" | "probe.copy.pageable", resource gpu0.h2d/d2h
+//   compute  op compute, task "probe.compute.<label>", resource gpu0.compute, layer, phase, and
+//            the flops and bytes the schedule gives that layer's compute tasks (LayerCost)
+//   adam     op optimizer, task "probe.adam", bytes = 4 x elements, threads
+//   convert  op convert, task "probe.convert.fp32_to_bf16", bytes = 4 x elements (the schedule's
+//            convention for that cast), threads
+//   memory   op convert, task "probe.memory.update", bytes = bytes read + written, threads
+// One record per measured repetition; `iteration` is the repetition index.
+//
+// Thread safety: each probe is self-contained; run one at a time (they measure the machine).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/status.h"
+#include "tierflow/core/trace_record.h"
+#include "tierflow/real/executor.h"
+
+namespace tierflow::real {
+
+struct HostProbeOptions {
+  int32_t repetitions = 5;     // measured repetitions per point (after one warm-up)
+  int32_t max_threads = 0;     // thread counts 1..max_threads are probed; 0 = the hardware's
+  // Called after each point with a short description, for progress bars.
+  std::function<void(const std::string&)> progress;
+};
+
+// h2d and d2h of the emulated GPU at each size (bytes), pinned and pageable host memory.
+StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes, const HostProbeOptions& options);
+
+// What the schedule charges one layer (models::Layers() index) for its compute tasks, summed.
+struct LayerCost {
+  double forward_flops = 0, backward_flops = 0;
+  double forward_bytes = 0, backward_bytes = 0;
+};
+
+// Forward of every layer in order, then backward in reverse, `repetitions` times, on the
+// trainer's math with config.spec at config.batch x config.seq and config.threads threads;
+// `costs[l]` gives layer l's flops and bytes. `label` goes into the task names.
+StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
+                                                const std::string& label, const HostProbeOptions& options);
+
+// AdamW and the fp32 -> bf16 cast over each element count, at 1..max_threads threads.
+StatusOr<std::vector<TraceRecord>> ProbeOptimizer(const std::vector<int64_t>& element_counts,
+                                                  const HostProbeOptions& options);
+
+// The optimizer's memory traffic without its arithmetic (four fp32 streams of `bytes` each,
+// three updated in place; 28 bytes per element), at 1..max_threads threads.
+StatusOr<std::vector<TraceRecord>> ProbeMemory(int64_t bytes, const HostProbeOptions& options);
+
+}  // namespace tierflow::real
