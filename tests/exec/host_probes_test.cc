@@ -1,0 +1,138 @@
+// The host probes: each records what calibrate's conventions say (docs/calibration.md) — op,
+// task, resource, bytes, FLOPs, threads, one record per repetition — and rejects bad input with
+// an error naming the probe and the rule. The compute probe charges each layer exactly what the
+// schedule's compute tasks of that layer are charged, so that calibrate fits what sim is asked.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/policies/policy.h"
+#include "tierflow/policies/scenario.h"
+#include "tierflow/real/host_probes.h"
+
+namespace tierflow::real {
+namespace {
+
+HostProbeOptions Quick() {
+  HostProbeOptions o;
+  o.repetitions = 2;
+  o.max_threads = 2;
+  return o;
+}
+
+TEST(HostProbesTest, CopiesRecordEachSizeDirectionAndKind) {
+  int reports = 0;
+  HostProbeOptions o = Quick();
+  o.progress = [&](const std::string&) { ++reports; };
+  auto r = ProbeCopies({64 << 10, 4 << 20}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Sizes under 1 MiB get 8x the repetitions: 2 kinds x 2 directions x (16 + 2).
+  EXPECT_EQ(r->size(), 2u * 2u * (16u + 2u));
+  std::map<std::tuple<std::string, Op, int64_t>, int> count;
+  for (const TraceRecord& x : *r) {
+    EXPECT_EQ(x.source, "probe");
+    EXPECT_GT(x.end_s, x.start_s) << x.task;
+    EXPECT_EQ(x.resource, x.op == Op::kH2D ? "gpu0.h2d" : "gpu0.d2h");
+    ++count[{x.task, x.op, x.bytes}];
+  }
+  EXPECT_EQ((count[{"probe.copy.pinned", Op::kH2D, 64 << 10}]), 16);
+  EXPECT_EQ((count[{"probe.copy.pageable", Op::kD2H, 4 << 20}]), 2);
+  EXPECT_EQ(reports, 4);  // one per kind and size
+}
+
+TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
+  auto sc = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml",
+                                       {"training.sequence_length=32"});
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  auto costs = policies::LayerComputeCosts(*sc);
+  ASSERT_TRUE(costs.ok()) << costs.status().ToString();
+
+  // The contract: per layer and phase, the costs equal the sums over the schedule's compute tasks.
+  auto schedule = policies::Plan(*sc);
+  ASSERT_TRUE(schedule.ok()) << schedule.status().ToString();
+  std::map<std::pair<int32_t, Phase>, std::pair<double, double>> planned;  // flops, bytes
+  for (const TaskSpec& t : schedule->tasks()) {
+    if (t.op != Op::kCompute) continue;
+    auto& p = planned[{t.layer, t.phase}];
+    p.first += t.flops;
+    p.second += static_cast<double>(t.bytes);
+  }
+  ASSERT_EQ(planned.size(), 2 * costs->size());
+  for (size_t l = 0; l < costs->size(); ++l) {
+    const auto& c = (*costs)[l];
+    const auto fwd = planned[{static_cast<int32_t>(l), Phase::kForward}];
+    const auto bwd = planned[{static_cast<int32_t>(l), Phase::kBackward}];
+    EXPECT_DOUBLE_EQ(c.forward_flops, fwd.first) << "layer " << l;
+    EXPECT_DOUBLE_EQ(c.forward_bytes, fwd.second) << "layer " << l;
+    EXPECT_DOUBLE_EQ(c.backward_flops, bwd.first) << "layer " << l;
+    EXPECT_DOUBLE_EQ(c.backward_bytes, bwd.second) << "layer " << l;
+  }
+
+  std::vector<LayerCost> lc;
+  for (const auto& c : *costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes});
+  TrainConfig config;
+  config.spec.config = sc->model;
+  config.batch = 1;
+  config.seq = 32;
+  config.threads = 2;
+  auto r = ProbeCompute(config, lc, "tiny.s32", Quick());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), lc.size() * 2 * 2);  // layers x phases x repetitions
+  for (const TraceRecord& x : *r) {
+    EXPECT_EQ(x.task, "probe.compute.tiny.s32");
+    EXPECT_EQ(x.op, Op::kCompute);
+    EXPECT_EQ(x.threads, 2);
+    EXPECT_GT(x.duration_s(), 0);
+    ASSERT_GE(x.layer, 0);
+    const LayerCost& c = lc[static_cast<size_t>(x.layer)];
+    EXPECT_EQ(x.flops, x.phase == Phase::kForward ? c.forward_flops : c.backward_flops);
+    EXPECT_EQ(static_cast<double>(x.bytes), x.phase == Phase::kForward ? c.forward_bytes : c.backward_bytes);
+  }
+
+  lc.pop_back();
+  auto wrong = ProbeCompute(config, lc, "x", Quick());
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("layer costs for a model of"), std::string::npos) << wrong.status().ToString();
+  config.seq = sc->model.max_seq + 1;
+  auto too_long = ProbeCompute(config, std::vector<LayerCost>(costs->size()), "x", Quick());
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("exceeds the model's context"), std::string::npos);
+}
+
+TEST(HostProbesTest, OptimizerAndMemoryByThreadCount) {
+  auto r = ProbeOptimizer({1 << 16, 1 << 18}, Quick());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->size(), 2u /*threads*/ * 2u /*counts*/ * 2u /*reps*/ * 2u /*adam, convert*/);
+  std::set<std::tuple<std::string, int64_t, int32_t>> points;
+  for (const TraceRecord& x : *r) {
+    EXPECT_EQ(x.op, x.task == "probe.adam" ? Op::kOptimizer : Op::kConvert);
+    EXPECT_GT(x.duration_s(), 0);
+    points.insert({x.task, x.bytes, x.threads});
+  }
+  EXPECT_TRUE(points.count({"probe.adam", 4 << 16, 1}));
+  EXPECT_TRUE(points.count({"probe.convert.fp32_to_bf16", 4 << 18, 2}));
+
+  auto m = ProbeMemory(4 << 20, Quick());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), 4u);
+  for (const TraceRecord& x : *m) {
+    EXPECT_EQ(x.task, "probe.memory.update");
+    EXPECT_EQ(x.bytes, 28 * (1 << 20));  // 28 bytes per fp32 element of 4 MiB arrays
+  }
+}
+
+TEST(HostProbesTest, BadInputNamesTheProbeAndTheRule) {
+  HostProbeOptions none = Quick();
+  none.repetitions = 0;
+  EXPECT_NE(ProbeCopies({4096}, none).status().message().find("probe copy: repetitions must be at least 1"), std::string::npos);
+  EXPECT_NE(ProbeCopies({4097}, Quick()).status().message().find("not a positive multiple of 4 bytes"), std::string::npos);
+  EXPECT_NE(ProbeCopies({}, Quick()).status().message().find("no sizes"), std::string::npos);
+  EXPECT_NE(ProbeOptimizer({0}, Quick()).status().message().find("must be positive"), std::string::npos);
+  EXPECT_NE(ProbeMemory(1024, Quick()).status().message().find("at least 1 MiB"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tierflow::real
