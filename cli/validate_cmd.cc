@@ -47,7 +47,6 @@ Status RunValidate(const ValidateArgs& a) {
   if (a.iterations < 3) return InvalidArgument("--iterations must be >= 3 (the first is warm-up; the mean needs two more)");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
   TF_ASSIGN_OR_RETURN(models::HardwareSpec profile, LoadHardwareFile(a.profile));
-  TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, 1e-3f, 0));
 
   // Simulate first: a profile that does not fit the schedule (a device it lacks) fails in
   // seconds, before the real run.
@@ -56,6 +55,7 @@ Status RunValidate(const ValidateArgs& a) {
   auto simulated = sim::Simulate(in.schedule, profile, so);
   if (!simulated.ok()) return simulated.status().WithContext("sim with profile '" + a.profile + "'");
 
+  TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, 1e-3f, 0));
   real::RunOptions ro;
   ro.iterations = a.iterations;
   ro.disks = a.disks;

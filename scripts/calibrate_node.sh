@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Calibrate this node and check the profile on runs it never saw (docs/calibration.md):
+#   1. tierflow probe all     every probe, records into OUT/probes/
+#   2. tierflow calibrate     fits the profile OUT/profile.yaml from those records only
+#   3. tierflow validate      each schedule below for real and on sim with the profile
+# then prints the prediction error per schedule and per op class, whether sim orders the
+# schedules as the real runs do, and the time all of it took.
+#   scripts/calibrate_node.sh DIR0 DIR1 [OUT=a temporary directory] [ITERATIONS=8]
+# DIR0 and DIR1 are directories on the disks the runs use (nvme0, nvme1); the base hardware is
+# the scenario's (cpu-host). The schedules: tiny-cpu under zero-infinity with DeepSpeed's
+# defaults (one disk), with small synchronous requests (one disk), ioc split over two disks,
+# and the tierflow policy over two disks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 2 ] || { echo "usage: $0 DIR0 DIR1 [OUT] [ITERATIONS]" >&2; exit 2; }
+tf=./build/cli/tierflow
+d0=$1
+d1=$2
+out=${3:-$(mktemp -d)}
+n=${4:-8}
+scenario=scenarios/tiny-cpu.yaml
+mkdir -p "$out"
+start=$(date +%s.%N)
+
+$tf probe all --dir "$d0" --dir "$d1" --scenario $scenario -o "$out/probes"
+$tf calibrate "$out/probes" --base cpu-host -o "$out/profile.yaml"
+
+names=(zi-1disk zi-1disk-small-io ioc-split-2disk tierflow-2disk)
+sets=("" "--set policy.block_size=128KiB --set policy.queue_depth=1"
+      "--set policy.name=ioc --set policy.disk_layout=split" "--set policy.name=tierflow")
+disks=("--disk $d0" "--disk $d0" "--disk $d0 --disk $d1" "--disk $d0 --disk $d1")
+for i in "${!names[@]}"; do
+  echo "# validate ${names[$i]}" >&2
+  # shellcheck disable=SC2086  # the sets and disks are word lists
+  $tf validate $scenario ${sets[$i]} --profile "$out/profile.yaml" ${disks[$i]} -n "$n" --json \
+    --trace "$out/${names[$i]}.trace.json" > "$out/${names[$i]}.json"
+done
+end=$(date +%s.%N)
+
+python3 - "$out" "$(python3 -c "print($end - $start)")" "${names[@]}" <<'PY'
+import json, sys
+out, elapsed, names = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+rows = []
+for name in names:
+    j = json.load(open(f"{out}/{name}.json"))
+    ops = {o["op"]: o for o in j["comparison"]["ops"]}
+    rows.append((name, j["real_iteration_s"], j["sim_iteration_s"], j["iteration_error"], ops))
+print(f"\n{'schedule':<20} {'real':>10} {'sim':>10} {'error':>8}   per op class: error of the summed time")
+for name, real, sim, err, ops in rows:
+    per_op = "  ".join(f"{op} {100 * o['rel_error']:+.0f}%" for op, o in ops.items()
+                       if o.get("rel_error") is not None and o["a_sum_s"] > 1e-3)
+    print(f"{name:<20} {1e3 * real:>8.1f}ms {1e3 * sim:>8.1f}ms {100 * err:>+7.2f}%   {per_op}")
+order_real = [r[0] for r in sorted(rows, key=lambda r: r[1])]
+order_sim = [r[0] for r in sorted(rows, key=lambda r: r[2])]
+print("\nfastest to slowest, real:", " < ".join(order_real))
+print("fastest to slowest, sim: ", " < ".join(order_sim))
+print("same order" if order_real == order_sim else "ORDER DIFFERS")
+print(f"worst |error| {100 * max(abs(r[3]) for r in rows):.2f}%; calibration and validation took {elapsed:.0f} s")
+PY
