@@ -1,0 +1,238 @@
+#include "tierflow/calibrate/calibrate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "calibrate_internal.h"
+#include "tierflow/core/units.h"
+
+namespace tierflow::calibrate {
+namespace internal {
+
+std::optional<int32_t> NvmeDevice(std::string_view resource) {
+  if (!StartsWith(resource, "nvme")) return std::nullopt;
+  size_t i = 4;
+  int64_t d = 0;
+  while (i < resource.size() && resource[i] >= '0' && resource[i] <= '9') {
+    d = d * 10 + (resource[i] - '0');
+    if (d > 1 << 20) return std::nullopt;
+    ++i;
+  }
+  if (i == 4 || i >= resource.size() || resource[i] != '.') return std::nullopt;
+  return static_cast<int32_t>(d);
+}
+
+std::vector<bool> Uncontended(const std::vector<const TraceRecord*>& group) {
+  std::vector<size_t> order(group.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (group[a]->start_s != group[b]->start_s) return group[a]->start_s < group[b]->start_s;
+    return group[a]->end_s < group[b]->end_s;
+  });
+  // In start order, a record overlaps another iff it starts before an earlier one ended, or the
+  // next one starts before it ends (every later record starts no earlier than the next).
+  std::vector<bool> alone(group.size(), true);
+  double max_end = -std::numeric_limits<double>::infinity();
+  for (size_t k = 0; k < order.size(); ++k) {
+    const TraceRecord& r = *group[order[k]];
+    if (r.start_s < max_end) alone[order[k]] = false;
+    if (k + 1 < order.size() && group[order[k + 1]]->start_s < r.end_s) alone[order[k]] = false;
+    max_end = std::max(max_end, r.end_s);
+  }
+  return alone;
+}
+
+std::string TooFewSamples(int64_t samples, int params, const CalibrateOptions& o) {
+  const int64_t need = params + o.extra_samples;
+  if (samples >= need) return "";
+  return fmt::format("too few samples ({} < {}: {} parameter{} + {})", samples, need, params, params == 1 ? "" : "s",
+                     o.extra_samples);
+}
+
+double SpanOf(const std::vector<double>& values) {
+  if (values.empty()) return 1.0;
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  return *lo > 0 ? *hi / *lo : std::numeric_limits<double>::infinity();
+}
+
+std::string SpanRule(const std::vector<double>& values, const std::string& what, const std::string& consequence,
+                     const CalibrateOptions& o) {
+  const double span = SpanOf(values);
+  if (span >= o.min_regressor_span) return "";
+  return fmt::format("all samples within {:.2f}x of one {} (the rule asks {:.2f}x): {}", span, what,
+                     o.min_regressor_span, consequence);
+}
+
+std::string ConditionRule(double condition, bool levenberg_marquardt, const std::string& hint,
+                          const CalibrateOptions& o) {
+  const double limit = levenberg_marquardt ? o.max_condition * o.max_condition : o.max_condition;
+  if (condition <= limit) return "";
+  return fmt::format("ill-conditioned ({} {:.2g} > {:.2g}): the parameters trade off against each other; {}",
+                     levenberg_marquardt ? "condition number of J^T J" : "condition number", condition, limit, hint);
+}
+
+std::string DeterminedRule(const std::string& param, double rel_std_error, const std::string& hint,
+                           const CalibrateOptions& o) {
+  if (rel_std_error <= o.max_rel_std_error) return "";
+  return fmt::format("{} is not determined by the data (relative standard error {} > {}): {}", param,
+                     Percent(rel_std_error), Percent(o.max_rel_std_error), hint);
+}
+
+void SetDiagnostics(const FitResult& fit, FitReport* report) {
+  report->rms_rel_residual = fit.rms_rel_residual;
+  report->max_rel_residual = fit.max_rel_residual;
+  report->condition_number = fit.condition_number;
+}
+
+bool Conclude(FitReport* report, const std::vector<std::string>& reasons) {
+  if (reasons.empty()) {
+    report->outcome = FitOutcome::kFitted;
+    return true;
+  }
+  report->outcome = FitOutcome::kRefused;
+  std::string text = report->model + ": ";
+  for (size_t i = 0; i < reasons.size(); ++i) text += (i ? "; " : "") + reasons[i];
+  report->reason = text;
+  return false;
+}
+
+FitReport NoData(const std::string& model, const std::string& what_feeds_it) {
+  FitReport r;
+  r.model = model;
+  r.outcome = FitOutcome::kNoData;
+  r.reason = model + ": no data (fed by " + what_feeds_it + "); the base's values stay";
+  return r;
+}
+
+FitReport RefusedReport(const std::string& model, const std::string& reason) {
+  FitReport r;
+  r.model = model;
+  Conclude(&r, {reason});
+  return r;
+}
+
+std::string Percent(double fraction) {
+  if (!std::isfinite(fraction)) return "unbounded";
+  const double p = fraction * 100;
+  return p < 10 ? fmt::format("{:.1f} %", p) : fmt::format("{:.0f} %", p);
+}
+
+std::string Short(double v) { return fmt::format("{:.3g}", v); }
+
+namespace {
+std::string Compact(double v, const char* const* units, int n, double base) {
+  int i = 0;
+  while (i + 1 < n && std::fabs(v) >= base) {
+    v /= base;
+    ++i;
+  }
+  return fmt::format("{:.3g}{}{}", v, *units[i] ? " " : "", units[i]);
+}
+}  // namespace
+
+std::string CompactBytes(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  return Compact(bytes, kUnits, 5, 1024.0);
+}
+
+std::string CompactCount(double count) {
+  static const char* const kUnits[] = {"", "k", "M", "G", "T", "P"};
+  return Compact(count, kUnits, 6, 1000.0);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+}  // namespace internal
+
+std::string_view FitOutcomeName(FitOutcome outcome) {
+  switch (outcome) {
+    case FitOutcome::kFitted:
+      return "fitted";
+    case FitOutcome::kRefused:
+      return "refused";
+    case FitOutcome::kNoData:
+      return "no data";
+  }
+  return "?";
+}
+
+StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const std::vector<DiskSample>& disk_samples,
+                                const models::HardwareSpec& base, const CalibrateOptions& options) {
+  Status valid = models::ValidateHardware(base);
+  if (!valid.ok()) return valid.WithContext("calibrate: the base hardware");
+  Calibration out;
+  out.profile = base;
+  std::vector<const TraceRecord*> measured;
+  int64_t sim = 0;
+  for (const TraceRecord& r : records) {
+    if (r.source == "sim") {
+      ++sim;  // a simulation's records would only fit the simulator back to its own inputs
+      continue;
+    }
+    if (IsInstantOp(r.op)) continue;
+    measured.push_back(&r);
+  }
+  if (sim > 0) out.notes.push_back(fmt::format("ignored {} sim records (calibration fits measurements)", sim));
+  internal::Context c{measured, disk_samples, options, &out.profile, base, &out.fits, &out.notes};
+  internal::FitDisks(c);
+  internal::FitCopies(c);
+  internal::FitCompute(c);
+  internal::FitCpu(c);
+  internal::FitCollectives(c);
+
+  std::vector<std::string> fitted;
+  for (const FitReport& f : out.fits) {
+    if (f.outcome == FitOutcome::kFitted) fitted.push_back(f.model);
+  }
+  std::string source = fmt::format("tierflow calibrate from {} trace records", measured.size());
+  if (!disk_samples.empty()) source += fmt::format(" and {} fio samples", disk_samples.size());
+  source += fmt::format(" over base '{}'; fitted: {}", base.node.name,
+                        fitted.empty() ? "none" : fmt::format("{}", fmt::join(fitted, ", ")));
+  source += "; every other number is the base's";
+  out.profile.node.source = source;
+  Status profile_ok = models::ValidateHardware(out.profile);
+  if (!profile_ok.ok()) return Internal("calibrate produced a profile that does not validate: " + profile_ok.message());
+  return out;
+}
+
+std::vector<const FitReport*> RefusedFits(const Calibration& calibration) {
+  std::vector<const FitReport*> out;
+  for (const FitReport& f : calibration.fits) {
+    if (f.outcome == FitOutcome::kRefused) out.push_back(&f);
+  }
+  return out;
+}
+
+std::string FormatParameter(const FitParameter& p) {
+  if (p.unit == "B/s") return FormatBandwidth(p.value);
+  if (p.unit == "s") return FormatDuration(p.value);
+  if (p.unit.empty()) return fmt::format("{:.3g}", p.value);
+  return fmt::format("{:.3g} {}", p.value, p.unit);
+}
+
+std::string FitSummary(const FitReport& r) {
+  std::string s = fmt::format("{:<20} {:<8}", r.model, FitOutcomeName(r.outcome));
+  if (r.outcome == FitOutcome::kNoData) return s + " (base kept)";
+  std::vector<std::string> params;
+  for (const FitParameter& p : r.params) {
+    params.push_back(fmt::format("{}{} {} ±{}", p.name, p.written ? "" : "*", FormatParameter(p),
+                                 internal::Percent(p.rel_std_error)));
+  }
+  s += fmt::format(" {}; {} samples, rms {}, max {}", fmt::join(params, ", "), r.samples,
+                   internal::Percent(r.rms_rel_residual), internal::Percent(r.max_rel_residual));
+  if (!r.data_range.empty()) s += "; " + r.data_range;
+  if (r.outcome == FitOutcome::kRefused) s += " -- " + r.reason;
+  if (!r.note.empty()) s += " -- " + r.note;
+  return s;
+}
+
+}  // namespace tierflow::calibrate

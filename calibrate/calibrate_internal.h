@@ -1,0 +1,71 @@
+// Private to calibrate/: what the fits of each area (disks, copies, compute, CPU, collectives)
+// share: the refusal rules, report filling, and small formatting helpers.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierflow/calibrate/calibrate.h"
+#include "tierflow/calibrate/fit.h"
+
+namespace tierflow::calibrate::internal {
+
+// What every area's fit reads and writes.
+struct Context {
+  const std::vector<const TraceRecord*>& records;  // measurements (sim records already left out)
+  const std::vector<DiskSample>& disk_samples;
+  const CalibrateOptions& options;
+  models::HardwareSpec* profile;  // starts as the base; fitted parameters are written into it
+  const models::HardwareSpec& base;
+  std::vector<FitReport>* reports;
+  std::vector<std::string>* notes;
+};
+
+void FitDisks(const Context& c);
+void FitCopies(const Context& c);
+void FitCompute(const Context& c);
+void FitCpu(const Context& c);  // memory first, then Adam and conversions
+void FitCollectives(const Context& c);
+
+// True for a run's record (not a probe's; sim records never reach the fits).
+inline bool IsRunRecord(const TraceRecord& r) { return r.source != "probe"; }
+inline bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+// "nvme3.read" or "nvme3.r0.param" -> 3; anything else -> nullopt.
+std::optional<int32_t> NvmeDevice(std::string_view resource);
+// For each record of `group`: true when its [start, end) overlaps no other record of the group.
+std::vector<bool> Uncontended(const std::vector<const TraceRecord*>& group);
+
+// ---- rules: each returns "" when satisfied, else the rule's text (without the model name) ----
+std::string TooFewSamples(int64_t samples, int params, const CalibrateOptions& o);
+// largest / smallest of `values` (> 0) below the minimum span: "all samples within 1.20x of one FLOP count".
+std::string SpanRule(const std::vector<double>& values, const std::string& what, const std::string& consequence,
+                     const CalibrateOptions& o);
+double SpanOf(const std::vector<double>& values);
+std::string ConditionRule(double condition, bool levenberg_marquardt, const std::string& hint,
+                          const CalibrateOptions& o);
+std::string DeterminedRule(const std::string& param, double rel_std_error, const std::string& hint,
+                           const CalibrateOptions& o);
+
+// Copies the fit's diagnostics (residuals, condition) into the report.
+void SetDiagnostics(const FitResult& fit, FitReport* report);
+// Marks the report refused when `reasons` is not empty ("model: reason; reason"), fitted otherwise.
+// Returns true when fitted.
+bool Conclude(FitReport* report, const std::vector<std::string>& reasons);
+FitReport NoData(const std::string& model, const std::string& what_feeds_it);
+FitReport RefusedReport(const std::string& model, const std::string& reason);
+
+// Formatting for reasons and ranges.
+std::string Percent(double fraction);    // "3.4 %", "unbounded"
+std::string Short(double v);             // "%.3g"
+std::string CompactBytes(double bytes);  // "64 KiB", "1.5 GiB"
+std::string CompactCount(double count);  // "1.2 G", "350 M", "12 k"
+// "lo..hi" with `format`, or one value when lo == hi.
+template <typename F>
+std::string RangeText(double lo, double hi, F format) {
+  return lo == hi ? format(lo) : format(lo) + ".." + format(hi);
+}
+double Median(std::vector<double> v);
+
+}  // namespace tierflow::calibrate::internal

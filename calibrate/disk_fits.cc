@@ -1,0 +1,333 @@
+// NVMe fits: one stream per device and direction (Little's law with a saturating peak, fitted by
+// Levenberg-Marquardt on relative residuals), then the mixed efficiency of reads and writes
+// sharing the device (median of observed aggregate / harmonic mix of the fitted streams).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "calibrate_internal.h"
+#include "tierflow/core/units.h"
+#include "tierflow/models/perf.h"
+
+namespace tierflow::calibrate::internal {
+namespace {
+
+// One observation of one stream: a steady-state bandwidth (probe window, fio job), or the
+// duration of one run task of `bytes`.
+struct StreamObs {
+  int64_t block = 0;
+  int32_t qd = 0;
+  int64_t bytes = 0;
+  double observed = 0;  // bytes/s, or seconds when `duration`
+  bool duration = false;
+  double ImpliedBw() const { return duration ? static_cast<double>(bytes) / observed : observed; }
+};
+
+// Reads and writes that shared one device for one window.
+struct MixedObs {
+  int64_t block = 0;
+  int32_t qd = 0;
+  double read_bytes = 0;  // or bytes/s (fio); only ratios and the aggregate rate matter
+  double write_bytes = 0;
+  double seconds = 1;
+};
+
+struct DeviceData {
+  std::vector<StreamObs> read, write;
+  std::vector<MixedObs> mixed;
+};
+
+double StreamBandwidth(double peak, double latency, int64_t block, int32_t qd) {
+  models::NvmeSpec d;
+  d.read_bw_bytes_per_s = peak;
+  d.read_latency_s = latency;
+  return models::DiskReadBandwidth(d, block, qd);  // the same Little's law as DiskWriteBandwidth
+}
+
+double Predict(double peak, double latency, const StreamObs& o) {
+  const double bw = StreamBandwidth(peak, latency, o.block, o.qd);
+  return o.duration ? latency + static_cast<double>(o.bytes) / bw : bw;
+}
+
+std::string StreamRange(const std::vector<StreamObs>& obs) {
+  int64_t bmin = obs[0].block, bmax = bmin;
+  int32_t qmin = obs[0].qd, qmax = qmin;
+  int64_t tasks = 0;
+  for (const StreamObs& o : obs) {
+    bmin = std::min(bmin, o.block);
+    bmax = std::max(bmax, o.block);
+    qmin = std::min(qmin, o.qd);
+    qmax = std::max(qmax, o.qd);
+    tasks += o.duration ? 1 : 0;
+  }
+  std::string s = "block " + RangeText(static_cast<double>(bmin), static_cast<double>(bmax), CompactBytes) + ", qd " +
+                  RangeText(qmin, qmax, [](double v) { return fmt::format("{:.0f}", v); });
+  if (tasks > 0) s += fmt::format(" ({} run tasks)", tasks);
+  return s;
+}
+
+// Fits (peak, latency) of one direction; writes them and returns true when fitted.
+bool FitStream(const std::string& model, const std::string& dir, const std::vector<StreamObs>& obs,
+               const CalibrateOptions& o, double* peak_out, double* latency_out, std::vector<FitReport>* reports) {
+  if (obs.empty()) {
+    reports->push_back(NoData(model, "threads=1 probe.disk." + dir + " records, fio " + dir + " jobs, or run " + dir +
+                                         "s that overlap no other I/O on the device"));
+    return false;
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.samples = static_cast<int64_t>(obs.size());
+  rep.data_range = StreamRange(obs);
+  const std::string bw_name = dir + "_bw", lat_name = dir + "_latency";
+  const std::string too_few = TooFewSamples(rep.samples, 2, o);
+  if (!too_few.empty()) {
+    Conclude(&rep, {too_few});
+    reports->push_back(rep);
+    return false;
+  }
+  double fastest = 0;
+  for (const StreamObs& s : obs) fastest = std::max(fastest, s.ImpliedBw());
+  // Start at the fastest observation for the peak, and at the latency that the slower
+  // bandwidth windows imply through Little's law at that peak.
+  std::vector<double> lat_guesses;
+  for (const StreamObs& s : obs) {
+    if (s.duration || s.observed > 0.8 * fastest) continue;
+    const double b = static_cast<double>(s.block);
+    const double lat = s.qd * b / s.observed - b / fastest;
+    if (lat > 0) lat_guesses.push_back(lat);
+  }
+  Eigen::VectorXd y(static_cast<Eigen::Index>(obs.size()));
+  for (size_t i = 0; i < obs.size(); ++i) y(static_cast<Eigen::Index>(i)) = obs[i].observed;
+  Eigen::VectorXd init(2);
+  init << fastest, lat_guesses.empty() ? 50e-6 : Median(lat_guesses);
+  FitOptions fo;
+  fo.min_residual_sd = o.min_residual_sd;
+  auto fit = FitPositiveLM(
+      [&](const Eigen::VectorXd& p, int i) { return Predict(p(0), p(1), obs[static_cast<size_t>(i)]); }, y, init, fo);
+  if (!fit.ok()) {
+    Conclude(&rep, {"the fit failed: " + fit.status().message()});
+    reports->push_back(rep);
+    return false;
+  }
+  SetDiagnostics(*fit, &rep);
+  const double peak = fit->params(0), latency = fit->params(1);
+  rep.params = {{bw_name, peak, fit->rel_std_errors(0), "B/s", true},
+                {lat_name, latency, fit->rel_std_errors(1), "s", true}};
+  std::vector<std::string> reasons;
+  auto add = [&](std::string r) {
+    if (!r.empty()) reasons.push_back(std::move(r));
+  };
+  add(DeterminedRule(bw_name, fit->rel_std_errors(0), "add large blocks at high queue depths", o));
+  add(DeterminedRule(lat_name, fit->rel_std_errors(1), "add small blocks at queue depths 1..4", o));
+  // An undetermined parameter says more than the condition number that goes with it.
+  if (reasons.empty()) {
+    add(ConditionRule(fit->condition_number, true,
+                      "add small blocks at queue depths 1..4 and large blocks at high depth", o));
+  }
+  if (peak > o.max_disk_peak_over_fastest * fastest) {
+    add(fmt::format(
+        "{} {} extrapolates beyond the data (more than {:.2f}x the fastest observed {}): add large blocks at "
+        "high queue depths",
+        bw_name, FormatBandwidth(peak), o.max_disk_peak_over_fastest, FormatBandwidth(fastest)));
+  }
+  const bool ok = Conclude(&rep, reasons);
+  if (ok) {
+    *peak_out = peak;
+    *latency_out = latency;
+  }
+  reports->push_back(rep);
+  return ok;
+}
+
+void FitMixed(const std::string& model, const std::string& device, const std::vector<MixedObs>& obs,
+              bool streams_fitted, const CalibrateOptions& o, models::NvmeSpec* disk, std::vector<FitReport>* reports) {
+  if (obs.empty()) {
+    reports->push_back(NoData(model, "threads=1 probe.disk.mix windows or fio rw/randrw jobs"));
+    return;
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.samples = static_cast<int64_t>(obs.size());
+  int64_t bmin = obs[0].block, bmax = bmin;
+  int32_t qmin = obs[0].qd, qmax = qmin;
+  std::vector<double> fraction;
+  for (const MixedObs& m : obs) {
+    fraction.push_back(m.read_bytes / (m.read_bytes + m.write_bytes));
+    bmin = std::min(bmin, m.block);
+    bmax = std::max(bmax, m.block);
+    qmin = std::min(qmin, m.qd);
+    qmax = std::max(qmax, m.qd);
+  }
+  const auto [fmin, fmax] = std::minmax_element(fraction.begin(), fraction.end());
+  rep.data_range = fmt::format("block {}, qd {}, read fraction {}",
+                               RangeText(static_cast<double>(bmin), static_cast<double>(bmax), CompactBytes),
+                               RangeText(qmin, qmax, [](double v) { return fmt::format("{:.0f}", v); }),
+                               RangeText(*fmin, *fmax, [](double v) { return fmt::format("{:.2f}", v); }));
+  if (!streams_fitted) {
+    Conclude(&rep, {fmt::format("needs fitted {0}.read and {0}.write (the harmonic mix is relative to them)", device)});
+    reports->push_back(rep);
+    return;
+  }
+  // efficiency = observed aggregate x (r / R' + w / W'), R' and W' the fitted streams at (block, qd).
+  std::vector<double> eff;
+  for (const MixedObs& m : obs) {
+    const double total = m.read_bytes + m.write_bytes;
+    const double r = m.read_bytes / total, w = m.write_bytes / total;
+    const double aggregate = total / m.seconds;
+    const double read_bw = models::DiskReadBandwidth(*disk, m.block, m.qd);
+    const double write_bw = models::DiskWriteBandwidth(*disk, m.block, m.qd);
+    eff.push_back(aggregate * (r / read_bw + w / write_bw));
+  }
+  const double median = Median(eff);
+  double ss = 0, worst = 0, mean = 0;
+  for (double e : eff) mean += e / static_cast<double>(eff.size());
+  double var = 0;
+  for (double e : eff) {
+    const double rel = (median - e) / e;  // the model at the median against this window
+    ss += rel * rel;
+    worst = std::max(worst, std::fabs(rel));
+    var += (e - mean) * (e - mean);
+  }
+  const double n = static_cast<double>(eff.size());
+  rep.rms_rel_residual = std::sqrt(ss / n);
+  rep.max_rel_residual = worst;
+  rep.condition_number = 1;
+  // Standard error of a median: sqrt(pi/2) times that of the mean (normal errors).
+  const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0;
+  const double rel_se = std::max(1.2533 * sd / std::sqrt(n) / median, o.min_residual_sd / std::sqrt(n));
+  const auto [emin, emax] = std::minmax_element(eff.begin(), eff.end());
+  rep.data_range += fmt::format("; efficiency {} (spread)",
+                                RangeText(*emin, *emax, [](double v) { return fmt::format("{:.3f}", v); }));
+  double value = median;
+  if (median > 1) {
+    value = 1;
+    rep.note = fmt::format(
+        "clamped to 1 from the median {:.3f} (the mix ran faster than the harmonic mix of the fitted "
+        "streams)",
+        median);
+  }
+  rep.params = {{"mixed_efficiency", value, rel_se, "", true}};
+  std::vector<std::string> reasons;
+  const std::string too_few = TooFewSamples(rep.samples, 1, o);
+  if (!too_few.empty()) reasons.push_back(too_few);
+  const std::string spread = DeterminedRule("mixed_efficiency", rel_se, "repeat the mixed windows", o);
+  if (!spread.empty()) reasons.push_back(spread);
+  if (Conclude(&rep, reasons)) disk->mixed_efficiency = value;
+  reports->push_back(rep);
+}
+
+}  // namespace
+
+void FitDisks(const Context& c) {
+  std::map<int32_t, DeviceData> data;
+  std::map<int32_t, std::vector<const TraceRecord*>> run_io;
+  // (device, iteration, start, end) -> the window's reads and writes.
+  std::map<std::tuple<int32_t, int64_t, double, double>, MixedObs> windows;
+  int64_t multi_device = 0, unusable = 0;
+  for (const TraceRecord* r : c.records) {
+    if (r->op != Op::kRead && r->op != Op::kWrite) continue;
+    const std::optional<int32_t> dev = NvmeDevice(r->resource);
+    if (!dev) continue;
+    const bool is_read = r->op == Op::kRead;
+    if (IsRunRecord(*r)) {
+      run_io[*dev].push_back(r);
+      continue;
+    }
+    const bool stream = r->task == "probe.disk.read" || r->task == "probe.disk.write";
+    const bool mix = r->task == "probe.disk.mix";
+    if (!stream && !mix) continue;
+    if (r->threads > 1) {
+      ++multi_device;  // several devices driven at once: not the single-device model
+      continue;
+    }
+    if (r->bytes <= 0 || r->duration_s() <= 0 || r->block_bytes <= 0 || r->queue_depth <= 0) {
+      ++unusable;
+      continue;
+    }
+    if (stream) {
+      StreamObs o{r->block_bytes, r->queue_depth, r->bytes, static_cast<double>(r->bytes) / r->duration_s(), false};
+      (is_read ? data[*dev].read : data[*dev].write).push_back(o);
+    } else {
+      MixedObs& m = windows[{*dev, r->iteration, r->start_s, r->end_s}];
+      m.block = r->block_bytes;
+      m.qd = r->queue_depth;
+      m.seconds = r->duration_s();
+      (is_read ? m.read_bytes : m.write_bytes) += static_cast<double>(r->bytes);
+    }
+  }
+  for (const auto& [key, m] : windows) {
+    if (m.read_bytes > 0 && m.write_bytes > 0) data[std::get<0>(key)].mixed.push_back(m);
+  }
+  int64_t contended = 0;
+  for (auto& [dev, group] : run_io) {
+    const std::vector<bool> alone = Uncontended(group);
+    for (size_t i = 0; i < group.size(); ++i) {
+      const TraceRecord& r = *group[i];
+      if (!alone[i]) {
+        ++contended;
+        continue;
+      }
+      if (r.bytes <= 0 || r.duration_s() <= 0 || r.block_bytes <= 0 || r.queue_depth <= 0) {
+        ++unusable;
+        continue;
+      }
+      StreamObs o{r.block_bytes, r.queue_depth, r.bytes, r.duration_s(), true};
+      (r.op == Op::kRead ? data[dev].read : data[dev].write).push_back(o);
+    }
+  }
+  for (const DiskSample& s : c.disk_samples) {
+    if (s.block_bytes <= 0 || s.queue_depth <= 0) {
+      ++unusable;
+      continue;
+    }
+    if (s.kind == DiskSample::Kind::kRead && s.read_bytes_per_s > 0) {
+      data[s.device].read.push_back({s.block_bytes, s.queue_depth, 0, s.read_bytes_per_s, false});
+    } else if (s.kind == DiskSample::Kind::kWrite && s.write_bytes_per_s > 0) {
+      data[s.device].write.push_back({s.block_bytes, s.queue_depth, 0, s.write_bytes_per_s, false});
+    } else if (s.kind == DiskSample::Kind::kMixed && s.read_bytes_per_s > 0 && s.write_bytes_per_s > 0) {
+      data[s.device].mixed.push_back({s.block_bytes, s.queue_depth, s.read_bytes_per_s, s.write_bytes_per_s, 1.0});
+    } else {
+      ++unusable;
+    }
+  }
+  if (multi_device > 0) {
+    c.notes->push_back(
+        fmt::format("left out {} disk probe records that drove several devices at once (threads > 1)", multi_device));
+  }
+  if (contended > 0) {
+    c.notes->push_back(
+        fmt::format("left out {} run reads/writes that overlapped other I/O on the same device", contended));
+  }
+  if (unusable > 0) {
+    c.notes->push_back(fmt::format(
+        "left out {} disk records or samples without bytes, duration, block size or queue depth", unusable));
+  }
+
+  const auto disks = static_cast<int32_t>(c.profile->node.nvme.size());
+  int32_t last = disks - 1;
+  if (!data.empty()) last = std::max(last, data.rbegin()->first);
+  for (int32_t d = 0; d <= last; ++d) {
+    const std::string device = "nvme" + std::to_string(d);
+    const DeviceData& dd = data[d];
+    if (d >= disks) {
+      const std::string why =
+          fmt::format("the base hardware has {} NVMe device{} (nvme0..nvme{}): give a --base with {}", disks,
+                      disks == 1 ? "" : "s", disks - 1, device);
+      if (!dd.read.empty()) c.reports->push_back(RefusedReport(device + ".read", why));
+      if (!dd.write.empty()) c.reports->push_back(RefusedReport(device + ".write", why));
+      if (!dd.mixed.empty()) c.reports->push_back(RefusedReport(device + ".mixed", why));
+      continue;
+    }
+    models::NvmeSpec& disk = c.profile->node.nvme[static_cast<size_t>(d)];
+    const bool read_ok = FitStream(device + ".read", "read", dd.read, c.options, &disk.read_bw_bytes_per_s,
+                                   &disk.read_latency_s, c.reports);
+    const bool write_ok = FitStream(device + ".write", "write", dd.write, c.options, &disk.write_bw_bytes_per_s,
+                                    &disk.write_latency_s, c.reports);
+    FitMixed(device + ".mixed", device, dd.mixed, read_ok && write_ok, c.options, &disk, c.reports);
+  }
+}
+
+}  // namespace tierflow::calibrate::internal

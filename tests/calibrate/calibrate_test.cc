@@ -1,0 +1,535 @@
+// Calibration end to end on synthetic records: known parameters in, the same parameters out
+// (within stated tolerances, under ±3 % noise); each refusal rule fires with its reason; a
+// run's per-layer compute records aggregate like one sample; models without data keep the base.
+#include "tierflow/calibrate/calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "synthetic_records.h"
+
+namespace tierflow::calibrate {
+namespace {
+
+using testing::Noise;
+
+// Tolerances. The noise is uniform ±3 % on every duration (sd 1.7 %) over tens of samples, so a
+// rate shared by all samples comes back within ~1 %: 5 % leaves room without hiding a wrong
+// formula (a factor-of-two mistake, a wrong exponent). Latencies and overheads show only in the
+// smallest samples, where they are 10..90 % of the time, hence 15 %.
+constexpr double kBandwidthTol = 0.05;
+constexpr double kRatioTol = 0.05;    // efficiencies, mixed_efficiency, pageable_factor
+constexpr double kLatencyTol = 0.15;  // latencies and overheads
+
+models::HardwareSpec Base() {
+  auto hw = models::HardwarePreset("cpu-host");
+  EXPECT_TRUE(hw.ok());
+  models::HardwareSpec b = hw.value();
+  b.node.gpu.peak_flops = 100e12;  // the fits never change peak_flops or cores
+  b.node.cpu.cores = 8;
+  return b;
+}
+
+// The hardware the synthetic records come from: every fitted number differs from the base's.
+models::HardwareSpec Truth() {
+  models::HardwareSpec t = Base();
+  models::GpuSpec& g = t.node.gpu;
+  g.forward_efficiency = 0.6;
+  g.backward_efficiency = 0.45;
+  g.kernel_overhead_s = 20e-6;
+  g.hbm_bw_bytes_per_s = 1.5e12;
+  t.node.nvme[0].read_bw_bytes_per_s = 2e9;
+  t.node.nvme[0].read_latency_s = 90e-6;
+  t.node.nvme[0].write_bw_bytes_per_s = 1.2e9;
+  t.node.nvme[0].write_latency_s = 30e-6;
+  t.node.nvme[0].mixed_efficiency = 0.8;
+  t.node.nvme[1].read_bw_bytes_per_s = 3e9;
+  t.node.nvme[1].read_latency_s = 70e-6;
+  t.node.nvme[1].write_bw_bytes_per_s = 2e9;
+  t.node.nvme[1].write_latency_s = 25e-6;
+  t.node.nvme[1].mixed_efficiency = 0.9;
+  t.node.pcie.h2d_bw_bytes_per_s = 12e9;
+  t.node.pcie.d2h_bw_bytes_per_s = 13e9;
+  t.node.pcie.pageable_factor = 0.6;
+  t.node.pcie.latency_s = 10e-6;
+  t.node.cpu.memory_bw_bytes_per_s = 40e9;
+  t.node.cpu.adam_elements_per_s_per_core = 250e6;  // threads >= 6 are memory-bound (40e9/28 = 1.43e9/s)
+  t.node.cpu.convert_bytes_per_s_per_core = 3e9;
+  t.node.interconnect.bus_bw_bytes_per_s = 20e9;
+  t.node.interconnect.latency_s = 8e-6;
+  return t;
+}
+
+const std::vector<int64_t> kBlocks = {4096, 16384, 65536, 262144, 1 << 20, 4 << 20};
+const std::vector<int32_t> kDepths = {1, 2, 4, 8, 16, 32};
+
+std::vector<double> Flops() {
+  std::vector<double> f;
+  for (double x = 1e8; x < 1e14; x *= 3) f.push_back(x);
+  return f;
+}
+
+std::vector<TraceRecord> AllRecords(const models::HardwareSpec& truth) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  for (int d = 0; d < 2; ++d) {
+    testing::AddDiskSweep(truth.node.nvme[static_cast<size_t>(d)], d, kBlocks, kDepths, 2, noise, &r);
+    testing::AddMixedWindows(truth.node.nvme[static_cast<size_t>(d)], d, 1 << 20, {1, 4, 8, 16, 32}, 2, noise, &r);
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t b = 4096; b <= (int64_t{256} << 20); b *= 4) sizes.push_back(b);
+  testing::AddCopies(truth.node.pcie, sizes, noise, &r);
+  testing::AddCompute(truth.node.gpu, Flops(), {1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}, noise, &r);
+  testing::AddCpu(truth.node.cpu, {1 << 20, 4 << 20, 16 << 20, 64 << 20}, noise, &r);
+  std::vector<int64_t> messages;
+  for (int64_t b = 65536; b <= (int64_t{1} << 30); b *= 4) messages.push_back(b);
+  testing::AddCollectives(truth.node.interconnect, messages, noise, &r);
+  return r;
+}
+
+const FitReport* Find(const Calibration& c, const std::string& model) {
+  for (const FitReport& f : c.fits) {
+    if (f.model == model) return &f;
+  }
+  return nullptr;
+}
+
+void ExpectWithin(double actual, double expected, double tolerance, const std::string& what) {
+  const double err = (actual - expected) / expected;
+  EXPECT_LE(std::fabs(err), tolerance) << what << ": fitted " << actual << ", true " << expected << ", relative error "
+                                       << err * 100 << " % (tolerance " << tolerance * 100 << " %)";
+}
+
+TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
+  const models::HardwareSpec truth = Truth();
+  const std::vector<TraceRecord> records = AllRecords(truth);
+  auto cal = Calibrate(records, {}, Base());
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  for (const char* model : {"nvme0.read", "nvme0.write", "nvme0.mixed", "nvme1.read", "nvme1.write", "nvme1.mixed",
+                            "pcie.h2d", "pcie.d2h", "pcie.pageable", "compute", "compute.forward", "compute.backward",
+                            "cpu.memory", "cpu.adam", "cpu.convert", "interconnect"}) {
+    const FitReport* f = Find(*cal, model);
+    ASSERT_NE(f, nullptr) << model;
+    EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+    EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
+  }
+  EXPECT_EQ(cal->fits.size(), 16u);
+  const models::NodeSpec& got = cal->profile.node;
+  const models::NodeSpec& want = truth.node;
+  for (size_t d = 0; d < 2; ++d) {
+    const std::string dev = "nvme" + std::to_string(d);
+    ExpectWithin(got.nvme[d].read_bw_bytes_per_s, want.nvme[d].read_bw_bytes_per_s, kBandwidthTol, dev + " read_bw");
+    ExpectWithin(got.nvme[d].write_bw_bytes_per_s, want.nvme[d].write_bw_bytes_per_s, kBandwidthTol, dev + " write_bw");
+    ExpectWithin(got.nvme[d].read_latency_s, want.nvme[d].read_latency_s, kLatencyTol, dev + " read_latency");
+    ExpectWithin(got.nvme[d].write_latency_s, want.nvme[d].write_latency_s, kLatencyTol, dev + " write_latency");
+    ExpectWithin(got.nvme[d].mixed_efficiency, want.nvme[d].mixed_efficiency, kRatioTol, dev + " mixed_efficiency");
+  }
+  ExpectWithin(got.pcie.h2d_bw_bytes_per_s, want.pcie.h2d_bw_bytes_per_s, kBandwidthTol, "h2d_bw");
+  ExpectWithin(got.pcie.d2h_bw_bytes_per_s, want.pcie.d2h_bw_bytes_per_s, kBandwidthTol, "d2h_bw");
+  ExpectWithin(got.pcie.latency_s, want.pcie.latency_s, kLatencyTol, "pcie latency");
+  ExpectWithin(got.pcie.pageable_factor, want.pcie.pageable_factor, kRatioTol, "pageable_factor");
+  ExpectWithin(got.gpu.forward_efficiency, want.gpu.forward_efficiency, kRatioTol, "forward_efficiency");
+  ExpectWithin(got.gpu.backward_efficiency, want.gpu.backward_efficiency, kRatioTol, "backward_efficiency");
+  // Combined: the efficiency that gives the samples' total FLOPs the same compute time.
+  double f_fwd = 0;
+  for (double f : Flops()) f_fwd += f;
+  const double combined = 3 * f_fwd / (f_fwd / 0.6 + 2 * f_fwd / 0.45);
+  ExpectWithin(got.gpu.compute_efficiency, combined, kRatioTol, "compute_efficiency");
+  ExpectWithin(got.gpu.kernel_overhead_s, want.gpu.kernel_overhead_s, kLatencyTol, "kernel_overhead");
+  ExpectWithin(got.gpu.hbm_bw_bytes_per_s, want.gpu.hbm_bw_bytes_per_s, kBandwidthTol, "hbm_bw");
+  EXPECT_EQ(got.gpu.peak_flops, Base().node.gpu.peak_flops);
+  ExpectWithin(got.cpu.memory_bw_bytes_per_s, want.cpu.memory_bw_bytes_per_s, kBandwidthTol, "memory_bw");
+  ExpectWithin(got.cpu.adam_elements_per_s_per_core, want.cpu.adam_elements_per_s_per_core, kBandwidthTol,
+               "adam_rate_per_core");
+  ExpectWithin(got.cpu.convert_bytes_per_s_per_core, want.cpu.convert_bytes_per_s_per_core, kBandwidthTol,
+               "convert_bw_per_core");
+  EXPECT_EQ(got.cpu.cores, 8);
+  ExpectWithin(got.interconnect.bus_bw_bytes_per_s, want.interconnect.bus_bw_bytes_per_s, kBandwidthTol, "bus_bw");
+  ExpectWithin(got.interconnect.latency_s, want.interconnect.latency_s, kLatencyTol, "interconnect latency");
+
+  EXPECT_NE(got.source.find("calibrate"), std::string::npos) << got.source;
+  EXPECT_NE(got.source.find(std::to_string(records.size()) + " trace records"), std::string::npos) << got.source;
+  EXPECT_TRUE(RefusedFits(*cal).empty());
+  // Memory probe samples at one thread are left out of memory_bw (they are 0.3x as fast).
+  EXPECT_NE(Find(*cal, "cpu.memory")->note.find("fewer threads not used"), std::string::npos);
+}
+
+TEST(CalibrateRoundTripTest, ProfileRoundTripsThroughYaml) {
+  auto cal = Calibrate(AllRecords(Truth()), {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const std::string yaml = models::HardwareToYaml(cal->profile);
+  auto back = models::HardwareFromYamlText(yaml);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << yaml;
+  EXPECT_EQ(models::HardwareToYaml(*back), yaml);
+  EXPECT_EQ(back->node.nvme[0].read_latency_s, cal->profile.node.nvme[0].read_latency_s);
+  EXPECT_EQ(back->node.gpu.forward_efficiency, cal->profile.node.gpu.forward_efficiency);
+  EXPECT_TRUE(models::ValidateHardware(*back).ok());
+}
+
+TEST(CalibrateTest, ModelsWithoutDataKeepTheBase) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(Truth().node.nvme[0], 0, kBlocks, kDepths, 1, noise, &r);
+  const models::HardwareSpec base = Base();
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  EXPECT_EQ(Find(*cal, "nvme0.read")->outcome, FitOutcome::kFitted);
+  for (const char* model : {"nvme0.mixed", "nvme1.read", "nvme1.write", "pcie.h2d", "pcie.pageable", "compute",
+                            "compute.forward", "cpu.memory", "cpu.adam", "cpu.convert", "interconnect"}) {
+    const FitReport* f = Find(*cal, model);
+    ASSERT_NE(f, nullptr) << model;
+    EXPECT_EQ(f->outcome, FitOutcome::kNoData) << FitSummary(*f);
+    EXPECT_NE(f->reason.find("no data"), std::string::npos) << f->reason;
+  }
+  // Everything but nvme0's streams is the base's, bit for bit.
+  models::HardwareSpec expected = base;
+  expected.node.nvme[0] = cal->profile.node.nvme[0];
+  expected.node.source = cal->profile.node.source;
+  EXPECT_EQ(models::HardwareToYaml(cal->profile), models::HardwareToYaml(expected));
+  EXPECT_EQ(cal->profile.node.nvme[0].mixed_efficiency, base.node.nvme[0].mixed_efficiency);
+  EXPECT_NE(cal->profile.node.nvme[0].read_bw_bytes_per_s, base.node.nvme[0].read_bw_bytes_per_s);
+}
+
+TEST(CalibrateRefusalTest, OneQueueDepthAtLargeBlocksLeavesLatencyUndetermined) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(Truth().node.nvme[0], 0, {1 << 20, 4 << 20, 16 << 20}, {32}, 2, noise, &r);
+  const models::HardwareSpec base = Base();
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "nvme0.read");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("nvme0.read: "), std::string::npos) << f->reason;
+  EXPECT_NE(f->reason.find("read_latency is not determined by the data"), std::string::npos) << f->reason;
+  EXPECT_NE(f->reason.find("queue depths 1..4"), std::string::npos) << f->reason;
+  // Refused: nothing written, not even the peak that the data do determine.
+  EXPECT_EQ(cal->profile.node.nvme[0].read_latency_s, base.node.nvme[0].read_latency_s);
+  EXPECT_EQ(cal->profile.node.nvme[0].read_bw_bytes_per_s, base.node.nvme[0].read_bw_bytes_per_s);
+  EXPECT_EQ(RefusedFits(*cal).size(), 2u);  // read and write alike
+}
+
+TEST(CalibrateRefusalTest, ComputeAtOneFlopCountIsRefused) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  const models::GpuSpec gpu = Truth().node.gpu;
+  for (int i = 0; i < 8; ++i) {
+    r.push_back(testing::ComputeProbe(gpu, Phase::kForward, 1e10, 1 << 20, noise.Factor()));
+    r.push_back(testing::ComputeProbe(gpu, Phase::kBackward, 2e10, 1 << 20, noise.Factor()));
+  }
+  const models::HardwareSpec base = Base();
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "compute");
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("FLOP range"), std::string::npos) << f->reason;
+  EXPECT_NE(f->reason.find("overhead/efficiency split is undetermined"), std::string::npos) << f->reason;
+  EXPECT_EQ(Find(*cal, "compute.forward")->outcome, FitOutcome::kRefused);
+  EXPECT_EQ(Find(*cal, "compute.backward")->outcome, FitOutcome::kRefused);
+  EXPECT_EQ(cal->profile.node.gpu.compute_efficiency, base.node.gpu.compute_efficiency);
+  EXPECT_EQ(cal->profile.node.gpu.forward_efficiency, base.node.gpu.forward_efficiency);
+  EXPECT_EQ(cal->profile.node.gpu.kernel_overhead_s, base.node.gpu.kernel_overhead_s);
+}
+
+TEST(CalibrateRefusalTest, TooFewSamples) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddCopies(Truth().node.pcie, {4096, 1 << 20, 64 << 20}, noise, &r);  // 3 per direction
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "pcie.h2d");
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("pcie.h2d: too few samples (3 < 4: 2 parameters + 2)"), std::string::npos) << f->reason;
+  EXPECT_EQ(cal->profile.node.pcie.h2d_bw_bytes_per_s, Base().node.pcie.h2d_bw_bytes_per_s);
+  // Pageable copies are relative to a pinned fit that was refused.
+  EXPECT_EQ(Find(*cal, "pcie.pageable")->outcome, FitOutcome::kRefused);
+}
+
+TEST(CalibrateRefusalTest, EfficiencyAboveOneNamesPeakFlops) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddCompute(Truth().node.gpu, Flops(), {1 << 20, 16 << 20, 256 << 20}, noise, &r);
+  models::HardwareSpec base = Base();
+  base.node.gpu.peak_flops = 40e12;  // below the 60 TFLOP/s the forward samples achieve
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "compute");
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("compute_efficiency"), std::string::npos) << f->reason;
+  EXPECT_NE(f->reason.find("peak_flops"), std::string::npos) << f->reason;
+  EXPECT_EQ(cal->profile.node.gpu.compute_efficiency, base.node.gpu.compute_efficiency);
+  EXPECT_EQ(cal->profile.node.gpu.forward_efficiency, base.node.gpu.forward_efficiency);
+}
+
+TEST(CalibrateRefusalTest, ForwardEfficiencyAboveOneIsRefusedAlone) {
+  // Against a 50 TFLOP/s peak the forward samples (60 TFLOP/s achieved) give 1.2 (refused), the
+  // backward ones (45 TFLOP/s) 0.9 and the combined 0.98 (both fitted).
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddCompute(Truth().node.gpu, Flops(), {1 << 20, 16 << 20, 256 << 20}, noise, &r);
+  models::HardwareSpec base = Base();
+  base.node.gpu.peak_flops = 50e12;
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  EXPECT_EQ(Find(*cal, "compute")->outcome, FitOutcome::kFitted) << FitSummary(*Find(*cal, "compute"));
+  const FitReport* fwd = Find(*cal, "compute.forward");
+  EXPECT_EQ(fwd->outcome, FitOutcome::kRefused);
+  EXPECT_NE(fwd->reason.find("forward_efficiency 1.2"), std::string::npos) << fwd->reason;
+  EXPECT_NE(fwd->reason.find("peak_flops"), std::string::npos) << fwd->reason;
+  EXPECT_EQ(Find(*cal, "compute.backward")->outcome, FitOutcome::kFitted);
+  ExpectWithin(cal->profile.node.gpu.backward_efficiency, 0.9, kRatioTol, "backward_efficiency");
+  EXPECT_EQ(cal->profile.node.gpu.forward_efficiency, base.node.gpu.forward_efficiency);
+}
+
+TEST(CalibrateRefusalTest, AdamEverySampleMemoryBound) {
+  Noise noise(0.03);
+  models::CpuSpec cpu = Truth().node.cpu;
+  cpu.adam_elements_per_s_per_core = 2e9;  // one thread already beats 40 GB/s / 28
+  std::vector<TraceRecord> r;
+  testing::AddCpu(cpu, {1 << 20, 4 << 20, 16 << 20}, noise, &r);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "cpu.adam");
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("every sample is memory-bound"), std::string::npos) << f->reason;
+  EXPECT_NE(f->reason.find("not identifiable"), std::string::npos) << f->reason;
+  EXPECT_EQ(cal->profile.node.cpu.adam_elements_per_s_per_core, Base().node.cpu.adam_elements_per_s_per_core);
+  EXPECT_EQ(Find(*cal, "cpu.memory")->outcome, FitOutcome::kFitted);  // memory still fitted
+}
+
+TEST(CalibrateRefusalTest, AdamAtTheKinkOfTheRooflineIsNotIdentified) {
+  // Two cores, every sample memory-bound: the best fit may land where the compute limit just
+  // meets the memory limit, with a small local standard error; a 50 % higher rate fits as well.
+  models::HardwareSpec base = Base();
+  base.node.cpu.cores = 2;
+  models::CpuSpec cpu = base.node.cpu;
+  cpu.memory_bw_bytes_per_s = 10e9;
+  cpu.adam_elements_per_s_per_core = 2e9;
+  for (uint64_t seed : {1ull, 2ull, 3ull, 4ull, 5ull}) {
+    Noise noise(0.03, seed);
+    std::vector<TraceRecord> r;
+    testing::AddCpu(cpu, {1 << 20, 4 << 20, 16 << 20}, noise, &r);
+    auto cal = Calibrate(r, {}, base);
+    ASSERT_TRUE(cal.ok());
+    const FitReport* f = Find(*cal, "cpu.adam");
+    EXPECT_EQ(f->outcome, FitOutcome::kRefused) << "seed " << seed << ": " << FitSummary(*f);
+    EXPECT_NE(f->reason.find("every sample is memory-bound"), std::string::npos) << f->reason;
+  }
+}
+
+TEST(CalibrateRefusalTest, DeviceMissingFromTheBase) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(Truth().node.nvme[0], 2, kBlocks, kDepths, 1, noise, &r);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "nvme2.read");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("the base hardware has 2 NVMe devices"), std::string::npos) << f->reason;
+}
+
+TEST(CalibrateRefusalTest, DiskPeakBeyondTheDataIsRefused) {
+  // Small blocks only, far below the peak: the peak would be extrapolated (or undetermined).
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(Truth().node.nvme[0], 0, {4096, 8192}, {1, 2, 4}, 2, noise, &r);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "nvme0.read");
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused) << FitSummary(*f);
+  EXPECT_NE(f->reason.find("read_bw"), std::string::npos) << f->reason;
+}
+
+TEST(CalibrateTest, OverheadTooSmallToMeasureIsHeldAtTheBase) {
+  // 1 ns of overhead against layers of 1.7 ms and more: under 3 % noise the data cannot see it.
+  models::GpuSpec gpu = Truth().node.gpu;
+  gpu.kernel_overhead_s = 1e-9;
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddCompute(gpu, {1e11, 3e11, 1e12, 3e12, 1e13}, {}, noise, &r);
+  const models::HardwareSpec base = Base();
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "compute");
+  ASSERT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  EXPECT_NE(f->note.find("overhead not determined by the data"), std::string::npos) << f->note;
+  EXPECT_NE(f->note.find("hbm_bw kept from the base"), std::string::npos) << f->note;
+  EXPECT_EQ(cal->profile.node.gpu.kernel_overhead_s, base.node.gpu.kernel_overhead_s);
+  EXPECT_EQ(cal->profile.node.gpu.hbm_bw_bytes_per_s, base.node.gpu.hbm_bw_bytes_per_s);
+  // The base's 5 us is <0.3 % of the smallest sample, so the efficiencies still come back.
+  ExpectWithin(cal->profile.node.gpu.forward_efficiency, 0.6, kRatioTol, "forward_efficiency");
+  ExpectWithin(cal->profile.node.gpu.backward_efficiency, 0.45, kRatioTol, "backward_efficiency");
+}
+
+// A run writes one record per compute task, and charges the whole layer's time to its last
+// task: three records per (iteration, layer, phase) must fit like one record with the sums.
+TEST(CalibrateTest, RunComputeRecordsAggregatePerLayer) {
+  const models::GpuSpec gpu = Truth().node.gpu;
+  Noise noise(0.03);
+  std::vector<TraceRecord> split, summed;
+  double t = 0;
+  const std::vector<double> layer_flops = {1e8, 1e9, 1e10, 1e11, 1e12};
+  for (int64_t it = 0; it < 2; ++it) {
+    for (int32_t layer = 0; layer < 5; ++layer) {
+      for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+        const double f = layer_flops[static_cast<size_t>(layer)] * (phase == Phase::kBackward ? 2 : 1);
+        const double seconds = models::ComputeTime(gpu, f, f / 100, phase) * noise.Factor();
+        TraceRecord one;
+        one.iteration = it;
+        one.task = "L" + std::to_string(layer) + "." + std::string(PhaseName(phase));
+        one.op = Op::kCompute;
+        one.resource = "gpu0.compute";
+        one.layer = layer;
+        one.phase = phase;
+        one.bytes = static_cast<int64_t>(f / 100);
+        one.flops = f;
+        one.start_s = t;
+        one.end_s = t + seconds;
+        one.source = "real";
+        summed.push_back(one);
+        for (int k = 0; k < 3; ++k) {  // three tasks, a third of the work each; the last one carries the time
+          TraceRecord part = one;
+          part.task += ".u" + std::to_string(k);
+          part.flops = f / 3;
+          part.bytes = one.bytes / 3 + (k == 2 ? one.bytes % 3 : 0);
+          part.start_s = t;
+          part.end_s = k < 2 ? t : t + seconds;
+          split.push_back(part);
+        }
+        t += seconds;
+      }
+    }
+  }
+  auto a = Calibrate(summed, {}, Base());
+  auto b = Calibrate(split, {}, Base());
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (const char* model : {"compute", "compute.forward", "compute.backward"}) {
+    const FitReport* fa = Find(*a, model);
+    const FitReport* fb = Find(*b, model);
+    ASSERT_EQ(fa->outcome, FitOutcome::kFitted) << FitSummary(*fa);
+    ASSERT_EQ(fb->outcome, FitOutcome::kFitted) << FitSummary(*fb);
+    EXPECT_EQ(fa->samples, fb->samples) << model;
+    ASSERT_EQ(fa->params.size(), fb->params.size());
+    for (size_t i = 0; i < fa->params.size(); ++i) {
+      const double scale = fa->params[i].name == "kernel_overhead" ? 3.0 : 1.0;  // per task: 3 tasks a sample
+      EXPECT_NEAR(fb->params[i].value * scale, fa->params[i].value, std::fabs(fa->params[i].value) * 1e-9)
+          << model << " " << fa->params[i].name;
+    }
+  }
+  EXPECT_EQ(Find(*a, "compute")->samples, 20);
+  ExpectWithin(a->profile.node.gpu.forward_efficiency, 0.6, kRatioTol, "forward_efficiency from a run");
+}
+
+TEST(CalibrateTest, RunDiskTasksThatOverlapAreLeftOut) {
+  const models::NvmeSpec disk = Truth().node.nvme[0];
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  double t = 0;
+  auto add = [&](int64_t block, int32_t qd, int64_t bytes, double seconds) {
+    TraceRecord rec;
+    rec.task = "read.x";
+    rec.op = Op::kRead;
+    rec.resource = "nvme0.r0.param";
+    rec.bytes = bytes;
+    rec.start_s = t;
+    rec.end_s = t + seconds;
+    rec.source = "real";
+    rec.block_bytes = block;
+    rec.queue_depth = qd;
+    r.push_back(rec);
+  };
+  for (int64_t block : {int64_t{4096}, int64_t{65536}, int64_t{1} << 20}) {
+    for (int32_t qd : {1, 4, 16}) {
+      const int64_t bytes = 64 * block;
+      add(block, qd, bytes,
+          (disk.read_latency_s + bytes / models::DiskReadBandwidth(disk, block, qd)) * noise.Factor());
+      t = r.back().end_s + 1e-3;
+    }
+  }
+  // Two reads in flight together, each 5x slower than alone: the fit must not see them.
+  add(1 << 20, 4, 64 << 20, 0.2);
+  t += 0.1;
+  add(1 << 20, 4, 64 << 20, 0.2);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "nvme0.read");
+  ASSERT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  EXPECT_EQ(f->samples, 9);
+  ExpectWithin(cal->profile.node.nvme[0].read_bw_bytes_per_s, disk.read_bw_bytes_per_s, kBandwidthTol,
+               "read_bw from a run");
+  ExpectWithin(cal->profile.node.nvme[0].read_latency_s, disk.read_latency_s, kLatencyTol, "read_latency from a run");
+  bool noted = false;
+  for (const std::string& n : cal->notes)
+    noted |= n.find("left out 2 run reads/writes that overlapped") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
+TEST(CalibrateTest, SimRecordsAreIgnored) {
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(Truth().node.nvme[0], 0, kBlocks, kDepths, 1, noise, &r);
+  for (TraceRecord& rec : r) rec.source = "sim";
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  EXPECT_EQ(Find(*cal, "nvme0.read")->outcome, FitOutcome::kNoData);
+  ASSERT_FALSE(cal->notes.empty());
+  EXPECT_NE(cal->notes[0].find("ignored " + std::to_string(r.size()) + " sim records"), std::string::npos);
+}
+
+TEST(CalibrateTest, FioSamplesFeedTheDiskFits) {
+  // Streams from fio jobs at every (block, qd), and mixed jobs, for nvme1.
+  const models::NvmeSpec disk = Truth().node.nvme[1];
+  Noise noise(0.03);
+  std::vector<DiskSample> s;
+  for (int64_t b : kBlocks) {
+    for (int32_t qd : kDepths) {
+      s.push_back(
+          {1, DiskSample::Kind::kRead, b, qd, models::DiskReadBandwidth(disk, b, qd) * noise.Factor(), 0, "fio"});
+      s.push_back(
+          {1, DiskSample::Kind::kWrite, b, qd, 0, models::DiskWriteBandwidth(disk, b, qd) * noise.Factor(), "fio"});
+    }
+  }
+  for (int32_t qd : {4, 8, 16, 32}) {
+    const double h = 1.0 / (0.7 / models::DiskReadBandwidth(disk, 1 << 20, qd) +
+                            0.3 / models::DiskWriteBandwidth(disk, 1 << 20, qd));
+    const double agg = disk.mixed_efficiency * h * noise.Factor();
+    s.push_back({1, DiskSample::Kind::kMixed, 1 << 20, qd, 0.7 * agg, 0.3 * agg, "fio"});
+  }
+  auto cal = Calibrate({}, s, Base());
+  ASSERT_TRUE(cal.ok());
+  for (const char* model : {"nvme1.read", "nvme1.write", "nvme1.mixed"}) {
+    EXPECT_EQ(Find(*cal, model)->outcome, FitOutcome::kFitted) << FitSummary(*Find(*cal, model));
+  }
+  ExpectWithin(cal->profile.node.nvme[1].read_bw_bytes_per_s, disk.read_bw_bytes_per_s, kBandwidthTol, "read_bw");
+  ExpectWithin(cal->profile.node.nvme[1].mixed_efficiency, disk.mixed_efficiency, kRatioTol, "mixed_efficiency");
+  EXPECT_NE(cal->profile.node.source.find(std::to_string(s.size()) + " fio samples"), std::string::npos);
+}
+
+TEST(CalibrateTest, MixedEfficiencyAboveOneIsClampedAndSaid) {
+  models::NvmeSpec disk = Truth().node.nvme[0];
+  disk.mixed_efficiency = 1.1;  // a device that mixes better than the harmonic mix
+  Noise noise(0.01);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(disk, 0, kBlocks, kDepths, 1, noise, &r);
+  testing::AddMixedWindows(disk, 0, 1 << 20, {4, 8, 16, 32}, 2, noise, &r);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "nvme0.mixed");
+  EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  EXPECT_EQ(cal->profile.node.nvme[0].mixed_efficiency, 1.0);
+  EXPECT_NE(f->note.find("clamped to 1"), std::string::npos) << f->note;
+}
+
+TEST(CalibrateTest, BaseThatDoesNotValidateIsAnError) {
+  models::HardwareSpec base = Base();
+  base.node.cpu.cores = 0;
+  auto cal = Calibrate({}, {}, base);
+  ASSERT_FALSE(cal.ok());
+  EXPECT_NE(cal.status().message().find("base hardware"), std::string::npos) << cal.status().message();
+}
+
+}  // namespace
+}  // namespace tierflow::calibrate

@@ -1,0 +1,180 @@
+// Trace records synthesised from KNOWN hardware parameters through the models/perf.h functions,
+// with deterministic multiplicative noise, following the record conventions of
+// docs/calibration.md: what the probes and the real executor write.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/trace_record.h"
+#include "tierflow/models/hardware.h"
+#include "tierflow/models/perf.h"
+
+namespace tierflow::calibrate::testing {
+
+// Uniform factors in [1 - amplitude, 1 + amplitude] from a fixed-seed 64-bit LCG (the same
+// sequence on every platform, unlike std::uniform_real_distribution).
+class Noise {
+ public:
+  explicit Noise(double amplitude, uint64_t seed = 0x7469657266ull) : amplitude_(amplitude), state_(seed) {}
+  double Factor() {
+    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(state_ >> 11) * 0x1.0p-53;  // [0, 1)
+    return 1.0 + amplitude_ * (2.0 * u - 1.0);
+  }
+
+ private:
+  double amplitude_;
+  uint64_t state_;
+};
+
+inline TraceRecord Probe(const std::string& task, Op op, const std::string& resource, int64_t bytes, double seconds) {
+  TraceRecord r;
+  r.task = task;
+  r.op = op;
+  r.resource = resource;
+  r.bytes = bytes;
+  r.start_s = 0;
+  r.end_s = seconds;
+  r.source = "probe";
+  return r;
+}
+
+// Disk probe windows of 1 s (threads = 1) for one device: every block x qd, both directions,
+// `reps` repetitions; bytes completed in the window carry the noise.
+inline void AddDiskSweep(const models::NvmeSpec& disk, int device, const std::vector<int64_t>& blocks,
+                         const std::vector<int32_t>& qds, int reps, Noise& noise, std::vector<TraceRecord>* out) {
+  double t = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (bool read : {true, false}) {
+      for (int64_t b : blocks) {
+        for (int32_t qd : qds) {
+          const double bw = read ? models::DiskReadBandwidth(disk, b, qd) : models::DiskWriteBandwidth(disk, b, qd);
+          TraceRecord r = Probe(read ? "probe.disk.read" : "probe.disk.write", read ? Op::kRead : Op::kWrite,
+                                "nvme" + std::to_string(device) + (read ? ".read" : ".write"),
+                                static_cast<int64_t>(bw * noise.Factor()), 0);
+          r.iteration = rep;
+          r.start_s = t;
+          r.end_s = t + 1.0;
+          r.block_bytes = b;
+          r.queue_depth = qd;
+          r.threads = 1;
+          out->push_back(r);
+          t += 1.25;
+        }
+      }
+    }
+  }
+}
+
+// Mixed windows: reads and writes of one device in one 1 s window, 70 % of the bytes read; the
+// aggregate is mixed_efficiency x the harmonic mix of the single-stream bandwidths at (block, qd).
+inline void AddMixedWindows(const models::NvmeSpec& disk, int device, int64_t block, const std::vector<int32_t>& qds,
+                            int reps, Noise& noise, std::vector<TraceRecord>* out) {
+  double t = 10000;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int32_t qd : qds) {
+      const double r = 0.7, w = 0.3;
+      const double harmonic =
+          1.0 / (r / models::DiskReadBandwidth(disk, block, qd) + w / models::DiskWriteBandwidth(disk, block, qd));
+      const double aggregate = disk.mixed_efficiency * harmonic * noise.Factor();
+      for (bool read : {true, false}) {
+        TraceRecord rec = Probe("probe.disk.mix", read ? Op::kRead : Op::kWrite,
+                                "nvme" + std::to_string(device) + (read ? ".read" : ".write"),
+                                static_cast<int64_t>(aggregate * (read ? r : w)), 0);
+        rec.iteration = rep;
+        rec.start_s = t;
+        rec.end_s = t + 1.0;
+        rec.block_bytes = block;
+        rec.queue_depth = qd;
+        rec.threads = 1;
+        out->push_back(rec);
+      }
+      t += 1.25;
+    }
+  }
+}
+
+// Copies of every size, pinned in both directions and pageable host-to-device.
+inline void AddCopies(const models::PcieSpec& pcie, const std::vector<int64_t>& sizes, Noise& noise,
+                      std::vector<TraceRecord>* out) {
+  for (int64_t b : sizes) {
+    out->push_back(
+        Probe("probe.copy.h2d", Op::kH2D, "gpu0.h2d", b, models::CopyTime(pcie, true, b, true) * noise.Factor()));
+    out->push_back(
+        Probe("probe.copy.d2h", Op::kD2H, "gpu0.d2h", b, models::CopyTime(pcie, false, b, true) * noise.Factor()));
+    out->push_back(Probe("probe.copy.pageable.h2d", Op::kH2D, "gpu0.h2d", b,
+                         models::CopyTime(pcie, true, b, false) * noise.Factor()));
+  }
+}
+
+// One compute probe sample: a whole layer's FLOPs and bytes in one record.
+inline TraceRecord ComputeProbe(const models::GpuSpec& gpu, Phase phase, double flops, int64_t bytes, double factor) {
+  TraceRecord r = Probe("probe.compute.layer", Op::kCompute, "gpu0.compute", bytes,
+                        models::ComputeTime(gpu, flops, static_cast<double>(bytes), phase) * factor);
+  r.phase = phase;
+  r.flops = flops;
+  return r;
+}
+
+// Forward and backward layers over `flops` (bytes = flops / 100: compute-bound on any GPU here),
+// plus flop-less samples over `bytes` (memory-bound), which determine hbm_bw.
+inline void AddCompute(const models::GpuSpec& gpu, const std::vector<double>& flops, const std::vector<int64_t>& bytes,
+                       Noise& noise, std::vector<TraceRecord>* out) {
+  for (double f : flops) {
+    out->push_back(ComputeProbe(gpu, Phase::kForward, f, static_cast<int64_t>(f / 100), noise.Factor()));
+    out->push_back(ComputeProbe(gpu, Phase::kBackward, 2 * f, static_cast<int64_t>(f / 50), noise.Factor()));
+  }
+  for (int64_t b : bytes) out->push_back(ComputeProbe(gpu, Phase::kOther, 0, b, noise.Factor()));
+}
+
+// Adam over `elements` with 1..cores threads (bytes = 4 x elements), the memory probe at
+// `cores` threads (and a few at one thread, which the fit must leave out), and conversions.
+inline void AddCpu(const models::CpuSpec& cpu, const std::vector<int64_t>& elements, Noise& noise,
+                   std::vector<TraceRecord>* out) {
+  for (int64_t e : elements) {
+    for (int32_t t = 1; t <= cpu.cores; ++t) {
+      TraceRecord r = Probe("probe.optimizer", Op::kOptimizer, "cpu.optimizer", 4 * e,
+                            models::AdamTime(cpu, e, t) * noise.Factor());
+      r.threads = t;
+      out->push_back(r);
+    }
+  }
+  for (int64_t b : {int64_t{1} << 28, int64_t{1} << 29, int64_t{1} << 30, int64_t{3} << 29}) {
+    for (int32_t t : {1, cpu.cores}) {
+      // At one thread the probe is not at the sustained rate; 0.3 x makes that visible if used.
+      const double rate = t == cpu.cores ? cpu.memory_bw_bytes_per_s : 0.3 * cpu.memory_bw_bytes_per_s;
+      TraceRecord r =
+          Probe("probe.memory.copy", Op::kConvert, "cpu.convert", b, static_cast<double>(b) / rate * noise.Factor());
+      r.threads = t;
+      out->push_back(r);
+    }
+  }
+  for (int64_t b : {int64_t{16} << 20, int64_t{64} << 20, int64_t{256} << 20}) {
+    for (int32_t t = 1; t <= cpu.cores; ++t) {
+      TraceRecord r =
+          Probe("probe.convert.bf16", Op::kConvert, "cpu.convert", b, models::ConvertTime(cpu, b, t) * noise.Factor());
+      r.threads = t;
+      out->push_back(r);
+    }
+  }
+}
+
+// All-gathers and all-reduces over sizes and 2..8 ranks (threads = ranks).
+inline void AddCollectives(const models::InterconnectSpec& ic, const std::vector<int64_t>& sizes, Noise& noise,
+                           std::vector<TraceRecord>* out) {
+  for (int64_t b : sizes) {
+    for (int32_t n : {2, 4, 8}) {
+      for (auto [op, kind] : {std::pair{Op::kAllGather, models::Collective::kAllGather},
+                              std::pair{Op::kAllReduce, models::Collective::kAllReduce}}) {
+        TraceRecord r =
+            Probe("probe.collective", op, "dp.comm", b, models::CollectiveTime(ic, kind, b, n) * noise.Factor());
+        r.threads = n;
+        out->push_back(r);
+      }
+    }
+  }
+}
+
+}  // namespace tierflow::calibrate::testing
