@@ -187,7 +187,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         const double alpha = std::clamp(2 * total - doubled, 0.0, total);
         p.kind = ActivityKind::kComm;
         p.amount = std::max(0.0, total - alpha) * node.interconnect.bus_bw_bytes_per_s;
-        p.record_threads = 0;
+        p.record_threads = ranks;  // collective records carry the rank count (docs/trace-format.md)
         Endpoint e;
         e.name = "ic." + std::string(OpName(t.op)) + "." + std::to_string(ranks);
         e.cap_bw = kUnlimitedBw;

@@ -975,7 +975,13 @@ void Run::Finish(Job& job, const TaskSpec& t) {
   r.source = "real";
   r.block_bytes = t.block_bytes;
   r.queue_depth = t.queue_depth;
-  r.threads = t.ranks;
+  // As sim records it (docs/trace-format.md): the threads a CPU task ran on, the rank count of a
+  // collective, 0 otherwise.
+  if (t.op == Op::kOptimizer || t.op == Op::kConvert) {
+    r.threads = t.resource == kNoIndex ? 0 : ThreadsOf(t.resource).threads();
+  } else if (t.op == Op::kAllGather || t.op == Op::kReduceScatter || t.op == Op::kAllReduce) {
+    r.threads = t.ranks;
+  }
   result_.records.push_back(std::move(r));
   for (int32_t b : t.frees) {
     BufferState& buf = Buf(b);
