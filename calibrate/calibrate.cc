@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <tuple>
 
 #include "calibrate_internal.h"
 #include "tierflow/core/units.h"
@@ -82,6 +84,15 @@ std::string DeterminedRule(const std::string& param, double rel_std_error, const
                      Percent(rel_std_error), Percent(o.max_rel_std_error), hint);
 }
 
+std::string ImmaterialNote(const std::string& param, double rel_std_error, const std::string& upper, double largest_change,
+                           double rms_rel_residual, const CalibrateOptions& o) {
+  const double noise = 3 * std::max(rms_rel_residual, o.min_residual_sd);
+  if (largest_change > noise) return "";
+  return fmt::format("{} not determined (relative standard error {}) but immaterial over the data: from 0 to {} no "
+                     "prediction moves by more than {} (3x the rms residual)",
+                     param, Percent(rel_std_error), upper, Percent(noise));
+}
+
 void SetDiagnostics(const FitResult& fit, FitReport* report) {
   report->rms_rel_residual = fit.rms_rel_residual;
   report->max_rel_residual = fit.max_rel_residual;
@@ -144,6 +155,36 @@ std::string CompactCount(double count) {
   return Compact(count, kUnits, 6, 1000.0);
 }
 
+std::vector<TraceRecord> MedianPerPoint(std::vector<const TraceRecord*>* records) {
+  // A point: everything that names what was measured, not how long it took. A disk window's
+  // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
+  // and write records are fitted as pairs), as do memory records.
+  using Key = std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double>;
+  std::map<Key, std::vector<const TraceRecord*>> points;
+  std::vector<const TraceRecord*> kept;
+  for (const TraceRecord* r : *records) {
+    const bool window = r->task.rfind("probe.disk.", 0) == 0;
+    // The memory fit is itself a median over repetitions (its spread is what it reports).
+    if (r->source != "probe" || r->task == "probe.disk.mix" || r->task.rfind("probe.memory", 0) == 0) {
+      kept.push_back(r);
+      continue;
+    }
+    points[{r->task, static_cast<int>(r->op), r->resource, window ? 0 : r->bytes, r->block_bytes, r->queue_depth,
+            r->threads, r->layer, static_cast<int>(r->phase), r->flops}]
+        .push_back(r);
+  }
+  std::vector<TraceRecord> out;
+  for (auto& [key, rs] : points) {
+    auto rate = [](const TraceRecord* r) { return static_cast<double>(r->bytes) / std::max(r->duration_s(), 1e-12); };
+    std::sort(rs.begin(), rs.end(), [&](const TraceRecord* a, const TraceRecord* b) {
+      return a->bytes == b->bytes ? a->duration_s() < b->duration_s() : rate(a) > rate(b);
+    });
+    out.push_back(*rs[rs.size() / 2]);
+  }
+  *records = std::move(kept);
+  return out;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -182,6 +223,20 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
     measured.push_back(&r);
   }
   if (sim > 0) out.notes.push_back(fmt::format("ignored {} sim records (calibration fits measurements)", sim));
+  // Probes repeat each point; a shared machine slows some repetitions by a burst of other load
+  // (seconds at a time, up to 2x here). Each point is fitted at its median repetition, so that
+  // the fits see the machine, not the bursts.
+  const size_t measured_records = measured.size();
+  std::vector<TraceRecord> medians;
+  if (options.median_per_point) {
+    const size_t before = measured.size();
+    medians = internal::MedianPerPoint(&measured);
+    for (const TraceRecord& r : medians) measured.push_back(&r);
+    if (measured.size() < before) {
+      out.notes.push_back(fmt::format("{} probe records reduced to the median repetition of each of {} points",
+                                      before - measured.size() + medians.size(), medians.size()));
+    }
+  }
   internal::Context c{measured, disk_samples, options, &out.profile, base, &out.fits, &out.notes};
   internal::FitDisks(c);
   internal::FitCopies(c);
@@ -193,7 +248,7 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
   for (const FitReport& f : out.fits) {
     if (f.outcome == FitOutcome::kFitted) fitted.push_back(f.model);
   }
-  std::string source = fmt::format("tierflow calibrate from {} trace records", measured.size());
+  std::string source = fmt::format("tierflow calibrate from {} trace records", measured_records);
   if (!disk_samples.empty()) source += fmt::format(" and {} fio samples", disk_samples.size());
   source += fmt::format(" over base '{}'; fitted: {}", base.node.name,
                         fitted.empty() ? "none" : fmt::format("{}", fmt::join(fitted, ", ")));

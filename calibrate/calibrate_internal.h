@@ -67,5 +67,15 @@ std::string RangeText(double lo, double hi, F format) {
   return lo == hi ? format(lo) : format(lo) + ".." + format(hi);
 }
 double Median(std::vector<double> v);
+// A fixed cost (a latency) that the data leave undetermined may still not matter: when no
+// prediction over the data moves by more than the noise (three times the rms relative residual)
+// as the cost goes from 0 to its fitted value plus a standard error (`upper`), the fitted value
+// is as good as any there. Returns the note saying so, or "" when the cost matters (refuse).
+std::string ImmaterialNote(const std::string& param, double rel_std_error, const std::string& upper, double largest_change,
+                           double rms_rel_residual, const CalibrateOptions& o);
+// Replaces the probe records of each measured point (same task, op, resource, size, request,
+// threads, layer, phase, FLOPs) by a copy of its median repetition, returned; `records` keeps
+// the rest (run records, mixed disk windows).
+std::vector<TraceRecord> MedianPerPoint(std::vector<const TraceRecord*>* records);
 
 }  // namespace tierflow::calibrate::internal

@@ -121,9 +121,20 @@ bool FitStream(const std::string& model, const std::string& dir, const std::vect
     if (!r.empty()) reasons.push_back(std::move(r));
   };
   add(DeterminedRule(bw_name, fit->rel_std_errors(0), "add large blocks at high queue depths", o));
-  add(DeterminedRule(lat_name, fit->rel_std_errors(1), "add small blocks at queue depths 1..4", o));
+  if (fit->rel_std_errors(1) > o.max_rel_std_error) {
+    // A throttled virtual disk is flat in queue depth: its latency may be undetermined yet not
+    // matter over the data.
+    const double upper = latency * (1 + fit->rel_std_errors(1));
+    double largest = 0;
+    for (const StreamObs& s : obs) {
+      const double at = Predict(peak, latency, s);
+      largest = std::max({largest, std::fabs(Predict(peak, 0, s) / at - 1), std::fabs(Predict(peak, upper, s) / at - 1)});
+    }
+    rep.note = ImmaterialNote(lat_name, fit->rel_std_errors(1), FormatDuration(upper), largest, fit->rms_rel_residual, o);
+    if (rep.note.empty()) add(DeterminedRule(lat_name, fit->rel_std_errors(1), "add small blocks at queue depths 1..4", o));
+  }
   // An undetermined parameter says more than the condition number that goes with it.
-  if (reasons.empty()) {
+  if (reasons.empty() && rep.note.empty()) {
     add(ConditionRule(fit->condition_number, true,
                       "add small blocks at queue depths 1..4 and large blocks at high depth", o));
   }

@@ -77,19 +77,44 @@ CopyFit FitPinned(const std::string& model, const std::string& dir, const std::v
     reports->push_back(rep);
     return {};
   }
-  SetDiagnostics(*fit, &rep);
-  const double latency = fit->params(0), per_byte = fit->params(1);
-  const double bw = per_byte > 0 ? 1.0 / per_byte : 0;
-  rep.params = {{dir + "_bw", bw, fit->rel_std_errors(1), "B/s", true},
-                {"latency", latency, fit->rel_std_errors(0), "s", true}};
-  AddIf(&reasons, DeterminedRule(dir + "_bw", fit->rel_std_errors(1), "add copies of 64 MiB and more", o));
-  AddIf(&reasons, DeterminedRule("latency", fit->rel_std_errors(0), "add copies of a few KiB", o));
-  if (reasons.empty()) AddIf(&reasons, ConditionRule(fit->condition_number, false, "add copies of other sizes", o));
-  if (per_byte <= 0) reasons.push_back(dir + "_bw is not positive: copy time does not grow with size");
-  if (latency < 0 && fit->rel_std_errors(0) <= o.max_rel_std_error) {
-    reasons.push_back(fmt::format("latency fitted negative ({}): copy time is not latency + bytes / bandwidth",
-                                  FormatDuration(latency)));
+  double latency = fit->params(0), per_byte = fit->params(1);
+  if (latency < 0) {
+    // The least-squares latency is negative: small copies run faster per byte than large ones
+    // (they stay in cache). A latency cannot be negative, so the constrained optimum lies on
+    // the bound: latency 0 and the per-byte cost refitted alone.
+    auto bound = FitLinearRelative(x.col(1), y, Options(o));
+    if (!bound.ok()) {
+      Conclude(&rep, {"the fit with latency held at 0 failed: " + bound.status().message()});
+      reports->push_back(rep);
+      return {};
+    }
+    rep.note = fmt::format("latency fitted negative ({}); held at 0, the bandwidth refitted alone",
+                           FormatDuration(latency));
+    fit = std::move(bound);
+    latency = 0;
+    per_byte = fit->params(0);
+    SetDiagnostics(*fit, &rep);
+    rep.params = {{dir + "_bw", per_byte > 0 ? 1.0 / per_byte : 0, fit->rel_std_errors(0), "B/s", true},
+                  {"latency", 0.0, 0.0, "s", true}};
+    AddIf(&reasons, DeterminedRule(dir + "_bw", fit->rel_std_errors(0), "add copies of 64 MiB and more", o));
+  } else {
+    SetDiagnostics(*fit, &rep);
+    rep.params = {{dir + "_bw", per_byte > 0 ? 1.0 / per_byte : 0, fit->rel_std_errors(1), "B/s", true},
+                  {"latency", latency, fit->rel_std_errors(0), "s", true}};
+    AddIf(&reasons, DeterminedRule(dir + "_bw", fit->rel_std_errors(1), "add copies of 64 MiB and more", o));
+    if (fit->rel_std_errors(0) > o.max_rel_std_error) {
+      // Over the data, the latency moves a prediction by at most upper / (the shortest copy).
+      const double upper = latency * (1 + fit->rel_std_errors(0));
+      double largest = 0;
+      for (const TimedBytes& t : obs) largest = std::max(largest, upper / (latency + t.bytes * per_byte));
+      rep.note = ImmaterialNote("latency", fit->rel_std_errors(0), FormatDuration(upper), largest, fit->rms_rel_residual, o);
+      if (rep.note.empty()) AddIf(&reasons, DeterminedRule("latency", fit->rel_std_errors(0), "add copies of a few KiB", o));
+    } else {
+      AddIf(&reasons, ConditionRule(fit->condition_number, false, "add copies of other sizes", o));
+    }
   }
+  const double bw = per_byte > 0 ? 1.0 / per_byte : 0;
+  if (per_byte <= 0) reasons.push_back(dir + "_bw is not positive: copy time does not grow with size");
   if (bw > o.max_bw_over_fastest * fastest) {
     reasons.push_back(
         fmt::format("{}_bw {} extrapolates beyond the data (more than {:.2f}x the fastest observed {}): add "

@@ -1,10 +1,11 @@
 // tierflow validate SCENARIO|SCHEDULE --profile P.yaml --disk DIR [--disk DIR2 ...] [-n N]
-//                  [--trace both.json] [--records-dir DIR] [--worst K] [--json]
+//                  [--repeats R] [--trace both.json] [--records-dir DIR] [--worst K] [--json]
 // Runs one schedule for real (as `run`) and on the simulator with a calibrated profile (as
 // `sim --profile`), then prints how well sim predicted real: the steady-state iteration time,
 // per iteration, per op class and the worst tasks (docs/calibration.md, "Validation"). Compute is
 // compared per layer and phase (traces::GroupComputeByLayer): real charges a layer's whole
 // forward or backward to one of its tasks. --trace writes both timelines into one Perfetto file.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "tierflow/real/executor.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/compare.h"
+#include "tierflow/traces/summary.h"
 #ifdef TIERFLOW_HAVE_SIMGRID
 #include "tierflow/sim/simulator.h"
 #endif
@@ -34,6 +36,7 @@ struct ValidateArgs {
   std::string trace;
   std::string records_dir;
   int32_t worst = 10;
+  int32_t repeats = 3;
   std::vector<std::string> sets;
   bool json = false;
 };
@@ -45,6 +48,7 @@ Status RunValidate(const ValidateArgs& a) {
 #else
   // The steady-state mean drops the first iteration (docs/trace-format.md); two or more remain.
   if (a.iterations < 3) return InvalidArgument("--iterations must be >= 3 (the first is warm-up; the mean needs two more)");
+  if (a.repeats < 1) return InvalidArgument("--repeats must be >= 1");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
   TF_ASSIGN_OR_RETURN(models::HardwareSpec profile, LoadHardwareFile(a.profile));
 
@@ -56,17 +60,31 @@ Status RunValidate(const ValidateArgs& a) {
   if (!simulated.ok()) return simulated.status().WithContext("sim with profile '" + a.profile + "'");
 
   TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, 1e-3f, 0));
-  real::RunOptions ro;
-  ro.iterations = a.iterations;
-  ro.disks = a.disks;
-  ro.storage = a.storage;
-  Progress progress("running", static_cast<double>(a.iterations));
-  ro.on_iteration = [&](int64_t iteration, double) { progress.Update(static_cast<double>(iteration + 1)); };
-  auto ran = real::RunSchedule(in.schedule, config, ro);
+  // A shared machine slows whole runs by bursts of other load: run `repeats` times and compare
+  // with the run of median steady-state iteration time (each run starts from the same weights).
+  std::vector<std::pair<double, std::vector<TraceRecord>>> runs;
+  Progress progress("running", static_cast<double>(a.iterations * a.repeats));
+  for (int32_t rep = 0; rep < a.repeats; ++rep) {
+    real::RunOptions ro;
+    ro.iterations = a.iterations;
+    ro.disks = a.disks;
+    ro.storage = a.storage;
+    ro.on_iteration = [&](int64_t iteration, double) {
+      progress.Update(static_cast<double>(rep * a.iterations + iteration + 1));
+    };
+    auto ran = real::RunSchedule(in.schedule, config, ro);
+    if (!ran.ok()) {
+      progress.Finish();
+      return ran.status().WithContext("real run");
+    }
+    const double mean = traces::Summarize(ran->records, nullptr).mean_iteration_s;
+    runs.emplace_back(mean, std::move(ran->records));
+  }
   progress.Finish();
-  if (!ran.ok()) return ran.status().WithContext("real run");
-
-  const std::vector<TraceRecord>& real_records = ran->records;
+  std::vector<double> real_times;
+  for (const auto& r : runs) real_times.push_back(r.first);
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  const std::vector<TraceRecord>& real_records = runs[runs.size() / 2].second;
   const std::vector<TraceRecord>& sim_records = simulated->records;
   if (!a.records_dir.empty()) {
     std::error_code ec;
@@ -99,6 +117,7 @@ Status RunValidate(const ValidateArgs& a) {
     j["policy"] = in.scenario.policy;
     j["profile"] = a.profile;
     j["iterations"] = a.iterations;
+    j["real_runs_iteration_s"] = real_times;
     j["real_iteration_s"] = whole.a_mean_iteration_s;
     j["sim_iteration_s"] = whole.b_mean_iteration_s;
     j["iteration_error"] = std::isfinite(whole.mean_iteration_rel_error) ? nlohmann::ordered_json(whole.mean_iteration_rel_error)
@@ -109,6 +128,9 @@ Status RunValidate(const ValidateArgs& a) {
   }
   std::printf("validate %s (policy %s), %lld iterations; sim on profile %s\n\n", in.scenario.name.c_str(),
               in.scenario.policy.c_str(), static_cast<long long>(a.iterations), a.profile.c_str());
+  std::string times;
+  for (double t : real_times) times += (times.empty() ? "" : ", ") + FormatDuration(t);
+  std::printf("real runs (steady-state iteration time): %s; compared: the median run\n", times.c_str());
   std::printf("iteration time (steady state): real %s, sim %s, error %+.2f %%\n\n", FormatDuration(whole.a_mean_iteration_s).c_str(),
               FormatDuration(whole.b_mean_iteration_s).c_str(), 100 * whole.mean_iteration_rel_error);
   std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(grouped).c_str());
@@ -129,6 +151,7 @@ Command MakeValidate(CLI::App& parent) {
   app->add_option("--trace", a->trace, "Write both timelines (real and sim) into one Perfetto file");
   app->add_option("--records-dir", a->records_dir, "Write real.jsonl and sim.jsonl there");
   app->add_option("--worst", a->worst, "How many worst tasks to list")->capture_default_str();
+  app->add_option("--repeats", a->repeats, "Real runs; the one of median iteration time is compared")->capture_default_str();
   AddSetOption(app, &a->sets);
   app->add_flag("--json", a->json, "Print the result as JSON");
   return {app, [a] { return RunValidate(*a); }};

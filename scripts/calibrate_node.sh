@@ -32,7 +32,7 @@ disks=("--disk $d0" "--disk $d0" "--disk $d0 --disk $d1" "--disk $d0 --disk $d1"
 for i in "${!names[@]}"; do
   echo "# validate ${names[$i]}" >&2
   # shellcheck disable=SC2086  # the sets and disks are word lists
-  $tf validate $scenario ${sets[$i]} --profile "$out/profile.yaml" ${disks[$i]} -n "$n" --json \
+  $tf validate $scenario ${sets[$i]} --profile "$out/profile.yaml" ${disks[$i]} -n "$n" --repeats 3 --json \
     --trace "$out/${names[$i]}.trace.json" > "$out/${names[$i]}.json"
 done
 end=$(date +%s.%N)

@@ -197,7 +197,9 @@ TEST(CalibrateRefusalTest, OneQueueDepthAtLargeBlocksLeavesLatencyUndetermined) 
   std::vector<TraceRecord> r;
   testing::AddDiskSweep(Truth().node.nvme[0], 0, {1 << 20, 4 << 20, 16 << 20}, {32}, 2, noise, &r);
   const models::HardwareSpec base = Base();
-  auto cal = Calibrate(r, {}, base);
+  CalibrateOptions per_sample;  // the rule under test is about samples, not points' medians
+  per_sample.median_per_point = false;
+  auto cal = Calibrate(r, {}, base, per_sample);
   ASSERT_TRUE(cal.ok());
   const FitReport* f = Find(*cal, "nvme0.read");
   ASSERT_NE(f, nullptr);
@@ -220,7 +222,9 @@ TEST(CalibrateRefusalTest, ComputeAtOneFlopCountIsRefused) {
     r.push_back(testing::ComputeProbe(gpu, Phase::kBackward, 2e10, 1 << 20, noise.Factor()));
   }
   const models::HardwareSpec base = Base();
-  auto cal = Calibrate(r, {}, base);
+  CalibrateOptions per_sample;  // the rule under test is about samples, not points' medians
+  per_sample.median_per_point = false;
+  auto cal = Calibrate(r, {}, base, per_sample);
   ASSERT_TRUE(cal.ok());
   const FitReport* f = Find(*cal, "compute");
   EXPECT_EQ(f->outcome, FitOutcome::kRefused);
@@ -529,6 +533,70 @@ TEST(CalibrateTest, BaseThatDoesNotValidateIsAnError) {
   auto cal = Calibrate({}, {}, base);
   ASSERT_FALSE(cal.ok());
   EXPECT_NE(cal.status().message().find("base hardware"), std::string::npos) << cal.status().message();
+}
+
+}  // namespace
+}  // namespace tierflow::calibrate
+
+namespace tierflow::calibrate {
+namespace {
+
+TEST(CalibrateMedianTest, ABurstInOneRepetitionDoesNotMoveTheFit) {
+  // Five repetitions of every copy size; in each point one repetition ran during a burst of other
+  // load at half speed. Fitted at each point's median, the bandwidth is the machine's; fitted
+  // over every sample, it is pulled down.
+  const models::HardwareSpec truth = Truth();
+  std::vector<TraceRecord> r;
+  for (int64_t size : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
+    for (int rep = 0; rep < 5; ++rep) {
+      const double t = models::CopyTime(truth.node.pcie, true, size, true) * (rep == 2 ? 2.0 : 1.0);
+      TraceRecord x;
+      x.iteration = rep;
+      x.task = "probe.copy.pinned";
+      x.op = Op::kH2D;
+      x.resource = "gpu0.h2d";
+      x.bytes = size;
+      x.start_s = rep;
+      x.end_s = rep + t;
+      x.source = "probe";
+      r.push_back(x);
+    }
+  }
+  auto medians = Calibrate(r, {}, Base());
+  ASSERT_TRUE(medians.ok()) << medians.status().ToString();
+  EXPECT_NEAR(medians->profile.node.pcie.h2d_bw_bytes_per_s / truth.node.pcie.h2d_bw_bytes_per_s, 1.0, 1e-6);
+  CalibrateOptions every;
+  every.median_per_point = false;
+  auto all = Calibrate(r, {}, Base(), every);
+  ASSERT_TRUE(all.ok());
+  EXPECT_LT(all->profile.node.pcie.h2d_bw_bytes_per_s, 0.95 * truth.node.pcie.h2d_bw_bytes_per_s);
+}
+
+TEST(CalibrateCopyTest, ANegativeLatencyIsHeldAtZero) {
+  // Small copies faster per byte than large ones (cache): the unconstrained latency is negative.
+  std::vector<TraceRecord> r;
+  int rep = 0;
+  for (auto [size, gbps] : std::vector<std::pair<int64_t, double>>{{1 << 16, 9.0}, {1 << 20, 7.0}, {16 << 20, 6.0}, {64 << 20, 6.0}}) {
+    TraceRecord x;
+    x.iteration = rep++;
+    x.task = "probe.copy.pinned";
+    x.op = Op::kD2H;
+    x.resource = "gpu0.d2h";
+    x.bytes = size;
+    x.start_s = rep;
+    x.end_s = rep + static_cast<double>(size) / (gbps * 1e9);
+    x.source = "probe";
+    r.push_back(x);
+  }
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "pcie.d2h");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kFitted) << f->reason;
+  EXPECT_NE(f->note.find("latency fitted negative"), std::string::npos) << f->note;
+  EXPECT_EQ(cal->profile.node.pcie.latency_s, 0.0);
+  EXPECT_GT(cal->profile.node.pcie.d2h_bw_bytes_per_s, 6e9);
+  EXPECT_LT(cal->profile.node.pcie.d2h_bw_bytes_per_s, 9e9);
 }
 
 }  // namespace
