@@ -120,8 +120,8 @@ Status RunProbeDisk(const ProbeArgs& a) {
 // ---- host probes -----------------------------------------------------------------------------
 
 struct HostArgs {
-  std::string sizes = "64KiB,256KiB,1MiB,4MiB,16MiB,64MiB";
-  std::string elements = "1048576,4194304,16777216";
+  std::string sizes = "4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB";
+  std::string elements = "1048576,2097152,4194304,8388608,16777216";
   std::string memory = "128MiB";
   std::string scenario;
   std::vector<std::string> sets;
