@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "command.h"
+#include "inputs.h"
 #include "tierflow/core/trace_record.h"
 #include "tierflow/models/hardware.h"
 #ifdef TIERFLOW_HAVE_CALIBRATE
@@ -95,12 +96,8 @@ StatusOr<Inputs> LoadInputs(const std::vector<std::string>& args) {
 
 StatusOr<models::HardwareSpec> LoadBase(const std::string& base) {
   if (EndsWith(base, ".yaml") || EndsWith(base, ".yml") || base.find('/') != std::string::npos) {
-    std::ifstream f(base);
-    if (!f) return NotFound("--base: hardware file '" + base + "' cannot be opened");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    auto hw = models::HardwareFromYamlText(ss.str());
-    if (!hw.ok()) return hw.status().WithContext("--base '" + base + "'");
+    auto hw = LoadHardwareFile(base);
+    if (!hw.ok()) return hw.status().WithContext("--base");
     return hw;
   }
   auto hw = models::HardwarePreset(base);
