@@ -18,6 +18,7 @@
 #include "calibrate_internal.h"
 #include "tierflow/core/units.h"
 #include "tierflow/models/perf.h"
+#include "tierflow/traces/compare.h"
 
 namespace tierflow::calibrate::internal {
 namespace {
@@ -124,38 +125,35 @@ void FitCompute(const Context& c) {
   const models::GpuSpec& base_gpu = c.base.node.gpu;
   const CalibrateOptions& o = c.options;
   std::vector<Sample> samples;
-  // A run charges a whole layer's time to its last compute task: sum per (iteration, layer, phase).
-  std::map<std::tuple<int64_t, int32_t, Phase>, Sample> layers;
+  std::vector<TraceRecord> run;  // grouped per layer below
   int64_t other_probes = 0, empty = 0;
   for (const TraceRecord* r : c.records) {
     if (r->op != Op::kCompute) continue;
-    if (!IsRunRecord(*r)) {
-      if (!StartsWith(r->task, "probe.compute")) {
-        ++other_probes;
-        continue;
-      }
-      if (r->duration_s() <= 0) {
-        ++empty;
-        continue;
-      }
-      samples.push_back({r->phase, r->flops, static_cast<double>(r->bytes), r->duration_s(), 1});
+    if (IsRunRecord(*r)) {
+      run.push_back(*r);
       continue;
     }
-    auto [it, fresh] = layers.try_emplace({r->iteration, r->layer, r->phase});
-    Sample& s = it->second;
-    if (fresh) s.tasks = 0;
-    s.phase = r->phase;
-    s.flops += r->flops;
-    s.bytes += static_cast<double>(r->bytes);
-    s.seconds += r->duration_s();
-    ++s.tasks;
-  }
-  for (const auto& [key, s] : layers) {
-    if (s.seconds <= 0) {
+    if (!StartsWith(r->task, "probe.compute")) {
+      ++other_probes;
+      continue;
+    }
+    if (r->duration_s() <= 0) {
       ++empty;
       continue;
     }
-    samples.push_back(s);
+    samples.push_back({r->phase, r->flops, static_cast<double>(r->bytes), r->duration_s(), 1});
+  }
+  // A run charges a whole layer's time to its last compute task: one sample per (iteration,
+  // layer, phase), as validate compares them.
+  std::vector<int32_t> merged;
+  const std::vector<TraceRecord> layers = traces::GroupComputeByLayer(run, &merged);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const TraceRecord& g = layers[i];
+    if (g.duration_s() <= 0) {
+      ++empty;
+      continue;
+    }
+    samples.push_back({g.phase, g.flops, static_cast<double>(g.bytes), g.duration_s(), merged[i]});
   }
   if (other_probes > 0)
     c.notes->push_back(fmt::format("left out {} probe compute records whose task is not probe.compute*", other_probes));

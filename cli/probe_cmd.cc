@@ -10,6 +10,7 @@
 #include <map>
 #include <tuple>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -310,8 +311,14 @@ Status RunProbeAll(const AllArgs& a) {
   steps.push_back({"optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
   steps.push_back({"memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
 
-  // Progress in points: disk points, then the host probes' reported steps (estimated counts).
-  const double host_points = 12.0 + 3 * (host.reps + 1) + 8.0 + 2.0;
+  // Progress in points: disk points, then each host probe's reports (host_probes.h: one per copy
+  // size and kind, per compute repetition with its warm-up and shape, per optimizer count and
+  // thread count, per memory thread count).
+  TF_ASSIGN_OR_RETURN(std::vector<int64_t> copy_sizes, ParseList<int64_t>(host.sizes, bytes));
+  TF_ASSIGN_OR_RETURN(std::vector<int64_t> counts, ParseList<int64_t>(host.elements, bytes));
+  const double threads = host.threads > 0 ? host.threads : std::max(1u, std::thread::hardware_concurrency());
+  const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + 3.0 * (host.reps + 1) +
+                             static_cast<double>(counts.size()) * threads + threads;
   Progress progress("probing", disk_points + host_points);
   double done = 0;
   const double t0 = real::MonotonicSeconds();

@@ -23,10 +23,9 @@ mkdir -p "$out"
 start=$(date +%s.%N)
 
 $tf probe all --dir "$d0" --dir "$d1" --scenario $scenario -o "$out/probes"
-# A fit the data do not determine is refused; the profile then keeps the base's value for it,
-# and says so (the refusal is printed above the table).
-$tf calibrate "$out/probes" --base cpu-host -o "$out/profile.yaml" ||
-  $tf calibrate "$out/probes" --base cpu-host -o "$out/profile.yaml" --allow-refused > /dev/null
+# A fit the data do not determine is refused: the profile keeps the base's value for it, and the
+# table and the lines under it say which and why.
+$tf calibrate "$out/probes" --base cpu-host -o "$out/profile.yaml" --allow-refused
 
 names=(zi-1disk zi-1disk-small-io ioc-split-2disk ioc-stripe-2disk)
 sets=("" "--set policy.block_size=128KiB --set policy.queue_depth=1"

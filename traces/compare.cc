@@ -131,13 +131,16 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
   return c;
 }
 
-std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records) {
+std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records, std::vector<int32_t>* merged) {
   std::vector<TraceRecord> out;
+  std::vector<int32_t> counts;
   out.reserve(records.size());
+  counts.reserve(records.size());
   std::map<std::tuple<std::string, int64_t, int32_t, int>, size_t> group;  // -> index in out
   for (const TraceRecord& r : records) {
     if (r.op != Op::kCompute || r.layer < 0) {
       out.push_back(r);
+      counts.push_back(1);
       continue;
     }
     auto [it, inserted] = group.try_emplace({r.source, r.iteration, r.layer, static_cast<int>(r.phase)}, out.size());
@@ -145,6 +148,7 @@ std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& rec
       TraceRecord g = r;
       g.task = "compute." + std::string(PhaseName(r.phase)) + ".layer" + std::to_string(r.layer);
       out.push_back(std::move(g));
+      counts.push_back(1);
       continue;
     }
     TraceRecord& g = out[it->second];
@@ -153,7 +157,9 @@ std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& rec
     g.end_s = g.start_s + duration;
     g.flops += r.flops;
     g.bytes += r.bytes;
+    ++counts[it->second];
   }
+  if (merged != nullptr) *merged = std::move(counts);
   return out;
 }
 

@@ -37,20 +37,21 @@ void Report(const HostProbeOptions& o, const std::string& what) {
 // denormals, which cost the optimizer ~20x and would be measured instead of the real rate).
 constexpr char kFill = 0x3f;
 
-// A byte pool touched once, so that page faults are not measured, carved into slots of
-// `slot_bytes` that successive repetitions rotate through.
+// A byte pool, filled once (so that page faults are not measured) and shared by every point of
+// a probe, which carves it into slots of its own size that successive repetitions rotate through.
 class ColdPool {
  public:
-  ColdPool(int64_t slot_bytes, int64_t min_total)
-      : slot_bytes_(AlignUp(slot_bytes)),
-        slots_(std::max<int64_t>(1, (min_total + slot_bytes_ - 1) / slot_bytes_)),
-        data_(static_cast<size_t>(slot_bytes_ * slots_), kFill) {}
-  char* Slot(int64_t i) { return data_.data() + (i % slots_) * slot_bytes_; }
+  // At least kColdPoolBytes, and at least two slots of the largest size.
+  explicit ColdPool(int64_t largest_slot)
+      : data_(static_cast<size_t>(std::max(kColdPoolBytes, 2 * AlignUp(largest_slot))), kFill) {}
+  char* Slot(int64_t i, int64_t slot_bytes) {
+    const int64_t slot = AlignUp(slot_bytes);
+    const int64_t slots = static_cast<int64_t>(data_.size()) / slot;
+    return data_.data() + (i % slots) * slot;
+  }
 
  private:
   static int64_t AlignUp(int64_t b) { return (b + 4095) / 4096 * 4096; }
-  int64_t slot_bytes_;
-  int64_t slots_;
   std::vector<char> data_;
 };
 
@@ -78,22 +79,23 @@ StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes
     if (s < 4 || s % 4 != 0) return InvalidArgument("probe copy: size " + std::to_string(s) + " is not a positive multiple of 4 bytes");
   }
   CpuThreads threads(MaxThreads(o));
+  // The emulated GPU and the host side each rotate through a cold pool. "Pinned" host memory is
+  // the executor's kind of buffer (allocated once, touched); "pageable" is memory the copy
+  // faults in as it goes, as a fresh pageable buffer would.
+  const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  ColdPool device(largest);
+  ColdPool host(largest);
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
   for (const bool pinned : {true, false}) {
     const std::string task = pinned ? "probe.copy.pinned" : "probe.copy.pageable";
     for (int64_t size : sizes) {
-      // The emulated GPU and the host side each rotate through a cold pool. "Pinned" host memory
-      // is the executor's kind of buffer (allocated once, touched); "pageable" is memory the copy
-      // faults in as it goes, as a fresh pageable buffer would.
-      ColdPool device(size, kColdPoolBytes);
-      ColdPool host(size, kColdPoolBytes);
       // Small copies take microseconds: more repetitions keep their median meaningful.
       const int32_t reps = o.repetitions * (size < (int64_t{1} << 20) ? 8 : 1);
       for (const bool h2d : {true, false}) {
         for (int32_t rep = -1; rep < reps; ++rep) {
-          char* dev = device.Slot(rep + 1);
-          char* hst = host.Slot(rep + 1);
+          char* dev = device.Slot(rep + 1, size);
+          char* hst = host.Slot(rep + 1, size);
           std::unique_ptr<char[]> fresh;
           if (!pinned) {
             fresh.reset(new char[static_cast<size_t>(size)]);  // not touched: its pages fault on the copy
@@ -189,14 +191,14 @@ StatusOr<std::vector<TraceRecord>> ProbeOptimizer(const std::vector<int64_t>& el
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
   const AdamWConfig cfg{.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+  // Four fp32 arrays (parameter, gradient, m, v) per slot for Adam; the cast's source and
+  // destination in slots of the same size.
+  ColdPool pool(16 * *std::max_element(element_counts.begin(), element_counts.end()));
   for (int32_t nt = 1; nt <= MaxThreads(o); ++nt) {
     CpuThreads threads(nt);
     for (int64_t n : element_counts) {
-      // Four fp32 arrays (parameter, gradient, m, v) per slot for Adam; source and destination
-      // of the cast in the same slots.
-      ColdPool pool(16 * n, kColdPoolBytes);
       for (int32_t rep = -1; rep < o.repetitions; ++rep) {
-        float* base = reinterpret_cast<float*>(pool.Slot(rep + 1));
+        float* base = reinterpret_cast<float*>(pool.Slot(rep + 1, 16 * n));
         float* p = base;
         float* g = base + n;
         float* m = base + 2 * n;
@@ -205,8 +207,8 @@ StatusOr<std::vector<TraceRecord>> ProbeOptimizer(const std::vector<int64_t>& el
         cpu::AdamW(p, m, v, g, nullptr, n, rep + 2, 1.0f, cfg, threads);
         double end = MonotonicSeconds();
         if (rep >= 0) out.push_back(Record("probe.adam", Op::kOptimizer, "cpu", rep, 4 * n, start - t0, end - t0, nt));
-        float* src = reinterpret_cast<float*>(pool.Slot(rep + 2));
-        uint16_t* dst = reinterpret_cast<uint16_t*>(pool.Slot(rep + 3));
+        float* src = reinterpret_cast<float*>(pool.Slot(rep + 2, 16 * n));
+        uint16_t* dst = reinterpret_cast<uint16_t*>(pool.Slot(rep + 3, 16 * n));
         start = MonotonicSeconds();
         cpu::Fp32ToBf16(dst, src, n, threads);
         end = MonotonicSeconds();

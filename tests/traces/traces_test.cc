@@ -715,5 +715,30 @@ TEST(ReportTest, JsonAndTextCarryTheFigures) {
   EXPECT_TRUE(jz["ops"][0]["rel_error"].is_null());
 }
 
+TEST(GroupComputeByLayerTest, OneRecordPerLayerAndPhaseWithSummedTime) {
+  // Layer 1's forward split over three tasks, only the last with real time (as the executor
+  // records it); a read and a layer-less compute pass through unchanged.
+  auto c = [](const std::string& task, int32_t layer, double start, double end, double flops) {
+    TraceRecord r = Rec(0, task, Op::kCompute, "gpu0.compute", start, end, Phase::kForward, 100, "real");
+    r.layer = layer;
+    r.flops = flops;
+    return r;
+  };
+  const std::vector<TraceRecord> in = {c("fwd.a", 1, 0.0, 0.001, 10), Rec(0, "read.x", Op::kRead, "nvme0.r", 0.0, 0.5),
+                                       c("fwd.b", 1, 0.001, 0.002, 20), c("fwd.c", 1, 0.002, 0.302, 30),
+                                       c("fwd.free", -1, 0.4, 0.5, 0)};
+  std::vector<int32_t> merged;
+  const std::vector<TraceRecord> out = GroupComputeByLayer(in, &merged);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].task, "compute.forward.layer1");
+  EXPECT_DOUBLE_EQ(out[0].start_s, 0.0);
+  EXPECT_NEAR(out[0].duration_s(), 0.302, 1e-12);
+  EXPECT_EQ(out[0].flops, 60);
+  EXPECT_EQ(out[0].bytes, 300);
+  EXPECT_EQ(out[1].task, "read.x");
+  EXPECT_EQ(out[2].task, "fwd.free");
+  EXPECT_EQ(merged, (std::vector<int32_t>{3, 1, 1}));
+}
+
 }  // namespace
 }  // namespace tierflow::traces
