@@ -155,7 +155,7 @@ std::string CompactCount(double count) {
   return Compact(count, kUnits, 6, 1000.0);
 }
 
-std::vector<TraceRecord> MedianPerPoint(std::vector<const TraceRecord*>* records) {
+std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* records) {
   // A point: everything that names what was measured, not how long it took. A disk window's
   // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
   // and write records are fitted as pairs), as do memory records.
@@ -173,13 +173,27 @@ std::vector<TraceRecord> MedianPerPoint(std::vector<const TraceRecord*>* records
             r->threads, r->layer, static_cast<int>(r->phase), r->flops}]
         .push_back(r);
   }
+  // The pooled mean (mean bytes over mean duration), which is what a run summing many such
+  // operations sees: on a shared machine the repetitions can be bimodal (a vCPU taken away for a
+  // while), and a median would pick one mode. From five repetitions on, the fastest and the
+  // slowest are left out, so one burst of other load does not move the point.
   std::vector<TraceRecord> out;
   for (auto& [key, rs] : points) {
     auto rate = [](const TraceRecord* r) { return static_cast<double>(r->bytes) / std::max(r->duration_s(), 1e-12); };
     std::sort(rs.begin(), rs.end(), [&](const TraceRecord* a, const TraceRecord* b) {
       return a->bytes == b->bytes ? a->duration_s() < b->duration_s() : rate(a) > rate(b);
     });
-    out.push_back(*rs[rs.size() / 2]);
+    const size_t trim = rs.size() >= 5 ? 1 : 0;
+    double bytes = 0, seconds = 0;
+    for (size_t i = trim; i + trim < rs.size(); ++i) {
+      bytes += static_cast<double>(rs[i]->bytes);
+      seconds += rs[i]->duration_s();
+    }
+    const double n = static_cast<double>(rs.size() - 2 * trim);
+    TraceRecord r = *rs[rs.size() / 2];
+    r.bytes = static_cast<int64_t>(std::llround(bytes / n));
+    r.end_s = r.start_s + seconds / n;
+    out.push_back(std::move(r));
   }
   *records = std::move(kept);
   return out;
@@ -224,17 +238,17 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
   }
   if (sim > 0) out.notes.push_back(fmt::format("ignored {} sim records (calibration fits measurements)", sim));
   // Probes repeat each point; a shared machine slows some repetitions by a burst of other load
-  // (seconds at a time, up to 2x here). Each point is fitted at its median repetition, so that
-  // the fits see the machine, not the bursts.
+  // (seconds at a time, up to 2x here). Each point is fitted at the trimmed mean of its
+  // repetitions (AveragePerPoint), so that the fits see the machine as a run does, not a burst.
   const size_t measured_records = measured.size();
-  std::vector<TraceRecord> medians;
-  if (options.median_per_point) {
+  std::vector<TraceRecord> averages;
+  if (options.average_per_point) {
     const size_t before = measured.size();
-    medians = internal::MedianPerPoint(&measured);
-    for (const TraceRecord& r : medians) measured.push_back(&r);
+    averages = internal::AveragePerPoint(&measured);
+    for (const TraceRecord& r : averages) measured.push_back(&r);
     if (measured.size() < before) {
-      out.notes.push_back(fmt::format("{} probe records reduced to the median repetition of each of {} points",
-                                      before - measured.size() + medians.size(), medians.size()));
+      out.notes.push_back(fmt::format("{} probe records reduced to the trimmed mean of each of {} points",
+                                      before - measured.size() + averages.size(), averages.size()));
     }
   }
   internal::Context c{measured, disk_samples, options, &out.profile, base, &out.fits, &out.notes};

@@ -74,8 +74,9 @@ double Median(std::vector<double> v);
 std::string ImmaterialNote(const std::string& param, double rel_std_error, const std::string& upper, double largest_change,
                            double rms_rel_residual, const CalibrateOptions& o);
 // Replaces the probe records of each measured point (same task, op, resource, size, request,
-// threads, layer, phase, FLOPs) by a copy of its median repetition, returned; `records` keeps
-// the rest (run records, mixed disk windows).
-std::vector<TraceRecord> MedianPerPoint(std::vector<const TraceRecord*>* records);
+// threads, layer, phase, FLOPs) by one record at their pooled, trimmed mean (mean bytes over
+// mean duration; from five repetitions on without the fastest and the slowest), returned;
+// `records` keeps the rest (run records, mixed disk windows, memory records).
+std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* records);
 
 }  // namespace tierflow::calibrate::internal

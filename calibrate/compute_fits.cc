@@ -216,6 +216,29 @@ void FitCompute(const Context& c) {
     refuse_all({"the fit failed: " + sol.status().message()});
     return;
   }
+  // An hbm_bw the data do not determine (a few small flop-less samples, noisy) would take the
+  // efficiencies down with it: the flop-less samples are left out and hbm_bw kept from the
+  // base, and every sample with FLOPs counts as compute-bound, as when there are none.
+  std::string hbm_note;
+  if (sol->memory_col >= 0 && sol->fit.rel_std_errors(sol->memory_col) > o.max_rel_std_error &&
+      std::any_of(samples.begin(), samples.end(), [](const Sample& v) { return v.flops > 0; })) {
+    const double rse = sol->fit.rel_std_errors(sol->memory_col);
+    const size_t before = samples.size();
+    std::erase_if(samples, [](const Sample& v) { return v.flops <= 0; });
+    role.assign(samples.size(), Role::kCompute);
+    hbm_note = fmt::format(
+        "hbm_bw not determined by the data (relative standard error {}): {} flop-less samples left out and hbm_bw "
+        "kept from the base ({})",
+        Percent(rse), before - samples.size(), FormatBandwidth(base_gpu.hbm_bw_bytes_per_s));
+    rep.samples = static_cast<int64_t>(samples.size());
+    mean_tasks = 0;
+    for (const Sample& v : samples) mean_tasks += static_cast<double>(v.tasks) / static_cast<double>(samples.size());
+    sol = SolveRoofline(samples, &role, std::nullopt, base_gpu, fo);
+    if (!sol.ok()) {
+      refuse_all({"the fit without the flop-less samples failed: " + sol.status().message()});
+      return;
+    }
+  }
   {
     const std::string too_few = TooFewSamples(rep.samples, sol->Cols(), o);
     if (!too_few.empty()) {
@@ -275,6 +298,7 @@ void FitCompute(const Context& c) {
       overhead_fitted = false;
     }
   }
+  if (!hbm_note.empty()) rep.note = rep.note.empty() ? hbm_note : hbm_note + "; " + rep.note;
   const Solution& s = *sol;
   SetDiagnostics(s.fit, &rep);
   std::vector<std::string> reasons;
@@ -333,7 +357,7 @@ void FitCompute(const Context& c) {
     params.push_back({"hbm_bw", hbm, s.fit.rel_std_errors(s.memory_col), "B/s", true});
     add(DeterminedRule("hbm_bw", s.fit.rel_std_errors(s.memory_col), "add flop-less samples of other sizes", o));
     if (h <= 0) add("hbm_bw is not positive: the roofline does not describe these samples");
-  } else {
+  } else if (hbm_note.empty()) {
     rep.note += fmt::format("{}hbm_bw kept from the base ({}): no memory-bound (flop-less) samples",
                             rep.note.empty() ? "" : "; ", FormatBandwidth(base_gpu.hbm_bw_bytes_per_s));
   }

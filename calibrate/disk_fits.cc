@@ -101,12 +101,28 @@ bool FitStream(const std::string& model, const std::string& dir, const std::vect
   }
   Eigen::VectorXd y(static_cast<Eigen::Index>(obs.size()));
   for (size_t i = 0; i < obs.size(); ++i) y(static_cast<Eigen::Index>(i)) = obs[i].observed;
-  Eigen::VectorXd init(2);
-  init << fastest, lat_guesses.empty() ? 50e-6 : Median(lat_guesses);
   FitOptions fo;
   fo.min_residual_sd = o.min_residual_sd;
-  auto fit = FitPositiveLM(
-      [&](const Eigen::VectorXd& p, int i) { return Predict(p(0), p(1), obs[static_cast<size_t>(i)]); }, y, init, fo);
+  // The min() of Little's law has local optima: a noisy window at high depth implies a long
+  // latency, and from there a fit can settle with the low-depth windows far off. So start from
+  // the median and the smallest implied latency and from nearly none, and keep the best.
+  std::vector<double> starts = {1e-6};
+  if (!lat_guesses.empty()) {
+    starts.push_back(Median(lat_guesses));
+    starts.push_back(*std::min_element(lat_guesses.begin(), lat_guesses.end()));
+  } else {
+    starts.push_back(50e-6);
+  }
+  StatusOr<FitResult> fit = InvalidArgument("no start");
+  for (double start : starts) {
+    Eigen::VectorXd init(2);
+    init << fastest, start;
+    auto tried = FitPositiveLM(
+        [&](const Eigen::VectorXd& p, int i) { return Predict(p(0), p(1), obs[static_cast<size_t>(i)]); }, y, init,
+        fo);
+    if (tried.ok() && (!fit.ok() || tried->rms_rel_residual < fit->rms_rel_residual)) fit = std::move(tried);
+    if (!fit.ok() && !tried.ok()) fit = std::move(tried);
+  }
   if (!fit.ok()) {
     Conclude(&rep, {"the fit failed: " + fit.status().message()});
     reports->push_back(rep);

@@ -189,10 +189,16 @@ std::optional<double> FitPerCoreRate(const std::string& param, const std::string
   }
   const double noise = 3 * std::max(fit->rms_rel_residual, o.min_residual_sd);
   if (compute_bound == 0 || largest_change <= noise) {
-    Conclude(rep, {fmt::format("every sample is memory-bound ({} samples; a {} higher {} fits as well): the per-core "
-                               "rate is not identifiable; add runs with fewer threads",
-                               obs.size(), Percent(o.max_rel_std_error), param)});
-    return std::nullopt;
+    // The data bound the rate from below only: every rate at which the fewest-thread sample is
+    // still memory-bound predicts every sample alike. Write that least rate, so the profile
+    // reproduces the data at 1..tmax threads and is, if anything, pessimistic below tmin.
+    const double least = std::max(rate, limit / useful(tmin));
+    rep->params = {{param, least, fit->rel_std_errors(0), unit, true}};
+    if (!Conclude(rep, reasons)) return std::nullopt;
+    rep->note = fmt::format("a lower bound: every sample is memory-bound ({} samples; a {} higher {} fits as well), "
+                            "so {} is the least rate that reproduces them; runs with fewer threads would bound it",
+                            obs.size(), Percent(o.max_rel_std_error), param, FormatParameter(rep->params[0]));
+    return least;
   }
   AddIf(&reasons, DeterminedRule(param, fit->rel_std_errors(0), "add runs with fewer threads", o));
   if (!Conclude(rep, reasons)) return std::nullopt;

@@ -75,7 +75,11 @@ Status RunRun(const RunArgs& a) {
   } else {
     report = BuildReport(in.schedule, result.records, facts);
   }
-  if (!a.in_memory) report["dispatch_busy_s"] = result.dispatch_busy_s;
+  if (!a.in_memory) {
+    report["dispatch_busy_s"] = result.dispatch_busy_s;
+    report["direct_io_bytes"] = result.direct_io_bytes;
+    report["buffered_io_bytes"] = result.buffered_io_bytes;
+  }
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
@@ -86,6 +90,12 @@ Status RunRun(const RunArgs& a) {
     return Status::Ok();
   }
   if (!a.in_memory) std::printf("\n%s", ReportToText(in.schedule, report).c_str());
+  if (result.buffered_io_bytes > 0) {
+    const double total = static_cast<double>(result.direct_io_bytes + result.buffered_io_bytes);
+    std::printf("\nnote: %s of the tasks' disk I/O (%.1f %%) went through the page cache, not O_DIRECT: tensors not "
+                "aligned as the file needs (or a file system without O_DIRECT); those bytes ran at memory speed\n",
+                FormatBytes(result.buffered_io_bytes).c_str(), 100.0 * static_cast<double>(result.buffered_io_bytes) / total);
+  }
   std::printf("\nran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
               FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
   if (!a.trace.empty()) std::printf("timeline: %s (open in ui.perfetto.dev)\n", a.trace.c_str());

@@ -247,8 +247,9 @@ class IoSink final : public CompletionSink {
 
 struct DiskFile {
   FileId direct = -1;    // O_DIRECT when the file system allows it
-  FileId buffered = -1;  // for requests that are not 4 KiB-aligned
+  FileId buffered = -1;  // for requests that are not aligned as O_DIRECT needs
   bool is_direct = false;
+  int64_t alignment = kDirectAlignment;  // what O_DIRECT needs of offsets, lengths and buffers
 };
 
 struct Job {
@@ -426,6 +427,7 @@ Status Run::Setup() {
     f.direct = direct.id;
     f.buffered = buffered.id;
     f.is_direct = direct.direct;
+    f.alignment = direct.alignment;
     if (dirs[i].required_bytes > 0) {
       Status st = io_->Allocate(direct.id, dirs[i].required_bytes);
       if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
@@ -506,7 +508,7 @@ Status Run::InitialiseStores() {
     if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
     std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
     staged.push_back(block);
-    const bool aligned = f.is_direct && IsAligned(t.offset_bytes, kDirectAlignment) && IsAligned(t.size_bytes, kDirectAlignment);
+    const bool aligned = f.is_direct && IsAligned(t.offset_bytes, f.alignment) && IsAligned(t.size_bytes, f.alignment);
     IoRequest r{IoOp::kWrite, aligned ? f.direct : f.buffered, t.offset_bytes, t.size_bytes, block, submitted};
     TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     ++submitted;
@@ -565,8 +567,9 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
       offset = p->offset + (ts.element_offset - p->begin) * kKindBytes[kind];
       version = p->version;
     }
-    const bool aligned = f.is_direct && IsAligned(ts.offset_bytes, kDirectAlignment) && IsAligned(ts.size_bytes, kDirectAlignment) &&
-                         IsAlignedPtr(buf.data + offset, kDirectAlignment);
+    const bool aligned = f.is_direct && IsAligned(ts.offset_bytes, f.alignment) && IsAligned(ts.size_bytes, f.alignment) &&
+                         IsAlignedPtr(buf.data + offset, f.alignment);
+    (aligned ? result_.direct_io_bytes : result_.buffered_io_bytes) += ts.size_bytes;
     requests.push_back({read ? IoOp::kRead : IoOp::kWrite, aligned ? f.direct : f.buffered, ts.offset_bytes, ts.size_bytes,
                         buf.data + offset, 0});
     moves.push_back({ti, offset, version});

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -31,7 +32,17 @@ StatusOr<OpenFile> FdStorage::Open(const std::string& path, const OpenOptions& o
     fd = ::open(path.c_str(), flags, 0644);
   }
   if (fd < 0) return FromErrno(errno, "open '" + path + "'");
-  Entry e{fd, path, options.device, direct};
+  Entry e{fd, path, options.device, direct, kDirectAlignment};
+#ifdef STATX_DIOALIGN
+  if (direct) {
+    // The kernel says what O_DIRECT needs of this file (Linux 6.1+); 0 or no answer: a page.
+    struct statx sx {};
+    if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) != 0 &&
+        sx.stx_dio_offset_align > 0 && sx.stx_dio_mem_align > 0) {
+      e.alignment = std::max<int64_t>(sx.stx_dio_offset_align, sx.stx_dio_mem_align);
+    }
+  }
+#endif
   FileId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -45,7 +56,7 @@ StatusOr<OpenFile> FdStorage::Open(const std::string& path, const OpenOptions& o
     }
   }
   OnOpen(id, e);
-  return OpenFile{id, direct};
+  return OpenFile{id, direct, e.alignment};
 }
 
 Status FdStorage::Close(FileId file) {

@@ -35,6 +35,7 @@ class FdStorage : public Storage {
     std::string path;
     int32_t device = 0;
     bool direct = false;
+    int64_t alignment = kDirectAlignment;  // with direct: OpenFile::alignment
   };
   // A copy of the entry of an open file; fd == -1 when `file` is not open.
   Entry Lookup(FileId file) const;

@@ -86,15 +86,16 @@ inline void FinishPiece(Piece* piece, const Status& status) {
 }
 
 // Checks a request against its file's mode; returns the error to complete it with.
-inline Status ValidateRequest(const IoRequest& r, const std::string& path, bool direct) {
+inline Status ValidateRequest(const IoRequest& r, const std::string& path, bool direct, int64_t alignment) {
   if (r.length_bytes < 0 || r.offset_bytes < 0 || (r.length_bytes > 0 && r.buffer == nullptr)) {
     return InvalidArgument(std::string(IoOpName(r.op)) + " '" + path + "': negative offset or length, or null buffer");
   }
-  if (direct && (!IsAligned(r.offset_bytes, kDirectAlignment) || !IsAligned(r.length_bytes, kDirectAlignment) ||
-                 !IsAlignedPtr(r.buffer, kDirectAlignment))) {
+  if (direct && (!IsAligned(r.offset_bytes, alignment) || !IsAligned(r.length_bytes, alignment) ||
+                 !IsAlignedPtr(r.buffer, alignment))) {
     return InvalidArgument(std::string(IoOpName(r.op)) + " '" + path + "' at offset " +
                            std::to_string(r.offset_bytes) + ", " + std::to_string(r.length_bytes) +
-                           " bytes: O_DIRECT needs buffer, offset and length aligned to 4096 bytes");
+                           " bytes: O_DIRECT on this file needs buffer, offset and length aligned to " +
+                           std::to_string(alignment) + " bytes");
   }
   return Status::Ok();
 }

@@ -54,7 +54,7 @@ class MemoryStorage final : public Storage {
         continue;
       }
       Handle& h = handles_[r.file];
-      Status v = ValidateRequest(r, h.path, h.direct);
+      Status v = ValidateRequest(r, h.path, h.direct, kDirectAlignment);
       if (!v.ok()) {
         CompleteNow(r, &done, v, 0);
         continue;

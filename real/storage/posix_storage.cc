@@ -43,7 +43,7 @@ class PosixStorage final : public FdStorage {
                                               std::to_string(r.file) + " is not open"), 0);
         continue;
       }
-      Status v = ValidateRequest(r, e.path, e.direct);
+      Status v = ValidateRequest(r, e.path, e.direct, e.alignment);
       if (!v.ok()) {
         CompleteNow(r, queue, v, 0);
         continue;

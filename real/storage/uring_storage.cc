@@ -320,7 +320,7 @@ class UringStorage final : public FdStorage {
         CompleteNow(r, queue, InvalidArgument(std::string(IoOpName(r.op)) + ": file id " + std::to_string(r.file) + " is not open"), 0);
         continue;
       }
-      Status v = ValidateRequest(r, e.path, e.direct);
+      Status v = ValidateRequest(r, e.path, e.direct, e.alignment);
       if (!v.ok()) {
         CompleteNow(r, queue, v, 0);
         continue;

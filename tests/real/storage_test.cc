@@ -110,6 +110,33 @@ TEST_P(StorageTest, MisalignedDirectRequestIsAnErrorNamingTheFile) {
   EXPECT_NE(s.message().find("m.bin"), std::string::npos) << s.ToString();
 }
 
+TEST_P(StorageTest, DirectRequestsAtTheFilesOwnAlignmentRoundTrip) {
+  auto f = OpenDirect("a.bin");
+  ASSERT_TRUE(f.ok());
+  if (!f->direct) GTEST_SKIP() << "O_DIRECT refused by the file system here; alignment is not enforced";
+  // A power of two no larger than a page (what the kernel reports, or the 4 KiB default).
+  ASSERT_GT(f->alignment, 0);
+  EXPECT_EQ(f->alignment & (f->alignment - 1), 0) << f->alignment;
+  EXPECT_LE(f->alignment, kDirectAlignment);
+  const int64_t a = f->alignment;
+  Aligned out(3 * kDirectAlignment), in(3 * kDirectAlignment);
+  for (int64_t i = 0; i < 3 * kDirectAlignment; ++i) out.p[i] = static_cast<char>(i * 7 + 1);
+  // Offset, length and buffer at the file's alignment, and off a page where it is smaller.
+  TF_ASSERT_OK(WriteAt(*storage_, f->id, a, out.p + a, 2 * a));
+  CompletionQueue q;
+  IoRequest r{IoOp::kRead, f->id, a, 2 * a, in.p + a, 1};
+  TF_ASSERT_OK(storage_->Submit({&r, 1}, &q));
+  std::vector<IoCompletion> done;
+  q.Wait(&done, 1);
+  TF_ASSERT_OK(done[0].status);
+  EXPECT_EQ(std::memcmp(in.p + a, out.p + a, static_cast<size_t>(2 * a)), 0);
+  if (a > 1) {
+    Status s = WriteAt(*storage_, f->id, a / 2, out.p, a);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("aligned to " + std::to_string(a) + " bytes"), std::string::npos) << s.ToString();
+  }
+}
+
 TEST_P(StorageTest, ReadPastEndOfFileIsAnErrorNotZeros) {
   auto f = OpenDirect("e.bin");
   ASSERT_TRUE(f.ok());

@@ -50,8 +50,8 @@ struct CalibrateOptions {
   int extra_samples = 2;
   // Floor of the residual standard deviation (relative), see fit.h.
   double min_residual_sd = 1e-3;
-  // Fit each probe point at its median repetition (see Calibrate).
-  bool median_per_point = true;
+  // Fit each probe point at the trimmed mean of its repetitions (see Calibrate).
+  bool average_per_point = true;
 };
 
 enum class FitOutcome { kFitted, kRefused, kNoData };

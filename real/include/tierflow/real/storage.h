@@ -11,8 +11,10 @@
 // longer than the back-end's request size are cut into pieces that run in parallel; the request
 // still completes once. Queued reads are started ahead of queued writes.
 //
-// Files opened with `direct` (O_DIRECT) require buffers, offsets and lengths aligned to
-// kDirectAlignment; a misaligned request completes with InvalidArgument. When the file system
+// Files opened with `direct` (O_DIRECT) require buffers, offsets and lengths aligned to the
+// file's direct-I/O alignment (OpenFile::alignment: what the kernel reports for the file, often
+// the device's 512-byte logical block, else kDirectAlignment); a misaligned request completes
+// with InvalidArgument. When the file system
 // refuses O_DIRECT (tmpfs: EINVAL), Open() fails with Unavailable unless `direct_fallback` is set,
 // in which case the file is opened buffered and OpenFile reports `direct == false`.
 //
@@ -38,6 +40,8 @@
 
 namespace tierflow::real {
 
+// The direct-I/O alignment assumed where a file does not report its own (and the memory
+// back-end's): a page, which every device accepts.
 inline constexpr int64_t kDirectAlignment = 4096;
 
 inline int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
@@ -66,6 +70,10 @@ struct OpenOptions {
 struct OpenFile {
   FileId id = -1;
   bool direct = false;  // whether O_DIRECT is actually in effect
+  // With `direct`: the alignment of offsets, lengths and buffers the file needs, the larger of
+  // the kernel's direct-I/O offset and memory alignments (statx STATX_DIOALIGN), or
+  // kDirectAlignment where the kernel does not say.
+  int64_t alignment = kDirectAlignment;
 };
 
 struct IoRequest {

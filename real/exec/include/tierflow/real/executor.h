@@ -80,6 +80,11 @@ struct RunResult {
   // Time the dispatch thread spent working (dispatching, preparing, finishing, recording), not
   // waiting for completions: the executor's own overhead.
   double dispatch_busy_s = 0;
+  // Bytes the tasks read and wrote with O_DIRECT, and through the page cache (a tensor whose
+  // offset, size or buffer place is not aligned as the file's O_DIRECT needs; a file system
+  // without O_DIRECT). Page-cache bytes run at memory speed, not the disk's.
+  int64_t direct_io_bytes = 0;
+  int64_t buffered_io_bytes = 0;
   std::vector<float> master;               // the final fp32 master weights, ParamLayout order
 };
 
