@@ -1,6 +1,7 @@
 #include "blocks.h"
 
 #include <algorithm>
+#include <map>
 
 #include "tierflow/models/llm.h"
 
@@ -309,6 +310,9 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
 
   const int64_t micro_steps = b.scenario().training.gradient_accumulation_steps;
   int32_t priority_base = 0;
+  TF_CHECK(o.fetch.slot_ring == 0 || o.fetch.slot_ring >= o.fetch.coupled_reads);  // else a dep cycle
+  // Per pinned pool, in fetch order: (read, the all-gather that frees its slot).
+  std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> staged;
   for (int64_t m = 0; m < micro_steps; ++m) {
     for (int pass = 0; pass < 2; ++pass) {
       const bool fwd = pass == 0;
@@ -324,7 +328,11 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       for (const FetchedUnit& f : fetched) {
         if (m == 0 && fwd) res.first_forward_reads += f.reads.size();
         res.reads.insert(res.reads.end(), f.reads.begin(), f.reads.end());
-        for (size_t r = 0; r < f.reads.size(); ++r) res.read_rank_unit.emplace_back(static_cast<int32_t>(r), f.unit);
+        for (size_t r = 0; r < f.reads.size(); ++r) {
+          res.read_rank_unit.emplace_back(static_cast<int32_t>(r), f.unit);
+          const int32_t rank = static_cast<int32_t>(r);
+          staged[fo.slot_pool_of ? fo.slot_pool_of(rank, f.unit) : fo.slot_pool[r]].emplace_back(f.reads[r], f.allgather);
+        }
         res.gathers.push_back(f.allgather);
       }
       // Every unit is computed, GPU-resident ones too. A layer's gradients are final only after
@@ -421,6 +429,21 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           }
         }
         layer_units.clear();
+      }
+    }
+  }
+  // The slot ring (FetchOptions::slot_ring): a read reuses the slot that the all-gather of the
+  // read slot_ring earlier in its pool frees, in this iteration or at the end of the previous.
+  const size_t ring = static_cast<size_t>(std::max(0, o.fetch.slot_ring));
+  for (const auto& pool_reads : staged) {
+    const auto& reads = pool_reads.second;
+    const size_t n = reads.size();
+    for (size_t k = 0; ring > 0 && k < n; ++k) {
+      TaskSpec& read = b.task(reads[k].first);
+      if (k >= ring) {
+        read.deps.push_back(reads[k - ring].second);
+      } else if (k + n >= ring) {
+        read.carried.push_back({reads[k + n - ring].second, 1});
       }
     }
   }

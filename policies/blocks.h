@@ -134,6 +134,14 @@ struct FetchOptions {
   // Per rank: the pool the gathered parameters are allocated in; empty = the GPU's HBM pool.
   // Fuyou's prefetch window is such a pool: its capacity bounds how far fetches run ahead.
   std::vector<int32_t> gather_pool;
+  // > 0 (TrainingPasses): each pinned pool is a ring of this many slots. The k-th read into a
+  // pool, in fetch order over every pass, waits for the all-gather that frees the slot of read
+  // k - slot_ring (the first reads of an iteration: those of the previous iteration's last), so
+  // at most slot_ring partitions are staged in a pool at once. A pool of slot_ring x its largest
+  // partition then always admits the next read, whatever order the disks finish in; without the
+  // ring, the reads of one disk can fill it with later units while the unit the in-order
+  // all-gathers need next still waits on another disk (a deadlock). Must be >= coupled_reads.
+  int32_t slot_ring = 0;
 };
 
 struct FetchedUnit {

@@ -215,6 +215,9 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   po.fetch.coupled_reads = d.coupled_reads;
   po.fetch.params_on_gpu = !d.params_on_nvme;
   po.fetch.gather_pool = window_pool;
+  // Every parameter pool above holds param_buffers of its largest partition: a ring of that many
+  // slots keeps the reads within it whatever the disk placement (fuyou-13b deadlocked without).
+  po.fetch.slot_ring = d.params_on_nvme ? std::max(d.param_buffers, d.coupled_reads) : 0;
   po.gradient_path = d.gradient_path;
   po.grad_pool = grad_pool;
   po.grad_write_resource_of = [&](int32_t r, int32_t u) { return opt_write_io(r, unit_subgroup[u]); };

@@ -152,5 +152,55 @@ TEST(MemAscend, ClassPoolsAreSizedExactlyAndBoundThePinnedPeak) {
   EXPECT_LT(class_capacity, zi_param);
 }
 
+TEST(Fuyou, ReadsStripedOverTwoDisksCannotFillTheExactSizePoolOutOfOrder) {
+  // Fuyou stripes sub-groups, so parameter units, over both disks of the workstation, into one
+  // pinned pool of buffer_count x its largest partition whose slots are each partition's size.
+  // With nvme0 slow, nvme1's reads would run ahead and fill the pool with later units while the
+  // next unit the in-order all-gathers need still waits on nvme0: a deadlock (fuyou-13b's). The
+  // slot ring admits at most buffer_count staged reads per pool.
+  auto scenario = LoadScenarioText(R"(
+name: fuyou-4-layers
+model: {preset: llama2-13b, layers: 4}
+hardware: {preset: workstation-4090}
+training: {micro_batch_size: 1, sequence_length: 2048, data_parallel: 1, activation_checkpointing: true}
+policy: {name: fuyou, prefetch_window: 4 GiB}
+)",
+                                   {}, "fuyou-4-layers.yaml");
+  ASSERT_TRUE(scenario.ok()) << scenario.status().ToString();
+  auto s = Plan(*scenario);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::map<std::string, double> durations;
+  std::set<std::string> disks;
+  for (const TaskSpec& t : s->tasks()) {
+    const std::string& resource = s->resources()[t.resource].name;
+    const bool io = t.op == Op::kRead || t.op == Op::kWrite;
+    if (io) disks.insert(resource.substr(0, resource.find('.')));
+    durations[t.id] = !io ? 0.01 : resource.rfind("nvme0", 0) == 0 ? 10.0 : 0.1;
+  }
+  ASSERT_EQ(disks, (std::set<std::string>{"nvme0", "nvme1"})) << "the units must be spread over both disks";
+  auto r = testing::RunTimed(*s, 2, durations);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  // At no time more than buffer_count (default 5) parameter reads staged in the pool: read
+  // finished, the all-gather that frees its slot not yet.
+  std::map<std::pair<std::string, int64_t>, double> gathered;  // (unit pass, iteration) -> end
+  for (const auto& [key, span] : r.spans) {
+    if (key.first.rfind("allgather.", 0) == 0) gathered[{key.first.substr(10), key.second}] = span.end;
+  }
+  std::vector<std::pair<double, int>> events;  // (time, +1 staged / -1 freed)
+  for (const auto& [key, span] : r.spans) {
+    if (key.first.rfind("read.", 0) != 0 || key.first.find(".sg") != std::string::npos) continue;
+    const std::string unit_pass = key.first.substr(5, key.first.rfind(".r") - 5);
+    auto g = gathered.find({unit_pass, key.second});
+    if (g == gathered.end()) continue;  // not a parameter read
+    events.push_back({span.end, +1});
+    events.push_back({g->second, -1});
+  }
+  ASSERT_FALSE(events.empty());
+  std::sort(events.begin(), events.end());  // at one instant, frees (-1) before new reads
+  int staged = 0, most = 0;
+  for (const auto& [time, change] : events) most = std::max(most, staged += change);
+  EXPECT_LE(most, 5);
+}
+
 }  // namespace
 }  // namespace tierflow::policies
