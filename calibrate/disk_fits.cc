@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "calibrate_internal.h"
@@ -34,6 +35,24 @@ struct MixedObs {
   double write_bytes = 0;
   double seconds = 1;
 };
+
+// One window of the disk probe that drove several devices at once (one op, one shape).
+struct JointWindow {
+  bool write = false;
+  int64_t block = 0;
+  int32_t qd = 0;
+  double seconds = 0;
+  std::map<int32_t, double> bytes;  // per device
+};
+
+// Whether this calibration fitted device `d`'s stream in that direction (its report says so).
+bool FittedDirection(int32_t d, bool write, const Context& c) {
+  const std::string model = "nvme" + std::to_string(d) + (write ? ".write" : ".read");
+  for (const FitReport& r : *c.reports) {
+    if (r.model == model) return r.outcome == FitOutcome::kFitted;
+  }
+  return false;
+}
 
 struct DeviceData {
   std::vector<StreamObs> read, write;
@@ -246,6 +265,78 @@ void FitMixed(const std::string& model, const std::string& device, const std::ve
   reports->push_back(rep);
 }
 
+
+// Decides, for each later device that was driven together with an earlier one, whether the two
+// are one device (same_device_as): the aggregate of both at once against the faster alone, at
+// the window's block size and depth on the fitted curves. At most kSharedBelow times one alone:
+// one device; at least kApartAbove: two; in between, or fits missing: refused.
+void FitSharedDevices(const std::map<std::tuple<int, int64_t, double, double>, JointWindow>& joint, const Context& c) {
+  constexpr double kSharedBelow = 1.3, kApartAbove = 1.6;
+  std::map<std::pair<int32_t, int32_t>, std::vector<double>> ratios;  // (earlier, later) -> per window
+  std::map<std::pair<int32_t, int32_t>, std::pair<double, double>> example;  // aggregate, alone
+  auto& nvme = c.profile->node.nvme;
+  std::set<int32_t> unfitted;
+  for (const auto& [key, w] : joint) {
+    for (auto a = w.bytes.begin(); a != w.bytes.end(); ++a) {
+      for (auto b = std::next(a); b != w.bytes.end(); ++b) {
+        const int32_t i = a->first, j = b->first;
+        if (j >= static_cast<int32_t>(nvme.size())) continue;  // refused by the stream fits
+        if (!FittedDirection(i, w.write, c) || !FittedDirection(j, w.write, c)) {
+          unfitted.insert(j);
+          continue;
+        }
+        auto alone = [&](int32_t d) {
+          const models::NvmeSpec& s = nvme[static_cast<size_t>(d)];
+          return w.write ? models::DiskWriteBandwidth(s, w.block, w.qd) : models::DiskReadBandwidth(s, w.block, w.qd);
+        };
+        const double aggregate = (a->second + b->second) / w.seconds;
+        const double faster = std::max(alone(i), alone(j));
+        ratios[{i, j}].push_back(aggregate / faster);
+        example[{i, j}] = {aggregate, faster};
+      }
+    }
+  }
+  for (int32_t j : unfitted) {
+    bool decided = false;
+    for (const auto& [pair, r] : ratios) decided |= pair.second == j;
+    if (!decided) {
+      c.reports->push_back(RefusedReport(
+          "nvme" + std::to_string(j) + ".device",
+          "needs the stream fits of both devices driven together (whether they share one compares with them)"));
+    }
+  }
+  std::set<int32_t> done;
+  for (const auto& [pair, r] : ratios) {
+    const auto [i, j] = pair;
+    if (done.count(j)) continue;  // decided against an earlier device
+    FitReport rep;
+    rep.model = "nvme" + std::to_string(j) + ".device";
+    rep.samples = static_cast<int64_t>(r.size());
+    const double ratio = Median(r);
+    const auto [aggregate, alone] = example.at(pair);
+    rep.params = {{"together_over_alone_nvme" + std::to_string(i), ratio, 0, "", false}};
+    rep.data_range = fmt::format("nvme{} and nvme{} at once: {} together, {} the faster alone (last window)", i, j,
+                                 FormatBandwidth(aggregate), FormatBandwidth(alone));
+    const int32_t root = nvme[static_cast<size_t>(i)].same_device_as >= 0 ? nvme[static_cast<size_t>(i)].same_device_as : i;
+    if (ratio <= kSharedBelow) {
+      Conclude(&rep, {});
+      rep.note = fmt::format("one device: nvme{} and nvme{} together get {:.2f}x of one alone; same_device_as: nvme{}",
+                             i, j, ratio, root);
+      nvme[static_cast<size_t>(j)].same_device_as = root;
+      done.insert(j);
+    } else if (ratio >= kApartAbove) {
+      Conclude(&rep, {});
+      rep.note = fmt::format("separate devices: nvme{} and nvme{} together get {:.2f}x of one alone", i, j, ratio);
+      if (nvme[static_cast<size_t>(j)].same_device_as == i) nvme[static_cast<size_t>(j)].same_device_as = -1;
+    } else {
+      Conclude(&rep, {fmt::format("nvme{} and nvme{} together get {:.2f}x of one alone, between {:.1f}x (one device) "
+                                  "and {:.1f}x (two): repeat the probe of both at once",
+                                  i, j, ratio, kSharedBelow, kApartAbove)});
+    }
+    c.reports->push_back(rep);
+  }
+}
+
 }  // namespace
 
 void FitDisks(const Context& c) {
@@ -253,6 +344,8 @@ void FitDisks(const Context& c) {
   std::map<int32_t, std::vector<const TraceRecord*>> run_io;
   // (device, iteration, start, end) -> the window's reads and writes.
   std::map<std::tuple<int32_t, int64_t, double, double>, MixedObs> windows;
+  // (op, iteration, start, end) -> per device: a window that drove several devices at once.
+  std::map<std::tuple<int, int64_t, double, double>, JointWindow> joint;
   int64_t multi_device = 0, unusable = 0;
   for (const TraceRecord* r : c.records) {
     if (r->op != Op::kRead && r->op != Op::kWrite) continue;
@@ -267,7 +360,17 @@ void FitDisks(const Context& c) {
     const bool mix = r->task == "probe.disk.mix";
     if (!stream && !mix) continue;
     if (r->threads > 1) {
-      ++multi_device;  // several devices driven at once: not the single-device model
+      // Several devices driven at once: not the single-device model, but whether they share one.
+      if (stream && r->bytes > 0 && r->duration_s() > 0 && r->block_bytes > 0 && r->queue_depth > 0) {
+        JointWindow& w = joint[{static_cast<int>(r->op), r->iteration, r->start_s, r->end_s}];
+        w.write = !is_read;
+        w.block = r->block_bytes;
+        w.qd = r->queue_depth;
+        w.seconds = r->duration_s();
+        w.bytes[*dev] += static_cast<double>(r->bytes);
+      } else {
+        ++multi_device;
+      }
       continue;
     }
     if (r->bytes <= 0 || r->duration_s() <= 0 || r->block_bytes <= 0 || r->queue_depth <= 0) {
@@ -321,8 +424,8 @@ void FitDisks(const Context& c) {
     }
   }
   if (multi_device > 0) {
-    c.notes->push_back(
-        fmt::format("left out {} disk probe records that drove several devices at once (threads > 1)", multi_device));
+    c.notes->push_back(fmt::format(
+        "left out {} disk records of several devices at once that are not probe.disk.read/write windows", multi_device));
   }
   if (contended > 0) {
     c.notes->push_back(
@@ -355,6 +458,7 @@ void FitDisks(const Context& c) {
                                     &disk.write_latency_s, c.reports);
     FitMixed(device + ".mixed", device, dd.mixed, read_ok && write_ok, c.options, &disk, c.reports);
   }
+  FitSharedDevices(joint, c);
 }
 
 }  // namespace tierflow::calibrate::internal

@@ -247,7 +247,7 @@ struct AllArgs {
   std::vector<std::string> dirs;
   std::string out;
   HostArgs host;
-  std::string disk_sizes = "64KiB,1MiB,4MiB";
+  std::string disk_sizes = "4KiB,64KiB,1MiB,4MiB";
   std::string disk_qds = "1,2,8,32";
   double disk_duration_s = 0.3;
   int disk_reps = 2;
@@ -272,13 +272,23 @@ Status RunProbeAll(const AllArgs& a) {
   d.backend = a.backend;
   TF_ASSIGN_OR_RETURN(policies::Scenario compute_scenario, ComputeScenario(a.host.scenario, a.host.sets));
 
-  const double disk_points = static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size());
+  // With several directories, a read and a write window of all at once (1 MiB, depth 8): whether
+  // they are one device (calibrate sets same_device_as) or several.
+  real::DiskProbeOptions joint = d;
+  joint.block_bytes = {int64_t{1} << 20};
+  joint.queue_depths = {8};
+  joint.ops = {"read", "write"};
+  joint.device_counts = {static_cast<int32_t>(a.dirs.size())};
+  const double joint_points = a.dirs.size() > 1 ? static_cast<double>(joint.ops.size()) : 0.0;
+  const double disk_points =
+      static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points;
   std::printf("# tierflow probe all: %zu disk dir(s); compute on %s (batch %lld, sequence %lld and shorter); records -> %s/\n",
               a.dirs.size(), compute_scenario.model.name.c_str(),
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
-  std::printf("# disk: %.0f points of %.1f s each, one directory at a time (about %.0f s); the host probes take about 15 s\n", disk_points,
-              d.warmup_s + d.repetitions * d.duration_s, disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02));
+  std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about 15 s\n",
+              disk_points, d.warmup_s + d.repetitions * d.duration_s, joint_points > 0 ? ", then all at once" : "",
+              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02));
   std::fflush(stdout);
 
   struct Step {
@@ -303,6 +313,11 @@ Status RunProbeAll(const AllArgs& a) {
                          r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
                          all.push_back(std::move(r));
                        }
+                     }
+                     if (joint_points > 0) {  // devices numbered in --dir order, as above
+                       TF_RETURN_IF_ERROR(real::RunDiskProbe(joint, &all, [&](const real::DiskProbeResult&) {
+                                            if (o.progress) o.progress("disk point (all directories at once)");
+                                          }).status().WithContext("all --dir at once"));
                      }
                      return all;
                    }});

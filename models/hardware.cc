@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <string>
 
 #include "hardware_presets.inc"
@@ -75,6 +76,20 @@ Status ApplyNvme(const YAML::Node& node, const std::string& path, NvmeSpec* d) {
   TF_RETURN_IF_ERROR(r.Duration("read_latency", &d->read_latency_s));
   TF_RETURN_IF_ERROR(r.Duration("write_latency", &d->write_latency_s));
   TF_RETURN_IF_ERROR(r.Fraction("mixed_efficiency", &d->mixed_efficiency));
+  if (r.Has("same_device_as")) {
+    std::string other;
+    TF_RETURN_IF_ERROR(r.String("same_device_as", &other));
+    int32_t index = -1;
+    if (other != "none") {
+      const auto [end, ec] = other.size() > 4 && other.rfind("nvme", 0) == 0
+                                 ? std::from_chars(other.data() + 4, other.data() + other.size(), index)
+                                 : std::from_chars_result{other.data(), std::errc::invalid_argument};
+      if (ec != std::errc() || end != other.data() + other.size() || index < 0) {
+        return InvalidArgument(path + ".same_device_as: '" + other + "' is not nvme<N> (or none)");
+      }
+    }
+    d->same_device_as = index;
+  }
   return r.Finish();
 }
 
@@ -285,6 +300,18 @@ Status ValidateHardware(const HardwareSpec& hw) {
     if (d.read_latency_s < 0 || d.write_latency_s < 0) {
       return InvalidArgument(p + ": latencies must not be negative");
     }
+    if (d.same_device_as >= 0) {
+      const auto k = static_cast<size_t>(d.same_device_as);
+      if (k >= i) {
+        return InvalidArgument(p + ".same_device_as: nvme" + std::to_string(k) + " must be an earlier entry than nvme" +
+                               std::to_string(i));
+      }
+      if (node.nvme[k].same_device_as >= 0) {
+        return InvalidArgument(p + ".same_device_as: nvme" + std::to_string(k) + " itself shares nvme" +
+                               std::to_string(node.nvme[k].same_device_as) + "'s device; name nvme" +
+                               std::to_string(node.nvme[k].same_device_as));
+      }
+    }
   }
   for (size_t i = 0; i < node.remote.size(); ++i) {
     const RemoteTierSpec& t = node.remote[i];
@@ -354,6 +381,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
     y += fmt::format("      read_latency: {} s\n", Num(d.read_latency_s));
     y += fmt::format("      write_latency: {} s\n", Num(d.write_latency_s));
     y += fmt::format("      mixed_efficiency: {}\n", Num(d.mixed_efficiency));
+    if (d.same_device_as >= 0) y += fmt::format("      same_device_as: nvme{}\n", d.same_device_as);
   }
   y += n.remote.empty() ? "  remote: []\n" : "  remote:\n";
   for (const RemoteTierSpec& t : n.remote) {

@@ -151,6 +151,7 @@ class Runner {
     std::vector<sg4::Link*> media(plan_.nvmes, nullptr);
     for (int32_t d = 0; d < plan_.nvmes; ++d) {
       const models::NvmeSpec& disk = node.nvme[d];
+      if (disk.same_device_as >= 0) continue;  // its device's link: the routes name that one
       const double peak = std::max(disk.read_bw_bytes_per_s, disk.write_bw_bytes_per_s);
       if (peak <= 0) continue;
       media[d] = zone->create_link("nvme" + std::to_string(d) + ".media", peak)

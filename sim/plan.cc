@@ -114,8 +114,8 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         p.amount = static_cast<double>(t.bytes);
         if (dev.kind == HwKind::kNvme) {
           const models::NvmeSpec& disk = node.nvme[dev.index];
-          const int64_t block = t.block_bytes > 0 ? t.block_bytes : kDefaultBlockBytes;
-          const int32_t depth = t.queue_depth > 0 ? t.queue_depth : kDefaultQueueDepth;
+          const int64_t block = IoBlockBytes(t);
+          const int32_t depth = IoQueueDepth(t);
           TF_RETURN_IF_ERROR(need(write ? disk.write_bw_bytes_per_s : disk.read_bw_bytes_per_s,
                                   write ? "nvme write bandwidth" : "nvme read bandwidth"));
           const double bw = write ? models::DiskWriteBandwidth(disk, block, depth)
@@ -125,7 +125,8 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           e.name = dev_name + (write ? ".w." : ".r.") + std::to_string(block) + "x" + std::to_string(depth);
           e.cap_bw = bw;
           e.latency_s = write ? disk.write_latency_s : disk.read_latency_s;
-          e.disk = dev.index;
+          // Directories on one device cross its one media link (NvmeSpec::same_device_as).
+          e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;
           e.write = write;
           p.endpoint = endpoint({0, dev.index, write, block, depth}, std::move(e));
           p.block_bytes = block;

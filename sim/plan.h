@@ -18,9 +18,6 @@ namespace tierflow::sim::internal {
 inline constexpr double kExecSpeed = 1e9;
 // FATPIPE links that only carry a latency (or a per-flow cap) use this bandwidth when uncapped.
 inline constexpr double kUnlimitedBw = 1e15;
-// DeepSpeed's aio defaults, used when a task leaves block_bytes or queue_depth at 0.
-inline constexpr int64_t kDefaultBlockBytes = 1 << 20;
-inline constexpr int32_t kDefaultQueueDepth = 8;
 
 enum class ActivityKind : uint8_t { kInstant, kComm, kExec };
 
@@ -31,7 +28,7 @@ struct Endpoint {
   std::string name;      // host name
   double cap_bw = 0;     // FATPIPE bandwidth of its private link, bytes/s
   double latency_s = 0;  // latency of its private link
-  int32_t disk = -1;     // nvme index whose media link the route crosses, or -1
+  int32_t disk = -1;     // nvme index whose media link the route crosses (its device's first entry), or -1
   int32_t remote = -1;   // remote tier index, or -1
   bool collective = false;
   bool write = false;    // towards the device (disk/remote write)

@@ -20,6 +20,7 @@
 #include "tierflow/real/checkpoint.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/disk_set.h"
+#include "tierflow/real/io_window.h"
 #include "tierflow/real/storage.h"
 #include "emulated_copy.h"
 #include "trainer.h"
@@ -217,32 +218,6 @@ class Worker {
 };
 
 // Counts a job's I/O pieces; the last one posts the job's event.
-class IoSink final : public CompletionSink {
- public:
-  IoSink(EventQueue* events, size_t job, int pieces) : events_(events), job_(job), remaining_(pieces) {}
-  void Push(IoCompletion c) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!c.status.ok() && status_.ok()) status_ = c.status;
-    }
-    if (remaining_.fetch_sub(1) == 1) {
-      Status s;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        s = status_;
-      }
-      events_->Push({job_, s});
-    }
-  }
-
- private:
-  EventQueue* events_;
-  size_t job_;
-  std::atomic<int> remaining_;
-  std::mutex mu_;
-  Status status_;
-};
-
 // ---- The run -----------------------------------------------------------------------------------
 
 struct DiskFile {
@@ -257,7 +232,7 @@ struct Job {
   double start_s = 0;
   std::function<Status()> work;      // on a worker; empty for I/O and instant ops
   std::function<void()> finish;      // on the dispatch thread, after success
-  std::unique_ptr<IoSink> sink;
+  std::unique_ptr<IoWindow> sink;  // reads and writes
 };
 
 struct NormAccumulator {
@@ -399,7 +374,24 @@ Status Run::Setup() {
   }
   for (DiskDir& d : dirs) d.required_bytes = need[static_cast<size_t>(s_.FindDevice(d.device))];
   TF_RETURN_IF_ERROR(CheckDiskDirs(dirs));
+  // The tasks cut their requests into block_bytes pieces themselves (IoWindow), so the back-end
+  // must not cut them again, and each device's ring must hold what its I/O resources keep in
+  // flight at once (concurrency x the deepest queue_depth of each).
   StorageOptions so;
+  {
+    std::vector<int32_t> deepest(s_.resources().size(), 0);
+    for (const TaskSpec& t : s_.tasks()) {
+      if (t.op != Op::kRead && t.op != Op::kWrite) continue;
+      so.request_bytes = std::max(so.request_bytes, AlignUp(IoBlockBytes(t), kDirectAlignment));
+      if (t.resource != kNoIndex) deepest[static_cast<size_t>(t.resource)] = std::max(deepest[static_cast<size_t>(t.resource)], IoQueueDepth(t));
+    }
+    std::vector<int32_t> per_device(s_.devices().size(), 0);
+    for (size_t r = 0; r < deepest.size(); ++r) {
+      const ResourceSpec& res = s_.resources()[r];
+      per_device[static_cast<size_t>(res.device)] += res.concurrency * deepest[r];
+    }
+    for (int32_t depth : per_device) so.queue_depth = std::max(so.queue_depth, depth);
+  }
   TF_ASSIGN_OR_RETURN(storage_, NewStorage(options_.storage, so));
   io_ = storage_.get();
   if (!options_.faults.empty()) {
@@ -583,8 +575,14 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
       else home_[static_cast<size_t>(ts.device)][kind].Set(ts.element_offset, ts.element_offset + n, m.version);
     }
   };
-  job.sink = std::make_unique<IoSink>(&events_, static_cast<size_t>(&job - jobs_.data()), static_cast<int>(requests.size()));
-  return io_->Submit(requests, job.sink.get());
+  // The schedule's request shape: pieces of block_bytes, queue_depth of them in flight.
+  std::vector<IoRequest> pieces = CutRequests(requests, IoBlockBytes(t));
+  const auto window = static_cast<size_t>(IoQueueDepth(t));
+  const size_t index = static_cast<size_t>(&job - jobs_.data());
+  job.sink = std::make_unique<IoWindow>(io_, std::move(pieces), window,
+                                        [this, index](Status st) { events_.Push({index, std::move(st)}); });
+  job.sink->Start();
+  return Status::Ok();
 }
 
 Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
@@ -976,8 +974,10 @@ void Run::Finish(Job& job, const TaskSpec& t) {
   r.start_s = job.start_s;
   r.end_s = IsInstantOp(t.op) ? job.start_s : MonotonicSeconds() - t0_;
   r.source = "real";
-  r.block_bytes = t.block_bytes;
-  r.queue_depth = t.queue_depth;
+  if (t.op == Op::kRead || t.op == Op::kWrite) {  // the shape it ran with, as sim records it
+    r.block_bytes = IoBlockBytes(t);
+    r.queue_depth = IoQueueDepth(t);
+  }
   // As sim records it (docs/trace-format.md): the threads a CPU task ran on, the rank count of a
   // collective, 0 otherwise.
   if (t.op == Op::kOptimizer || t.op == Op::kConvert) {

@@ -328,6 +328,45 @@ TEST(CalibrateTest, AdamAtTheKinkOfTheRooflineGivesALowerBound) {
   for (uint64_t seed : {1ull, 2ull, 3ull, 4ull, 5ull}) ExpectAdamLowerBound(base, cpu, seed);
 }
 
+// Two devices of the truth's first kind probed alone, then together getting `together` x one.
+StatusOr<Calibration> CalibrateTogether(double together) {
+  Noise noise(0.02);
+  const models::NvmeSpec& disk = Truth().node.nvme[0];
+  std::vector<TraceRecord> r;
+  for (int d : {0, 1}) testing::AddDiskSweep(disk, d, kBlocks, kDepths, 1, noise, &r);
+  testing::AddJointWindows(disk, disk, together, 2, noise, &r);
+  models::HardwareSpec base = Base();
+  base.node.nvme.resize(2, base.node.nvme[0]);
+  return Calibrate(r, {}, base);
+}
+
+TEST(CalibrateTest, TwoDirectoriesOnOneDeviceAreFoundFromBothAtOnce) {
+  auto one = CalibrateTogether(1.0);  // together no faster than alone: one device
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  const FitReport* f = Find(*one, "nvme1.device");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  EXPECT_NE(f->note.find("one device"), std::string::npos) << f->note;
+  EXPECT_EQ(one->profile.node.nvme[1].same_device_as, 0);
+  EXPECT_EQ(one->profile.node.nvme[0].same_device_as, -1);
+
+  auto two = CalibrateTogether(2.0);  // twice one alone: two devices
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  f = Find(*two, "nvme1.device");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  EXPECT_NE(f->note.find("separate devices"), std::string::npos) << f->note;
+  EXPECT_EQ(two->profile.node.nvme[1].same_device_as, -1);
+
+  auto unclear = CalibrateTogether(1.45);
+  ASSERT_TRUE(unclear.ok()) << unclear.status().ToString();
+  f = Find(*unclear, "nvme1.device");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("repeat the probe of both at once"), std::string::npos) << f->reason;
+  EXPECT_EQ(unclear->profile.node.nvme[1].same_device_as, -1);
+}
+
 TEST(CalibrateRefusalTest, DeviceMissingFromTheBase) {
   Noise noise(0.03);
   std::vector<TraceRecord> r;

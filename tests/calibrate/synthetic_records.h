@@ -68,6 +68,34 @@ inline void AddDiskSweep(const models::NvmeSpec& disk, int device, const std::ve
   }
 }
 
+// Windows that drove devices 0 and 1 at once (1 MiB, depth 8, reads then writes, 1 s each):
+// together they complete `together` times what the faster alone would, split evenly.
+inline void AddJointWindows(const models::NvmeSpec& d0, const models::NvmeSpec& d1, double together, int reps,
+                            Noise& noise, std::vector<TraceRecord>* out) {
+  double t = 20000;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (bool read : {true, false}) {
+      auto alone = [&](const models::NvmeSpec& d) {
+        return read ? models::DiskReadBandwidth(d, 1 << 20, 8) : models::DiskWriteBandwidth(d, 1 << 20, 8);
+      };
+      const double aggregate = together * std::max(alone(d0), alone(d1)) * noise.Factor();
+      for (int device : {0, 1}) {
+        TraceRecord r = Probe(read ? "probe.disk.read" : "probe.disk.write", read ? Op::kRead : Op::kWrite,
+                              "nvme" + std::to_string(device) + (read ? ".read" : ".write"),
+                              static_cast<int64_t>(aggregate / 2), 0);
+        r.iteration = rep;
+        r.start_s = t;
+        r.end_s = t + 1.0;
+        r.block_bytes = 1 << 20;
+        r.queue_depth = 8;
+        r.threads = 2;
+        out->push_back(r);
+      }
+      t += 1.25;
+    }
+  }
+}
+
 // Mixed windows: reads and writes of one device in one 1 s window, 70 % of the bytes read; the
 // aggregate is mixed_efficiency x the harmonic mix of the single-stream bandwidths at (block, qd).
 inline void AddMixedWindows(const models::NvmeSpec& disk, int device, int64_t block, const std::vector<int32_t>& qds,

@@ -171,6 +171,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
     EXPECT_EQ(x.nvme[i].read_latency_s, y.nvme[i].read_latency_s);
     EXPECT_EQ(x.nvme[i].write_latency_s, y.nvme[i].write_latency_s);
     EXPECT_EQ(x.nvme[i].mixed_efficiency, y.nvme[i].mixed_efficiency);
+    EXPECT_EQ(x.nvme[i].same_device_as, y.nvme[i].same_device_as);
   }
   ASSERT_EQ(x.remote.size(), y.remote.size());
   for (size_t i = 0; i < x.remote.size(); ++i) {
@@ -186,10 +187,31 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
   for (const auto& name : HardwarePresetNames()) {
     HardwareSpec hw = Preset(name);
     hw.node.remote.push_back({"pfs \"quoted\": name", 1.0 / 3.0 * 1e9, 0.7e9, 1.1e-3});
+    if (hw.node.nvme.size() > 1) hw.node.nvme.back().same_device_as = 0;
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;
     ExpectEqual(back.value(), hw);
+  }
+}
+
+TEST(HardwareYamlTest, SameDeviceAsNamesAnEarlierUnsharedEntry) {
+  auto hw = FromText("{preset: cpu-host, node: {nvme: [{}, {same_device_as: nvme0}]}}");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  EXPECT_EQ(hw->node.nvme[0].same_device_as, -1);
+  EXPECT_EQ(hw->node.nvme[1].same_device_as, 0);
+  const std::pair<const char*, const char*> bad[] = {
+      {"{preset: cpu-host, node: {nvme: [{same_device_as: nvme1}, {}]}}",
+       "hardware.node.nvme[0].same_device_as: nvme1 must be an earlier entry than nvme0"},
+      {"{preset: cpu-host, node: {nvme: [{}, {same_device_as: disk0}]}}",
+       "hardware.node.nvme[1].same_device_as: 'disk0' is not nvme<N> (or none)"},
+      {"{preset: cpu-host, node: {nvme: [{}, {same_device_as: nvme0}, {same_device_as: nvme1}]}}",
+       "hardware.node.nvme[2].same_device_as: nvme1 itself shares nvme0's device; name nvme0"},
+  };
+  for (const auto& [text, message] : bad) {
+    auto r = FromText(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().ToString();
   }
 }
 

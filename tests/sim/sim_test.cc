@@ -162,6 +162,26 @@ TEST(SimTest, TwoConcurrentReadsShareOneSsd) {
   EXPECT_EQ(r.disk_sharing_mismatches, 0);
 }
 
+TEST(SimTest, TwoDirectoriesOnOneDeviceShareItsMediaLink) {
+  // nvme0 and nvme1 alike; one read on each at once. Independent, each takes n / bw; on one
+  // device (same_device_as), they share its media link and take twice that.
+  auto hw = TestHardware();
+  hw.node.nvme.push_back(hw.node.nvme[0]);
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("nvme1.read", "nvme1");
+  const int64_t n = 1'500'000'000;
+  b.Task("r0", Op::kRead, "nvme0.read", n);
+  b.Task("r1", Op::kRead, "nvme1.read", n);
+  const auto& d = hw.node.nvme[0];
+  SimResult apart = MustSimulate(b.s, hw);
+  for (const char* id : {"r0", "r1"}) EXPECT_REL(Find(apart, id).end_s, 1.0 * n / d.read_bw_bytes_per_s + d.read_latency_s);
+  hw.node.nvme[1].same_device_as = 0;
+  SimResult shared = MustSimulate(b.s, hw);
+  for (const char* id : {"r0", "r1"}) EXPECT_REL(Find(shared, id).end_s, 2.0 * n / d.read_bw_bytes_per_s + d.read_latency_s);
+  EXPECT_EQ(shared.disk_sharing_mismatches, 0);
+}
+
 TEST(SimTest, ReadAndWriteShareTheSsdAsDiskSharedCapacity) {
   const auto hw = TestHardware();
   Builder b;

@@ -79,6 +79,11 @@ struct CarriedDep {
   bool operator==(const CarriedDep&) const = default;
 };
 
+// DeepSpeed's aio defaults, what a read or write task that leaves block_bytes or queue_depth
+// at 0 gets — in sim and in the real executor alike.
+inline constexpr int64_t kDefaultBlockBytes = 1 << 20;
+inline constexpr int32_t kDefaultQueueDepth = 8;
+
 struct TaskSpec {
   std::string id;
   Op op = Op::kBarrier;
@@ -86,8 +91,8 @@ struct TaskSpec {
   std::string kernel;           // compute/optimizer/convert: the named step ("layer_fwd", "adam")
   int64_t bytes = 0;            // bytes moved (I/O, copies, collectives) or touched (compute)
   double flops = 0;
-  int64_t block_bytes = 0;      // I/O request size, 0 = the executor's default
-  int32_t queue_depth = 0;      // I/O requests in flight for this task, 0 = default
+  int64_t block_bytes = 0;      // I/O request size, 0 = kDefaultBlockBytes (IoBlockBytes)
+  int32_t queue_depth = 0;      // I/O requests in flight for this task, 0 = kDefaultQueueDepth
   int32_t ranks = 0;            // participants of a collective; threads of an optimizer task
   std::vector<int32_t> tensors; // model state it reads or writes
   std::vector<int32_t> allocs;  // buffers it allocates when it starts
@@ -100,6 +105,10 @@ struct TaskSpec {
   int32_t layer = -1;
   bool operator==(const TaskSpec&) const = default;
 };
+
+// A read or write task's request size and requests in flight, defaults applied.
+inline int64_t IoBlockBytes(const TaskSpec& t) { return t.block_bytes > 0 ? t.block_bytes : kDefaultBlockBytes; }
+inline int32_t IoQueueDepth(const TaskSpec& t) { return t.queue_depth > 0 ? t.queue_depth : kDefaultQueueDepth; }
 
 class Schedule {
  public:

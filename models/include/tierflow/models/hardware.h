@@ -52,6 +52,11 @@ struct NvmeSpec {
   double read_latency_s = 0;
   double write_latency_s = 0;
   double mixed_efficiency = 1.0;  // aggregate under mixed traffic / the harmonic mix
+  // >= 0: this entry is another directory (partition, file system) on the device of entry
+  // nvme<same_device_as>, an earlier entry that shares with none: the two share one media link
+  // and its mixed-traffic model (the first entry's), each keeping its own Little's-law curve.
+  // YAML: `same_device_as: nvme0`. -1: a device of its own.
+  int32_t same_device_as = -1;
 };
 
 struct RemoteTierSpec {  // e.g. a parallel file system mount shared by the cluster
