@@ -358,7 +358,7 @@ TEST(CalibrateTest, TwoDirectoriesOnOneDeviceAreFoundFromBothAtOnce) {
   EXPECT_NE(f->note.find("separate devices"), std::string::npos) << f->note;
   EXPECT_EQ(two->profile.node.nvme[1].same_device_as, -1);
 
-  auto unclear = CalibrateTogether(1.45);
+  auto unclear = CalibrateTogether(1.62);
   ASSERT_TRUE(unclear.ok()) << unclear.status().ToString();
   f = Find(*unclear, "nvme1.device");
   ASSERT_NE(f, nullptr);
