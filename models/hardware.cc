@@ -75,6 +75,8 @@ Status ApplyNvme(const YAML::Node& node, const std::string& path, NvmeSpec* d) {
   TF_RETURN_IF_ERROR(r.Bandwidth("write_bw", &d->write_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.Duration("read_latency", &d->read_latency_s));
   TF_RETURN_IF_ERROR(r.Duration("write_latency", &d->write_latency_s));
+  TF_RETURN_IF_ERROR(r.Fraction("read_iops", &d->read_iops));
+  TF_RETURN_IF_ERROR(r.Fraction("write_iops", &d->write_iops));
   TF_RETURN_IF_ERROR(r.Fraction("mixed_efficiency", &d->mixed_efficiency));
   if (r.Has("same_device_as")) {
     std::string other;
@@ -300,6 +302,9 @@ Status ValidateHardware(const HardwareSpec& hw) {
     if (d.read_latency_s < 0 || d.write_latency_s < 0) {
       return InvalidArgument(p + ": latencies must not be negative");
     }
+    if (d.read_iops < 0 || d.write_iops < 0) {
+      return InvalidArgument(p + ": read_iops and write_iops must not be negative (0: no limit)");
+    }
     if (d.same_device_as >= 0) {
       const auto k = static_cast<size_t>(d.same_device_as);
       if (k >= i) {
@@ -380,6 +385,8 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
     y += fmt::format("      write_bw: {} B/s\n", Num(d.write_bw_bytes_per_s));
     y += fmt::format("      read_latency: {} s\n", Num(d.read_latency_s));
     y += fmt::format("      write_latency: {} s\n", Num(d.write_latency_s));
+    if (d.read_iops > 0) y += fmt::format("      read_iops: {}\n", Num(d.read_iops));
+    if (d.write_iops > 0) y += fmt::format("      write_iops: {}\n", Num(d.write_iops));
     y += fmt::format("      mixed_efficiency: {}\n", Num(d.mixed_efficiency));
     if (d.same_device_as >= 0) y += fmt::format("      same_device_as: nvme{}\n", d.same_device_as);
   }

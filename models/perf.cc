@@ -7,12 +7,13 @@ namespace {
 
 // Little's law with a saturating peak: `queue_depth` requests in flight, each taking the fixed
 // latency plus its transfer time at peak bandwidth.
-double LittlesLawBandwidth(double peak_bw, double latency_s, int64_t block_bytes,
+double LittlesLawBandwidth(double peak_bw, double latency_s, double iops, int64_t block_bytes,
                            int32_t queue_depth) {
   if (block_bytes <= 0 || queue_depth <= 0 || peak_bw <= 0) return 0.0;
   const double block = static_cast<double>(block_bytes);
   const double per_request_s = latency_s + block / peak_bw;
-  return std::min(peak_bw, static_cast<double>(queue_depth) * block / per_request_s);
+  const double bw = std::min(peak_bw, static_cast<double>(queue_depth) * block / per_request_s);
+  return iops > 0 ? std::min(bw, iops * block) : bw;
 }
 
 // Threads that do useful work: at least one, at most the cores there are.
@@ -39,12 +40,12 @@ double ComputeTime(const GpuSpec& gpu, double flops, double bytes, Phase phase) 
 }
 
 double DiskReadBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth) {
-  return LittlesLawBandwidth(disk.read_bw_bytes_per_s, disk.read_latency_s, block_bytes,
+  return LittlesLawBandwidth(disk.read_bw_bytes_per_s, disk.read_latency_s, disk.read_iops, block_bytes,
                              queue_depth);
 }
 
 double DiskWriteBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth) {
-  return LittlesLawBandwidth(disk.write_bw_bytes_per_s, disk.write_latency_s, block_bytes,
+  return LittlesLawBandwidth(disk.write_bw_bytes_per_s, disk.write_latency_s, disk.write_iops, block_bytes,
                              queue_depth);
 }
 

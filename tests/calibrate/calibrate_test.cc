@@ -126,6 +126,9 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
     ExpectWithin(got.nvme[d].read_latency_s, want.nvme[d].read_latency_s, kLatencyTol, dev + " read_latency");
     ExpectWithin(got.nvme[d].write_latency_s, want.nvme[d].write_latency_s, kLatencyTol, dev + " write_latency");
     ExpectWithin(got.nvme[d].mixed_efficiency, want.nvme[d].mixed_efficiency, kRatioTol, dev + " mixed_efficiency");
+    // No IOPS limit in the truth: none invented from the noise.
+    EXPECT_EQ(got.nvme[d].read_iops, 0) << dev;
+    EXPECT_EQ(got.nvme[d].write_iops, 0) << dev;
   }
   ExpectWithin(got.pcie.h2d_bw_bytes_per_s, want.pcie.h2d_bw_bytes_per_s, kBandwidthTol, "h2d_bw");
   ExpectWithin(got.pcie.d2h_bw_bytes_per_s, want.pcie.d2h_bw_bytes_per_s, kBandwidthTol, "d2h_bw");
@@ -326,6 +329,35 @@ TEST(CalibrateTest, AdamAtTheKinkOfTheRooflineGivesALowerBound) {
   cpu.memory_bw_bytes_per_s = 10e9;
   cpu.adam_elements_per_s_per_core = 2e9;
   for (uint64_t seed : {1ull, 2ull, 3ull, 4ull, 5ull}) ExpectAdamLowerBound(base, cpu, seed);
+}
+
+TEST(CalibrateRoundTripTest, RecoversAnIopsLimit) {
+  // Small requests capped by a per-request cost: 60 k reads/s, 40 k writes/s (0.25 and 0.16 GB/s
+  // at 4 KiB whatever the depth), below what Little's law with the latency would give.
+  models::NvmeSpec disk = Truth().node.nvme[0];
+  disk.read_iops = 60e3;
+  disk.write_iops = 40e3;
+  Noise noise(0.03);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(disk, 0, kBlocks, kDepths, 2, noise, &r);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  for (const char* model : {"nvme0.read", "nvme0.write"}) {
+    const FitReport* f = Find(*cal, model);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+    EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);
+  }
+  const models::NvmeSpec& got = cal->profile.node.nvme[0];
+  ExpectWithin(got.read_iops, disk.read_iops, 0.05, "read_iops");
+  ExpectWithin(got.write_iops, disk.write_iops, 0.05, "write_iops");
+  ExpectWithin(got.read_bw_bytes_per_s, disk.read_bw_bytes_per_s, kBandwidthTol, "read_bw");
+  for (int64_t block : kBlocks) {
+    for (int32_t qd : kDepths) {
+      ExpectWithin(models::DiskReadBandwidth(got, block, qd), models::DiskReadBandwidth(disk, block, qd), 0.05,
+                   "read at " + std::to_string(block) + " x " + std::to_string(qd));
+    }
+  }
 }
 
 // Two devices of the truth's first kind probed alone, then together getting `together` x one.

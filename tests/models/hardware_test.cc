@@ -172,6 +172,8 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
     EXPECT_EQ(x.nvme[i].write_latency_s, y.nvme[i].write_latency_s);
     EXPECT_EQ(x.nvme[i].mixed_efficiency, y.nvme[i].mixed_efficiency);
     EXPECT_EQ(x.nvme[i].same_device_as, y.nvme[i].same_device_as);
+    EXPECT_EQ(x.nvme[i].read_iops, y.nvme[i].read_iops);
+    EXPECT_EQ(x.nvme[i].write_iops, y.nvme[i].write_iops);
   }
   ASSERT_EQ(x.remote.size(), y.remote.size());
   for (size_t i = 0; i < x.remote.size(); ++i) {
@@ -188,6 +190,8 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     HardwareSpec hw = Preset(name);
     hw.node.remote.push_back({"pfs \"quoted\": name", 1.0 / 3.0 * 1e9, 0.7e9, 1.1e-3});
     if (hw.node.nvme.size() > 1) hw.node.nvme.back().same_device_as = 0;
+    hw.node.nvme[0].read_iops = 1.5e6;
+    hw.node.nvme[0].write_iops = 1.0 / 3.0 * 1e6;
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;

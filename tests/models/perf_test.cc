@@ -44,6 +44,19 @@ TEST(PerfDiskTest, LittlesLawBelowSaturation) {
   ExpectRel(DiskReadBandwidth(d, 4096, 32), 32 * b / (80e-6 + b / 7e9));
 }
 
+TEST(PerfDiskTest, AnIopsLimitCapsSmallRequestsWhateverTheDepth) {
+  NvmeSpec d = Disk();
+  d.read_iops = 100e3;
+  // 4 KiB: Little's law allows 1.62 GB/s at qd 32, the limit 100 k x 4096 = 0.41 GB/s.
+  ExpectRel(DiskReadBandwidth(d, 4096, 32), 100e3 * 4096);
+  ExpectRel(DiskReadBandwidth(d, 4096, 1024), 100e3 * 4096);
+  // Depth 1 stays latency-bound (4096 / 80.6 us = 51 MB/s < 0.41 GB/s); 1 MiB stays at the peak.
+  ExpectRel(DiskReadBandwidth(d, 4096, 1), 4096 / (80e-6 + 4096 / 7e9));
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 1 << 20, 1024), 7e9);
+  // Writes have their own limit (none here).
+  ExpectRel(DiskWriteBandwidth(d, 4096, 32), DiskWriteBandwidth(Disk(), 4096, 32));
+}
+
 TEST(PerfDiskTest, SaturatesAtPeak) {
   const NvmeSpec d = Disk();
   // 1 MiB: one request takes 80 us + 149.8 us; qd 2 already exceeds the 7 GB/s peak.

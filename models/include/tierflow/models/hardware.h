@@ -40,8 +40,9 @@ struct PcieSpec {
   double root_complex_bw_bytes_per_s = 0;  // shared by all GPUs and NVMe DMA of the node
 };
 
-// Disk throughput follows Little's law with a saturating peak:
-//   bw(block, qd) = min(peak, qd * block / (latency + block / peak))
+// Disk throughput follows Little's law with a saturating peak and, where given, an IOPS limit
+// (small requests: the device's or the host's per-request cost caps the rate whatever the depth):
+//   bw(block, qd) = min(peak, qd * block / (latency + block / peak), iops * block)
 // and concurrent reads and writes share the device as
 //   1 / mixed = r / read_peak + w / write_peak, scaled by mixed_efficiency.
 struct NvmeSpec {
@@ -51,6 +52,8 @@ struct NvmeSpec {
   double write_bw_bytes_per_s = 0;
   double read_latency_s = 0;
   double write_latency_s = 0;
+  double read_iops = 0;   // requests per second at most; 0 = no limit
+  double write_iops = 0;
   double mixed_efficiency = 1.0;  // aggregate under mixed traffic / the harmonic mix
   // >= 0: this entry is another directory (partition, file system) on the device of entry
   // nvme<same_device_as>, an earlier entry that shares with none: the two share one media link
