@@ -165,7 +165,9 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
   for (const TraceRecord* r : *records) {
     const bool window = r->task.rfind("probe.disk.", 0) == 0;
     // The memory fit is itself a median over repetitions (its spread is what it reports).
-    if (r->source != "probe" || r->task == "probe.disk.mix" || r->task.rfind("probe.memory", 0) == 0) {
+    // Windows of several devices at once stay whole too (their records are read as one window).
+    if (r->source != "probe" || r->task == "probe.disk.mix" || r->task.rfind("probe.memory", 0) == 0 ||
+        (window && r->threads > 1)) {
       kept.push_back(r);
       continue;
     }

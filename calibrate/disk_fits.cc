@@ -387,7 +387,7 @@ void FitDisks(const Context& c) {
     if (!stream && !mix) continue;
     if (r->threads > 1) {
       // Several devices driven at once: not the single-device model, but whether they share one.
-      if (stream && r->bytes > 0 && r->duration_s() > 0 && r->block_bytes > 0 && r->queue_depth > 0) {
+      if (stream && r->bytes >= 0 && r->duration_s() > 0 && r->block_bytes > 0 && r->queue_depth > 0) {
         JointWindow& w = joint[{static_cast<int>(r->op), r->iteration, r->start_s, r->end_s}];
         w.write = !is_read;
         w.block = r->block_bytes;

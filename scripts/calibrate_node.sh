@@ -2,7 +2,10 @@
 # Calibrate this node and check the profile on runs it never saw (docs/calibration.md):
 #   1. tierflow probe all     every probe, records into OUT/probes/
 #   2. tierflow calibrate     fits the profile OUT/profile.yaml from those records only
-#   3. tierflow validate      each schedule below for real and on sim with the profile
+#   3. tierflow validate      each schedule below for real and on sim with the profile, in
+#                             ROUNDS rounds that take the schedules in turn (a shared machine
+#                             drifts between fast and slow spells over minutes: interleaved, each
+#                             schedule sees the same mix), compared at its median round
 # then prints the prediction error per schedule and per op class, whether sim orders the
 # schedules as the real runs do (each pair that the real runs tell apart: every run of one faster
 # than every run of the other), and the time all of it took.
@@ -33,28 +36,36 @@ sets=("" "--set policy.block_size=16KiB --set policy.queue_depth=1"
       "--set policy.name=ioc --set policy.disk_layout=split"
       "--set policy.name=ioc --set policy.sub_group_size=1000000")
 disks=("--disk $d0" "--disk $d0" "--disk $d0 --disk $d1" "--disk $d0 --disk $d1")
-for i in "${!names[@]}"; do
-  echo "# validate ${names[$i]}" >&2
-  # shellcheck disable=SC2086  # the sets and disks are word lists
-  $tf validate $scenario ${sets[$i]} --profile "$out/profile.yaml" ${disks[$i]} -n "$n" --repeats 3 --json \
-    --trace "$out/${names[$i]}.trace.json" > "$out/${names[$i]}.json"
+rounds=3
+for r in $(seq 1 $rounds); do
+  for i in "${!names[@]}"; do
+    echo "# validate ${names[$i]} (round $r of $rounds)" >&2
+    trace=()
+    [ "$r" = 1 ] && trace=(--trace "$out/${names[$i]}.trace.json")
+    # shellcheck disable=SC2086  # the sets and disks are word lists
+    $tf validate $scenario ${sets[$i]} --profile "$out/profile.yaml" ${disks[$i]} -n "$n" --repeats 1 --json \
+      "${trace[@]}" > "$out/${names[$i]}.r$r.json"
+  done
 done
 end=$(date +%s.%N)
 
-python3 - "$out" "$(python3 -c "print($end - $start)")" "${names[@]}" <<'PY'
+python3 - "$out" "$(python3 -c "print($end - $start)")" "$rounds" "${names[@]}" <<'PY'
 import json, sys
-out, elapsed, names = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+out, elapsed, rounds, names = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 rows = []
 for name in names:
-    j = json.load(open(f"{out}/{name}.json"))
+    runs = sorted((json.load(open(f"{out}/{name}.r{r}.json")) for r in range(1, rounds + 1)),
+                  key=lambda j: j["real_iteration_s"])
+    j = runs[len(runs) // 2]  # the median round: its run, its per-op comparison
     ops = {o["op"]: o for o in j["comparison"]["ops"]}
     rows.append((name, j["real_iteration_s"], j["sim_iteration_s"], j["iteration_error"], ops,
-                 j["real_runs_iteration_s"]))
-print(f"\n{'schedule':<20} {'real':>10} {'sim':>10} {'error':>8}   per op class: error of the summed time")
-for name, real, sim, err, ops, _ in rows:
+                 [x["real_iteration_s"] for x in runs]))
+print(f"\n{'schedule':<20} {'real':>10} {'sim':>10} {'error':>8}   real runs (ms)      per op class: error of the summed time")
+for name, real, sim, err, ops, runs in rows:
     per_op = "  ".join(f"{op} {100 * o['rel_error']:+.0f}%" for op, o in ops.items()
                        if o.get("rel_error") is not None and o["a_sum_s"] > 1e-3)
-    print(f"{name:<20} {1e3 * real:>8.1f}ms {1e3 * sim:>8.1f}ms {100 * err:>+7.2f}%   {per_op}")
+    spread = "/".join(f"{1e3 * x:.0f}" for x in runs)
+    print(f"{name:<20} {1e3 * real:>8.1f}ms {1e3 * sim:>8.1f}ms {100 * err:>+7.2f}%   {spread:<18}  {per_op}")
 order_real = [r[0] for r in sorted(rows, key=lambda r: r[1])]
 order_sim = [r[0] for r in sorted(rows, key=lambda r: r[2])]
 print("\nfastest to slowest, real (median run):", " < ".join(order_real))

@@ -273,7 +273,10 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
                 for (int32_t d = 0; d < ndev; ++d) {
                   for (IoOp op : {IoOp::kRead, IoOp::kWrite}) {
                     int64_t b = (op == IoOp::kRead ? w.dev_read : w.dev_write)[d];
-                    if (b == 0) continue;
+                    // A window of several devices names each, even one that got nothing (a
+                    // device shared unfairly): the aggregate is what tells one device from two.
+                    const bool window_op = (opname == "read" && op == IoOp::kRead) || (opname == "write" && op == IoOp::kWrite);
+                    if (b == 0 && !(ndev > 1 && window_op)) continue;
                     TraceRecord r;
                     r.iteration = rep;
                     r.task = "probe.disk." + opname;

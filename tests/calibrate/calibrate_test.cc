@@ -366,7 +366,7 @@ StatusOr<Calibration> CalibrateTogether(double together) {
   const models::NvmeSpec& disk = Truth().node.nvme[0];
   std::vector<TraceRecord> r;
   for (int d : {0, 1}) testing::AddDiskSweep(disk, d, kBlocks, kDepths, 1, noise, &r);
-  testing::AddJointWindows(disk, disk, together, 2, noise, &r);
+  testing::AddJointWindows(disk, disk, together, 3, noise, &r);
   models::HardwareSpec base = Base();
   base.node.nvme.resize(2, base.node.nvme[0]);
   return Calibrate(r, {}, base);
@@ -379,6 +379,7 @@ TEST(CalibrateTest, TwoDirectoriesOnOneDeviceAreFoundFromBothAtOnce) {
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
   EXPECT_NE(f->note.find("one device"), std::string::npos) << f->note;
+  EXPECT_EQ(f->samples, 6) << "every window whole: 3 repetitions x read and write, one with 0 bytes on nvme0";
   EXPECT_EQ(one->profile.node.nvme[1].same_device_as, 0);
   EXPECT_EQ(one->profile.node.nvme[0].same_device_as, -1);
 

@@ -69,7 +69,9 @@ inline void AddDiskSweep(const models::NvmeSpec& disk, int device, const std::ve
 }
 
 // Windows that drove devices 0 and 1 at once (1 MiB, depth 8, reads then writes, 1 s each):
-// together they complete `together` times what the faster alone would, split evenly.
+// together they complete `together` times what the faster alone would, split unfairly as one
+// shared device splits them (even repetitions 90/10, odd ones all to nvme1: nvme0's record then
+// says 0 bytes), at different times in each repetition.
 inline void AddJointWindows(const models::NvmeSpec& d0, const models::NvmeSpec& d1, double together, int reps,
                             Noise& noise, std::vector<TraceRecord>* out) {
   double t = 20000;
@@ -80,9 +82,10 @@ inline void AddJointWindows(const models::NvmeSpec& d0, const models::NvmeSpec& 
       };
       const double aggregate = together * std::max(alone(d0), alone(d1)) * noise.Factor();
       for (int device : {0, 1}) {
+        const double share = rep % 2 == 0 ? (device == 0 ? 0.9 : 0.1) : (device == 0 ? 0.0 : 1.0);
         TraceRecord r = Probe(read ? "probe.disk.read" : "probe.disk.write", read ? Op::kRead : Op::kWrite,
                               "nvme" + std::to_string(device) + (read ? ".read" : ".write"),
-                              static_cast<int64_t>(aggregate / 2), 0);
+                              static_cast<int64_t>(aggregate * share), 0);
         r.iteration = rep;
         r.start_s = t;
         r.end_s = t + 1.0;
