@@ -286,7 +286,7 @@ Status RunProbeAll(const AllArgs& a) {
               a.dirs.size(), compute_scenario.model.name.c_str(),
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
-  std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about 15 s\n",
+  std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes (compute twice) take about 20 s\n",
               disk_points, d.warmup_s + d.repetitions * d.duration_s, joint_points > 0 ? ", then all at once" : "",
               disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02));
   std::fflush(stdout);
@@ -299,6 +299,12 @@ Status RunProbeAll(const AllArgs& a) {
   std::vector<Step> steps;
   // Each directory alone, as the fits need (one device's model per device); its records are
   // named after its place in --dir order (nvme0, nvme1, ...), as `run --disk` numbers them.
+  // Compute is probed twice, first and last, about 90 s apart (compute.jsonl, compute-late.jsonl):
+  // on a shared VM the speed of a two-thread layer moves with spells of seconds to minutes (the
+  // efficiency probed here moved by 30 % between runs), and the profile should not rest on one.
+  // Calibrate pools both into each point's trimmed mean.
+  auto compute = [&](const real::HostProbeOptions& o) { return ProbeComputeOf(compute_scenario, o, host.threads); };
+  steps.push_back({"compute", compute});
   steps.push_back({"disk", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
                      std::vector<TraceRecord> all;
                      for (size_t i = 0; i < a.dirs.size(); ++i) {
@@ -322,9 +328,9 @@ Status RunProbeAll(const AllArgs& a) {
                      return all;
                    }});
   steps.push_back({"copy", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kCopy, host, o); }});
-  steps.push_back({"compute", [&](const real::HostProbeOptions& o) { return ProbeComputeOf(compute_scenario, o, host.threads); }});
   steps.push_back({"optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
   steps.push_back({"memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
+  steps.push_back({"compute-late", compute});
 
   // Progress in points: disk points, then each host probe's reports (host_probes.h: one per copy
   // size and kind, per compute repetition with its warm-up and shape, per optimizer count and
@@ -332,7 +338,7 @@ Status RunProbeAll(const AllArgs& a) {
   TF_ASSIGN_OR_RETURN(std::vector<int64_t> copy_sizes, ParseList<int64_t>(host.sizes, bytes));
   TF_ASSIGN_OR_RETURN(std::vector<int64_t> counts, ParseList<int64_t>(host.elements, bytes));
   const double threads = host.threads > 0 ? host.threads : std::max(1u, std::thread::hardware_concurrency());
-  const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + 3.0 * (host.reps + 1) +
+  const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + 2 * 3.0 * (host.reps + 1) +
                              static_cast<double>(counts.size()) * threads + threads;
   Progress progress("probing", disk_points + host_points);
   double done = 0;
