@@ -247,7 +247,7 @@ struct AllArgs {
   std::vector<std::string> dirs;
   std::string out;
   HostArgs host;
-  std::string disk_sizes = "4KiB,64KiB,1MiB,4MiB";
+  std::string disk_sizes = "4KiB,16KiB,64KiB,1MiB,4MiB";
   std::string disk_qds = "1,2,8,32";
   double disk_duration_s = 0.3;
   int disk_reps = 2;
