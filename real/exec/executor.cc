@@ -217,7 +217,6 @@ class Worker {
   std::thread thread_;
 };
 
-// Counts a job's I/O pieces; the last one posts the job's event.
 // ---- The run -----------------------------------------------------------------------------------
 
 struct DiskFile {
