@@ -45,7 +45,9 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
   d.pipeline_read = d.pipeline_write = true;
   d.isolate_reads_first = isolate;
   d.shared_rw_queue = isolate;
-  d.tier_locks = locks && !isolate;
+  // On NVMe, isolation's device-wide queue already serialises every rank (it takes precedence in
+  // PlanDesign); the locks still order the remote tier, which isolation does not cover.
+  d.tier_locks = locks;
   d.semi_async_writes = semi_async;
   d.blocking_step = !semi_async;
   d.remote_ratio = static_cast<int32_t>(ratio);

@@ -152,6 +152,27 @@ TEST(MemAscend, ClassPoolsAreSizedExactlyAndBoundThePinnedPeak) {
   EXPECT_LT(class_capacity, zi_param);
 }
 
+TEST(Tierflow, TierLocksOrderTheRemoteTierAlsoWithIsolatedNvmeQueues) {
+  // Two ranks, a remote tier. Isolation (on by default) gives NVMe one device-wide queue; the
+  // tier locks must still give the remote tier one reader and one writer for both ranks.
+  std::set<std::string> remote;
+  Schedule locked = PlanOrDie({"policy.name=tierflow", "policy.buffer_size=null", "policy.ratio=2", "policy.tier_locks=true"});
+  for (const TaskSpec& t : locked.tasks()) {
+    if (t.op != Op::kRead && t.op != Op::kWrite) continue;
+    const std::string& r = locked.resources()[t.resource].name;
+    if (r.rfind("remote0", 0) == 0) remote.insert(r);
+  }
+  EXPECT_EQ(remote, (std::set<std::string>{"remote0.read", "remote0.write"}));
+  remote.clear();
+  Schedule unlocked = PlanOrDie({"policy.name=tierflow", "policy.buffer_size=null", "policy.ratio=2", "policy.tier_locks=false"});
+  for (const TaskSpec& t : unlocked.tasks()) {
+    if (t.op != Op::kRead && t.op != Op::kWrite) continue;
+    const std::string& r = unlocked.resources()[t.resource].name;
+    if (r.rfind("remote0", 0) == 0) remote.insert(r);
+  }
+  EXPECT_EQ(remote, (std::set<std::string>{"remote0.r0.read", "remote0.r0.write", "remote0.r1.read", "remote0.r1.write"}));
+}
+
 TEST(Fuyou, ReadsStripedOverTwoDisksCannotFillTheExactSizePoolOutOfOrder) {
   // Fuyou stripes sub-groups, so parameter units, over both disks of the workstation, into one
   // pinned pool of buffer_count x its largest partition whose slots are each partition's size.
