@@ -152,6 +152,35 @@ TEST(MemAscend, ClassPoolsAreSizedExactlyAndBoundThePinnedPeak) {
   EXPECT_LT(class_capacity, zi_param);
 }
 
+// In one timed iteration: when the backward pass ends (its last compute) and when the first
+// optimizer update starts.
+std::pair<double, double> BackwardEndAndFirstUpdate(const Schedule& s) {
+  auto durations = UnitDurations(s);
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op == Op::kCompute) durations[t.id] = 1.0;  // backward long enough to overlap
+  }
+  auto r = testing::RunTimed(s, 1, durations);
+  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  double backward_end = 0, first_update = 1e300;
+  for (const auto& [key, span] : r.spans) {
+    const TaskSpec& t = s.tasks()[s.FindTask(key.first)];
+    if (t.op == Op::kCompute && t.phase == Phase::kBackward) backward_end = std::max(backward_end, span.end);
+    if (t.op == Op::kOptimizer) first_update = std::min(first_update, span.start);
+  }
+  return {backward_end, first_update};
+}
+
+TEST(HiTrain, AnUpdateStartsWhileBackwardStillRuns) {
+  // HiTrain's reordered, asynchronous optimizer: a sub-group is updated as soon as its layers'
+  // gradients are final, overlapping the rest of backward. zero-infinity updates only after the
+  // whole backward and the global gradient norm.
+  const auto [hi_backward, hi_update] =
+      BackwardEndAndFirstUpdate(PlanOrDie({"policy.name=hitrain", "policy.buffer_size=null"}));
+  EXPECT_LT(hi_update, hi_backward) << "hitrain: the first update must overlap backward";
+  const auto [zi_backward, zi_update] = BackwardEndAndFirstUpdate(PlanOrDie({"policy.name=zero-infinity"}));
+  EXPECT_GE(zi_update, zi_backward) << "zero-infinity: updates wait for the whole backward";
+}
+
 TEST(Tierflow, TierLocksOrderTheRemoteTierAlsoWithIsolatedNvmeQueues) {
   // Two ranks, a remote tier. Isolation (on by default) gives NVMe one device-wide queue; the
   // tier locks must still give the remote tier one reader and one writer for both ranks.
