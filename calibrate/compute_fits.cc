@@ -172,8 +172,14 @@ void FitCompute(const Context& c) {
   for (size_t i = 0; i < samples.size(); ++i) {
     role[i] = samples[i].flops > 0 ? Role::kCompute : samples[i].bytes > 0 ? Role::kMemory : Role::kFixed;
   }
-  double mean_tasks = 0;
-  for (const Sample& s : samples) mean_tasks += static_cast<double>(s.tasks) / static_cast<double>(samples.size());
+  // Compute records per sample, on average: the fitted overhead per sample over this is the
+  // overhead per task.
+  auto mean_tasks_of = [](const std::vector<Sample>& v) {
+    double m = 0;
+    for (const Sample& s : v) m += static_cast<double>(s.tasks) / static_cast<double>(v.size());
+    return m;
+  };
+  double mean_tasks = mean_tasks_of(samples);
 
   FitReport rep;
   rep.model = "compute";
@@ -231,8 +237,7 @@ void FitCompute(const Context& c) {
         "kept from the base ({})",
         Percent(rse), before - samples.size(), FormatBandwidth(base_gpu.hbm_bw_bytes_per_s));
     rep.samples = static_cast<int64_t>(samples.size());
-    mean_tasks = 0;
-    for (const Sample& v : samples) mean_tasks += static_cast<double>(v.tasks) / static_cast<double>(samples.size());
+    mean_tasks = mean_tasks_of(samples);
     sol = SolveRoofline(samples, &role, std::nullopt, base_gpu, fo);
     if (!sol.ok()) {
       refuse_all({"the fit without the flop-less samples failed: " + sol.status().message()});

@@ -45,6 +45,32 @@ struct JointWindow {
   std::map<int32_t, double> bytes;  // per device
 };
 
+// A median over windows taken as a one-parameter fit: writes each window's residual against it
+// (rms, max) and the spread of `what` into `rep`; returns the median and, in `rel_se`, its relative
+// standard error (sqrt(pi/2) times that of the mean, normal errors; floored like every fit's).
+double MedianFit(const std::vector<double>& v, const CalibrateOptions& o, const std::string& what, FitReport* rep,
+                 double* rel_se) {
+  const double median = Median(v);
+  const double n = static_cast<double>(v.size());
+  double mean = 0, ss = 0, worst = 0, var = 0;
+  for (double e : v) mean += e / n;
+  for (double e : v) {
+    const double rel = (median - e) / e;  // the model at the median against this window
+    ss += rel * rel;
+    worst = std::max(worst, std::fabs(rel));
+    var += (e - mean) * (e - mean);
+  }
+  rep->rms_rel_residual = std::sqrt(ss / n);
+  rep->max_rel_residual = worst;
+  rep->condition_number = 1;
+  const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0;
+  *rel_se = std::max(1.2533 * sd / std::sqrt(n) / median, o.min_residual_sd / std::sqrt(n));
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  rep->data_range +=
+      fmt::format("; {} {} (spread)", what, RangeText(*lo, *hi, [](double x) { return fmt::format("{:.3f}", x); }));
+  return median;
+}
+
 // Whether this calibration fitted device `d`'s stream in that direction (its report says so).
 bool FittedDirection(int32_t d, bool write, const Context& c) {
   const std::string model = "nvme" + std::to_string(d) + (write ? ".write" : ".read");
@@ -90,7 +116,8 @@ std::string StreamRange(const std::vector<StreamObs>& obs) {
   return s;
 }
 
-// Fits (peak, latency) of one direction; writes them and returns true when fitted.
+// Fits (peak, latency) of one direction, and an IOPS limit where the data show one (else 0);
+// writes them and returns true when fitted.
 bool FitStream(const std::string& model, const std::string& dir, const std::vector<StreamObs>& obs,
                const CalibrateOptions& o, double* peak_out, double* latency_out, double* iops_out,
                std::vector<FitReport>* reports) {
@@ -142,8 +169,8 @@ bool FitStream(const std::string& model, const std::string& dir, const std::vect
     auto tried = FitPositiveLM(
         [&](const Eigen::VectorXd& p, int i) { return Predict(p(0), p(1), 0, obs[static_cast<size_t>(i)]); }, y, init,
         fo);
-    if (tried.ok() && (!fit.ok() || tried->rms_rel_residual < fit->rms_rel_residual)) fit = std::move(tried);
-    if (!fit.ok() && !tried.ok()) fit = std::move(tried);
+    // Keep the best success; while none has succeeded, the latest failure (for the message).
+    if (!fit.ok() || (tried.ok() && tried->rms_rel_residual < fit->rms_rel_residual)) fit = std::move(tried);
   }
   if (!fit.ok()) {
     Conclude(&rep, {"the fit failed: " + fit.status().message()});
@@ -155,7 +182,7 @@ bool FitStream(const std::string& model, const std::string& dir, const std::vect
   // with one latency says 0.9 at 8). Tried on top of the two-parameter fit; kept when it takes
   // the rms residual down by a fifth and is itself determined.
   double iops = 0;
-  if (fit.ok() && fit->rms_rel_residual > 0) {
+  if (fit->rms_rel_residual > 0) {
     double top = 0;
     for (const StreamObs& s : obs) top = std::max(top, s.ImpliedBw() / static_cast<double>(s.block));
     Eigen::VectorXd init(3);
@@ -252,26 +279,8 @@ void FitMixed(const std::string& model, const std::string& device, const std::ve
     const double write_bw = models::DiskWriteBandwidth(*disk, m.block, m.qd);
     eff.push_back(aggregate * (r / read_bw + w / write_bw));
   }
-  const double median = Median(eff);
-  double ss = 0, worst = 0, mean = 0;
-  for (double e : eff) mean += e / static_cast<double>(eff.size());
-  double var = 0;
-  for (double e : eff) {
-    const double rel = (median - e) / e;  // the model at the median against this window
-    ss += rel * rel;
-    worst = std::max(worst, std::fabs(rel));
-    var += (e - mean) * (e - mean);
-  }
-  const double n = static_cast<double>(eff.size());
-  rep.rms_rel_residual = std::sqrt(ss / n);
-  rep.max_rel_residual = worst;
-  rep.condition_number = 1;
-  // Standard error of a median: sqrt(pi/2) times that of the mean (normal errors).
-  const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0;
-  const double rel_se = std::max(1.2533 * sd / std::sqrt(n) / median, o.min_residual_sd / std::sqrt(n));
-  const auto [emin, emax] = std::minmax_element(eff.begin(), eff.end());
-  rep.data_range += fmt::format("; efficiency {} (spread)",
-                                RangeText(*emin, *emax, [](double v) { return fmt::format("{:.3f}", v); }));
+  double rel_se = 0;
+  const double median = MedianFit(eff, o, "efficiency", &rep, &rel_se);
   double value = median;
   if (median > 1) {
     value = 1;
@@ -290,7 +299,6 @@ void FitMixed(const std::string& model, const std::string& device, const std::ve
   reports->push_back(rep);
 }
 
-
 // Decides, for each later device that was driven together with an earlier one, whether the two
 // are one device (same_device_as): the aggregate of both at once against the faster alone, at
 // the window's block size and depth on the fitted curves. At most kSharedBelow times one alone:
@@ -299,7 +307,6 @@ void FitMixed(const std::string& model, const std::string& device, const std::ve
 void FitSharedDevices(const std::map<std::tuple<int, int64_t, double, double>, JointWindow>& joint, const Context& c) {
   constexpr double kSharedBelow = 1.5, kApartAbove = 1.75;
   std::map<std::pair<int32_t, int32_t>, std::vector<double>> ratios;  // (earlier, later) -> per window
-  std::map<std::pair<int32_t, int32_t>, std::pair<double, double>> example;  // aggregate, alone
   auto& nvme = c.profile->node.nvme;
   std::set<int32_t> unfitted;
   for (const auto& [key, w] : joint) {
@@ -315,10 +322,7 @@ void FitSharedDevices(const std::map<std::tuple<int, int64_t, double, double>, J
           const models::NvmeSpec& s = nvme[static_cast<size_t>(d)];
           return w.write ? models::DiskWriteBandwidth(s, w.block, w.qd) : models::DiskReadBandwidth(s, w.block, w.qd);
         };
-        const double aggregate = (a->second + b->second) / w.seconds;
-        const double faster = std::max(alone(i), alone(j));
-        ratios[{i, j}].push_back(aggregate / faster);
-        example[{i, j}] = {aggregate, faster};
+        ratios[{i, j}].push_back((a->second + b->second) / w.seconds / std::max(alone(i), alone(j)));
       }
     }
   }
@@ -338,11 +342,10 @@ void FitSharedDevices(const std::map<std::tuple<int, int64_t, double, double>, J
     FitReport rep;
     rep.model = "nvme" + std::to_string(j) + ".device";
     rep.samples = static_cast<int64_t>(r.size());
-    const double ratio = Median(r);
-    const auto [aggregate, alone] = example.at(pair);
-    rep.params = {{"together_over_alone_nvme" + std::to_string(i), ratio, 0, "", false}};
-    rep.data_range = fmt::format("nvme{} and nvme{} at once: {} together, {} the faster alone (last window)", i, j,
-                                 FormatBandwidth(aggregate), FormatBandwidth(alone));
+    rep.data_range = fmt::format("nvme{} and nvme{} at once", i, j);
+    double rel_se = 0;
+    const double ratio = MedianFit(r, c.options, "together / the faster alone", &rep, &rel_se);
+    rep.params = {{"together_over_alone_nvme" + std::to_string(i), ratio, rel_se, "", false}};
     const int32_t root = nvme[static_cast<size_t>(i)].same_device_as >= 0 ? nvme[static_cast<size_t>(i)].same_device_as : i;
     if (ratio <= kSharedBelow) {
       Conclude(&rep, {});

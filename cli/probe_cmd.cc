@@ -297,14 +297,14 @@ Status RunProbeAll(const AllArgs& a) {
   };
   HostArgs host = a.host;
   std::vector<Step> steps;
-  // Each directory alone, as the fits need (one device's model per device); its records are
-  // named after its place in --dir order (nvme0, nvme1, ...), as `run --disk` numbers them.
   // Compute is probed twice, first and last, about 90 s apart (compute.jsonl, compute-late.jsonl):
   // on a shared VM the speed of a two-thread layer moves with spells of seconds to minutes (the
   // efficiency probed here moved by 30 % between runs), and the profile should not rest on one.
   // Calibrate pools both into each point's trimmed mean.
   auto compute = [&](const real::HostProbeOptions& o) { return ProbeComputeOf(compute_scenario, o, host.threads); };
   steps.push_back({"compute", compute});
+  // Each directory alone, as the fits need (one device's model per device); its records are
+  // named after its place in --dir order (nvme0, nvme1, ...), as `run --disk` numbers them.
   steps.push_back({"disk", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
                      std::vector<TraceRecord> all;
                      for (size_t i = 0; i < a.dirs.size(); ++i) {

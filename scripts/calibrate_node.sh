@@ -3,7 +3,7 @@
 #   1. tierflow probe all     every probe, records into OUT/probes/
 #   2. tierflow calibrate     fits the profile OUT/profile.yaml from those records only
 #   3. tierflow validate      each schedule below for real and on sim with the profile, in
-#                             ROUNDS rounds that take the schedules in turn (a shared machine
+#                             three rounds that take the schedules in turn (a shared machine
 #                             drifts between fast and slow spells over minutes: interleaved, each
 #                             schedule sees the same mix), compared at its median round
 # then prints the prediction error per schedule and per op class, whether sim orders the
@@ -78,8 +78,9 @@ for i in range(len(rows)):
         a, b = rows[i], rows[k]
         if max(a[5]) < min(b[5]) or max(b[5]) < min(a[5]):
             told += 1
-            agree += (a[1] < b[1]) == (a[2] < b[2])
-            if (a[1] < b[1]) != (a[2] < b[2]):
+            same = (a[1] < b[1]) == (a[2] < b[2])
+            agree += same
+            if not same:
                 print(f"  ORDER DIFFERS: {a[0]} vs {b[0]}")
         else:
             ties.append(f"{a[0]}~{b[0]}")

@@ -12,6 +12,7 @@
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
 #include "tierflow/real/executor.h"
+#include "tierflow/real/storage.h"
 #include "tierflow/real/tokenizer.h"
 
 namespace tierflow::real {
@@ -103,6 +104,48 @@ TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
   auto run3 = RunSchedule(PlanOrDie(striped), config, options);
   ASSERT_TRUE(run3.ok()) << run3.status().ToString();
   EXPECT_TRUE(SameBits(run3->master, reference->master)) << "ioc striped over two disks";
+}
+
+// The O_DIRECT alignment a file in `dir` needs, or 0 when its file system refuses O_DIRECT.
+int64_t DirectAlignment(const std::string& dir) {
+  auto io = NewPosixStorage();
+  OpenOptions o;
+  o.create = true;
+  o.direct_fallback = true;
+  auto f = io->Open(dir + "/direct-probe", o);
+  if (!f.ok()) return 0;
+  const int64_t alignment = f->direct ? f->alignment : 0;
+  (void)io->Close(f->id);
+  (void)io->Remove(dir + "/direct-probe");
+  return alignment;
+}
+
+TEST(Executor, TaskIoRunsWithTheSchedulesShapeAndBypassesThePageCache) {
+  // Every tensor of the tiny model is aligned as the store file's O_DIRECT needs (its
+  // STATX_DIOALIGN, else 4 KiB), so no byte goes through the page cache, which would run at
+  // memory speed; and each read or write records the request shape the schedule gave it.
+  const policies::Scenario zi = LoadTiny({"policy.block_size=16KiB", "policy.queue_depth=2"});
+  TempDir d0("shape");
+  const int64_t alignment = DirectAlignment(d0.str());
+  if (alignment == 0) GTEST_SKIP() << "the temporary directory's file system refuses O_DIRECT";
+  // tiny's tensors start and end on 512-byte boundaries (units of 256 bf16 elements), not all on
+  // 4 KiB ones: a disk with 4 KiB logical blocks sends some through the page cache (run says so).
+  if (alignment > 512) GTEST_SKIP() << "O_DIRECT here needs " << alignment << "-byte alignment; tiny's tensors have 512";
+  RunOptions options;
+  options.iterations = 1;
+  options.disks = {d0.str()};
+  auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_GT(run->direct_io_bytes, 0);
+  EXPECT_EQ(run->buffered_io_bytes, 0);
+  int io = 0;
+  for (const TraceRecord& r : run->records) {
+    if (r.op != Op::kRead && r.op != Op::kWrite) continue;
+    ++io;
+    EXPECT_EQ(r.block_bytes, 16384) << r.task;
+    EXPECT_EQ(r.queue_depth, 2) << r.task;
+  }
+  EXPECT_GT(io, 0);
 }
 
 // Removing the deps that order a layer's gradient copies after its backward makes the copy read
