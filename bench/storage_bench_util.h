@@ -48,12 +48,15 @@ inline double Median(std::vector<double> v) {
 }
 
 // Runs fio once; returns its bandwidth in bytes/s for `rw` (read, write), or -1 when fio fails.
-// `extra` is appended to the command line (e.g. "--end_fsync=1").
+// `extra` is appended to the command line (e.g. "--end_fsync=1"). --fallocate=none: fio's default
+// preallocation leaves unwritten extents, and io_uring's O_DIRECT writes into those are punted to
+// one worker per inode (about 1.3 GB/s where the same file with written extents takes 2-3 GB/s), an
+// unfair reference for our files, whose extents are written.
 inline double RunFio(const std::string& rw, int64_t block_bytes, int queue_depth, int64_t size_bytes,
                      double runtime_s, const std::string& extra = "") {
   std::string cmd = "fio --name=tierflow-bench --directory=" + BenchDir() + " --filename=fio-bench.dat --rw=" + rw +
                     " --bs=" + std::to_string(block_bytes) + " --iodepth=" + std::to_string(queue_depth) +
-                    " --size=" + std::to_string(size_bytes) + " --direct=1 --ioengine=io_uring --output-format=json";
+                    " --size=" + std::to_string(size_bytes) + " --direct=1 --fallocate=none --ioengine=io_uring --output-format=json";
   if (runtime_s > 0) cmd += " --time_based --runtime=" + std::to_string(runtime_s) + "s";
   cmd += " " + extra + " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
