@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "tierflow/core/units.h"
 #include "tierflow/traces/summary.h"
 
@@ -113,4 +115,31 @@ std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json&
   return out;
 }
 
+nlohmann::ordered_json StorageBoundJson(const models::StorageBound& bound) {
+  nlohmann::ordered_json j;
+  j["seconds"] = bound.seconds;
+  j["busiest"] = bound.busiest;
+  j["devices"] = nlohmann::ordered_json::array();
+  for (const models::StorageLoad& l : bound.devices) {
+    j["devices"].push_back({{"device", l.device}, {"read_bytes", l.read_bytes}, {"write_bytes", l.write_bytes},
+                            {"seconds", l.seconds}});
+  }
+  return j;
+}
+
+std::string StorageBoundText(const models::StorageBound& bound, double iteration_s) {
+  if (bound.busiest.empty()) return "";
+  std::string out = "\nstorage lower bound " + FormatDuration(bound.seconds) + " per iteration (" + bound.busiest +
+                    " at its peak rates, reads and writes not overlapping";
+  if (iteration_s > 0) out += fmt::format("; the iteration is {:.2f}x that", iteration_s / bound.seconds);
+  out += ")\n";
+  for (const models::StorageLoad& l : bound.devices) {
+    out += fmt::format("  {:<10} {:>12} read {:>12} written {:>12}\n", l.device,
+                       FormatBytes(static_cast<double>(l.read_bytes)), FormatBytes(static_cast<double>(l.write_bytes)),
+                       FormatDuration(l.seconds));
+  }
+  return out;
+}
+
 }  // namespace tierflow::cli
+

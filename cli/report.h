@@ -8,6 +8,7 @@
 
 #include "tierflow/core/schedule.h"
 #include "tierflow/core/trace_record.h"
+#include "tierflow/models/perf.h"
 
 namespace tierflow::cli {
 
@@ -28,5 +29,10 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
                                    const RunFacts& facts);
 // The same report as readable tables.
 std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json& report);
+
+// models::StorageLowerBound as {seconds, busiest, devices: [{device, read_bytes, write_bytes,
+// seconds}]}, and as one paragraph set against `iteration_s` (empty text without storage I/O).
+nlohmann::ordered_json StorageBoundJson(const models::StorageBound& bound);
+std::string StorageBoundText(const models::StorageBound& bound, double iteration_s);
 
 }  // namespace tierflow::cli

@@ -114,6 +114,8 @@ Status RunSim(const SimArgs& a) {
   facts.tasks = result->tasks_simulated;
   facts.wall_s = result->wall_s;
   nlohmann::ordered_json report = BuildReport(in.schedule, result->records, facts);
+  TF_ASSIGN_OR_RETURN(const models::StorageBound bound, models::StorageLowerBound(in.schedule, in.scenario.hardware));
+  report["storage_bound"] = StorageBoundJson(bound);
   if (in.scenario.has_paper) {
     TF_ASSIGN_OR_RETURN(report["paper"], ComparePaper(in.scenario, in.schedule, report, a.iterations,
                                                          a.profile.empty() ? nullptr : &in.scenario.hardware));
@@ -127,6 +129,7 @@ Status RunSim(const SimArgs& a) {
     std::printf("\nsimulated %lld task instances in %s (%s tasks/s)\n", static_cast<long long>(result->tasks_simulated),
                 FormatDuration(result->wall_s).c_str(), FormatCount(report["tasks_per_s"].get<double>()).c_str());
     if (!a.trace.empty()) std::printf("timeline: %s (open in ui.perfetto.dev)\n", a.trace.c_str());
+    std::printf("%s", StorageBoundText(bound, report["iteration_s"].get<double>()).c_str());
     if (report.contains("paper")) {
       const auto& p = report["paper"];
       std::printf("\npaper: %s; simulated: %.3f (%s \u00b1%.0f %%) [%s %s vs %s with %s]\n", p["claim"].get<std::string>().c_str(),

@@ -11,6 +11,7 @@
 #include "command.h"
 #include "inputs.h"
 #include "tierflow/core/units.h"
+#include "tierflow/models/perf.h"
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
 #ifdef TIERFLOW_HAVE_SIMGRID
@@ -64,6 +65,12 @@ Status RunTune(const TuneArgs& a) {
   TF_RETURN_IF_ERROR(WriteScheduleFile(output, schedule));
 
   const double speedup = r.best.iteration_s > 0 ? r.baseline.iteration_s / r.best.iteration_s : 0;
+  // What storage alone allows each of the two (models::StorageLowerBound): a best close to its
+  // bound can only get faster by moving fewer bytes, which takes memory.
+  TF_ASSIGN_OR_RETURN(const Schedule baseline_schedule, policies::Plan(scenario));
+  TF_ASSIGN_OR_RETURN(const models::StorageBound baseline_bound,
+                      models::StorageLowerBound(baseline_schedule, scenario.hardware));
+  TF_ASSIGN_OR_RETURN(const models::StorageBound best_bound, models::StorageLowerBound(schedule, best_scenario.hardware));
   if (a.json) {
     nlohmann::ordered_json j;
     j["scenario"] = scenario.name;
@@ -78,6 +85,7 @@ Status RunTune(const TuneArgs& a) {
     j["budget"] = {{"host_bytes", r.budget.host_bytes}, {"gpu_bytes", r.budget.gpu_bytes}};
     j["baseline_peak_bytes"] = {{"host", r.baseline.host_peak_bytes}, {"gpu", r.baseline.gpu_peak_bytes}};
     j["best_peak_bytes"] = {{"host", r.best.host_peak_bytes}, {"gpu", r.best.gpu_peak_bytes}};
+    j["storage_bound_s"] = {{"baseline", baseline_bound.seconds}, {"best", best_bound.seconds}};
     j["evaluations"] = r.evaluations;
     j["infeasible"] = r.infeasible;
     j["over_budget"] = r.over_budget;
@@ -89,13 +97,13 @@ Status RunTune(const TuneArgs& a) {
               static_cast<long long>(r.evaluations), static_cast<long long>(r.infeasible),
               static_cast<long long>(r.over_budget));
   std::printf("memory budget    %s\n\n", sweep::MemoryBudgetToString(r.budget).c_str());
-  std::printf("%-10s %-16s %12s %12s %12s\n", "", "policy", "iteration", "host peak", "gpu peak");
-  std::printf("%-10s %-16s %12s %12s %12s\n", "baseline", scenario.policy.c_str(), FormatDuration(r.baseline.iteration_s).c_str(),
+  std::printf("%-10s %-16s %12s %12s %12s %14s\n", "", "policy", "iteration", "host peak", "gpu peak", "storage bound");
+  std::printf("%-10s %-16s %12s %12s %12s %14s\n", "baseline", scenario.policy.c_str(), FormatDuration(r.baseline.iteration_s).c_str(),
               FormatBytes(static_cast<double>(r.baseline.host_peak_bytes)).c_str(),
-              FormatBytes(static_cast<double>(r.baseline.gpu_peak_bytes)).c_str());
-  std::printf("%-10s %-16s %12s %12s %12s\n", "best", r.best_policy.c_str(), FormatDuration(r.best.iteration_s).c_str(),
+              FormatBytes(static_cast<double>(r.baseline.gpu_peak_bytes)).c_str(), FormatDuration(baseline_bound.seconds).c_str());
+  std::printf("%-10s %-16s %12s %12s %12s %14s\n", "best", r.best_policy.c_str(), FormatDuration(r.best.iteration_s).c_str(),
               FormatBytes(static_cast<double>(r.best.host_peak_bytes)).c_str(),
-              FormatBytes(static_cast<double>(r.best.gpu_peak_bytes)).c_str());
+              FormatBytes(static_cast<double>(r.best.gpu_peak_bytes)).c_str(), FormatDuration(best_bound.seconds).c_str());
   std::printf("\nspeedup %.2fx\n", speedup);
   if (r.changes.empty()) {
     std::printf("no change beats the baseline\n");

@@ -91,4 +91,50 @@ double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads) {
   return static_cast<double>(bytes) / rate;
 }
 
+StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const HardwareSpec& hw) {
+  const NodeSpec& node = hw.node;
+  // Per hardware device (NVMe roots first, then remote tiers): bytes read and written.
+  const size_t nvmes = node.nvme.size();
+  std::vector<StorageLoad> load(nvmes + node.remote.size());
+  for (size_t i = 0; i < nvmes; ++i) load[i].device = "nvme" + std::to_string(i);
+  for (size_t i = 0; i < node.remote.size(); ++i) load[nvmes + i].device = "remote" + std::to_string(i);
+  for (const TaskSpec& t : schedule.tasks()) {
+    if ((t.op != Op::kRead && t.op != Op::kWrite) || t.bytes == 0) continue;
+    const int32_t device = t.resource >= 0 ? schedule.resources()[t.resource].device : kNoIndex;
+    if (device < 0) return InvalidArgument("task '" + t.id + "': " + std::string(OpName(t.op)) + " on no device");
+    const DeviceSpec& dev = schedule.devices()[device];
+    size_t slot = load.size();
+    for (size_t i = 0; i < load.size(); ++i) {
+      if (load[i].device == dev.name) slot = i;
+    }
+    if (slot == load.size()) {
+      return InvalidArgument("task '" + t.id + "': " + std::string(OpName(t.op)) + " on device '" + dev.name +
+                             "', which hardware '" + node.name + "' does not have");
+    }
+    if (slot < nvmes && node.nvme[slot].same_device_as >= 0) slot = static_cast<size_t>(node.nvme[slot].same_device_as);
+    (t.op == Op::kRead ? load[slot].read_bytes : load[slot].write_bytes) += t.bytes;
+  }
+  StorageBound bound;
+  for (size_t i = 0; i < load.size(); ++i) {
+    StorageLoad& l = load[i];
+    if (l.read_bytes == 0 && l.write_bytes == 0) continue;
+    const double rbw = i < nvmes ? node.nvme[i].read_bw_bytes_per_s : node.remote[i - nvmes].read_bw_bytes_per_s;
+    const double wbw = i < nvmes ? node.nvme[i].write_bw_bytes_per_s : node.remote[i - nvmes].write_bw_bytes_per_s;
+    if ((l.read_bytes > 0 && rbw <= 0) || (l.write_bytes > 0 && wbw <= 0)) {
+      return InvalidArgument("hardware '" + node.name + "': " + l.device + " has no " +
+                             (l.read_bytes > 0 && rbw <= 0 ? "read" : "write") + " bandwidth for the schedule's I/O");
+    }
+    const double r = l.read_bytes > 0 ? static_cast<double>(l.read_bytes) / rbw : 0.0;
+    const double w = l.write_bytes > 0 ? static_cast<double>(l.write_bytes) / wbw : 0.0;
+    l.seconds = i < nvmes ? r + w : std::max(r, w);
+    if (l.seconds > bound.seconds) {
+      bound.seconds = l.seconds;
+      bound.busiest = l.device;
+    }
+    bound.devices.push_back(l);
+  }
+  return bound;
+}
+
 }  // namespace tierflow::models
+

@@ -40,7 +40,7 @@ StatusOr<Schedule> PlanIoc(const Scenario& s) {
   d.shared_rw_queue = isolate;
   d.semi_async_writes = semi_async;
   d.blocking_step = !semi_async;
-  PlaceOnDisks(layout, use, &d);
+  TF_RETURN_IF_ERROR(PlaceOnDisks(layout, use, &d));
   return PlanDesign(s, d);
 }
 

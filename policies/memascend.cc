@@ -23,8 +23,14 @@ StatusOr<Schedule> PlanMemAscend(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const bool adaptive, knobs.Bool("adaptive_pools", true));
   TF_ASSIGN_OR_RETURN(const bool exact_pinned, knobs.Bool("alignment_free_pinning", true));
   TF_ASSIGN_OR_RETURN(const bool fused, knobs.Bool("fused_overflow_check", true));
+  const bool buffer_size_given = knobs.values().count("buffer_size") > 0;
   TF_ASSIGN_OR_RETURN(const int64_t buffer_size, knobs.Int("buffer_size", 100000000));
   TF_RETURN_IF_ERROR(knobs.Finish("memascend"));
+  if (adaptive && buffer_size_given) {
+    return InvalidArgument("policy.buffer_size: memascend's adaptive_pools size every slot to its own partition, so "
+                           "buffer_size would be ignored; remove it, or set adaptive_pools: false for one pool of "
+                           "buffer_size slots");
+  }
   if (d.pipeline_read || d.pipeline_write) d.optimizer_buffers = std::max(d.optimizer_buffers, 12);
   d.class_pools = adaptive;
   d.slot_elements = adaptive ? 0 : buffer_size;

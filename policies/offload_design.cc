@@ -25,13 +25,19 @@ std::vector<int32_t> DiskRange(int32_t first, int32_t count) {
   return d;
 }
 
-void PlaceOnDisks(const std::string& layout, int32_t disks, OffloadDesign* d) {
-  if (layout == "split" && disks >= 2) {
+Status PlaceOnDisks(const std::string& layout, int32_t disks, OffloadDesign* d) {
+  if (layout == "split") {
+    if (disks < 2) {
+      return InvalidArgument("policy.disk_layout: split needs two or more disks (parameters on one, optimizer "
+                             "states on the others); " + std::to_string(disks) +
+                             " in use (use disk_layout: stripe, or give the hardware another NVMe device)");
+    }
     d->param_disks = {0};
     d->opt_disks = DiskRange(1, disks - 1);
   } else {
     d->param_disks = d->opt_disks = DiskRange(0, disks);
   }
+  return Status::Ok();
 }
 
 Status ReadCommonKnobs(Knobs& knobs, OffloadDesign* d) {

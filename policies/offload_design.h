@@ -75,7 +75,7 @@ std::vector<int32_t> DiskRange(int32_t first, int32_t count);
 
 // Places parameters and optimizer state over the first `disks` devices: "split" gives disk 0 to
 // parameters and the rest to optimizer state (reads and writes of the update kept apart from
-// the parameter stream) when there are two or more; anything else stripes both over all.
-void PlaceOnDisks(const std::string& layout, int32_t disks, OffloadDesign* d);
+// the parameter stream), an error with fewer than two; "stripe" stripes both over all.
+Status PlaceOnDisks(const std::string& layout, int32_t disks, OffloadDesign* d);
 
 }  // namespace tierflow::policies

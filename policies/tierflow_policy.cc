@@ -55,7 +55,7 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
   d.gradient_path = host_grads ? GradientPath::kKeepInHost : GradientPath::kFlushToNvme;
   d.global_norm_first = !overlap;
   d.descending_order = overlap;
-  PlaceOnDisks(layout, use, &d);
+  TF_RETURN_IF_ERROR(PlaceOnDisks(layout, use, &d));
   return PlanDesign(s, d);
 }
 
@@ -67,8 +67,9 @@ std::vector<KnobChoice> TierflowTunableKnobs(const Scenario& s) {
                                {"overlap_optimizer", {"false", "true"}},
                                {"host_gradients", {"false", "true"}},
                                {"isolate_reads", {"false", "true"}},
-                               {"cached_sub_groups", {"0", "2", "4"}},
-                               {"prefetch_window", {"0 B", "4 GiB"}}};
+                               {"cached_sub_groups", {"0", "2", "4", "8"}},
+                               {"prefetch_window", {"0 B", "4 GiB"}},
+                               {"offload_param", {"nvme", "none"}}};  // none: fp16 partitions stay in GPU memory
   const size_t disks = s.hardware.node.nvme.size();
   if (disks > 1) {
     KnobChoice d{"disks", {}};

@@ -196,5 +196,64 @@ TEST(PerfCpuTest, ConvertIsBoundedByCoresThenMemory) {
   ExpectRel(ConvertTime(c, bytes, 0), b / 5e9);        // at least one thread
 }
 
+// One iteration's bytes per device at peak rates, reads plus writes on an NVMe device, the larger
+// of the two on a remote tier; a directory on another's device counts on that device.
+TEST(StorageLowerBound, SumsReadAndWriteTimePerDeviceAndTakesTheBusiest) {
+  HardwareSpec hw;
+  hw.node.name = "test";
+  hw.node.nvme = {Disk(), Disk(), Disk()};   // 7 GB/s read, 4 GB/s write
+  hw.node.nvme[2].same_device_as = 1;        // nvme2 is a directory on nvme1's device
+  RemoteTierSpec remote;
+  remote.name = "pfs";
+  remote.read_bw_bytes_per_s = 2e9;
+  remote.write_bw_bytes_per_s = 1e9;
+  hw.node.remote = {remote};
+  Schedule s;
+  s.name = "bound";
+  for (const char* d : {"nvme0", "nvme1", "nvme2", "remote0"}) {
+    s.AddDevice({d, std::string(d).starts_with("nvme") ? DeviceKind::kNvme : DeviceKind::kRemote});
+    s.AddResource({std::string(d) + ".io", s.FindDevice(d), 4});
+  }
+  int n = 0;
+  auto io = [&](const std::string& device, Op op, int64_t bytes) {
+    TaskSpec t;
+    t.id = "t" + std::to_string(n++);
+    t.op = op;
+    t.resource = s.FindResource(device + ".io");
+    t.bytes = bytes;
+    s.AddTask(std::move(t));
+  };
+  io("nvme0", Op::kRead, 14'000'000'000);  // 2 s
+  io("nvme0", Op::kWrite, 4'000'000'000);  // 1 s
+  io("nvme1", Op::kRead, 7'000'000'000);   // 1 s
+  io("nvme2", Op::kWrite, 8'000'000'000);  // 2 s, on nvme1's device
+  io("remote0", Op::kRead, 2'000'000'000);  // 1 s
+  io("remote0", Op::kWrite, 1'500'000'000);  // 1.5 s, a link of its own
+  auto b = StorageLowerBound(s, hw);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_EQ(b->devices.size(), 3u);  // nvme2 folded into nvme1
+  EXPECT_EQ(b->devices[0].device, "nvme0");
+  ExpectRel(b->devices[0].seconds, 3.0);
+  EXPECT_EQ(b->devices[1].device, "nvme1");
+  EXPECT_EQ(b->devices[1].write_bytes, 8'000'000'000);
+  ExpectRel(b->devices[1].seconds, 3.0);
+  EXPECT_EQ(b->devices[2].device, "remote0");
+  ExpectRel(b->devices[2].seconds, 1.5);
+  ExpectRel(b->seconds, 3.0);
+  EXPECT_EQ(b->busiest, "nvme0");  // the first of the tied busiest
+
+  hw.node.remote[0].write_bw_bytes_per_s = 0;
+  auto refused = StorageLowerBound(s, hw);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("remote0 has no write bandwidth"), std::string::npos)
+      << refused.status().ToString();
+  hw.node.remote.clear();
+  auto missing = StorageLowerBound(s, hw);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("device 'remote0', which hardware 'test' does not have"), std::string::npos)
+      << missing.status().ToString();
+}
+
 }  // namespace
 }  // namespace tierflow::models
+

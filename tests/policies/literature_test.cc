@@ -118,7 +118,7 @@ TEST(MlpOffload, GradientsStayInHostMemory) {
 }
 
 TEST(MemAscend, ClassPoolsAreSizedExactlyAndBoundThePinnedPeak) {
-  Schedule s = PlanOrDie({"policy.name=memascend", "policy.buffer_count=3"});
+  Schedule s = PlanOrDie({"policy.name=memascend", "policy.buffer_size=null", "policy.buffer_count=3"});
   // Each parameter read allocates one slot; group the slots' sizes by pool.
   std::map<int32_t, int64_t> largest;
   for (const TaskSpec& t : s.tasks()) {
@@ -252,5 +252,28 @@ policy: {name: fuyou, prefetch_window: 4 GiB}
   EXPECT_LE(most, 5);
 }
 
+// Knobs that cannot take effect are errors naming the knob, not silently something else.
+TEST(PolicyKnobs, SplitOnOneDiskAndMemAscendsIgnoredBufferSizeAreRefused) {
+  for (const char* policy : {"ioc", "tierflow"}) {
+    auto scenario = LoadScenarioText(kSmall, {std::string("policy.name=") + policy, "policy.buffer_size=null",
+                                              "policy.disk_layout=split"}, "small.yaml");
+    ASSERT_TRUE(scenario.ok()) << scenario.status().ToString();
+    auto s = Plan(*scenario);
+    ASSERT_FALSE(s.ok()) << policy << " planned split on one disk";
+    EXPECT_NE(s.status().message().find("policy.disk_layout: split needs two or more disks"), std::string::npos)
+        << s.status().ToString();
+  }
+  auto memascend = LoadScenarioText(kSmall, {"policy.name=memascend"}, "small.yaml");  // keeps buffer_size 1e6
+  ASSERT_TRUE(memascend.ok()) << memascend.status().ToString();
+  auto refused = Plan(*memascend);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("policy.buffer_size: memascend's adaptive_pools"), std::string::npos)
+      << refused.status().ToString();
+  auto one_pool = LoadScenarioText(kSmall, {"policy.name=memascend", "policy.adaptive_pools=false"}, "small.yaml");
+  ASSERT_TRUE(one_pool.ok()) << one_pool.status().ToString();
+  EXPECT_TRUE(Plan(*one_pool).ok());
+}
+
 }  // namespace
 }  // namespace tierflow::policies
+

@@ -6,8 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "tierflow/core/ops.h"
+#include "tierflow/core/schedule.h"
+#include "tierflow/core/status.h"
 #include "tierflow/models/hardware.h"
 
 namespace tierflow::models {
@@ -38,5 +42,25 @@ inline constexpr double kAdamBytesPerElement = 28.0;  // read p, g, m, v; write 
 double AdamTime(const CpuSpec& cpu, int64_t elements, int32_t threads);
 // Host conversion (cast or accumulate) of `bytes` with `threads` threads.
 double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads);
+
+// The least time one iteration of a schedule can spend on storage, whatever its order, request
+// shapes and overlap: every device serves its bytes at no more than its peak rates, and reads and
+// writes share an NVMe device at no better than the harmonic mix (mixed_efficiency <= 1), so the
+// device needs read_bytes / read_bw + write_bytes / write_bw. Directories on one device
+// (same_device_as) count on that device; a remote tier's reads and writes are taken as separate
+// links (the larger of the two). Devices the schedule moves no bytes on are left out.
+struct StorageLoad {
+  std::string device;  // "nvme0", "remote0"
+  int64_t read_bytes = 0;
+  int64_t write_bytes = 0;
+  double seconds = 0;
+};
+struct StorageBound {
+  std::vector<StorageLoad> devices;
+  double seconds = 0;   // the busiest device's
+  std::string busiest;  // empty when the schedule does no storage I/O
+};
+// Errors name a task whose device is not in `hw` or lacks the bandwidth its op needs.
+StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const HardwareSpec& hw);
 
 }  // namespace tierflow::models
