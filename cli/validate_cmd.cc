@@ -46,8 +46,10 @@ Status RunValidate(const ValidateArgs& a) {
   (void)a;
   return Unavailable("validate needs the simulator: this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
 #else
-  // The steady-state mean drops the first iteration (docs/trace-format.md); two or more remain.
-  if (a.iterations < 3) return InvalidArgument("--iterations must be >= 3 (the first is warm-up; the mean needs two more)");
+  // The steady-state mean drops the first and the last iteration (docs/trace-format.md).
+  if (a.iterations < 3) {
+    return InvalidArgument("--iterations must be >= 3 (the first is warm-up and the last drains alone; the mean needs one between)");
+  }
   if (a.repeats < 1) return InvalidArgument("--repeats must be >= 1");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
   TF_ASSIGN_OR_RETURN(models::HardwareSpec profile, LoadHardwareFile(a.profile));
