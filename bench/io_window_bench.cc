@@ -1,5 +1,5 @@
 // real::IoWindow, the request shape of every read and write task of `tierflow run`, on the
-// io_uring back-end against fio doing the same: one 256 MiB O_DIRECT file read (or written) in
+// io_uring back-end against fio doing the same: one 1 GiB O_DIRECT file read (or written) in
 // block-sized requests with `depth` in flight. Each repetition runs fio and the window back to
 // back, alternating which goes first; counters are medians, ratio = window / fio. The window
 // refills from the completion path (one Submit per completed piece, no thread hand-off), so the
