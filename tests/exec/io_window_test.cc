@@ -13,14 +13,30 @@
 namespace tierflow::real {
 namespace {
 
-// Holds every submitted request until the test completes it; records the most in flight.
-class HeldStorage final : public Storage {
+// One file (id 0) and no file-system operations: what the fakes below share; each decides how
+// Submit completes.
+class OneFileStorage : public Storage {
  public:
-  std::string name() const override { return "held"; }
   StatusOr<OpenFile> Open(const std::string&, const OpenOptions&) override { return OpenFile{0, false}; }
   Status Close(FileId) override { return Status::Ok(); }
-  std::string PathOf(FileId) const override { return "held.bin"; }
+  std::string PathOf(FileId) const override { return name() + ".bin"; }
   int32_t DeviceOf(FileId) const override { return 0; }
+  Status Allocate(FileId, int64_t) override { return Status::Ok(); }
+  Status Truncate(FileId, int64_t) override { return Status::Ok(); }
+  StatusOr<int64_t> FileSize(FileId) override { return int64_t{0}; }
+  Status Sync(FileId) override { return Status::Ok(); }
+  Status CreateDir(const std::string&) override { return Status::Ok(); }
+  Status SyncDir(const std::string&) override { return Status::Ok(); }
+  Status Rename(const std::string&, const std::string&) override { return Status::Ok(); }
+  Status Remove(const std::string&) override { return Status::Ok(); }
+  StatusOr<bool> Exists(const std::string&) override { return false; }
+  StatusOr<std::vector<std::string>> List(const std::string&) override { return std::vector<std::string>{}; }
+};
+
+// Holds every submitted request until the test completes it; records the most in flight.
+class HeldStorage final : public OneFileStorage {
+ public:
+  std::string name() const override { return "held"; }
   Status Submit(std::span<const IoRequest> requests, CompletionSink* sink) override {
     if (refuse) return Unavailable("held: refusing requests");
     for (const IoRequest& r : requests) held.push_back({r, sink});
@@ -39,16 +55,6 @@ class HeldStorage final : public Storage {
     c.status = std::move(status);
     sink->Push(std::move(c));
   }
-  Status Allocate(FileId, int64_t) override { return Status::Ok(); }
-  Status Truncate(FileId, int64_t) override { return Status::Ok(); }
-  StatusOr<int64_t> FileSize(FileId) override { return int64_t{0}; }
-  Status Sync(FileId) override { return Status::Ok(); }
-  Status CreateDir(const std::string&) override { return Status::Ok(); }
-  Status SyncDir(const std::string&) override { return Status::Ok(); }
-  Status Rename(const std::string&, const std::string&) override { return Status::Ok(); }
-  Status Remove(const std::string&) override { return Status::Ok(); }
-  StatusOr<bool> Exists(const std::string&) override { return false; }
-  StatusOr<std::vector<std::string>> List(const std::string&) override { return std::vector<std::string>{}; }
 
   std::deque<std::pair<IoRequest, CompletionSink*>> held;
   std::vector<IoRequest> submitted;
@@ -129,13 +135,9 @@ TEST(IoWindowTest, ASubmitErrorIsTheResult) {
 
 // Completes every request inside Submit, as the memory back-end does, and records how deeply
 // Submit calls nest (a completion that submitted the next piece itself would nest them).
-class SyncStorage final : public Storage {
+class SyncStorage final : public OneFileStorage {
  public:
   std::string name() const override { return "sync"; }
-  StatusOr<OpenFile> Open(const std::string&, const OpenOptions&) override { return OpenFile{0, false}; }
-  Status Close(FileId) override { return Status::Ok(); }
-  std::string PathOf(FileId) const override { return "sync.bin"; }
-  int32_t DeviceOf(FileId) const override { return 0; }
   Status Submit(std::span<const IoRequest> requests, CompletionSink* sink) override {
     deepest = std::max(deepest, ++depth);
     for (const IoRequest& r : requests) {
@@ -148,16 +150,6 @@ class SyncStorage final : public Storage {
     --depth;
     return Status::Ok();
   }
-  Status Allocate(FileId, int64_t) override { return Status::Ok(); }
-  Status Truncate(FileId, int64_t) override { return Status::Ok(); }
-  StatusOr<int64_t> FileSize(FileId) override { return int64_t{0}; }
-  Status Sync(FileId) override { return Status::Ok(); }
-  Status CreateDir(const std::string&) override { return Status::Ok(); }
-  Status SyncDir(const std::string&) override { return Status::Ok(); }
-  Status Rename(const std::string&, const std::string&) override { return Status::Ok(); }
-  Status Remove(const std::string&) override { return Status::Ok(); }
-  StatusOr<bool> Exists(const std::string&) override { return false; }
-  StatusOr<std::vector<std::string>> List(const std::string&) override { return std::vector<std::string>{}; }
 
   int depth = 0, deepest = 0;
   int64_t completed = 0;
