@@ -159,7 +159,8 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
   // A point: everything that names what was measured, not how long it took. A disk window's
   // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
   // and write records are fitted as pairs), as do memory records.
-  using Key = std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double>;
+  using Key =
+      std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double, int32_t>;
   std::map<Key, std::vector<const TraceRecord*>> points;
   std::vector<const TraceRecord*> kept;
   for (const TraceRecord* r : *records) {
@@ -172,7 +173,7 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
       continue;
     }
     points[{r->task, static_cast<int>(r->op), r->resource, window ? 0 : r->bytes, r->block_bytes, r->queue_depth,
-            r->threads, r->layer, static_cast<int>(r->phase), r->flops}]
+            r->threads, r->layer, static_cast<int>(r->phase), r->flops, r->tasks}]
         .push_back(r);
   }
   // The pooled mean (mean bytes over mean duration), which is what a run summing many such

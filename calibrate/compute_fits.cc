@@ -26,7 +26,7 @@ namespace {
 struct Sample {
   Phase phase = Phase::kOther;
   double flops = 0, bytes = 0, seconds = 0;
-  int tasks = 1;  // compute records summed into this sample
+  double tasks = 1;  // schedule compute tasks the sample stands for (traces::TaskCount): the overhead's regressor
 };
 
 enum class Role { kCompute, kMemory, kFixed };  // which term of the roofline it measures
@@ -42,8 +42,9 @@ struct Solution {
   int Cols() const { return static_cast<int>(fit.params.size()); }
 };
 
-// Least squares of the relative residuals for the given roles. With `fixed_overhead` set the
-// intercept is not fitted: the samples' times less that overhead are.
+// Least squares of the relative residuals for the given roles. The overhead is per task: its
+// column holds each sample's task count. With `fixed_overhead` (per task) set it is not fitted:
+// the samples' times less their tasks' overhead are.
 StatusOr<Solution> Solve(const std::vector<Sample>& s, const std::vector<Role>& role,
                          std::optional<double> fixed_overhead, const FitOptions& fo) {
   Solution sol;
@@ -68,17 +69,18 @@ StatusOr<Solution> Solve(const std::vector<Sample>& s, const std::vector<Role>& 
     const Role r = role[static_cast<size_t>(i)];
     if (r == Role::kCompute) x(i, sol.phase_col[static_cast<size_t>(v.phase)]) = v.flops;
     if (r == Role::kMemory) x(i, sol.memory_col) = v.bytes;
-    if (sol.overhead_col >= 0) x(i, sol.overhead_col) = 1;
+    if (sol.overhead_col >= 0) x(i, sol.overhead_col) = v.tasks;
     t(i) = v.seconds;
-    y(i) = v.seconds - sol.fixed_overhead;
+    y(i) = v.seconds - sol.fixed_overhead * v.tasks;
     if (y(i) <= 0) {
-      return FailedPrecondition(fmt::format("a sample took {} (less than the fixed overhead {})",
-                                            FormatDuration(v.seconds), FormatDuration(sol.fixed_overhead)));
+      return FailedPrecondition(fmt::format("a sample took {} (less than the fixed overhead of its {} tasks, {} each)",
+                                            FormatDuration(v.seconds), v.tasks, FormatDuration(sol.fixed_overhead)));
     }
   }
   // Weights 1/t^2: residuals relative to the measured time even when the overhead is held fixed.
   TF_ASSIGN_OR_RETURN(sol.fit, FitLinear(x, y, t.cwiseProduct(t).cwiseInverse(), fo));
-  const Eigen::VectorXd predicted = x * sol.fit.params + Eigen::VectorXd::Constant(n, sol.fixed_overhead);
+  Eigen::VectorXd predicted = x * sol.fit.params;
+  for (Eigen::Index i = 0; i < n; ++i) predicted(i) += sol.fixed_overhead * s[static_cast<size_t>(i)].tasks;
   sol.fit.rel_residuals = (predicted - t).cwiseQuotient(t);
   sol.fit.rms_rel_residual = std::sqrt(sol.fit.rel_residuals.squaredNorm() / static_cast<double>(n));
   sol.fit.max_rel_residual = sol.fit.rel_residuals.cwiseAbs().maxCoeff();
@@ -141,19 +143,18 @@ void FitCompute(const Context& c) {
       ++empty;
       continue;
     }
-    samples.push_back({r->phase, r->flops, static_cast<double>(r->bytes), r->duration_s(), 1});
+    samples.push_back({r->phase, r->flops, static_cast<double>(r->bytes), r->duration_s(),
+                       static_cast<double>(traces::TaskCount(*r))});
   }
   // A run charges a whole layer's time to its last compute task: one sample per (iteration,
-  // layer, phase), as validate compares them.
-  std::vector<int32_t> merged;
-  const std::vector<TraceRecord> layers = traces::GroupComputeByLayer(run, &merged);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const TraceRecord& g = layers[i];
+  // layer, phase), as validate compares them, standing for the tasks it sums.
+  for (const TraceRecord& g : traces::GroupComputeByLayer(run)) {
     if (g.duration_s() <= 0) {
       ++empty;
       continue;
     }
-    samples.push_back({g.phase, g.flops, static_cast<double>(g.bytes), g.duration_s(), merged[i]});
+    samples.push_back({g.phase, g.flops, static_cast<double>(g.bytes), g.duration_s(),
+                       static_cast<double>(traces::TaskCount(g))});
   }
   if (other_probes > 0)
     c.notes->push_back(fmt::format("left out {} probe compute records whose task is not probe.compute*", other_probes));
@@ -172,15 +173,6 @@ void FitCompute(const Context& c) {
   for (size_t i = 0; i < samples.size(); ++i) {
     role[i] = samples[i].flops > 0 ? Role::kCompute : samples[i].bytes > 0 ? Role::kMemory : Role::kFixed;
   }
-  // Compute records per sample, on average: the fitted overhead per sample over this is the
-  // overhead per task.
-  auto mean_tasks_of = [](const std::vector<Sample>& v) {
-    double m = 0;
-    for (const Sample& s : v) m += static_cast<double>(s.tasks) / static_cast<double>(v.size());
-    return m;
-  };
-  double mean_tasks = mean_tasks_of(samples);
-
   FitReport rep;
   rep.model = "compute";
   rep.samples = static_cast<int64_t>(samples.size());
@@ -237,7 +229,6 @@ void FitCompute(const Context& c) {
         "kept from the base ({})",
         Percent(rse), before - samples.size(), FormatBandwidth(base_gpu.hbm_bw_bytes_per_s));
     rep.samples = static_cast<int64_t>(samples.size());
-    mean_tasks = mean_tasks_of(samples);
     sol = SolveRoofline(samples, &role, std::nullopt, base_gpu, fo);
     if (!sol.ok()) {
       refuse_all({"the fit without the flop-less samples failed: " + sol.status().message()});
@@ -287,11 +278,10 @@ void FitCompute(const Context& c) {
   {
     const double rse = sol->fit.rel_std_errors(sol->overhead_col);
     if (rse > o.max_rel_std_error) {
-      const double fixed = base_gpu.kernel_overhead_s * mean_tasks;
-      StatusOr<Solution> held = SolveRoofline(samples, &role, fixed, base_gpu, fo);
+      StatusOr<Solution> held = SolveRoofline(samples, &role, base_gpu.kernel_overhead_s, base_gpu, fo);
       if (!held.ok()) {
         refuse_all({fmt::format("{} (and holding the overhead at the base's failed: {})",
-                                DeterminedRule("overhead_per_sample", rse, "add smaller layers", o),
+                                DeterminedRule("kernel_overhead", rse, "add smaller layers", o),
                                 held.status().message())});
         return;
       }
@@ -348,13 +338,12 @@ void FitCompute(const Context& c) {
     overhead = s.fit.params(s.overhead_col);
     overhead_rse = s.fit.rel_std_errors(s.overhead_col);
     if (overhead < 0) {
-      add(fmt::format("overhead fitted negative ({} per sample): the roofline does not describe these samples",
+      add(fmt::format("kernel_overhead fitted negative ({} per task): the roofline does not describe these samples",
                       FormatDuration(overhead)));
     }
   }
-  params.push_back({"overhead_per_sample", overhead, overhead_rse, "s", false});
   // Held at the base's, the overhead is not a fitted number: reported, not written.
-  params.push_back({"kernel_overhead", overhead / mean_tasks, overhead_rse, "s", overhead_fitted});
+  params.push_back({"kernel_overhead", overhead, overhead_rse, "s", overhead_fitted});
   double hbm = 0;
   if (s.memory_col >= 0) {
     const double h = s.fit.params(s.memory_col);
@@ -379,7 +368,7 @@ void FitCompute(const Context& c) {
   if (fitted) {
     models::GpuSpec& gpu = c.profile->node.gpu;
     if (total_f > 0) gpu.compute_efficiency = params[0].value;
-    if (overhead_fitted) gpu.kernel_overhead_s = overhead / mean_tasks;
+    if (overhead_fitted) gpu.kernel_overhead_s = overhead;
     if (s.memory_col >= 0) gpu.hbm_bw_bytes_per_s = hbm;
   }
   c.reports->push_back(rep);
@@ -416,7 +405,7 @@ void FitCompute(const Context& c) {
     const double eff = 1.0 / (peak * a);
     const std::string key = std::string(PhaseName(phase)) + "_efficiency";
     pr.params = {{key, eff, s.fit.rel_std_errors(col), "", true},
-                 {"overhead_per_sample", overhead, overhead_rse, "s", false}};
+                 {"kernel_overhead", overhead, overhead_rse, "s", false}};
     std::vector<std::string> why;
     const std::string few = TooFewSamples(pr.samples, 1, o);
     if (!few.empty()) why.push_back(few);

@@ -158,7 +158,7 @@ StatusOr<std::vector<TraceRecord>> ProbeComputeOf(const policies::Scenario& base
     sc.training.data_parallel = 1;
     TF_ASSIGN_OR_RETURN(std::vector<policies::LayerCompute> costs, policies::LayerComputeCosts(sc));
     std::vector<real::LayerCost> lc;
-    for (const auto& c : costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes});
+    for (const auto& c : costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
     real::TrainConfig config;
     config.spec.config = sc.model;
     config.batch = sc.training.micro_batch_size;

@@ -23,6 +23,7 @@ std::string TraceRecordToJson(const TraceRecord& r) {
   if (r.block_bytes) j["block_bytes"] = r.block_bytes;
   if (r.queue_depth) j["queue_depth"] = r.queue_depth;
   if (r.threads) j["threads"] = r.threads;
+  if (r.tasks) j["tasks"] = r.tasks;
   return j.dump();
 }
 
@@ -54,6 +55,7 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
       else if (key == "block_bytes") r.block_bytes = v.get<int64_t>();
       else if (key == "queue_depth") r.queue_depth = v.get<int32_t>();
       else if (key == "threads") r.threads = v.get<int32_t>();
+      else if (key == "tasks") r.tasks = v.get<int32_t>();
       else return InvalidArgument("unknown key '" + key + "'");
     }
   } catch (const Json::exception& e) {
@@ -61,6 +63,7 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
   }
   if (r.end_s < r.start_s) return InvalidArgument("end_s is before start_s");
   if (r.bytes < 0) return InvalidArgument("bytes is negative");
+  if (r.tasks < 0) return InvalidArgument("tasks is negative");
   return r;
 }
 

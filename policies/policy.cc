@@ -56,6 +56,7 @@ StatusOr<std::vector<LayerCompute>> LayerComputeCosts(const Scenario& scenario) 
     c.backward_flops += ComputeTaskFlops(u, false);
     c.forward_bytes += static_cast<double>(ComputeTaskBytes(u, true));
     c.backward_bytes += static_cast<double>(ComputeTaskBytes(u, false));
+    ++c.tasks;
   }
   return out;
 }

@@ -131,24 +131,21 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
   return c;
 }
 
-std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records, std::vector<int32_t>* merged) {
+std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records) {
   std::vector<TraceRecord> out;
-  std::vector<int32_t> counts;
   out.reserve(records.size());
-  counts.reserve(records.size());
   std::map<std::tuple<std::string, int64_t, int32_t, int>, size_t> group;  // -> index in out
   for (const TraceRecord& r : records) {
     if (r.op != Op::kCompute || r.layer < 0) {
       out.push_back(r);
-      counts.push_back(1);
       continue;
     }
     auto [it, inserted] = group.try_emplace({r.source, r.iteration, r.layer, static_cast<int>(r.phase)}, out.size());
     if (inserted) {
       TraceRecord g = r;
       g.task = "compute." + std::string(PhaseName(r.phase)) + ".layer" + std::to_string(r.layer);
+      g.tasks = TaskCount(r);
       out.push_back(std::move(g));
-      counts.push_back(1);
       continue;
     }
     TraceRecord& g = out[it->second];
@@ -157,9 +154,8 @@ std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& rec
     g.end_s = g.start_s + duration;
     g.flops += r.flops;
     g.bytes += r.bytes;
-    ++counts[it->second];
+    g.tasks += TaskCount(r);
   }
-  if (merged != nullptr) *merged = std::move(counts);
   return out;
 }
 

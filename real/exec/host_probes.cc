@@ -173,6 +173,7 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
       r.layer = static_cast<int32_t>(layer);
       r.phase = forward ? Phase::kForward : Phase::kBackward;
       r.flops = forward ? c.forward_flops : c.backward_flops;
+      r.tasks = c.tasks;
       out.push_back(std::move(r));
     };
     for (int64_t l = 0; l < layers; ++l) time(l, true);

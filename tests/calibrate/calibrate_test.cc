@@ -445,6 +445,44 @@ TEST(CalibrateTest, OverheadTooSmallToMeasureIsHeldAtTheBase) {
   ExpectWithin(cal->profile.node.gpu.backward_efficiency, 0.45, kRatioTol, "backward_efficiency");
 }
 
+// A compute probe times whole layers, which a schedule runs as several tasks (9 in a Llama
+// decoder layer, 1 for the embedding, 2 for the head), each charged kernel_overhead by the
+// simulator. Probe records carry that count in `tasks`; the fit must return the overhead per
+// task, so that the simulated layer costs what the probed one did.
+TEST(CalibrateTest, ProbedLayersStandingForSeveralTasksGiveTheOverheadPerTask) {
+  models::GpuSpec gpu = Truth().node.gpu;
+  gpu.kernel_overhead_s = 200e-6;  // large next to the smaller layers, so the data determine it
+  Noise noise(0.02);
+  std::vector<TraceRecord> r;
+  for (double f : {1e10, 3e10, 1e11, 3e11}) {
+    for (int32_t tasks : {1, 2, 9}) {
+      for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+        const double flops = phase == Phase::kForward ? f : 2 * f;
+        // The layer's time as the simulator charges it: its work, plus one overhead per task.
+        const double seconds =
+            (models::ComputeTime(gpu, flops, 0, phase) + (tasks - 1) * gpu.kernel_overhead_s) * noise.Factor();
+        TraceRecord rec = testing::ComputeProbe(gpu, phase, flops, 0, 1.0);
+        rec.end_s = rec.start_s + seconds;
+        rec.tasks = tasks;
+        r.push_back(rec);
+      }
+    }
+  }
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  const FitReport* f = Find(*cal, "compute");
+  ASSERT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  ExpectWithin(cal->profile.node.gpu.kernel_overhead_s, 200e-6, kLatencyTol, "kernel_overhead per task");
+  ExpectWithin(cal->profile.node.gpu.forward_efficiency, gpu.forward_efficiency, kRatioTol, "forward_efficiency");
+  ExpectWithin(cal->profile.node.gpu.backward_efficiency, gpu.backward_efficiency, kRatioTol, "backward_efficiency");
+  // Without the counts the same times read as one overhead per layer: nine times too much
+  // for a decoder layer once the schedule charges it per task.
+  for (TraceRecord& rec : r) rec.tasks = 0;
+  auto blind = Calibrate(r, {}, Base());
+  ASSERT_TRUE(blind.ok());
+  EXPECT_GT(std::fabs(blind->profile.node.gpu.kernel_overhead_s / 200e-6 - 1), 3 * kLatencyTol);
+}
+
 // A run writes one record per compute task, and charges the whole layer's time to its last
 // task: three records per (iteration, layer, phase) must fit like one record with the sums.
 TEST(CalibrateTest, RunComputeRecordsAggregatePerLayer) {

@@ -27,6 +27,7 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   b.flops = 1.5e12;
   b.block_bytes = 0;
   b.queue_depth = 0;
+  b.tasks = 9;  // a compute probe's layer sample
   auto path = (std::filesystem::temp_directory_path() / "tierflow_trace_record_test.jsonl").string();
   ASSERT_TRUE(WriteTraceFile(path, {a, b}).ok());
   auto back = ReadTraceFile(path);
@@ -47,6 +48,9 @@ TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {
   EXPECT_NE(key.status().message().find("colour"), std::string::npos);
   EXPECT_FALSE(TraceRecordFromJson(R"({"start_s":2,"end_s":1})").ok());
   EXPECT_FALSE(TraceRecordFromJson(R"({"bytes":"many"})").ok());
+  auto tasks = TraceRecordFromJson(R"({"tasks":-1})");
+  ASSERT_FALSE(tasks.ok());
+  EXPECT_NE(tasks.status().message().find("tasks"), std::string::npos);
 }
 
 }  // namespace

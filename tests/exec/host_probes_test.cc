@@ -53,26 +53,34 @@ TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
   // The contract: per layer and phase, the costs equal the sums over the schedule's compute tasks.
   auto schedule = policies::Plan(*sc);
   ASSERT_TRUE(schedule.ok()) << schedule.status().ToString();
-  std::map<std::pair<int32_t, Phase>, std::pair<double, double>> planned;  // flops, bytes
+  struct Planned {
+    double flops = 0, bytes = 0;
+    int32_t tasks = 0;
+  };
+  std::map<std::pair<int32_t, Phase>, Planned> planned;
   for (const TaskSpec& t : schedule->tasks()) {
     if (t.op != Op::kCompute) continue;
-    auto& p = planned[{t.layer, t.phase}];
-    p.first += t.flops;
-    p.second += static_cast<double>(t.bytes);
+    Planned& p = planned[{t.layer, t.phase}];
+    p.flops += t.flops;
+    p.bytes += static_cast<double>(t.bytes);
+    ++p.tasks;
   }
   ASSERT_EQ(planned.size(), 2 * costs->size());
   for (size_t l = 0; l < costs->size(); ++l) {
     const auto& c = (*costs)[l];
     const auto fwd = planned[{static_cast<int32_t>(l), Phase::kForward}];
     const auto bwd = planned[{static_cast<int32_t>(l), Phase::kBackward}];
-    EXPECT_DOUBLE_EQ(c.forward_flops, fwd.first) << "layer " << l;
-    EXPECT_DOUBLE_EQ(c.forward_bytes, fwd.second) << "layer " << l;
-    EXPECT_DOUBLE_EQ(c.backward_flops, bwd.first) << "layer " << l;
-    EXPECT_DOUBLE_EQ(c.backward_bytes, bwd.second) << "layer " << l;
+    EXPECT_DOUBLE_EQ(c.forward_flops, fwd.flops) << "layer " << l;
+    EXPECT_DOUBLE_EQ(c.forward_bytes, fwd.bytes) << "layer " << l;
+    EXPECT_DOUBLE_EQ(c.backward_flops, bwd.flops) << "layer " << l;
+    EXPECT_DOUBLE_EQ(c.backward_bytes, bwd.bytes) << "layer " << l;
+    EXPECT_EQ(c.tasks, fwd.tasks) << "layer " << l;
+    EXPECT_EQ(c.tasks, bwd.tasks) << "layer " << l;
   }
+  EXPECT_EQ((*costs)[1].tasks, 9);  // a decoder layer: two norms, q k v o, gate up down
 
   std::vector<LayerCost> lc;
-  for (const auto& c : *costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes});
+  for (const auto& c : *costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
   TrainConfig config;
   config.spec.config = sc->model;
   config.batch = 1;
@@ -90,6 +98,7 @@ TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
     const LayerCost& c = lc[static_cast<size_t>(x.layer)];
     EXPECT_EQ(x.flops, x.phase == Phase::kForward ? c.forward_flops : c.backward_flops);
     EXPECT_EQ(static_cast<double>(x.bytes), x.phase == Phase::kForward ? c.forward_bytes : c.backward_bytes);
+    EXPECT_EQ(x.tasks, c.tasks);
   }
 
   lc.pop_back();

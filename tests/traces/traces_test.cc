@@ -731,8 +731,9 @@ TEST(GroupComputeByLayerTest, OneRecordPerLayerAndPhaseWithSummedTime) {
   const std::vector<TraceRecord> in = {c("fwd.a", 1, 0.0, 0.001, 10), Rec(0, "read.x", Op::kRead, "nvme0.r", 0.0, 0.5),
                                        c("fwd.b", 1, 0.001, 0.002, 20), c("fwd.c", 1, 0.002, 0.302, 30),
                                        c("fwd.free", -1, 0.4, 0.5, 0)};
-  std::vector<int32_t> merged;
-  const std::vector<TraceRecord> out = GroupComputeByLayer(in, &merged);
+  std::vector<TraceRecord> with_counts = in;
+  with_counts[3].tasks = 2;  // a record that already stands for two tasks counts as two
+  const std::vector<TraceRecord> out = GroupComputeByLayer(with_counts);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].task, "compute.forward.layer1");
   EXPECT_DOUBLE_EQ(out[0].start_s, 0.0);
@@ -741,7 +742,9 @@ TEST(GroupComputeByLayerTest, OneRecordPerLayerAndPhaseWithSummedTime) {
   EXPECT_EQ(out[0].bytes, 300);
   EXPECT_EQ(out[1].task, "read.x");
   EXPECT_EQ(out[2].task, "fwd.free");
-  EXPECT_EQ(merged, (std::vector<int32_t>{3, 1, 1}));
+  EXPECT_EQ(out[0].tasks, 4);  // 1 + 1 + 2
+  EXPECT_EQ(out[1].tasks, 0);  // passed through as they were
+  EXPECT_EQ(out[2].tasks, 0);
 }
 
 }  // namespace

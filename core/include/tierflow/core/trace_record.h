@@ -34,6 +34,9 @@ struct TraceRecord {
   int64_t block_bytes = 0;
   int32_t queue_depth = 0;
   int32_t threads = 0;
+  // Schedule tasks the record stands for (0: one). A compute probe times a whole layer, which a
+  // schedule runs as several compute tasks, each charged the model's per-task overhead.
+  int32_t tasks = 0;
 
   double duration_s() const { return end_s - start_s; }
   bool operator==(const TraceRecord&) const = default;

@@ -23,6 +23,7 @@ std::vector<std::string> PolicyNames();
 struct LayerCompute {
   double forward_flops = 0, backward_flops = 0;
   double forward_bytes = 0, backward_bytes = 0;
+  int32_t tasks = 0;  // compute tasks the layer is split into, in each phase (one per parameter unit)
 };
 StatusOr<std::vector<LayerCompute>> LayerComputeCosts(const Scenario& scenario);
 

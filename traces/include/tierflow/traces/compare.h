@@ -74,11 +74,13 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
 // task of that phase runs; the layer's other compute tasks take next to nothing. Compare compute
 // per layer, then: this merges the compute records of each (source, iteration, layer, phase) into
 // one record, task "compute.<phase>.layer<L>", starting at the first one's start and lasting the
-// sum of their durations, with their FLOPs and bytes summed. Other records pass unchanged; the
-// order is that of each group's first record. With `merged`, (*merged)[i] is how many records
-// output record i stands for (calibrate charges a per-task overhead by it).
-std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records,
-                                             std::vector<int32_t>* merged = nullptr);
+// sum of their durations, with their FLOPs, bytes and `tasks` (TaskCount) summed, so that
+// calibrate charges the model's per-task overhead as often as the schedule does. Other records
+// pass unchanged; the order is that of each group's first record.
+std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records);
+
+// The schedule tasks a record stands for: its `tasks`, at least one.
+inline int32_t TaskCount(const TraceRecord& r) { return r.tasks > 0 ? r.tasks : 1; }
 
 // (value - reference) / reference; 0 when both are 0, +infinity when only the reference is 0.
 double RelativeError(double reference, double value);

@@ -38,10 +38,13 @@ struct HostProbeOptions {
 // h2d and d2h of the emulated GPU at each size (bytes), pinned and pageable host memory.
 StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes, const HostProbeOptions& options);
 
-// What the schedule charges one layer (models::Layers() index) for its compute tasks, summed.
+// What the schedule charges one layer (models::Layers() index) for its compute tasks, summed,
+// and how many tasks that is in each phase (the probe record's `tasks`: the simulator charges
+// its per-task overhead that often).
 struct LayerCost {
   double forward_flops = 0, backward_flops = 0;
   double forward_bytes = 0, backward_bytes = 0;
+  int32_t tasks = 1;
 };
 
 // Forward of every layer in order, then backward in reverse, `repetitions` times, on the
