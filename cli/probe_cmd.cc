@@ -279,58 +279,88 @@ Status RunProbeAll(const AllArgs& a) {
   joint.queue_depths = {8};
   joint.ops = {"read", "write"};
   joint.device_counts = {static_cast<int32_t>(a.dirs.size())};
-  const double joint_points = a.dirs.size() > 1 ? static_cast<double>(joint.ops.size()) : 0.0;
+  joint.keep_files = true;
+  d.keep_files = true;  // each directory's file is filled once and serves all of its steps
+  const bool several = a.dirs.size() > 1;
+
+  // The measuring steps: each directory alone, one operation at a time (as the fits need: one
+  // device's model per device; its records are named after its place in --dir order, nvme0,
+  // nvme1, ..., as `run --disk` numbers them), all directories at once, and the host probes.
+  struct Step {
+    std::string file;   // records go to OUT/<file>.jsonl
+    std::string label;  // printed as it ends
+    std::function<StatusOr<std::vector<TraceRecord>>(const real::HostProbeOptions&)> run;
+  };
+  HostArgs host = a.host;
+  std::vector<Step> steps;
+  for (size_t i = 0; i < a.dirs.size(); ++i) {
+    for (const std::string& op : d.ops) {
+      steps.push_back({"disk", "disk nvme" + std::to_string(i) + " " + op,
+                       [&, i, op](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
+                         real::DiskProbeOptions one = d;
+                         one.dirs = {a.dirs[i]};
+                         one.ops = {op};
+                         one.device_counts = {1};
+                         std::vector<TraceRecord> trace;
+                         TF_RETURN_IF_ERROR(real::RunDiskProbe(one, &trace, [&](const real::DiskProbeResult&) {
+                                              if (o.progress) o.progress("disk point");
+                                            }).status().WithContext("--dir '" + a.dirs[i] + "'"));
+                         for (TraceRecord& r : trace) r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
+                         return trace;
+                       }});
+    }
+  }
+  if (several) {  // devices numbered in --dir order, as above
+    steps.push_back({"disk", "disk all at once", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
+                       std::vector<TraceRecord> trace;
+                       TF_RETURN_IF_ERROR(real::RunDiskProbe(joint, &trace, [&](const real::DiskProbeResult&) {
+                                            if (o.progress) o.progress("disk point (all directories at once)");
+                                          }).status().WithContext("all --dir at once"));
+                       return trace;
+                     }});
+  }
+  steps.push_back({"copy", "copy", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kCopy, host, o); }});
+  steps.push_back({"optimizer", "optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
+  steps.push_back({"memory", "memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
+
+  // Compute is sampled all along, not in one go: one repetition of every probed shape before the
+  // first step and after each (11 with two directories). On a shared VM the speed of a
+  // two-thread layer halves and comes back in spells of seconds to minutes (measured here: one
+  // probe at 26 GFLOP/s and the next, 90 s later, at 13), so a probe taken in one go measures
+  // the spell it fell in; samples spread over the whole probe measure the machine's mix, which
+  // is what the runs that follow see on average. Calibrate pools them into each point's trimmed
+  // mean.
+  const int32_t slices = static_cast<int32_t>(steps.size()) + 1;
+  auto compute_slice = [&](int32_t slice) {
+    return [&, slice](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
+      real::HostProbeOptions one = o;
+      one.repetitions = 1;
+      TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> r, ProbeComputeOf(compute_scenario, one, host.threads));
+      for (TraceRecord& x : r) x.iteration = slice;
+      return r;
+    };
+  };
+  {
+    std::vector<Step> with_compute;
+    for (int32_t k = 0; k < slices; ++k) {
+      with_compute.push_back({"compute", fmt::format("compute {} of {}", k + 1, slices), compute_slice(k)});
+      if (k < static_cast<int32_t>(steps.size())) with_compute.push_back(std::move(steps[static_cast<size_t>(k)]));
+    }
+    steps = std::move(with_compute);
+  }
+
+  const double joint_points = several ? static_cast<double>(joint.ops.size()) : 0.0;
   const double disk_points =
       static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points;
   std::printf("# tierflow probe all: %zu disk dir(s); compute on %s (batch %lld, sequence %lld and shorter); records -> %s/\n",
               a.dirs.size(), compute_scenario.model.name.c_str(),
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
-  std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes (compute twice) take about 20 s\n",
-              disk_points, d.warmup_s + d.repetitions * d.duration_s, joint_points > 0 ? ", then all at once" : "",
-              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02));
+  std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about "
+              "20 s, compute sampled %d times in between\n",
+              disk_points, d.warmup_s + d.repetitions * d.duration_s, several ? ", then all at once" : "",
+              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), slices);
   std::fflush(stdout);
-
-  struct Step {
-    std::string name;
-    std::function<StatusOr<std::vector<TraceRecord>>(const real::HostProbeOptions&)> run;
-  };
-  HostArgs host = a.host;
-  std::vector<Step> steps;
-  // Compute is probed twice, first and last, about 90 s apart (compute.jsonl, compute-late.jsonl):
-  // on a shared VM the speed of a two-thread layer moves with spells of seconds to minutes (the
-  // efficiency probed here moved by 30 % between runs), and the profile should not rest on one.
-  // Calibrate pools both into each point's trimmed mean.
-  auto compute = [&](const real::HostProbeOptions& o) { return ProbeComputeOf(compute_scenario, o, host.threads); };
-  steps.push_back({"compute", compute});
-  // Each directory alone, as the fits need (one device's model per device); its records are
-  // named after its place in --dir order (nvme0, nvme1, ...), as `run --disk` numbers them.
-  steps.push_back({"disk", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
-                     std::vector<TraceRecord> all;
-                     for (size_t i = 0; i < a.dirs.size(); ++i) {
-                       real::DiskProbeOptions one = d;
-                       one.dirs = {a.dirs[i]};
-                       one.device_counts = {1};
-                       std::vector<TraceRecord> trace;
-                       TF_RETURN_IF_ERROR(real::RunDiskProbe(one, &trace, [&](const real::DiskProbeResult&) {
-                                            if (o.progress) o.progress("disk point");
-                                          }).status().WithContext("--dir '" + a.dirs[i] + "'"));
-                       for (TraceRecord& r : trace) {
-                         r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
-                         all.push_back(std::move(r));
-                       }
-                     }
-                     if (joint_points > 0) {  // devices numbered in --dir order, as above
-                       TF_RETURN_IF_ERROR(real::RunDiskProbe(joint, &all, [&](const real::DiskProbeResult&) {
-                                            if (o.progress) o.progress("disk point (all directories at once)");
-                                          }).status().WithContext("all --dir at once"));
-                     }
-                     return all;
-                   }});
-  steps.push_back({"copy", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kCopy, host, o); }});
-  steps.push_back({"optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
-  steps.push_back({"memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
-  steps.push_back({"compute-late", compute});
 
   // Progress in points: disk points, then each host probe's reports (host_probes.h: one per copy
   // size and kind, per compute repetition with its warm-up and shape, per optimizer count and
@@ -338,26 +368,35 @@ Status RunProbeAll(const AllArgs& a) {
   TF_ASSIGN_OR_RETURN(std::vector<int64_t> copy_sizes, ParseList<int64_t>(host.sizes, bytes));
   TF_ASSIGN_OR_RETURN(std::vector<int64_t> counts, ParseList<int64_t>(host.elements, bytes));
   const double threads = host.threads > 0 ? host.threads : std::max(1u, std::thread::hardware_concurrency());
-  const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + 2 * 3.0 * (host.reps + 1) +
+  const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + slices * 3.0 * 2 +
                              static_cast<double>(counts.size()) * threads + threads;
   Progress progress("probing", disk_points + host_points);
   double done = 0;
   const double t0 = real::MonotonicSeconds();
-  for (const Step& step : steps) {
+  std::map<std::string, std::vector<TraceRecord>> files;
+  Status status = Status::Ok();
+  for (Step& step : steps) {
     real::HostProbeOptions o = HostOptions(host, &progress, &done);
     const double start = real::MonotonicSeconds();
     auto records = step.run(o);
     progress.Update(done);
     if (!records.ok()) {
-      progress.Finish();
-      return Status(records.status().code(), "probe all: " + step.name + ": " + records.status().message());
+      status = Status(records.status().code(), "probe all: " + step.label + ": " + records.status().message());
+      break;
     }
-    const std::string path = (fs::path(a.out) / (step.name + ".jsonl")).string();
-    TF_RETURN_IF_ERROR(WriteTraceFile(path, *records));
     progress.Finish();
-    std::printf("  %-10s %6zu records  %6.1f s  -> %s\n", step.name.c_str(), records->size(), real::MonotonicSeconds() - start,
-                path.c_str());
+    std::printf("  %-20s %6zu records  %6.1f s\n", step.label.c_str(), records->size(), real::MonotonicSeconds() - start);
     std::fflush(stdout);
+    std::vector<TraceRecord>& all = files[step.file];
+    all.insert(all.end(), std::make_move_iterator(records->begin()), std::make_move_iterator(records->end()));
+  }
+  progress.Finish();
+  for (const std::string& dir : a.dirs) std::filesystem::remove(real::ProbeFilePath(dir), ec);  // kept for the steps
+  TF_RETURN_IF_ERROR(status);
+  for (const auto& [name, records] : files) {
+    const std::string path = (fs::path(a.out) / (name + ".jsonl")).string();
+    TF_RETURN_IF_ERROR(WriteTraceFile(path, records));
+    std::printf("  %-10s %6zu records -> %s\n", name.c_str(), records.size(), path.c_str());
   }
   std::printf("  %-10s skipped: this build's executor runs one rank (no collective back-end to measure)\n", "collective");
   std::printf("# done in %.1f s; next: tierflow calibrate %s -o profile.yaml\n", real::MonotonicSeconds() - t0, a.out.c_str());

@@ -1,0 +1,42 @@
+# `tierflow probe all` end to end on two directories, at tiny sizes: every probe writes its
+# record file; compute is sampled before the first step and after each (11 slices with two
+# directories: 3 operations x 2 directories, all at once, copy, optimizer, memory), as the
+# slice index in `iteration`; the disk probe leaves no file behind; calibrate reads the lot.
+#   -DTIERFLOW=... -DWORK=<scratch dir>
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK}/d0 ${WORK}/d1)
+
+execute_process(COMMAND ${TIERFLOW} probe all --dir ${WORK}/d0 --dir ${WORK}/d1 -o ${WORK}/traces
+                        --disk-sizes 1MiB --disk-qd 1,4 --disk-duration 0.05 --reps 1 --set training.sequence_length=16
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "probe all: exit code ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+foreach(name compute disk copy optimizer memory)
+  if(NOT EXISTS ${WORK}/traces/${name}.jsonl)
+    message(FATAL_ERROR "probe all wrote no ${name}.jsonl:\n${out}")
+  endif()
+endforeach()
+if(NOT "${out}" MATCHES "compute 11 of 11")
+  message(FATAL_ERROR "compute is not sampled 11 times:\n${out}")
+endif()
+file(READ ${WORK}/traces/compute.jsonl compute)
+if(NOT "${compute}" MATCHES "\"iteration\":10," OR "${compute}" MATCHES "\"iteration\":11,")
+  message(FATAL_ERROR "compute.jsonl does not carry slices 0..10 in iteration")
+endif()
+if(NOT "${compute}" MATCHES "\"tasks\":9}")
+  message(FATAL_ERROR "compute.jsonl: a decoder layer's record does not stand for its 9 tasks")
+endif()
+file(GLOB left ${WORK}/d0/* ${WORK}/d1/*)
+if(left)
+  message(FATAL_ERROR "the disk probe left files behind: ${left}")
+endif()
+
+execute_process(COMMAND ${TIERFLOW} calibrate ${WORK}/traces -o ${WORK}/profile.yaml --allow-refused
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT EXISTS ${WORK}/profile.yaml)
+  message(FATAL_ERROR "calibrate of the probe records: exit code ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+if(NOT "${out}" MATCHES "compute +(fitted|refused)")
+  message(FATAL_ERROR "calibrate has no compute fit:\n${out}")
+endif()
