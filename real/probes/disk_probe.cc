@@ -1,6 +1,7 @@
 #include "tierflow/real/disk_probe.h"
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -325,6 +326,35 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
 
 std::string ProbeFilePath(const std::string& dir) {
   return dir + "/tierflow-probe-" + std::to_string(::getpid()) + ".dat";
+}
+
+std::string ActiveIoScheduler(const std::string& text) {
+  const size_t open = text.find('[');
+  if (open != std::string::npos) {
+    const size_t close = text.find(']', open);
+    return close == std::string::npos ? "" : text.substr(open + 1, close - open - 1);
+  }
+  const size_t begin = text.find_first_not_of(" \t\n");
+  if (begin == std::string::npos) return "";
+  const size_t end = std::min(text.find_first_of(" \t\n", begin), text.size());
+  if (text.find_first_not_of(" \t\n", end) != std::string::npos) return "";  // several names, none chosen
+  return text.substr(begin, end - begin);
+}
+
+std::string IoSchedulerOf(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return "";
+  const std::string dev = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  // A whole disk has queue/ itself; a partition's is its parent's.
+  for (const char* queue : {"/queue/scheduler", "/../queue/scheduler"}) {
+    std::FILE* f = std::fopen((dev + queue).c_str(), "r");
+    if (f == nullptr) continue;
+    char line[256] = {};
+    const bool got = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    if (got) return ActiveIoScheduler(line);
+  }
+  return "";
 }
 
 std::string FormatDiskProbeTable(const std::vector<DiskProbeResult>& results, bool header) {
