@@ -257,9 +257,12 @@ struct AllArgs {
 Status RunProbeAll(const AllArgs& a) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // Everything is checked before anything is measured (or created).
+  for (const std::string& dir : a.dirs) {
+    if (!fs::is_directory(dir, ec)) return InvalidArgument("--dir '" + dir + "': not a directory");
+  }
   fs::create_directories(a.out, ec);
   if (ec) return InvalidArgument("-o '" + a.out + "': cannot create the directory (" + ec.message() + ")");
-  // Everything is checked before anything is measured.
   real::DiskProbeOptions d;
   d.dirs = a.dirs;
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
@@ -392,7 +395,8 @@ Status RunProbeAll(const AllArgs& a) {
     auto records = step.run(o);
     progress.Update(done);
     if (!records.ok()) {
-      status = Status(records.status().code(), "probe all: " + step.label + ": " + records.status().message());
+      status = Status(records.status().code(),
+                      "probe all: " + step.label + ": " + records.status().message() + " (no record file written)");
       break;
     }
     progress.Finish();
@@ -402,7 +406,7 @@ Status RunProbeAll(const AllArgs& a) {
     all.insert(all.end(), std::make_move_iterator(records->begin()), std::make_move_iterator(records->end()));
   }
   progress.Finish();
-  for (const std::string& dir : a.dirs) std::filesystem::remove(real::ProbeFilePath(dir), ec);  // kept for the steps
+  for (const std::string& dir : a.dirs) fs::remove(real::ProbeFilePath(dir), ec);  // kept between the steps
   TF_RETURN_IF_ERROR(status);
   for (const auto& [name, records] : files) {
     const std::string path = (fs::path(a.out) / (name + ".jsonl")).string();
