@@ -366,13 +366,8 @@ Status RunProbeAll(const AllArgs& a) {
   // The fits and the simulator share a device fairly between streams; a scheduler that does not
   // is worth knowing before the profile is trusted for schedules that overlap streams on one disk.
   for (size_t i = 0; i < a.dirs.size(); ++i) {
-    const std::string scheduler = real::IoSchedulerOf(a.dirs[i]);
-    if (scheduler.empty() || scheduler == "none") continue;
-    std::printf("# note: nvme%zu ('%s') is behind the block I/O scheduler '%s'%s; sim shares a device fairly between "
-                "streams (docs/calibration.md \"On a shared machine\")\n",
-                i, a.dirs[i].c_str(), scheduler.c_str(),
-                scheduler == "mq-deadline" ? ", which serves a deep sequential stream ahead of a shallow one on the same device"
-                                           : "");
+    const std::string note = real::IoSchedulerNote("nvme" + std::to_string(i), a.dirs[i]);
+    if (!note.empty()) std::printf("# %s\n", note.c_str());
   }
   std::fflush(stdout);
 

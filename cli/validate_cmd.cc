@@ -15,6 +15,7 @@
 #include "command.h"
 #include "inputs.h"
 #include "tierflow/core/units.h"
+#include "tierflow/real/disk_probe.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/compare.h"
@@ -125,6 +126,9 @@ Status RunValidate(const ValidateArgs& a) {
     j["iteration_error"] = std::isfinite(whole.mean_iteration_rel_error) ? nlohmann::ordered_json(whole.mean_iteration_rel_error)
                                                                           : nlohmann::ordered_json();
     j["comparison"] = nlohmann::ordered_json::parse(traces::ComparisonToJson(grouped));
+    nlohmann::ordered_json schedulers = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < a.disks.size(); ++i) schedulers["nvme" + std::to_string(i)] = real::IoSchedulerOf(a.disks[i]);
+    j["io_schedulers"] = schedulers;
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
@@ -137,6 +141,10 @@ Status RunValidate(const ValidateArgs& a) {
               FormatDuration(whole.b_mean_iteration_s).c_str(), 100 * whole.mean_iteration_rel_error);
   std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(grouped).c_str());
   if (!a.trace.empty()) std::printf("\ntimeline: %s (real and sim side by side; open in ui.perfetto.dev)\n", a.trace.c_str());
+  for (size_t i = 0; i < a.disks.size(); ++i) {
+    const std::string note = real::IoSchedulerNote("nvme" + std::to_string(i), a.disks[i]);
+    if (!note.empty()) std::printf("\n%s\n", note.c_str());
+  }
   return Status::Ok();
 #endif
 }

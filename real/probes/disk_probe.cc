@@ -357,6 +357,15 @@ std::string IoSchedulerOf(const std::string& dir) {
   return "";
 }
 
+std::string IoSchedulerNote(const std::string& device, const std::string& dir) {
+  const std::string scheduler = IoSchedulerOf(dir);
+  if (scheduler.empty() || scheduler == "none") return "";
+  return "note: " + device + " ('" + dir + "') is behind the block I/O scheduler '" + scheduler + "'" +
+         (scheduler == "mq-deadline" ? ", which serves a deep sequential stream ahead of a shallow one on the same device"
+                                     : "") +
+         "; sim shares a device fairly between streams (docs/calibration.md \"On a shared machine\")";
+}
+
 std::string FormatDiskProbeTable(const std::vector<DiskProbeResult>& results, bool header) {
   std::string out;
   char line[256];

@@ -74,6 +74,9 @@ std::string IoSchedulerOf(const std::string& dir);
 // The active scheduler in the text of a queue/scheduler file: the bracketed name
 // ("none [mq-deadline] kyber" -> "mq-deadline"), or the one name when there is no choice.
 std::string ActiveIoScheduler(const std::string& text);
+// A line for `probe all` and `validate` when `dir` (disk `device`, e.g. "nvme0") is behind a
+// scheduler other than none, saying what it means for prediction; "" otherwise.
+std::string IoSchedulerNote(const std::string& device, const std::string& dir);
 
 // Formats results as the probe's table (header + one line per result).
 std::string FormatDiskProbeTable(const std::vector<DiskProbeResult>& results, bool header = true);
