@@ -1,7 +1,7 @@
-// Compute fits: the roofline t = max(F / (peak * eff_phase), B / hbm_bw) + overhead over probe
-// samples and per-layer sums of run records, as ONE linear least-squares fit in which each
-// sample is either compute-bound (a column per phase: F) or memory-bound (a column: B), with a
-// shared intercept (the overhead). Which side of the roofline a sample sits on depends on the
+// Compute fits: the roofline t = max(F / (peak * eff_phase), B / hbm_bw) + tasks * overhead over
+// probe samples and per-layer sums of run records, as ONE linear least-squares fit in which each
+// sample is either compute-bound (a column per phase: F) or memory-bound (a column: B), and all
+// share the per-task overhead (a column: the schedule tasks the sample stands for). Which side of the roofline a sample sits on depends on the
 // fit, so the classification is iterated until it stops changing. Reports: "compute" (the
 // shared overhead, hbm_bw, and the combined efficiency) and "compute.forward"/"compute.backward"
 // (each phase's efficiency, from the same fit).
