@@ -25,6 +25,14 @@ Status CublasError(cublasStatus_t s, const std::string& call) {
 
 bool FitsInt(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
 
+Status CheckLinearShape(const char* what, int64_t n_rows, int64_t in, int64_t out_dim) {
+  if (!FitsInt(n_rows) || !FitsInt(in) || !FitsInt(out_dim) || n_rows == 0 || in == 0 || out_dim == 0) {
+    return InvalidArgument(std::string(what) + ": shape " + std::to_string(n_rows) + " x " + std::to_string(in) + " -> " +
+                           std::to_string(out_dim) + " (each must be 1 .. 2^31-1)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
@@ -113,10 +121,7 @@ Status Context::Synchronize() const {
 
 Status Context::LinearForwardBf16(float* out, const uint16_t* x, const uint16_t* w, int64_t n_rows, int64_t in,
                                   int64_t out_dim) const {
-  if (!FitsInt(n_rows) || !FitsInt(in) || !FitsInt(out_dim) || n_rows == 0 || in == 0 || out_dim == 0) {
-    return InvalidArgument("linear forward: shape " + std::to_string(n_rows) + " x " + std::to_string(in) + " -> " +
-                           std::to_string(out_dim) + " (each must be 1 .. 2^31-1)");
-  }
+  TF_RETURN_IF_ERROR(CheckLinearShape("linear forward", n_rows, in, out_dim));
   // Row-major x[N,I], W[O,I], out[N,O] are column-major x^T (I x N), W^T (I x O), out^T (O x N):
   // out^T = W x^T = op_T(W^T) x^T, so A = W^T transposed (m = O, k = I, lda = I), B = x^T
   // (k = I, n = N, ldb = I), C = out^T (ldc = O).
@@ -126,6 +131,27 @@ Status Context::LinearForwardBf16(float* out, const uint16_t* x, const uint16_t*
       cublasGemmEx(static_cast<cublasHandle_t>(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16BF, k, x,
                    CUDA_R_16BF, k, &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasGemmEx (linear forward, bf16 in, fp32 out)");
+  return Status::Ok();
+}
+
+Status Context::LinearBackwardBf16(float* dx, float* dw, const uint16_t* dout, const uint16_t* x, const uint16_t* w,
+                                   int64_t n_rows, int64_t in, int64_t out_dim) const {
+  TF_RETURN_IF_ERROR(CheckLinearShape("linear backward", n_rows, in, out_dim));
+  const float alpha = 1.0f, beta = 1.0f;  // accumulate into dx and dw
+  const int nr = static_cast<int>(n_rows), i = static_cast<int>(in), o = static_cast<int>(out_dim);
+  auto handle = static_cast<cublasHandle_t>(cublas_);
+  if (dx != nullptr) {
+    // dx^T (I x N) += W^T (I x O, column-major view of W, lda = I) * dout^T (O x N, ldb = O).
+    const cublasStatus_t s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, i, nr, o, &alpha, w, CUDA_R_16BF, i, dout,
+                                          CUDA_R_16BF, o, &beta, dx, CUDA_R_32F, i, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasGemmEx (linear backward, dx)");
+  }
+  if (dw != nullptr) {
+    // dw^T (I x O) += x^T (I x N, lda = I) * dout (N x O: the transpose of dout^T, ldb = O).
+    const cublasStatus_t s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, i, o, nr, &alpha, x, CUDA_R_16BF, i, dout,
+                                          CUDA_R_16BF, o, &beta, dw, CUDA_R_32F, i, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasGemmEx (linear backward, dw)");
+  }
   return Status::Ok();
 }
 

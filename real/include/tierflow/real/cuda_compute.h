@@ -1,6 +1,6 @@
 // The CUDA compute back-end (issue: GPU back-end), first piece: a device context (one GPU, one
 // stream, one cuBLAS handle), device buffers from plain cudaMalloc (no managed memory), and the
-// linear layer's forward in bf16 with fp32 accumulation on cuBLAS — the GEMM that dominates a
+// linear layer's forward and backward in bf16 with fp32 accumulation on cuBLAS — the GEMM that dominates a
 // layer. The other ops of compute_ops.h (norms, rotary, attention, SwiGLU, cross-entropy, the
 // overflow check) are still the CPU back-end's only.
 //
@@ -64,6 +64,11 @@ class Context {
   // runs on the context's stream (Synchronize() to wait).
   Status LinearForwardBf16(float* out, const uint16_t* x, const uint16_t* w, int64_t n_rows, int64_t in,
                            int64_t out_dim) const;
+
+  // dx[N,I] += dout W and dw[O,I] += dout^T x (as cpu::LinearBackward): dout, x and w bf16, dx
+  // and dw fp32 accumulators, fp32 accumulation. Either of dx, dw may be null.
+  Status LinearBackwardBf16(float* dx, float* dw, const uint16_t* dout, const uint16_t* x, const uint16_t* w,
+                            int64_t n_rows, int64_t in, int64_t out_dim) const;
 
   void* stream() const { return stream_; }  // cudaStream_t
 
