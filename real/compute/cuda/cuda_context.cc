@@ -50,24 +50,27 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) cudaFree(data_);
 }
 
-Status DeviceBuffer::CopyFromHost(const Context& ctx, const void* src, int64_t bytes) {
-  if (bytes < 0 || bytes > bytes_) {
-    return InvalidArgument("copy of " + std::to_string(bytes) + " bytes into a device buffer of " + std::to_string(bytes_));
+namespace {
+// A synchronous copy on the context's stream of `bytes` (at most the buffer's `capacity`).
+Status SyncCopy(const Context& ctx, void* dst, const void* src, int64_t bytes, int64_t capacity, cudaMemcpyKind kind) {
+  if (bytes < 0 || bytes > capacity) {
+    return InvalidArgument("copy of " + std::to_string(bytes) + " bytes " +
+                           (kind == cudaMemcpyHostToDevice ? "into" : "out of") + " a device buffer of " +
+                           std::to_string(capacity));
   }
   auto stream = static_cast<cudaStream_t>(ctx.stream());
-  TF_CUDA(cudaMemcpyAsync(data_, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream));
+  TF_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream));
   TF_CUDA(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
+}  // namespace
+
+Status DeviceBuffer::CopyFromHost(const Context& ctx, const void* src, int64_t bytes) {
+  return SyncCopy(ctx, data_, src, bytes, bytes_, cudaMemcpyHostToDevice);
+}
 
 Status DeviceBuffer::CopyToHost(const Context& ctx, void* dst, int64_t bytes) const {
-  if (bytes < 0 || bytes > bytes_) {
-    return InvalidArgument("copy of " + std::to_string(bytes) + " bytes out of a device buffer of " + std::to_string(bytes_));
-  }
-  auto stream = static_cast<cudaStream_t>(ctx.stream());
-  TF_CUDA(cudaMemcpyAsync(dst, data_, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream));
-  TF_CUDA(cudaStreamSynchronize(stream));
-  return Status::Ok();
+  return SyncCopy(ctx, dst, data_, bytes, bytes_, cudaMemcpyDeviceToHost);
 }
 
 StatusOr<std::unique_ptr<Context>> Context::Open(int device) {
