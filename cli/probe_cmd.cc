@@ -146,13 +146,19 @@ StatusOr<policies::Scenario> ComputeScenario(const std::string& path, const std:
   return in.scenario;
 }
 
-// The compute probe at the scenario's shape and at a half and a quarter of its sequence, so
+// The sequence lengths the compute probe runs: the scenario's, a half and a quarter of it, so
 // that the fit sees a range of FLOPs per layer (the overhead and the rate come apart).
+std::vector<int64_t> ProbedSequences(int64_t seq) {
+  std::vector<int64_t> out;
+  for (int64_t s : {seq / 4, seq / 2, seq}) {
+    if (s >= 1) out.push_back(s);
+  }
+  return out;
+}
+
 StatusOr<std::vector<TraceRecord>> ProbeComputeOf(const policies::Scenario& base, const real::HostProbeOptions& o, int threads) {
   std::vector<TraceRecord> out;
-  const int64_t seq = base.training.sequence_length;
-  for (int64_t s : {seq / 4, seq / 2, seq}) {
-    if (s < 1) continue;
+  for (int64_t s : ProbedSequences(base.training.sequence_length)) {
     policies::Scenario sc = base;
     sc.training.sequence_length = s;
     sc.training.data_parallel = 1;
@@ -377,7 +383,10 @@ Status RunProbeAll(const AllArgs& a) {
   TF_ASSIGN_OR_RETURN(std::vector<int64_t> copy_sizes, ParseList<int64_t>(host.sizes, bytes));
   TF_ASSIGN_OR_RETURN(std::vector<int64_t> counts, ParseList<int64_t>(host.elements, bytes));
   const double threads = host.threads > 0 ? host.threads : std::max(1u, std::thread::hardware_concurrency());
-  const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + slices * 3.0 * 2 +
+  // A compute slice reports a warm-up and a repetition per probed sequence length.
+  const double compute_points =
+      slices * 2.0 * static_cast<double>(ProbedSequences(compute_scenario.training.sequence_length).size());
+  const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + compute_points +
                              static_cast<double>(counts.size()) * threads + threads;
   Progress progress("probing", disk_points + host_points);
   double done = 0;

@@ -22,17 +22,15 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
   std::vector<double> per_iteration;
   for (const auto& it : summary.iterations) per_iteration.push_back(it.time_s);
   j["iterations_s"] = per_iteration;
-  // Phases: mean span over the steady-state iterations, those whose periods make iteration_s (all
-  // but the first with two, all but the first and the last with three or more).
-  const size_t first = summary.iterations.size() >= 2 ? 1 : 0;
-  const size_t end = summary.iterations.size() >= 3 ? summary.iterations.size() - 1 : summary.iterations.size();
+  // Phases: mean span over the steady-state iterations, those whose periods make iteration_s.
+  const traces::SteadyRange steady = traces::SteadyIterations(summary.iterations.size());
   const char* keys[] = {"forward_s", "backward_s", "step_s"};
   const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kStep};
   nlohmann::ordered_json pj;
   for (int p = 0; p < 3; ++p) {
     double sum = 0;
     size_t n = 0;
-    for (size_t i = first; i < end; ++i) {
+    for (size_t i = steady.first; i < steady.end; ++i) {
       const auto& span = summary.iterations[i].phases[static_cast<int>(phases[p])];
       if (span.present) {
         sum += span.span_s;

@@ -98,20 +98,25 @@ StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const Hardwar
   std::vector<StorageLoad> load(nvmes + node.remote.size());
   for (size_t i = 0; i < nvmes; ++i) load[i].device = "nvme" + std::to_string(i);
   for (size_t i = 0; i < node.remote.size(); ++i) load[nvmes + i].device = "remote" + std::to_string(i);
+  // Each schedule device's slot in `load` (its root device's, for a directory on another's
+  // device), once; load.size() where the hardware has no such device.
+  std::vector<size_t> slot_of(schedule.devices().size(), load.size());
+  for (size_t d = 0; d < slot_of.size(); ++d) {
+    for (size_t i = 0; i < load.size(); ++i) {
+      if (load[i].device == schedule.devices()[d].name) slot_of[d] = i;
+    }
+    const size_t i = slot_of[d];
+    if (i < nvmes && node.nvme[i].same_device_as >= 0) slot_of[d] = static_cast<size_t>(node.nvme[i].same_device_as);
+  }
   for (const TaskSpec& t : schedule.tasks()) {
     if ((t.op != Op::kRead && t.op != Op::kWrite) || t.bytes == 0) continue;
     const int32_t device = t.resource >= 0 ? schedule.resources()[t.resource].device : kNoIndex;
     if (device < 0) return InvalidArgument("task '" + t.id + "': " + std::string(OpName(t.op)) + " on no device");
-    const DeviceSpec& dev = schedule.devices()[device];
-    size_t slot = load.size();
-    for (size_t i = 0; i < load.size(); ++i) {
-      if (load[i].device == dev.name) slot = i;
-    }
+    const size_t slot = slot_of[static_cast<size_t>(device)];
     if (slot == load.size()) {
-      return InvalidArgument("task '" + t.id + "': " + std::string(OpName(t.op)) + " on device '" + dev.name +
-                             "', which hardware '" + node.name + "' does not have");
+      return InvalidArgument("task '" + t.id + "': " + std::string(OpName(t.op)) + " on device '" +
+                             schedule.devices()[device].name + "', which hardware '" + node.name + "' does not have");
     }
-    if (slot < nvmes && node.nvme[slot].same_device_as >= 0) slot = static_cast<size_t>(node.nvme[slot].same_device_as);
     (t.op == Op::kRead ? load[slot].read_bytes : load[slot].write_bytes) += t.bytes;
   }
   StorageBound bound;

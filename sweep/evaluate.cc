@@ -21,6 +21,7 @@
 #include "tierflow/core/units.h"
 #include "tierflow/policies/policy.h"
 #include "tierflow/sim/simulator.h"
+#include "tierflow/traces/summary.h"
 
 namespace tierflow::sweep {
 namespace {
@@ -143,7 +144,8 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
                result.status().ToString();
     return e;
   }
-  // Iteration bounds and phase spans, as traces::Summarize defines them (docs/trace-format.md).
+  // Iteration bounds and phase spans, as traces::Summarize defines them (docs/trace-format.md),
+  // over the same steady-state iterations (traces::SteadyIterations); records only, no summary.
   struct Span {
     double start = 0, end = 0;
     bool present = false;
@@ -161,24 +163,22 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
     s[static_cast<int>(r.phase)].Add(r.start_s, r.end_s);
     s[kPhaseCount].Add(r.start_s, r.end_s);
   }
-  if (spans.size() == 1) {
-    e.iteration_s = spans.begin()->second[kPhaseCount].end - spans.begin()->second[kPhaseCount].start;
-  } else if (spans.size() > 1) {
-    e.iteration_s = (spans.rbegin()->second[kPhaseCount].end - spans.begin()->second[kPhaseCount].end) /
-                    static_cast<double>(spans.size() - 1);
+  std::vector<const std::array<Span, kPhaseCount + 1>*> ordered;  // by iteration number
+  for (const auto& [it, s] : spans) ordered.push_back(&s);
+  const traces::SteadyRange steady = traces::SteadyIterations(ordered.size());
+  if (ordered.size() == 1) {
+    e.iteration_s = (*ordered[0])[kPhaseCount].end - (*ordered[0])[kPhaseCount].start;
+  } else if (ordered.size() > 1) {
+    e.iteration_s = ((*ordered[steady.end - 1])[kPhaseCount].end - (*ordered[steady.first - 1])[kPhaseCount].end) /
+                    static_cast<double>(steady.end - steady.first);
   }
   const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kStep};
   double* outs[] = {&e.forward_s, &e.backward_s, &e.step_s};
   for (int p = 0; p < 3; ++p) {
     double sum = 0;
     int n = 0;
-    bool first = spans.size() >= 2;  // the warm-up iteration is left out when there are more
-    for (const auto& [it, s] : spans) {
-      if (first) {
-        first = false;
-        continue;
-      }
-      const Span& span = s[static_cast<int>(phases[p])];
+    for (size_t i = steady.first; i < steady.end; ++i) {
+      const Span& span = (*ordered[i])[static_cast<int>(phases[p])];
       if (span.present) {
         sum += span.end - span.start;
         ++n;

@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 
+#include "tierflow/traces/summary.h"
+
 namespace tierflow::traces::internal {
 
 void IntervalUnion::Add(double start_s, double end_s) {
@@ -80,11 +82,8 @@ std::vector<IterationBound> IterationBounds(const std::vector<TraceRecord>& reco
 double SteadyIterationTime(const std::vector<IterationBound>& bounds) {
   if (bounds.empty()) return 0;
   if (bounds.size() == 1) return bounds[0].end_s - bounds[0].start_s;
-  // The first iteration warms up; from three on, the last is left out too: nothing follows it, so
-  // what it deferred (a write-back overlapping the next forward) drains alone and its period is
-  // short (docs/trace-format.md).
-  const size_t last = bounds.size() >= 3 ? bounds.size() - 2 : bounds.size() - 1;
-  return (bounds[last].end_s - bounds.front().end_s) / static_cast<double>(last);
+  const SteadyRange r = SteadyIterations(bounds.size());
+  return (bounds[r.end - 1].end_s - bounds[r.first - 1].end_s) / static_cast<double>(r.end - r.first);
 }
 
 double RelativeErrorOf(double reference, double value) {

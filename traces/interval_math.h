@@ -55,9 +55,8 @@ struct IterationBound {
 // One entry per iteration present, sorted by iteration number. O(n log I).
 std::vector<IterationBound> IterationBounds(const std::vector<TraceRecord>& records);
 
-// Steady-state mean iteration time (docs/trace-format.md): with >= 2 iterations, the mean of
-// end(i) - end(i-1) over consecutive iterations after the first, which is
-// (end(last) - end(first)) / (count - 1); with one iteration, its time end - start; 0 with none.
+// Steady-state mean iteration time over traces::SteadyIterations(bounds.size()): the mean period
+// end(i) - end(i - 1) over those iterations; with one iteration, its time end - start; 0 with none.
 double SteadyIterationTime(const std::vector<IterationBound>& bounds);
 
 // (value - reference) / reference; 0 when both are 0; +infinity when only the reference is 0.

@@ -151,6 +151,11 @@ std::string_view CriticalReasonName(CriticalReason reason) {
   return "?";
 }
 
+SteadyRange SteadyIterations(size_t count) {
+  if (count <= 1) return {0, count};
+  return {1, count >= 3 ? count - 1 : count};
+}
+
 TraceSummary Summarize(const std::vector<TraceRecord>& records, const Schedule* schedule) {
   TraceSummary summary;
   const size_t n = records.size();

@@ -107,6 +107,20 @@ struct TraceSummary {
   std::vector<std::string> notes;    // anything that makes a figure less than exact
 };
 
+// Which of `count` iterations (in iteration order) the steady state is measured over, as indices
+// [first, end) (docs/trace-format.md): every one with a single iteration; all but the first (the
+// warm-up) with two; from three on, all but the first and the last too (nothing follows the
+// last, so what it deferred — a write-back overlapping the next forward — drains alone and its
+// period is short). The steady-state mean iteration time is the mean period end(i) - end(i - 1)
+// over i in [first, end), or end - start of the one iteration; phase means average over the same
+// iterations. Everything that reports a steady-state figure (summaries, comparisons, `sim`,
+// sweeps, tune) goes through this.
+struct SteadyRange {
+  size_t first = 0;
+  size_t end = 0;
+};
+SteadyRange SteadyIterations(size_t count);
+
 // `schedule` may be null: then pools are empty and the critical path is unavailable (its
 // explanation says why). Records naming tasks the schedule lacks are left out of pools and
 // of the critical path, and counted in a note.
