@@ -57,6 +57,15 @@ if(NOT TIERFLOW_CUDA STREQUAL "OFF")
   endif()
 endif()
 tierflow_optional(TIERFLOW_HAVE_CUDA "${TIERFLOW_CUDA}" _cuda_found "no CUDA compiler or toolkit found")
+if(TIERFLOW_HAVE_CUDA)
+  # Our kernels: Hopper (sm_90, the target) and the older GPUs with bf16 tensor cores, plus
+  # compute_90 PTX that newer GPUs compile when they load it. Override with
+  # -DCMAKE_CUDA_ARCHITECTURES=90 for a faster build for one GPU.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "80-real;86-real;89-real;90-real;90-virtual")
+  endif()
+  enable_language(CUDA)
+endif()
 
 # NCCL: with the CUDA toolkit (header and library), for real/collective's GPU back-end.
 set(TIERFLOW_NCCL AUTO CACHE STRING "Build the NCCL collective back-end (AUTO|ON|OFF)")

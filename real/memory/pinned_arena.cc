@@ -172,8 +172,11 @@ StatusOr<std::unique_ptr<PinnedArena>> PinnedArena::Create(int64_t budget_bytes,
     }
   }
   if (options.cuda_register) {
-    void* lib = ::dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) lib = ::dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+    // CUDA 13, 12, then any runtime (dlopen returns the copy the process may already have loaded).
+    void* lib = nullptr;
+    for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
+      if (lib == nullptr) lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    }
     if (lib != nullptr) {
       auto count_fn = reinterpret_cast<CudaGetDeviceCount>(::dlsym(lib, "cudaGetDeviceCount"));
       auto reg_fn = reinterpret_cast<CudaHostRegister>(::dlsym(lib, "cudaHostRegister"));

@@ -432,5 +432,7 @@ void InitLlamaParams(const ParamLayout& layout, float* params, uint64_t seed, fl
 TF_INSTANTIATE(float)
 TF_INSTANTIATE(double)
 #undef TF_INSTANTIATE
+// The GPU steps view a layer's device slice of bf16 parameters (cuda_llama.h).
+template DecoderParams<const uint16_t*> DecoderView<const uint16_t>(const LlmConfig&, const uint16_t*);
 
 }  // namespace tierflow::real

@@ -1,39 +1,10 @@
 #include "tierflow/real/cuda_compute.h"
 
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
-
-#include <limits>
 #include <utility>
 
+#include "cuda_status.h"
+
 namespace tierflow::real::cuda {
-namespace {
-
-Status CudaError(cudaError_t e, const std::string& call) {
-  return Internal(call + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-Status CublasError(cublasStatus_t s, const std::string& call) {
-  return Internal(call + ": " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
-}
-
-#define TF_CUDA(call)                                          \
-  do {                                                         \
-    const cudaError_t tf_cuda_e = (call);                      \
-    if (tf_cuda_e != cudaSuccess) return CudaError(tf_cuda_e, #call); \
-  } while (0)
-
-bool FitsInt(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
-
-Status CheckLinearShape(const char* what, int64_t n_rows, int64_t in, int64_t out_dim) {
-  if (!FitsInt(n_rows) || !FitsInt(in) || !FitsInt(out_dim) || n_rows == 0 || in == 0 || out_dim == 0) {
-    return InvalidArgument(std::string(what) + ": shape " + std::to_string(n_rows) + " x " + std::to_string(in) + " -> " +
-                           std::to_string(out_dim) + " (each must be 1 .. 2^31-1)");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
 
@@ -90,19 +61,24 @@ StatusOr<std::unique_ptr<Context>> Context::Open(int device) {
   TF_CUDA(cudaGetDeviceProperties(&prop, device));
   c->name_ = prop.name;
   c->capability_ = prop.major * 10 + prop.minor;
-  cudaStream_t stream = nullptr;
-  TF_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  c->stream_ = stream;
+  for (void** slot : {&c->stream_, &c->h2d_, &c->d2h_}) {
+    cudaStream_t stream = nullptr;
+    TF_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    *slot = stream;
+  }
+  auto stream = static_cast<cudaStream_t>(c->stream_);
   cublasHandle_t handle = nullptr;
-  if (cublasStatus_t s = cublasCreate(&handle); s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasCreate");
+  TF_CUBLAS(cublasCreate(&handle), "cublasCreate");
   c->cublas_ = handle;
-  if (cublasStatus_t s = cublasSetStream(handle, stream); s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasSetStream");
+  TF_CUBLAS(cublasSetStream(handle, stream), "cublasSetStream");
   return c;
 }
 
 Context::~Context() {
   if (cublas_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
-  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  for (void* s : {stream_, h2d_, d2h_}) {
+    if (s != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(s));
+  }
 }
 
 StatusOr<DeviceBuffer> Context::Allocate(int64_t bytes) const {
@@ -111,6 +87,7 @@ StatusOr<DeviceBuffer> Context::Allocate(int64_t bytes) const {
   DeviceBuffer b;
   const cudaError_t e = cudaMalloc(&b.data_, static_cast<size_t>(bytes));
   if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it, or the next launch check would report it
     return ResourceExhausted("cudaMalloc of " + std::to_string(bytes) + " bytes on " + name_ + ": " + cudaGetErrorString(e));
   }
   b.bytes_ = bytes;
@@ -122,40 +99,111 @@ Status Context::Synchronize() const {
   return Status::Ok();
 }
 
-Status Context::LinearForwardBf16(float* out, const uint16_t* x, const uint16_t* w, int64_t n_rows, int64_t in,
-                                  int64_t out_dim) const {
-  TF_RETURN_IF_ERROR(CheckLinearShape("linear forward", n_rows, in, out_dim));
-  // Row-major x[N,I], W[O,I], out[N,O] are column-major x^T (I x N), W^T (I x O), out^T (O x N):
-  // out^T = W x^T = op_T(W^T) x^T, so A = W^T transposed (m = O, k = I, lda = I), B = x^T
-  // (k = I, n = N, ldb = I), C = out^T (ldc = O).
-  const float alpha = 1.0f, beta = 0.0f;
-  const int m = static_cast<int>(out_dim), n = static_cast<int>(n_rows), k = static_cast<int>(in);
-  const cublasStatus_t s =
-      cublasGemmEx(static_cast<cublasHandle_t>(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16BF, k, x,
-                   CUDA_R_16BF, k, &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasGemmEx (linear forward, bf16 in, fp32 out)");
+StatusOr<void*> Context::Scratch(int64_t bytes) const {
+  if (bytes <= scratch_.size_bytes()) return scratch_.data();
+  TF_RETURN_IF_ERROR(Synchronize());  // an op queued earlier may still use the old buffer
+  scratch_ = DeviceBuffer();
+  TF_ASSIGN_OR_RETURN(scratch_, Allocate(bytes));
+  return scratch_.data();
+}
+
+Status CopyAsync(void* dst, const void* src, int64_t bytes, CopyKind kind, void* stream) {
+  if (bytes < 0) return InvalidArgument("copy of " + std::to_string(bytes) + " bytes");
+  if (bytes == 0) return Status::Ok();
+  TF_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                          kind == CopyKind::kHostToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                          static_cast<cudaStream_t>(stream)));
   return Status::Ok();
 }
 
-Status Context::LinearBackwardBf16(float* dx, float* dw, const uint16_t* dout, const uint16_t* x, const uint16_t* w,
-                                   int64_t n_rows, int64_t in, int64_t out_dim) const {
-  TF_RETURN_IF_ERROR(CheckLinearShape("linear backward", n_rows, in, out_dim));
-  const float alpha = 1.0f, beta = 1.0f;  // accumulate into dx and dw
-  const int nr = static_cast<int>(n_rows), i = static_cast<int>(in), o = static_cast<int>(out_dim);
-  auto handle = static_cast<cublasHandle_t>(cublas_);
-  if (dx != nullptr) {
-    // dx^T (I x N) += W^T (I x O, column-major view of W, lda = I) * dout^T (O x N, ldb = O).
-    const cublasStatus_t s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, i, nr, o, &alpha, w, CUDA_R_16BF, i, dout,
-                                          CUDA_R_16BF, o, &beta, dx, CUDA_R_32F, i, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasGemmEx (linear backward, dx)");
+StatusOr<PinnedHostBuffer> PinnedHostBuffer::Allocate(int64_t bytes) {
+  if (bytes <= 0) return InvalidArgument("pinned host allocation of " + std::to_string(bytes) + " bytes");
+  PinnedHostBuffer b;
+  const cudaError_t e = cudaMallocHost(&b.data_, static_cast<size_t>(bytes));
+  if (e != cudaSuccess) {
+    return ResourceExhausted("cudaMallocHost of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
   }
-  if (dw != nullptr) {
-    // dw^T (I x O) += x^T (I x N, lda = I) * dout (N x O: the transpose of dout^T, ldb = O).
-    const cublasStatus_t s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, i, o, nr, &alpha, x, CUDA_R_16BF, i, dout,
-                                          CUDA_R_16BF, o, &beta, dw, CUDA_R_32F, i, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) return CublasError(s, "cublasGemmEx (linear backward, dw)");
+  b.bytes_ = bytes;
+  return b;
+}
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
   }
+  return *this;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+StatusOr<std::unique_ptr<Timeline>> Timeline::Start(const Context& ctx) {
+  std::unique_ptr<Timeline> t(new Timeline());
+  cudaEvent_t origin = nullptr;
+  TF_CUDA(cudaEventCreate(&origin));
+  t->origin_ = origin;
+  TF_CUDA(cudaEventRecord(origin, static_cast<cudaStream_t>(ctx.stream())));
+  return t;
+}
+
+Timeline::~Timeline() {
+  for (void* e : start_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  for (void* e : end_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (origin_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(origin_));
+}
+
+StatusOr<int64_t> Timeline::Pair() {
+  if (!free_.empty()) {
+    const int64_t i = free_.back();
+    free_.pop_back();
+    return i;
+  }
+  cudaEvent_t a = nullptr, b = nullptr;
+  TF_CUDA(cudaEventCreate(&a));
+  if (const cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {
+    cudaEventDestroy(a);
+    return CudaError(e, "cudaEventCreate");
+  }
+  start_.push_back(a);
+  end_.push_back(b);
+  pending_.push_back(false);
+  return static_cast<int64_t>(start_.size()) - 1;
+}
+
+StatusOr<int64_t> Timeline::Begin(void* stream) {
+  TF_ASSIGN_OR_RETURN(const int64_t i, Pair());
+  pending_[static_cast<size_t>(i)] = true;
+  TF_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(start_[static_cast<size_t>(i)]), static_cast<cudaStream_t>(stream)));
+  return i;
+}
+
+Status Timeline::End(int64_t task, void* stream) {
+  if (task < 0 || task >= static_cast<int64_t>(end_.size()) || !pending_[static_cast<size_t>(task)]) {
+    return InvalidArgument("timeline: no task " + std::to_string(task) + " in flight");
+  }
+  TF_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(end_[static_cast<size_t>(task)]), static_cast<cudaStream_t>(stream)));
   return Status::Ok();
+}
+
+StatusOr<std::pair<double, double>> Timeline::Times(int64_t task) {
+  if (task < 0 || task >= static_cast<int64_t>(end_.size()) || !pending_[static_cast<size_t>(task)]) {
+    return InvalidArgument("timeline: no task " + std::to_string(task) + " in flight");
+  }
+  const auto start = static_cast<cudaEvent_t>(start_[static_cast<size_t>(task)]);
+  const auto end = static_cast<cudaEvent_t>(end_[static_cast<size_t>(task)]);
+  TF_CUDA(cudaEventSynchronize(end));
+  float start_ms = 0, end_ms = 0;
+  TF_CUDA(cudaEventElapsedTime(&start_ms, static_cast<cudaEvent_t>(origin_), start));
+  TF_CUDA(cudaEventElapsedTime(&end_ms, static_cast<cudaEvent_t>(origin_), end));
+  pending_[static_cast<size_t>(task)] = false;
+  free_.push_back(task);
+  return std::pair<double, double>{start_ms * 1e-3, end_ms * 1e-3};
 }
 
 }  // namespace tierflow::real::cuda

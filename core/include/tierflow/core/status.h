@@ -69,7 +69,8 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    if (status_.ok()) status_ = Internal("StatusOr constructed from an OK Status without a value");
+    // (void): nvcc's front end reads the discarded Status& of the assignment as a nodiscard value.
+    if (status_.ok()) (void)(status_ = Internal("StatusOr constructed from an OK Status without a value"));
   }
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
 

@@ -1,0 +1,107 @@
+#include "tierflow/real/nccl_comm.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <string>
+
+namespace tierflow::real::nccl {
+namespace {
+
+Status NcclError(ncclResult_t r, const std::string& call) {
+  return Internal(call + ": " + ncclGetErrorString(r));
+}
+
+#define TF_NCCL(call)                                              \
+  do {                                                             \
+    const ncclResult_t tf_nccl_r = (call);                         \
+    if (tf_nccl_r != ncclSuccess) return NcclError(tf_nccl_r, #call); \
+  } while (0)
+
+ncclDataType_t NcclType(DType t) { return t == DType::kFloat32 ? ncclFloat32 : ncclBfloat16; }
+
+Status CheckCount(const char* op, int64_t count) {
+  if (count < 1) return InvalidArgument(std::string(op) + ": count " + std::to_string(count) + " (must be >= 1)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<UniqueId> NewUniqueId() {
+  static_assert(sizeof(ncclUniqueId) == sizeof(UniqueId));
+  ncclUniqueId id;
+  TF_NCCL(ncclGetUniqueId(&id));
+  UniqueId out;
+  std::memcpy(out.data(), &id, sizeof(id));
+  return out;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const cuda::Context& ctx, const UniqueId& id, int ranks,
+                                                           int rank) {
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    return InvalidArgument("NCCL communicator: rank " + std::to_string(rank) + " of " + std::to_string(ranks));
+  }
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->ranks_ = ranks;
+  c->rank_ = rank;
+  // NCCL and the stream bind to the calling thread's current device: make it the context's.
+  if (const cudaError_t e = cudaSetDevice(ctx.device()); e != cudaSuccess) {
+    return Internal("cudaSetDevice(" + std::to_string(ctx.device()) + "): " + cudaGetErrorString(e));
+  }
+  // Collectives get a stream of their own (gpuN.coll), so that they overlap compute and copies.
+  cudaStream_t stream = nullptr;
+  const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return Internal(std::string("cudaStreamCreateWithFlags (NCCL stream): ") + cudaGetErrorString(e));
+  c->stream_ = stream;
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), sizeof(nid));
+  ncclComm_t comm = nullptr;
+  TF_NCCL(ncclCommInitRank(&comm, ranks, nid, rank));
+  c->comm_ = comm;
+  return c;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::OpenSingle(const cuda::Context& ctx) {
+  TF_ASSIGN_OR_RETURN(const UniqueId id, NewUniqueId());
+  return Init(ctx, id, 1, 0);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Join(const cuda::Context& ctx, const UniqueId& id, int ranks,
+                                                           int rank) {
+  return Init(ctx, id, ranks, rank);
+}
+
+Communicator::~Communicator() {
+  if (comm_ != nullptr) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+Status Communicator::AllGather(const void* send, void* recv, int64_t count, DType type) {
+  TF_RETURN_IF_ERROR(CheckCount("all-gather", count));
+  TF_NCCL(ncclAllGather(send, recv, static_cast<size_t>(count), NcclType(type), static_cast<ncclComm_t>(comm_),
+                        static_cast<cudaStream_t>(stream_)));
+  return Status::Ok();
+}
+
+Status Communicator::ReduceScatter(const void* send, void* recv, int64_t count, DType type) {
+  TF_RETURN_IF_ERROR(CheckCount("reduce-scatter", count));
+  TF_NCCL(ncclReduceScatter(send, recv, static_cast<size_t>(count), NcclType(type), ncclSum,
+                            static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream_)));
+  return Status::Ok();
+}
+
+Status Communicator::AllReduce(const void* send, void* recv, int64_t count, DType type) {
+  TF_RETURN_IF_ERROR(CheckCount("all-reduce", count));
+  TF_NCCL(ncclAllReduce(send, recv, static_cast<size_t>(count), NcclType(type), ncclSum, static_cast<ncclComm_t>(comm_),
+                        static_cast<cudaStream_t>(stream_)));
+  return Status::Ok();
+}
+
+Status Communicator::Synchronize() const {
+  const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (e != cudaSuccess) return Internal(std::string("cudaStreamSynchronize (NCCL stream): ") + cudaGetErrorString(e));
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::nccl
