@@ -22,6 +22,7 @@ struct RunArgs {
   std::string records;
   std::string data;
   std::string storage = "auto";
+  std::string compute = "cpu";
   int threads = 0;
   float lr = 1e-3f;
   bool in_memory = false;
@@ -46,12 +47,13 @@ Status RunRun(const RunArgs& a) {
   };
   real::RunResult result;
   if (a.in_memory) {
-    TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss));
+    TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss, a.compute));
   } else {
     real::RunOptions options;
     options.iterations = a.iterations;
     options.disks = a.disks;
     options.storage = a.storage;
+    options.compute = a.compute;
     options.on_iteration = print_loss;
     options.plain_loop = a.plain_loop;
     options.checkpoint_dir = a.checkpoint;
@@ -112,6 +114,8 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("--records", a->records, "Write the trace records (JSON Lines, the format of sim --records)");
   app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
+  app->add_option("--compute", a->compute, "Where gpu0 is: cpu (emulated in host memory) or cuda (GPU 0; a build with CUDA)")
+      ->capture_default_str();
   app->add_option("--threads", a->threads, "Compute threads (0 = all cores)")->capture_default_str();
   app->add_option("--lr", a->lr, "AdamW learning rate")->capture_default_str();
   app->add_flag("--in-memory", a->in_memory, "Ignore the schedule: the same training as a plain loop in memory (the reference)");

@@ -134,4 +134,18 @@ Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& r
   return w.Close();
 }
 
+TraceRecord ProbeRecord(std::string task, Op op, std::string resource, int64_t repetition, int64_t bytes,
+                        double start_s, double end_s) {
+  TraceRecord r;
+  r.iteration = repetition;
+  r.task = std::move(task);
+  r.op = op;
+  r.resource = std::move(resource);
+  r.bytes = bytes;
+  r.start_s = start_s;
+  r.end_s = end_s;
+  r.source = "probe";
+  return r;
+}
+
 }  // namespace tierflow

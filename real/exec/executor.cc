@@ -22,7 +22,7 @@
 #include "tierflow/real/disk_set.h"
 #include "tierflow/real/io_window.h"
 #include "tierflow/real/storage.h"
-#include "emulated_copy.h"
+#include "compute_device.h"
 #include "trainer.h"
 
 namespace tierflow::real {
@@ -296,7 +296,8 @@ class Run {
   const Schedule& s_;
   const TrainConfig& config_;
   const RunOptions& options_;
-  Trainer trainer_;
+  Trainer trainer_;                               // layout, initial weights, activations
+  std::unique_ptr<exec::ComputeDevice> device_;   // gpu0 (RunOptions::compute)
   LossScaler scaler_;
   int64_t window_ = 2;
 
@@ -364,6 +365,7 @@ int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs
 
 Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
+  TF_ASSIGN_OR_RETURN(device_, exec::MakeComputeDevice(options_.compute, config_, trainer_));
   window_ = std::max<int64_t>(1, s_.iteration_window);
   // Disks: checked before anything is written.
   TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks));
@@ -477,7 +479,7 @@ Status Run::InitialiseStores() {
   const std::vector<float> master = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
   std::vector<uint16_t> p16(master.size());
   for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
-  trainer_.dev_p16 = p16;
+  TF_RETURN_IF_ERROR(device_->LoadParams(p16));
   dev_p16_versions_.Set(0, static_cast<int64_t>(p16.size()), 0);
   const std::vector<float> zeros(master.size(), 0.0f);
   CompletionQueue done;
@@ -587,7 +589,12 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
 Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   if (t.op == Op::kH2D) {
     const int32_t buffer = FirstBufferOnDevice(t, DeviceKind::kHost, false);
-    std::vector<std::function<void()>> copies;
+    struct Copy {
+      int64_t element_offset;
+      const char* src;
+      int64_t n;
+    };
+    std::vector<Copy> copies;
     std::vector<std::pair<const TensorSpec*, int64_t>> sets;
     for (int32_t ti : t.tensors) {
       const TensorSpec& ts = T(ti);
@@ -597,12 +604,11 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       const Piece* p = buffer == kNoIndex ? nullptr : FindPiece(buffer, kind, ts.element_offset, n);
       if (p == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
       const char* src = Buf(buffer).data + p->offset + (ts.element_offset - p->begin) * 2;
-      uint16_t* dst = trainer_.dev_p16.data() + ts.element_offset;
-      copies.push_back([src, dst, n] { exec::EmulatedH2D(dst, src, n); });
+      copies.push_back({ts.element_offset, src, n});
       sets.push_back({&ts, p->version});
     }
-    job.work = [copies] {
-      for (const auto& c : copies) c();
+    job.work = [this, copies] {
+      for (const Copy& c : copies) TF_RETURN_IF_ERROR(device_->H2D(c.element_offset, c.src, c.n));
       return Status::Ok();
     };
     job.finish = [this, sets] {
@@ -644,8 +650,8 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
-      const float* src = trainer_.dev_grad.data() + ts.element_offset;
-      (*checks)[i] = exec::EmulatedD2HGrad(base + outs[i].offset, src, n, KindOf(ts.kind) != kGrad, grad_scale, *threads);
+      TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(base + outs[i].offset, ts.element_offset, n,
+                                                         KindOf(ts.kind) != kGrad, grad_scale, *threads));
     }
     return Status::Ok();
   };
@@ -699,10 +705,7 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     } else if (it->iteration != iteration) {
       return FailedPrecondition(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s forward runs before the embedding's");
     }
-    job.work = [this, layer, it, threads] {
-      trainer_.Forward(layer, it, *threads);
-      return Status::Ok();
-    };
+    job.work = [this, layer, it, threads] { return device_->Forward(layer, it, *threads); };
     return Status::Ok();
   }
   if (layer == trainer_.layer_count() - 1) {
@@ -714,10 +717,7 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     }
     it->loss_scale = scaler_.scale();
   }
-  job.work = [this, layer, it, threads] {
-    trainer_.Backward(layer, it, *threads);
-    return Status::Ok();
-  };
+  job.work = [this, layer, it, threads] { return device_->Backward(layer, it, *threads); };
   job.finish = [this, layer, iteration] {
     dev_grad_versions_.Set(trainer_.LayerBegin(layer), trainer_.LayerBegin(layer) + trainer_.LayerElements(layer), iteration);
   };
@@ -1236,16 +1236,19 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
 }
 
 StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
-                                const std::function<void(int64_t, double)>& on_iteration) {
+                                const std::function<void(int64_t, double)>& on_iteration, const std::string& compute) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
   if (iterations < 1) return InvalidArgument("iterations must be >= 1");
   Trainer trainer(config);
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(compute, config, trainer));
   const int hw = config.threads > 0 ? config.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   CpuThreads threads(hw);
   TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config.tokens, config.batch, config.seq, config.data_seed));
   std::vector<float> master = trainer.InitialMaster();
-  std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f);
-  for (size_t i = 0; i < master.size(); ++i) trainer.dev_p16[i] = Fp32ToBf16(master[i]);
+  std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f), grad(master.size());
+  std::vector<uint16_t> p16(master.size());
+  cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
+  TF_RETURN_IF_ERROR(device->LoadParams(p16));
   LossScaler scaler(config.initial_loss_scale);
   IterationState it;
   trainer.PrepareIteration(&it);
@@ -1259,19 +1262,22 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     it.targets = std::move(batch.targets);
     it.iteration = i;
     it.loss_scale = scaler.scale();
-    for (int64_t l = 0; l < layers; ++l) trainer.Forward(l, &it, threads);
-    for (int64_t l = layers; l-- > 0;) trainer.Backward(l, &it, threads);
+    for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, &it, threads));
+    for (int64_t l = layers; l-- > 0;) TF_RETURN_IF_ERROR(device->Backward(l, &it, threads));
+    // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do.
     cpu::GradCheck total;
     for (const ParamTensor& pt : trainer.layout().tensors) {
-      total = cpu::CombineGradChecks(total, cpu::OverflowCheckAndNorm(trainer.dev_grad.data() + pt.offset, pt.elements,
-                                                                      1.0f / it.loss_scale, threads));
+      TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, device->D2HGrad(grad.data() + pt.offset, pt.offset, pt.elements,
+                                                                      false, 1.0f / it.loss_scale, threads));
+      total = cpu::CombineGradChecks(total, check);
     }
     if (scaler.Update(total.finite)) {
       ++updates;
-      cpu::AdamW(master.data(), m.data(), v.data(), trainer.dev_grad.data(), nullptr, static_cast<int64_t>(master.size()), updates,
+      cpu::AdamW(master.data(), m.data(), v.data(), grad.data(), nullptr, static_cast<int64_t>(master.size()), updates,
                  1.0f / it.loss_scale, config.adam, threads);
     }
-    cpu::Fp32ToBf16(trainer.dev_p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
+    cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
+    TF_RETURN_IF_ERROR(device->LoadParams(p16));
     result.loss.push_back(it.loss);
     if (on_iteration) on_iteration(i, it.loss);
   }

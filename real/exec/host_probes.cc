@@ -57,15 +57,7 @@ class ColdPool {
 
 TraceRecord Record(std::string task, Op op, std::string resource, int64_t rep, int64_t bytes, double start,
                    double end, int32_t threads) {
-  TraceRecord r;
-  r.iteration = rep;
-  r.task = std::move(task);
-  r.op = op;
-  r.resource = std::move(resource);
-  r.bytes = bytes;
-  r.start_s = start;
-  r.end_s = end;
-  r.source = "probe";
+  TraceRecord r = ProbeRecord(std::move(task), op, std::move(resource), rep, bytes, start, end);
   r.threads = threads;
   return r;
 }

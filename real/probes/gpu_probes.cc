@@ -29,16 +29,8 @@ void Report(const GpuProbeOptions& o, const std::string& what) {
 
 TraceRecord Record(std::string task, Op op, std::string resource, int64_t rep, int64_t bytes, double flops,
                    std::pair<double, double> times) {
-  TraceRecord r;
-  r.iteration = rep;
-  r.task = std::move(task);
-  r.op = op;
-  r.resource = std::move(resource);
-  r.bytes = bytes;
+  TraceRecord r = ProbeRecord(std::move(task), op, std::move(resource), rep, bytes, times.first, times.second);
   r.flops = flops;
-  r.start_s = times.first;
-  r.end_s = times.second;
-  r.source = "probe";
   return r;
 }
 

@@ -195,6 +195,54 @@ TEST(Executor, APoolTooSmallGetsTheDeadlockReport) {
   EXPECT_NE(run.status().message().find("host.pinned.opt.r0"), std::string::npos) << run.status().ToString();
 }
 
+TEST(Executor, TheComputeDeviceIsCheckedBeforeTraining) {
+  const policies::Scenario zi = LoadTiny({});
+  TempDir d0("device");
+  RunOptions options;
+  options.disks = {d0.str()};
+  options.compute = "tpu";
+  auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status().message().find("'tpu' (known: cpu, cuda)"), std::string::npos) << run.status().ToString();
+  // cuda: runs where there is a GPU (CudaExecutor below); elsewhere says what is missing.
+  options.compute = "cuda";
+  run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  if (!run.ok()) {
+    EXPECT_EQ(run.status().code(), StatusCode::kUnavailable) << run.status().ToString();
+    EXPECT_NE(run.status().message().find("CUDA"), std::string::npos) << run.status().ToString();
+  }
+}
+
+#ifdef TIERFLOW_TEST_CUDA
+// gpu0 on GPU 0: the tiny model trains, and two schedules that move its state differently (one
+// disk, zero-infinity; two disks, ioc) and the plain loop with everything in GPU memory end with
+// bit-identical weights, as on the CPU.
+TEST(CudaExecutor, WeightsAreBitIdenticalWhateverTheSchedule) {
+  const policies::Scenario zi = LoadTiny({});
+  const TrainConfig config = ConfigFor(zi);
+  TempDir d0("cuda-zi0"), e0("cuda-ioc0"), e1("cuda-ioc1");
+  RunOptions options;
+  options.iterations = kIterations;
+  options.compute = "cuda";
+  options.disks = {d0.str()};
+  auto run = RunSchedule(PlanOrDie(zi), config, options);
+  if (!run.ok() && run.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << "no GPU: " << run.status().ToString();
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_LT(run->loss.back(), run->loss.front());  // it trains
+  options.disks = {e0.str(), e1.str()};
+  auto run2 = RunSchedule(PlanOrDie(LoadTiny({"policy.name=ioc", "policy.disk_layout=split"})), config, options);
+  ASSERT_TRUE(run2.ok()) << run2.status().ToString();
+  EXPECT_EQ(run2->loss, run->loss);
+  EXPECT_TRUE(SameBits(run2->master, run->master)) << "ioc on two disks against zero-infinity on one";
+  // And everything in GPU memory, in a plain loop: the same weights.
+  auto in_memory = RunInMemory(config, kIterations, {}, "cuda");
+  ASSERT_TRUE(in_memory.ok()) << in_memory.status().ToString();
+  EXPECT_EQ(in_memory->loss, run->loss);
+  EXPECT_TRUE(SameBits(in_memory->master, run->master)) << "offloaded against in GPU memory";
+}
+#endif
+
 TEST(Executor, AMissingDiskIsAnErrorBeforeTraining) {
   const policies::Scenario zi = LoadTiny({});
   RunOptions options;

@@ -6,10 +6,9 @@
 #      the CPU model, NCCL) and the kernels' math on the CPU,
 #   2. the GPU probes (tierflow-gpu-probe: copies, each op of a Llama-3.2-1B layer, NCCL), whose
 #      trace records land in OUT/probes for `tierflow calibrate`,
-#   3. an offloaded fine-tune (`tierflow run` of scenarios/tiny-cpu.yaml, states on OUT's disk
-#      directory),
-# and prints a short table last. The executor does not yet run its compute on the GPU (the ops
-# do, one by one, in step 1): step 3 fine-tunes with the CPU back-end and says so.
+#   3. offloaded fine-tunes with gpu0 on the GPU (`tierflow run --compute cuda`): the tiny model,
+#      and Llama-3.2-1B's shape (untied) with its states on OUT's disk directory,
+# and prints a short table last.
 #
 # Usage: tests/gpu/run.sh DEPS OUT   (from the repository root; DEPS holds the .deb files)
 # Environment: CUDA_ARCH (default 90), JOBS (default nproc).
@@ -59,11 +58,12 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="
   || { tail -30 "$out/configure.log"; exit 1; }
 log "building"
 cmake --build "$build" -j "$jobs" --target tierflow tierflow-gpu-probe real_cuda_test real_nccl_test train_cuda_test \
-  real_cuda_math_test \
+  real_cuda_math_test exec_executor_test \
   >"$out/build.log" 2>&1 || { grep -E 'error|Error' "$out/build.log" | head -30; exit 1; }
 
 log "GPU tests"
-ctest --test-dir "$build" -L gpu --output-on-failure -V >"$out/gpu-tests.log" 2>&1
+ctest --test-dir "$build" -L gpu --output-on-failure -V >"$out/gpu-tests.log" 2>&1 &&
+  ctest --test-dir "$build" -R 'CudaExecutor|TheComputeDevice' --output-on-failure -V >>"$out/gpu-tests.log" 2>&1
 tests_rc=$?
 "$build/tests/real/real_cuda_math_test" >"$out/math-tests.log" 2>&1
 math_rc=$?
@@ -74,16 +74,24 @@ log "GPU probes"
 probe_rc=$?
 [ $probe_rc -eq 0 ] || tail -5 "$out/probes.err"
 
-log "offloaded fine-tune (CPU compute back-end; states on disk)"
-mkdir -p "$out/disk0"
-"$build/cli/tierflow" run scenarios/tiny-cpu.yaml --disk "$out/disk0" -n 4 >"$out/finetune.log" 2>&1
+log "offloaded fine-tunes on the GPU (--compute cuda; parameters, gradients and optimizer states on disk)"
+mkdir -p "$out/disk0" "$out/disk1"
+"$build/cli/tierflow" run scenarios/tiny-cpu.yaml --compute cuda --disk "$out/disk0" -n 20 >"$out/finetune.log" 2>&1
 run_rc=$?
-tail -6 "$out/finetune.log"
+tail -4 "$out/finetune.log"
+rm -f "$out/disk0/tierflow-run.store"
+# Llama-3.2-1B's shape (untied, as the executor needs), zero-infinity through a 4 GiB GPU pool.
+"$build/cli/tierflow" run scenarios/tiny-cpu.yaml --set model.preset=llama3.2-1b --set model.tied_embeddings=false \
+  --set training.sequence_length=1024 --set policy.buffer_size=300000000 --compute cuda --disk "$out/disk1" -n 4 \
+  >"$out/finetune-1b.log" 2>&1
+run1b_rc=$?
+tail -4 "$out/finetune-1b.log"
+rm -f "$out/disk1/tierflow-run.store"
 
 log "summary"
-python3 - "$out" "$tests_rc" "$math_rc" "$probe_rc" "$run_rc" <<'PY'
+python3 - "$out" "$tests_rc" "$math_rc" "$probe_rc" "$run_rc" "$run1b_rc" <<'PY'
 import json, re, sys, os
-out, tests_rc, math_rc, probe_rc, run_rc = sys.argv[1], *map(int, sys.argv[2:])
+out, tests_rc, math_rc, probe_rc, run_rc, run1b_rc = sys.argv[1], *map(int, sys.argv[2:])
 log = open(os.path.join(out, "gpu-tests.log")).read()
 worst = [float(x) for x in re.findall(r"worst element .*\(([0-9.e+-]+|inf) of the largest", log)]
 rows = [("GPU tests (ctest -L gpu)", "pass" if tests_rc == 0 else f"FAIL (rc {tests_rc})"),
@@ -103,12 +111,15 @@ try:
             rows.append((f'{r["task"]} {r["bytes"] >> 20} MiB', f'{r["gb_per_s"]:.1f} GB/s'))
 except Exception as e:
     rows.append(("GPU probes", f"FAIL (rc {probe_rc}): {e}"))
-ft = open(os.path.join(out, "finetune.log")).read()
-losses = re.findall(r"loss[ =:]+([0-9.]+)", ft)
-rows.append(("offloaded fine-tune (CPU compute)",
-             ("pass" if run_rc == 0 else f"FAIL (rc {run_rc})") + (f", loss {losses[0]} -> {losses[-1]}" if losses else "")))
+for name, log_name, rc in (("tiny, GPU compute, offloaded", "finetune.log", run_rc),
+                           ("Llama-3.2-1B shape, GPU compute, offloaded", "finetune-1b.log", run1b_rc)):
+    ft = open(os.path.join(out, log_name)).read()
+    losses = re.findall(r"loss[ =:]+([0-9.]+)", ft)
+    times = re.findall(r"ran [0-9]+ iterations in ([^;]+);", ft)
+    rows.append((name, ("pass" if rc == 0 else f"FAIL (rc {rc})") +
+                 (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "")))
 w = max(len(a) for a, _ in rows)
 for a, b in rows:
     print(f"{a:<{w}}  {b}")
 PY
-[ $tests_rc -eq 0 ] && [ $math_rc -eq 0 ] && [ $probe_rc -eq 0 ] && [ $run_rc -eq 0 ]
+[ $tests_rc -eq 0 ] && [ $math_rc -eq 0 ] && [ $probe_rc -eq 0 ] && [ $run_rc -eq 0 ] && [ $run1b_rc -eq 0 ]

@@ -42,6 +42,10 @@ struct TraceRecord {
   bool operator==(const TraceRecord&) const = default;
 };
 
+// A probe's record (source "probe") of one measured repetition: `iteration` is its index.
+TraceRecord ProbeRecord(std::string task, Op op, std::string resource, int64_t repetition, int64_t bytes,
+                        double start_s, double end_s);
+
 // Appends records to a JSON Lines file.
 class TraceWriter {
  public:

@@ -48,6 +48,9 @@ struct RunOptions {
   int64_t iterations = 1;
   std::vector<std::string> disks;   // nvme0, nvme1, ... in order
   std::string storage = "auto";     // "uring", "posix", "memory" (store files in RAM), "auto"
+  // Where gpu0 is: "cpu" (emulated in host memory, fp32 math on bf16 parameters) or "cuda" (GPU 0,
+  // bf16 activations, cuBLAS and our kernels; needs a build with the CUDA toolkit).
+  std::string compute = "cpu";
   // No dispatcher and no threads: each iteration runs every task in the schedule's topological
   // order, one at a time on the calling thread (I/O submitted and waited for): "the same ops in a
   // plain loop", the baseline of the dispatcher's overhead. Pools are not enforced.
@@ -97,10 +100,12 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config);
 // (disk_set.h), a task's failure (named), and the dispatcher's deadlock report.
 StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& config, const RunOptions& options);
 
-// The same training as a plain loop with everything in memory: the reference the executor's
-// weights are compared against, and the baseline of the dispatcher's overhead.
+// The same training as a plain loop with everything in memory (on the `compute` device, as
+// RunOptions::compute; the optimizer on the CPU): the reference the executor's weights are
+// compared against, and the baseline of the dispatcher's overhead.
 StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
-                                const std::function<void(int64_t, double)>& on_iteration = {});
+                                const std::function<void(int64_t, double)>& on_iteration = {},
+                                const std::string& compute = "cpu");
 
 // SHA-256 of bytes, lower-case hex (FIPS 180-4).
 std::string Sha256Hex(const void* data, size_t size);

@@ -1,0 +1,52 @@
+// Where a run's gpu0 lives: the device whose bf16 parameters the h2d tasks fill, whose compute
+// tasks run the layer steps, and whose fp32 gradients the d2h tasks take off (checked for
+// overflow and squared-norm'd on the way, as DeepSpeed does on the GPU). The executor calls only
+// this, so the same schedule runs on either:
+//   cpu   gpu0 emulated in host memory: exec::Trainer's fp32 math on bf16 parameters
+//   cuda  GPU 0: cuda::LlamaSteps (bf16 activations, cuBLAS and our kernels), built only with the
+//         CUDA toolkit (TIERFLOW_EXEC_CUDA)
+//
+// Thread safety: the executor calls each method from the worker thread of the task's resource;
+// implementations serialise what must be (the CUDA device uses one lock for its compute stream).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tierflow/core/status.h"
+#include "tierflow/real/adamw.h"
+#include "tierflow/real/cpu_threads.h"
+#include "tierflow/real/executor.h"
+#include "trainer.h"
+
+namespace tierflow::real::exec {
+
+class ComputeDevice {
+ public:
+  virtual ~ComputeDevice() = default;
+  virtual std::string name() const = 0;
+  // The whole model's bf16 parameters, before the first task.
+  virtual Status LoadParams(const std::vector<uint16_t>& p16) = 0;
+  // n bf16 parameters from host memory into [element_offset, element_offset + n).
+  virtual Status H2D(int64_t element_offset, const void* src, int64_t n) = 0;
+  // n fp32 gradients from element_offset into host memory, as fp32 or bf16; returns the overflow
+  // check and squared norm of gradient * grad_scale.
+  virtual StatusOr<cpu::GradCheck> D2HGrad(void* dst, int64_t element_offset, int64_t n, bool to_bf16,
+                                           float grad_scale, CpuThreads& threads) = 0;
+  // models::Layers() index; as Trainer::Forward / Backward (the head's forward sets it->loss).
+  virtual Status Forward(int64_t layer, IterationState* it, CpuThreads& threads) = 0;
+  virtual Status Backward(int64_t layer, IterationState* it, CpuThreads& threads) = 0;
+};
+
+// gpu0 emulated in host memory, on `trainer` (which must outlive it).
+std::unique_ptr<ComputeDevice> MakeCpuDevice(Trainer& trainer);
+
+// The device RunOptions::compute names: "cpu", or "cuda" (GPU 0) where the build has CUDA.
+// InvalidArgument for an unknown name, Unavailable (with the reason) for a build without CUDA or
+// a machine without a usable GPU.
+StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(const std::string& name, const TrainConfig& config,
+                                                           Trainer& trainer);
+
+}  // namespace tierflow::real::exec

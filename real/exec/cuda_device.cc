@@ -1,0 +1,130 @@
+// gpu0 on GPU 0 (compute_device.h): the model's bf16 parameters and fp32 gradients in device
+// memory, the layer steps of cuda::LlamaSteps on the compute stream, h2d and d2h on the copy
+// streams (from the pinned arena, which registers itself with CUDA). Every call returns when its
+// work is done on the GPU, so the dispatcher's dependencies order GPU work as they order CPU work.
+//
+// Memory: the parameter and gradient arrays are whole-model (2 + 4 bytes per parameter); the
+// schedule's GPU pool budget is not yet what bounds them.
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+
+#include "compute_device.h"
+#include "tierflow/real/cuda_compute.h"
+#include "tierflow/real/cuda_llama.h"
+#include "tierflow/real/cuda_ops.h"
+
+namespace tierflow::real::exec {
+
+StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config);
+
+namespace {
+
+class CudaDevice final : public ComputeDevice {
+ public:
+  std::string name() const override { return "cuda (" + ctx_->device_name() + ")"; }
+
+  static StatusOr<std::unique_ptr<ComputeDevice>> Create(const TrainConfig& config) {
+    std::unique_ptr<CudaDevice> d(new CudaDevice());
+    TF_ASSIGN_OR_RETURN(d->ctx_, cuda::Context::Open(0));
+    TF_ASSIGN_OR_RETURN(d->steps_, cuda::LlamaSteps::Create(*d->ctx_, config.spec, config.batch, config.seq));
+    const int64_t total = d->steps_->layout().total;
+    TF_ASSIGN_OR_RETURN(d->p16_, d->ctx_->Allocate(total * 2));
+    TF_ASSIGN_OR_RETURN(d->grad_, d->ctx_->Allocate(total * 4));
+    return std::unique_ptr<ComputeDevice>(std::move(d));
+  }
+
+  Status LoadParams(const std::vector<uint16_t>& p16) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    if (static_cast<int64_t>(p16.size()) * 2 != p16_.size_bytes()) return InvalidArgument("cuda device: parameter count differs");
+    return p16_.CopyFromHost(*ctx_, p16.data(), p16_.size_bytes());
+  }
+
+  Status H2D(int64_t element_offset, const void* src, int64_t n) override {
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(CheckRange(element_offset, n));
+    TF_RETURN_IF_ERROR(cuda::CopyAsync(P16() + element_offset, src, n * 2, cuda::CopyKind::kHostToDevice, ctx_->h2d_stream()));
+    return Sync(ctx_->h2d_stream(), "h2d");
+  }
+
+  StatusOr<cpu::GradCheck> D2HGrad(void* dst, int64_t element_offset, int64_t n, bool to_bf16, float grad_scale,
+                                   CpuThreads&) override {
+    TF_RETURN_IF_ERROR(CheckRange(element_offset, n));
+    // The check and the cast use the compute stream and the context's scratch: one at a time with
+    // the layer steps.
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    const float* src = Grad() + element_offset;
+    TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, cuda::OverflowCheckAndNorm(*ctx_, src, n, grad_scale));
+    if (!to_bf16) {
+      TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, src, n * 4, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
+      TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream(), "d2h"));
+      return check;
+    }
+    if (staging_.size_bytes() < n * 2) {
+      staging_ = cuda::DeviceBuffer();
+      TF_ASSIGN_OR_RETURN(staging_, ctx_->Allocate(n * 2));
+    }
+    auto* staged = static_cast<uint16_t*>(staging_.data());
+    TF_RETURN_IF_ERROR(cuda::Fp32ToBf16(*ctx_, staged, src, n));
+    TF_RETURN_IF_ERROR(ctx_->Synchronize());
+    TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, staged, n * 2, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
+    TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream(), "d2h"));
+    return check;
+  }
+
+  Status Forward(int64_t layer, IterationState* it, CpuThreads&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    if (layer == 0) TF_RETURN_IF_ERROR(steps_->SetBatch(it->tokens.data(), it->targets.data()));
+    TF_RETURN_IF_ERROR(steps_->Forward(layer, P16() + Begin(layer)));
+    if (layer == steps_->layers() - 1) it->loss = steps_->loss();
+    return ctx_->Synchronize();
+  }
+
+  Status Backward(int64_t layer, IterationState* it, CpuThreads&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(steps_->Backward(layer, P16() + Begin(layer), Grad() + Begin(layer), it->loss_scale));
+    return ctx_->Synchronize();
+  }
+
+ private:
+  CudaDevice() = default;
+  uint16_t* P16() const { return static_cast<uint16_t*>(p16_.data()); }
+  float* Grad() const { return static_cast<float*>(grad_.data()); }
+  int64_t Begin(int64_t layer) const { return steps_->layout().layer_offset[static_cast<size_t>(layer)]; }
+
+  // Each worker thread makes the GPU current before its first CUDA call.
+  Status Current() const {
+    if (const cudaError_t e = cudaSetDevice(ctx_->device()); e != cudaSuccess) {
+      return Internal(std::string("cudaSetDevice: ") + cudaGetErrorString(e));
+    }
+    return Status::Ok();
+  }
+  Status CheckRange(int64_t begin, int64_t n) const {
+    if (begin < 0 || n < 1 || begin + n > steps_->layout().total) {
+      return InvalidArgument("cuda device: elements [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
+                             ") outside the model's " + std::to_string(steps_->layout().total));
+    }
+    return Status::Ok();
+  }
+  static Status Sync(void* stream, const char* what) {
+    if (const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream)); e != cudaSuccess) {
+      return Internal(std::string(what) + ": cudaStreamSynchronize: " + cudaGetErrorString(e));
+    }
+    return Status::Ok();
+  }
+
+  std::unique_ptr<cuda::Context> ctx_;
+  std::unique_ptr<cuda::LlamaSteps> steps_;
+  cuda::DeviceBuffer p16_, grad_, staging_;
+  std::mutex mu_;  // the compute stream, cuBLAS handle and scratch
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config) { return CudaDevice::Create(config); }
+
+}  // namespace tierflow::real::exec
