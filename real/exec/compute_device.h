@@ -27,6 +27,10 @@ class ComputeDevice {
  public:
   virtual ~ComputeDevice() = default;
   virtual std::string name() const = 0;
+  // Host memory that h2d and d2h will use (the executor's buffers): page-locked where the device
+  // copies by DMA (cudaHostRegister), nothing on the CPU. Unregister before freeing it.
+  virtual Status RegisterHost(void* /*p*/, int64_t /*bytes*/) { return Status::Ok(); }
+  virtual void UnregisterHost(void* /*p*/) {}
   // The whole model's bf16 parameters, before the first task.
   virtual Status LoadParams(const std::vector<uint16_t>& p16) = 0;
   // n bf16 parameters from host memory into [element_offset, element_offset + n).

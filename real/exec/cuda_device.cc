@@ -1,6 +1,6 @@
 // gpu0 on GPU 0 (compute_device.h): the model's bf16 parameters and fp32 gradients in device
 // memory, the layer steps of cuda::LlamaSteps on the compute stream, h2d and d2h on the copy
-// streams (from the pinned arena, which registers itself with CUDA). Every call returns when its
+// streams from the executor's host blocks, page-locked by RegisterHost. Every call returns when its
 // work is done on the GPU, so the dispatcher's dependencies order GPU work as they order CPU work.
 //
 // Memory: the parameter and gradient arrays are whole-model (2 + 4 bytes per parameter); the
@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <mutex>
+#include <unordered_set>
 
 #include "compute_device.h"
 #include "tierflow/real/cuda_compute.h"
@@ -32,6 +33,21 @@ class CudaDevice final : public ComputeDevice {
     TF_ASSIGN_OR_RETURN(d->p16_, d->ctx_->Allocate(total * 2));
     TF_ASSIGN_OR_RETURN(d->grad_, d->ctx_->Allocate(total * 4));
     return std::unique_ptr<ComputeDevice>(std::move(d));
+  }
+
+  Status RegisterHost(void* p, int64_t bytes) override {
+    TF_RETURN_IF_ERROR(Current());
+    std::lock_guard<std::mutex> lock(registered_mu_);
+    if (const cudaError_t e = cudaHostRegister(p, static_cast<size_t>(bytes), cudaHostRegisterDefault); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Internal(std::string("cudaHostRegister: ") + cudaGetErrorString(e));
+    }
+    registered_.insert(p);
+    return Status::Ok();
+  }
+  void UnregisterHost(void* p) override {
+    std::lock_guard<std::mutex> lock(registered_mu_);
+    if (registered_.erase(p) > 0) cudaHostUnregister(p);
   }
 
   Status LoadParams(const std::vector<uint16_t>& p16) override {
@@ -121,6 +137,8 @@ class CudaDevice final : public ComputeDevice {
   std::unique_ptr<cuda::LlamaSteps> steps_;
   cuda::DeviceBuffer p16_, grad_, staging_;
   std::mutex mu_;  // the compute stream, cuBLAS handle and scratch
+  std::mutex registered_mu_;
+  std::unordered_set<void*> registered_;  // host blocks page-locked by RegisterHost
 };
 
 }  // namespace

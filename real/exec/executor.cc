@@ -116,15 +116,18 @@ struct BufferState {
   std::vector<Piece> pieces;
 };
 
-void FreeAligned(char* p) { std::free(p); }
-
 // Aligned blocks kept per size for reuse: a schedule allocates the same buffer sizes each
 // iteration, and large fresh allocations would be page-faulted in every time.
 class BlockCache {
  public:
+  // Called with each new block and before a block is freed: the compute device page-locks the
+  // host memory its copies read and write (ComputeDevice::RegisterHost).
+  std::function<void(char*, int64_t)> on_new;
+  std::function<void(char*)> on_release;
+
   ~BlockCache() {
     for (auto& [size, blocks] : free_) {
-      for (char* b : blocks) FreeAligned(b);
+      for (char* b : blocks) Release(b);
     }
   }
   char* Take(int64_t size) {
@@ -138,9 +141,16 @@ class BlockCache {
     if (posix_memalign(&p, static_cast<size_t>(kDirectAlignment), static_cast<size_t>(AlignUp(std::max<int64_t>(size, 1), kDirectAlignment))) != 0) {
       return nullptr;
     }
+    if (on_new) on_new(static_cast<char*>(p), AlignUp(std::max<int64_t>(size, 1), kDirectAlignment));
     return static_cast<char*>(p);
   }
   void Give(char* b, int64_t size) { free_[size].push_back(b); }
+  // Frees a block for good.
+  void Release(char* b) {
+    if (b == nullptr) return;
+    if (on_release) on_release(b);
+    std::free(b);
+  }
 
  private:
   std::map<int64_t, std::vector<char*>> free_;
@@ -246,7 +256,7 @@ class Run {
   // Buffers still held (a run that failed) go back; no work is in flight by then.
   ~Run() {
     workers_.clear();
-    for (BufferState& b : buffers_) FreeAligned(b.data);
+    for (BufferState& b : buffers_) blocks_.Release(b.data);
   }
 
   StatusOr<RunResult> Execute();
@@ -366,6 +376,10 @@ int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs
 Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
   TF_ASSIGN_OR_RETURN(device_, exec::MakeComputeDevice(options_.compute, config_, trainer_));
+  // Host blocks are page-locked for the device's copies; where that fails the copies still work,
+  // staged by the driver.
+  blocks_.on_new = [this](char* p, int64_t bytes) { (void)device_->RegisterHost(p, bytes); };
+  blocks_.on_release = [this](char* p) { device_->UnregisterHost(p); };
   window_ = std::max<int64_t>(1, s_.iteration_window);
   // Disks: checked before anything is written.
   TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks));
@@ -513,7 +527,7 @@ Status Run::InitialiseStores() {
   for (const IoCompletion& c : completions) {
     if (!c.status.ok() && first.ok()) first = c.status;
   }
-  for (char* b : staged) FreeAligned(b);
+  for (char* b : staged) blocks_.Release(b);
   if (!first.ok()) return Status(first.code(), "writing the initial state: " + first.message());
   return Status::Ok();
 }
