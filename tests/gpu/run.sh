@@ -7,11 +7,12 @@
 #   2. the GPU probes (tierflow-gpu-probe: copies, each op of a Llama-3.2-1B layer, NCCL), whose
 #      trace records land in OUT/probes for `tierflow calibrate`,
 #   3. offloaded fine-tunes with gpu0 on the GPU (`tierflow run --compute cuda`): the tiny model,
-#      and Llama-3.2-1B's shape (untied) with its states on OUT's disk directory,
+#      and Llama-3.2-1B's shape (untied), their states in disk directories under DISK,
 # and prints a short table last.
 #
 # Usage: tests/gpu/run.sh DEPS OUT   (from the repository root; DEPS holds the .deb files)
-# Environment: CUDA_ARCH (default 90), JOBS (default nproc).
+# Environment: CUDA_ARCH (default 90), JOBS (default nproc), DISK (the directory the fine-tunes'
+# stores go in, default OUT; the 1B run needs about 25 GB there).
 set -uo pipefail
 deps=${1:?usage: tests/gpu/run.sh DEPS OUT}
 out=${2:?usage: tests/gpu/run.sh DEPS OUT}
@@ -75,18 +76,19 @@ probe_rc=$?
 [ $probe_rc -eq 0 ] || tail -5 "$out/probes.err"
 
 log "offloaded fine-tunes on the GPU (--compute cuda; parameters, gradients and optimizer states on disk)"
-mkdir -p "$out/disk0" "$out/disk1"
-"$build/cli/tierflow" run scenarios/tiny-cpu.yaml --compute cuda --disk "$out/disk0" -n 20 >"$out/finetune.log" 2>&1
+disk=${DISK:-$out}
+mkdir -p "$disk/disk0" "$disk/disk1"
+"$build/cli/tierflow" run scenarios/tiny-cpu.yaml --compute cuda --disk "$disk/disk0" -n 20 >"$out/finetune.log" 2>&1
 run_rc=$?
 tail -4 "$out/finetune.log"
-rm -f "$out/disk0/tierflow-run.store"
+rm -f "$disk/disk0/tierflow-run.store"
 # Llama-3.2-1B's shape (untied, as the executor needs), zero-infinity through a 4 GiB GPU pool.
 "$build/cli/tierflow" run scenarios/tiny-cpu.yaml --set model.preset=llama3.2-1b --set model.tied_embeddings=false \
-  --set training.sequence_length=1024 --set policy.buffer_size=300000000 --compute cuda --disk "$out/disk1" -n 4 \
+  --set training.sequence_length=1024 --set policy.buffer_size=300000000 --compute cuda --disk "$disk/disk1" -n 4 \
   >"$out/finetune-1b.log" 2>&1
 run1b_rc=$?
 tail -4 "$out/finetune-1b.log"
-rm -f "$out/disk1/tierflow-run.store"
+rm -f "$disk/disk1/tierflow-run.store"
 
 log "summary"
 python3 - "$out" "$tests_rc" "$math_rc" "$probe_rc" "$run_rc" "$run1b_rc" <<'PY'
@@ -94,7 +96,9 @@ import json, re, sys, os
 out, tests_rc, math_rc, probe_rc, run_rc, run1b_rc = sys.argv[1], *map(int, sys.argv[2:])
 log = open(os.path.join(out, "gpu-tests.log")).read()
 worst = [float(x) for x in re.findall(r"worst element .*\(([0-9.e+-]+|inf) of the largest", log)]
-rows = [("GPU tests (ctest -L gpu)", "pass" if tests_rc == 0 else f"FAIL (rc {tests_rc})"),
+skipped = log.count("***Skipped")
+rows = [("GPU tests (ctest -L gpu)", ("pass" if tests_rc == 0 else f"FAIL (rc {tests_rc})") +
+         (f", {skipped} SKIPPED (no usable GPU?)" if skipped else "")),
         ("kernel math on the CPU", "pass" if math_rc == 0 else f"FAIL (rc {math_rc})"),
         ("worst op error vs fp32 reference", f"{max(worst):.2e} of the largest value" if worst else "-")]
 try:
