@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "tierflow/real/cuda_status.h"
+
 namespace tierflow::real::nccl {
 namespace {
 
@@ -46,13 +48,10 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const cuda::Context& 
   c->ranks_ = ranks;
   c->rank_ = rank;
   // NCCL and the stream bind to the calling thread's current device: make it the context's.
-  if (const cudaError_t e = cudaSetDevice(ctx.device()); e != cudaSuccess) {
-    return Internal("cudaSetDevice(" + std::to_string(ctx.device()) + "): " + cudaGetErrorString(e));
-  }
+  TF_CUDA(cudaSetDevice(ctx.device()));
   // Collectives get a stream of their own (gpuN.coll), so that they overlap compute and copies.
   cudaStream_t stream = nullptr;
-  const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) return Internal(std::string("cudaStreamCreateWithFlags (NCCL stream): ") + cudaGetErrorString(e));
+  TF_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   c->stream_ = stream;
   ncclUniqueId nid;
   std::memcpy(&nid, id.data(), sizeof(nid));
@@ -99,8 +98,7 @@ Status Communicator::AllReduce(const void* send, void* recv, int64_t count, DTyp
 }
 
 Status Communicator::Synchronize() const {
-  const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-  if (e != cudaSuccess) return Internal(std::string("cudaStreamSynchronize (NCCL stream): ") + cudaGetErrorString(e));
+  TF_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   return Status::Ok();
 }
 

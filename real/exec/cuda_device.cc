@@ -14,6 +14,7 @@
 #include "tierflow/real/cuda_compute.h"
 #include "tierflow/real/cuda_llama.h"
 #include "tierflow/real/cuda_ops.h"
+#include "tierflow/real/cuda_status.h"
 
 namespace tierflow::real::exec {
 
@@ -39,8 +40,8 @@ class CudaDevice final : public ComputeDevice {
     TF_RETURN_IF_ERROR(Current());
     std::lock_guard<std::mutex> lock(registered_mu_);
     if (const cudaError_t e = cudaHostRegister(p, static_cast<size_t>(bytes), cudaHostRegisterDefault); e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return Internal(std::string("cudaHostRegister: ") + cudaGetErrorString(e));
+      (void)cudaGetLastError();  // not sticky: copies from this block are staged by the driver instead
+      return cuda::CudaError(e, "cudaHostRegister");
     }
     registered_.insert(p);
     return Status::Ok();
@@ -61,7 +62,7 @@ class CudaDevice final : public ComputeDevice {
     TF_RETURN_IF_ERROR(Current());
     TF_RETURN_IF_ERROR(CheckRange(element_offset, n));
     TF_RETURN_IF_ERROR(cuda::CopyAsync(P16() + element_offset, src, n * 2, cuda::CopyKind::kHostToDevice, ctx_->h2d_stream()));
-    return Sync(ctx_->h2d_stream(), "h2d");
+    return Sync(ctx_->h2d_stream());
   }
 
   StatusOr<cpu::GradCheck> D2HGrad(void* dst, int64_t element_offset, int64_t n, bool to_bf16, float grad_scale,
@@ -75,7 +76,7 @@ class CudaDevice final : public ComputeDevice {
     TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, cuda::OverflowCheckAndNorm(*ctx_, src, n, grad_scale));
     if (!to_bf16) {
       TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, src, n * 4, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
-      TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream(), "d2h"));
+      TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream()));
       return check;
     }
     if (staging_.size_bytes() < n * 2) {
@@ -86,7 +87,7 @@ class CudaDevice final : public ComputeDevice {
     TF_RETURN_IF_ERROR(cuda::Fp32ToBf16(*ctx_, staged, src, n));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
     TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, staged, n * 2, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
-    TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream(), "d2h"));
+    TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream()));
     return check;
   }
 
@@ -114,9 +115,7 @@ class CudaDevice final : public ComputeDevice {
 
   // Each worker thread makes the GPU current before its first CUDA call.
   Status Current() const {
-    if (const cudaError_t e = cudaSetDevice(ctx_->device()); e != cudaSuccess) {
-      return Internal(std::string("cudaSetDevice: ") + cudaGetErrorString(e));
-    }
+    TF_CUDA(cudaSetDevice(ctx_->device()));
     return Status::Ok();
   }
   Status CheckRange(int64_t begin, int64_t n) const {
@@ -126,10 +125,8 @@ class CudaDevice final : public ComputeDevice {
     }
     return Status::Ok();
   }
-  static Status Sync(void* stream, const char* what) {
-    if (const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream)); e != cudaSuccess) {
-      return Internal(std::string(what) + ": cudaStreamSynchronize: " + cudaGetErrorString(e));
-    }
+  static Status Sync(void* stream) {
+    TF_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
     return Status::Ok();
   }
 

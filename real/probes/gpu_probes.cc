@@ -10,6 +10,7 @@
 
 #include "tierflow/real/cpu_ops.h"
 #include "tierflow/real/cuda_ops.h"
+#include "tierflow/real/cuda_status.h"
 #include "tierflow/real/nccl_comm.h"
 
 namespace tierflow::real {
@@ -51,9 +52,7 @@ Status TimeRepeated(cuda::Timeline& timeline, void* stream, int32_t reps, Work&&
 
 StatusOr<cuda::DeviceBuffer> Filled(const cuda::Context& ctx, int64_t bytes) {
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer b, ctx.Allocate(bytes));
-  if (const cudaError_t e = cudaMemset(b.data(), kFill, static_cast<size_t>(bytes)); e != cudaSuccess) {
-    return Internal(std::string("cudaMemset: ") + cudaGetErrorString(e));
-  }
+  TF_CUDA(cudaMemset(b.data(), kFill, static_cast<size_t>(bytes)));
   return b;
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_status.h"
+#include "tierflow/real/cuda_status.h"
 #include "tierflow/real/cpu_ops.h"
 #include "tierflow/real/cuda_ops.h"
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "cuda_status.h"
+#include "tierflow/real/cuda_status.h"
 
 namespace tierflow::real::cuda {
 

@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda_status.h"
+#include "tierflow/real/cuda_status.h"
 #include "device_math.h"
 
 namespace tierflow::real::cuda {

@@ -1,5 +1,6 @@
-// Status from CUDA runtime and cuBLAS errors, shared by the back-end's sources: each names the
-// call that failed and the library's own name and text of the error.
+// Status from CUDA runtime and cuBLAS errors, for every source that calls CUDA (the compute
+// back-end, the GPU steps, the CUDA compute device, the probes, NCCL): each names the call that
+// failed and the library's own name and text of the error. Include only where CUDA is built.
 #pragma once
 
 #include <cublas_v2.h>
