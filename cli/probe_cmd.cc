@@ -2,6 +2,8 @@
 //   probe disk --dir D [--dir D2 ...]   request size x queue depth x op x devices, nccl-tests style
 //   probe copy | compute [SCENARIO] | optimizer | memory   the host-side probes
 //   probe all --dir D [--dir D2 ...] -o DIR [--scenario S]   every probe, bounded, one file each
+// --compute cuda (copy, compute, all) measures gpu0 on GPU 0, as `run --compute cuda` uses it:
+// the GPU's copies (ProbeGpuCopies) and its layer steps, in the same record conventions.
 // Each writes trace records (--trace FILE, or DIR/<probe>.jsonl for `all`). The disk probe writes
 // only one file inside each given directory and removes it.
 #include <algorithm>
@@ -22,6 +24,10 @@
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/host_probes.h"
 #include "tierflow/real/storage.h"
+#ifdef TIERFLOW_HAVE_GPU_PROBES
+#include "tierflow/real/cuda_compute.h"
+#include "tierflow/real/gpu_probes.h"
+#endif
 
 namespace tierflow::cli {
 namespace {
@@ -128,6 +134,7 @@ struct HostArgs {
   std::vector<std::string> sets;
   int reps = 5;
   int threads = 0;
+  std::string compute = "cpu";  // gpu0's device: the copy and compute probes measure it
   std::string trace;
 };
 
@@ -216,6 +223,7 @@ real::HostProbeOptions HostOptions(const HostArgs& a, Progress* progress, double
   real::HostProbeOptions o;
   o.repetitions = a.reps;
   o.max_threads = a.threads;
+  o.compute = a.compute;
   o.progress = [progress, done](const std::string&) {
     if (progress != nullptr) progress->Update(++*done);
   };
@@ -224,12 +232,30 @@ real::HostProbeOptions HostOptions(const HostArgs& a, Progress* progress, double
 
 enum class HostProbe { kCopy, kCompute, kOptimizer, kMemory };
 
+// The copies of gpu0 on GPU 0 (--compute cuda): cudaMemcpyAsync on the copy streams, from pinned
+// memory (as the executor's page-locked blocks) and pageable memory.
+StatusOr<std::vector<TraceRecord>> ProbeGpuCopies(const std::vector<int64_t>& sizes, const real::HostProbeOptions& o) {
+  if (o.compute != "cuda") return InvalidArgument("compute device '" + o.compute + "' (known: cpu, cuda)");
+#ifdef TIERFLOW_HAVE_GPU_PROBES
+  auto ctx = real::cuda::Context::Open(0);
+  if (!ctx.ok()) return Status(ctx.status().code(), "compute device 'cuda': " + ctx.status().message());
+  real::GpuProbeOptions g;
+  g.repetitions = o.repetitions;
+  g.progress = o.progress;
+  return real::ProbeGpuCopies(**ctx, sizes, g);
+#else
+  (void)sizes;
+  return Unavailable("compute device 'cuda': this build has no GPU probes (build with the CUDA toolkit and NCCL)");
+#endif
+}
+
 StatusOr<std::vector<TraceRecord>> RunHostProbe(HostProbe which, const HostArgs& a, const real::HostProbeOptions& o) {
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
   switch (which) {
     case HostProbe::kCopy: {
       TF_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseList<int64_t>(a.sizes, bytes));
-      return real::ProbeCopies(sizes, o);
+      if (a.compute == "cpu") return real::ProbeCopies(sizes, o);
+      return ProbeGpuCopies(sizes, o);
     }
     case HostProbe::kCompute: {
       TF_ASSIGN_OR_RETURN(policies::Scenario sc, ComputeScenario(a.scenario, a.sets));
@@ -361,8 +387,9 @@ Status RunProbeAll(const AllArgs& a) {
   const double joint_points = several ? static_cast<double>(joint.ops.size()) : 0.0;
   const double disk_points =
       static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points;
-  std::printf("# tierflow probe all: %zu disk dir(s); compute on %s (batch %lld, sequence %lld and shorter); records -> %s/\n",
-              a.dirs.size(), compute_scenario.model.name.c_str(),
+  std::printf("# tierflow probe all: %zu disk dir(s); gpu0 on %s; compute on %s (batch %lld, sequence %lld and shorter); "
+              "records -> %s/\n",
+              a.dirs.size(), a.host.compute == "cpu" ? "the CPU (emulated)" : "GPU 0 (cuda)", compute_scenario.model.name.c_str(),
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
   std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about "
@@ -449,10 +476,13 @@ Command MakeProbe(CLI::App& parent) {
     app->add_option("--reps", h->reps, "Measured repetitions per point (after one warm-up)");
     app->add_option("--threads", h->threads, "Most threads to use (0: every core)");
     app->add_option("--trace", h->trace, "Write trace records (JSON Lines) for calibration");
+    if (w == HostProbe::kCopy || w == HostProbe::kCompute) {
+      app->add_option("--compute", h->compute, "gpu0's device, as `run --compute`: cpu (emulated in host memory) or cuda (GPU 0)");
+    }
     app->callback([which, w] { *which = w; });
     return app;
   };
-  host("copy", "Emulated GPU copies (h2d, d2h), pinned and pageable, by size", HostProbe::kCopy)
+  host("copy", "gpu0's copies (h2d, d2h), pinned and pageable, by size", HostProbe::kCopy)
       ->add_option("--sizes", h->sizes, "Copy sizes, comma-separated");
   CLI::App* compute = host("compute", "Each layer's forward and backward at the scenario's shape (and shorter sequences)", HostProbe::kCompute);
   compute->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to probe (default: tiny at sequence 128)");
@@ -472,6 +502,7 @@ Command MakeProbe(CLI::App& parent) {
   all->add_option("--disk-qd", al->disk_qds, "Disk queue depths, comma-separated");
   all->add_option("--disk-duration", al->disk_duration_s, "Seconds per disk repetition");
   all->add_option("--reps", al->host.reps, "Repetitions of the host probes");
+  all->add_option("--compute", al->host.compute, "gpu0's device for the copy and compute probes: cpu or cuda (GPU 0)");
   all->add_option("--backend", al->backend, "Storage back-end: auto, uring, posix");
 
   return Command{probe, [a, h, which, al, disk, all] {

@@ -24,6 +24,10 @@ std::string TraceRecordToJson(const TraceRecord& r) {
   if (r.queue_depth) j["queue_depth"] = r.queue_depth;
   if (r.threads) j["threads"] = r.threads;
   if (r.tasks) j["tasks"] = r.tasks;
+  if (r.device_start_s != 0 || r.device_end_s != 0) {
+    j["device_start_s"] = r.device_start_s;
+    j["device_end_s"] = r.device_end_s;
+  }
   return j.dump();
 }
 
@@ -56,6 +60,8 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
       else if (key == "queue_depth") r.queue_depth = v.get<int32_t>();
       else if (key == "threads") r.threads = v.get<int32_t>();
       else if (key == "tasks") r.tasks = v.get<int32_t>();
+      else if (key == "device_start_s") r.device_start_s = v.get<double>();
+      else if (key == "device_end_s") r.device_end_s = v.get<double>();
       else return InvalidArgument("unknown key '" + key + "'");
     }
   } catch (const Json::exception& e) {
@@ -64,6 +70,8 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
   if (r.end_s < r.start_s) return InvalidArgument("end_s is before start_s");
   if (r.bytes < 0) return InvalidArgument("bytes is negative");
   if (r.tasks < 0) return InvalidArgument("tasks is negative");
+  if (j.contains("device_start_s") != j.contains("device_end_s")) return InvalidArgument("device_start_s and device_end_s go together");
+  if (r.device_end_s < r.device_start_s) return InvalidArgument("device_end_s is before device_start_s");
   return r;
 }
 

@@ -191,6 +191,12 @@ void WriteRecord(const TraceRecord& r, Track track, EventStream* out) {
   if (r.block_bytes) fmt::format_to(std::back_inserter(s), ",\"block_bytes\":{}", r.block_bytes);
   if (r.queue_depth) fmt::format_to(std::back_inserter(s), ",\"queue_depth\":{}", r.queue_depth);
   if (r.threads) fmt::format_to(std::back_inserter(s), ",\"threads\":{}", r.threads);
+  if (r.device_end_s != 0) {  // the GPU's part of the task (trace_record.h)
+    s.append(",\"device_start_us\":");
+    AppendJsonNumber(&s, r.device_start_s * 1e6);
+    s.append(",\"device_us\":");
+    AppendJsonNumber(&s, (r.device_end_s - r.device_start_s) * 1e6);
+  }
   s.append("}");
   out->End();
 }

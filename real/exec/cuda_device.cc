@@ -1,7 +1,9 @@
 // gpu0 on GPU 0 (compute_device.h): the model's bf16 parameters and fp32 gradients in device
 // memory, the layer steps of cuda::LlamaSteps on the compute stream, h2d and d2h on the copy
 // streams from the executor's host blocks, page-locked by RegisterHost. Every call returns when its
-// work is done on the GPU, so the dispatcher's dependencies order GPU work as they order CPU work.
+// work is done on the GPU, so the dispatcher's dependencies order GPU work as they order CPU work;
+// with a DeviceSpan it brackets that work with CUDA events (docs/trace-format.md "GPU-side
+// times").
 //
 // Memory: the parameter and gradient arrays are whole-model (2 + 4 bytes per parameter); the
 // schedule's GPU pool budget is not yet what bounds them.
@@ -15,12 +17,55 @@
 #include "tierflow/real/cuda_llama.h"
 #include "tierflow/real/cuda_ops.h"
 #include "tierflow/real/cuda_status.h"
+#include "tierflow/real/storage.h"
 
 namespace tierflow::real::exec {
 
 StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config);
 
 namespace {
+
+// One call's GPU-side span: an event before its work on the stream the work starts on, one after
+// it on the stream it ends on (one device, one clock), read once the work has been waited for:
+// the end is the host clock then, the start the end less the events' elapsed time. Does nothing
+// without a span to fill.
+class SpanTimer {
+ public:
+  explicit SpanTimer(DeviceSpan* out) : out_(out) {}
+  ~SpanTimer() {
+    if (begin_ != nullptr) cudaEventDestroy(begin_);
+    if (end_ != nullptr) cudaEventDestroy(end_);
+  }
+  SpanTimer(const SpanTimer&) = delete;
+  SpanTimer& operator=(const SpanTimer&) = delete;
+
+  Status Begin(void* stream) {
+    if (out_ == nullptr) return Status::Ok();
+    TF_CUDA(cudaEventCreate(&begin_));
+    TF_CUDA(cudaEventCreate(&end_));
+    TF_CUDA(cudaEventRecord(begin_, static_cast<cudaStream_t>(stream)));
+    return Status::Ok();
+  }
+  Status End(void* stream) {
+    if (out_ == nullptr) return Status::Ok();
+    TF_CUDA(cudaEventRecord(end_, static_cast<cudaStream_t>(stream)));
+    return Status::Ok();
+  }
+  // After the work has been waited for.
+  Status Read() {
+    if (out_ == nullptr) return Status::Ok();
+    TF_CUDA(cudaEventSynchronize(end_));
+    const double now = MonotonicSeconds();
+    float ms = 0;
+    TF_CUDA(cudaEventElapsedTime(&ms, begin_, end_));
+    *out_ = DeviceSpan{now - static_cast<double>(ms) * 1e-3, now};
+    return Status::Ok();
+  }
+
+ private:
+  DeviceSpan* out_;
+  cudaEvent_t begin_ = nullptr, end_ = nullptr;
+};
 
 class CudaDevice final : public ComputeDevice {
  public:
@@ -58,25 +103,33 @@ class CudaDevice final : public ComputeDevice {
     return p16_.CopyFromHost(*ctx_, p16.data(), p16_.size_bytes());
   }
 
-  Status H2D(int64_t element_offset, const void* src, int64_t n) override {
+  Status H2D(int64_t element_offset, const void* src, int64_t n, DeviceSpan* span) override {
     TF_RETURN_IF_ERROR(Current());
     TF_RETURN_IF_ERROR(CheckRange(element_offset, n));
+    SpanTimer timer(span);
+    TF_RETURN_IF_ERROR(timer.Begin(ctx_->h2d_stream()));
     TF_RETURN_IF_ERROR(cuda::CopyAsync(P16() + element_offset, src, n * 2, cuda::CopyKind::kHostToDevice, ctx_->h2d_stream()));
-    return Sync(ctx_->h2d_stream());
+    TF_RETURN_IF_ERROR(timer.End(ctx_->h2d_stream()));
+    TF_RETURN_IF_ERROR(Sync(ctx_->h2d_stream()));
+    return timer.Read();
   }
 
   StatusOr<cpu::GradCheck> D2HGrad(void* dst, int64_t element_offset, int64_t n, bool to_bf16, float grad_scale,
-                                   CpuThreads&) override {
+                                   CpuThreads&, DeviceSpan* span) override {
     TF_RETURN_IF_ERROR(CheckRange(element_offset, n));
     // The check and the cast use the compute stream and the context's scratch: one at a time with
     // the layer steps.
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
     const float* src = Grad() + element_offset;
+    SpanTimer timer(span);
+    TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
     TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, cuda::OverflowCheckAndNorm(*ctx_, src, n, grad_scale));
     if (!to_bf16) {
       TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, src, n * 4, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
+      TF_RETURN_IF_ERROR(timer.End(ctx_->d2h_stream()));
       TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream()));
+      TF_RETURN_IF_ERROR(timer.Read());
       return check;
     }
     if (staging_.size_bytes() < n * 2) {
@@ -87,24 +140,34 @@ class CudaDevice final : public ComputeDevice {
     TF_RETURN_IF_ERROR(cuda::Fp32ToBf16(*ctx_, staged, src, n));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
     TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, staged, n * 2, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
+    TF_RETURN_IF_ERROR(timer.End(ctx_->d2h_stream()));
     TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream()));
+    TF_RETURN_IF_ERROR(timer.Read());
     return check;
   }
 
-  Status Forward(int64_t layer, IterationState* it, CpuThreads&) override {
+  Status Forward(int64_t layer, IterationState* it, CpuThreads&, DeviceSpan* span) override {
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
+    SpanTimer timer(span);
+    TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
     if (layer == 0) TF_RETURN_IF_ERROR(steps_->SetBatch(it->tokens.data(), it->targets.data()));
     TF_RETURN_IF_ERROR(steps_->Forward(layer, P16() + Begin(layer)));
+    TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
+    TF_RETURN_IF_ERROR(ctx_->Synchronize());
     if (layer == steps_->layers() - 1) it->loss = steps_->loss();
-    return ctx_->Synchronize();
+    return timer.Read();
   }
 
-  Status Backward(int64_t layer, IterationState* it, CpuThreads&) override {
+  Status Backward(int64_t layer, IterationState* it, CpuThreads&, DeviceSpan* span) override {
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
+    SpanTimer timer(span);
+    TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
     TF_RETURN_IF_ERROR(steps_->Backward(layer, P16() + Begin(layer), Grad() + Begin(layer), it->loss_scale));
-    return ctx_->Synchronize();
+    TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
+    TF_RETURN_IF_ERROR(ctx_->Synchronize());
+    return timer.Read();
   }
 
  private:

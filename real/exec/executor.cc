@@ -242,6 +242,7 @@ struct Job {
   std::function<Status()> work;      // on a worker; empty for I/O and instant ops
   std::function<void()> finish;      // on the dispatch thread, after success
   std::unique_ptr<IoWindow> sink;  // reads and writes
+  exec::DeviceSpan device_span;      // its work's span on a real GPU, set by work (the record's)
 };
 
 struct NormAccumulator {
@@ -621,8 +622,12 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       copies.push_back({ts.element_offset, src, n});
       sets.push_back({&ts, p->version});
     }
-    job.work = [this, copies] {
-      for (const Copy& c : copies) TF_RETURN_IF_ERROR(device_->H2D(c.element_offset, c.src, c.n));
+    job.work = [this, copies, span = &job.device_span] {
+      for (const Copy& c : copies) {
+        exec::DeviceSpan one;
+        TF_RETURN_IF_ERROR(device_->H2D(c.element_offset, c.src, c.n, &one));
+        span->Merge(one);
+      }
       return Status::Ok();
     };
     job.finish = [this, sets] {
@@ -660,12 +665,14 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   const float grad_scale = 1.0f / it.loss_scale;
   CpuThreads* threads = &ThreadsOf(t.resource);
   char* base = Buf(buffer).data;
-  job.work = [this, outs, checks, grad_scale, threads, base] {
+  job.work = [this, outs, checks, grad_scale, threads, base, span = &job.device_span] {
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
+      exec::DeviceSpan one;
       TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(base + outs[i].offset, ts.element_offset, n,
-                                                         KindOf(ts.kind) != kGrad, grad_scale, *threads));
+                                                         KindOf(ts.kind) != kGrad, grad_scale, *threads, &one));
+      span->Merge(one);
     }
     return Status::Ok();
   };
@@ -719,7 +726,7 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     } else if (it->iteration != iteration) {
       return FailedPrecondition(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s forward runs before the embedding's");
     }
-    job.work = [this, layer, it, threads] { return device_->Forward(layer, it, *threads); };
+    job.work = [this, layer, it, threads, span = &job.device_span] { return device_->Forward(layer, it, *threads, span); };
     return Status::Ok();
   }
   if (layer == trainer_.layer_count() - 1) {
@@ -731,7 +738,7 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     }
     it->loss_scale = scaler_.scale();
   }
-  job.work = [this, layer, it, threads] { return device_->Backward(layer, it, *threads); };
+  job.work = [this, layer, it, threads, span = &job.device_span] { return device_->Backward(layer, it, *threads, span); };
   job.finish = [this, layer, iteration] {
     dev_grad_versions_.Set(trainer_.LayerBegin(layer), trainer_.LayerBegin(layer) + trainer_.LayerElements(layer), iteration);
   };
@@ -987,6 +994,10 @@ void Run::Finish(Job& job, const TaskSpec& t) {
   r.start_s = job.start_s;
   r.end_s = IsInstantOp(t.op) ? job.start_s : MonotonicSeconds() - t0_;
   r.source = "real";
+  if (!job.device_span.empty()) {
+    r.device_start_s = job.device_span.start_s - t0_;
+    r.device_end_s = job.device_span.end_s - t0_;
+  }
   if (t.op == Op::kRead || t.op == Op::kWrite) {  // the shape it ran with, as sim records it
     r.block_bytes = IoBlockBytes(t);
     r.queue_depth = IoQueueDepth(t);
@@ -1276,13 +1287,13 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     it.targets = std::move(batch.targets);
     it.iteration = i;
     it.loss_scale = scaler.scale();
-    for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, &it, threads));
-    for (int64_t l = layers; l-- > 0;) TF_RETURN_IF_ERROR(device->Backward(l, &it, threads));
+    for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, &it, threads, nullptr));
+    for (int64_t l = layers; l-- > 0;) TF_RETURN_IF_ERROR(device->Backward(l, &it, threads, nullptr));
     // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do.
     cpu::GradCheck total;
     for (const ParamTensor& pt : trainer.layout().tensors) {
       TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, device->D2HGrad(grad.data() + pt.offset, pt.offset, pt.elements,
-                                                                      false, 1.0f / it.loss_scale, threads));
+                                                                      false, 1.0f / it.loss_scale, threads, nullptr));
       total = cpu::CombineGradChecks(total, check);
     }
     if (scaler.Update(total.finite)) {

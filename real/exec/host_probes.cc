@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "compute_device.h"
 #include "emulated_copy.h"
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/cpu_threads.h"
@@ -126,9 +127,12 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
     return InvalidArgument("probe compute: " + std::to_string(costs.size()) + " layer costs for a model of " +
                            std::to_string(trainer.layer_count()) + " layers");
   }
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(o.compute, config, trainer));
   {
     const std::vector<float> master = trainer.InitialMaster();
-    for (size_t i = 0; i < master.size(); ++i) trainer.dev_p16[i] = Fp32ToBf16(master[i]);
+    std::vector<uint16_t> p16(master.size());
+    for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
+    TF_RETURN_IF_ERROR(device->LoadParams(p16).WithContext("probe compute"));
   }
   exec::IterationState it;
   trainer.PrepareIteration(&it);
@@ -145,31 +149,35 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
   it.iteration = 0;
   const int32_t nthreads = config.threads > 0 ? config.threads : MaxThreads(o);
   CpuThreads threads(nthreads);
+  const int32_t record_threads = o.compute == "cpu" ? nthreads : 0;
   const int64_t layers = trainer.layer_count();
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
   const std::string task = "probe.compute." + label;
   for (int32_t rep = -1; rep < o.repetitions; ++rep) {
-    auto time = [&](int64_t layer, bool forward) {
+    auto time = [&](int64_t layer, bool forward) -> Status {
+      exec::DeviceSpan span;
       const double start = MonotonicSeconds();
-      if (forward) {
-        trainer.Forward(layer, &it, threads);
-      } else {
-        trainer.Backward(layer, &it, threads);
-      }
+      TF_RETURN_IF_ERROR(forward ? device->Forward(layer, &it, threads, &span) : device->Backward(layer, &it, threads, &span));
       const double end = MonotonicSeconds();
-      if (rep < 0) return;
+      if (rep < 0) return Status::Ok();
       const LayerCost& c = costs[static_cast<size_t>(layer)];
       TraceRecord r = Record(task, Op::kCompute, "gpu0.compute", rep,
-                             static_cast<int64_t>(forward ? c.forward_bytes : c.backward_bytes), start - t0, end - t0, nthreads);
+                             static_cast<int64_t>(forward ? c.forward_bytes : c.backward_bytes), start - t0, end - t0,
+                             record_threads);
       r.layer = static_cast<int32_t>(layer);
       r.phase = forward ? Phase::kForward : Phase::kBackward;
       r.flops = forward ? c.forward_flops : c.backward_flops;
       r.tasks = c.tasks;
+      if (!span.empty()) {
+        r.device_start_s = span.start_s - t0;
+        r.device_end_s = span.end_s - t0;
+      }
       out.push_back(std::move(r));
+      return Status::Ok();
     };
-    for (int64_t l = 0; l < layers; ++l) time(l, true);
-    for (int64_t l = layers; l-- > 0;) time(l, false);
+    for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(time(l, true));
+    for (int64_t l = layers; l-- > 0;) TF_RETURN_IF_ERROR(time(l, false));
     Report(o, task + (rep < 0 ? " warm-up" : " repetition " + std::to_string(rep + 1)));
   }
   return out;

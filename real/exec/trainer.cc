@@ -6,13 +6,15 @@
 
 namespace tierflow::real::exec {
 
-Trainer::Trainer(const TrainConfig& config)
-    : config_(config),
-      layout_(MakeParamLayout(config.spec.config)),
-      w32_(static_cast<size_t>(layout_.total)),
-      ws_(config.spec, config.batch, config.seq) {
-  dev_p16.resize(static_cast<size_t>(layout_.total));
-  dev_grad.resize(static_cast<size_t>(layout_.total));
+Trainer::Trainer(const TrainConfig& config) : config_(config), layout_(MakeParamLayout(config.spec.config)) {}
+
+void Trainer::EmulateGpu() {
+  if (ws_) return;
+  const auto n = static_cast<size_t>(layout_.total);
+  dev_p16.resize(n);
+  dev_grad.resize(n);
+  w32_.resize(n);
+  ws_ = std::make_unique<LlamaWorkspace<float>>(config_.spec, config_.batch, config_.seq);
 }
 
 std::vector<float> Trainer::InitialMaster() const {
@@ -48,15 +50,15 @@ void Trainer::Forward(int64_t layer, IterationState* it, CpuThreads& threads) {
   const int64_t L = config_.spec.config.layers;
   Widen(layer, threads);
   if (layer == 0) {
-    EmbedForward(config_.spec, w32_.data(), it->tokens.data(), it->boundary[0].data(), ws_, threads);
+    EmbedForward(config_.spec, w32_.data(), it->tokens.data(), it->boundary[0].data(), *ws_, threads);
   } else if (layer <= L) {
     const auto w = DecoderView<const float>(config_.spec.config, w32_.data() + LayerBegin(layer));
     DecoderForward<float>(config_.spec, w, it->boundary[static_cast<size_t>(layer - 1)].data(),
-                          it->boundary[static_cast<size_t>(layer)].data(), ws_, threads);
+                          it->boundary[static_cast<size_t>(layer)].data(), *ws_, threads);
   } else {
     it->loss = HeadForwardBackward<float>(config_.spec, w32_.data() + LayerBegin(layer), LmHead(), nullptr, nullptr,
                                           it->boundary[static_cast<size_t>(L)].data(), it->targets.data(), nullptr,
-                                          1.0, ws_, threads);
+                                          1.0, *ws_, threads);
   }
 }
 
@@ -66,17 +68,17 @@ void Trainer::Backward(int64_t layer, IterationState* it, CpuThreads& threads) {
   float* grad = dev_grad.data() + LayerBegin(layer);
   std::fill(grad, grad + LayerElements(layer), 0.0f);
   if (layer == 0) {
-    EmbedBackward(config_.spec, grad, it->tokens.data(), it->d_x.data(), ws_, threads);
+    EmbedBackward(config_.spec, grad, it->tokens.data(), it->d_x.data(), *ws_, threads);
   } else if (layer <= L) {
     const auto w = DecoderView<const float>(config_.spec.config, w32_.data() + LayerBegin(layer));
     const auto g = DecoderView<float>(config_.spec.config, grad);
     DecoderBackward<float>(config_.spec, w, g, it->boundary[static_cast<size_t>(layer - 1)].data(), it->d_x.data(),
-                           it->d_x.data(), ws_, threads);
+                           it->d_x.data(), *ws_, threads);
   } else {
     float* d_lm_head = grad + config_.spec.config.hidden;
     HeadForwardBackward<float>(config_.spec, w32_.data() + LayerBegin(layer), LmHead(), grad, d_lm_head,
                                it->boundary[static_cast<size_t>(L)].data(), it->targets.data(), it->d_x.data(),
-                               it->loss_scale, ws_, threads);
+                               it->loss_scale, *ws_, threads);
   }
 }
 

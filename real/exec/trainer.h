@@ -1,6 +1,8 @@
 // The training math of one rank as the executor and the in-memory reference both run it: the
 // emulated GPU's state (bf16 parameters, fp32 working weights and gradients), a layer's forward
-// and backward in models::Layers() order, and the per-iteration activations.
+// and backward in models::Layers() order, and the per-iteration activations. The emulated GPU's
+// state is allocated by EmulateGpu() (the CPU compute device's), so a run whose gpu0 is a real
+// GPU holds none of it.
 //
 // Parameters are computed on in bf16 (widened to fp32 per layer, as mixed-precision training
 // does); gradients are fp32, scaled by the loss scale. Thread safety: one caller per layer step;
@@ -8,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tierflow/real/cpu_threads.h"
@@ -37,6 +40,9 @@ class Trainer {
 
   // The initial fp32 parameters (InitLlamaParams with config.init_seed).
   std::vector<float> InitialMaster() const;
+  // Allocates the emulated GPU's state (dev_p16, dev_grad, the fp32 working weights and the
+  // workspace, about 10 bytes per parameter); Forward and Backward need it. Idempotent.
+  void EmulateGpu();
   void PrepareIteration(IterationState* it) const;  // sizes the activations
 
   // models::Layers() index `layer`: 0 embedding, 1..L decoders, L+1 head. Forward of the head
@@ -44,8 +50,8 @@ class Trainer {
   void Forward(int64_t layer, IterationState* it, CpuThreads& threads);
   void Backward(int64_t layer, IterationState* it, CpuThreads& threads);
 
-  std::vector<uint16_t> dev_p16;  // the GPU's bf16 parameters
-  std::vector<float> dev_grad;    // the GPU's fp32 gradients (scaled)
+  std::vector<uint16_t> dev_p16;  // the emulated GPU's bf16 parameters (EmulateGpu)
+  std::vector<float> dev_grad;    // the emulated GPU's fp32 gradients, scaled (EmulateGpu)
 
  private:
   void Widen(int64_t layer, CpuThreads& threads);
@@ -54,7 +60,7 @@ class Trainer {
   TrainConfig config_;
   ParamLayout layout_;
   std::vector<float> w32_;  // fp32 working weights, widened from dev_p16 per layer
-  LlamaWorkspace<float> ws_;
+  std::unique_ptr<LlamaWorkspace<float>> ws_;
 };
 
 }  // namespace tierflow::real::exec

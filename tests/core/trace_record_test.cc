@@ -28,6 +28,8 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   b.block_bytes = 0;
   b.queue_depth = 0;
   b.tasks = 9;  // a compute probe's layer sample
+  b.device_start_s = 0.2;  // its work's span on the GPU
+  b.device_end_s = 0.29;
   auto path = (std::filesystem::temp_directory_path() / "tierflow_trace_record_test.jsonl").string();
   ASSERT_TRUE(WriteTraceFile(path, {a, b}).ok());
   auto back = ReadTraceFile(path);
@@ -36,6 +38,10 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   EXPECT_EQ((*back)[0], a);
   EXPECT_EQ((*back)[1], b);
   std::filesystem::remove(path);
+  // Optional keys are written only when set: a record without a GPU-side span has no such keys.
+  EXPECT_EQ(TraceRecordToJson(a).find("device_"), std::string::npos);
+  EXPECT_NE(TraceRecordToJson(b).find(R"("device_start_s":0.2,"device_end_s":0.29)"), std::string::npos)
+      << TraceRecordToJson(b);
 }
 
 TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {
@@ -51,6 +57,12 @@ TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {
   auto tasks = TraceRecordFromJson(R"({"tasks":-1})");
   ASSERT_FALSE(tasks.ok());
   EXPECT_NE(tasks.status().message().find("tasks"), std::string::npos);
+  auto half = TraceRecordFromJson(R"({"device_start_s":1})");
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("device_start_s and device_end_s go together"), std::string::npos);
+  auto backwards = TraceRecordFromJson(R"({"device_start_s":2,"device_end_s":1})");
+  ASSERT_FALSE(backwards.ok());
+  EXPECT_NE(backwards.status().message().find("device_end_s is before device_start_s"), std::string::npos);
 }
 
 }  // namespace

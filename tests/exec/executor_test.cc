@@ -84,6 +84,10 @@ TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
   EXPECT_TRUE(SameBits(run->master, reference->master)) << "zero-infinity, one disk";
   EXPECT_EQ(run->tasks, kIterations * static_cast<int64_t>(PlanOrDie(zi).tasks().size()));
   EXPECT_EQ(run->records.size(), static_cast<size_t>(run->tasks));
+  for (const TraceRecord& r : run->records) {  // the emulated GPU has no GPU-side times
+    EXPECT_EQ(r.device_start_s, 0) << r.task;
+    EXPECT_EQ(r.device_end_s, 0) << r.task;
+  }
 
   const policies::Scenario ioc = LoadTiny({"policy.name=ioc", "policy.disk_layout=split"});
   TempDir e0("ioc0"), e1("ioc1");
@@ -230,6 +234,19 @@ TEST(CudaExecutor, WeightsAreBitIdenticalWhateverTheSchedule) {
   if (!run.ok() && run.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << "no GPU: " << run.status().ToString();
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   EXPECT_LT(run->loss.back(), run->loss.front());  // it trains
+  // Every copy and every layer step carries its GPU-side span, inside the host's view of the task.
+  int64_t spans = 0;
+  for (const TraceRecord& r : run->records) {
+    if (r.device_end_s == 0) {
+      EXPECT_TRUE(r.op != Op::kH2D && r.op != Op::kD2H) << r.task << " has no GPU-side span";
+      continue;
+    }
+    ++spans;
+    EXPECT_LE(r.start_s, r.device_start_s) << r.task;
+    EXPECT_LE(r.device_start_s, r.device_end_s) << r.task;
+    EXPECT_LE(r.device_end_s, r.end_s) << r.task;
+  }
+  EXPECT_GE(spans, kIterations * 2 * (zi.model.layers + 2)) << "a span per layer step at least";
   options.disks = {e0.str(), e1.str()};
   auto run2 = RunSchedule(PlanOrDie(LoadTiny({"policy.name=ioc", "policy.disk_layout=split"})), config, options);
   ASSERT_TRUE(run2.ok()) << run2.status().ToString();

@@ -99,6 +99,7 @@ TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
     EXPECT_EQ(x.flops, x.phase == Phase::kForward ? c.forward_flops : c.backward_flops);
     EXPECT_EQ(static_cast<double>(x.bytes), x.phase == Phase::kForward ? c.forward_bytes : c.backward_bytes);
     EXPECT_EQ(x.tasks, c.tasks);
+    EXPECT_EQ(x.device_end_s, 0);  // the CPU device has no GPU-side span
   }
 
   lc.pop_back();
@@ -109,6 +110,43 @@ TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
   auto too_long = ProbeCompute(config, std::vector<LayerCost>(costs->size()), "x", Quick());
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("exceeds the model's context"), std::string::npos);
+}
+
+// gpu0 on GPU 0 (options.compute "cuda"): the same records, with the GPU's thread count 0 and each
+// layer step's GPU-side span inside its host span; without a GPU, the device's error naming what
+// is missing.
+TEST(HostProbesTest, ComputeOnTheGpuOrWhyNot) {
+  auto sc = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml",
+                                       {"training.sequence_length=32"});
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  auto costs = policies::LayerComputeCosts(*sc);
+  ASSERT_TRUE(costs.ok()) << costs.status().ToString();
+  std::vector<LayerCost> lc;
+  for (const auto& c : *costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
+  TrainConfig config;
+  config.spec.config = sc->model;
+  config.batch = 1;
+  config.seq = 32;
+  HostProbeOptions o = Quick();
+  o.compute = "tpu";
+  auto tpu = ProbeCompute(config, lc, "x", o);
+  ASSERT_FALSE(tpu.ok());
+  EXPECT_NE(tpu.status().message().find("'tpu' (known: cpu, cuda)"), std::string::npos) << tpu.status().ToString();
+  o.compute = "cuda";
+  auto r = ProbeCompute(config, lc, "tiny.s32", o);
+  if (!r.ok()) {
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("compute device 'cuda'"), std::string::npos) << r.status().ToString();
+    GTEST_SKIP() << "no GPU: " << r.status().ToString();
+  }
+  ASSERT_EQ(r->size(), lc.size() * 2 * 2);
+  for (const TraceRecord& x : *r) {
+    EXPECT_EQ(x.task, "probe.compute.tiny.s32");
+    EXPECT_EQ(x.threads, 0);
+    EXPECT_LE(x.start_s, x.device_start_s) << x.layer;
+    EXPECT_LT(x.device_start_s, x.device_end_s) << x.layer;
+    EXPECT_LE(x.device_end_s, x.end_s) << x.layer;
+  }
 }
 
 TEST(HostProbesTest, OptimizerAndMemoryByThreadCount) {

@@ -2,17 +2,27 @@
 # The GPU check of tierflow, for a bare GPU machine (CUDA toolkit, CMake and ninja; nothing
 # fetched): unpacks the dependencies that tests/gpu/pack-deps.sh fetched, builds the real
 # executor and the CUDA back-end without SimGrid, then runs
-#   1. the GPU tests (ctest -L gpu: every op against the CPU reference, the Llama steps against
-#      the CPU model, NCCL) and the kernels' math on the CPU,
-#   2. the GPU probes (tierflow-gpu-probe: copies, each op of a Llama-3.2-1B layer, NCCL), whose
-#      trace records land in OUT/probes for `tierflow calibrate`,
-#   3. offloaded fine-tunes with gpu0 on the GPU (`tierflow run --compute cuda`): the tiny model,
-#      and Llama-3.2-1B's shape (untied), their states in disk directories under DISK,
-# and prints a short table last.
+#   tests     the GPU tests (ctest -L gpu: every op against the CPU reference, the Llama steps
+#             against the CPU model, NCCL, the executor on the GPU) and the kernels' math on the CPU
+#   probes    tierflow-gpu-probe (copies, each op of a Llama-3.2-1B layer, NCCL: OUT/probes), then
+#             `tierflow probe all --compute cuda` on DISK with the 1B scenario (OUT/calib) and
+#             `tierflow calibrate` of it into OUT/profile.yaml
+#   finetune  offloaded fine-tunes with gpu0 on the GPU (`tierflow run --compute cuda`): the tiny
+#             model, and Llama-3.2-1B's shape (untied) through a 4 GiB GPU pool with its records
+#             (OUT/finetune-1b.records.jsonl) and schedule (OUT/finetune-1b.schedule.json), and the
+#             same 1B training with everything in GPU memory (--in-memory), whose weights must
+#             have the same sha256
+# and prints a short table last (of every step whose logs are in OUT), then the issue's figures
+# (bench/gpu_report.py: GEMM-heavy steps against cuBLAS, copies against the pinned probe, the 1B
+# run against its resource lower bound, MFU offloaded and in GPU memory). Back on a machine with
+# SimGrid, the simulator's prediction of the 1B run on the GPU's profile:
+#   tierflow sim OUT/finetune-1b.schedule.json --profile OUT/profile.yaml -n 4 --records sim.jsonl
+#   tierflow trace compare sim.jsonl OUT/finetune-1b.records.jsonl
 #
 # Usage: tests/gpu/run.sh DEPS OUT   (from the repository root; DEPS holds the .deb files)
-# Environment: CUDA_ARCH (default 90), JOBS (default nproc), DISK (the directory the fine-tunes'
-# stores go in, default OUT; the 1B run needs about 25 GB there).
+# Environment: STEPS (default "build tests probes finetune"; the build is kept, so the steps can
+# be separate calls), CUDA_ARCH (default 90), JOBS (default nproc), DISK (the directory the probes'
+# and fine-tunes' files go in, default OUT; the 1B run needs about 25 GB there).
 set -uo pipefail
 deps=${1:?usage: tests/gpu/run.sh DEPS OUT}
 out=${2:?usage: tests/gpu/run.sh DEPS OUT}
@@ -22,7 +32,15 @@ out=$(cd "$out" && pwd)
 prefix=/tmp/tierflow-deps
 build=build-gpu
 jobs=${JOBS:-$(nproc)}
+steps=" ${STEPS:-build tests probes finetune} "
+step() { [[ $steps == *" $1 "* ]]; }
 log() { printf '== %s\n' "$*"; }
+tf=$build/cli/tierflow
+disk=${DISK:-$out}
+# Llama-3.2-1B's shape (untied, as the executor needs), zero-infinity through cpu-host's 4 GiB
+# GPU pool: parameters, gradients and optimizer states go through NVMe.
+model_1b=(scenarios/tiny-cpu.yaml --set model.preset=llama3.2-1b --set model.tied_embeddings=false
+  --set training.sequence_length=1024 --set policy.buffer_size=300000000)
 
 # dpkg -x where there is dpkg; otherwise the .deb's data member by hand (ar + tar).
 unpack() {
@@ -35,9 +53,11 @@ unpack() {
     rm -rf "$tmp"
   fi
 }
-log "unpacking $(ls "$deps"/*.deb | wc -l) packages into $prefix"
-mkdir -p "$prefix"
-for f in "$deps"/*.deb; do unpack "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" || { echo "cannot unpack $f"; exit 1; }; done
+if step build || [ ! -d "$prefix/usr" ]; then
+  log "unpacking $(ls "$deps"/*.deb | wc -l) packages into $prefix"
+  mkdir -p "$prefix"
+  for f in "$deps"/*.deb; do unpack "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" || { echo "cannot unpack $f"; exit 1; }; done
+fi
 libdir=$prefix/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PKG_CONFIG_PATH=$libdir/pkgconfig
@@ -52,78 +72,125 @@ if ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
   fi
 fi
 
-log "configuring $build (no SimGrid, CUDA architecture ${CUDA_ARCH:-90})"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-  -DTIERFLOW_SIMGRID=OFF -DTIERFLOW_CUDA=ON -DTIERFLOW_NCCL=ON -DTIERFLOW_MPI=OFF -DTIERFLOW_BUILD_BENCH=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" "${nccl_args[@]}" >"$out/configure.log" 2>&1 \
-  || { tail -30 "$out/configure.log"; exit 1; }
-log "building"
-cmake --build "$build" -j "$jobs" --target tierflow tierflow-gpu-probe real_cuda_test real_nccl_test train_cuda_test \
-  real_cuda_math_test exec_executor_test \
-  >"$out/build.log" 2>&1 || { grep -E 'error|Error' "$out/build.log" | head -30; exit 1; }
+if step build; then
+  log "configuring $build (no SimGrid, CUDA architecture ${CUDA_ARCH:-90})"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+    -DTIERFLOW_SIMGRID=OFF -DTIERFLOW_CUDA=ON -DTIERFLOW_NCCL=ON -DTIERFLOW_MPI=OFF -DTIERFLOW_BUILD_BENCH=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" "${nccl_args[@]}" >"$out/configure.log" 2>&1 \
+    || { tail -30 "$out/configure.log"; exit 1; }
+  log "building"
+  cmake --build "$build" -j "$jobs" --target tierflow tierflow-gpu-probe real_cuda_test real_nccl_test train_cuda_test \
+    real_cuda_math_test exec_executor_test exec_host_probes_test \
+    >"$out/build.log" 2>&1 || { grep -E 'error|Error' "$out/build.log" | head -30; exit 1; }
+fi
+rc=0
 
-log "GPU tests"
-ctest --test-dir "$build" -L gpu --output-on-failure -V >"$out/gpu-tests.log" 2>&1 &&
-  ctest --test-dir "$build" -R 'CudaExecutor|TheComputeDevice' --output-on-failure -V >>"$out/gpu-tests.log" 2>&1
-tests_rc=$?
-"$build/tests/real/real_cuda_math_test" >"$out/math-tests.log" 2>&1
-math_rc=$?
-grep -E 'worst element|cross-entropy:|loss: gpu|gradient: worst|Passed|Failed|Skipped' "$out/gpu-tests.log" | sed 's/^[0-9]*: //' | head -60
+if step tests; then
+  log "GPU tests"
+  ctest --test-dir "$build" -L gpu --output-on-failure -V >"$out/gpu-tests.log" 2>&1 &&
+    ctest --test-dir "$build" -R 'CudaExecutor|TheComputeDevice|ComputeOnTheGpu' --output-on-failure -V \
+      >>"$out/gpu-tests.log" 2>&1
+  echo $? >"$out/gpu-tests.rc"
+  "$build/tests/real/real_cuda_math_test" >"$out/math-tests.log" 2>&1
+  echo $? >"$out/math-tests.rc"
+  grep -E 'worst element|cross-entropy:|loss: gpu|gradient: worst|Passed|Failed|Skipped' "$out/gpu-tests.log" | sed 's/^[0-9]*: //' | head -60
+fi
 
-log "GPU probes"
-"$build/real/probes/tierflow-gpu-probe" --out "$out/probes" --json >"$out/probes.json" 2>"$out/probes.err"
-probe_rc=$?
-[ $probe_rc -eq 0 ] || tail -5 "$out/probes.err"
+if step probes; then
+  log "GPU probes"
+  "$build/real/probes/tierflow-gpu-probe" --out "$out/probes" --seq 1024 --json >"$out/probes.json" 2>"$out/probes.err"
+  echo $? >"$out/probes.rc"
+  tail -3 "$out/probes.err"
+  log "calibration probes (tierflow probe all --compute cuda) and the profile"
+  mkdir -p "$disk/disk0"
+  "$tf" probe all --compute cuda --dir "$disk/disk0" -o "$out/calib" --scenario "${model_1b[@]}" >"$out/calib.log" 2>&1 &&
+    "$tf" calibrate "$out/calib" --base h100x8-pcie5 --allow-refused -o "$out/profile.yaml" >"$out/calibrate.log" 2>&1
+  echo $? >"$out/calib.rc"
+  tail -5 "$out/calib.log"
+  tail -25 "$out/calibrate.log"
+fi
 
-log "offloaded fine-tunes on the GPU (--compute cuda; parameters, gradients and optimizer states on disk)"
-disk=${DISK:-$out}
-mkdir -p "$disk/disk0" "$disk/disk1"
-"$build/cli/tierflow" run scenarios/tiny-cpu.yaml --compute cuda --disk "$disk/disk0" -n 20 >"$out/finetune.log" 2>&1
-run_rc=$?
-tail -4 "$out/finetune.log"
-rm -f "$disk/disk0/tierflow-run.store"
-# Llama-3.2-1B's shape (untied, as the executor needs), zero-infinity through a 4 GiB GPU pool.
-"$build/cli/tierflow" run scenarios/tiny-cpu.yaml --set model.preset=llama3.2-1b --set model.tied_embeddings=false \
-  --set training.sequence_length=1024 --set policy.buffer_size=300000000 --compute cuda --disk "$disk/disk1" -n 4 \
-  >"$out/finetune-1b.log" 2>&1
-run1b_rc=$?
-tail -4 "$out/finetune-1b.log"
-rm -f "$disk/disk1/tierflow-run.store"
+if step finetune; then
+  log "offloaded fine-tunes on the GPU (--compute cuda; parameters, gradients and optimizer states on disk)"
+  mkdir -p "$disk/disk0" "$disk/disk1"
+  "$tf" run scenarios/tiny-cpu.yaml --compute cuda --disk "$disk/disk0" -n 20 >"$out/finetune.log" 2>&1
+  echo $? >"$out/finetune.rc"
+  tail -4 "$out/finetune.log"
+  rm -f "$disk/disk0/tierflow-run.store"
+  "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >/dev/null 2>&1
+  "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n 4 \
+    --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
+  echo $? >"$out/finetune-1b.rc"
+  tail -4 "$out/finetune-1b.log"
+  rm -f "$disk/disk1/tierflow-run.store"
+  "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n 4 >"$out/inmemory-1b.log" 2>&1
+  echo $? >"$out/inmemory-1b.rc"
+  tail -3 "$out/inmemory-1b.log"
+fi
 
 log "summary"
-python3 - "$out" "$tests_rc" "$math_rc" "$probe_rc" "$run_rc" "$run1b_rc" <<'PY'
+python3 - "$out" <<'PY' || rc=1
 import json, re, sys, os
-out, tests_rc, math_rc, probe_rc, run_rc, run1b_rc = sys.argv[1], *map(int, sys.argv[2:])
-log = open(os.path.join(out, "gpu-tests.log")).read()
-worst = [float(x) for x in re.findall(r"worst element .*\(([0-9.e+-]+|inf) of the largest", log)]
-skipped = log.count("***Skipped")
-rows = [("GPU tests (ctest -L gpu)", ("pass" if tests_rc == 0 else f"FAIL (rc {tests_rc})") +
-         (f", {skipped} SKIPPED (no usable GPU?)" if skipped else "")),
-        ("kernel math on the CPU", "pass" if math_rc == 0 else f"FAIL (rc {math_rc})"),
-        ("worst op error vs fp32 reference", f"{max(worst):.2e} of the largest value" if worst else "-")]
-try:
-    p = json.load(open(os.path.join(out, "probes.json")))
-    rows.append(("device", p["device"]))
-    for r in p.get("copies", []):
-        if r["bytes"] == max(x["bytes"] for x in p["copies"]):
-            rows.append((f'{r["task"]} {r["op"]} {r["bytes"] >> 20} MiB', f'{r["gb_per_s"]:.1f} GB/s'))
-    for r in p.get("ops", []):
-        if r["task"].startswith("probe.gpu.linear_fwd.gate") or r["task"].startswith("probe.gpu.attention"):
-            rows.append((r["task"], f'{r.get("tflop_per_s", 0):.1f} TFLOP/s, {r["median_s"] * 1e3:.3f} ms'))
-    for r in p.get("nccl", []):
-        if r["bytes"] == max(x["bytes"] for x in p["nccl"]):
-            rows.append((f'{r["task"]} {r["bytes"] >> 20} MiB', f'{r["gb_per_s"]:.1f} GB/s'))
-except Exception as e:
-    rows.append(("GPU probes", f"FAIL (rc {probe_rc}): {e}"))
-for name, log_name, rc in (("tiny, GPU compute, offloaded", "finetune.log", run_rc),
-                           ("Llama-3.2-1B shape, GPU compute, offloaded", "finetune-1b.log", run1b_rc)):
-    ft = open(os.path.join(out, log_name)).read()
+out = sys.argv[1]
+def read(name):
+    p = os.path.join(out, name)
+    return open(p).read() if os.path.exists(p) else None
+def rc(name):
+    t = read(name + ".rc")
+    return None if t is None else int(t.strip() or 1)
+def status(name):
+    r = rc(name)
+    return "not run" if r is None else "pass" if r == 0 else f"FAIL (rc {r})"
+failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "calib", "finetune", "finetune-1b", "inmemory-1b"))
+rows = []
+log = read("gpu-tests.log")
+if log is not None:
+    worst = [float(x) for x in re.findall(r"worst element .*\(([0-9.e+-]+|inf) of the largest", log)]
+    skipped = log.count("***Skipped")
+    rows += [("GPU tests (ctest -L gpu, the executor on the GPU)", status("gpu-tests") + (f", {skipped} SKIPPED (no usable GPU?)" if skipped else "")),
+             ("kernel math on the CPU", status("math-tests")),
+             ("worst op error vs fp32 reference", f"{max(worst):.2e} of the largest value" if worst else "-")]
+if rc("probes") is not None:
+    try:
+        p = json.load(open(os.path.join(out, "probes.json")))
+        rows.append(("device", p["device"]))
+        for r in p.get("copies", []):
+            if r["bytes"] == max(x["bytes"] for x in p["copies"]):
+                rows.append((f'{r["task"]} {r["op"]} {r["bytes"] >> 20} MiB', f'{r["gb_per_s"]:.1f} GB/s'))
+        for r in p.get("ops", []):
+            if r["task"].startswith("probe.gpu.linear_fwd.gate") or r["task"].startswith("probe.gpu.attention"):
+                rows.append((r["task"], f'{r.get("tflop_per_s", 0):.1f} TFLOP/s, {r["median_s"] * 1e3:.3f} ms'))
+        for r in p.get("nccl", []):
+            if r["bytes"] == max(x["bytes"] for x in p["nccl"]):
+                rows.append((f'{r["task"]} {r["bytes"] >> 20} MiB', f'{r["gb_per_s"]:.1f} GB/s'))
+    except Exception as e:
+        rows.append(("GPU probes", f'{status("probes")}: {e}'))
+if rc("calib") is not None:
+    rows.append(("probe all --compute cuda + calibrate", status("calib") + (" -> profile.yaml" if rc("calib") == 0 else "")))
+shas = {}
+for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2-1B shape, GPU compute, offloaded", "finetune-1b"),
+                       ("the same, everything in GPU memory", "inmemory-1b")):
+    ft = read(log_name + ".log")
+    if ft is None:
+        continue
     losses = re.findall(r"loss[ =:]+([0-9.]+)", ft)
     times = re.findall(r"ran [0-9]+ iterations in ([^;]+);", ft)
-    rows.append((name, ("pass" if rc == 0 else f"FAIL (rc {rc})") +
-                 (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "")))
-w = max(len(a) for a, _ in rows)
+    sha = re.findall(r"weights sha256 ([0-9a-f]+)", ft)
+    if sha:
+        shas[log_name] = sha[-1]
+    rows.append((name, status(log_name) + (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "")))
+if "finetune-1b" in shas and "inmemory-1b" in shas:
+    same = shas["finetune-1b"] == shas["inmemory-1b"]
+    failed = failed or not same
+    rows.append(("1B weights offloaded vs in GPU memory", "bit-identical (sha256 " + shas["finetune-1b"][:16] + "...)" if same else "DIFFER"))
+w = max(len(a) for a, _ in rows) if rows else 0
 for a, b in rows:
     print(f"{a:<{w}}  {b}")
+sys.exit(1 if failed else 0)
 PY
-[ $tests_rc -eq 0 ] && [ $math_rc -eq 0 ] && [ $probe_rc -eq 0 ] && [ $run_rc -eq 0 ] && [ $run1b_rc -eq 0 ]
+if [ -f "$out/finetune-1b.records.jsonl" ]; then
+  log "figures (bench/gpu_report.py)"
+  python3 bench/gpu_report.py "$out" | tee "$out/figures.txt"
+  python3 bench/gpu_report.py "$out" --json >"$out/figures.json"
+fi
+exit $rc

@@ -457,6 +457,8 @@ TEST(ChromeTraceTest, TracksProcessesEventsAndCountersParse) {
   std::vector<TraceRecord> records = pc.records;
   records.push_back(Rec(0, "end", Op::kBarrier, "", 6, 6));
   records.push_back(Rec(0, "fwd", Op::kCompute, "gpu0.compute", 1, 1.5, Phase::kForward));
+  records.back().device_start_s = 1.125;  // its work on the GPU: 0.25 s of the 0.5
+  records.back().device_end_s = 1.375;
   records[0].bytes = 3'000'000'000;  // load_a: 3 GB in 1 s
   std::string text = ChromeTraceToString(records, &pc.schedule);
   Json j = Json::parse(text);
@@ -496,12 +498,15 @@ TEST(ChromeTraceTest, TracksProcessesEventsAndCountersParse) {
       EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 0.5e6);
       EXPECT_EQ(e["cat"], "compute");
       EXPECT_EQ(e["args"]["phase"], "forward");
+      EXPECT_DOUBLE_EQ(e["args"]["device_start_us"].get<double>(), 1.125e6);
+      EXPECT_DOUBLE_EQ(e["args"]["device_us"].get<double>(), 0.25e6);
       std::pair<int, int> key(e["pid"], e["tid"]);
       EXPECT_EQ(thread_name[key], "gpu0.compute");
     }
     if (e["ph"] == "X" && e["name"] == "load_a" && e["args"]["iteration"] == 0) {
       EXPECT_DOUBLE_EQ(e["args"]["gb_per_s"].get<double>(), 3.0);
       EXPECT_EQ(e["args"]["bytes"].get<int64_t>(), 3'000'000'000);
+      EXPECT_FALSE(e["args"].contains("device_us"));  // no GPU-side span
     }
   }
   // Counters: one track per pool; values replay the occupancy reconstruction.

@@ -37,6 +37,11 @@ struct TraceRecord {
   // Schedule tasks the record stands for (0: one). A compute probe times a whole layer, which a
   // schedule runs as several compute tasks, each charged the model's per-task overhead.
   int32_t tasks = 0;
+  // A task whose work ran on a real GPU: when that work began and ended on the GPU (CUDA
+  // events), on the clock of start_s; the rest of [start_s, end_s] is the host's part (launch,
+  // waiting, synchronising). Both 0 when there is no such span (host work, the emulated GPU, sim).
+  double device_start_s = 0;
+  double device_end_s = 0;
 
   double duration_s() const { return end_s - start_s; }
   bool operator==(const TraceRecord&) const = default;

@@ -1,13 +1,16 @@
 // Probes of what runs on this host, each writing trace records (source "probe") that
-// `tierflow calibrate` fits (docs/calibration.md): the emulated GPU's copies, its compute (each
-// layer of a model, forward and backward, at given shapes), CPU AdamW and the fp32 -> bf16 cast by
-// thread count, and memory bandwidth. Each probe runs the very functions `tierflow run` runs for
-// the same tasks, on buffers larger than the last-level cache where a run's data would be cold.
+// `tierflow calibrate` fits (docs/calibration.md): the emulated GPU's copies, gpu0's compute (each
+// layer of a model, forward and backward, at given shapes, on the compute device a run would use:
+// the CPU or, with `compute` "cuda", GPU 0), CPU AdamW and the fp32 -> bf16 cast by thread count,
+// and memory bandwidth. Each probe runs the very functions `tierflow run` runs for the same tasks,
+// on buffers larger than the last-level cache where a run's data would be cold. (A real GPU's
+// copies: ProbeGpuCopies, gpu_probes.h, in the same record conventions.)
 //
 // Record conventions (the contract with calibrate):
 //   copies   op h2d/d2h, task "probe.copy.pinned" | "probe.copy.pageable", resource gpu0.h2d/d2h
 //   compute  op compute, task "probe.compute.<label>", resource gpu0.compute, layer, phase, and
-//            the flops and bytes the schedule gives that layer's compute tasks (LayerCost)
+//            the flops and bytes the schedule gives that layer's compute tasks (LayerCost);
+//            threads: the CPU device's threads (0 on a GPU)
 //   adam     op optimizer, task "probe.adam", bytes = 4 x elements, threads
 //   convert  op convert, task "probe.convert.fp32_to_bf16", bytes = 4 x elements (the schedule's
 //            convention for that cast), threads
@@ -31,6 +34,7 @@ namespace tierflow::real {
 struct HostProbeOptions {
   int32_t repetitions = 5;     // measured repetitions per point (after one warm-up)
   int32_t max_threads = 0;     // thread counts 1..max_threads are probed; 0 = the hardware's
+  std::string compute = "cpu"; // the device ProbeCompute runs the layers on (RunOptions::compute)
   // Called after each point with a short description, for progress bars.
   std::function<void(const std::string&)> progress;
 };
@@ -47,9 +51,12 @@ struct LayerCost {
   int32_t tasks = 1;
 };
 
-// Forward of every layer in order, then backward in reverse, `repetitions` times, on the
-// trainer's math with config.spec at config.batch x config.seq and config.threads threads;
-// `costs[l]` gives layer l's flops and bytes. `label` goes into the task names.
+// Forward of every layer in order, then backward in reverse, `repetitions` times, on the compute
+// device options.compute names (exec::ComputeDevice: the CPU's math at config.threads threads, or
+// GPU 0's layer steps, each timed from its call to its completion on the GPU, as the executor
+// sees a compute task) with config.spec at config.batch x config.seq; `costs[l]` gives layer l's
+// flops and bytes. `label` goes into the task names. Unavailable, naming what is missing, when
+// the device cannot be had.
 StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
                                                 const std::string& label, const HostProbeOptions& options);
 

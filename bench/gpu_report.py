@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""The GPU issue's measurements, from what tests/gpu/run.sh leaves in OUT (no GPU needed to read them).
+
+  GEMM-heavy steps vs cuBLAS   a decoder layer's step (probe.compute.*, through the run's compute
+                               device) against cuBLAS alone on that layer's projections
+                               (probe.gpu.linear_*: cublasGemmEx), both FLOP rates at the same shape
+                               (tierflow-gpu-probe --seq = the scenario's sequence); a backward
+                               step also recomputes its forward, which its FLOPs (the schedule's)
+                               leave out
+  copies vs pinned bandwidth   the 1B run's h2d and d2h tasks: each one's rate (bytes / duration)
+                               against the probed pinned copy rate at the probed size nearest its
+                               bytes; the median of those ratios, and the tasks' median rate
+  iteration vs lower bound     the 1B run's steady-state iteration time against its resource lower
+                               bound: per iteration, the busiest of nvme (reads and writes at the
+                               probed best rates, not overlapping), PCIe (h2d, d2h at the probed
+                               pinned rates) and GPU compute (every layer step at its probed time)
+  MFU                          3 x the forward FLOPs of an iteration / (iteration time x peak), for
+                               the offloaded run and the in-GPU-memory run (--in-memory)
+
+Usage: bench/gpu_report.py OUT [--peak FLOP/s] [--json]
+The peak defaults to the device's dense bf16 rate by name (H100 SXM 989 TFLOP/s, H100 PCIe 756,
+H200 989, A100 312). Every figure says which files it came from; a missing input leaves its figure
+out with the reason.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+PEAKS = [("H200", 989.4e12), ("H100 PCIe", 756e12), ("H100", 989.4e12), ("A100", 312e12)]
+
+
+def records(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def dur(r):
+    return r["end_s"] - r["start_s"]
+
+
+def median_by(rs, key):
+    groups = defaultdict(list)
+    for r in rs:
+        groups[key(r)].append(r)
+    return {k: (v[0], statistics.median(dur(r) for r in v)) for k, v in groups.items()}
+
+
+def gemm_vs_cublas(out, phase):
+    ops = records(os.path.join(out, "probes", "ops.jsonl"))
+    compute = records(os.path.join(out, "calib", "compute.jsonl"))
+    if ops is None or compute is None:
+        return None, "needs probes/ops.jsonl and calib/compute.jsonl"
+    prefix = "probe.gpu.linear_fwd." if phase == "forward" else "probe.gpu.linear_bwd."
+    gemms = median_by([r for r in ops if r["task"].startswith(prefix) and not r["task"].endswith("lm_head")],
+                      lambda r: r["task"])
+    if not gemms:
+        return None, f"no {prefix}* records"
+    cublas = sum(r["flops"] for r, _ in gemms.values()) / sum(t for _, t in gemms.values())
+    # The decoder layers (not the embedding or the head) at the longest probed sequence.
+    steps = [r for r in compute if r["phase"] == phase and r["task"].startswith("probe.compute.")]
+    if not steps:
+        return None, "no probe.compute records"
+    seq = max(int(m.group(1)) for m in (re.search(r"\.s(\d+)$", r["task"]) for r in steps) if m)
+    layers = [r["layer"] for r in steps]
+    first, last = min(layers), max(layers)
+    decoder = [r for r in steps if r["task"].endswith(f".s{seq}") and first < r["layer"] < last]
+    per_layer = median_by(decoder, lambda r: r["layer"])
+    rate = sum(r["flops"] for r, _ in per_layer.values()) / sum(t for _, t in per_layer.values())
+    return {"step_tflops": rate / 1e12, "cublas_tflops": cublas / 1e12, "ratio": rate / cublas, "seq": seq}, None
+
+
+def pinned_rates(out):
+    """{op: {bytes: median rate}} of the pinned copy probe."""
+    copies = records(os.path.join(out, "calib", "copy.jsonl")) or records(os.path.join(out, "probes", "copies.jsonl"))
+    if copies is None:
+        return None
+    rate = defaultdict(dict)
+    for (op, size), (_, t) in median_by([r for r in copies if r["task"] == "probe.copy.pinned"],
+                                        lambda r: (r["op"], r["bytes"])).items():
+        rate[op][size] = size / t
+    return rate or None
+
+
+def nearest(rates, size):
+    return rates[min(rates, key=lambda s: abs(math.log(s / size)))]
+
+
+def iteration_times(rs):
+    ends = defaultdict(float)
+    for r in rs:
+        ends[r["iteration"]] = max(ends[r["iteration"]], r["end_s"])
+    its = sorted(ends)
+    gaps = [ends[b] - ends[a] for a, b in zip(its, its[1:])]
+    return statistics.median(gaps) if gaps else (ends[its[0]] if its else None)
+
+
+def disk_rates(out):
+    disk = records(os.path.join(out, "calib", "disk.jsonl"))
+    if disk is None:
+        return None
+    best = {}
+    for r in disk:
+        if r.get("threads", 1) != 1 or r["task"] not in ("probe.disk.read", "probe.disk.write") or dur(r) <= 0:
+            continue
+        op = r["op"]
+        best[op] = max(best.get(op, 0), r["bytes"] / dur(r))
+    return best
+
+
+def compute_times(out):
+    compute = records(os.path.join(out, "calib", "compute.jsonl"))
+    if compute is None:
+        return None
+    steps = [r for r in compute if r["task"].startswith("probe.compute.")]
+    seq = max(int(m.group(1)) for m in (re.search(r"\.s(\d+)$", r["task"]) for r in steps) if m)
+    per = median_by([r for r in steps if r["task"].endswith(f".s{seq}")], lambda r: (r["layer"], r["phase"]))
+    return sum(t for _, t in per.values())
+
+
+def peak_of(out, given):
+    if given:
+        return given, "--peak"
+    try:
+        with open(os.path.join(out, "probes.json")) as f:
+            name = json.load(f)["device"]
+    except (OSError, ValueError, KeyError):
+        return None, "no probes.json to name the device (give --peak)"
+    for key, peak in PEAKS:
+        if all(word in name for word in key.split()):
+            return peak, name
+    return None, f"unknown device '{name}' (give --peak)"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--peak", type=float, help="the GPU's dense bf16 FLOP/s")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    report, missing = {}, {}
+    for phase in ("forward", "backward"):
+        fig, why = gemm_vs_cublas(a.out, phase)
+        (report if fig else missing)[f"gemm_steps_vs_cublas_{phase}"] = fig or why
+
+    run = records(os.path.join(a.out, "finetune-1b.records.jsonl"))
+    pinned = pinned_rates(a.out)
+    if run is None or pinned is None:
+        missing["copies_vs_pinned"] = "needs finetune-1b.records.jsonl and the pinned copy probe"
+    else:
+        for op in ("h2d", "d2h"):
+            rs = [r for r in run if r["op"] == op and dur(r) > 0 and r["bytes"] > 0]
+            if rs and op in pinned:
+                task = statistics.median(r["bytes"] / dur(r) for r in rs)
+                ratio = statistics.median(r["bytes"] / dur(r) / nearest(pinned[op], r["bytes"]) for r in rs)
+                report[f"copies_vs_pinned_{op}"] = {"ratio": ratio, "task_gb_s": task / 1e9,
+                                                    "median_task_bytes": statistics.median(r["bytes"] for r in rs),
+                                                    "pinned_gb_s_largest": pinned[op][max(pinned[op])] / 1e9,
+                                                    "tasks": len(rs)}
+
+    if run is not None:
+        iteration = iteration_times(run)
+        its = sorted({r["iteration"] for r in run})
+        one = [r for r in run if r["iteration"] == its[-1]]
+        nvme = defaultdict(lambda: defaultdict(int))
+        for r in one:
+            if r["op"] in ("read", "write"):
+                nvme[r["resource"].split(".")[0]][r["op"]] += r["bytes"]
+        disk, compute = disk_rates(a.out), compute_times(a.out)
+        bound = {}
+        if disk:
+            for dev, b in nvme.items():
+                bound[dev] = sum(b[op] / disk[op] for op in b if op in disk)
+        if pinned:  # every copy at the probed pinned rate of its size
+            bound["pcie"] = sum(r["bytes"] / nearest(pinned[r["op"]], r["bytes"]) for r in one
+                                if r["op"] in ("h2d", "d2h") and r["bytes"] > 0 and r["op"] in pinned)
+        if compute:
+            bound["gpu0.compute"] = compute
+        if bound:
+            lb = max(bound.values())
+            report["iteration_vs_lower_bound"] = {"iteration_s": iteration, "lower_bound_s": lb, "ratio": iteration / lb,
+                                                  "bound_by": max(bound, key=bound.get),
+                                                  "resources_s": dict(bound)}
+        peak, device = peak_of(a.out, a.peak)
+        fwd = sum(r["flops"] for r in one if r["op"] == "compute" and r["phase"] == "forward")
+        if peak:
+            report["mfu_offloaded"] = {"mfu": 3 * fwd / (iteration * peak), "iteration_s": iteration, "peak": peak,
+                                       "device": device}
+            log = os.path.join(a.out, "inmemory-1b.log")
+            if os.path.exists(log):
+                m = re.search(r"ran (\d+) iterations in ([0-9.]+) (ms|s)", open(log).read())
+                if m:
+                    t = float(m.group(2)) * (1e-3 if m.group(3) == "ms" else 1) / int(m.group(1))
+                    report["mfu_in_memory"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t, "peak": peak}
+        else:
+            missing["mfu"] = device
+    else:
+        missing["iteration_vs_lower_bound"] = missing["mfu"] = "needs finetune-1b.records.jsonl"
+
+    if a.json:
+        print(json.dumps({"figures": report, "missing": missing}, indent=1))
+        return 0
+    for name, fig in report.items():
+        shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fig.items()
+                          if not isinstance(v, dict))
+        print(f"{name:<34} {shown}")
+    for name, why in missing.items():
+        print(f"{name:<34} not measured: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
