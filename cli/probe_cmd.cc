@@ -290,6 +290,9 @@ Status RunProbeAll(const AllArgs& a) {
   namespace fs = std::filesystem;
   std::error_code ec;
   // Everything is checked before anything is measured (or created).
+  if (a.host.compute != "cpu" && a.host.compute != "cuda") {
+    return InvalidArgument("compute device '" + a.host.compute + "' (known: cpu, cuda)");
+  }
   for (const std::string& dir : a.dirs) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument("--dir '" + dir + "': not a directory");
   }

@@ -23,6 +23,26 @@ HostProbeOptions Quick() {
   return o;
 }
 
+// The compute probe's tests: the tiny model at sequence 32.
+StatusOr<policies::Scenario> TinyAtSequence32() {
+  return policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml",
+                                    {"training.sequence_length=32"});
+}
+
+std::vector<LayerCost> ToLayerCosts(const std::vector<policies::LayerCompute>& costs) {
+  std::vector<LayerCost> lc;
+  for (const auto& c : costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
+  return lc;
+}
+
+TrainConfig ConfigAtSequence32(const models::LlmConfig& model) {
+  TrainConfig config;
+  config.spec.config = model;
+  config.batch = 1;
+  config.seq = 32;
+  return config;
+}
+
 TEST(HostProbesTest, CopiesRecordEachSizeDirectionAndKind) {
   int reports = 0;
   HostProbeOptions o = Quick();
@@ -44,8 +64,7 @@ TEST(HostProbesTest, CopiesRecordEachSizeDirectionAndKind) {
 }
 
 TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
-  auto sc = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml",
-                                       {"training.sequence_length=32"});
+  auto sc = TinyAtSequence32();
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
   auto costs = policies::LayerComputeCosts(*sc);
   ASSERT_TRUE(costs.ok()) << costs.status().ToString();
@@ -79,12 +98,8 @@ TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
   }
   EXPECT_EQ((*costs)[1].tasks, 9);  // a decoder layer: two norms, q k v o, gate up down
 
-  std::vector<LayerCost> lc;
-  for (const auto& c : *costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
-  TrainConfig config;
-  config.spec.config = sc->model;
-  config.batch = 1;
-  config.seq = 32;
+  std::vector<LayerCost> lc = ToLayerCosts(*costs);
+  TrainConfig config = ConfigAtSequence32(sc->model);
   config.threads = 2;
   auto r = ProbeCompute(config, lc, "tiny.s32", Quick());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -116,17 +131,12 @@ TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
 // layer step's GPU-side span inside its host span; without a GPU, the device's error naming what
 // is missing.
 TEST(HostProbesTest, ComputeOnTheGpuOrWhyNot) {
-  auto sc = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml",
-                                       {"training.sequence_length=32"});
+  auto sc = TinyAtSequence32();
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();
   auto costs = policies::LayerComputeCosts(*sc);
   ASSERT_TRUE(costs.ok()) << costs.status().ToString();
-  std::vector<LayerCost> lc;
-  for (const auto& c : *costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
-  TrainConfig config;
-  config.spec.config = sc->model;
-  config.batch = 1;
-  config.seq = 32;
+  std::vector<LayerCost> lc = ToLayerCosts(*costs);
+  TrainConfig config = ConfigAtSequence32(sc->model);
   HostProbeOptions o = Quick();
   o.compute = "tpu";
   auto tpu = ProbeCompute(config, lc, "x", o);
