@@ -52,6 +52,12 @@ def median_by(rs, key):
     return {k: (v[0], statistics.median(dur(r) for r in v)) for k, v in groups.items()}
 
 
+def longest_sequence(steps):
+    """The longest sequence among compute-probe task names (probe.compute.<model>.b<B>.s<S>), or None."""
+    seqs = [int(m.group(1)) for m in (re.search(r"\.s(\d+)$", r["task"]) for r in steps) if m]
+    return max(seqs) if seqs else None
+
+
 def gemm_vs_cublas(out, phase):
     ops = records(os.path.join(out, "probes", "ops.jsonl"))
     compute = records(os.path.join(out, "calib", "compute.jsonl"))
@@ -65,9 +71,9 @@ def gemm_vs_cublas(out, phase):
     cublas = sum(r["flops"] for r, _ in gemms.values()) / sum(t for _, t in gemms.values())
     # The decoder layers (not the embedding or the head) at the longest probed sequence.
     steps = [r for r in compute if r["phase"] == phase and r["task"].startswith("probe.compute.")]
-    if not steps:
-        return None, "no probe.compute records"
-    seq = max(int(m.group(1)) for m in (re.search(r"\.s(\d+)$", r["task"]) for r in steps) if m)
+    seq = longest_sequence(steps)
+    if seq is None:
+        return None, "no probe.compute.<model>.b<B>.s<S> records"
     layers = [r["layer"] for r in steps]
     first, last = min(layers), max(layers)
     decoder = [r for r in steps if r["task"].endswith(f".s{seq}") and first < r["layer"] < last]
@@ -119,7 +125,9 @@ def compute_times(out):
     if compute is None:
         return None
     steps = [r for r in compute if r["task"].startswith("probe.compute.")]
-    seq = max(int(m.group(1)) for m in (re.search(r"\.s(\d+)$", r["task"]) for r in steps) if m)
+    seq = longest_sequence(steps)
+    if seq is None:
+        return None
     per = median_by([r for r in steps if r["task"].endswith(f".s{seq}")], lambda r: (r["layer"], r["phase"]))
     return sum(t for _, t in per.values())
 
@@ -187,6 +195,8 @@ def main():
             report["iteration_vs_lower_bound"] = {"iteration_s": iteration, "lower_bound_s": lb, "ratio": iteration / lb,
                                                   "bound_by": max(bound, key=bound.get),
                                                   "resources_s": dict(bound)}
+        else:
+            missing["iteration_vs_lower_bound"] = "needs calib/disk.jsonl, the pinned copy probe or probe.compute records"
         peak, device = peak_of(a.out, a.peak)
         fwd = sum(r["flops"] for r in one if r["op"] == "compute" and r["phase"] == "forward")
         if peak:

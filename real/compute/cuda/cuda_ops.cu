@@ -105,6 +105,16 @@ Status LaunchStatus(const char* kernel) {
   return Status::Ok();
 }
 
+// An elementwise op: n checked, then `kernel` launched grid-stride over n elements with `args`
+// (n among them, as the kernel takes it).
+template <typename... Params, typename... Args>
+Status LaunchElementwise(const Context& ctx, const char* op, const char* kernel_name, void (*kernel)(Params...),
+                         int64_t n, Args... args) {
+  TF_RETURN_IF_ERROR(NeedPositive(op, {{"n", n}}));
+  kernel<<<GridFor(n), kThreads, 0, StreamOf(ctx)>>>(args...);
+  return LaunchStatus(kernel_name);
+}
+
 // --- kernels ----------------------------------------------------------------------------------
 
 template <typename T>
@@ -545,23 +555,18 @@ Status AttentionBackward(const Context& ctx, float* dq, float* dk, float* dv, co
 
 template <typename T>
 Status SwiGluForward(const Context& ctx, T* out, const T* gate, const T* up, int64_t n) {
-  TF_RETURN_IF_ERROR(NeedPositive("swiglu forward", {{"n", n}}));
-  SwiGluForwardKernel<<<GridFor(n), kThreads, 0, StreamOf(ctx)>>>(out, gate, up, n);
-  return LaunchStatus("SwiGluForwardKernel");
+  return LaunchElementwise(ctx, "swiglu forward", "SwiGluForwardKernel", SwiGluForwardKernel<T>, n, out, gate, up, n);
 }
 
 template <typename T>
 Status SwiGluBackward(const Context& ctx, float* dgate, float* dup, const T* dout, const T* gate, const T* up, int64_t n) {
-  TF_RETURN_IF_ERROR(NeedPositive("swiglu backward", {{"n", n}}));
-  SwiGluBackwardKernel<<<GridFor(n), kThreads, 0, StreamOf(ctx)>>>(dgate, dup, dout, gate, up, n);
-  return LaunchStatus("SwiGluBackwardKernel");
+  return LaunchElementwise(ctx, "swiglu backward", "SwiGluBackwardKernel", SwiGluBackwardKernel<T>, n, dgate, dup, dout,
+                           gate, up, n);
 }
 
 template <typename T>
 Status ResidualAdd(const Context& ctx, T* out, const T* a, const T* b, int64_t n) {
-  TF_RETURN_IF_ERROR(NeedPositive("residual add", {{"n", n}}));
-  ResidualAddKernel<<<GridFor(n), kThreads, 0, StreamOf(ctx)>>>(out, a, b, n);
-  return LaunchStatus("ResidualAddKernel");
+  return LaunchElementwise(ctx, "residual add", "ResidualAddKernel", ResidualAddKernel<T>, n, out, a, b, n);
 }
 
 template <typename T>
@@ -610,15 +615,11 @@ StatusOr<cpu::GradCheck> OverflowCheckAndNorm(const Context& ctx, const float* g
 }
 
 Status Fp32ToBf16(const Context& ctx, uint16_t* dst, const float* src, int64_t n) {
-  TF_RETURN_IF_ERROR(NeedPositive("fp32 to bf16", {{"n", n}}));
-  ToBf16Kernel<<<GridFor(n), kThreads, 0, StreamOf(ctx)>>>(dst, src, n);
-  return LaunchStatus("ToBf16Kernel");
+  return LaunchElementwise(ctx, "fp32 to bf16", "ToBf16Kernel", ToBf16Kernel, n, dst, src, n);
 }
 
 Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n) {
-  TF_RETURN_IF_ERROR(NeedPositive("bf16 to fp32", {{"n", n}}));
-  ToFp32Kernel<<<GridFor(n), kThreads, 0, StreamOf(ctx)>>>(dst, src, n);
-  return LaunchStatus("ToFp32Kernel");
+  return LaunchElementwise(ctx, "bf16 to fp32", "ToFp32Kernel", ToFp32Kernel, n, dst, src, n);
 }
 
 #define TF_INSTANTIATE(T)                                                                                               \
