@@ -82,6 +82,7 @@ Status RunRun(const RunArgs& a) {
     report["direct_io_bytes"] = result.direct_io_bytes;
     report["buffered_io_bytes"] = result.buffered_io_bytes;
   }
+  report["gpu_memory_peak_bytes"] = result.gpu_memory_peak_bytes;
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
@@ -98,7 +99,10 @@ Status RunRun(const RunArgs& a) {
                 "aligned as the file needs (or a file system without O_DIRECT); those bytes ran at memory speed\n",
                 FormatBytes(result.buffered_io_bytes).c_str(), 100.0 * static_cast<double>(result.buffered_io_bytes) / total);
   }
-  std::printf("\nran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
+  std::printf("\ngpu0 memory: %s at peak (%s; the device's own activations and workspace come on top)\n",
+              FormatBytes(result.gpu_memory_peak_bytes).c_str(),
+              a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");
+  std::printf("ran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
               FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
   if (!a.trace.empty()) std::printf("timeline: %s (open in ui.perfetto.dev)\n", a.trace.c_str());
   return Status::Ok();

@@ -262,12 +262,17 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
         gathered.push_back(full);
         continue;
       }
+      // As DeepSpeed's all-gather: the full buffer is allocated first and the rank's partition
+      // copied into its slice of it (here by the h2d, from the pinned slot), so the GPU memory
+      // the h2d writes is the pool's from the start.
       const int32_t slot = f.gathered_buffer[r];
+      const int32_t full = b.Buffer("gathered." + id, full_pool, unit.elements * 2);
       TaskSpec h2d;
       h2d.id = "h2d." + id;
       h2d.op = Op::kH2D;
       h2d.resource = b.GpuH2D(r);
       h2d.bytes = unit.rank_elements * 2;
+      h2d.allocs = {full};
       h2d.uses = {slot};
       h2d.tensors = {f.param_tensor[r]};
       h2d.deps = {f.reads[r]};
@@ -275,8 +280,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       h2d.layer = unit.layer;
       gather.deps.push_back(b.Task(std::move(h2d)));
       gather.frees.push_back(slot);
-      const int32_t full = b.Buffer("gathered." + id, full_pool, unit.elements * 2);
-      gather.allocs.push_back(full);
+      gather.uses.push_back(full);
       gathered.push_back(full);
     }
     // Coupling: wait for every read issued so far on each handle (units i+1 .. i+k-1).
@@ -343,10 +347,21 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       for (size_t i = 0; i < fetched.size(); ++i) fetched_of[fetched[i].unit] = static_cast<int32_t>(i);
       const std::vector<int32_t>& order = fwd ? forward_order : backward_order;
       std::vector<int32_t> layer_units;
+      // The executor computes a layer at once, at the layer's last compute task of the pass (the
+      // one where the layer ends): that task reads every gathered buffer of the layer and frees
+      // them (per rank, those of the layer's units so far), and in a backward pass it allocates the
+      // layer's fp32 gradients on the GPU, which the layer's reduce-scatters and d2h copies read
+      // and its last d2h frees.
+      std::vector<std::vector<int32_t>> layer_gathered(ranks);
       for (size_t pos = 0; pos < order.size(); ++pos) {
         const int32_t u = order[pos];
         const ParamUnit& unit = plan.units[u];
         const FetchedUnit* f = fetched_of[u] >= 0 ? &fetched[fetched_of[u]] : nullptr;
+        const bool layer_ends = pos + 1 == order.size() || plan.units[order[pos + 1]].layer != unit.layer;
+        layer_units.push_back(u);
+        int64_t layer_elements = 0;
+        for (int32_t lu : layer_units) layer_elements += plan.units[lu].elements;
+        std::vector<int32_t> grad_gpu(ranks, kNoIndex);
         for (int32_t r = 0; r < ranks; ++r) {
           TaskSpec c;
           c.id = std::string(fwd ? "fwd." : "bwd.") + unit.name + "." + fo.tag.substr(1) + ".r" + std::to_string(r);
@@ -357,11 +372,21 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           c.bytes = ComputeTaskBytes(unit, fwd);
           if (f != nullptr) {
             c.uses = {f->gathered_buffer[r]};
-            c.frees = {f->gathered_buffer[r]};
             c.deps = {f->allgather};
             c.tensors = {f->param_tensor[r]};
+            if (f->gathered_buffer[r] != kNoIndex) layer_gathered[r].push_back(f->gathered_buffer[r]);
           } else {
             c.tensors = {b.State("param16", r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, fo, r, u))};
+          }
+          if (layer_ends) {
+            c.uses = layer_gathered[r];
+            c.frees = std::move(layer_gathered[r]);
+            layer_gathered[r].clear();
+            if (!fwd) {
+              grad_gpu[r] = b.Buffer("grad.gpu.l" + std::to_string(unit.layer) + "." + fo.tag + ".r" + std::to_string(r),
+                                     b.GpuPool(r), layer_elements * 4);
+              c.allocs = {grad_gpu[r]};
+            }
           }
           if (res.last_compute[r] != kNoIndex) c.deps.push_back(res.last_compute[r]);
           c.phase = fo.phase;
@@ -369,9 +394,11 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           res.last_compute[r] = b.Task(std::move(c));
           if (f == nullptr) res.resident_computes.push_back(res.last_compute[r]);
         }
-        layer_units.push_back(u);
-        const bool layer_ends = pos + 1 == order.size() || plan.units[order[pos + 1]].layer != unit.layer;
-        if (fwd || !layer_ends) continue;
+        if (fwd || !layer_ends) {
+          if (layer_ends) layer_units.clear();
+          continue;
+        }
+        std::vector<std::vector<int32_t>> layer_d2h(ranks);  // per rank: the layer's d2h so far
         for (int32_t lu : layer_units) {
           const ParamUnit& gu = plan.units[lu];
           TaskSpec rs;
@@ -381,6 +408,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           rs.bytes = gu.elements * 2;
           rs.ranks = ranks;
           rs.deps = res.last_compute;
+          rs.uses = grad_gpu;
           rs.phase = Phase::kBackward;
           rs.layer = gu.layer;
           const int32_t rs_task = b.Task(std::move(rs));
@@ -403,11 +431,17 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             d2h.bytes = grad_bytes;
             if (flush) d2h.allocs = {gbuf};
             else d2h.uses = {gbuf};
+            d2h.uses.push_back(grad_gpu[r]);
             d2h.tensors = {grad_tensor};
             d2h.deps = {rs_task};
+            if (lu == layer_units.back()) {  // the layer's last d2h frees its GPU gradients
+              d2h.frees = {grad_gpu[r]};
+              d2h.deps.insert(d2h.deps.end(), layer_d2h[r].begin(), layer_d2h[r].end());
+            }
             d2h.phase = Phase::kBackward;
             d2h.layer = gu.layer;
             const int32_t d2h_task = b.Task(std::move(d2h));
+            layer_d2h[r].push_back(d2h_task);
             res.grad_copies[r].push_back(d2h_task);
             res.grad_ready[r][lu] = d2h_task;
             if (!flush) continue;

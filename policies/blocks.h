@@ -148,7 +148,7 @@ struct FetchedUnit {
   int32_t unit = 0;
   std::vector<int32_t> param_tensor;       // per rank: the param16 partition at its home
   int32_t allgather = kNoIndex;            // the task after which the full unit is on every GPU
-  std::vector<int32_t> gathered_buffer;    // per rank, in the GPU pool; the compute frees it
+  std::vector<int32_t> gathered_buffer;    // per rank, in the GPU pool; the layer's last compute frees it
   std::vector<int32_t> reads;              // per rank (kNoIndex when resident)
 };
 

@@ -195,10 +195,15 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
     b.GpuCompute(r);
   }
   if (d.gpu_window_bytes > 0) {
+    // A layer's gathered parameters are held together until its compute (TrainingPasses).
+    std::map<int32_t, int64_t> gathered_of_layer;
     for (const ParamUnit& u : plan.units) {
-      if (!u.gpu_resident && u.elements * 2 > d.gpu_window_bytes) {
-        return InvalidArgument("policy.prefetch_window: '" + u.name + "' needs " + std::to_string(u.elements * 2) +
-                               " bytes, more than the window (" + std::to_string(d.gpu_window_bytes) + " bytes)");
+      if (!u.gpu_resident) gathered_of_layer[u.layer] += u.elements * 2;
+    }
+    for (const auto& [layer, bytes] : gathered_of_layer) {
+      if (bytes > d.gpu_window_bytes) {
+        return InvalidArgument("policy.prefetch_window: layer " + std::to_string(layer) + "'s gathered parameters need " +
+                               std::to_string(bytes) + " bytes, more than the window (" + std::to_string(d.gpu_window_bytes) + " bytes)");
       }
     }
   }

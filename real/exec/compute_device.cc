@@ -1,5 +1,9 @@
 #include "compute_device.h"
 
+#include <cstdlib>
+#include <mutex>
+
+#include "block_cache.h"
 #include "emulated_copy.h"
 
 namespace tierflow::real::exec {
@@ -11,36 +15,89 @@ StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& confi
 
 namespace {
 
+// gpu0's memory is host memory here, in blocks aligned as a GPU's; no page-locking (nothing
+// copies it by DMA).
 class CpuDevice final : public ComputeDevice {
  public:
-  explicit CpuDevice(Trainer& trainer) : t_(trainer) { t_.EmulateGpu(); }
+  explicit CpuDevice(Trainer& trainer)
+      : t_(trainer),
+        blocks_([](int64_t bytes) -> void* {
+                  void* p = nullptr;
+                  return posix_memalign(&p, 256, static_cast<size_t>(bytes)) == 0 ? p : nullptr;
+                },
+                [](void* p) { std::free(p); }) {
+    t_.EmulateGpu();
+  }
   std::string name() const override { return "cpu"; }
-  Status LoadParams(const std::vector<uint16_t>& p16) override {
-    t_.dev_p16 = p16;
+  StatusOr<void*> Allocate(int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    void* p = blocks_.Take(bytes);
+    if (p == nullptr) return ResourceExhausted("cpu device: cannot allocate " + std::to_string(bytes) + " bytes of emulated GPU memory");
+    return p;
+  }
+  void Free(void* block) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.Give(block);
+  }
+  int64_t peak_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blocks_.peak_bytes();
+  }
+  Status H2D(void* dst, const void* src, int64_t bytes, DeviceSpan*) override {
+    EmulatedH2D(static_cast<uint16_t*>(dst), src, bytes / 2);
     return Status::Ok();
   }
-  Status H2D(int64_t element_offset, const void* src, int64_t n, DeviceSpan*) override {
-    EmulatedH2D(t_.dev_p16.data() + element_offset, src, n);
-    return Status::Ok();
-  }
-  StatusOr<cpu::GradCheck> D2HGrad(void* dst, int64_t element_offset, int64_t n, bool to_bf16, float grad_scale,
+  StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                    CpuThreads& threads, DeviceSpan*) override {
-    return EmulatedD2HGrad(dst, t_.dev_grad.data() + element_offset, n, to_bf16, grad_scale, threads);
+    return EmulatedD2HGrad(dst, src, n, to_bf16, grad_scale, threads);
   }
-  Status Forward(int64_t layer, IterationState* it, CpuThreads& threads, DeviceSpan*) override {
-    t_.Forward(layer, it, threads);
+  Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads,
+                 DeviceSpan*) override {
+    TF_RETURN_IF_ERROR(CheckLayerParams(params, t_.LayerBegin(layer), t_.LayerElements(layer)));
+    t_.Forward(layer, params, it, threads);
     return Status::Ok();
   }
-  Status Backward(int64_t layer, IterationState* it, CpuThreads& threads, DeviceSpan*) override {
-    t_.Backward(layer, it, threads);
+  Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
+                  CpuThreads& threads, DeviceSpan*) override {
+    TF_RETURN_IF_ERROR(CheckLayerParams(params, t_.LayerBegin(layer), t_.LayerElements(layer)));
+    t_.Backward(layer, params, grads, it, threads);
     return Status::Ok();
   }
 
  private:
   Trainer& t_;
+  mutable std::mutex mu_;
+  BlockCache blocks_;
 };
 
 }  // namespace
+
+StatusOr<std::unique_ptr<WholeModel>> WholeModel::Create(ComputeDevice& device, const ParamLayout& layout) {
+  std::unique_ptr<WholeModel> m(new WholeModel(device, layout));
+  TF_ASSIGN_OR_RETURN(m->params_, device.Allocate(layout.total * 2));
+  TF_ASSIGN_OR_RETURN(void* grads, device.Allocate(layout.total * 4));
+  m->grads_ = static_cast<float*>(grads);
+  return m;
+}
+
+WholeModel::~WholeModel() {
+  device_.Free(params_);
+  device_.Free(grads_);
+}
+
+Status WholeModel::Load(const std::vector<uint16_t>& p16) {
+  if (static_cast<int64_t>(p16.size()) != layout_.total) {
+    return InvalidArgument("whole model: " + std::to_string(p16.size()) + " parameters for a model of " + std::to_string(layout_.total));
+  }
+  return device_.H2D(params_, p16.data(), layout_.total * 2, nullptr);
+}
+
+std::vector<ParamRange> WholeModel::Layer(int64_t layer) const {
+  const int64_t begin = layout_.layer_offset[static_cast<size_t>(layer)];
+  return {{begin, layout_.layer_elements[static_cast<size_t>(layer)], static_cast<const uint16_t*>(params_) + begin}};
+}
+
+float* WholeModel::LayerGrads(int64_t layer) const { return grads_ + layout_.layer_offset[static_cast<size_t>(layer)]; }
 
 std::unique_ptr<ComputeDevice> MakeCpuDevice(Trainer& trainer) { return std::make_unique<CpuDevice>(trainer); }
 

@@ -49,20 +49,53 @@ class ComputeDevice {
   // copies by DMA (cudaHostRegister), nothing on the CPU. Unregister before freeing it.
   virtual Status RegisterHost(void* /*p*/, int64_t /*bytes*/) { return Status::Ok(); }
   virtual void UnregisterHost(void* /*p*/) {}
-  // The whole model's bf16 parameters, before the first task.
-  virtual Status LoadParams(const std::vector<uint16_t>& p16) = 0;
+  // gpu0 memory: a block for one schedule buffer in a GPU pool (or the GPU-resident parameters).
+  // ResourceExhausted, naming the bytes, when the device has no room. Free gives a block back
+  // (the device may keep it for a later Allocate of the same size). Blocks are 256-byte aligned.
+  virtual StatusOr<void*> Allocate(int64_t bytes) = 0;
+  virtual void Free(void* block) = 0;
+  // The most bytes Allocate's blocks held at once (the device's own working memory, activations
+  // and workspace, is not counted).
+  virtual int64_t peak_bytes() const = 0;
   // The calls below return when their work is done. Where the device times that work on the GPU
   // it sets *span (when span is not null); the CPU device leaves it empty.
   //
-  // n bf16 parameters from host memory into [element_offset, element_offset + n).
-  virtual Status H2D(int64_t element_offset, const void* src, int64_t n, DeviceSpan* span) = 0;
-  // n fp32 gradients from element_offset into host memory, as fp32 or bf16; returns the overflow
+  // `bytes` from host memory into gpu0 memory at dst.
+  virtual Status H2D(void* dst, const void* src, int64_t bytes, DeviceSpan* span) = 0;
+  // n fp32 gradients at src (gpu0 memory) into host memory, as fp32 or bf16; returns the overflow
   // check and squared norm of gradient * grad_scale.
-  virtual StatusOr<cpu::GradCheck> D2HGrad(void* dst, int64_t element_offset, int64_t n, bool to_bf16,
-                                           float grad_scale, CpuThreads& threads, DeviceSpan* span) = 0;
+  virtual StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
+                                           CpuThreads& threads, DeviceSpan* span) = 0;
   // models::Layers() index; as Trainer::Forward / Backward (the head's forward sets it->loss).
-  virtual Status Forward(int64_t layer, IterationState* it, CpuThreads& threads, DeviceSpan* span) = 0;
-  virtual Status Backward(int64_t layer, IterationState* it, CpuThreads& threads, DeviceSpan* span) = 0;
+  // `params` covers the layer (CheckLayerParams); Backward OVERWRITES the layer's fp32 gradients
+  // at `grads` (gpu0 memory, the layer's element count).
+  virtual Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads,
+                         DeviceSpan* span) = 0;
+  virtual Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
+                          CpuThreads& threads, DeviceSpan* span) = 0;
+};
+
+// The whole model in gpu0 memory, for runs without a schedule (RunInMemory, the compute probe):
+// every bf16 parameter in one block, every fp32 gradient in another.
+class WholeModel {
+ public:
+  static StatusOr<std::unique_ptr<WholeModel>> Create(ComputeDevice& device, const ParamLayout& layout);
+  ~WholeModel();
+  WholeModel(const WholeModel&) = delete;
+  WholeModel& operator=(const WholeModel&) = delete;
+
+  // Every parameter, from host memory.
+  Status Load(const std::vector<uint16_t>& p16);
+  std::vector<ParamRange> Layer(int64_t layer) const;
+  float* LayerGrads(int64_t layer) const;
+  const float* grads() const { return grads_; }
+
+ private:
+  WholeModel(ComputeDevice& device, const ParamLayout& layout) : device_(device), layout_(layout) {}
+  ComputeDevice& device_;
+  const ParamLayout& layout_;
+  void* params_ = nullptr;
+  float* grads_ = nullptr;
 };
 
 // gpu0 emulated in host memory, on `trainer` (which must outlive it).

@@ -1,17 +1,22 @@
-// gpu0 on GPU 0 (compute_device.h): the model's bf16 parameters and fp32 gradients in device
-// memory, the layer steps of cuda::LlamaSteps on the compute stream, h2d and d2h on the copy
-// streams from the executor's host blocks, page-locked by RegisterHost. Every call returns when its
-// work is done on the GPU, so the dispatcher's dependencies order GPU work as they order CPU work;
-// with a DeviceSpan it brackets that work with CUDA events (docs/trace-format.md "GPU-side
-// times").
+// gpu0 on GPU 0 (compute_device.h): blocks of device memory from cudaMalloc for the schedule's
+// GPU buffers, kept per size for reuse; the layer steps of cuda::LlamaSteps on the compute
+// stream; h2d and d2h on the copy streams from the executor's host blocks, page-locked by
+// RegisterHost. Every call returns when its work is done on the GPU, so the dispatcher's
+// dependencies order GPU work as they order CPU work; with a DeviceSpan it brackets that work
+// with CUDA events (docs/trace-format.md "GPU-side times").
 //
-// Memory: the parameter and gradient arrays are whole-model (2 + 4 bytes per parameter); the
-// schedule's GPU pool budget is not yet what bounds them.
+// Memory: what Allocate hands out (the schedule's GPU buffers: gathered parameters, a layer's
+// gradients, the GPU-resident parameters), plus the device's own working memory: LlamaSteps'
+// activations and workspace, and one layer's bf16 parameters, into which a step assembles the
+// ranges it is given (the units' gathered buffers) by device-to-device copies, as LlamaSteps
+// reads a layer's parameters as one slice.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
+#include "block_cache.h"
 #include "compute_device.h"
 #include "tierflow/real/cuda_compute.h"
 #include "tierflow/real/cuda_llama.h"
@@ -75,10 +80,24 @@ class CudaDevice final : public ComputeDevice {
     std::unique_ptr<CudaDevice> d(new CudaDevice());
     TF_ASSIGN_OR_RETURN(d->ctx_, cuda::Context::Open(0));
     TF_ASSIGN_OR_RETURN(d->steps_, cuda::LlamaSteps::Create(*d->ctx_, config.spec, config.batch, config.seq));
-    const int64_t total = d->steps_->layout().total;
-    TF_ASSIGN_OR_RETURN(d->p16_, d->ctx_->Allocate(total * 2));
-    TF_ASSIGN_OR_RETURN(d->grad_, d->ctx_->Allocate(total * 4));
+    const auto& sizes = d->steps_->layout().layer_elements;
+    const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+    TF_ASSIGN_OR_RETURN(d->layer_, d->ctx_->Allocate(largest * 2));
+    d->blocks_ = std::make_unique<BlockCache>(
+        [](int64_t bytes) -> void* {
+          void* p = nullptr;
+          if (cudaMalloc(&p, static_cast<size_t>(bytes)) != cudaSuccess) {
+            (void)cudaGetLastError();  // out of memory is not sticky
+            return nullptr;
+          }
+          return p;
+        },
+        [](void* p) { cudaFree(p); });
     return std::unique_ptr<ComputeDevice>(std::move(d));
+  }
+  ~CudaDevice() override {
+    if (ctx_ != nullptr) (void)Current();
+    blocks_.reset();  // cudaFree of the free blocks, on this device
   }
 
   Status RegisterHost(void* p, int64_t bytes) override {
@@ -96,32 +115,43 @@ class CudaDevice final : public ComputeDevice {
     if (registered_.erase(p) > 0) cudaHostUnregister(p);
   }
 
-  Status LoadParams(const std::vector<uint16_t>& p16) override {
-    std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<void*> Allocate(int64_t bytes) override {
     TF_RETURN_IF_ERROR(Current());
-    if (static_cast<int64_t>(p16.size()) * 2 != p16_.size_bytes()) return InvalidArgument("cuda device: parameter count differs");
-    return p16_.CopyFromHost(*ctx_, p16.data(), p16_.size_bytes());
+    std::lock_guard<std::mutex> lock(blocks_mu_);
+    void* p = blocks_->Take(bytes);
+    if (p == nullptr) {
+      size_t free_bytes = 0, total = 0;
+      (void)cudaMemGetInfo(&free_bytes, &total);
+      return ResourceExhausted("cuda device: cannot allocate " + std::to_string(bytes) + " bytes of GPU memory (" +
+                               std::to_string(free_bytes) + " of " + std::to_string(total) + " free)");
+    }
+    return p;
+  }
+  void Free(void* block) override {
+    std::lock_guard<std::mutex> lock(blocks_mu_);
+    blocks_->Give(block);
+  }
+  int64_t peak_bytes() const override {
+    std::lock_guard<std::mutex> lock(blocks_mu_);
+    return blocks_->peak_bytes();
   }
 
-  Status H2D(int64_t element_offset, const void* src, int64_t n, DeviceSpan* span) override {
+  Status H2D(void* dst, const void* src, int64_t bytes, DeviceSpan* span) override {
     TF_RETURN_IF_ERROR(Current());
-    TF_RETURN_IF_ERROR(CheckRange(element_offset, n));
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->h2d_stream()));
-    TF_RETURN_IF_ERROR(cuda::CopyAsync(P16() + element_offset, src, n * 2, cuda::CopyKind::kHostToDevice, ctx_->h2d_stream()));
+    TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, src, bytes, cuda::CopyKind::kHostToDevice, ctx_->h2d_stream()));
     TF_RETURN_IF_ERROR(timer.End(ctx_->h2d_stream()));
     TF_RETURN_IF_ERROR(Sync(ctx_->h2d_stream()));
     return timer.Read();
   }
 
-  StatusOr<cpu::GradCheck> D2HGrad(void* dst, int64_t element_offset, int64_t n, bool to_bf16, float grad_scale,
+  StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                    CpuThreads&, DeviceSpan* span) override {
-    TF_RETURN_IF_ERROR(CheckRange(element_offset, n));
     // The check and the cast use the compute stream and the context's scratch: one at a time with
     // the layer steps.
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
-    const float* src = Grad() + element_offset;
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
     TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, cuda::OverflowCheckAndNorm(*ctx_, src, n, grad_scale));
@@ -146,25 +176,29 @@ class CudaDevice final : public ComputeDevice {
     return check;
   }
 
-  Status Forward(int64_t layer, IterationState* it, CpuThreads&, DeviceSpan* span) override {
+  Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads&,
+                 DeviceSpan* span) override {
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
+    TF_ASSIGN_OR_RETURN(const uint16_t* p, Assemble(layer, params));
     if (layer == 0) TF_RETURN_IF_ERROR(steps_->SetBatch(it->tokens.data(), it->targets.data()));
-    TF_RETURN_IF_ERROR(steps_->Forward(layer, P16() + Begin(layer)));
+    TF_RETURN_IF_ERROR(steps_->Forward(layer, p));
     TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
     if (layer == steps_->layers() - 1) it->loss = steps_->loss();
     return timer.Read();
   }
 
-  Status Backward(int64_t layer, IterationState* it, CpuThreads&, DeviceSpan* span) override {
+  Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it, CpuThreads&,
+                  DeviceSpan* span) override {
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
-    TF_RETURN_IF_ERROR(steps_->Backward(layer, P16() + Begin(layer), Grad() + Begin(layer), it->loss_scale));
+    TF_ASSIGN_OR_RETURN(const uint16_t* p, Assemble(layer, params));
+    TF_RETURN_IF_ERROR(steps_->Backward(layer, p, grads, it->loss_scale));
     TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
     return timer.Read();
@@ -172,20 +206,24 @@ class CudaDevice final : public ComputeDevice {
 
  private:
   CudaDevice() = default;
-  uint16_t* P16() const { return static_cast<uint16_t*>(p16_.data()); }
-  float* Grad() const { return static_cast<float*>(grad_.data()); }
-  int64_t Begin(int64_t layer) const { return steps_->layout().layer_offset[static_cast<size_t>(layer)]; }
+
+  // The layer's parameters as one slice: the range itself when there is one, else the ranges
+  // copied (on the compute stream, ahead of the step) into the layer block.
+  StatusOr<const uint16_t*> Assemble(int64_t layer, const std::vector<ParamRange>& params) {
+    const auto& layout = steps_->layout();
+    const int64_t begin = layout.layer_offset[static_cast<size_t>(layer)];
+    TF_RETURN_IF_ERROR(CheckLayerParams(params, begin, layout.layer_elements[static_cast<size_t>(layer)]));
+    if (params.size() == 1) return static_cast<const uint16_t*>(params[0].data);
+    auto* dst = static_cast<uint16_t*>(layer_.data());
+    for (const ParamRange& r : params) {
+      TF_RETURN_IF_ERROR(cuda::CopyAsync(dst + (r.begin - begin), r.data, r.n * 2, cuda::CopyKind::kDeviceToDevice, ctx_->stream()));
+    }
+    return static_cast<const uint16_t*>(dst);
+  }
 
   // Each worker thread makes the GPU current before its first CUDA call.
   Status Current() const {
     TF_CUDA(cudaSetDevice(ctx_->device()));
-    return Status::Ok();
-  }
-  Status CheckRange(int64_t begin, int64_t n) const {
-    if (begin < 0 || n < 1 || begin + n > steps_->layout().total) {
-      return InvalidArgument("cuda device: elements [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
-                             ") outside the model's " + std::to_string(steps_->layout().total));
-    }
     return Status::Ok();
   }
   static Status Sync(void* stream) {
@@ -195,8 +233,10 @@ class CudaDevice final : public ComputeDevice {
 
   std::unique_ptr<cuda::Context> ctx_;
   std::unique_ptr<cuda::LlamaSteps> steps_;
-  cuda::DeviceBuffer p16_, grad_, staging_;
-  std::mutex mu_;  // the compute stream, cuBLAS handle and scratch
+  cuda::DeviceBuffer layer_, staging_;  // one layer's bf16 parameters; d2h's bf16 cast
+  std::mutex mu_;                       // the compute stream, cuBLAS handle, scratch and layer_
+  mutable std::mutex blocks_mu_;
+  std::unique_ptr<BlockCache> blocks_;    // Allocate's blocks
   std::mutex registered_mu_;
   std::unordered_set<void*> registered_;  // host blocks page-locked by RegisterHost
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -22,6 +23,7 @@
 #include "tierflow/real/disk_set.h"
 #include "tierflow/real/io_window.h"
 #include "tierflow/real/storage.h"
+#include "block_cache.h"
 #include "compute_device.h"
 #include "trainer.h"
 
@@ -111,49 +113,17 @@ struct Piece {  // state inside a buffer
 };
 
 struct BufferState {
-  char* data = nullptr;
+  char* data = nullptr;  // host memory, or gpu0 memory for a buffer in a GPU pool
   int64_t size = 0;
+  bool on_gpu = false;
   std::vector<Piece> pieces;
 };
 
-// Aligned blocks kept per size for reuse: a schedule allocates the same buffer sizes each
-// iteration, and large fresh allocations would be page-faulted in every time.
-class BlockCache {
- public:
-  // Called with each new block and before a block is freed: the compute device page-locks the
-  // host memory its copies read and write (ComputeDevice::RegisterHost).
-  std::function<void(char*, int64_t)> on_new;
-  std::function<void(char*)> on_release;
-
-  ~BlockCache() {
-    for (auto& [size, blocks] : free_) {
-      for (char* b : blocks) Release(b);
-    }
-  }
-  char* Take(int64_t size) {
-    auto& blocks = free_[size];
-    if (!blocks.empty()) {
-      char* b = blocks.back();
-      blocks.pop_back();
-      return b;
-    }
-    void* p = nullptr;
-    if (posix_memalign(&p, static_cast<size_t>(kDirectAlignment), static_cast<size_t>(AlignUp(std::max<int64_t>(size, 1), kDirectAlignment))) != 0) {
-      return nullptr;
-    }
-    if (on_new) on_new(static_cast<char*>(p), AlignUp(std::max<int64_t>(size, 1), kDirectAlignment));
-    return static_cast<char*>(p);
-  }
-  void Give(char* b, int64_t size) { free_[size].push_back(b); }
-  // Frees a block for good.
-  void Release(char* b) {
-    if (b == nullptr) return;
-    if (on_release) on_release(b);
-    std::free(b);
-  }
-
- private:
-  std::map<int64_t, std::vector<char*>> free_;
+// GPU-resident parameters (param16 whose home is a GPU): elements [begin, begin + n) at data,
+// in gpu0 memory.
+struct ResidentRun {
+  int64_t begin, n;
+  char* data;
 };
 
 // ---- Events and workers ------------------------------------------------------------------------
@@ -253,11 +223,30 @@ struct NormAccumulator {
 class Run {
  public:
   Run(const Schedule& s, const TrainConfig& config, const RunOptions& options)
-      : s_(s), config_(config), options_(options), trainer_(config), scaler_(config.initial_loss_scale) {}
+      : s_(s),
+        config_(config),
+        options_(options),
+        trainer_(config),
+        scaler_(config.initial_loss_scale),
+        // Host blocks are page-locked for the device's copies; where that fails the copies still
+        // work, staged by the driver.
+        blocks_(
+            [this](int64_t bytes) -> void* {
+              void* p = nullptr;
+              const auto aligned = static_cast<size_t>(AlignUp(bytes, kDirectAlignment));
+              if (posix_memalign(&p, static_cast<size_t>(kDirectAlignment), aligned) != 0) return nullptr;
+              if (device_) (void)device_->RegisterHost(p, static_cast<int64_t>(aligned));
+              return p;
+            },
+            [this](void* p) {
+              if (device_) device_->UnregisterHost(p);
+              std::free(p);
+            }) {}
   // Buffers still held (a run that failed) go back; no work is in flight by then.
   ~Run() {
     workers_.clear();
-    for (BufferState& b : buffers_) blocks_.Release(b.data);
+    for (BufferState& b : buffers_) ReleaseBuffer(b);
+    if (device_ && resident_block_ != nullptr) device_->Free(resident_block_);
   }
 
   StatusOr<RunResult> Execute();
@@ -300,6 +289,19 @@ class Run {
   }
   // The piece of `buffer` holding kind [begin, begin + n), or null.
   const Piece* FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const;
+  bool OnGpu(int32_t buffer) const { return buffers_[static_cast<size_t>(buffer)].on_gpu; }
+  // The first buffer in a GPU pool that the task allocates, else uses (persistent ones are not
+  // gpu0 memory: see Setup), or kNoIndex.
+  int32_t GpuBufferOf(const TaskSpec& t) const;
+  // Where param16 [begin, begin + n) is on the GPU for `t`: in the gathered pieces of the GPU
+  // buffers it uses, else at its GPU-resident home; every part at version `iteration`.
+  StatusOr<std::vector<exec::ParamRange>> ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const;
+  // The GPU-resident run holding element `at`, or null.
+  const ResidentRun* ResidentAt(int64_t at) const;
+  // Memory for a buffer the dispatcher admitted; back to its cache; freed for good.
+  Status TakeBuffer(BufferState& buf, const std::string& name);
+  void GiveBuffer(BufferState& buf);
+  void ReleaseBuffer(BufferState& buf);
   int32_t FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const;
   IterationState& Iter(int64_t iteration) { return iterations_[static_cast<size_t>(iteration % window_)]; }
   CpuThreads& ThreadsOf(int32_t resource);
@@ -317,10 +319,12 @@ class Run {
   Storage* io_ = nullptr;                              // what every I/O goes through
   std::vector<DiskFile> disk_of_device_;               // per schedule device
   std::vector<std::array<Versions, kKindCount>> home_;  // per schedule device
-  Versions dev_p16_versions_, dev_grad_versions_;
+  std::vector<ResidentRun> resident_;                  // sorted by begin
+  void* resident_block_ = nullptr;                     // gpu0 memory of resident_
+  Versions resident_versions_;                         // param16 at the resident home
   std::vector<BufferState> buffers_;                   // per window slot and buffer
   int64_t ctx_iteration_ = 0;
-  BlockCache blocks_;
+  exec::BlockCache blocks_;                            // host memory of buffers and staging
   std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
   std::vector<std::unique_ptr<Worker>> workers_;       // per resource
   std::vector<std::unique_ptr<CpuThreads>> threads_;   // per resource, lazily
@@ -374,13 +378,92 @@ int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs
   return kNoIndex;
 }
 
+int32_t Run::GpuBufferOf(const TaskSpec& t) const {
+  for (const auto* list : {&t.allocs, &t.uses}) {
+    for (int32_t b : *list) {
+      if (OnGpu(b) && !s_.buffers()[static_cast<size_t>(b)].persistent) return b;
+    }
+  }
+  return kNoIndex;
+}
+
+const ResidentRun* Run::ResidentAt(int64_t at) const {
+  auto it = std::upper_bound(resident_.begin(), resident_.end(), at, [](int64_t v, const ResidentRun& r) { return v < r.begin; });
+  if (it == resident_.begin()) return nullptr;
+  --it;
+  return at < it->begin + it->n ? &*it : nullptr;
+}
+
+StatusOr<std::vector<exec::ParamRange>> Run::ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const {
+  std::vector<exec::ParamRange> out;
+  const int64_t end = begin + n;
+  for (int64_t at = begin; at < end;) {
+    const char* data = nullptr;
+    int64_t stop = end, version = Versions::kNever;
+    for (int32_t b : t.uses) {
+      if (!OnGpu(b) || s_.buffers()[static_cast<size_t>(b)].persistent) continue;
+      const BufferState& buf = Buf(b);
+      for (const Piece& p : buf.pieces) {
+        if (p.kind != kParam16 || at < p.begin || at >= p.begin + p.elements) continue;
+        data = buf.data + p.offset + (at - p.begin) * 2;
+        stop = std::min(end, p.begin + p.elements);
+        version = p.version;
+        break;
+      }
+      if (data != nullptr) break;
+    }
+    if (data == nullptr) {
+      const ResidentRun* r = ResidentAt(at);
+      if (r == nullptr) {
+        return FailedPrecondition(Who(t, iteration) + " reads param16 [" + std::to_string(at) + ", " + std::to_string(end) +
+                                  ") on the GPU, but no GPU buffer it uses holds element " + std::to_string(at) + " and it has no GPU-resident home");
+      }
+      data = r->data + (at - r->begin) * 2;
+      stop = std::min(end, r->begin + r->n);
+      version = resident_versions_.Get(at, stop);
+    }
+    if (version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " computes with param16 [" + std::to_string(at) + ", " + std::to_string(stop) + ") on the GPU at " +
+                                VersionText(version) + ", expected version " + std::to_string(iteration) + " (the parameters after " +
+                                std::to_string(iteration) + " updates): a dependency is missing");
+    }
+    out.push_back({at, stop - at, data});
+    at = stop;
+  }
+  return out;
+}
+
+Status Run::TakeBuffer(BufferState& buf, const std::string& name) {
+  buf.pieces.clear();
+  if (buf.on_gpu) {
+    auto block = device_->Allocate(buf.size);
+    if (!block.ok()) return Status(block.status().code(), "buffer '" + name + "': " + block.status().message());
+    buf.data = static_cast<char*>(*block);
+    return Status::Ok();
+  }
+  buf.data = static_cast<char*>(blocks_.Take(buf.size));
+  if (buf.data == nullptr) return ResourceExhausted("buffer '" + name + "': cannot allocate " + std::to_string(buf.size) + " bytes of host memory");
+  return Status::Ok();
+}
+
+void Run::GiveBuffer(BufferState& buf) {
+  if (buf.data == nullptr) return;
+  if (buf.on_gpu) device_->Free(buf.data);
+  else blocks_.Give(buf.data);
+  buf.data = nullptr;
+  buf.pieces.clear();
+}
+
+void Run::ReleaseBuffer(BufferState& buf) {
+  if (buf.data == nullptr || (buf.on_gpu && !device_)) return;
+  if (buf.on_gpu) device_->Free(buf.data);
+  else blocks_.Release(buf.data);
+  buf.data = nullptr;
+}
+
 Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
   TF_ASSIGN_OR_RETURN(device_, exec::MakeComputeDevice(options_.compute, config_, trainer_));
-  // Host blocks are page-locked for the device's copies; where that fails the copies still work,
-  // staged by the driver.
-  blocks_.on_new = [this](char* p, int64_t bytes) { (void)device_->RegisterHost(p, bytes); };
-  blocks_.on_release = [this](char* p) { device_->UnregisterHost(p); };
   window_ = std::max<int64_t>(1, s_.iteration_window);
   // Disks: checked before anything is written.
   TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks));
@@ -441,13 +524,59 @@ Status Run::Setup() {
       if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
     }
   }
+  // Buffers in a GPU pool are gpu0 memory, from the compute device when the dispatcher admits
+  // them. Persistent ones are not allocated: what they stand for is the device's own (activations
+  // and workspace) or the GPU-resident parameters' home below.
   buffers_.resize(s_.buffers().size() * static_cast<size_t>(window_));
-  for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].size = s_.buffers()[i % s_.buffers().size()].size_bytes;
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const BufferSpec& spec = s_.buffers()[i % s_.buffers().size()];
+    buffers_[i].size = spec.size_bytes;
+    buffers_[i].on_gpu = s_.devices()[static_cast<size_t>(s_.pools()[static_cast<size_t>(spec.pool)].device)].kind == DeviceKind::kGpu;
+  }
+  int64_t persistent_gpu_bytes = 0;
   for (size_t b = 0; b < s_.buffers().size(); ++b) {
     const BufferSpec& spec = s_.buffers()[b];
-    if (spec.persistent) {
-      buffers_[b].data = blocks_.Take(spec.size_bytes);
-      if (buffers_[b].data == nullptr) return ResourceExhausted("buffer '" + spec.name + "': cannot allocate " + std::to_string(spec.size_bytes) + " bytes");
+    if (!spec.persistent) continue;
+    if (buffers_[b].on_gpu) {
+      persistent_gpu_bytes += spec.size_bytes;
+      continue;
+    }
+    TF_RETURN_IF_ERROR(TakeBuffer(buffers_[b], spec.name));
+  }
+  // The GPU-resident parameters' home: one block of gpu0 memory, within the persistent GPU
+  // buffers (DeepSpeed's persistent parameters; every partition when parameters stay on the GPU).
+  {
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end)
+    for (const TensorSpec& ts : s_.tensors()) {
+      if (KindOf(ts.kind) == kParam16 && s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kGpu) {
+        ranges.push_back({ts.element_offset, ts.element_offset + Elements(ts)});
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t bytes = 0;
+    for (const auto& [begin, end] : ranges) {
+      if (!resident_.empty() && begin <= resident_.back().begin + resident_.back().n) {
+        const int64_t grown = std::max(resident_.back().begin + resident_.back().n, end) - resident_.back().begin;
+        bytes += (grown - resident_.back().n) * 2;
+        resident_.back().n = grown;
+      } else {
+        resident_.push_back({begin, end - begin, nullptr});
+        bytes += (end - begin) * 2;
+      }
+    }
+    if (bytes > persistent_gpu_bytes) {
+      return InvalidArgument("schedule: its GPU-resident parameters need " + std::to_string(bytes) + " bytes of GPU memory, more than its persistent GPU buffers hold (" +
+                             std::to_string(persistent_gpu_bytes) + ")");
+    }
+    if (bytes > 0) {
+      auto block = device_->Allocate(bytes);
+      if (!block.ok()) return Status(block.status().code(), "GPU-resident parameters: " + block.status().message());
+      resident_block_ = *block;
+      char* at = static_cast<char*>(resident_block_);
+      for (ResidentRun& r : resident_) {
+        r.data = at;
+        at += r.n * 2;
+      }
     }
   }
   // The last compute task of each (phase, layer) runs the layer's math.
@@ -494,8 +623,10 @@ Status Run::InitialiseStores() {
   const std::vector<float> master = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
   std::vector<uint16_t> p16(master.size());
   for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
-  TF_RETURN_IF_ERROR(device_->LoadParams(p16));
-  dev_p16_versions_.Set(0, static_cast<int64_t>(p16.size()), 0);
+  for (const ResidentRun& r : resident_) {
+    TF_RETURN_IF_ERROR(device_->H2D(r.data, p16.data() + r.begin, r.n * 2, nullptr));
+    resident_versions_.Set(r.begin, r.begin + r.n, 0);
+  }
   const std::vector<float> zeros(master.size(), 0.0f);
   CompletionQueue done;
   std::vector<char*> staged;
@@ -512,7 +643,7 @@ Status Run::InitialiseStores() {
                       : kind == kMaster ? static_cast<const void*>(master.data() + t.element_offset)
                       : !moment.empty() ? static_cast<const void*>(moment.data() + t.element_offset)
                                         : static_cast<const void*>(zeros.data() + t.element_offset);
-    char* block = blocks_.Take(t.size_bytes);
+    char* block = static_cast<char*>(blocks_.Take(t.size_bytes));
     if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
     std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
     staged.push_back(block);
@@ -603,14 +734,19 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
 
 Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   if (t.op == Op::kH2D) {
+    // From the host buffer it uses into the GPU buffer it allocates (or uses), packed in list
+    // order; without one, into the parameters' GPU-resident home.
     const int32_t buffer = FirstBufferOnDevice(t, DeviceKind::kHost, false);
+    const int32_t gpu = GpuBufferOf(t);
     struct Copy {
-      int64_t element_offset;
+      char* dst;
       const char* src;
-      int64_t n;
+      int64_t bytes;
     };
     std::vector<Copy> copies;
-    std::vector<std::pair<const TensorSpec*, int64_t>> sets;
+    std::vector<Piece> placed;                                    // into `gpu`
+    std::vector<std::pair<const TensorSpec*, int64_t>> refreshed;  // at the resident home
+    int64_t packed = 0;
     for (int32_t ti : t.tensors) {
       const TensorSpec& ts = T(ti);
       const int kind = KindOf(ts.kind);
@@ -619,19 +755,39 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       const Piece* p = buffer == kNoIndex ? nullptr : FindPiece(buffer, kind, ts.element_offset, n);
       if (p == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
       const char* src = Buf(buffer).data + p->offset + (ts.element_offset - p->begin) * 2;
-      copies.push_back({ts.element_offset, src, n});
-      sets.push_back({&ts, p->version});
+      if (gpu != kNoIndex) {
+        if (packed + n * 2 > Buf(gpu).size) {
+          return InvalidArgument(Who(t, iteration) + ": " + Range(ts) + " does not fit GPU buffer '" + s_.buffers()[static_cast<size_t>(gpu)].name + "'");
+        }
+        copies.push_back({Buf(gpu).data + packed, src, n * 2});
+        placed.push_back({kind, ts.element_offset, n, packed, p->version});
+        packed += n * 2;
+        continue;
+      }
+      const ResidentRun* r = ResidentAt(ts.element_offset);
+      if (r == nullptr || ts.element_offset + n > r->begin + r->n) {
+        return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but it names no GPU buffer for it and it has no GPU-resident home");
+      }
+      copies.push_back({r->data + (ts.element_offset - r->begin) * 2, src, n * 2});
+      refreshed.push_back({&ts, p->version});
     }
     job.work = [this, copies, span = &job.device_span] {
       for (const Copy& c : copies) {
         exec::DeviceSpan one;
-        TF_RETURN_IF_ERROR(device_->H2D(c.element_offset, c.src, c.n, &one));
+        TF_RETURN_IF_ERROR(device_->H2D(c.dst, c.src, c.bytes, &one));
         span->Merge(one);
       }
       return Status::Ok();
     };
-    job.finish = [this, sets] {
-      for (const auto& [ts, v] : sets) dev_p16_versions_.Set(ts->element_offset, ts->element_offset + Elements(*ts), v);
+    job.finish = [this, gpu, placed, refreshed] {
+      for (const Piece& p : placed) {
+        auto& pieces = Buf(gpu).pieces;
+        pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [&](const Piece& q) {
+          return q.kind == p.kind && q.begin < p.begin + p.elements && p.begin < q.begin + q.elements;
+        }), pieces.end());
+        pieces.push_back(p);
+      }
+      for (const auto& [ts, v] : refreshed) resident_versions_.Set(ts->element_offset, ts->element_offset + Elements(*ts), v);
     };
     return Status::Ok();
   }
@@ -643,6 +799,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   struct Out {
     const TensorSpec* ts;
     int64_t offset;
+    const float* src;
   };
   std::vector<Out> outs;
   int64_t packed = 0;
@@ -651,15 +808,26 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     const int kind = KindOf(ts.kind);
     if (kind != kGrad && kind != kGrad16) return InvalidArgument(Who(t, iteration) + ": d2h of " + ts.kind + " (only gradients leave the GPU)");
     const int64_t n = Elements(ts);
-    const int64_t v = dev_grad_versions_.Get(ts.element_offset, ts.element_offset + n);
+    // The layer's fp32 gradients, in a GPU buffer it uses (the backward that computed them
+    // allocated it).
+    const float* src = nullptr;
+    int64_t v = Versions::kNever;
+    for (int32_t b : t.uses) {
+      if (!OnGpu(b) || s_.buffers()[static_cast<size_t>(b)].persistent) continue;
+      const Piece* p = FindPiece(b, kGrad, ts.element_offset, n);
+      if (p == nullptr) continue;
+      src = reinterpret_cast<const float*>(Buf(b).data + p->offset) + (ts.element_offset - p->begin);
+      v = p->version;
+      break;
+    }
     if (v != iteration) {
-      return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, which holds " + VersionText(v) +
+      return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, where the GPU buffers it uses hold " + VersionText(v) +
                                 " of it, not iteration " + std::to_string(iteration) + "'s: it runs before the backward that computes it");
     }
     const int64_t offset = kind == kGrad16 ? ts.element_offset * 2 : packed;
     if (offset + ts.size_bytes > Buf(buffer).size) return InvalidArgument(Who(t, iteration) + ": gradients do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
     packed += ts.size_bytes;
-    outs.push_back({&ts, offset});
+    outs.push_back({&ts, offset, src});
   }
   auto checks = std::make_shared<std::vector<cpu::GradCheck>>(outs.size());
   const float grad_scale = 1.0f / it.loss_scale;
@@ -670,8 +838,8 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
       exec::DeviceSpan one;
-      TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(base + outs[i].offset, ts.element_offset, n,
-                                                         KindOf(ts.kind) != kGrad, grad_scale, *threads, &one));
+      TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(base + outs[i].offset, outs[i].src, n, KindOf(ts.kind) != kGrad,
+                                                         grad_scale, *threads, &one));
       span->Merge(one);
     }
     return Status::Ok();
@@ -694,21 +862,20 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
 }
 
 Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration) {
-  // Every parameter it names must be on the GPU at this iteration's version: the updates of
-  // iterations 0 .. iteration - 1.
+  // Every parameter it names must be on the GPU, where it reads (ParamsOnGpu), at this
+  // iteration's version: the updates of iterations 0 .. iteration - 1.
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = T(ti);
     if (KindOf(ts.kind) != kParam16) continue;
-    const int64_t v = dev_p16_versions_.Get(ts.element_offset, ts.element_offset + Elements(ts));
-    if (v != iteration) {
-      return FailedPrecondition(Who(t, iteration) + " computes with " + Range(ts) + " on the GPU at " + VersionText(v) +
-                                ", expected version " + std::to_string(iteration) + " (the parameters after " + std::to_string(iteration) +
-                                " updates): a dependency is missing");
-    }
+    TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, ts.element_offset, Elements(ts)).status());
   }
   if (!math_task_[static_cast<size_t>(task)]) return Status::Ok();
   IterationState* it = &Iter(iteration);
   const int64_t layer = t.layer;
+  // The layer's math reads the whole layer: the gathered buffers of its units, which this task
+  // uses, and the resident home.
+  TF_ASSIGN_OR_RETURN(std::vector<exec::ParamRange> params,
+                      ParamsOnGpu(t, iteration, trainer_.LayerBegin(layer), trainer_.LayerElements(layer)));
   CpuThreads* threads = &ThreadsOf(t.resource);
   if (t.phase == Phase::kForward) {
     if (layer == 0) {
@@ -726,7 +893,9 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     } else if (it->iteration != iteration) {
       return FailedPrecondition(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s forward runs before the embedding's");
     }
-    job.work = [this, layer, it, threads, span = &job.device_span] { return device_->Forward(layer, it, *threads, span); };
+    job.work = [this, layer, params = std::move(params), it, threads, span = &job.device_span] {
+      return device_->Forward(layer, params, it, *threads, span);
+    };
     return Status::Ok();
   }
   if (layer == trainer_.layer_count() - 1) {
@@ -738,9 +907,25 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     }
     it->loss_scale = scaler_.scale();
   }
-  job.work = [this, layer, it, threads, span = &job.device_span] { return device_->Backward(layer, it, *threads, span); };
-  job.finish = [this, layer, iteration] {
-    dev_grad_versions_.Set(trainer_.LayerBegin(layer), trainer_.LayerBegin(layer) + trainer_.LayerElements(layer), iteration);
+  // The layer's gradients go to the GPU buffer it allocates.
+  const int32_t grads = GpuBufferOf(t);
+  const int64_t begin = trainer_.LayerBegin(layer), n = trainer_.LayerElements(layer);
+  if (grads == kNoIndex) {
+    return FailedPrecondition(Who(t, iteration) + ": the backward of layer " + std::to_string(layer) +
+                              " names no GPU buffer for the layer's gradients (plan the schedule again with this tierflow)");
+  }
+  if (Buf(grads).size < n * 4) {
+    return InvalidArgument(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s gradients (" + std::to_string(n * 4) +
+                           " bytes) do not fit GPU buffer '" + s_.buffers()[static_cast<size_t>(grads)].name + "'");
+  }
+  auto* out = reinterpret_cast<float*>(Buf(grads).data);
+  job.work = [this, layer, params = std::move(params), out, it, threads, span = &job.device_span] {
+    return device_->Backward(layer, params, out, it, *threads, span);
+  };
+  job.finish = [this, grads, begin, n, iteration] {
+    auto& pieces = Buf(grads).pieces;
+    pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const Piece& p) { return p.kind == kGrad; }), pieces.end());
+    pieces.push_back({kGrad, begin, n, 0, iteration});
   };
   return Status::Ok();
 }
@@ -928,12 +1113,22 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   job = Job{};
   job.instance = inst;
   job.start_s = MonotonicSeconds() - t0_;
+  // Disk I/O and CPU work touch host memory only: a GPU buffer there is gpu0 memory (device
+  // memory on a real GPU), which they cannot address.
+  if (t.op == Op::kRead || t.op == Op::kWrite || t.op == Op::kOptimizer || t.op == Op::kConvert) {
+    for (const auto* list : {&t.allocs, &t.uses}) {
+      for (int32_t b : *list) {
+        if (!OnGpu(b)) continue;
+        const BufferSpec& spec = s_.buffers()[static_cast<size_t>(b)];
+        return InvalidArgument(Who(t, inst.iteration) + ": buffer '" + spec.name + "' is in GPU pool '" +
+                               s_.pools()[static_cast<size_t>(spec.pool)].name + "', and a " + std::string(OpName(t.op)) + " task works on host memory");
+      }
+    }
+  }
   // Buffers it allocates get memory now (the dispatcher has admitted them to their pools).
   for (int32_t b : t.allocs) {
-    BufferState& buf = Buf(b);
-    buf.data = blocks_.Take(buf.size);
-    buf.pieces.clear();
-    if (buf.data == nullptr) return ResourceExhausted(Who(t, inst.iteration) + ": cannot allocate buffer '" + s_.buffers()[static_cast<size_t>(b)].name + "'");
+    Status st = TakeBuffer(Buf(b), s_.buffers()[static_cast<size_t>(b)].name);
+    if (!st.ok()) return Status(st.code(), Who(t, inst.iteration) + ": " + st.message());
   }
   Status st;
   switch (t.op) {
@@ -1010,12 +1205,7 @@ void Run::Finish(Job& job, const TaskSpec& t) {
     r.threads = t.ranks;
   }
   result_.records.push_back(std::move(r));
-  for (int32_t b : t.frees) {
-    BufferState& buf = Buf(b);
-    blocks_.Give(buf.data, buf.size);
-    buf.data = nullptr;
-    buf.pieces.clear();
-  }
+  for (int32_t b : t.frees) GiveBuffer(Buf(b));
   job.sink.reset();
 }
 
@@ -1035,6 +1225,7 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
   }
   result_.wall_s = MonotonicSeconds() - t0_;
   result_.tasks = run_iterations_ * static_cast<int64_t>(order.size());
+  result_.gpu_memory_peak_bytes = device_->peak_bytes();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   return std::move(result_);
 }
@@ -1106,6 +1297,7 @@ StatusOr<RunResult> Run::Execute() {
   result_.dispatch_busy_s = busy;
   result_.tasks = d.completed();
   for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
+  result_.gpu_memory_peak_bytes = device_->peak_bytes();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   return std::move(result_);
 }
@@ -1123,7 +1315,8 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     if (home_[static_cast<size_t>(ts.device)][kind].Get(ts.element_offset, ts.element_offset + n) != version) continue;
     if (got.Get(ts.element_offset, ts.element_offset + n) == 1) continue;  // a copy already read
     got.Set(ts.element_offset, ts.element_offset + n, 1);
-    char* block = blocks_.Take(ts.size_bytes);
+    char* block = static_cast<char*>(blocks_.Take(ts.size_bytes));
+    if (block == nullptr) return ResourceExhausted(std::string("reading ") + kKindNames[kind] + ": cannot allocate a staging buffer");
     IoRequest r{IoOp::kRead, f.buffered, ts.offset_bytes, ts.size_bytes, block, reads.size()};
     TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     reads.push_back({block, &ts});
@@ -1135,7 +1328,7 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
   }
   for (const auto& [block, ts] : reads) {
     std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
-    blocks_.Give(block, ts->size_bytes);
+    blocks_.Give(block);
   }
   if (got.Get(0, trainer_.layout().total) != 1) {
     return FailedPrecondition(std::string("some of ") + kKindNames[kind] + " is not on any disk at version " + std::to_string(version) +
@@ -1273,7 +1466,8 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f), grad(master.size());
   std::vector<uint16_t> p16(master.size());
   cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
-  TF_RETURN_IF_ERROR(device->LoadParams(p16));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer.layout()));
+  TF_RETURN_IF_ERROR(model->Load(p16));
   LossScaler scaler(config.initial_loss_scale);
   IterationState it;
   trainer.PrepareIteration(&it);
@@ -1287,12 +1481,14 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     it.targets = std::move(batch.targets);
     it.iteration = i;
     it.loss_scale = scaler.scale();
-    for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, &it, threads, nullptr));
-    for (int64_t l = layers; l-- > 0;) TF_RETURN_IF_ERROR(device->Backward(l, &it, threads, nullptr));
+    for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, model->Layer(l), &it, threads, nullptr));
+    for (int64_t l = layers; l-- > 0;) {
+      TF_RETURN_IF_ERROR(device->Backward(l, model->Layer(l), model->LayerGrads(l), &it, threads, nullptr));
+    }
     // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do.
     cpu::GradCheck total;
     for (const ParamTensor& pt : trainer.layout().tensors) {
-      TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, device->D2HGrad(grad.data() + pt.offset, pt.offset, pt.elements,
+      TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, device->D2HGrad(grad.data() + pt.offset, model->grads() + pt.offset, pt.elements,
                                                                       false, 1.0f / it.loss_scale, threads, nullptr));
       total = cpu::CombineGradChecks(total, check);
     }
@@ -1302,11 +1498,12 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
                  1.0f / it.loss_scale, config.adam, threads);
     }
     cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
-    TF_RETURN_IF_ERROR(device->LoadParams(p16));
+    TF_RETURN_IF_ERROR(model->Load(p16));
     result.loss.push_back(it.loss);
     if (on_iteration) on_iteration(i, it.loss);
   }
   result.wall_s = MonotonicSeconds() - t0;  // no schedule: no tasks, records or pools
+  result.gpu_memory_peak_bytes = device->peak_bytes();
   result.master = std::move(master);
   return result;
 }

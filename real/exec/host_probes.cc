@@ -128,11 +128,12 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
                            std::to_string(trainer.layer_count()) + " layers");
   }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(o.compute, config, trainer));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer.layout()));
   {
     const std::vector<float> master = trainer.InitialMaster();
     std::vector<uint16_t> p16(master.size());
     for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
-    TF_RETURN_IF_ERROR(device->LoadParams(p16).WithContext("probe compute"));
+    TF_RETURN_IF_ERROR(model->Load(p16).WithContext("probe compute"));
   }
   exec::IterationState it;
   trainer.PrepareIteration(&it);
@@ -158,7 +159,8 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
     auto time = [&](int64_t layer, bool forward) -> Status {
       exec::DeviceSpan span;
       const double start = MonotonicSeconds();
-      TF_RETURN_IF_ERROR(forward ? device->Forward(layer, &it, threads, &span) : device->Backward(layer, &it, threads, &span));
+      TF_RETURN_IF_ERROR(forward ? device->Forward(layer, model->Layer(layer), &it, threads, &span)
+                                 : device->Backward(layer, model->Layer(layer), model->LayerGrads(layer), &it, threads, &span));
       const double end = MonotonicSeconds();
       if (rep < 0) return Status::Ok();
       const LayerCost& c = costs[static_cast<size_t>(layer)];

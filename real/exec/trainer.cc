@@ -1,19 +1,31 @@
 #include "trainer.h"
 
 #include <algorithm>
+#include <string>
 
 #include "tierflow/real/adamw.h"
 
 namespace tierflow::real::exec {
 
+Status CheckLayerParams(const std::vector<ParamRange>& params, int64_t begin, int64_t n) {
+  int64_t at = begin;
+  bool in_order = !params.empty();
+  for (const ParamRange& r : params) {
+    in_order = in_order && r.begin == at && r.n >= 1 && r.data != nullptr;
+    at += r.n;
+  }
+  if (!in_order || at != begin + n) {
+    return InvalidArgument("layer parameters: the ranges given do not cover elements [" + std::to_string(begin) + ", " +
+                           std::to_string(begin + n) + ") in order");
+  }
+  return Status::Ok();
+}
+
 Trainer::Trainer(const TrainConfig& config) : config_(config), layout_(MakeParamLayout(config.spec.config)) {}
 
 void Trainer::EmulateGpu() {
   if (ws_) return;
-  const auto n = static_cast<size_t>(layout_.total);
-  dev_p16.resize(n);
-  dev_grad.resize(n);
-  w32_.resize(n);
+  w32_.resize(static_cast<size_t>(layout_.total));
   ws_ = std::make_unique<LlamaWorkspace<float>>(config_.spec, config_.batch, config_.seq);
 }
 
@@ -31,13 +43,15 @@ void Trainer::PrepareIteration(IterationState* it) const {
   it->d_x.resize(rows * hidden);
 }
 
-void Trainer::Widen(int64_t layer, CpuThreads& threads) {
-  const int64_t begin = LayerBegin(layer);
-  const uint16_t* src = dev_p16.data() + begin;
-  float* dst = w32_.data() + begin;
-  threads.ParallelFor(LayerElements(layer), 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dst[i] = Bf16ToFp32(src[i]);
-  });
+void Trainer::Widen(int64_t layer, const std::vector<ParamRange>& params, CpuThreads& threads) {
+  TF_CHECK(CheckLayerParams(params, LayerBegin(layer), LayerElements(layer)).ok());
+  for (const ParamRange& r : params) {
+    const auto* src = static_cast<const uint16_t*>(r.data);
+    float* dst = w32_.data() + r.begin;
+    threads.ParallelFor(r.n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = Bf16ToFp32(src[i]);
+    });
+  }
 }
 
 const float* Trainer::LmHead() const {
@@ -46,9 +60,9 @@ const float* Trainer::LmHead() const {
   return w32_.data() + LayerBegin(head) + config_.spec.config.hidden;
 }
 
-void Trainer::Forward(int64_t layer, IterationState* it, CpuThreads& threads) {
+void Trainer::Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads) {
   const int64_t L = config_.spec.config.layers;
-  Widen(layer, threads);
+  Widen(layer, params, threads);
   if (layer == 0) {
     EmbedForward(config_.spec, w32_.data(), it->tokens.data(), it->boundary[0].data(), *ws_, threads);
   } else if (layer <= L) {
@@ -62,10 +76,10 @@ void Trainer::Forward(int64_t layer, IterationState* it, CpuThreads& threads) {
   }
 }
 
-void Trainer::Backward(int64_t layer, IterationState* it, CpuThreads& threads) {
+void Trainer::Backward(int64_t layer, const std::vector<ParamRange>& params, float* grad, IterationState* it,
+                       CpuThreads& threads) {
   const int64_t L = config_.spec.config.layers;
-  Widen(layer, threads);
-  float* grad = dev_grad.data() + LayerBegin(layer);
+  Widen(layer, params, threads);
   std::fill(grad, grad + LayerElements(layer), 0.0f);
   if (layer == 0) {
     EmbedBackward(config_.spec, grad, it->tokens.data(), it->d_x.data(), *ws_, threads);

@@ -1,8 +1,9 @@
 // The training math of one rank as the executor and the in-memory reference both run it: the
 // emulated GPU's state (bf16 parameters, fp32 working weights and gradients), a layer's forward
 // and backward in models::Layers() order, and the per-iteration activations. The emulated GPU's
-// state is allocated by EmulateGpu() (the CPU compute device's), so a run whose gpu0 is a real
-// GPU holds none of it.
+// working state is allocated by EmulateGpu() (the CPU compute device's), so a run whose gpu0 is a
+// real GPU holds none of it; its parameters and gradients live in the blocks the compute device
+// allocates (compute_device.h).
 //
 // Parameters are computed on in bf16 (widened to fp32 per layer, as mixed-precision training
 // does); gradients are fp32, scaled by the loss scale. Thread safety: one caller per layer step;
@@ -13,11 +14,24 @@
 #include <memory>
 #include <vector>
 
+#include "tierflow/core/status.h"
 #include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/llama.h"
 
 namespace tierflow::real::exec {
+
+// Elements [begin, begin + n) of the ParamLayout's bf16 parameters, at `data` in gpu0 memory: a
+// layer step is given its parameters as such ranges, in order and covering the layer, wherever
+// the schedule put them (a gathered buffer per unit, the GPU-resident home).
+struct ParamRange {
+  int64_t begin = 0, n = 0;
+  const void* data = nullptr;
+};
+
+// InvalidArgument unless `params` are consecutive ranges, each with data, covering
+// [begin, begin + n) exactly.
+Status CheckLayerParams(const std::vector<ParamRange>& params, int64_t begin, int64_t n);
 
 struct IterationState {
   int64_t iteration = -1;
@@ -40,26 +54,25 @@ class Trainer {
 
   // The initial fp32 parameters (InitLlamaParams with config.init_seed).
   std::vector<float> InitialMaster() const;
-  // Allocates the emulated GPU's state (dev_p16, dev_grad, the fp32 working weights and the
-  // workspace, about 10 bytes per parameter); Forward and Backward need it. Idempotent.
+  // Allocates the emulated GPU's working state (the fp32 working weights and the workspace,
+  // about 4 bytes per parameter); Forward and Backward need it. Idempotent.
   void EmulateGpu();
   void PrepareIteration(IterationState* it) const;  // sizes the activations
 
-  // models::Layers() index `layer`: 0 embedding, 1..L decoders, L+1 head. Forward of the head
-  // sets it->loss. Backward overwrites dev_grad over the layer's range.
-  void Forward(int64_t layer, IterationState* it, CpuThreads& threads);
-  void Backward(int64_t layer, IterationState* it, CpuThreads& threads);
-
-  std::vector<uint16_t> dev_p16;  // the emulated GPU's bf16 parameters (EmulateGpu)
-  std::vector<float> dev_grad;    // the emulated GPU's fp32 gradients, scaled (EmulateGpu)
+  // models::Layers() index `layer`: 0 embedding, 1..L decoders, L+1 head, its bf16 parameters
+  // read from `params` (ranges covering the layer, in order). Forward of the head sets it->loss.
+  // Backward overwrites the layer's fp32 gradients, scaled, at `grads`.
+  void Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads);
+  void Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
+                CpuThreads& threads);
 
  private:
-  void Widen(int64_t layer, CpuThreads& threads);
+  void Widen(int64_t layer, const std::vector<ParamRange>& params, CpuThreads& threads);
   const float* LmHead() const;
 
   TrainConfig config_;
   ParamLayout layout_;
-  std::vector<float> w32_;  // fp32 working weights, widened from dev_p16 per layer
+  std::vector<float> w32_;  // fp32 working weights, widened from the layer's parameters per step
   std::unique_ptr<LlamaWorkspace<float>> ws_;
 };
 

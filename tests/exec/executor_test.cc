@@ -152,24 +152,101 @@ TEST(Executor, TaskIoRunsWithTheSchedulesShapeAndBypassesThePageCache) {
   EXPECT_GT(io, 0);
 }
 
-// Removing the deps that order a layer's gradient copies after its backward makes the copy read
-// gradients the backward has not produced: the version check stops the run, naming the task.
-TEST(Executor, StaleStateIsAnErrorNotSilentTraining) {
+// Removing the deps that order a layer's reduce-scatters (and so its gradient copies) after its
+// backward would make them read gradients the backward has not produced. They use the GPU buffer
+// the backward allocates, so the schedule's own rules already refuse it, naming the task.
+TEST(Executor, GradientCopiesBeforeTheirBackwardAreRefusedByTheSchedulesRules) {
   const policies::Scenario zi = LoadTiny({});
   Schedule s = PlanOrDie(zi);
   for (TaskSpec& t : s.mutable_tasks()) {
     if (t.op == Op::kReduceScatter) t.deps.clear();
   }
+  const Status st = s.Validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("task 'reducescatter."), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("uses buffer 'grad.gpu."), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("without depending on"), std::string::npos) << st.ToString();
+}
+
+// Without the carried deps that hold an iteration back until the previous one's update, the next
+// iteration's first compute (the GPU-resident embedding) runs while the update is still to come:
+// the version check stops the run, naming the task, instead of training on stale weights. The
+// reads are slowed so that the first iteration is still fetching when the second could start.
+TEST(Executor, StaleStateIsAnErrorNotSilentTraining) {
+  const policies::Scenario zi = LoadTiny({});
+  Schedule s = PlanOrDie(zi);
+  for (TaskSpec& t : s.mutable_tasks()) t.carried.clear();
   ASSERT_TRUE(s.Validate().ok());
   TempDir d0("stale");
   RunOptions options;
-  options.iterations = 1;
+  options.iterations = 2;
   options.disks = {d0.str()};
+  options.storage = "memory";
+  FaultRule slow;
+  slow.kind = FaultKind::kDelay;
+  slow.ops = static_cast<uint32_t>(FaultOpMask::kRead);
+  slow.count = -1;
+  slow.delay_s = 0.05;
+  options.faults = {slow};
   auto run = RunSchedule(s, ConfigFor(zi), options);
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.status().code(), StatusCode::kFailedPrecondition) << run.status().ToString();
-  EXPECT_NE(run.status().message().find("d2h.grad."), std::string::npos) << run.status().ToString();
-  EXPECT_NE(run.status().message().find("before the backward"), std::string::npos) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("(iteration 1)"), std::string::npos) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("a dependency is missing"), std::string::npos) << run.status().ToString();
+}
+
+// gpu0 holds what the schedule's GPU pool holds: the gathered parameters and a layer's gradients
+// while their tasks hold them, and the GPU-resident parameters, never the whole model: the
+// device's peak is within the pool's. With every unit offloaded (no persistent parameters) it is
+// also below the 6 bytes per parameter of a whole-model copy (tiny has 4 layers, and two
+// iterations in flight hold several layers' gathered parameters and gradients at once).
+TEST(Executor, GpuMemoryIsBoundedByTheSchedulesGpuPool) {
+  for (const std::string threshold : {"0", "100000"}) {
+    SCOPED_TRACE("param_persistence_threshold " + threshold);
+    const policies::Scenario zi = LoadTiny({"policy.param_persistence_threshold=" + threshold});
+    const Schedule s = PlanOrDie(zi);
+    TempDir d0("gpu-memory");
+    RunOptions options;
+    options.iterations = 2;
+    options.disks = {d0.str()};
+    auto run = RunSchedule(s, ConfigFor(zi), options);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    const int32_t pool = s.FindPool("gpu0.hbm");
+    ASSERT_NE(pool, kNoIndex);
+    const int64_t whole = MakeParamLayout(ConfigFor(zi).spec.config).total * 6;
+    EXPECT_GT(run->gpu_memory_peak_bytes, 0);
+    EXPECT_LE(run->gpu_memory_peak_bytes, run->pool_peak_bytes[static_cast<size_t>(pool)]);
+    if (threshold == "0") {
+      EXPECT_LT(run->gpu_memory_peak_bytes, whole);
+    }
+  }
+}
+
+// A task that works on host memory (here a read) given a buffer in a GPU pool is one clear error
+// naming the buffer and the pool: on a real GPU that memory is not the host's to address.
+TEST(Executor, AHostTaskGivenAGpuBufferIsAnError) {
+  const policies::Scenario zi = LoadTiny({});
+  const Schedule planned = PlanOrDie(zi);
+  std::string json = ScheduleToJson(planned);
+  // The first parameter slot moves from its pinned pool to the GPU's.
+  const int32_t slot = planned.FindBuffer("slot.model.layers.0.mlp.gate_proj.weight.f0.r0");
+  ASSERT_NE(slot, kNoIndex);
+  const std::string pinned = planned.pools()[static_cast<size_t>(planned.buffers()[static_cast<size_t>(slot)].pool)].name;
+  const std::string from = "\"pool\":\"" + pinned + "\"";
+  const size_t at = json.find(from, json.find("\"slot.model.layers.0.mlp.gate_proj.weight.f0.r0\""));
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, from.size(), "\"pool\":\"gpu0.hbm\"");
+  auto s = ScheduleFromJson(json);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  TempDir d0("gpu-buffer");
+  RunOptions options;
+  options.iterations = 1;
+  options.disks = {d0.str()};
+  auto run = RunSchedule(*s, ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kInvalidArgument) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("slot.model.layers.0.mlp.gate_proj.weight.f0.r0' is in GPU pool 'gpu0.hbm'"), std::string::npos)
+      << run.status().ToString();
 }
 
 // The optimizer's pinned pool holds a sub-group's states but not its gradient as well: the

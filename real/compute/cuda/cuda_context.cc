@@ -111,7 +111,9 @@ Status CopyAsync(void* dst, const void* src, int64_t bytes, CopyKind kind, void*
   if (bytes < 0) return InvalidArgument("copy of " + std::to_string(bytes) + " bytes");
   if (bytes == 0) return Status::Ok();
   TF_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                          kind == CopyKind::kHostToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                          kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                          : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                            : cudaMemcpyDeviceToDevice,
                           static_cast<cudaStream_t>(stream)));
   return Status::Ok();
 }

@@ -83,12 +83,12 @@ class Context {
   mutable DeviceBuffer scratch_;
 };
 
-enum class CopyKind { kHostToDevice, kDeviceToHost };
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
 // An asynchronous copy of `bytes` on `stream` (a cudaStream_t). From page-locked host memory
 // (cudaMallocHost, or registered as the pinned arena is) it is a DMA that overlaps compute; from
 // pageable memory the driver stages it through its own pinned buffer and the call may return
-// only when the host side has been read.
+// only when the host side has been read. Device to device runs at memory speed.
 Status CopyAsync(void* dst, const void* src, int64_t bytes, CopyKind kind, void* stream);
 
 // Page-locked host memory from cudaMallocHost (the copy probe's "pinned" buffers).

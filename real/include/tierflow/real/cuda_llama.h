@@ -7,8 +7,8 @@
 // from its saved input), as the CPU's DecoderBackward does. The math is llama.h's, op by op
 // through cuda_ops.h.
 //
-// Not yet used by the executor (docs/executor.md "GPU back-end"). Untied embeddings only, as
-// `tierflow run`.
+// The executor's CUDA device runs it (docs/executor.md "GPU back-end"). Untied embeddings only,
+// as `tierflow run`.
 //
 // Thread safety: as the Context.
 #pragma once

@@ -79,6 +79,9 @@ struct RunResult {
   std::vector<double> loss;                // per iteration run now (from first_iteration)
   int64_t first_iteration = 0;             // > 0 when resumed from a checkpoint
   std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher)
+  // The most gpu0 memory the run's GPU buffers and GPU-resident parameters held at once (the
+  // compute device's count; its own working memory, activations and workspace, not included).
+  int64_t gpu_memory_peak_bytes = 0;
   int64_t tasks = 0;                       // instances executed
   double wall_s = 0;
   // Time the dispatch thread spent working (dispatching, preparing, finishing, recording), not

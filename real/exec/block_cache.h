@@ -1,0 +1,98 @@
+// Blocks kept per size for reuse. A schedule allocates the same buffer sizes every iteration;
+// fresh allocations would be page-faulted in every time (host memory) or synchronise the GPU
+// (cudaMalloc, cudaFree). The executor keeps its host buffers in one, and each compute device
+// its gpu0 memory. Counts the bytes of blocks taken and not given back, and their peak.
+//
+// Thread safety: none; callers serialise.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tierflow/core/status.h"
+
+namespace tierflow::real::exec {
+
+class BlockCache {
+ public:
+  // new_block: a fresh block of `bytes` (>= 1), or null when there is no room; release: frees one
+  // for good.
+  BlockCache(std::function<void*(int64_t)> new_block, std::function<void(void*)> release)
+      : new_block_(std::move(new_block)), release_(std::move(release)) {}
+  // Releases the free blocks; blocks still taken are the caller's to Release first.
+  ~BlockCache() {
+    for (auto& [bytes, blocks] : free_) {
+      for (void* b : blocks) release_(b);
+    }
+  }
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+
+  // A block of `bytes`: a free one of that size, else a fresh one; null when none can be had.
+  void* Take(int64_t bytes) {
+    bytes = std::max<int64_t>(bytes, 1);
+    void* b = nullptr;
+    auto& blocks = free_[bytes];
+    if (!blocks.empty()) {
+      b = blocks.back();
+      blocks.pop_back();
+    } else {
+      b = new_block_(bytes);
+      if (b == nullptr) {
+        // Room may be held by free blocks of other sizes: give them back and try once more.
+        Trim();
+        b = new_block_(bytes);
+        if (b == nullptr) return nullptr;
+      }
+    }
+    size_of_[b] = bytes;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+    return b;
+  }
+  // Back to the free blocks (a block Take returned; null is ignored).
+  void Give(void* b) {
+    if (b == nullptr) return;
+    const int64_t bytes = Untake(b);
+    free_[bytes].push_back(b);
+  }
+  // Freed for good (a block Take returned; null is ignored).
+  void Release(void* b) {
+    if (b == nullptr) return;
+    Untake(b);
+    release_(b);
+  }
+  // Frees every free block for good.
+  void Trim() {
+    for (auto& [bytes, blocks] : free_) {
+      for (void* b : blocks) release_(b);
+      blocks.clear();
+    }
+  }
+
+  int64_t in_use_bytes() const { return in_use_; }
+  int64_t peak_bytes() const { return peak_; }
+
+ private:
+  int64_t Untake(void* b) {
+    auto it = size_of_.find(b);
+    TF_CHECK(it != size_of_.end());  // a block this cache did not hand out
+    const int64_t bytes = it->second;
+    size_of_.erase(it);
+    in_use_ -= bytes;
+    return bytes;
+  }
+
+  std::function<void*(int64_t)> new_block_;
+  std::function<void(void*)> release_;
+  std::map<int64_t, std::vector<void*>> free_;
+  std::unordered_map<void*, int64_t> size_of_;  // blocks taken
+  int64_t in_use_ = 0, peak_ = 0;
+};
+
+}  // namespace tierflow::real::exec
