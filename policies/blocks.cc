@@ -202,7 +202,8 @@ int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions&
 }
 
 std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& order,
-                                    const FetchOptions& o) {
+                                    const FetchOptions& o, std::vector<int32_t>* last_h2d) {
+  last_h2d->resize(static_cast<size_t>(plan.ranks), kNoIndex);
   const int32_t ranks = plan.ranks;
   std::vector<FetchedUnit> out;
   // Reads first: the coupled all-gathers refer to reads of later units.
@@ -276,9 +277,11 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       h2d.uses = {slot};
       h2d.tensors = {f.param_tensor[r]};
       h2d.deps = {f.reads[r]};
+      if ((*last_h2d)[r] != kNoIndex) h2d.deps.push_back((*last_h2d)[r]);
       h2d.phase = o.phase;
       h2d.layer = unit.layer;
-      gather.deps.push_back(b.Task(std::move(h2d)));
+      (*last_h2d)[r] = b.Task(std::move(h2d));
+      gather.deps.push_back((*last_h2d)[r]);
       gather.frees.push_back(slot);
       gather.uses.push_back(full);
       gathered.push_back(full);
@@ -317,6 +320,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   TF_CHECK(o.fetch.slot_ring == 0 || o.fetch.slot_ring >= o.fetch.coupled_reads);  // else a dep cycle
   // Per pinned pool, in fetch order: (read, the all-gather that frees its slot).
   std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> staged;
+  std::vector<int32_t> last_h2d;  // per rank, over every pass: h2d copies in fetch order
   for (int64_t m = 0; m < micro_steps; ++m) {
     for (int pass = 0; pass < 2; ++pass) {
       const bool fwd = pass == 0;
@@ -324,7 +328,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       fo.phase = fwd ? Phase::kForward : Phase::kBackward;
       fo.tag = (fwd ? "f" : "b") + std::to_string(m);
       fo.priority_base = priority_base;
-      std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo);
+      std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo, &last_h2d);
       if (o.chain_passes && !fetched.empty() && !res.gathers.empty()) {
         b.task(fetched.front().allgather).deps.push_back(res.gathers.back());
       }

@@ -157,10 +157,13 @@ struct FetchedUnit {
 int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions& o, int32_t rank, int32_t unit);
 
 // Emits read -> h2d per rank and one all-gather per unit, in `order` (indices into plan.units),
-// skipping GPU-resident units. The all-gather frees the pinned slots and allocates the gathered
-// buffers; successive all-gathers are issued in order (DeepSpeed's fetch coordinator).
+// skipping GPU-resident units. The h2d allocates the gathered buffer it copies into, the
+// all-gather frees the pinned slots; successive all-gathers are issued in order (DeepSpeed's fetch
+// coordinator), and so are each rank's h2d copies, which are therefore admitted to the GPU pool in
+// fetch order (never a later unit's buffer ahead of one the next compute needs). last_h2d (per
+// rank) carries that order from pass to pass.
 std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& order,
-                                    const FetchOptions& o);
+                                    const FetchOptions& o, std::vector<int32_t>* last_h2d);
 
 // Where a unit's reduced gradient partition goes after its backward.
 enum class GradientPath {
