@@ -82,7 +82,8 @@ Status RunRun(const RunArgs& a) {
     report["direct_io_bytes"] = result.direct_io_bytes;
     report["buffered_io_bytes"] = result.buffered_io_bytes;
   }
-  report["gpu_memory_peak_bytes"] = result.gpu_memory_peak_bytes;
+  report["gpu_memory_peak_bytes"] = result.gpu_memory.allocated;
+  report["gpu_memory_reserved_peak_bytes"] = result.gpu_memory.reserved;
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
@@ -95,12 +96,13 @@ Status RunRun(const RunArgs& a) {
   if (!a.in_memory) std::printf("\n%s", ReportToText(in.schedule, report).c_str());
   if (result.buffered_io_bytes > 0) {
     const double total = static_cast<double>(result.direct_io_bytes + result.buffered_io_bytes);
-    std::printf("\nnote: %s of the tasks' disk I/O (%.1f %%) went through the page cache, not O_DIRECT: tensors not "
-                "aligned as the file needs (or a file system without O_DIRECT); those bytes ran at memory speed\n",
+    std::printf("\nnote: %s of the tasks' disk I/O (%.1f %%) went through the page cache, not O_DIRECT: a disk whose "
+                "tensors are not all aligned as its file system needs (or without O_DIRECT) is read and written "
+                "buffered throughout, as the two do not mix safely on one file; those bytes may run at memory speed\n",
                 FormatBytes(result.buffered_io_bytes).c_str(), 100.0 * static_cast<double>(result.buffered_io_bytes) / total);
   }
-  std::printf("\ngpu0 memory: %s at peak (%s; the device's own activations and workspace come on top)\n",
-              FormatBytes(result.gpu_memory_peak_bytes).c_str(),
+  std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
+              FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),
               a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");
   std::printf("ran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
               FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());

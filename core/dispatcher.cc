@@ -258,11 +258,20 @@ Status Dispatcher::DeadlockReport(size_t max_instances) const {
   out << "schedule '" << schedule_.name << "' cannot make progress: " << completed_ << " of " << total_
       << " task instances completed, none running";
   size_t listed = 0;
-  // Pool waits first: they are the root cause; dep waits follow from them.
+  // Pool waits first: they are the root cause; dep waits follow from them. Every pool with
+  // waiters is named (its first few, then how many more), so that one full pool does not hide
+  // another.
+  constexpr size_t kPerPool = 3;
   for (size_t p = 0; p < pools_.size(); ++p) {
     const PoolState& pool = pools_[p];
+    size_t shown = 0;
     for (const Pending& w : pool.waiting) {
-      if (listed++ >= max_instances) break;
+      if (shown == kPerPool) {
+        out << "\n  ... and " << (pool.waiting.size() - shown) << " more waiting for pool '" << schedule_.pools()[p].name << "'";
+        break;
+      }
+      ++shown;
+      ++listed;
       const int64_t need = NeedBytes(w.task, static_cast<int32_t>(p));
       const int64_t free_bytes = pool.capacity - pool.in_use;
       out << "\n  task '" << tasks[w.task].id << "' (iteration " << w.iteration << ") waits for pool '"

@@ -281,6 +281,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       h2d.phase = o.phase;
       h2d.layer = unit.layer;
       (*last_h2d)[r] = b.Task(std::move(h2d));
+      f.admit.push_back((*last_h2d)[r]);
       gather.deps.push_back((*last_h2d)[r]);
       gather.frees.push_back(slot);
       gather.uses.push_back(full);
@@ -292,6 +293,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     }
     f.gathered_buffer = std::move(gathered);
     f.allgather = b.Task(std::move(gather));
+    if (o.params_on_gpu) f.admit.assign(static_cast<size_t>(ranks), f.allgather);
     previous_gather = f.allgather;
   }
   return out;
@@ -321,6 +323,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   // Per pinned pool, in fetch order: (read, the all-gather that frees its slot).
   std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> staged;
   std::vector<int32_t> last_h2d;  // per rank, over every pass: h2d copies in fetch order
+  std::vector<int32_t> last_admit(static_cast<size_t>(ranks), kNoIndex);  // per rank, over every pass
   for (int64_t m = 0; m < micro_steps; ++m) {
     for (int pass = 0; pass < 2; ++pass) {
       const bool fwd = pass == 0;
@@ -353,9 +356,14 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       std::vector<int32_t> layer_units;
       // The executor computes a layer at once, at the layer's last compute task of the pass (the
       // one where the layer ends): that task reads every gathered buffer of the layer and frees
-      // them (per rank, those of the layer's units so far), and in a backward pass it allocates the
-      // layer's fp32 gradients on the GPU, which the layer's reduce-scatters and d2h copies read
-      // and its last d2h frees.
+      // them (per rank, those of the layer's units so far). In a backward pass it writes the
+      // layer's fp32 gradients into a GPU buffer, first in its uses, which the layer's
+      // reduce-scatters and d2h copies read and its last d2h frees. That buffer is allocated by
+      // the last gathered-buffer admission at or before the layer in fetch order (carried over
+      // passes), so the GPU pool admits everything in fetch order: prefetched units never hold
+      // the room a compute still needs, and a pool that holds a layer's working set cannot
+      // deadlock. Without any admission before it (every unit so far GPU-resident), the compute
+      // allocates it.
       std::vector<std::vector<int32_t>> layer_gathered(ranks);
       for (size_t pos = 0; pos < order.size(); ++pos) {
         const int32_t u = order[pos];
@@ -379,6 +387,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             c.deps = {f->allgather};
             c.tensors = {f->param_tensor[r]};
             if (f->gathered_buffer[r] != kNoIndex) layer_gathered[r].push_back(f->gathered_buffer[r]);
+            last_admit[r] = f->admit[r];
           } else {
             c.tensors = {b.State("param16", r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, fo, r, u))};
           }
@@ -389,7 +398,9 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             if (!fwd) {
               grad_gpu[r] = b.Buffer("grad.gpu.l" + std::to_string(unit.layer) + "." + fo.tag + ".r" + std::to_string(r),
                                      b.GpuPool(r), layer_elements * 4);
-              c.allocs = {grad_gpu[r]};
+              c.uses.insert(c.uses.begin(), grad_gpu[r]);
+              if (last_admit[r] != kNoIndex) b.task(last_admit[r]).allocs.push_back(grad_gpu[r]);
+              else c.allocs = {grad_gpu[r]};
             }
           }
           if (res.last_compute[r] != kNoIndex) c.deps.push_back(res.last_compute[r]);

@@ -150,6 +150,9 @@ struct FetchedUnit {
   int32_t allgather = kNoIndex;            // the task after which the full unit is on every GPU
   std::vector<int32_t> gathered_buffer;    // per rank, in the GPU pool; the layer's last compute frees it
   std::vector<int32_t> reads;              // per rank (kNoIndex when resident)
+  // Per rank: the task that allocates the gathered buffer (the h2d; the all-gather when the
+  // partition stays on the GPU). In fetch order, these are the GPU pool's admissions.
+  std::vector<int32_t> admit;
 };
 
 // Where rank r's bf16 partition of unit u lives: the GPU for resident units and

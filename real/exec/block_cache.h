@@ -1,7 +1,9 @@
 // Blocks kept per size for reuse. A schedule allocates the same buffer sizes every iteration;
 // fresh allocations would be page-faulted in every time (host memory) or synchronise the GPU
 // (cudaMalloc, cudaFree). The executor keeps its host buffers in one, and each compute device
-// its gpu0 memory. Counts the bytes of blocks taken and not given back, and their peak.
+// its gpu0 memory. Counts the bytes of blocks taken and not given back ("allocated", as PyTorch's
+// caching allocator says), of those and the free ones ("reserved"), and their peaks; a limit on
+// the reserved bytes frees the free blocks before a fresh one would pass it.
 //
 // Thread safety: none; callers serialise.
 #pragma once
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -42,6 +45,7 @@ class BlockCache {
       b = blocks.back();
       blocks.pop_back();
     } else {
+      if (reserved_ + bytes > limit_) Trim();
       b = new_block_(bytes);
       if (b == nullptr) {
         // Room may be held by free blocks of other sizes: give them back and try once more.
@@ -49,6 +53,8 @@ class BlockCache {
         b = new_block_(bytes);
         if (b == nullptr) return nullptr;
       }
+      reserved_ += bytes;
+      peak_reserved_ = std::max(peak_reserved_, reserved_);
     }
     size_of_[b] = bytes;
     in_use_ += bytes;
@@ -64,19 +70,26 @@ class BlockCache {
   // Freed for good (a block Take returned; null is ignored).
   void Release(void* b) {
     if (b == nullptr) return;
-    Untake(b);
+    reserved_ -= Untake(b);
     release_(b);
   }
   // Frees every free block for good.
   void Trim() {
     for (auto& [bytes, blocks] : free_) {
       for (void* b : blocks) release_(b);
+      reserved_ -= bytes * static_cast<int64_t>(blocks.size());
       blocks.clear();
     }
   }
+  // Fresh blocks are made only after the free ones are freed when they would take the reserved
+  // bytes past `bytes` (blocks in use can still take it past: the limit is not an allocator's
+  // refusal).
+  void set_limit(int64_t bytes) { limit_ = bytes; }
 
   int64_t in_use_bytes() const { return in_use_; }
   int64_t peak_bytes() const { return peak_; }
+  int64_t reserved_bytes() const { return reserved_; }
+  int64_t peak_reserved_bytes() const { return peak_reserved_; }
 
  private:
   int64_t Untake(void* b) {
@@ -93,6 +106,8 @@ class BlockCache {
   std::map<int64_t, std::vector<void*>> free_;
   std::unordered_map<void*, int64_t> size_of_;  // blocks taken
   int64_t in_use_ = 0, peak_ = 0;
+  int64_t reserved_ = 0, peak_reserved_ = 0;
+  int64_t limit_ = std::numeric_limits<int64_t>::max();
 };
 
 }  // namespace tierflow::real::exec

@@ -54,9 +54,13 @@ class ComputeDevice {
   // (the device may keep it for a later Allocate of the same size). Blocks are 256-byte aligned.
   virtual StatusOr<void*> Allocate(int64_t bytes) = 0;
   virtual void Free(void* block) = 0;
-  // The most bytes Allocate's blocks held at once (the device's own working memory, activations
-  // and workspace, is not counted).
-  virtual int64_t peak_bytes() const = 0;
+  // The most bytes Allocate's blocks held at once ("allocated"), and the most it kept in blocks,
+  // in use or kept for reuse ("reserved"). The device's own working memory (activations,
+  // workspace) is not counted.
+  virtual MemoryPeak memory_peak() const = 0;
+  // Keep at most `bytes` reserved where the blocks in use allow: kept blocks are freed before a
+  // fresh block would pass it (the executor sets its GPU pools' capacity).
+  virtual void LimitReserved(int64_t bytes) = 0;
   // The calls below return when their work is done. Where the device times that work on the GPU
   // it sets *span (when span is not null); the CPU device leaves it empty.
   //

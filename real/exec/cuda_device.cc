@@ -131,9 +131,13 @@ class CudaDevice final : public ComputeDevice {
     std::lock_guard<std::mutex> lock(blocks_mu_);
     blocks_->Give(block);
   }
-  int64_t peak_bytes() const override {
+  MemoryPeak memory_peak() const override {
     std::lock_guard<std::mutex> lock(blocks_mu_);
-    return blocks_->peak_bytes();
+    return {blocks_->peak_bytes(), blocks_->peak_reserved_bytes()};
+  }
+  void LimitReserved(int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(blocks_mu_);
+    blocks_->set_limit(bytes);
   }
 
   Status H2D(void* dst, const void* src, int64_t bytes, DeviceSpan* span) override {

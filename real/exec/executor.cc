@@ -204,6 +204,11 @@ struct DiskFile {
   FileId buffered = -1;  // for requests that are not aligned as O_DIRECT needs
   bool is_direct = false;
   int64_t alignment = kDirectAlignment;  // what O_DIRECT needs of offsets, lengths and buffers
+  // Every request to the file goes O_DIRECT (it takes it, and every tensor homed there is aligned
+  // as it needs), else every request goes through the page cache: never both. Direct and buffered
+  // I/O to overlapping pages of one file are not coherent (a unit's buffered tail page and the
+  // sub-group's direct write around it lost bytes of the write).
+  bool direct_all = false;
 };
 
 struct Job {
@@ -519,6 +524,11 @@ Status Run::Setup() {
     f.buffered = buffered.id;
     f.is_direct = direct.direct;
     f.alignment = direct.alignment;
+    f.direct_all = f.is_direct && f.alignment <= kDirectAlignment;  // host blocks are kDirectAlignment-aligned
+    for (const TensorSpec& ts : s_.tensors()) {
+      if (ts.device != dev) continue;
+      if (!IsAligned(ts.offset_bytes, f.alignment) || !IsAligned(ts.size_bytes, f.alignment)) f.direct_all = false;
+    }
     if (dirs[i].required_bytes > 0) {
       Status st = io_->Allocate(direct.id, dirs[i].required_bytes);
       if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
@@ -533,6 +543,12 @@ Status Run::Setup() {
     buffers_[i].size = spec.size_bytes;
     buffers_[i].on_gpu = s_.devices()[static_cast<size_t>(s_.pools()[static_cast<size_t>(spec.pool)].device)].kind == DeviceKind::kGpu;
   }
+  // What the device keeps in blocks, in use or for reuse, stays within the GPU pools' capacity.
+  int64_t gpu_pool_bytes = 0;
+  for (const PoolSpec& pool : s_.pools()) {
+    if (s_.devices()[static_cast<size_t>(pool.device)].kind == DeviceKind::kGpu) gpu_pool_bytes += pool.capacity_bytes;
+  }
+  device_->LimitReserved(gpu_pool_bytes);
   int64_t persistent_gpu_bytes = 0;
   for (size_t b = 0; b < s_.buffers().size(); ++b) {
     const BufferSpec& spec = s_.buffers()[b];
@@ -647,8 +663,7 @@ Status Run::InitialiseStores() {
     if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
     std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
     staged.push_back(block);
-    const bool aligned = f.is_direct && IsAligned(t.offset_bytes, f.alignment) && IsAligned(t.size_bytes, f.alignment);
-    IoRequest r{IoOp::kWrite, aligned ? f.direct : f.buffered, t.offset_bytes, t.size_bytes, block, submitted};
+    IoRequest r{IoOp::kWrite, f.direct_all ? f.direct : f.buffered, t.offset_bytes, t.size_bytes, block, submitted};
     TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     ++submitted;
     home_[static_cast<size_t>(t.device)][kind].Set(t.element_offset, t.element_offset + n, 0);
@@ -675,6 +690,7 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
     int32_t tensor;
     int64_t offset;
     int64_t version;
+    char* bounce;  // an aligned stand-in for a buffer place O_DIRECT cannot take, or null
   };
   std::vector<Move> moves;
   std::vector<IoRequest> requests;
@@ -706,18 +722,29 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
       offset = p->offset + (ts.element_offset - p->begin) * kKindBytes[kind];
       version = p->version;
     }
-    const bool aligned = f.is_direct && IsAligned(ts.offset_bytes, f.alignment) && IsAligned(ts.size_bytes, f.alignment) &&
-                         IsAlignedPtr(buf.data + offset, f.alignment);
-    (aligned ? result_.direct_io_bytes : result_.buffered_io_bytes) += ts.size_bytes;
-    requests.push_back({read ? IoOp::kRead : IoOp::kWrite, aligned ? f.direct : f.buffered, ts.offset_bytes, ts.size_bytes,
-                        buf.data + offset, 0});
-    moves.push_back({ti, offset, version});
+    (f.direct_all ? result_.direct_io_bytes : result_.buffered_io_bytes) += ts.size_bytes;
+    char* place = buf.data + offset;
+    char* bounce = nullptr;
+    if (f.direct_all && !IsAlignedPtr(place, f.alignment)) {
+      // The file is direct-only: a request from a buffer place it cannot take goes through an
+      // aligned block (copied in now for a write, out in finish for a read).
+      bounce = static_cast<char*>(blocks_.Take(ts.size_bytes));
+      if (bounce == nullptr) return ResourceExhausted(Who(t, iteration) + ": cannot allocate an aligned staging block");
+      if (!read) std::memcpy(bounce, place, static_cast<size_t>(ts.size_bytes));
+    }
+    requests.push_back({read ? IoOp::kRead : IoOp::kWrite, f.direct_all ? f.direct : f.buffered, ts.offset_bytes, ts.size_bytes,
+                        bounce != nullptr ? bounce : place, 0});
+    moves.push_back({ti, offset, version, bounce});
   }
   job.finish = [this, moves, read, buffer] {
     for (const Move& m : moves) {
       const TensorSpec& ts = T(m.tensor);
       const int kind = KindOf(ts.kind);
       const int64_t n = Elements(ts);
+      if (m.bounce != nullptr) {
+        if (read) std::memcpy(Buf(buffer).data + m.offset, m.bounce, static_cast<size_t>(ts.size_bytes));
+        blocks_.Give(m.bounce);
+      }
       if (read) Buf(buffer).pieces.push_back({kind, ts.element_offset, n, m.offset, m.version});
       else home_[static_cast<size_t>(ts.device)][kind].Set(ts.element_offset, ts.element_offset + n, m.version);
     }
@@ -907,12 +934,19 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     }
     it->loss_scale = scaler_.scale();
   }
-  // The layer's gradients go to the GPU buffer it allocates.
+  // The layer's gradients go to the GPU buffer it allocates, else the first it uses (a buffer the
+  // fetch allocated ahead of the layer: docs/schedule-format.md).
   const int32_t grads = GpuBufferOf(t);
   const int64_t begin = trainer_.LayerBegin(layer), n = trainer_.LayerElements(layer);
   if (grads == kNoIndex) {
     return FailedPrecondition(Who(t, iteration) + ": the backward of layer " + std::to_string(layer) +
                               " names no GPU buffer for the layer's gradients (plan the schedule again with this tierflow)");
+  }
+  for (const Piece& p : Buf(grads).pieces) {
+    if (p.kind == kParam16) {
+      return InvalidArgument(Who(t, iteration) + ": GPU buffer '" + s_.buffers()[static_cast<size_t>(grads)].name +
+                             "', where the backward of layer " + std::to_string(layer) + " would write its gradients, holds parameters");
+    }
   }
   if (Buf(grads).size < n * 4) {
     return InvalidArgument(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s gradients (" + std::to_string(n * 4) +
@@ -1225,7 +1259,7 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
   }
   result_.wall_s = MonotonicSeconds() - t0_;
   result_.tasks = run_iterations_ * static_cast<int64_t>(order.size());
-  result_.gpu_memory_peak_bytes = device_->peak_bytes();
+  result_.gpu_memory = device_->memory_peak();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   return std::move(result_);
 }
@@ -1297,7 +1331,7 @@ StatusOr<RunResult> Run::Execute() {
   result_.dispatch_busy_s = busy;
   result_.tasks = d.completed();
   for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
-  result_.gpu_memory_peak_bytes = device_->peak_bytes();
+  result_.gpu_memory = device_->memory_peak();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   return std::move(result_);
 }
@@ -1503,7 +1537,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     if (on_iteration) on_iteration(i, it.loss);
   }
   result.wall_s = MonotonicSeconds() - t0;  // no schedule: no tasks, records or pools
-  result.gpu_memory_peak_bytes = device->peak_bytes();
+  result.gpu_memory = device->memory_peak();
   result.master = std::move(master);
   return result;
 }

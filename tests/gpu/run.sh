@@ -176,9 +176,11 @@ for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2
     losses = re.findall(r"loss[ =:]+([0-9.]+)", ft)
     times = re.findall(r"ran [0-9]+ iterations in ([^;]+);", ft)
     sha = re.findall(r"weights sha256 ([0-9a-f]+)", ft)
+    memory = re.findall(r"gpu0 memory: ([^,]+) at peak, ([^ ]+ [^ ]+) reserved", ft)
     if sha:
         shas[log_name] = sha[-1]
-    rows.append((name, status(log_name) + (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "")))
+    rows.append((name, status(log_name) + (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "") +
+                 (f", gpu0 memory {memory[-1][0]} peak ({memory[-1][1]} reserved)" if memory else "")))
 if "finetune-1b" in shas and "inmemory-1b" in shas:
     same = shas["finetune-1b"] == shas["inmemory-1b"]
     failed = failed or not same

@@ -60,8 +60,9 @@ class Dispatcher {
   int64_t pool_peak_bytes(int32_t p) const { return pools_[p].peak; }
 
   // When nothing runs, nothing can start and work remains: a kDeadlock Status whose message
-  // lists the blocked instances and what each waits for (the unfinished deps, or the pool and
-  // how many bytes it is short). OK when the dispatcher is not deadlocked.
+  // lists the blocked instances and what each waits for: for every pool with waiters, its first
+  // three (the bytes each is short) and how many more; then up to max_instances in all, the
+  // instances waiting on deps that are not themselves waiting. OK when not deadlocked.
   Status DeadlockReport(size_t max_instances = 12) const;
 
  private:

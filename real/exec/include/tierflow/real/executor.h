@@ -74,14 +74,21 @@ struct RunOptions {
   std::function<void(int64_t iteration, double loss)> on_iteration;
 };
 
+// The most bytes of a device's memory a run held in blocks at once (allocated), and the most it
+// kept, in use or for reuse (reserved), as PyTorch's caching allocator counts them.
+struct MemoryPeak {
+  int64_t allocated = 0, reserved = 0;
+};
+
 struct RunResult {
   std::vector<TraceRecord> records;        // one per instance, source "real", times from run start
   std::vector<double> loss;                // per iteration run now (from first_iteration)
   int64_t first_iteration = 0;             // > 0 when resumed from a checkpoint
   std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher)
-  // The most gpu0 memory the run's GPU buffers and GPU-resident parameters held at once (the
-  // compute device's count; its own working memory, activations and workspace, not included).
-  int64_t gpu_memory_peak_bytes = 0;
+  // The most gpu0 memory the run's GPU buffers and GPU-resident parameters held at once
+  // (allocated), and the most the compute device kept for them, in use or for reuse (reserved):
+  // its count. Its own working memory (activations, workspace) is not included.
+  MemoryPeak gpu_memory;
   int64_t tasks = 0;                       // instances executed
   double wall_s = 0;
   // Time the dispatch thread spent working (dispatching, preparing, finishing, recording), not
