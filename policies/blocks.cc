@@ -360,10 +360,10 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       // layer's fp32 gradients into a GPU buffer, first in its uses, which the layer's
       // reduce-scatters and d2h copies read and its last d2h frees. That buffer is allocated by
       // the last gathered-buffer admission at or before the layer in fetch order (carried over
-      // passes), so the GPU pool admits everything in fetch order: prefetched units never hold
-      // the room a compute still needs, and a pool that holds a layer's working set cannot
-      // deadlock. Without any admission before it (every unit so far GPU-resident), the compute
-      // allocates it.
+      // passes), so the GPU pool admits everything in fetch order and prefetched units never hold
+      // the room a compute still needs (a pool smaller than a layer's working set is still a
+      // deadlock, reported with the pool). Without any admission before it (every unit so far
+      // GPU-resident), the compute allocates it.
       std::vector<std::vector<int32_t>> layer_gathered(ranks);
       for (size_t pos = 0; pos < order.size(); ++pos) {
         const int32_t u = order[pos];
