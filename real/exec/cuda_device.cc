@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <unordered_set>
 
@@ -182,34 +183,36 @@ class CudaDevice final : public ComputeDevice {
 
   Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads&,
                  DeviceSpan* span) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    TF_RETURN_IF_ERROR(Current());
-    SpanTimer timer(span);
-    TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
-    TF_ASSIGN_OR_RETURN(const uint16_t* p, Assemble(layer, params));
-    if (layer == 0) TF_RETURN_IF_ERROR(steps_->SetBatch(it->tokens.data(), it->targets.data()));
-    TF_RETURN_IF_ERROR(steps_->Forward(layer, p));
-    TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
-    TF_RETURN_IF_ERROR(ctx_->Synchronize());
-    if (layer == steps_->layers() - 1) it->loss = steps_->loss();
-    return timer.Read();
+    return Step(layer, params, span, [&](const uint16_t* p) -> Status {
+      if (layer == 0) TF_RETURN_IF_ERROR(steps_->SetBatch(it->tokens.data(), it->targets.data()));
+      TF_RETURN_IF_ERROR(steps_->Forward(layer, p));
+      if (layer == steps_->layers() - 1) it->loss = steps_->loss();  // read back by the head's forward
+      return Status::Ok();
+    });
   }
 
   Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it, CpuThreads&,
                   DeviceSpan* span) override {
+    return Step(layer, params, span, [&](const uint16_t* p) { return steps_->Backward(layer, p, grads, it->loss_scale); });
+  }
+
+ private:
+  CudaDevice() = default;
+
+  // One layer step on the compute stream, bracketed by the span's events, over the layer's
+  // parameters as one slice (Assemble); returns when the GPU has finished it.
+  Status Step(int64_t layer, const std::vector<ParamRange>& params, DeviceSpan* span,
+              const std::function<Status(const uint16_t*)>& run) {
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
     TF_ASSIGN_OR_RETURN(const uint16_t* p, Assemble(layer, params));
-    TF_RETURN_IF_ERROR(steps_->Backward(layer, p, grads, it->loss_scale));
+    TF_RETURN_IF_ERROR(run(p));
     TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
     return timer.Read();
   }
-
- private:
-  CudaDevice() = default;
 
   // The layer's parameters as one slice: the range itself when there is one, else the ranges
   // copied (on the compute stream, ahead of the step) into the layer block.

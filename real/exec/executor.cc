@@ -202,13 +202,13 @@ class Worker {
 struct DiskFile {
   FileId direct = -1;    // O_DIRECT when the file system allows it
   FileId buffered = -1;  // for requests that are not aligned as O_DIRECT needs
-  bool is_direct = false;
   int64_t alignment = kDirectAlignment;  // what O_DIRECT needs of offsets, lengths and buffers
   // Every request to the file goes O_DIRECT (it takes it, and every tensor homed there is aligned
   // as it needs), else every request goes through the page cache: never both. Direct and buffered
   // I/O to overlapping pages of one file are not coherent (a unit's buffered tail page and the
   // sub-group's direct write around it lost bytes of the write).
   bool direct_all = false;
+  FileId fd() const { return direct_all ? direct : buffered; }
 };
 
 struct Job {
@@ -295,8 +295,10 @@ class Run {
   // The piece of `buffer` holding kind [begin, begin + n), or null.
   const Piece* FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const;
   bool OnGpu(int32_t buffer) const { return buffers_[static_cast<size_t>(buffer)].on_gpu; }
-  // The first buffer in a GPU pool that the task allocates, else uses (persistent ones are not
-  // gpu0 memory: see Setup), or kNoIndex.
+  // A buffer that holds gpu0 memory while allocated: in a GPU pool and not persistent (persistent
+  // GPU buffers stand for the device's own memory and the resident home: see Setup).
+  bool HoldsGpuMemory(int32_t buffer) const { return OnGpu(buffer) && !s_.buffers()[static_cast<size_t>(buffer)].persistent; }
+  // The first buffer holding gpu0 memory that the task allocates, else uses, or kNoIndex.
   int32_t GpuBufferOf(const TaskSpec& t) const;
   // Where param16 [begin, begin + n) is on the GPU for `t`: in the gathered pieces of the GPU
   // buffers it uses, else at its GPU-resident home; every part at version `iteration`.
@@ -386,7 +388,7 @@ int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs
 int32_t Run::GpuBufferOf(const TaskSpec& t) const {
   for (const auto* list : {&t.allocs, &t.uses}) {
     for (int32_t b : *list) {
-      if (OnGpu(b) && !s_.buffers()[static_cast<size_t>(b)].persistent) return b;
+      if (HoldsGpuMemory(b)) return b;
     }
   }
   return kNoIndex;
@@ -406,7 +408,7 @@ StatusOr<std::vector<exec::ParamRange>> Run::ParamsOnGpu(const TaskSpec& t, int6
     const char* data = nullptr;
     int64_t stop = end, version = Versions::kNever;
     for (int32_t b : t.uses) {
-      if (!OnGpu(b) || s_.buffers()[static_cast<size_t>(b)].persistent) continue;
+      if (!HoldsGpuMemory(b)) continue;
       const BufferState& buf = Buf(b);
       for (const Piece& p : buf.pieces) {
         if (p.kind != kParam16 || at < p.begin || at >= p.begin + p.elements) continue;
@@ -522,9 +524,8 @@ Status Run::Setup() {
     DiskFile& f = disk_of_device_[static_cast<size_t>(dev)];
     f.direct = direct.id;
     f.buffered = buffered.id;
-    f.is_direct = direct.direct;
     f.alignment = direct.alignment;
-    f.direct_all = f.is_direct && f.alignment <= kDirectAlignment;  // host blocks are kDirectAlignment-aligned
+    f.direct_all = direct.direct && f.alignment <= kDirectAlignment;  // host blocks are kDirectAlignment-aligned
     for (const TensorSpec& ts : s_.tensors()) {
       if (ts.device != dev) continue;
       if (!IsAligned(ts.offset_bytes, f.alignment) || !IsAligned(ts.size_bytes, f.alignment)) f.direct_all = false;
@@ -663,7 +664,7 @@ Status Run::InitialiseStores() {
     if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
     std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
     staged.push_back(block);
-    IoRequest r{IoOp::kWrite, f.direct_all ? f.direct : f.buffered, t.offset_bytes, t.size_bytes, block, submitted};
+    IoRequest r{IoOp::kWrite, f.fd(), t.offset_bytes, t.size_bytes, block, submitted};
     TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     ++submitted;
     home_[static_cast<size_t>(t.device)][kind].Set(t.element_offset, t.element_offset + n, 0);
@@ -732,8 +733,7 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
       if (bounce == nullptr) return ResourceExhausted(Who(t, iteration) + ": cannot allocate an aligned staging block");
       if (!read) std::memcpy(bounce, place, static_cast<size_t>(ts.size_bytes));
     }
-    requests.push_back({read ? IoOp::kRead : IoOp::kWrite, f.direct_all ? f.direct : f.buffered, ts.offset_bytes, ts.size_bytes,
-                        bounce != nullptr ? bounce : place, 0});
+    requests.push_back({read ? IoOp::kRead : IoOp::kWrite, f.fd(), ts.offset_bytes, ts.size_bytes, bounce != nullptr ? bounce : place, 0});
     moves.push_back({ti, offset, version, bounce});
   }
   job.finish = [this, moves, read, buffer] {
@@ -840,7 +840,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     const float* src = nullptr;
     int64_t v = Versions::kNever;
     for (int32_t b : t.uses) {
-      if (!OnGpu(b) || s_.buffers()[static_cast<size_t>(b)].persistent) continue;
+      if (!HoldsGpuMemory(b)) continue;
       const Piece* p = FindPiece(b, kGrad, ts.element_offset, n);
       if (p == nullptr) continue;
       src = reinterpret_cast<const float*>(Buf(b).data + p->offset) + (ts.element_offset - p->begin);
@@ -1351,7 +1351,7 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     got.Set(ts.element_offset, ts.element_offset + n, 1);
     char* block = static_cast<char*>(blocks_.Take(ts.size_bytes));
     if (block == nullptr) return ResourceExhausted(std::string("reading ") + kKindNames[kind] + ": cannot allocate a staging buffer");
-    IoRequest r{IoOp::kRead, f.buffered, ts.offset_bytes, ts.size_bytes, block, reads.size()};
+    IoRequest r{IoOp::kRead, f.fd(), ts.offset_bytes, ts.size_bytes, block, reads.size()};
     TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     reads.push_back({block, &ts});
   }
