@@ -169,6 +169,40 @@ Status Schedule::Validate() const {
     }
   }
 
+  // A task's buffers are all live while it runs: those it uses, allocates and frees. Beside its
+  // pool's persistent buffers they must fit, or no order of the other tasks lets it start (a
+  // layer's working set larger than the GPU pool is found here, not as a deadlock at run time).
+  std::vector<int64_t> held(pools_.size(), 0);
+  std::vector<int32_t> held_count(pools_.size(), 0), largest(pools_.size(), kNoIndex), seen(buffers_.size(), kNoIndex);
+  std::vector<int32_t> touched;
+  for (int32_t i = 0; i < n; ++i) {
+    const TaskSpec& t = tasks_[i];
+    touched.clear();
+    for (const auto* list : {&t.uses, &t.allocs, &t.frees}) {
+      for (int32_t b : *list) {
+        const BufferSpec& buf = buffers_[b];
+        if (buf.persistent || seen[b] == i) continue;
+        seen[b] = i;
+        if (held_count[buf.pool]++ == 0) touched.push_back(buf.pool);
+        held[buf.pool] += buf.size_bytes;
+        if (largest[buf.pool] == kNoIndex || buf.size_bytes > buffers_[largest[buf.pool]].size_bytes) largest[buf.pool] = b;
+      }
+    }
+    for (int32_t p : touched) {
+      const int64_t need = held[p] + persistent_bytes[p];
+      if (need > pools_[p].capacity_bytes) {
+        return ResourceExhausted("task " + Quote(t.id) + " holds " + std::to_string(held_count[p]) + " buffers of pool " +
+                                 Quote(pools_[p].name) + " at once (" + std::to_string(held[p]) + " bytes, the largest " +
+                                 Quote(buffers_[largest[p]].name) + ") beside " + std::to_string(persistent_bytes[p]) +
+                                 " persistent bytes: needs " + std::to_string(need) + " bytes, capacity is " +
+                                 std::to_string(pools_[p].capacity_bytes));
+      }
+      held[p] = 0;
+      held_count[p] = 0;
+      largest[p] = kNoIndex;
+    }
+  }
+
   // Cycles among same-iteration deps. Carried deps always point at earlier iterations, so the
   // unrolled graph is acyclic exactly when this one is.
   Graph g(n);

@@ -95,12 +95,21 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
   return plan;
 }
 
-ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenario_(s) {
+ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenario_(s), policy_(std::move(policy)) {
   schedule_.name = s.name;
-  schedule_.meta.emplace_back("policy", std::move(policy));
+  schedule_.meta.emplace_back("policy", policy_);
   schedule_.meta.emplace_back("model", s.model.name);
   schedule_.meta.emplace_back("hardware", s.hardware.node.name);
   Device("host", DeviceKind::kHost);
+}
+
+StatusOr<Schedule> ScheduleBuilder::Finish() {
+  const Status st = schedule_.Validate();
+  if (st.code() == StatusCode::kResourceExhausted) {
+    return st.WithContext(policy_ + ": the scenario's memory budget is too small for this schedule");
+  }
+  TF_RETURN_IF_ERROR(st.WithContext(policy_ + " generated an invalid schedule (a bug)"));
+  return std::move(schedule_);
 }
 
 int32_t ScheduleBuilder::Device(const std::string& name, DeviceKind kind) {

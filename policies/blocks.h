@@ -95,11 +95,15 @@ class ScheduleBuilder {
   // The device of gpu{rank}, created on first use.
   int32_t GpuDevice(int32_t rank) { return Device("gpu" + std::to_string(rank), DeviceKind::kGpu); }
 
-  Schedule Finish() { return std::move(schedule_); }
+  // The validated schedule. A buffer or a task's buffers larger than their pool means the
+  // scenario's memory budget is too small for the policy (an error naming the budget); any
+  // other broken rule is a bug of the generator.
+  StatusOr<Schedule> Finish();
   const Scenario& scenario() const { return scenario_; }
 
  private:
   const Scenario& scenario_;
+  std::string policy_;
   Schedule schedule_;
   int64_t state_region_bytes_ = 0;  // per kind and device: ranks x rank elements x 4, 1 MiB-aligned
   int64_t state_rank_elements_ = 0;

@@ -147,9 +147,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   // Without parameter offload nothing is read: the first all-gather waits for the step instead.
   if (!params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});
 
-  Schedule schedule = b.Finish();
-  TF_RETURN_IF_ERROR(schedule.Validate().WithContext("zero-infinity generated an invalid schedule (a bug)"));
-  return schedule;
+  return b.Finish();
 }
 
 // What a DeepSpeed user can change without touching DeepSpeed: the swap buffers, the

@@ -123,8 +123,10 @@ TEST(Dispatcher, PoolGatingDelaysATaskUntilAFree) {
 TEST(Dispatcher, APoolTooSmallYieldsADeadlockReportNamingThePoolAndTheShortfall) {
   Builder b;
   b.Resource("r", 2).Pool("host.pinned", 100).Buffer("x", "host.pinned", 60).Buffer("y", "host.pinned", 60);
-  // y is allocated while x is still held, and x is only freed after y's task.
-  b.Task("ax", "r", {}, {"x"}).Task("ay", "r", {"ax"}, {"y"}).Task("free", "", {"ay"}, {}, {"x", "y"});
+  // Each task holds one buffer, but y is allocated while x is still held: x is freed only after
+  // y's task (no task holds both, so Validate cannot tell; the dispatcher finds it).
+  b.Task("ax", "r", {}, {"x"}).Task("ay", "r", {"ax"}, {"y"});
+  b.Task("fx", "", {"ay"}, {}, {"x"}).Task("fy", "", {"fx"}, {}, {"y"});
   ASSERT_TRUE(b.s.Validate().ok());
   auto r = RunTimed(b.s, 1, {{"ax", 1}, {"ay", 1}});
   ASSERT_FALSE(r.status.ok());

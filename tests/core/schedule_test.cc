@@ -127,6 +127,26 @@ TEST(ScheduleValidate, BufferLifetimes) {
   EXPECT_TRUE(ok.s.Validate().ok()) << ok.s.Validate().ToString();
 }
 
+// What one task holds while it runs (uses, allocs and frees, each buffer once) must fit its pool
+// beside the persistent buffers: otherwise no order of the other tasks lets it start.
+TEST(ScheduleValidate, OneTasksBuffersFitTheirPoolTogether) {
+  auto build = [](int64_t capacity) {
+    Builder b;
+    b.Resource("r").Pool("gpu0.hbm", capacity).Buffer("resident", "gpu0.hbm", 30, /*persistent=*/true);
+    b.Buffer("w", "gpu0.hbm", 40).Buffer("grad", "gpu0.hbm", 25).Buffer("act", "gpu0.hbm", 5);
+    b.Task("h2d", "r", {}, {"w"}).Task("step", "r", {"h2d"}, {"grad", "act"}, {"w", "act"});
+    b.s.mutable_tasks()[1].uses = {1, 2};  // w and grad again: counted once
+    b.Task("d2h", "r", {"step"}, {}, {"grad"});
+    b.s.mutable_tasks()[2].uses = {0};  // the persistent buffer: already counted
+    return b;
+  };
+  // step holds w, grad and act: 70 bytes beside 30 persistent ones.
+  EXPECT_TRUE(build(100).s.Validate().ok()) << build(100).s.Validate().ToString();
+  EXPECT_EQ(build(99).s.Validate().ToString(),
+            "resource exhausted: task 'step' holds 3 buffers of pool 'gpu0.hbm' at once (70 bytes, the largest 'w') "
+            "beside 30 persistent bytes: needs 100 bytes, capacity is 99");
+}
+
 TEST(ScheduleValidate, TopologicalOrderKeepsScheduleOrderAmongTies) {
   Builder b;
   b.Resource("r").Task("a", "r").Task("b", "r").Task("c", "r", {"b"}).Task("d", "r", {"a"});

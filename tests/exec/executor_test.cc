@@ -281,22 +281,51 @@ TEST(Executor, ADiskFileIsReadAndWrittenOneWayOnly) {
       << run->direct_io_bytes << " bytes direct and " << run->buffered_io_bytes << " through the page cache";
 }
 
-// The optimizer's pinned pool holds a sub-group's states but not its gradient as well: the
+// The optimizer's pinned pool cut to a sub-group's states alone: the optimizer step holds its
+// gradient as well, so the schedule is refused when loaded, naming the task and the pool.
+TEST(Executor, APoolTooSmallForOneTaskIsRefusedBeforeRunning) {
+  const policies::Scenario zi = LoadTiny({});
+  const Schedule s = PlanOrDie(zi);
+  const int32_t pool = s.FindPool("host.pinned.opt.r0");
+  const int32_t states = s.FindBuffer("states.sg0.r0");
+  ASSERT_NE(pool, kNoIndex);
+  ASSERT_NE(states, kNoIndex);
+  std::string json = ScheduleToJson(s);
+  const std::string from = "\"capacity_bytes\":" + std::to_string(s.pools()[pool].capacity_bytes);
+  const size_t at = json.find(from, json.find("\"host.pinned.opt.r0\""));
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, from.size(), "\"capacity_bytes\":" + std::to_string(s.buffers()[states].size_bytes));
+  auto small = ScheduleFromJson(json);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), StatusCode::kResourceExhausted) << small.status().ToString();
+  EXPECT_NE(small.status().message().find("task 'adam.sg0.r0' holds 2 buffers of pool 'host.pinned.opt.r0' at once"),
+            std::string::npos)
+      << small.status().ToString();
+}
+
+// Every task's buffers fit their pool, but a gradient buffer is held until the step's state
+// write: the optimizer's pinned pool, exactly a sub-group's states and gradient, then cannot
+// take both besides it. Whatever the timing, one of the two reads waits for ever: the
 // dispatcher's deadlock report, not a hang.
-TEST(Executor, APoolTooSmallGetsTheDeadlockReport) {
+TEST(Executor, HoldAndWaitGetsTheDeadlockReport) {
   const policies::Scenario zi = LoadTiny({});
   Schedule s = PlanOrDie(zi);
   const int32_t pool = s.FindPool("host.pinned.opt.r0");
-  ASSERT_NE(pool, kNoIndex);
-  const int32_t states = s.FindBuffer("states.sg0.r0");
-  ASSERT_NE(states, kNoIndex);
-  // Rebuild the schedule with the pool's capacity cut to the states buffer alone.
-  const Schedule small = EditedOrDie(s, "\"host.pinned.opt.r0\"", "\"capacity_bytes\":" + std::to_string(s.pools()[pool].capacity_bytes),
-                                     "\"capacity_bytes\":" + std::to_string(s.buffers()[states].size_bytes));
-  auto run = RunOnce(small, zi, "deadlock");
+  const int32_t states = s.FindBuffer("states.sg0.r0"), gradin = s.FindBuffer("gradin.sg0.r0");
+  const int32_t grad = s.FindBuffer("grad.lm_head.weight.b0.r0");
+  const int32_t write_grad = s.FindTask("write.grad.lm_head.weight.b0.r0"), write_states = s.FindTask("write.states.sg0.r0");
+  ASSERT_TRUE(pool != kNoIndex && states != kNoIndex && gradin != kNoIndex && grad != kNoIndex);
+  ASSERT_TRUE(write_grad != kNoIndex && write_states != kNoIndex);
+  ASSERT_EQ(s.pools()[pool].capacity_bytes, s.buffers()[states].size_bytes + s.buffers()[gradin].size_bytes);
+  std::vector<int32_t>& frees = s.mutable_tasks()[write_grad].frees;
+  ASSERT_EQ(frees, std::vector<int32_t>{grad});
+  frees.clear();
+  s.mutable_tasks()[write_states].frees.push_back(grad);
+  ASSERT_TRUE(s.Validate().ok()) << s.Validate().ToString();
+  auto run = RunOnce(s, zi, "deadlock");
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.status().code(), StatusCode::kDeadlock) << run.status().ToString();
-  EXPECT_NE(run.status().message().find("host.pinned.opt.r0"), std::string::npos) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("waits for pool 'host.pinned.opt.r0'"), std::string::npos) << run.status().ToString();
 }
 
 TEST(Executor, TheComputeDeviceIsCheckedBeforeTraining) {
