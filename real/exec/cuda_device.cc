@@ -7,9 +7,9 @@
 //
 // Memory: what Allocate hands out (the schedule's GPU buffers: gathered parameters, a layer's
 // gradients, the GPU-resident parameters), plus the device's own working memory: LlamaSteps'
-// activations and workspace, and one layer's bf16 parameters, into which a step assembles the
-// ranges it is given (the units' gathered buffers) by device-to-device copies, as LlamaSteps
-// reads a layer's parameters as one slice.
+// activations and workspace and the d2h's bf16 staging. A step reads each tensor where the
+// schedule put it (its unit's gathered buffer, the resident home); only ranges that cut a tensor
+// in two, which our policies never plan, are first copied into a block of the layer's size.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -81,9 +81,6 @@ class CudaDevice final : public ComputeDevice {
     std::unique_ptr<CudaDevice> d(new CudaDevice());
     TF_ASSIGN_OR_RETURN(d->ctx_, cuda::Context::Open(0));
     TF_ASSIGN_OR_RETURN(d->steps_, cuda::LlamaSteps::Create(*d->ctx_, config.spec, config.batch, config.seq));
-    const auto& sizes = d->steps_->layout().layer_elements;
-    const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
-    TF_ASSIGN_OR_RETURN(d->layer_, d->ctx_->Allocate(largest * 2));
     d->blocks_ = std::make_unique<BlockCache>(
         [](int64_t bytes) -> void* {
           void* p = nullptr;
@@ -183,7 +180,7 @@ class CudaDevice final : public ComputeDevice {
 
   Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads&,
                  DeviceSpan* span) override {
-    return Step(layer, params, span, [&](const uint16_t* p) -> Status {
+    return Step(layer, params, span, [&](const cuda::LlamaSteps::LayerParams& p) -> Status {
       if (layer == 0) TF_RETURN_IF_ERROR(steps_->SetBatch(it->tokens.data(), it->targets.data()));
       TF_RETURN_IF_ERROR(steps_->Forward(layer, p));
       if (layer == steps_->layers() - 1) it->loss = steps_->loss();  // read back by the head's forward
@@ -193,39 +190,48 @@ class CudaDevice final : public ComputeDevice {
 
   Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it, CpuThreads&,
                   DeviceSpan* span) override {
-    return Step(layer, params, span, [&](const uint16_t* p) { return steps_->Backward(layer, p, grads, it->loss_scale); });
+    return Step(layer, params, span,
+                [&](const cuda::LlamaSteps::LayerParams& p) { return steps_->Backward(layer, p, grads, it->loss_scale); });
   }
 
  private:
   CudaDevice() = default;
 
   // One layer step on the compute stream, bracketed by the span's events, over the layer's
-  // parameters as one slice (Assemble); returns when the GPU has finished it.
+  // tensors where they lie (Tensors); returns when the GPU has finished it.
   Status Step(int64_t layer, const std::vector<ParamRange>& params, DeviceSpan* span,
-              const std::function<Status(const uint16_t*)>& run) {
+              const std::function<Status(const cuda::LlamaSteps::LayerParams&)>& run) {
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
-    TF_ASSIGN_OR_RETURN(const uint16_t* p, Assemble(layer, params));
+    TF_ASSIGN_OR_RETURN(const cuda::LlamaSteps::LayerParams p, Tensors(layer, params));
     TF_RETURN_IF_ERROR(run(p));
     TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
     return timer.Read();
   }
 
-  // The layer's parameters as one slice: the range itself when there is one, else the ranges
-  // copied (on the compute stream, ahead of the step) into the layer block.
-  StatusOr<const uint16_t*> Assemble(int64_t layer, const std::vector<ParamRange>& params) {
-    const auto& layout = steps_->layout();
+  // A pointer to each of the layer's tensors: into the ranges when each tensor lies whole in one,
+  // else into the layer block, into which the ranges are copied (on the compute stream, ahead of
+  // the step; the block is allocated the first time it is needed).
+  StatusOr<cuda::LlamaSteps::LayerParams> Tensors(int64_t layer, const std::vector<ParamRange>& params) {
+    const ParamLayout& layout = steps_->layout();
     const int64_t begin = layout.layer_offset[static_cast<size_t>(layer)];
-    TF_RETURN_IF_ERROR(CheckLayerParams(params, begin, layout.layer_elements[static_cast<size_t>(layer)]));
-    if (params.size() == 1) return static_cast<const uint16_t*>(params[0].data);
+    const int64_t elements = layout.layer_elements[static_cast<size_t>(layer)];
+    TF_RETURN_IF_ERROR(CheckLayerParams(params, begin, elements));
+    cuda::LlamaSteps::LayerParams out;
+    for (const void* p : TensorStarts(layout, layer, params)) out.push_back(static_cast<const uint16_t*>(p));
+    if (!out.empty()) return out;
+    if (layer_.size_bytes() < elements * 2) {
+      layer_ = cuda::DeviceBuffer();
+      TF_ASSIGN_OR_RETURN(layer_, ctx_->Allocate(elements * 2));
+    }
     auto* dst = static_cast<uint16_t*>(layer_.data());
     for (const ParamRange& r : params) {
       TF_RETURN_IF_ERROR(cuda::CopyAsync(dst + (r.begin - begin), r.data, r.n * 2, cuda::CopyKind::kDeviceToDevice, ctx_->stream()));
     }
-    return static_cast<const uint16_t*>(dst);
+    return LayerTensorPointers<const uint16_t>(layout, layer, dst);
   }
 
   // Each worker thread makes the GPU current before its first CUDA call.
@@ -240,7 +246,7 @@ class CudaDevice final : public ComputeDevice {
 
   std::unique_ptr<cuda::Context> ctx_;
   std::unique_ptr<cuda::LlamaSteps> steps_;
-  cuda::DeviceBuffer layer_, staging_;  // one layer's bf16 parameters; d2h's bf16 cast
+  cuda::DeviceBuffer layer_, staging_;  // a layer's bf16 parameters when its ranges cut a tensor; d2h's bf16 cast
   std::mutex mu_;                       // the compute stream, cuBLAS handle, scratch and layer_
   mutable std::mutex blocks_mu_;
   std::unique_ptr<BlockCache> blocks_;    // Allocate's blocks

@@ -21,6 +21,18 @@ Status CheckLayerParams(const std::vector<ParamRange>& params, int64_t begin, in
   return Status::Ok();
 }
 
+std::vector<const void*> TensorStarts(const ParamLayout& layout, int64_t layer, const std::vector<ParamRange>& params) {
+  std::vector<const void*> out;
+  auto range = params.begin();
+  for (const ParamTensor& t : layout.LayerTensors(layer)) {
+    while (range != params.end() && range->begin + range->n <= t.offset) ++range;  // ends before the tensor
+    TF_CHECK(range != params.end() && range->begin <= t.offset);
+    if (t.offset + t.elements > range->begin + range->n) return {};
+    out.push_back(static_cast<const uint16_t*>(range->data) + (t.offset - range->begin));
+  }
+  return out;
+}
+
 Trainer::Trainer(const TrainConfig& config) : config_(config), layout_(MakeParamLayout(config.spec.config)) {}
 
 void Trainer::EmulateGpu() {

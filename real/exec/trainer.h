@@ -33,6 +33,12 @@ struct ParamRange {
 // [begin, begin + n) exactly.
 Status CheckLayerParams(const std::vector<ParamRange>& params, int64_t begin, int64_t n);
 
+// Where each tensor of `layer` (ParamLayout::LayerTensors order) starts within `params`, when
+// every one lies whole in one range (the schedule's units are tensors, so a step finds each in
+// its unit's gathered buffer or the resident home); empty when a tensor straddles two ranges.
+// Requires CheckLayerParams(params, the layer's begin, its elements).
+std::vector<const void*> TensorStarts(const ParamLayout& layout, int64_t layer, const std::vector<ParamRange>& params);
+
 struct IterationState {
   int64_t iteration = -1;
   std::vector<int32_t> tokens, targets;

@@ -118,10 +118,20 @@ Status LlamaSteps::SetBatch(const int32_t* tokens, const int32_t* targets) {
   return b_->targets.CopyFromHost(ctx_, targets, rows_ * 4);
 }
 
-Status LlamaSteps::DecoderForward(int64_t layer, const uint16_t* params, uint16_t* x_out) {
+Status LlamaSteps::CheckParams(int64_t layer, const LayerParams& params) const {
+  if (layer < 0 || layer >= layers()) return InvalidArgument("GPU Llama steps: no layer " + std::to_string(layer));
+  const size_t tensors = layout_.LayerTensors(layer).size();
+  if (params.size() != tensors || std::find(params.begin(), params.end(), nullptr) != params.end()) {
+    return InvalidArgument("GPU Llama steps: layer " + std::to_string(layer) + " takes a pointer to each of its " +
+                           std::to_string(tensors) + " tensors, given " + std::to_string(params.size()) +
+                           (params.size() == tensors ? " with a null one" : ""));
+  }
+  return Status::Ok();
+}
+
+Status LlamaSteps::DecoderForward(int64_t layer, const DecoderParams<const uint16_t*>& w, uint16_t* x_out) {
   const models::LlmConfig& c = spec_.config;
   const int64_t C = c.hidden, F = c.ffn, H = c.heads, KV = c.kv_heads, d = c.head_dim(), R = rows_;
-  const auto w = DecoderView<const uint16_t>(c, params);
   LlamaBuffers& b = *b_;
   const uint16_t* x_in = P<uint16_t>(b.boundary) + (layer - 1) * R * C;
   TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.n1), P<float>(b.rstd1_32), x_in, w.input_norm, R, C,
@@ -146,31 +156,31 @@ Status LlamaSteps::DecoderForward(int64_t layer, const uint16_t* params, uint16_
 }
 
 // Final norm, LM head and cross-entropy; with dlogits, the scaled gradient of the logits too.
-Status LlamaSteps::HeadForward(const uint16_t* params, uint16_t* dlogits, float loss_scale) {
+Status LlamaSteps::HeadForward(const LayerParams& params, uint16_t* dlogits, float loss_scale) {
   const models::LlmConfig& c = spec_.config;
   const int64_t C = c.hidden, R = rows_;
   LlamaBuffers& b = *b_;
   const uint16_t* x_in = P<uint16_t>(b.boundary) + c.layers * R * C;
-  TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.xf), P<float>(b.rstdf32), x_in, params, R, C, spec_.rms_norm_eps));
-  TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.logits), P<const uint16_t>(b.xf), params + C, R, C, c.vocab));
+  TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.xf), P<float>(b.rstdf32), x_in, params[0], R, C, spec_.rms_norm_eps));
+  TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.logits), P<const uint16_t>(b.xf), params[1], R, C, c.vocab));
   TF_ASSIGN_OR_RETURN(loss_, CrossEntropyForwardBackward(ctx_, dlogits, P<const uint16_t>(b.logits),
                                                          P<const int32_t>(b.targets), R, c.vocab, loss_scale));
   return Status::Ok();
 }
 
-Status LlamaSteps::Forward(int64_t layer, const uint16_t* params) {
+Status LlamaSteps::Forward(int64_t layer, const LayerParams& params) {
   const int64_t L = spec_.config.layers, C = spec_.config.hidden, R = rows_;
-  if (layer < 0 || layer > L + 1) return InvalidArgument("GPU Llama steps: no layer " + std::to_string(layer));
+  TF_RETURN_IF_ERROR(CheckParams(layer, params));
   uint16_t* boundary = P<uint16_t>(b_->boundary);
-  if (layer == 0) return EmbeddingForward(ctx_, boundary, P<const int32_t>(b_->tokens), params, R, C);
-  if (layer <= L) return DecoderForward(layer, params, boundary + layer * R * C);
+  if (layer == 0) return EmbeddingForward(ctx_, boundary, P<const int32_t>(b_->tokens), params[0], R, C);
+  if (layer <= L) return DecoderForward(layer, DecoderFromTensors(params), boundary + layer * R * C);
   return HeadForward(params, nullptr, 1.0f);
 }
 
-Status LlamaSteps::Backward(int64_t layer, const uint16_t* params, float* grads, float loss_scale) {
+Status LlamaSteps::Backward(int64_t layer, const LayerParams& params, float* grads, float loss_scale) {
   const models::LlmConfig& c = spec_.config;
   const int64_t L = c.layers, C = c.hidden, F = c.ffn, H = c.heads, KV = c.kv_heads, d = c.head_dim(), R = rows_;
-  if (layer < 0 || layer > L + 1) return InvalidArgument("GPU Llama steps: no layer " + std::to_string(layer));
+  TF_RETURN_IF_ERROR(CheckParams(layer, params));
   LlamaBuffers& b = *b_;
   TF_RETURN_IF_ERROR(Zero(ctx_, grads, layout_.layer_elements[static_cast<size_t>(layer)] * 4));
   float* d_x = P<float>(b.d_x32);
@@ -180,15 +190,15 @@ Status LlamaSteps::Backward(int64_t layer, const uint16_t* params, float* grads,
     TF_RETURN_IF_ERROR(HeadForward(params, P<uint16_t>(b.logits), loss_scale));
     TF_RETURN_IF_ERROR(Zero(ctx_, b.d_a32.data(), R * C * 4));
     TF_RETURN_IF_ERROR(LinearBackward(ctx_, P<float>(b.d_a32), grads + C, P<const uint16_t>(b.logits),
-                                      P<const uint16_t>(b.xf), params + C, R, C, c.vocab));
+                                      P<const uint16_t>(b.xf), params[1], R, C, c.vocab));
     TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, P<uint16_t>(b.g16), P<const float>(b.d_a32), R * C));
     TF_RETURN_IF_ERROR(Zero(ctx_, d_x, R * C * 4));
     const uint16_t* x_in = P<uint16_t>(b.boundary) + L * R * C;
-    return RmsNormBackward(ctx_, d_x, grads, P<const uint16_t>(b.g16), x_in, params, P<const float>(b.rstdf32), R, C);
+    return RmsNormBackward(ctx_, d_x, grads, P<const uint16_t>(b.g16), x_in, params[0], P<const float>(b.rstdf32), R, C);
   }
   // A decoder: recompute its forward, then back from d_x (the gradient of its output).
-  TF_RETURN_IF_ERROR(DecoderForward(layer, params, nullptr));
-  const auto w = DecoderView<const uint16_t>(c, params);
+  const auto w = DecoderFromTensors(params);
+  TF_RETURN_IF_ERROR(DecoderForward(layer, w, nullptr));
   const auto g = DecoderView<float>(c, grads);
   const uint16_t* x_in = P<uint16_t>(b.boundary) + (layer - 1) * R * C;
   float* d_a = P<float>(b.d_a32);

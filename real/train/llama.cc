@@ -124,10 +124,18 @@ const ParamTensor* ParamLayout::Find(std::string_view name) const {
   return nullptr;
 }
 
+std::span<const ParamTensor> ParamLayout::LayerTensors(int64_t layer) const {
+  TF_CHECK(layer >= 0 && static_cast<size_t>(layer) < layer_first_tensor.size());
+  const size_t first = layer_first_tensor[static_cast<size_t>(layer)];
+  const size_t end = static_cast<size_t>(layer) + 1 < layer_first_tensor.size() ? layer_first_tensor[static_cast<size_t>(layer) + 1] : tensors.size();
+  return std::span<const ParamTensor>(tensors).subspan(first, end - first);
+}
+
 ParamLayout MakeParamLayout(const LlmConfig& config) {
   ParamLayout layout;
   for (const models::LayerInfo& info : models::Layers(config)) {
     layout.layer_offset.push_back(layout.total);
+    layout.layer_first_tensor.push_back(layout.tensors.size());
     int64_t layer_elements = 0;
     for (const models::TensorShape& shape : info.tensors) {
       ParamTensor t;

@@ -1,7 +1,8 @@
 // The GPU Llama steps (cuda_llama.h) against the fp32 CPU model (llama.h) on the same
 // bf16-rounded parameters: the loss, and every layer's gradient, layer by layer in the
-// schedule's order (forward 0..L+1, backward L+1..0); then the same steps again, bit-identical.
-// Skips, with the reason, without a GPU.
+// schedule's order (forward 0..L+1, backward L+1..0), each layer's tensors cut from one flat
+// buffer; then the same steps again with every tensor in a device allocation of its own (as the
+// executor's gathered buffers hold them), bit-identical. Skips, with the reason, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,19 +56,32 @@ TEST(CudaLlama, StepsMatchTheCpuModel) {
   ASSERT_TRUE((*steps)->SetBatch(tokens.data(), targets.data()).ok());
   const auto* p = static_cast<const uint16_t*>(params->data());
   auto* g = static_cast<float*>(grads->data());
+  const int64_t layers = (*steps)->layers();
+  std::vector<cuda::LlamaSteps::LayerParams> sliced(static_cast<size_t>(layers)), scattered(sliced.size());
+  std::vector<cuda::DeviceBuffer> own;  // a block per tensor, copied from the flat buffer
+  for (int64_t l = 0; l < layers; ++l) {
+    sliced[l] = LayerTensorPointers<const uint16_t>(layout, l, p + layout.layer_offset[l]);
+    for (const ParamTensor& t : layout.LayerTensors(l)) {
+      auto block = (*ctx)->Allocate(t.elements * 2);
+      ASSERT_TRUE(block.ok()) << block.status().ToString();
+      ASSERT_TRUE(block->CopyFromHost(**ctx, p16.data() + t.offset, t.elements * 2).ok());
+      scattered[l].push_back(static_cast<const uint16_t*>(block->data()));
+      own.push_back(std::move(*block));
+    }
+  }
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
-    const int64_t layers = (*steps)->layers();
-    for (int64_t l = 0; l < layers; ++l) ASSERT_TRUE((*steps)->Forward(l, p + layout.layer_offset[l]).ok()) << l;
+    const auto& tensors = run == 0 ? sliced : scattered;
+    for (int64_t l = 0; l < layers; ++l) ASSERT_TRUE((*steps)->Forward(l, tensors[l]).ok()) << l;
     for (int64_t l = layers; l-- > 0;) {
-      const Status st = (*steps)->Backward(l, p + layout.layer_offset[l], g + layout.layer_offset[l], loss_scale);
+      const Status st = (*steps)->Backward(l, tensors[l], g + layout.layer_offset[l], loss_scale);
       ASSERT_TRUE(st.ok()) << "layer " << l << ": " << st.ToString();
     }
     std::vector<float> got(static_cast<size_t>(layout.total));
     ASSERT_TRUE((*ctx)->Synchronize().ok());
     ASSERT_TRUE(grads->CopyToHost(**ctx, got.data(), layout.total * 4).ok());
     if (run == 1) {
-      EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * 4), 0) << "the second run differs";
+      EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * 4), 0) << "tensors in blocks of their own differ";
       break;
     }
     first = got;
@@ -89,6 +103,13 @@ TEST(CudaLlama, StepsMatchTheCpuModel) {
     }
   }
   // Bad input is refused before the GPU sees it.
+  cuda::LlamaSteps::LayerParams short_of_one = sliced[1];
+  short_of_one.pop_back();
+  EXPECT_EQ((*steps)->Forward(1, short_of_one).code(), StatusCode::kInvalidArgument);
+  cuda::LlamaSteps::LayerParams with_null = sliced[1];
+  with_null[2] = nullptr;
+  EXPECT_EQ((*steps)->Backward(1, with_null, g + layout.layer_offset[1], loss_scale).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*steps)->Forward(layers, sliced[0]).code(), StatusCode::kInvalidArgument);
   std::vector<int32_t> bad = tokens;
   bad[3] = static_cast<int32_t>(spec.config.vocab);
   EXPECT_EQ((*steps)->SetBatch(bad.data(), targets.data()).code(), StatusCode::kInvalidArgument);

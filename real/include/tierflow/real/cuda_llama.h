@@ -1,7 +1,8 @@
 // One rank's Llama training steps on the GPU, organised as the schedule runs them and as
 // exec::Trainer runs them on the CPU: one step per models::Layers() unit (0 the embedding,
-// 1..L the decoders, L+1 the head), each given its parameters as the layer's slice of the flat
-// ParamLayout buffer — here a device buffer of bf16 — and its gradient as the layer's fp32 slice.
+// 1..L the decoders, L+1 the head), each given its parameters as a device pointer per tensor of
+// the layer (bf16, wherever each lies: the units' gathered buffers, a resident home, or one slice
+// of a flat ParamLayout buffer) and its gradient as the layer's fp32 slice.
 // Activations are bf16, gradients of activations fp32 (rounded to bf16 where a GEMM reads them);
 // activation checkpointing is at layer boundaries (a decoder's backward recomputes its forward
 // from its saved input), as the CPU's DecoderBackward does. The math is llama.h's, op by op
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tierflow/core/status.h"
 #include "tierflow/real/cuda_compute.h"
@@ -37,20 +39,28 @@ class LlamaSteps {
   // target in [0, vocab) or negative (ignored). InvalidArgument names the first bad entry.
   Status SetBatch(const int32_t* tokens, const int32_t* targets);
 
+  // A layer's parameters: a device pointer to each of its tensors, in ParamLayout::LayerTensors
+  // order (LayerTensorPointers cuts them from one slice).
+  using LayerParams = std::vector<const uint16_t*>;
+
   // Forward of `layer` from the previous layer's output; the head's sets loss() (unscaled).
-  Status Forward(int64_t layer, const uint16_t* params);
+  // InvalidArgument for a layer out of range, or params that are not one non-null pointer per
+  // tensor of the layer.
+  Status Forward(int64_t layer, const LayerParams& params);
   double loss() const { return loss_; }
   // Backward of `layer` from the gradient the next layer left: grads (the layer's fp32 slice) is
   // OVERWRITTEN with d(loss * loss_scale)/d params. The head's backward starts the chain.
-  Status Backward(int64_t layer, const uint16_t* params, float* grads, float loss_scale);
+  Status Backward(int64_t layer, const LayerParams& params, float* grads, float loss_scale);
 
  private:
   LlamaSteps(const Context& ctx, const LlamaSpec& spec, int64_t batch, int64_t seq);
   Status Allocate();
+  Status CheckParams(int64_t layer, const LayerParams& params) const;
   // Recomputes decoder `layer`'s forward into the workspace, and writes its output when
   // `x_out` is not null.
-  Status DecoderForward(int64_t layer, const uint16_t* params, uint16_t* x_out);
-  Status HeadForward(const uint16_t* params, uint16_t* dlogits, float loss_scale);
+  Status DecoderForward(int64_t layer, const DecoderParams<const uint16_t*>& w, uint16_t* x_out);
+  // params: the final norm's weight, then the LM head's.
+  Status HeadForward(const LayerParams& params, uint16_t* dlogits, float loss_scale);
 
   const Context& ctx_;
   LlamaSpec spec_;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,10 +57,23 @@ struct ParamLayout {
   std::vector<ParamTensor> tensors;    // flat-buffer order
   std::vector<int64_t> layer_offset;   // per models::Layers() entry
   std::vector<int64_t> layer_elements;
+  std::vector<size_t> layer_first_tensor;  // per models::Layers() entry, an index into tensors
   int64_t total = 0;
   const ParamTensor* Find(std::string_view name) const;  // null when absent
+  // The tensors of models::Layers() entry `layer`, in flat-buffer order. Requires a valid layer.
+  std::span<const ParamTensor> LayerTensors(int64_t layer) const;
 };
 ParamLayout MakeParamLayout(const models::LlmConfig& config);
+
+// A pointer to each tensor of `layer` (LayerTensors order) inside the layer's contiguous slice
+// at `layer_base`.
+template <typename T>
+std::vector<T*> LayerTensorPointers(const ParamLayout& layout, int64_t layer, T* layer_base) {
+  std::vector<T*> out;
+  const int64_t begin = layout.layer_offset[static_cast<size_t>(layer)];
+  for (const ParamTensor& t : layout.LayerTensors(layer)) out.push_back(layer_base + (t.offset - begin));
+  return out;
+}
 
 // The tensors of one decoder layer inside its contiguous slice (P = const T* or T*).
 template <typename P>
@@ -68,6 +82,13 @@ struct DecoderParams {
 };
 template <typename T>
 DecoderParams<T*> DecoderView(const models::LlmConfig& config, T* layer_base);
+// The same from a pointer per tensor in models::Layers() order (LayerTensorPointers, or wherever
+// each tensor lives: the tensors need not share one slice). Requires the decoder's 9 tensors.
+template <typename T>
+DecoderParams<T*> DecoderFromTensors(const std::vector<T*>& t) {
+  TF_CHECK(t.size() == 9);
+  return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]};
+}
 
 // Scratch for one (batch, seq): the rotary tables, one layer's forward intermediates (reused by
 // every layer: they are recomputed in backward), backward scratch and the head's logits.
