@@ -83,9 +83,8 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
       }
     }
   } else {
-    for (int64_t begin = 0; begin < offset; begin += sub_group_size) {
-      plan.subgroups.push_back({begin, std::min(sub_group_size, offset - begin)});
-    }
+    const int64_t step = IoAlignedStep(sub_group_size);
+    for (int64_t begin = 0; begin < offset; begin += step) plan.subgroups.push_back({begin, std::min(step, offset - begin)});
   }
   // What stays on each GPU: resident parameters, the layer inputs kept by checkpointing, and one
   // layer's full activations as working memory.
@@ -178,8 +177,9 @@ constexpr StateKind kStateKinds[] = {{"param16", "bf16", 2}, {"grad16", "bf16", 
 
 void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
   const int64_t mib = int64_t{1} << 20;
-  state_rank_elements_ = plan.rank_elements;
-  state_region_bytes_ = (plan.ranks * plan.rank_elements * 4 + mib - 1) / mib * mib;
+  // Each rank's stretch starts on an aligned boundary (kIoAlignElements).
+  state_rank_elements_ = (plan.rank_elements + kIoAlignElements - 1) / kIoAlignElements * kIoAlignElements;
+  state_region_bytes_ = (plan.ranks * state_rank_elements_ * 4 + mib - 1) / mib * mib;
 }
 
 int32_t ScheduleBuilder::State(const std::string& kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
@@ -739,8 +739,9 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     if (o.param_path == ParamUpdatePath::kChunkedBlocking) {
       // fp32 -> fp16 through the parameter swapper's slots, each written with a blocking wait.
       std::vector<int32_t> param_writes;
-      for (int64_t c0 = 0, c = 0; c0 < n; c0 += o.chunk_elements, ++c) {
-        const int64_t chunk = std::min(o.chunk_elements, n - c0);
+      const int64_t step = IoAlignedStep(o.chunk_elements);
+      for (int64_t c0 = 0, c = 0; c0 < n; c0 += step, ++c) {
+        const int64_t chunk = std::min(step, n - c0);
         const std::string C = G + ".c" + std::to_string(c);
         const int32_t slot = b.Buffer("p16" + C, o.param_pool, o.chunk_elements * 2);
         TaskSpec conv;

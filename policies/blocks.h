@@ -16,6 +16,19 @@
 
 namespace tierflow::policies {
 
+// The boundaries a planner chooses inside the flat parameter space — sub-groups cut at
+// sub_group_size, parameter chunks of buffer_size, each rank's stretch of a device's store — fall
+// on multiples of this many elements: 4 KiB of bf16 (8 KiB of fp32), the strictest O_DIRECT
+// alignment of common file systems. A disk every tensor of which starts and ends on such a
+// boundary is read and written O_DIRECT by the real executor (docs/executor.md), as DeepSpeed
+// pads its swap files to its I/O alignment. Unit boundaries are the model's: a model whose tensors
+// are multiples of 2048 elements (hidden sizes of 2048 and up) is aligned throughout.
+inline constexpr int64_t kIoAlignElements = 2048;
+// `elements` rounded down to a multiple of kIoAlignElements; a count below it stays as it is.
+inline int64_t IoAlignedStep(int64_t elements) {
+  return elements >= kIoAlignElements ? elements / kIoAlignElements * kIoAlignElements : elements;
+}
+
 // A parameter tensor fetched, computed and released as one (one nn.Parameter in DeepSpeed).
 struct ParamUnit {
   std::string name;
@@ -48,7 +61,7 @@ struct ModelPlan {
 // elements, a larger unit alone), so that a unit's state lies in one sub-group. Needed when
 // sub-groups are placed on different devices: a unit's reads and gradient writes go to one
 // device, which must be the one its sub-group's update reads from. DeepSpeed cuts the flat
-// partition at sub_group_size regardless (unit_aligned false).
+// partition at sub_group_size regardless (unit_aligned false), here IoAlignedStep(sub_group_size).
 StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold,
                                   bool unit_aligned = false);
 
@@ -105,8 +118,8 @@ class ScheduleBuilder {
   const Scenario& scenario_;
   std::string policy_;
   Schedule schedule_;
-  int64_t state_region_bytes_ = 0;  // per kind and device: ranks x rank elements x 4, 1 MiB-aligned
-  int64_t state_rank_elements_ = 0;
+  int64_t state_region_bytes_ = 0;  // per kind and device: ranks x rank stride x 4, 1 MiB-aligned
+  int64_t state_rank_elements_ = 0;  // a rank's stride: its elements, rounded up to kIoAlignElements
 };
 
 // The resource a rank's I/O for one parameter unit (or one sub-group) runs on: how a policy
@@ -273,7 +286,8 @@ struct SweepOptions {
   bool adam_waits_param_write = true;     // DeepSpeed: the blocking fp16 write ends the sub-group
   bool states_after_params = true;        // DeepSpeed: states are swapped out after the fp16 write
   int32_t param_pool = kNoIndex;
-  int64_t chunk_elements = 0;             // kChunkedBlocking: elements per parameter slot
+  int64_t chunk_elements = 0;             // kChunkedBlocking: elements per parameter slot (chunks
+                                          // start IoAlignedStep(chunk_elements) apart)
   std::vector<int32_t> param_write_resource;  // per sub-group (kChunkedBlocking, kWrite)
   int64_t block_bytes = 0;
   int32_t queue_depth = 0;

@@ -281,6 +281,36 @@ TEST(Executor, ADiskFileIsReadAndWrittenOneWayOnly) {
       << run->direct_io_bytes << " bytes direct and " << run->buffered_io_bytes << " through the page cache";
 }
 
+// A model whose tensors are multiples of 2048 elements (hidden 2048), cut into sub-groups and
+// parameter chunks whose sizes are not: the planners put those boundaries on 4 KiB
+// (docs/policies.md "I/O alignment"), so on a store that needs 4 KiB for O_DIRECT (the memory
+// back-end checks it as such a file system would) every byte moves direct — before, every byte
+// went through the page cache — with the in-memory run's weights. tiny, whose norms are 512
+// bytes, stays buffered on the same store.
+TEST(Executor, AModelOf4KiBTensorsIsReadAndWrittenAllDirect) {
+  const policies::Scenario aligned = LoadTiny({"model.hidden=2048", "model.ffn=2048", "model.layers=1", "model.heads=16",
+                                               "model.kv_heads=16", "policy.sub_group_size=3000000",
+                                               "policy.buffer_size=5000000"});
+  TempDir d0("aligned");
+  RunOptions options;
+  options.iterations = 1;
+  options.disks = {d0.str()};
+  options.storage = "memory";
+  auto run = RunSchedule(PlanOrDie(aligned), ConfigFor(aligned), options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_GT(run->direct_io_bytes, 0);
+  EXPECT_EQ(run->buffered_io_bytes, 0);
+  auto reference = RunInMemory(ConfigFor(aligned), 1);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  EXPECT_TRUE(SameBits(run->master, reference->master));
+
+  const policies::Scenario tiny = LoadTiny({});
+  auto unaligned = RunSchedule(PlanOrDie(tiny), ConfigFor(tiny), options);
+  ASSERT_TRUE(unaligned.ok()) << unaligned.status().ToString();
+  EXPECT_EQ(unaligned->direct_io_bytes, 0);
+  EXPECT_GT(unaligned->buffered_io_bytes, 0);
+}
+
 // The optimizer's pinned pool cut to a sub-group's states alone: the optimizer step holds its
 // gradient as well, so the schedule is refused when loaded, naming the task and the pool.
 TEST(Executor, APoolTooSmallForOneTaskIsRefusedBeforeRunning) {

@@ -274,6 +274,33 @@ TEST(PolicyKnobs, SplitOnOneDiskAndMemAscendsIgnoredBufferSizeAreRefused) {
   EXPECT_TRUE(Plan(*one_pool).ok());
 }
 
+// Every policy's boundaries in the flat space — sub-groups, parameter chunks, each rank's stretch
+// — fall on 4 KiB even where sub_group_size and buffer_size are not multiples of 2048 elements,
+// so a model whose per-rank partitions are such multiples (hidden 4096 over two ranks) has every
+// tensor on a disk or the remote tier start and end on 4 KiB: O_DIRECT where a file system needs
+// 4 KiB (docs/policies.md "I/O alignment"). DeepSpeed's sub-groups stay within sub_group_size.
+TEST(PolicyLayout, EveryStoredTensorOfA4KiBModelIsOn4KiB) {
+  for (const char* policy : {"zero-infinity", "ioc", "mlp-offload", "memascend", "hitrain", "fuyou", "tierflow"}) {
+    std::vector<std::string> sets = {std::string("policy.name=") + policy, "model.hidden=4096", "model.ffn=4096",
+                                     "policy.sub_group_size=3000000", "policy.buffer_size=10000000"};
+    const std::string name = policy;
+    if (name == "memascend") sets.push_back("policy.adaptive_pools=false");
+    if (name == "hitrain" || name == "fuyou" || name == "tierflow") sets[4] = "policy.buffer_size=null";  // not their knob
+    if (name == "fuyou") sets.push_back("training.data_parallel=1");                  // one GPU
+    const Schedule s = PlanOrDie(sets);
+    int stored = 0;
+    for (const TensorSpec& t : s.tensors()) {
+      if (s.devices()[static_cast<size_t>(t.device)].kind == DeviceKind::kGpu) continue;
+      ++stored;
+      EXPECT_EQ(t.offset_bytes % 4096, 0) << policy << ": " << t.name << " at " << t.offset_bytes;
+      EXPECT_EQ(t.size_bytes % 4096, 0) << policy << ": " << t.name << " of " << t.size_bytes << " bytes";
+      if (t.kind == "master" && name == "zero-infinity") {  // the others cut between units
+        EXPECT_LE(t.shape[0], 3000000) << policy << ": " << t.name;
+      }
+    }
+    EXPECT_GT(stored, 0) << policy;
+  }
+}
+
 }  // namespace
 }  // namespace tierflow::policies
-
