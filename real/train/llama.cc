@@ -390,8 +390,10 @@ void LlamaModel<T>::ZeroGrads() {
 namespace {
 
 // splitmix64: a portable generator (std:: distributions differ between standard libraries).
+constexpr uint64_t kSplitMixGamma = 0x9e3779b97f4a7c15ull;
+
 uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  uint64_t z = (state += kSplitMixGamma);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -404,18 +406,26 @@ double Uniform01(uint64_t& state) {
 }  // namespace
 
 void InitLlamaParams(const ParamLayout& layout, float* params, uint64_t seed, float std_dev) {
-  uint64_t state = seed;
+  // One sequence of uniforms, two per drawn element in layout order. SplitMix64's state is a
+  // counter (seed + k x gamma after k draws), so a chunk of elements starts where the sequence
+  // would be without drawing what comes before: the same values on any number of threads.
+  int64_t drawn = 0;  // elements drawn by the tensors before this one
   for (const ParamTensor& t : layout.tensors) {
     float* p = params + t.offset;
     if (t.shape.size() == 1) {  // a norm weight
       std::fill_n(p, t.elements, 1.0f);
       continue;
     }
-    for (int64_t i = 0; i < t.elements; ++i) {  // Box-Muller, one value per pair of uniforms
-      const double u1 = Uniform01(state), u2 = Uniform01(state);
-      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-      p[i] = static_cast<float>(z * std_dev);
-    }
+    const int64_t first = drawn;
+    DefaultCpuThreads().ParallelFor(t.elements, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+      uint64_t state = seed + static_cast<uint64_t>(2 * (first + begin)) * kSplitMixGamma;
+      for (int64_t i = begin; i < end; ++i) {  // Box-Muller, one value per pair of uniforms
+        const double u1 = Uniform01(state), u2 = Uniform01(state);
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+        p[i] = static_cast<float>(z * std_dev);
+      }
+    });
+    drawn += t.elements;
   }
 }
 

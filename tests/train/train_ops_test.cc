@@ -4,9 +4,12 @@
 // Check: for a random upstream gradient r, the scalar L = sum(r * op(x)); every analytic
 // gradient entry dL/dx_i is compared with the central difference (L(x + h e_i) - L(x - h e_i))
 // / 2h, h = 1e-6, as rel = max_i |analytic - numeric| / max_i |numeric|, tolerance 1e-6.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <numbers>
 #include <random>
 #include <string>
 #include <vector>
@@ -252,6 +255,38 @@ void ModelFdCheck(bool tied) {
 
 TEST(TrainOps, WholeModelGradientsUntied) { ModelFdCheck(false); }
 TEST(TrainOps, WholeModelGradientsTied) { ModelFdCheck(true); }
+
+// InitLlamaParams draws its chunks in parallel, each from where one serial SplitMix64 sequence
+// would be: the values of that sequence drawn one by one (the definition, written out here), bit
+// for bit, on a layout whose tensors span many chunks and with the norms in between.
+TEST(TrainOps, InitialParametersAreTheSerialSequences) {
+  auto preset = models::LlmPreset("tiny");
+  ASSERT_TRUE(preset.ok());
+  const ParamLayout layout = MakeParamLayout(*preset);
+  std::vector<float> got(static_cast<size_t>(layout.total)), want(got.size());
+  InitLlamaParams(layout, got.data(), 1234, 0.02f);
+  uint64_t state = 1234;
+  auto uniform = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (static_cast<double>((z ^ (z >> 31)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  };
+  for (const ParamTensor& t : layout.tensors) {
+    for (int64_t i = 0; i < t.elements; ++i) {
+      if (t.shape.size() == 1) {
+        want[static_cast<size_t>(t.offset + i)] = 1.0f;
+        continue;
+      }
+      const double u1 = uniform(), u2 = uniform();
+      want[static_cast<size_t>(t.offset + i)] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2) * 0.02f);
+    }
+  }
+  int64_t largest = 0;
+  for (const ParamTensor& t : layout.tensors) largest = std::max(largest, t.elements);
+  ASSERT_GT(largest, int64_t{1} << 16);  // a tensor spans several chunks of the parallel draw
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
 
 TEST(TrainOps, BitIdenticalForAnyThreadCount) {
   auto preset = models::LlmPreset("tiny");

@@ -167,7 +167,8 @@ class LlamaModel {
 using Llama = LlamaModel<float>;
 
 // Fills params like Hugging Face's LlamaPreTrainedModel: normal(0, std) for embeddings and
-// linear weights, 1 for norms; deterministic for a seed on any platform.
+// linear weights, 1 for norms; deterministic for a seed on any platform and thread count (it
+// runs on DefaultCpuThreads()).
 void InitLlamaParams(const ParamLayout& layout, float* params, uint64_t seed, float std = 0.02f);
 
 }  // namespace tierflow::real
