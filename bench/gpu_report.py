@@ -15,7 +15,8 @@
                                probed best rates, not overlapping), PCIe (h2d, d2h at the probed
                                pinned rates) and GPU compute (every layer step at its probed time)
   MFU                          3 x the forward FLOPs of an iteration / (iteration time x peak), for
-                               the offloaded run and the in-GPU-memory run (--in-memory)
+                               the offloaded run and the in-GPU-memory run (--in-memory), each at
+                               its steady-state iteration time (docs/trace-format.md)
 
 Usage: bench/gpu_report.py OUT [--peak FLOP/s] [--json]
 The peak defaults to the device's dense bf16 rate by name (H100 SXM 989 TFLOP/s, H100 PCIe 756,
@@ -99,12 +100,20 @@ def nearest(rates, size):
 
 
 def iteration_times(rs):
-    ends = defaultdict(float)
+    """The steady-state mean iteration time of docs/trace-format.md (traces::SteadyIterations):
+    the mean period end(i) - end(i - 1) over all iterations but the first and, from three on, the
+    last; end - start of a single one."""
+    ends, starts = defaultdict(float), {}
     for r in rs:
         ends[r["iteration"]] = max(ends[r["iteration"]], r["end_s"])
+        starts[r["iteration"]] = min(starts.get(r["iteration"], r["start_s"]), r["start_s"])
     its = sorted(ends)
-    gaps = [ends[b] - ends[a] for a, b in zip(its, its[1:])]
-    return statistics.median(gaps) if gaps else (ends[its[0]] if its else None)
+    if not its:
+        return None
+    if len(its) == 1:
+        return ends[its[0]] - starts[its[0]]
+    first, end = 1, len(its) - 1 if len(its) >= 3 else len(its)
+    return (ends[its[end - 1]] - ends[its[first - 1]]) / (end - first)
 
 
 def disk_rates(out):
@@ -204,9 +213,9 @@ def main():
                                        "device": device}
             log = os.path.join(a.out, "inmemory-1b.log")
             if os.path.exists(log):
-                m = re.search(r"ran (\d+) iterations in ([0-9.]+) (ms|s)", open(log).read())
+                m = re.search(r"iteration time +([0-9.]+) (ms|s) \(steady state\)", open(log).read())
                 if m:
-                    t = float(m.group(2)) * (1e-3 if m.group(3) == "ms" else 1) / int(m.group(1))
+                    t = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1)
                     report["mfu_in_memory"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t, "peak": peak}
         else:
             missing["mfu"] = device

@@ -10,6 +10,7 @@
 #include "tierflow/core/units.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/traces/chrome_trace.h"
+#include "tierflow/traces/summary.h"
 
 namespace tierflow::cli {
 namespace {
@@ -72,7 +73,11 @@ Status RunRun(const RunArgs& a) {
   facts.tasks_key = "tasks_executed";
   nlohmann::ordered_json report;
   if (a.in_memory) {
-    report["iteration_s"] = result.wall_s / static_cast<double>(a.iterations);
+    // The steady state of every other figure (traces::SteadyIterations), from the iterations' ends.
+    const std::vector<double>& ends = result.iteration_end_s;
+    const traces::SteadyRange steady = traces::SteadyIterations(ends.size());
+    report["iteration_s"] = ends.size() == 1 ? ends[0]
+                                             : (ends[steady.end - 1] - ends[steady.first - 1]) / static_cast<double>(steady.end - steady.first);
     report["wall_s"] = result.wall_s;
   } else {
     report = BuildReport(in.schedule, result.records, facts);
@@ -94,6 +99,7 @@ Status RunRun(const RunArgs& a) {
     return Status::Ok();
   }
   if (!a.in_memory) std::printf("\n%s", ReportToText(in.schedule, report).c_str());
+  if (a.in_memory) std::printf("\niteration time   %s (steady state)\n", FormatDuration(report["iteration_s"].get<double>()).c_str());
   if (result.buffered_io_bytes > 0) {
     const double total = static_cast<double>(result.direct_io_bytes + result.buffered_io_bytes);
     std::printf("\nnote: %s of the tasks' disk I/O (%.1f %%) went through the page cache, not O_DIRECT: a disk whose "

@@ -1534,6 +1534,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
     TF_RETURN_IF_ERROR(model->Load(p16));
     result.loss.push_back(it.loss);
+    result.iteration_end_s.push_back(MonotonicSeconds() - t0);
     if (on_iteration) on_iteration(i, it.loss);
   }
   result.wall_s = MonotonicSeconds() - t0;  // no schedule: no tasks, records or pools

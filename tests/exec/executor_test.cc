@@ -3,6 +3,7 @@
 // and a schedule that would train on stale state, deadlock, or has no disk stops with an error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -94,6 +95,10 @@ TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
   ASSERT_EQ(reference->loss.size(), static_cast<size_t>(kIterations));
   EXPECT_LT(reference->loss.back(), reference->loss.front());  // it trains
+  ASSERT_EQ(reference->iteration_end_s.size(), static_cast<size_t>(kIterations));  // the steady state's input
+  EXPECT_TRUE(std::is_sorted(reference->iteration_end_s.begin(), reference->iteration_end_s.end()));
+  EXPECT_GT(reference->iteration_end_s.front(), 0);
+  EXPECT_LE(reference->iteration_end_s.back(), reference->wall_s);
 
   TempDir d0("zi0");
   RunOptions options;

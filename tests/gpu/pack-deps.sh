@@ -10,7 +10,7 @@ dir=${1:?usage: tests/gpu/pack-deps.sh DIR}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 packages=(nlohmann-json3-dev libcli11-dev libboost1.74-dev libfmt-dev libfmt9 libyaml-cpp-dev libyaml-cpp0.7
-  libgtest-dev libgmock-dev liburing-dev liburing2 libeigen3-dev)
+  libgtest-dev libgmock-dev liburing-dev liburing2 libeigen3-dev pkgconf-bin libpkgconf3)
 # A private apt state, so that no root and no change to the system's lists are needed.
 state=$(mktemp -d)
 trap 'rm -rf "$state"' EXIT

@@ -19,16 +19,20 @@
 #   tierflow sim OUT/finetune-1b.schedule.json --profile OUT/profile.yaml -n 4 --records sim.jsonl
 #   tierflow trace compare sim.jsonl OUT/finetune-1b.records.jsonl
 #
-# Usage: tests/gpu/run.sh DEPS OUT   (from the repository root; DEPS holds the .deb files)
+# Usage: tests/gpu/run.sh DEPS OUT   (DEPS holds the .deb files; paths relative to where it is called)
 # Environment: STEPS (default "build tests probes finetune"; the build is kept, so the steps can
-# be separate calls), CUDA_ARCH (default 90), JOBS (default nproc), DISK (the directory the probes'
-# and fine-tunes' files go in, default OUT; the 1B run needs about 25 GB there).
+# be separate calls, and a step that finds no build makes one), CUDA_ARCH (default 90), JOBS
+# (default nproc), DISK (the directory the probes' and fine-tunes' files go in, default OUT; the
+# 1B run needs about 25 GB there), BUNDLE (a file to pack OUT into, .tar.gz, for copying the
+# results off the machine in one piece).
 set -uo pipefail
 deps=${1:?usage: tests/gpu/run.sh DEPS OUT}
 out=${2:?usage: tests/gpu/run.sh DEPS OUT}
-cd "$(dirname "$0")/../.."
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+deps=$(cd "$deps" && pwd) || { echo "no directory $1"; exit 1; }
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
+[ -z "${BUNDLE:-}" ] || BUNDLE=$(cd "$(dirname "$BUNDLE")" && pwd)/$(basename "$BUNDLE")
+[ -z "${DISK:-}" ] || DISK=$(mkdir -p "$DISK" && cd "$DISK" && pwd)
+cd "$(dirname "$0")/../.." || exit 1
 prefix=/tmp/tierflow-deps
 build=build-gpu
 jobs=${JOBS:-$(nproc)}
@@ -56,28 +60,39 @@ unpack() {
 if step build || [ ! -d "$prefix/usr" ]; then
   log "unpacking $(ls "$deps"/*.deb | wc -l) packages into $prefix"
   mkdir -p "$prefix"
-  for f in "$deps"/*.deb; do unpack "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" || { echo "cannot unpack $f"; exit 1; }; done
+  for f in "$deps"/*.deb; do unpack "$f" || { echo "cannot unpack $f"; exit 1; }; done
 fi
 libdir=$prefix/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PKG_CONFIG_PATH=$libdir/pkgconfig
+# The packed .pc files say prefix=/usr: pkg-config reads them alone, under the unpacked tree, and
+# keeps the flags it would drop as the system's own (else liburing's headers are not found).
+export PKG_CONFIG_LIBDIR=$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$prefix
+export PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
 
 # NCCL: the toolkit's, else the one Python's nvidia-nccl wheel carries.
 nccl_args=()
 if ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
-  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+  # The wheel's nvidia.nccl is a namespace package (no __init__.py, no __file__): its __path__.
+  nccl_dir=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
   if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
     nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$(ls "$nccl_dir"/lib/libnccl.so* | head -1)")
     export LD_LIBRARY_PATH=$nccl_dir/lib:$LD_LIBRARY_PATH
   fi
 fi
 
-if step build; then
+# pkg-config finds liburing: the machine's, else the packed pkgconf.
+pkg_args=()
+if ! command -v pkg-config >/dev/null && [ -x "$prefix/usr/bin/pkgconf" ]; then
+  pkg_args=(-DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf")
+fi
+
+if step build || [ ! -x "$tf" ]; then
   log "configuring $build (no SimGrid, CUDA architecture ${CUDA_ARCH:-90})"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
     -DTIERFLOW_SIMGRID=OFF -DTIERFLOW_CUDA=ON -DTIERFLOW_NCCL=ON -DTIERFLOW_MPI=OFF -DTIERFLOW_BUILD_BENCH=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" "${nccl_args[@]}" >"$out/configure.log" 2>&1 \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" "${nccl_args[@]}" "${pkg_args[@]}" >"$out/configure.log" 2>&1 \
     || { tail -30 "$out/configure.log"; exit 1; }
+  grep -E 'tierflow: ' "$out/configure.log"
   log "building"
   cmake --build "$build" -j "$jobs" --target tierflow tierflow-gpu-probe real_cuda_test real_nccl_test train_cuda_test \
     real_cuda_math_test exec_executor_test exec_host_probes_test \
@@ -117,10 +132,14 @@ if step finetune; then
   echo $? >"$out/finetune.rc"
   tail -4 "$out/finetune.log"
   rm -f "$disk/disk0/tierflow-run.store"
-  "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >/dev/null 2>&1
-  "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n 4 \
-    --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
-  echo $? >"$out/finetune-1b.rc"
+  if "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >"$out/plan-1b.log" 2>&1; then
+    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n 4 \
+      --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
+    echo $? >"$out/finetune-1b.rc"
+  else
+    tee "$out/finetune-1b.log" <"$out/plan-1b.log"
+    echo 1 >"$out/finetune-1b.rc"
+  fi
   tail -4 "$out/finetune-1b.log"
   rm -f "$disk/disk1/tierflow-run.store"
   "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n 4 >"$out/inmemory-1b.log" 2>&1
@@ -194,5 +213,9 @@ if [ -f "$out/finetune-1b.records.jsonl" ]; then
   log "figures (bench/gpu_report.py)"
   python3 bench/gpu_report.py "$out" | tee "$out/figures.txt"
   python3 bench/gpu_report.py "$out" --json >"$out/figures.json"
+fi
+if [ -n "${BUNDLE:-}" ]; then
+  tar -czf "$BUNDLE" --exclude=disk0 --exclude=disk1 -C "$(dirname "$out")" "$(basename "$out")" &&
+    log "packed $out into $BUNDLE ($(du -h "$BUNDLE" | cut -f1))"
 fi
 exit $rc

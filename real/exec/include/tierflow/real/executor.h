@@ -91,6 +91,8 @@ struct RunResult {
   MemoryPeak gpu_memory;
   int64_t tasks = 0;                       // instances executed
   double wall_s = 0;
+  // RunInMemory, which has no records: when each iteration ended, seconds from its start.
+  std::vector<double> iteration_end_s;
   // Time the dispatch thread spent working (dispatching, preparing, finishing, recording), not
   // waiting for completions: the executor's own overhead.
   double dispatch_busy_s = 0;
