@@ -129,10 +129,12 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
   }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(o.compute, config, trainer));
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer.layout()));
+  const int32_t nthreads = config.threads > 0 ? config.threads : MaxThreads(o);
+  CpuThreads threads(nthreads);
   {
     const std::vector<float> master = trainer.InitialMaster();
     std::vector<uint16_t> p16(master.size());
-    for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
+    cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
     TF_RETURN_IF_ERROR(model->Load(p16).WithContext("probe compute"));
   }
   exec::IterationState it;
@@ -148,8 +150,6 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
   }
   it.loss_scale = 1.0f;
   it.iteration = 0;
-  const int32_t nthreads = config.threads > 0 ? config.threads : MaxThreads(o);
-  CpuThreads threads(nthreads);
   const int32_t record_threads = o.compute == "cpu" ? nthreads : 0;
   const int64_t layers = trainer.layer_count();
   std::vector<TraceRecord> out;
