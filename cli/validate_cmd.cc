@@ -65,7 +65,12 @@ Status RunValidate(const ValidateArgs& a) {
   TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, 1e-3f, 0));
   // A shared machine slows whole runs by bursts of other load: run `repeats` times and compare
   // with the run of median steady-state iteration time (each run starts from the same weights).
-  std::vector<std::pair<double, std::vector<TraceRecord>>> runs;
+  struct RealRun {
+    double mean_iteration_s = 0;
+    std::vector<TraceRecord> records;
+    int64_t direct_io_bytes = 0, buffered_io_bytes = 0;
+  };
+  std::vector<RealRun> runs;
   Progress progress("running", static_cast<double>(a.iterations * a.repeats));
   for (int32_t rep = 0; rep < a.repeats; ++rep) {
     real::RunOptions ro;
@@ -81,13 +86,14 @@ Status RunValidate(const ValidateArgs& a) {
       return ran.status().WithContext("real run");
     }
     const double mean = traces::Summarize(ran->records, nullptr).mean_iteration_s;
-    runs.emplace_back(mean, std::move(ran->records));
+    runs.push_back({mean, std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes});
   }
   progress.Finish();
   std::vector<double> real_times;
-  for (const auto& r : runs) real_times.push_back(r.first);
-  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  const std::vector<TraceRecord>& real_records = runs[runs.size() / 2].second;
+  for (const RealRun& r : runs) real_times.push_back(r.mean_iteration_s);
+  std::sort(runs.begin(), runs.end(), [](const RealRun& x, const RealRun& y) { return x.mean_iteration_s < y.mean_iteration_s; });
+  const RealRun& median = runs[runs.size() / 2];
+  const std::vector<TraceRecord>& real_records = median.records;
   const std::vector<TraceRecord>& sim_records = simulated->records;
   if (!a.records_dir.empty()) {
     std::error_code ec;
@@ -129,6 +135,8 @@ Status RunValidate(const ValidateArgs& a) {
     nlohmann::ordered_json schedulers = nlohmann::ordered_json::object();
     for (size_t i = 0; i < a.disks.size(); ++i) schedulers["nvme" + std::to_string(i)] = real::IoSchedulerOf(a.disks[i]);
     j["io_schedulers"] = schedulers;
+    j["direct_io_bytes"] = median.direct_io_bytes;
+    j["buffered_io_bytes"] = median.buffered_io_bytes;
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
@@ -144,6 +152,14 @@ Status RunValidate(const ValidateArgs& a) {
   for (size_t i = 0; i < a.disks.size(); ++i) {
     const std::string note = real::IoSchedulerNote("nvme" + std::to_string(i), a.disks[i]);
     if (!note.empty()) std::printf("\n%s\n", note.c_str());
+  }
+  if (median.buffered_io_bytes > 0) {
+    // The disk model is fitted from O_DIRECT probes; page-cache bytes may move at memory speed.
+    std::printf("\nnote: %s of the real run's disk I/O went through the page cache, %s O_DIRECT (tensors not all "
+                "aligned as the file system's O_DIRECT needs: docs/executor.md); the profile's disk model is "
+                "O_DIRECT's\n",
+                FormatBytes(static_cast<double>(median.buffered_io_bytes)).c_str(),
+                FormatBytes(static_cast<double>(median.direct_io_bytes)).c_str());
   }
   return Status::Ok();
 #endif
