@@ -21,8 +21,10 @@ namespace tierflow::policies {
 // on multiples of this many elements: 4 KiB of bf16 (8 KiB of fp32), the strictest O_DIRECT
 // alignment of common file systems. A disk every tensor of which starts and ends on such a
 // boundary is read and written O_DIRECT by the real executor (docs/executor.md), as DeepSpeed
-// pads its swap files to its I/O alignment. Unit boundaries are the model's: a model whose tensors
-// are multiples of 2048 elements (hidden sizes of 2048 and up) is aligned throughout.
+// pads its swap files to its I/O alignment. Unit boundaries are the model's: a model whose
+// tensors' partitions are multiples of 2048 elements (a hidden size that is a multiple of 2048,
+// on one rank) is aligned throughout; unit offsets are not padded (the flat element space has
+// no holes).
 inline constexpr int64_t kIoAlignElements = 2048;
 // `elements` rounded down to a multiple of kIoAlignElements; a count below it stays as it is.
 inline int64_t IoAlignedStep(int64_t elements) {

@@ -30,8 +30,14 @@ deps=${1:?usage: tests/gpu/run.sh DEPS OUT}
 out=${2:?usage: tests/gpu/run.sh DEPS OUT}
 deps=$(cd "$deps" && pwd) || { echo "no directory $1"; exit 1; }
 mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
-[ -z "${BUNDLE:-}" ] || BUNDLE=$(cd "$(dirname "$BUNDLE")" && pwd)/$(basename "$BUNDLE")
-[ -z "${DISK:-}" ] || DISK=$(mkdir -p "$DISK" && cd "$DISK" && pwd)
+if [ -n "${BUNDLE:-}" ]; then
+  bundle_dir=$(cd "$(dirname "$BUNDLE")" && pwd) || { echo "BUNDLE: no directory $(dirname "$BUNDLE")"; exit 1; }
+  BUNDLE=$bundle_dir/$(basename "$BUNDLE")
+  case $BUNDLE in "$out"/*) echo "BUNDLE: $BUNDLE is inside OUT, which it packs"; exit 1 ;; esac
+fi
+if [ -n "${DISK:-}" ]; then
+  DISK=$(mkdir -p "$DISK" && cd "$DISK" && pwd) || { echo "DISK: cannot make the directory"; exit 1; }
+fi
 cd "$(dirname "$0")/../.." || exit 1
 prefix=/tmp/tierflow-deps
 build=build-gpu
@@ -132,19 +138,21 @@ if step finetune; then
   echo $? >"$out/finetune.rc"
   tail -4 "$out/finetune.log"
   rm -f "$disk/disk0/tierflow-run.store"
+  # Nothing of an earlier call into the same OUT may stand in for this one's 1B runs.
+  rm -f "$out"/finetune-1b.* "$out"/inmemory-1b.* "$out/plan-1b.log"
   if "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >"$out/plan-1b.log" 2>&1; then
     "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n 4 \
       --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
     echo $? >"$out/finetune-1b.rc"
+    tail -4 "$out/finetune-1b.log"
+    rm -f "$disk/disk1/tierflow-run.store"
+    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n 4 >"$out/inmemory-1b.log" 2>&1
+    echo $? >"$out/inmemory-1b.rc"
+    tail -3 "$out/inmemory-1b.log"
   else
     tee "$out/finetune-1b.log" <"$out/plan-1b.log"
     echo 1 >"$out/finetune-1b.rc"
   fi
-  tail -4 "$out/finetune-1b.log"
-  rm -f "$disk/disk1/tierflow-run.store"
-  "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n 4 >"$out/inmemory-1b.log" 2>&1
-  echo $? >"$out/inmemory-1b.rc"
-  tail -3 "$out/inmemory-1b.log"
 fi
 
 log "summary"
