@@ -86,6 +86,7 @@ Status RunRun(const RunArgs& a) {
     report["dispatch_busy_s"] = result.dispatch_busy_s;
     report["direct_io_bytes"] = result.direct_io_bytes;
     report["buffered_io_bytes"] = result.buffered_io_bytes;
+    report["buffered_disks"] = result.buffered_disks;
   }
   report["gpu_memory_peak_bytes"] = result.gpu_memory.allocated;
   report["gpu_memory_reserved_peak_bytes"] = result.gpu_memory.reserved;
@@ -106,6 +107,7 @@ Status RunRun(const RunArgs& a) {
                 "tensors are not all aligned as its file system needs (or without O_DIRECT) is read and written "
                 "buffered throughout, as the two do not mix safely on one file; those bytes may run at memory speed\n",
                 FormatBytes(result.buffered_io_bytes).c_str(), 100.0 * static_cast<double>(result.buffered_io_bytes) / total);
+    for (const std::string& why : result.buffered_disks) std::printf("  %s\n", why.c_str());
   }
   std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
               FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),

@@ -69,6 +69,7 @@ Status RunValidate(const ValidateArgs& a) {
     double mean_iteration_s = 0;
     std::vector<TraceRecord> records;
     int64_t direct_io_bytes = 0, buffered_io_bytes = 0;
+    std::vector<std::string> buffered_disks;
   };
   std::vector<RealRun> runs;
   Progress progress("running", static_cast<double>(a.iterations * a.repeats));
@@ -86,7 +87,7 @@ Status RunValidate(const ValidateArgs& a) {
       return ran.status().WithContext("real run");
     }
     const double mean = traces::Summarize(ran->records, nullptr).mean_iteration_s;
-    runs.push_back({mean, std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes});
+    runs.push_back({mean, std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes, ran->buffered_disks});
   }
   progress.Finish();
   std::vector<double> real_times;
@@ -137,6 +138,7 @@ Status RunValidate(const ValidateArgs& a) {
     j["io_schedulers"] = schedulers;
     j["direct_io_bytes"] = median.direct_io_bytes;
     j["buffered_io_bytes"] = median.buffered_io_bytes;
+    j["buffered_disks"] = median.buffered_disks;
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
@@ -160,6 +162,7 @@ Status RunValidate(const ValidateArgs& a) {
                 "O_DIRECT's\n",
                 FormatBytes(static_cast<double>(median.buffered_io_bytes)).c_str(),
                 FormatBytes(static_cast<double>(median.direct_io_bytes)).c_str());
+    for (const std::string& why : median.buffered_disks) std::printf("  %s\n", why.c_str());
   }
   return Status::Ok();
 #endif

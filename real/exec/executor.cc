@@ -525,11 +525,22 @@ Status Run::Setup() {
     f.direct = direct.id;
     f.buffered = buffered.id;
     f.alignment = direct.alignment;
-    f.direct_all = direct.direct && f.alignment <= kDirectAlignment;  // host blocks are kDirectAlignment-aligned
-    for (const TensorSpec& ts : s_.tensors()) {
-      if (ts.device != dev) continue;
-      if (!IsAligned(ts.offset_bytes, f.alignment) || !IsAligned(ts.size_bytes, f.alignment)) f.direct_all = false;
+    std::string why;
+    if (!direct.direct) {
+      why = "its file system refuses O_DIRECT";
+    } else if (f.alignment > kDirectAlignment) {  // host blocks are kDirectAlignment-aligned
+      why = "its O_DIRECT needs " + std::to_string(f.alignment) + "-byte alignment, more than host blocks have (" +
+            std::to_string(kDirectAlignment) + ")";
+    } else {
+      for (const TensorSpec& ts : s_.tensors()) {
+        if (ts.device != dev || (IsAligned(ts.offset_bytes, f.alignment) && IsAligned(ts.size_bytes, f.alignment))) continue;
+        why = "tensor '" + ts.name + "' (bytes " + std::to_string(ts.offset_bytes) + " + " + std::to_string(ts.size_bytes) +
+              ") is not aligned to the " + std::to_string(f.alignment) + " bytes its O_DIRECT needs";
+        break;
+      }
     }
+    f.direct_all = why.empty();
+    if (!f.direct_all) result_.buffered_disks.push_back(dirs[i].device + ": " + why);
     if (dirs[i].required_bytes > 0) {
       Status st = io_->Allocate(direct.id, dirs[i].required_bytes);
       if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());

@@ -305,6 +305,7 @@ TEST(Executor, AModelOf4KiBTensorsIsReadAndWrittenAllDirect) {
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   EXPECT_GT(run->direct_io_bytes, 0);
   EXPECT_EQ(run->buffered_io_bytes, 0);
+  EXPECT_TRUE(run->buffered_disks.empty()) << run->buffered_disks.front();
   auto reference = RunInMemory(ConfigFor(aligned), 1);
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
   EXPECT_TRUE(SameBits(run->master, reference->master));
@@ -314,6 +315,11 @@ TEST(Executor, AModelOf4KiBTensorsIsReadAndWrittenAllDirect) {
   ASSERT_TRUE(unaligned.ok()) << unaligned.status().ToString();
   EXPECT_EQ(unaligned->direct_io_bytes, 0);
   EXPECT_GT(unaligned->buffered_io_bytes, 0);
+  // Why, naming a tensor that is not aligned (tiny's first unaligned one on disk) and the rule.
+  ASSERT_EQ(unaligned->buffered_disks.size(), 1u);
+  EXPECT_NE(unaligned->buffered_disks[0].find("nvme0: tensor '"), std::string::npos) << unaligned->buffered_disks[0];
+  EXPECT_NE(unaligned->buffered_disks[0].find("is not aligned to the 4096 bytes its O_DIRECT needs"), std::string::npos)
+      << unaligned->buffered_disks[0];
 }
 
 // The optimizer's pinned pool cut to a sub-group's states alone: the optimizer step holds its

@@ -101,6 +101,10 @@ struct RunResult {
   // without O_DIRECT). Page-cache bytes run at memory speed, not the disk's.
   int64_t direct_io_bytes = 0;
   int64_t buffered_io_bytes = 0;
+  // Why each disk that goes through the page cache does ("nvme0: ..."): its file system refuses
+  // O_DIRECT, or needs more alignment than host blocks have, or the first tensor homed there
+  // that is not aligned as O_DIRECT needs. Empty when every disk is O_DIRECT.
+  std::vector<std::string> buffered_disks;
   std::vector<float> master;               // the final fp32 master weights, ParamLayout order
 };
 
