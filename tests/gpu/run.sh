@@ -47,6 +47,17 @@ step() { [[ $steps == *" $1 "* ]]; }
 log() { printf '== %s\n' "$*"; }
 tf=$build/cli/tierflow
 disk=${DISK:-$out}
+# What the figures depend on, kept with them: the kernel (io_uring and O_DIRECT may be missing or
+# emulated, as under a sandboxing kernel), the GPU and driver, the compilers, and the file system
+# the runs' stores go to.
+{
+  echo "kernel: $(uname -r); cores: $(nproc); memory: $(free -g 2>/dev/null | awk '/^Mem:/ {print $2 " GiB"}')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+  (nvcc --version 2>/dev/null | tail -1) || echo "nvcc: none"
+  echo "c++: $(c++ --version 2>/dev/null | head -1)"
+  df -hT "$disk" 2>/dev/null | tail -1
+} >"$out/machine.txt" 2>&1
+log "machine"; cat "$out/machine.txt"
 # Llama-3.2-1B's shape (untied, as the executor needs), zero-infinity through cpu-host's 4 GiB
 # GPU pool: parameters, gradients and optimizer states go through NVMe.
 model_1b=(scenarios/tiny-cpu.yaml --set model.preset=llama3.2-1b --set model.tied_embeddings=false
@@ -204,10 +215,12 @@ for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2
     times = re.findall(r"ran [0-9]+ iterations in ([^;]+);", ft)
     sha = re.findall(r"weights sha256 ([0-9a-f]+)", ft)
     memory = re.findall(r"gpu0 memory: ([^,]+) at peak, ([^ ]+ [^ ]+) reserved", ft)
+    paged = re.findall(r"note: (\S+ \S+) of the tasks' disk I/O \(([0-9.]+) %\) went through the page cache", ft)
     if sha:
         shas[log_name] = sha[-1]
     rows.append((name, status(log_name) + (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "") +
-                 (f", gpu0 memory {memory[-1][0]} peak ({memory[-1][1]} reserved)" if memory else "")))
+                 (f", gpu0 memory {memory[-1][0]} peak ({memory[-1][1]} reserved)" if memory else "") +
+                 (f", {paged[-1][0]} ({paged[-1][1]} %) of its disk I/O through the page cache" if paged else "")))
 if "finetune-1b" in shas and "inmemory-1b" in shas:
     same = shas["finetune-1b"] == shas["inmemory-1b"]
     failed = failed or not same
