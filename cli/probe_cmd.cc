@@ -296,8 +296,6 @@ Status RunProbeAll(const AllArgs& a) {
   for (const std::string& dir : a.dirs) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument("--dir '" + dir + "': not a directory");
   }
-  fs::create_directories(a.out, ec);
-  if (ec) return InvalidArgument("-o '" + a.out + "': cannot create the directory (" + ec.message() + ")");
   real::DiskProbeOptions d;
   d.dirs = a.dirs;
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
@@ -320,6 +318,9 @@ Status RunProbeAll(const AllArgs& a) {
   joint.keep_files = true;
   d.keep_files = true;  // each directory's file is filled once and serves all of its steps
   const bool several = a.dirs.size() > 1;
+  TF_RETURN_IF_ERROR(real::CheckDiskProbeOptions(d).WithContext("probe all"));
+  fs::create_directories(a.out, ec);
+  if (ec) return InvalidArgument("-o '" + a.out + "': cannot create the directory (" + ec.message() + ")");
 
   // The measuring steps: each directory alone, one operation at a time (as the fits need: one
   // device's model per device; its records are named after its place in --dir order, nvme0,
@@ -421,7 +422,12 @@ Status RunProbeAll(const AllArgs& a) {
   Progress progress("probing", disk_points + host_points);
   double done = 0;
   const double t0 = real::MonotonicSeconds();
+  // Each record file is written again as each of its steps ends, so a probe stopped part-way (a
+  // time limit, a failed step) leaves what it measured; an earlier probe's files in OUT go first,
+  // so that what OUT holds is this probe's alone.
   std::map<std::string, std::vector<TraceRecord>> files;
+  auto path_of = [&](const std::string& name) { return (fs::path(a.out) / (name + ".jsonl")).string(); };
+  for (const Step& step : steps) fs::remove(path_of(step.file), ec);
   Status status = Status::Ok();
   for (Step& step : steps) {
     real::HostProbeOptions o = HostOptions(host, &progress, &done);
@@ -429,8 +435,9 @@ Status RunProbeAll(const AllArgs& a) {
     auto records = step.run(o);
     progress.Update(done);
     if (!records.ok()) {
-      status = Status(records.status().code(),
-                      "probe all: " + step.label + ": " + records.status().message() + " (no record file written)");
+      status = Status(records.status().code(), "probe all: " + step.label + ": " + records.status().message() +
+                                                   (files.empty() ? " (no record file written)"
+                                                                  : " (the steps before it are in " + a.out + ": an incomplete probe)"));
       break;
     }
     progress.Finish();
@@ -438,14 +445,14 @@ Status RunProbeAll(const AllArgs& a) {
     std::fflush(stdout);
     std::vector<TraceRecord>& all = files[step.file];
     all.insert(all.end(), std::make_move_iterator(records->begin()), std::make_move_iterator(records->end()));
+    status = WriteTraceFile(path_of(step.file), all);
+    if (!status.ok()) break;
   }
   progress.Finish();
   for (const std::string& dir : a.dirs) fs::remove(real::ProbeFilePath(dir), ec);  // kept between the steps
   TF_RETURN_IF_ERROR(status);
   for (const auto& [name, records] : files) {
-    const std::string path = (fs::path(a.out) / (name + ".jsonl")).string();
-    TF_RETURN_IF_ERROR(WriteTraceFile(path, records));
-    std::printf("  %-10s %6zu records -> %s\n", name.c_str(), records.size(), path.c_str());
+    std::printf("  %-10s %6zu records -> %s\n", name.c_str(), records.size(), path_of(name).c_str());
   }
   std::printf("  %-10s skipped: this build's executor runs one rank (no collective back-end to measure)\n", "collective");
   std::printf("# done in %.1f s; next: tierflow calibrate %s -o profile.yaml\n", real::MonotonicSeconds() - t0, a.out.c_str());

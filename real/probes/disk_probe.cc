@@ -167,10 +167,19 @@ class ClosedLoop final : public CompletionSink {
   Status error_;
 };
 
+// How many of the directories each window uses: the options', else one and (with several) all.
+std::vector<int32_t> DeviceCounts(const DiskProbeOptions& o) {
+  std::vector<int32_t> counts = o.device_counts;
+  if (counts.empty()) {
+    counts.push_back(1);
+    if (o.dirs.size() > 1) counts.push_back(static_cast<int32_t>(o.dirs.size()));
+  }
+  return counts;
+}
+
 }  // namespace
 
-StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
-                                                    const std::function<void(const DiskProbeResult&)>& progress) {
+Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
   if (o.dirs.empty()) return InvalidArgument("probe disk: no --dir given");
   if (o.backend == "memory") return InvalidArgument("probe disk: measures a device; use uring, posix or auto");
   if (o.file_bytes < (int64_t{16} << 20)) return InvalidArgument("probe disk: the file must be at least 16 MiB");
@@ -182,14 +191,19 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
   for (auto& op : o.ops) {
     if (op != "read" && op != "write" && op != "mix") return InvalidArgument("probe disk: unknown op '" + op + "' (read, write, mix)");
   }
-  std::vector<int32_t> counts = o.device_counts;
-  if (counts.empty()) {
-    counts.push_back(1);
-    if (o.dirs.size() > 1) counts.push_back(static_cast<int32_t>(o.dirs.size()));
-  }
-  for (int32_t c : counts) {
+  for (int32_t c : DeviceCounts(o)) {
     if (c < 1 || c > static_cast<int32_t>(o.dirs.size())) return InvalidArgument("probe disk: device count " + std::to_string(c) + " out of range");
   }
+  for (int32_t qd : o.queue_depths) {
+    if (qd < 1) return InvalidArgument("probe disk: queue depth " + std::to_string(qd) + " must be at least 1");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
+                                                    const std::function<void(const DiskProbeResult&)>& progress) {
+  TF_RETURN_IF_ERROR(CheckDiskProbeOptions(o));
+  const std::vector<int32_t> counts = DeviceCounts(o);
   const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
   std::vector<std::string> paths;
   for (auto& d : o.dirs) paths.push_back(ProbeFilePath(d));

@@ -59,7 +59,13 @@ struct DiskProbeResult {
   std::string backend;
 };
 
-// Runs the sweep. `progress` (optional) gets each result as it is measured. Trace records (one
+// InvalidArgument naming the first option RunDiskProbe cannot take (no directory, the memory
+// back-end, a file under 16 MiB, a block size that is not a positive multiple of 4 KiB, an
+// unknown op, a device count out of range, a queue depth below 1); nothing is touched.
+Status CheckDiskProbeOptions(const DiskProbeOptions& options);
+
+// Runs the sweep (CheckDiskProbeOptions first). `progress` (optional) gets each result as it is
+// measured. Trace records (one
 // per device, op and repetition, source "probe") are appended to `trace` when non-null.
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& options, std::vector<TraceRecord>* trace,
                                                     const std::function<void(const DiskProbeResult&)>& progress = {});
