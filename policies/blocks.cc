@@ -86,11 +86,14 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
     const int64_t step = IoAlignedStep(sub_group_size);
     for (int64_t begin = 0; begin < offset; begin += step) plan.subgroups.push_back({begin, std::min(step, offset - begin)});
   }
-  // What stays on each GPU: resident parameters, the layer inputs kept by checkpointing, and one
-  // layer's full activations as working memory.
-  plan.gpu_resident_bytes = resident_params * dtype_bytes +
-                            m.layers * plan.tokens * models::ActivationBytesPerToken(m, dtype_bytes, true) +
-                            plan.tokens * models::ActivationBytesPerToken(m, dtype_bytes, false) / std::max<int64_t>(1, m.layers);
+  // What stays on each GPU: resident parameters; the activations backward needs at the training
+  // sequence length — with checkpointing each layer's input plus one layer's full activations
+  // while it is recomputed, without it every layer's full activations (ActivationBytesPerToken
+  // is per layer and token); and the head's bf16 logits, whose gradient the loss writes in place.
+  const int64_t seq = s.training.sequence_length;
+  const int64_t full = models::ActivationBytesPerToken(m, dtype_bytes, false, seq);
+  const int64_t kept = ckpt ? m.layers * models::ActivationBytesPerToken(m, dtype_bytes, true, seq) + full : m.layers * full;
+  plan.gpu_resident_bytes = resident_params * dtype_bytes + plan.tokens * (kept + m.vocab * dtype_bytes);
   return plan;
 }
 

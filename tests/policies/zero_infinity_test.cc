@@ -35,6 +35,24 @@ bool DependsOn(const Schedule& s, const std::string& task, const std::string& de
   return false;
 }
 
+// The GPU's persistent buffer in closed form (hidden h 512, ffn f 1024, 4 heads a, vocab V 1024,
+// 2 layers L, 128 tokens T of sequence s 128, bf16): the five norms (below the persistence
+// threshold), and per token each layer's input (2h), one layer's full activations while it is
+// recomputed (2 x (4h + 4h + 3f + a s): norms in and out, q, k, v, the attention output, the MLP
+// and the softmax) and the head's logits (2V); without checkpointing, every layer's full
+// activations instead.
+TEST(ZeroInfinity, TheGpuBufferHoldsTheActivationsAtTheTrainingSequence) {
+  const int64_t h = 512, f = 1024, a = 4, V = 1024, L = 2, T = 128, s = 128;
+  const int64_t norms = 5 * h * 2, full = 2 * (8 * h + 3 * f + a * s);
+  for (const bool ckpt : {true, false}) {
+    const Schedule sched = PlanOrDie({std::string("training.activation_checkpointing=") + (ckpt ? "true" : "false")});
+    const int32_t b = sched.FindBuffer("gpu.resident.r0");
+    ASSERT_NE(b, kNoIndex);
+    const int64_t want = norms + T * ((ckpt ? L * 2 * h + full : L * full) + 2 * V);
+    EXPECT_EQ(sched.buffers()[b].size_bytes, want) << (ckpt ? "with" : "without") << " checkpointing";
+  }
+}
+
 TEST(ZeroInfinity, AllGatherWaitsForReadsOfOtherParameters) {
   Schedule s = PlanOrDie();
   const std::string q = "model.layers.0.self_attn.q_proj.weight";
