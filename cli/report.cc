@@ -141,5 +141,16 @@ std::string StorageBoundText(const models::StorageBound& bound, double iteration
   return out;
 }
 
-}  // namespace tierflow::cli
+std::string BufferedIoNote(int64_t direct_io_bytes, int64_t buffered_io_bytes, const std::vector<std::string>& buffered_disks) {
+  if (buffered_io_bytes <= 0) return "";
+  const double total = static_cast<double>(direct_io_bytes + buffered_io_bytes);
+  std::string out = fmt::format(
+      "note: {} of the tasks' disk I/O ({:.1f} %) went through the page cache, not O_DIRECT: a disk whose tensors are "
+      "not all aligned as its file system needs (or without O_DIRECT) is read and written buffered throughout, as the "
+      "two do not mix safely on one file; those bytes may run at memory speed\n",
+      FormatBytes(static_cast<double>(buffered_io_bytes)), 100.0 * static_cast<double>(buffered_io_bytes) / total);
+  for (const std::string& why : buffered_disks) out += "  " + why + "\n";
+  return out;
+}
 
+}  // namespace tierflow::cli

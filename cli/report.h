@@ -35,4 +35,8 @@ std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json&
 nlohmann::ordered_json StorageBoundJson(const models::StorageBound& bound);
 std::string StorageBoundText(const models::StorageBound& bound, double iteration_s);
 
+// The note a real run's disk bytes through the page cache get (run, validate): how many, and each
+// buffered disk with why (RunResult::buffered_disks); empty when every byte went O_DIRECT.
+std::string BufferedIoNote(int64_t direct_io_bytes, int64_t buffered_io_bytes, const std::vector<std::string>& buffered_disks);
+
 }  // namespace tierflow::cli

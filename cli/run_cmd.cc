@@ -73,11 +73,7 @@ Status RunRun(const RunArgs& a) {
   facts.tasks_key = "tasks_executed";
   nlohmann::ordered_json report;
   if (a.in_memory) {
-    // The steady state of every other figure (traces::SteadyIterations), from the iterations' ends.
-    const std::vector<double>& ends = result.iteration_end_s;
-    const traces::SteadyRange steady = traces::SteadyIterations(ends.size());
-    report["iteration_s"] = ends.size() == 1 ? ends[0]
-                                             : (ends[steady.end - 1] - ends[steady.first - 1]) / static_cast<double>(steady.end - steady.first);
+    report["iteration_s"] = traces::SteadyIterationTime(result.iteration_end_s, 0.0);  // ends from the run's start
     report["wall_s"] = result.wall_s;
   } else {
     report = BuildReport(in.schedule, result.records, facts);
@@ -99,16 +95,13 @@ Status RunRun(const RunArgs& a) {
     std::printf("%s\n", report.dump(2).c_str());
     return Status::Ok();
   }
-  if (!a.in_memory) std::printf("\n%s", ReportToText(in.schedule, report).c_str());
-  if (a.in_memory) std::printf("\niteration time   %s (steady state)\n", FormatDuration(report["iteration_s"].get<double>()).c_str());
-  if (result.buffered_io_bytes > 0) {
-    const double total = static_cast<double>(result.direct_io_bytes + result.buffered_io_bytes);
-    std::printf("\nnote: %s of the tasks' disk I/O (%.1f %%) went through the page cache, not O_DIRECT: a disk whose "
-                "tensors are not all aligned as its file system needs (or without O_DIRECT) is read and written "
-                "buffered throughout, as the two do not mix safely on one file; those bytes may run at memory speed\n",
-                FormatBytes(result.buffered_io_bytes).c_str(), 100.0 * static_cast<double>(result.buffered_io_bytes) / total);
-    for (const std::string& why : result.buffered_disks) std::printf("  %s\n", why.c_str());
+  if (a.in_memory) {
+    std::printf("\niteration time   %s (steady state)\n", FormatDuration(report["iteration_s"].get<double>()).c_str());
+  } else {
+    std::printf("\n%s", ReportToText(in.schedule, report).c_str());
   }
+  const std::string buffered = BufferedIoNote(result.direct_io_bytes, result.buffered_io_bytes, result.buffered_disks);
+  if (!buffered.empty()) std::printf("\n%s", buffered.c_str());
   std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
               FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),
               a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");

@@ -14,6 +14,7 @@
 
 #include "command.h"
 #include "inputs.h"
+#include "report.h"
 #include "tierflow/core/units.h"
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/executor.h"
@@ -155,15 +156,9 @@ Status RunValidate(const ValidateArgs& a) {
     const std::string note = real::IoSchedulerNote("nvme" + std::to_string(i), a.disks[i]);
     if (!note.empty()) std::printf("\n%s\n", note.c_str());
   }
-  if (median.buffered_io_bytes > 0) {
-    // The disk model is fitted from O_DIRECT probes; page-cache bytes may move at memory speed.
-    std::printf("\nnote: %s of the real run's disk I/O went through the page cache, %s O_DIRECT (tensors not all "
-                "aligned as the file system's O_DIRECT needs: docs/executor.md); the profile's disk model is "
-                "O_DIRECT's\n",
-                FormatBytes(static_cast<double>(median.buffered_io_bytes)).c_str(),
-                FormatBytes(static_cast<double>(median.direct_io_bytes)).c_str());
-    for (const std::string& why : median.buffered_disks) std::printf("  %s\n", why.c_str());
-  }
+  // The profile's disk model is fitted from O_DIRECT probes: page-cache bytes are outside it.
+  const std::string buffered = BufferedIoNote(median.direct_io_bytes, median.buffered_io_bytes, median.buffered_disks);
+  if (!buffered.empty()) std::printf("\n%s  the profile's disk model is O_DIRECT's: those bytes are outside it\n", buffered.c_str());
   return Status::Ok();
 #endif
 }

@@ -173,34 +173,35 @@ Status Schedule::Validate() const {
   // pool's persistent buffers they must fit, or no order of the other tasks lets it start (a
   // layer's working set larger than the GPU pool is found here, not as a deadlock at run time).
   std::vector<int64_t> held(pools_.size(), 0);
-  std::vector<int32_t> held_count(pools_.size(), 0), largest(pools_.size(), kNoIndex), seen(buffers_.size(), kNoIndex);
-  std::vector<int32_t> touched;
+  std::vector<int32_t> seen(buffers_.size(), kNoIndex), touched;
   for (int32_t i = 0; i < n; ++i) {
     const TaskSpec& t = tasks_[i];
-    touched.clear();
+    touched.clear();  // (pool, non-persistent buffer) of the task, each buffer once
     for (const auto* list : {&t.uses, &t.allocs, &t.frees}) {
       for (int32_t b : *list) {
-        const BufferSpec& buf = buffers_[b];
-        if (buf.persistent || seen[b] == i) continue;
+        if (buffers_[b].persistent || seen[b] == i) continue;
         seen[b] = i;
-        if (held_count[buf.pool]++ == 0) touched.push_back(buf.pool);
-        held[buf.pool] += buf.size_bytes;
-        if (largest[buf.pool] == kNoIndex || buf.size_bytes > buffers_[largest[buf.pool]].size_bytes) largest[buf.pool] = b;
+        touched.push_back(b);
+        held[buffers_[b].pool] += buffers_[b].size_bytes;
       }
     }
-    for (int32_t p : touched) {
-      const int64_t need = held[p] + persistent_bytes[p];
-      if (need > pools_[p].capacity_bytes) {
-        return ResourceExhausted("task " + Quote(t.id) + " holds " + std::to_string(held_count[p]) + " buffers of pool " +
+    for (int32_t b : touched) {
+      const int32_t p = buffers_[b].pool;
+      if (held[p] + persistent_bytes[p] > pools_[p].capacity_bytes) {
+        int32_t count = 0, largest = b;
+        for (int32_t x : touched) {
+          if (buffers_[x].pool != p) continue;
+          ++count;
+          if (buffers_[x].size_bytes > buffers_[largest].size_bytes) largest = x;
+        }
+        return ResourceExhausted("task " + Quote(t.id) + " holds " + std::to_string(count) + " buffers of pool " +
                                  Quote(pools_[p].name) + " at once (" + std::to_string(held[p]) + " bytes, the largest " +
-                                 Quote(buffers_[largest[p]].name) + ") beside " + std::to_string(persistent_bytes[p]) +
-                                 " persistent bytes: needs " + std::to_string(need) + " bytes, capacity is " +
-                                 std::to_string(pools_[p].capacity_bytes));
+                                 Quote(buffers_[largest].name) + ") beside " + std::to_string(persistent_bytes[p]) +
+                                 " persistent bytes: needs " + std::to_string(held[p] + persistent_bytes[p]) +
+                                 " bytes, capacity is " + std::to_string(pools_[p].capacity_bytes));
       }
-      held[p] = 0;
-      held_count[p] = 0;
-      largest[p] = kNoIndex;
     }
+    for (int32_t b : touched) held[buffers_[b].pool] = 0;
   }
 
   // Cycles among same-iteration deps. Carried deps always point at earlier iterations, so the

@@ -166,12 +166,9 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
   std::vector<const std::array<Span, kPhaseCount + 1>*> ordered;  // by iteration number
   for (const auto& [it, s] : spans) ordered.push_back(&s);
   const traces::SteadyRange steady = traces::SteadyIterations(ordered.size());
-  if (ordered.size() == 1) {
-    e.iteration_s = (*ordered[0])[kPhaseCount].end - (*ordered[0])[kPhaseCount].start;
-  } else if (ordered.size() > 1) {
-    e.iteration_s = ((*ordered[steady.end - 1])[kPhaseCount].end - (*ordered[steady.first - 1])[kPhaseCount].end) /
-                    static_cast<double>(steady.end - steady.first);
-  }
+  std::vector<double> ends;
+  for (const auto* s : ordered) ends.push_back((*s)[kPhaseCount].end);
+  e.iteration_s = traces::SteadyIterationTime(ends, ordered.empty() ? 0.0 : (*ordered[0])[kPhaseCount].start);
   const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kStep};
   double* outs[] = {&e.forward_s, &e.backward_s, &e.step_s};
   for (int p = 0; p < 3; ++p) {

@@ -80,10 +80,10 @@ std::vector<IterationBound> IterationBounds(const std::vector<TraceRecord>& reco
 }
 
 double SteadyIterationTime(const std::vector<IterationBound>& bounds) {
-  if (bounds.empty()) return 0;
-  if (bounds.size() == 1) return bounds[0].end_s - bounds[0].start_s;
-  const SteadyRange r = SteadyIterations(bounds.size());
-  return (bounds[r.end - 1].end_s - bounds[r.first - 1].end_s) / static_cast<double>(r.end - r.first);
+  std::vector<double> ends;
+  ends.reserve(bounds.size());
+  for (const IterationBound& b : bounds) ends.push_back(b.end_s);
+  return traces::SteadyIterationTime(ends, bounds.empty() ? 0 : bounds[0].start_s);
 }
 
 double RelativeErrorOf(double reference, double value) {

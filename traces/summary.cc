@@ -156,6 +156,13 @@ SteadyRange SteadyIterations(size_t count) {
   return {1, count >= 3 ? count - 1 : count};
 }
 
+double SteadyIterationTime(const std::vector<double>& end_s, double first_start_s) {
+  if (end_s.empty()) return 0;
+  if (end_s.size() == 1) return end_s[0] - first_start_s;
+  const SteadyRange r = SteadyIterations(end_s.size());
+  return (end_s[r.end - 1] - end_s[r.first - 1]) / static_cast<double>(r.end - r.first);
+}
+
 TraceSummary Summarize(const std::vector<TraceRecord>& records, const Schedule* schedule) {
   TraceSummary summary;
   const size_t n = records.size();

@@ -203,6 +203,11 @@ TEST(SummaryTest, IterationTimesPhasesAndSteadyStateMean) {
   std::vector<TraceRecord> one(records.begin(), records.end());
   std::erase_if(one, [](const TraceRecord& r) { return r.iteration != 2; });
   EXPECT_DOUBLE_EQ(Summarize(one, nullptr).mean_iteration_s, 8.0);
+  // The same rule from the iterations' ends alone (a run without records: run --in-memory).
+  EXPECT_DOUBLE_EQ(SteadyIterationTime(ends, starts[0]), s.mean_iteration_s);
+  EXPECT_DOUBLE_EQ(SteadyIterationTime({ends[0], ends[1]}, starts[0]), 20.0 - 12);
+  EXPECT_DOUBLE_EQ(SteadyIterationTime({ends[2]}, starts[2]), 8.0);
+  EXPECT_EQ(SteadyIterationTime({}, 0.0), 0.0);
 }
 
 TEST(SummaryTest, EmptyAndMixedSourcesSaySo) {

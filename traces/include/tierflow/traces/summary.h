@@ -120,6 +120,9 @@ struct SteadyRange {
   size_t end = 0;
 };
 SteadyRange SteadyIterations(size_t count);
+// That mean from when each iteration ended (`end_s`, in iteration order) and when the first
+// began: for a run that has no records (`tierflow run --in-memory`); 0 with no iteration.
+double SteadyIterationTime(const std::vector<double>& end_s, double first_start_s);
 
 // `schedule` may be null: then pools are empty and the critical path is unavailable (its
 // explanation says why). Records naming tasks the schedule lacks are left out of pools and
