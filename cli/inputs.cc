@@ -74,6 +74,8 @@ StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, 
   config.batch = scenario.training.micro_batch_size;
   config.seq = scenario.training.sequence_length;
   config.adam.lr = lr;
+  config.dynamic_loss_scaling = scenario.training.loss_scaling == "dynamic";
+  config.gradient_clipping = scenario.training.gradient_clipping;
   config.threads = threads;
   const std::string path = data.empty() ? kDefaultCorpus : data;
   auto tokens = LoadTokens(path);

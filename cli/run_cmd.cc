@@ -1,4 +1,4 @@
-// tierflow run SCENARIO|SCHEDULE --disk DIR [--disk DIR2 ...] [--iterations N] [--trace out.json]
+// tierflow run SCENARIO|SCHEDULE --disk [NAME=]DIR ... | --disk-root DIR [--iterations N] [--trace out.json]
 //              [--records out.jsonl] [--data FILE] [--in-memory] [--json]
 // Runs a schedule for real (real/exec): fine-tunes the scenario's model on the CPU with gpu0
 // emulated in host memory, state offloaded to the --disk directories as the schedule says.
@@ -18,6 +18,7 @@ namespace {
 struct RunArgs {
   std::string input;
   std::vector<std::string> disks;
+  std::string disk_root;
   int64_t iterations = 3;
   std::string trace;
   std::string records;
@@ -53,6 +54,7 @@ Status RunRun(const RunArgs& a) {
     real::RunOptions options;
     options.iterations = a.iterations;
     options.disks = a.disks;
+    options.disk_root = a.disk_root;
     options.storage = a.storage;
     options.compute = a.compute;
     options.on_iteration = print_loss;
@@ -115,7 +117,9 @@ Command MakeRun(CLI::App& parent) {
   auto* a = Keep<RunArgs>();
   CLI::App* app = parent.add_subcommand("run", "Run a scenario or schedule for real: fine-tune on the CPU, state offloaded to --disk directories");
   app->add_option("input", a->input, "Scenario (YAML) or schedule (JSON)")->required();
-  app->add_option("--disk", a->disks, "Directory for nvme0, then nvme1, ... (one per NVMe device of the schedule)");
+  app->add_option("--disk", a->disks,
+                  "Directory for nvme0, then nvme1, ..., then remote0, ... (one per storage device of the schedule), or NAME=DIR");
+  app->add_option("--disk-root", a->disk_root, "Give every storage device without a --disk its own subdirectory here (DIR/nvme0, ...)");
   app->add_option("-n,--iterations", a->iterations, "Training iterations")->capture_default_str();
   app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
   app->add_option("--records", a->records, "Write the trace records (JSON Lines, the format of sim --records)");

@@ -794,8 +794,9 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       const bool to_gpu = o.param_path == ParamUpdatePath::kToGpu;
       const auto [offloaded, resident] =
           p16_tensors(first, n, to_gpu ? gpu : b.DeviceOfResource(o.param_write_resource[g]));
-      conv.tensors = offloaded;
-      conv.tensors.insert(conv.tensors.end(), resident.begin(), resident.end());
+      std::vector<int32_t> converted = offloaded;
+      converted.insert(converted.end(), resident.begin(), resident.end());
+      conv.tensors = converted;
       conv.deps = {adam_task};
       conv.phase = Phase::kStep;
       const int32_t conv_task = b.Task(std::move(conv));
@@ -819,7 +820,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         out.op = Op::kH2D;
         out.resource = b.GpuH2D(o.rank);
         out.bytes = n * 2;
-        out.tensors = conv.tensors;
+        out.tensors = std::move(converted);  // every converted range: all of them live on the GPU
       }
       param_done = b.Task(std::move(out));
     }

@@ -1,10 +1,17 @@
 #include "offload_design.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 namespace tierflow::policies {
 namespace {
+
+std::string Shortest(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
 
 // MemAscend's shape classes: embedding and head, attention projections, FFN projections.
 std::string ShapeClass(const std::string& unit_name) {
@@ -72,6 +79,18 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
     return InvalidArgument("policy.ratio: sub-groups are placed on a remote tier but the hardware has none (add hardware.node.remote)");
   }
   if (d.gpu_window_bytes > 0 && !d.params_on_nvme) return InvalidArgument("policy: a GPU prefetch window needs parameters offloaded");
+  // An update overlapped with backward runs before the global check (the overflow check and the
+  // norm over every gradient), so its math is the reference's only when nothing in the update
+  // depends on that check: refused here rather than trained differently.
+  if (!d.global_norm_first && s.training.UpdateNeedsGlobalCheck()) {
+    const std::string why = s.training.loss_scaling == "dynamic"
+                                ? "training.loss_scaling is 'dynamic' (an overflow anywhere must skip every sub-group's update)"
+                                : "training.gradient_clipping is " + Shortest(s.training.gradient_clipping) +
+                                      " (the clip factor needs the norm of every gradient)";
+    return InvalidArgument("policy.overlap_optimizer: true updates each sub-group as soon as its gradients are final, before the "
+                           "global gradient check, but " + why +
+                           ": set training.loss_scaling: none and training.gradient_clipping: 0, or policy.overlap_optimizer: false");
+  }
 
   // Sub-groups placed on several devices must not split a unit (MakeModelPlan).
   const bool spread = d.param_disks.size() > 1 || d.opt_disks.size() > 1 || d.remote_ratio > 0;
@@ -103,6 +122,9 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   ScheduleBuilder b(s, d.policy);
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
   b.Meta("scenario_yaml", s.yaml);
+  b.Meta("update", d.global_norm_first ? "after the global gradient check"
+                                       : "overlapped with backward, no global gradient check (training.loss_scaling none, "
+                                         "gradient_clipping 0)");
   for (int32_t disk = 0; disk < disks; ++disk) b.Device(ScheduleBuilder::Nvme(disk), DeviceKind::kNvme);
   if (remote) b.Device("remote0", DeviceKind::kRemote);
 

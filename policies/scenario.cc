@@ -87,7 +87,8 @@ StatusOr<TrainingSetup> ReadTraining(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return t;
   TF_RETURN_IF_ERROR(CheckKeys(node, "training",
                                {"micro_batch_size", "sequence_length", "gradient_accumulation_steps",
-                                "data_parallel", "activation_checkpointing", "dtype"}));
+                                "data_parallel", "activation_checkpointing", "dtype", "loss_scaling",
+                                "gradient_clipping"}));
   if (node["micro_batch_size"]) {
     TF_ASSIGN_OR_RETURN(t.micro_batch_size, PositiveInt(node["micro_batch_size"], "training.micro_batch_size"));
   }
@@ -108,6 +109,26 @@ StatusOr<TrainingSetup> ReadTraining(const YAML::Node& node) {
   if (node["dtype"]) {
     t.dtype = node["dtype"].as<std::string>();
     if (t.dtype != "bf16" && t.dtype != "fp16") return InvalidArgument("training.dtype: " + Q(t.dtype) + " (bf16 or fp16)");
+  }
+  t.loss_scaling = t.dtype == "fp16" ? "dynamic" : "none";
+  if (node["loss_scaling"]) {
+    t.loss_scaling = node["loss_scaling"].as<std::string>();
+    if (t.loss_scaling != "dynamic" && t.loss_scaling != "none") {
+      return InvalidArgument("training.loss_scaling: " + Q(t.loss_scaling) + " (dynamic or none)");
+    }
+  }
+  if (node["gradient_clipping"]) {
+    const YAML::Node& c = node["gradient_clipping"];
+    double v = -1;
+    try {
+      v = c.as<double>();
+    } catch (const YAML::Exception&) {
+      return InvalidArgument("training.gradient_clipping: " + Q(c.IsScalar() ? c.Scalar() : "?") + " is not a number");
+    }
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return InvalidArgument("training.gradient_clipping: " + Q(c.Scalar()) + " must be a finite number >= 0 (0 = off)");
+    }
+    t.gradient_clipping = v;
   }
   return t;
 }

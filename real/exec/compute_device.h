@@ -72,7 +72,8 @@ class ComputeDevice {
                                            CpuThreads& threads, DeviceSpan* span) = 0;
   // models::Layers() index; as Trainer::Forward / Backward (the head's forward sets it->loss).
   // `params` covers the layer (CheckLayerParams); Backward OVERWRITES the layer's fp32 gradients
-  // at `grads` (gpu0 memory, the layer's element count).
+  // at `grads` (gpu0 memory, the layer's element count), rounded to bf16 precision: the gradients
+  // of a bf16 model, the same values whether a schedule keeps them in fp32 or in bf16.
   virtual Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads,
                          DeviceSpan* span) = 0;
   virtual Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,

@@ -190,8 +190,11 @@ class CudaDevice final : public ComputeDevice {
 
   Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it, CpuThreads&,
                   DeviceSpan* span) override {
-    return Step(layer, params, span,
-                [&](const cuda::LlamaSteps::LayerParams& p) { return steps_->Backward(layer, p, grads, it->loss_scale); });
+    const int64_t n = steps_->layout().layer_elements[static_cast<size_t>(layer)];
+    return Step(layer, params, span, [&](const cuda::LlamaSteps::LayerParams& p) {
+      TF_RETURN_IF_ERROR(steps_->Backward(layer, p, grads, it->loss_scale));
+      return cuda::RoundToBf16(*ctx_, grads, n);
+    });
   }
 
  private:

@@ -87,37 +87,70 @@ Status Probe(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-StatusOr<std::vector<DiskDir>> DiskDirsForSchedule(const Schedule& schedule,
-                                                   const std::vector<std::string>& dirs) {
-  std::vector<std::string> nvme;
+StatusOr<std::vector<DiskDir>> DiskDirsForSchedule(const Schedule& schedule, const std::vector<std::string>& dirs,
+                                                   const std::string& root) {
+  std::vector<std::string> devices;  // nvme* in name order, then remote* in name order
   for (const DeviceSpec& dev : schedule.devices()) {
-    if (dev.kind == DeviceKind::kRemote) {
-      return InvalidArgument("schedule uses remote device '" + dev.name +
-                             "'; tierflow run supports local NVMe directories only");
-    }
-    if (dev.kind == DeviceKind::kNvme) nvme.push_back(dev.name);
+    if (dev.kind == DeviceKind::kNvme || dev.kind == DeviceKind::kRemote) devices.push_back(dev.name);
   }
-  std::stable_sort(nvme.begin(), nvme.end(), [](const std::string& a, const std::string& b) {
-    return NaturalKey(a) < NaturalKey(b);
+  auto kind_of = [&](const std::string& name) { return schedule.devices()[static_cast<size_t>(schedule.FindDevice(name))].kind; };
+  std::stable_sort(devices.begin(), devices.end(), [&](const std::string& a, const std::string& b) {
+    const bool ra = kind_of(a) == DeviceKind::kRemote, rb = kind_of(b) == DeviceKind::kRemote;
+    return std::make_pair(ra, NaturalKey(a)) < std::make_pair(rb, NaturalKey(b));
   });
-  if (dirs.size() < nvme.size()) {
-    std::string all;
-    for (const std::string& n : nvme) all += (all.empty() ? "" : ", ") + n;
-    const std::string given = dirs.empty() ? "no --disk was given"
-                                           : "only " + Plural(dirs.size(), "--disk was", "--disks were") + " given";
-    return InvalidArgument("schedule uses " + nvme[dirs.size()] + " but " + given +
-                           " (one --disk per NVMe device, in order: " + all + ")");
-  }
-  if (dirs.size() > nvme.size()) {
-    const std::string extra = "nvme" + std::to_string(nvme.size());
-    const std::string has = nvme.empty() ? "no NVMe devices"
-                                         : "only " + Plural(nvme.size(), "NVMe device", "NVMe devices");
-    return InvalidArgument("--disk '" + dirs[nvme.size()] + "' (" + extra + "): the schedule has " + has +
-                           "; remove the extra --disk (an unused directory is an error, not ignored)");
+  std::string all;
+  for (const std::string& n : devices) all += (all.empty() ? "" : ", ") + n;
+  std::map<std::string, std::string> named;  // device -> --disk NAME=DIR
+  std::vector<std::string> positional;
+  for (const std::string& d : dirs) {
+    const size_t eq = d.find('=');
+    const std::string name = eq == std::string::npos ? "" : d.substr(0, eq);
+    const auto key = NaturalKey(name);
+    const bool is_name = (std::get<0>(key) == "nvme" || std::get<0>(key) == "remote") && std::get<1>(key) >= 0;
+    if (!is_name) {
+      positional.push_back(d);
+      continue;
+    }
+    if (std::find(devices.begin(), devices.end(), name) == devices.end()) {
+      return InvalidArgument("--disk '" + d + "': the schedule has no storage device '" + name + "' (it has " +
+                             (devices.empty() ? std::string("none") : all) + ")");
+    }
+    if (!named.emplace(name, d.substr(eq + 1)).second) return InvalidArgument("--disk '" + d + "': " + name + " is given twice");
   }
   std::vector<DiskDir> out;
-  for (size_t i = 0; i < nvme.size(); ++i) out.push_back({nvme[i], dirs[i], 0});
+  size_t next = 0;
+  for (const std::string& device : devices) {
+    if (auto it = named.find(device); it != named.end()) {
+      out.push_back({device, it->second, 0});
+    } else if (next < positional.size()) {
+      out.push_back({device, positional[next++], 0});
+    } else if (!root.empty()) {
+      out.push_back({device, root + "/" + device, 0});
+    } else {
+      const std::string given = dirs.empty() ? "no --disk was given"
+                                             : "only " + Plural(dirs.size(), "--disk was", "--disks were") + " given";
+      return InvalidArgument("schedule uses " + device + " but " + given + " (one --disk per storage device, in order: " + all +
+                             "; or --disk NAME=DIR, or --disk-root DIR for a subdirectory each)");
+    }
+  }
+  if (next < positional.size()) {
+    const std::string has = devices.empty() ? "no storage devices" : "only " + Plural(devices.size(), "storage device", "storage devices");
+    return InvalidArgument("--disk '" + positional[next] + "': the schedule has " + has + " (" + (devices.empty() ? "none" : all) +
+                           ") and each already has a directory; remove the extra --disk (an unused directory is an error, not ignored)");
+  }
   return out;
+}
+
+Status MakeRootDirs(const std::vector<DiskDir>& disks, const std::string& root) {
+  if (root.empty()) return Status::Ok();
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0) return FromErrno(errno, "--disk-root '" + root + "'");
+  if (!S_ISDIR(st.st_mode)) return InvalidArgument("--disk-root '" + root + "': not a directory");
+  for (const DiskDir& d : disks) {
+    if (d.dir != root + "/" + d.device) continue;
+    if (::mkdir(d.dir.c_str(), 0755) != 0 && errno != EEXIST) return FromErrno(errno, Label(d) + ": creating it under --disk-root");
+  }
+  return Status::Ok();
 }
 
 Status ProbeWritable(const std::string& dir) { return Probe(dir, "'" + dir + "'"); }

@@ -97,6 +97,23 @@ class Versions {
   std::map<int64_t, Span> spans_;
 };
 
+// What AdamW multiplies each gradient by: the inverse loss scale times the clip factor, in one
+// place for the executor and the in-memory loop alike.
+float UpdateGradScale(float loss_scale, float clip) { return 1.0f / loss_scale * clip; }
+
+// The loss scaler the training set-up asks for.
+LossScaler ScalerFor(const TrainConfig& config) {
+  return config.dynamic_loss_scaling ? LossScaler(config.initial_loss_scale) : LossScaler::None();
+}
+
+// Whether the schedule decides each step after a global gradient check.
+bool HasGlobalCheck(const Schedule& s) {
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op == Op::kConvert && t.kernel == "overflow_check_and_norm") return true;
+  }
+  return false;
+}
+
 std::string VersionText(int64_t v) {
   if (v == Versions::kNever) return "nothing";
   if (v == Versions::kMixed) return "parts of different versions";
@@ -117,6 +134,14 @@ struct BufferState {
   int64_t size = 0;
   bool on_gpu = false;
   std::vector<Piece> pieces;
+};
+
+// Where a range of state lies in a buffer (Run::FindSpan): its first byte there, and the one
+// version of every element (Versions::kMixed when parts differ); data null when the buffer does
+// not hold the whole range.
+struct Span {
+  char* data = nullptr;
+  int64_t version = -1;
 };
 
 // GPU-resident parameters (param16 whose home is a GPU): elements [begin, begin + n) at data,
@@ -232,7 +257,8 @@ class Run {
         config_(config),
         options_(options),
         trainer_(config),
-        scaler_(config.initial_loss_scale),
+        scaler_(ScalerFor(config)),
+        global_check_(HasGlobalCheck(s)),
         // Host blocks are page-locked for the device's copies; where that fails the copies still
         // work, staged by the driver.
         blocks_(
@@ -262,6 +288,11 @@ class Run {
   void Finish(Job& job, const TaskSpec& t);
   Status IterationDone(int64_t iteration);
   Status Setup();
+  // Host-homed state (master, adam_m, adam_v kept in host memory across iterations: cached
+  // sub-groups) lives in the persistent host buffer that the tasks naming it use, packed in the
+  // order they are first named. InvalidArgument when a task names such state with no persistent
+  // host buffer, or two tasks keep one range in different buffers.
+  Status BindHostHomes();
   Status InitialiseStores();
   Status Start(const Instance& inst, size_t job_index);
   Status PrepareIo(const TaskSpec& t, Job& job, int64_t iteration);
@@ -292,8 +323,15 @@ class Run {
     if (s_.buffers()[static_cast<size_t>(b)].persistent) return static_cast<size_t>(b);
     return static_cast<size_t>(ctx_iteration_ % window_) * n + static_cast<size_t>(b);
   }
-  // The piece of `buffer` holding kind [begin, begin + n), or null.
-  const Piece* FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const;
+  // Kind [begin, begin + n) in `buffer`: the pieces covering it, laid side by side in the buffer
+  // as in the element space (one piece; a sub-group over a flat host buffer's per-unit pieces).
+  Span FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const;
+  // The first buffer of `buffers` holding the whole range, as FindSpan, and its index (kNoIndex).
+  Span FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, int64_t n, int32_t* which = nullptr) const;
+  // Marks kind [begin, begin + n) in `buffer` as `version`, splitting pieces that reach beyond it.
+  void SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version);
+  // Places kind [begin, begin + n) at `offset` of `buffer`, replacing what held any of it.
+  void Place(int32_t buffer, const Piece& piece);
   bool OnGpu(int32_t buffer) const { return buffers_[static_cast<size_t>(buffer)].on_gpu; }
   // A buffer that holds gpu0 memory while allocated: in a GPU pool and not persistent (persistent
   // GPU buffers stand for the device's own memory and the resident home: see Setup).
@@ -319,6 +357,9 @@ class Run {
   Trainer trainer_;                               // layout, initial weights, activations
   std::unique_ptr<exec::ComputeDevice> device_;   // gpu0 (RunOptions::compute)
   LossScaler scaler_;
+  // The schedule has a global gradient check (overflow_check_and_norm) deciding each step; else
+  // every step is taken as its optimizer tasks come (an update overlapped with backward).
+  bool global_check_;
   int64_t window_ = 2;
 
   std::unique_ptr<Storage> storage_;
@@ -326,6 +367,7 @@ class Run {
   Storage* io_ = nullptr;                              // what every I/O goes through
   std::vector<DiskFile> disk_of_device_;               // per schedule device
   std::vector<std::array<Versions, kKindCount>> home_;  // per schedule device
+  std::vector<std::pair<int32_t, int64_t>> host_home_; // per tensor: (persistent host buffer, byte offset)
   std::vector<ResidentRun> resident_;                  // sorted by begin
   void* resident_block_ = nullptr;                     // gpu0 memory of resident_
   Versions resident_versions_;                         // param16 at the resident home
@@ -340,7 +382,9 @@ class Run {
   std::vector<int64_t> completed_in_;                  // per window slot
   std::vector<int8_t> step_decided_;                   // per window slot: -1 undecided, 0 skip, 1 update
   std::vector<int64_t> adam_step_;                     // per window slot
+  std::vector<float> clip_;                            // per window slot: the clip factor
   int64_t updates_ = 0;                                // successful optimizer steps so far
+  int64_t updates_at_start_ = 0;                       // of them, before this run (resumed)
   int64_t next_norm_iteration_ = 0;
   int64_t next_batch_iteration_ = 0;
   int64_t base_iteration_ = 0;                         // iterations done before this run (resumed)
@@ -364,11 +408,63 @@ CpuThreads& Run::ThreadsOf(int32_t resource) {
   return *slot;
 }
 
-const Piece* Run::FindPiece(int32_t buffer, int kind, int64_t begin, int64_t n) const {
-  for (const Piece& p : Buf(buffer).pieces) {
-    if (p.kind == kind && p.begin <= begin && begin + n <= p.begin + p.elements) return &p;
+Span Run::FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const {
+  const BufferState& buf = Buf(buffer);
+  const int64_t end = begin + n, bytes = kKindBytes[kind];
+  std::vector<const Piece*> parts;
+  for (const Piece& p : buf.pieces) {
+    if (p.kind != kind || p.begin >= end || begin >= p.begin + p.elements) continue;
+    if (p.begin <= begin && end <= p.begin + p.elements) return {buf.data + p.offset + (begin - p.begin) * bytes, p.version};
+    parts.push_back(&p);
   }
-  return nullptr;
+  std::sort(parts.begin(), parts.end(), [](const Piece* a, const Piece* b) { return a->begin < b->begin; });
+  if (parts.empty() || parts.front()->begin > begin) return {};
+  const int64_t base = parts.front()->offset + (begin - parts.front()->begin) * bytes;  // where `begin` is
+  int64_t at = begin, version = parts.front()->version;
+  for (const Piece* p : parts) {
+    if (p->begin > at) return {};                                                  // a hole
+    if (p->offset + (at - p->begin) * bytes != base + (at - begin) * bytes) return {};  // not side by side
+    if (p->version != version) version = Versions::kMixed;
+    at = std::max(at, p->begin + p->elements);
+  }
+  if (at < end) return {};
+  return {buf.data + base, version};
+}
+
+Span Run::FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, int64_t n, int32_t* which) const {
+  for (int32_t b : buffers) {
+    const Span span = FindSpan(b, kind, begin, n);
+    if (span.data == nullptr) continue;
+    if (which != nullptr) *which = b;
+    return span;
+  }
+  if (which != nullptr) *which = kNoIndex;
+  return {};
+}
+
+void Run::SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version) {
+  const int64_t end = begin + n, bytes = kKindBytes[kind];
+  std::vector<Piece> out;
+  for (const Piece& p : Buf(buffer).pieces) {
+    const int64_t p_end = p.begin + p.elements;
+    if (p.kind != kind || p.begin >= end || begin >= p_end) {
+      out.push_back(p);
+      continue;
+    }
+    const int64_t b = std::max(begin, p.begin), e = std::min(end, p_end);
+    if (p.begin < b) out.push_back({kind, p.begin, b - p.begin, p.offset, p.version});
+    out.push_back({kind, b, e - b, p.offset + (b - p.begin) * bytes, version});
+    if (e < p_end) out.push_back({kind, e, p_end - e, p.offset + (e - p.begin) * bytes, p.version});
+  }
+  Buf(buffer).pieces = std::move(out);
+}
+
+void Run::Place(int32_t buffer, const Piece& piece) {
+  auto& pieces = Buf(buffer).pieces;
+  pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [&](const Piece& q) {
+    return q.kind == piece.kind && q.begin < piece.begin + piece.elements && piece.begin < q.begin + q.elements;
+  }), pieces.end());
+  pieces.push_back(piece);
 }
 
 int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const {
@@ -473,7 +569,8 @@ Status Run::Setup() {
   TF_ASSIGN_OR_RETURN(device_, exec::MakeComputeDevice(options_.compute, config_, trainer_));
   window_ = std::max<int64_t>(1, s_.iteration_window);
   // Disks: checked before anything is written.
-  TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks));
+  TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks, options_.disk_root));
+  TF_RETURN_IF_ERROR(MakeRootDirs(dirs, options_.disk_root));
   std::vector<int64_t> need(s_.devices().size(), 0);
   for (const TensorSpec& t : s_.tensors()) {
     need[static_cast<size_t>(t.device)] = std::max(need[static_cast<size_t>(t.device)], AlignUp(t.offset_bytes + t.size_bytes, kDirectAlignment));
@@ -607,6 +704,7 @@ Status Run::Setup() {
       }
     }
   }
+  TF_RETURN_IF_ERROR(BindHostHomes());
   // The last compute task of each (phase, layer) runs the layer's math.
   std::map<std::pair<int, int32_t>, int32_t> last;
   for (size_t i = 0; i < s_.tasks().size(); ++i) {
@@ -632,9 +730,11 @@ Status Run::Setup() {
   completed_in_.assign(static_cast<size_t>(window_), 0);
   step_decided_.assign(static_cast<size_t>(window_), -1);
   adam_step_.assign(static_cast<size_t>(window_), 0);
+  clip_.assign(static_cast<size_t>(window_), 1.0f);
   TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config_.tokens, config_.batch, config_.seq, config_.data_seed));
   loader_ = std::make_unique<TokenLoader>(std::move(loader));
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
+  updates_at_start_ = updates_;
   for (int64_t i = 0; i < base_iteration_; ++i) loader_->Next();  // the batches already trained on
   run_iterations_ = options_.iterations - base_iteration_;
   if (run_iterations_ <= 0) {
@@ -645,8 +745,44 @@ Status Run::Setup() {
   return InitialiseStores();
 }
 
-// Writes the initial state to every disk home the schedule names (version 0) and sets the GPU's
-// bf16 parameters.
+Status Run::BindHostHomes() {
+  host_home_.assign(s_.tensors().size(), {kNoIndex, 0});
+  std::vector<int64_t> packed(s_.buffers().size(), 0);
+  for (const TaskSpec& t : s_.tasks()) {
+    for (int32_t ti : t.tensors) {
+      const TensorSpec& ts = T(ti);
+      const int kind = KindOf(ts.kind);
+      // Gradients in host memory are placed by the d2h copies that write them (at their element
+      // offset in the rank's flat buffer), not bound here.
+      if (s_.devices()[static_cast<size_t>(ts.device)].kind != DeviceKind::kHost || kind == kGrad || kind == kGrad16) continue;
+      int32_t home = kNoIndex;
+      for (int32_t b : t.uses) {
+        if (s_.buffers()[static_cast<size_t>(b)].persistent && !OnGpu(b)) {
+          home = b;
+          break;
+        }
+      }
+      if (home == kNoIndex) {
+        return InvalidArgument("task '" + t.id + "' names " + Range(ts) + " kept in host memory, but uses no persistent host buffer to keep it in");
+      }
+      auto& bound = host_home_[static_cast<size_t>(ti)];
+      if (bound.first == kNoIndex) {
+        if (packed[static_cast<size_t>(home)] + ts.size_bytes > s_.buffers()[static_cast<size_t>(home)].size_bytes) {
+          return InvalidArgument("task '" + t.id + "': the host-memory state it names does not fit buffer '" + s_.buffers()[static_cast<size_t>(home)].name + "'");
+        }
+        bound = {home, packed[static_cast<size_t>(home)]};
+        packed[static_cast<size_t>(home)] += ts.size_bytes;
+      } else if (bound.first != home) {
+        return InvalidArgument("task '" + t.id + "' keeps " + Range(ts) + " in buffer '" + s_.buffers()[static_cast<size_t>(home)].name +
+                               "', another task in '" + s_.buffers()[static_cast<size_t>(bound.first)].name + "': host-memory state has one home");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Writes the initial state to every disk home the schedule names (version 0), into the host
+// homes, and sets the GPU's bf16 parameters.
 Status Run::InitialiseStores() {
   const std::vector<float> master = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
   std::vector<uint16_t> p16(master.size());
@@ -656,6 +792,21 @@ Status Run::InitialiseStores() {
     resident_versions_.Set(r.begin, r.begin + r.n, 0);
   }
   const std::vector<float> zeros(master.size(), 0.0f);
+  auto initial = [&](int kind, int64_t begin) -> const void* {
+    const std::vector<float>& moment = kind == kAdamM ? initial_[1] : initial_[2];
+    return kind == kParam16 ? static_cast<const void*>(p16.data() + begin)
+           : kind == kMaster ? static_cast<const void*>(master.data() + begin)
+           : !moment.empty() ? static_cast<const void*>(moment.data() + begin)
+                             : static_cast<const void*>(zeros.data() + begin);
+  };
+  for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {
+    const auto [buffer, offset] = host_home_[ti];
+    if (buffer == kNoIndex) continue;
+    const TensorSpec& ts = s_.tensors()[ti];
+    const int kind = KindOf(ts.kind);
+    std::memcpy(Buf(buffer).data + offset, initial(kind, ts.element_offset), static_cast<size_t>(ts.size_bytes));
+    Place(buffer, {kind, ts.element_offset, Elements(ts), offset, 0});
+  }
   CompletionQueue done;
   std::vector<char*> staged;
   size_t submitted = 0;
@@ -666,11 +817,7 @@ Status Run::InitialiseStores() {
     const int64_t n = Elements(t);
     // Tensors overlap (a unit's range, a sub-group's): write each range once.
     if (home_[static_cast<size_t>(t.device)][kind].Get(t.element_offset, t.element_offset + n) == 0) continue;
-    const std::vector<float>& moment = kind == kAdamM ? initial_[1] : initial_[2];
-    const void* src = kind == kParam16 ? static_cast<const void*>(p16.data() + t.element_offset)
-                      : kind == kMaster ? static_cast<const void*>(master.data() + t.element_offset)
-                      : !moment.empty() ? static_cast<const void*>(moment.data() + t.element_offset)
-                                        : static_cast<const void*>(zeros.data() + t.element_offset);
+    const void* src = initial(kind, t.element_offset);
     char* block = static_cast<char*>(blocks_.Take(t.size_bytes));
     if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
     std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
@@ -726,13 +873,14 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
       if (packed + ts.size_bytes > buf.size) return InvalidArgument(Who(t, iteration) + ": its tensors do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
       packed += ts.size_bytes;
     } else {
-      const Piece* p = FindPiece(buffer, kind, ts.element_offset, n);
-      if (p == nullptr) {
+      const Span span = FindSpan(buffer, kind, ts.element_offset, n);
+      if (span.data == nullptr) {
         return FailedPrecondition(Who(t, iteration) + " writes " + Range(ts) + " from buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name +
                                   "', which does not hold it");
       }
-      offset = p->offset + (ts.element_offset - p->begin) * kKindBytes[kind];
-      version = p->version;
+      if (span.version < 0) return FailedPrecondition(Who(t, iteration) + " writes " + Range(ts) + ", whose parts in its buffer are of different versions");
+      offset = span.data - buf.data;
+      version = span.version;
     }
     (f.direct_all ? result_.direct_io_bytes : result_.buffered_io_bytes) += ts.size_bytes;
     char* place = buf.data + offset;
@@ -790,15 +938,15 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       const int kind = KindOf(ts.kind);
       if (kind != kParam16) return InvalidArgument(Who(t, iteration) + ": h2d of " + ts.kind + " (only param16 goes to the GPU)");
       const int64_t n = Elements(ts);
-      const Piece* p = buffer == kNoIndex ? nullptr : FindPiece(buffer, kind, ts.element_offset, n);
-      if (p == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
-      const char* src = Buf(buffer).data + p->offset + (ts.element_offset - p->begin) * 2;
+      const Span p = buffer == kNoIndex ? Span{} : FindSpan(buffer, kind, ts.element_offset, n);
+      if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
+      const char* src = p.data;
       if (gpu != kNoIndex) {
         if (packed + n * 2 > Buf(gpu).size) {
           return InvalidArgument(Who(t, iteration) + ": " + Range(ts) + " does not fit GPU buffer '" + s_.buffers()[static_cast<size_t>(gpu)].name + "'");
         }
         copies.push_back({Buf(gpu).data + packed, src, n * 2});
-        placed.push_back({kind, ts.element_offset, n, packed, p->version});
+        placed.push_back({kind, ts.element_offset, n, packed, p.version});
         packed += n * 2;
         continue;
       }
@@ -807,7 +955,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
         return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but it names no GPU buffer for it and it has no GPU-resident home");
       }
       copies.push_back({r->data + (ts.element_offset - r->begin) * 2, src, n * 2});
-      refreshed.push_back({&ts, p->version});
+      refreshed.push_back({&ts, p.version});
     }
     job.work = [this, copies, span = &job.device_span] {
       for (const Copy& c : copies) {
@@ -818,13 +966,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       return Status::Ok();
     };
     job.finish = [this, gpu, placed, refreshed] {
-      for (const Piece& p : placed) {
-        auto& pieces = Buf(gpu).pieces;
-        pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [&](const Piece& q) {
-          return q.kind == p.kind && q.begin < p.begin + p.elements && p.begin < q.begin + q.elements;
-        }), pieces.end());
-        pieces.push_back(p);
-      }
+      for (const Piece& p : placed) Place(gpu, p);
       for (const auto& [ts, v] : refreshed) resident_versions_.Set(ts->element_offset, ts->element_offset + Elements(*ts), v);
     };
     return Status::Ok();
@@ -852,10 +994,10 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     int64_t v = Versions::kNever;
     for (int32_t b : t.uses) {
       if (!HoldsGpuMemory(b)) continue;
-      const Piece* p = FindPiece(b, kGrad, ts.element_offset, n);
-      if (p == nullptr) continue;
-      src = reinterpret_cast<const float*>(Buf(b).data + p->offset) + (ts.element_offset - p->begin);
-      v = p->version;
+      const Span p = FindSpan(b, kGrad, ts.element_offset, n);
+      if (p.data == nullptr) continue;
+      src = reinterpret_cast<const float*>(p.data);
+      v = p.version;
       break;
     }
     if (v != iteration) {
@@ -887,12 +1029,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
-      auto& pieces = Buf(buffer).pieces;
-      const int kind = KindOf(ts.kind);
-      pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [&](const Piece& p) {
-        return p.kind == kind && p.begin == ts.element_offset && p.elements == n;
-      }), pieces.end());
-      pieces.push_back({kind, ts.element_offset, n, outs[i].offset, iteration});
+      Place(buffer, {KindOf(ts.kind), ts.element_offset, n, outs[i].offset, iteration});
       norm.by_begin[ts.element_offset] = {n, (*checks)[i]};
     }
   };
@@ -939,7 +1076,7 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
   if (layer == trainer_.layer_count() - 1) {
     // The head's backward starts the gradients: they are scaled by the scale after every earlier
     // iteration's overflow check.
-    if (next_norm_iteration_ != iteration) {
+    if (global_check_ && next_norm_iteration_ != iteration) {
       return FailedPrecondition(Who(t, iteration) + ": backward starts before iteration " + std::to_string(next_norm_iteration_) +
                                 "'s overflow check decided the loss scale");
     }
@@ -978,7 +1115,7 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
 Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
   if (t.kernel != "adam") return InvalidArgument(Who(t, iteration) + ": optimizer kernel '" + t.kernel + "' (tierflow run has adam)");
   const size_t slot = static_cast<size_t>(iteration % window_);
-  if (step_decided_[slot] < 0) {
+  if (global_check_ && step_decided_[slot] < 0) {
     return FailedPrecondition(Who(t, iteration) + " runs before the overflow check and gradient norm of its iteration");
   }
   float* state[3] = {nullptr, nullptr, nullptr};
@@ -990,38 +1127,29 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
     if (kind < kMaster) continue;
     begin = ts.element_offset;
     n = Elements(ts);
-    for (int32_t b : t.uses) {
-      const Piece* p = FindPiece(b, kind, begin, n);
-      if (p == nullptr) continue;
-      if (p->version != iteration) {
-        return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " at " + VersionText(p->version) + ", expected version " +
-                                  std::to_string(iteration));
-      }
-      state[kind - kMaster] = reinterpret_cast<float*>(Buf(b).data + p->offset) + (begin - p->begin);
-      where[kind - kMaster] = b;
-    }
-    if (state[kind - kMaster] == nullptr) {
-      return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " but no buffer it uses holds it (host-resident optimizer states are not supported by tierflow run yet)");
-    }
-  }
-  if (begin < 0) return InvalidArgument(Who(t, iteration) + ": adam names no master, adam_m, adam_v tensors");
-  const float* grad = nullptr;
-  for (int32_t b : t.uses) {
-    const Piece* p = FindPiece(b, kGrad, begin, n);
-    if (p == nullptr) continue;
-    if (p->version != iteration) {
-      return FailedPrecondition(Who(t, iteration) + " uses the gradient of iteration " + std::to_string(p->version) + ", expected " +
+    const Span p = FindIn(t.uses, kind, begin, n, &where[kind - kMaster]);
+    if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " but no buffer it uses holds it");
+    if (p.version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " at " + VersionText(p.version) + ", expected version " +
                                 std::to_string(iteration));
     }
-    grad = reinterpret_cast<const float*>(Buf(b).data + p->offset) + (begin - p->begin);
+    state[kind - kMaster] = reinterpret_cast<float*>(p.data);
   }
-  if (grad == nullptr) {
+  if (begin < 0) return InvalidArgument(Who(t, iteration) + ": adam names no master, adam_m, adam_v tensors");
+  const Span g = FindIn(t.uses, kGrad, begin, n);
+  if (g.data == nullptr) {
     return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(begin) + ", " +
                               std::to_string(begin + n) + ")");
   }
-  const bool update = step_decided_[slot] == 1;
-  const int64_t step = adam_step_[slot];
-  const float grad_scale = 1.0f / Iter(iteration).loss_scale;
+  if (g.version != iteration) {
+    return FailedPrecondition(Who(t, iteration) + " uses the gradient of " + VersionText(g.version) + ", expected iteration " +
+                              std::to_string(iteration) + "'s");
+  }
+  const float* grad = reinterpret_cast<const float*>(g.data);
+  // Without a global check every step is taken (CheckRunnable: no loss scaling, no clipping).
+  const bool update = global_check_ ? step_decided_[slot] == 1 : true;
+  const int64_t step = global_check_ ? adam_step_[slot] : updates_at_start_ + iteration + 1;
+  const float grad_scale = UpdateGradScale(Iter(iteration).loss_scale, global_check_ ? clip_[slot] : 1.0f);
   CpuThreads* threads = &ThreadsOf(t.resource);
   const AdamWConfig cfg = config_.adam;
   job.work = [=] {
@@ -1029,11 +1157,7 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
     return Status::Ok();
   };
   job.finish = [this, where, begin, n, iteration] {
-    for (int k = 0; k < 3; ++k) {
-      for (Piece& p : Buf(where[k]).pieces) {
-        if (p.kind == kMaster + k && p.begin <= begin && begin + n <= p.begin + p.elements) p.version = iteration + 1;
-      }
-    }
+    for (int k = 0; k < 3; ++k) SetVersion(where[k], kMaster + k, begin, n, iteration + 1);
   };
   return Status::Ok();
 }
@@ -1060,6 +1184,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
       for (const auto& entry : norm.by_begin) total = cpu::CombineGradChecks(total, entry.second.second);
       const bool update = scaler_.Update(total.finite);
       step_decided_[slot] = update ? 1 : 0;
+      clip_[slot] = cpu::ClipCoefficient(total, config_.gradient_clipping);
       if (update) ++updates_;
       adam_step_[slot] = updates_;
       norm.by_begin.clear();
@@ -1079,15 +1204,10 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     for (int32_t ti : t.tensors) {
       const TensorSpec& ts = T(ti);
       const int64_t n = Elements(ts);
-      const float* src = nullptr;
-      int64_t version = 0;
-      for (int32_t b : t.uses) {
-        const Piece* p = FindPiece(b, kMaster, ts.element_offset, n);
-        if (p == nullptr) continue;
-        src = reinterpret_cast<const float*>(Buf(b).data + p->offset) + (ts.element_offset - p->begin);
-        version = p->version;
-      }
-      if (src == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the master weights of " + Range(ts));
+      const Span p = FindIn(t.uses, kMaster, ts.element_offset, n);
+      if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the master weights of " + Range(ts));
+      const float* src = reinterpret_cast<const float*>(p.data);
+      const int64_t version = p.version;
       if (version != iteration + 1) {
         return FailedPrecondition(Who(t, iteration) + " converts master weights at " + VersionText(version) + ", expected version " +
                                   std::to_string(iteration + 1) + " (after this iteration's update)");
@@ -1112,30 +1232,21 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     if (t.tensors.size() != 1) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 names one grad16 tensor");
     const TensorSpec& ts = T(t.tensors[0]);
     const int64_t n = Elements(ts);
-    const Piece* src_piece = nullptr;
+    // The sub-group's bf16 gradients, every unit's part of this iteration, side by side in the
+    // host buffer the d2h copies put them in.
     int32_t src_buf = kNoIndex;
-    for (int32_t b : t.uses) {
-      if ((src_piece = FindPiece(b, kGrad16, ts.element_offset, n)) != nullptr) {
-        src_buf = b;
-        break;
-      }
-    }
-    if (src_piece == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds " + Range(ts));
-    int64_t version = src_piece->version;
-    for (int32_t b : t.uses) {  // every unit's part must be this iteration's
-      for (const Piece& p : Buf(b).pieces) {
-        if (p.kind == kGrad16 && p.begin < ts.element_offset + n && ts.element_offset < p.begin + p.elements && p.version != iteration) version = p.version;
-      }
-    }
-    if (version != iteration) {
-      return FailedPrecondition(Who(t, iteration) + " widens gradients of iteration " + std::to_string(version) + ", expected " + std::to_string(iteration));
+    const Span p = FindIn(t.uses, kGrad16, ts.element_offset, n, &src_buf);
+    if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds " + Range(ts));
+    if (p.version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " widens gradients of " + VersionText(p.version) + ", expected iteration " +
+                                std::to_string(iteration) + "'s: a dependency on a gradient copy is missing");
     }
     int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
     for (int32_t b : t.uses) {
       if (out == kNoIndex && b != src_buf) out = b;
     }
     if (out == kNoIndex || Buf(out).size < n * 4) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 has no fp32 output buffer of " + std::to_string(n * 4) + " bytes");
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(Buf(src_buf).data) + ts.element_offset;
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(p.data);
     float* dst = reinterpret_cast<float*>(Buf(out).data);
     CpuThreads* threads = &ThreadsOf(t.resource);
     job.work = [src, dst, n, threads] {
@@ -1145,7 +1256,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
       return Status::Ok();
     };
     const int64_t begin = ts.element_offset;
-    job.finish = [this, out, begin, n, iteration] { Buf(out).pieces.push_back({kGrad, begin, n, 0, iteration}); };
+    job.finish = [this, out, begin, n, iteration] { Place(out, {kGrad, begin, n, 0, iteration}); };
     return Status::Ok();
   }
   return InvalidArgument(Who(t, iteration) + ": convert kernel '" + t.kernel + "' is not supported by tierflow run");
@@ -1209,6 +1320,10 @@ Status Run::Start(const Instance& inst, size_t job_index) {
 // Every task of `iteration` has completed: report its loss, checkpoint when due.
 Status Run::IterationDone(int64_t iteration) {
   step_decided_[static_cast<size_t>(iteration % window_)] = -1;
+  if (!global_check_) {  // every step was taken; the per-tensor checks went unused
+    updates_ = updates_at_start_ + iteration + 1;
+    norms_[static_cast<size_t>(iteration % window_)].by_begin.clear();
+  }
   const double loss = Iter(iteration).loss;
   result_.loss.push_back(loss);
   if (options_.on_iteration) options_.on_iteration(base_iteration_ + iteration, loss);
@@ -1375,9 +1490,19 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
     blocks_.Give(block);
   }
+  for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {  // and what host memory keeps
+    const TensorSpec& ts = s_.tensors()[ti];
+    const int32_t buffer = host_home_[ti].first;
+    if (buffer == kNoIndex || KindOf(ts.kind) != kind) continue;
+    const int64_t n = Elements(ts);
+    const Span span = FindSpan(buffer, kind, ts.element_offset, n);
+    if (span.data == nullptr || span.version != version) continue;
+    std::memcpy(master->data() + ts.element_offset, span.data, static_cast<size_t>(ts.size_bytes));
+    got.Set(ts.element_offset, ts.element_offset + n, 1);
+  }
   if (got.Get(0, trainer_.layout().total) != 1) {
-    return FailedPrecondition(std::string("some of ") + kKindNames[kind] + " is not on any disk at version " + std::to_string(version) +
-                              " (" + std::to_string(base_iteration_ + version) + " iterations)");
+    return FailedPrecondition(std::string("some of ") + kKindNames[kind] + " is not at version " + std::to_string(version) +
+                              " in host memory or on any disk (" + std::to_string(base_iteration_ + version) + " iterations)");
   }
   return Status::Ok();
 }
@@ -1458,6 +1583,12 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
   if (config.spec.config.tied_embeddings) return InvalidArgument("tierflow run: tied embeddings are not supported yet");
   TF_RETURN_IF_ERROR(schedule.Validate());
+  if (!HasGlobalCheck(schedule) && (config.dynamic_loss_scaling || config.gradient_clipping > 0)) {
+    return InvalidArgument("schedule '" + schedule.name + "' updates without a global gradient check (its optimizer overlaps backward), but " +
+                           (config.dynamic_loss_scaling ? std::string("training.loss_scaling is dynamic")
+                                                        : "training.gradient_clipping is " + std::to_string(config.gradient_clipping)) +
+                           ": plan it with training.loss_scaling: none and training.gradient_clipping: 0, or without policy.overlap_optimizer");
+  }
   const ParamLayout layout = MakeParamLayout(config.spec.config);
   for (const TaskSpec& t : schedule.tasks()) {
     if (IsCollectiveOp(t.op) && t.ranks > 1) {
@@ -1513,7 +1644,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer.layout()));
   TF_RETURN_IF_ERROR(model->Load(p16));
-  LossScaler scaler(config.initial_loss_scale);
+  LossScaler scaler = ScalerFor(config);
   IterationState it;
   trainer.PrepareIteration(&it);
   RunResult result;
@@ -1539,8 +1670,9 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     }
     if (scaler.Update(total.finite)) {
       ++updates;
+      const float clip = cpu::ClipCoefficient(total, config.gradient_clipping);
       cpu::AdamW(master.data(), m.data(), v.data(), grad.data(), nullptr, static_cast<int64_t>(master.size()), updates,
-                 1.0f / it.loss_scale, config.adam, threads);
+                 UpdateGradScale(it.loss_scale, clip), config.adam, threads);
     }
     cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
     TF_RETURN_IF_ERROR(model->Load(p16));

@@ -106,6 +106,7 @@ void Trainer::Backward(int64_t layer, const std::vector<ParamRange>& params, flo
                                it->boundary[static_cast<size_t>(L)].data(), it->targets.data(), it->d_x.data(),
                                it->loss_scale, *ws_, threads);
   }
+  cpu::RoundToBf16(grad, LayerElements(layer), threads);  // a bf16 model's gradients
 }
 
 }  // namespace tierflow::real::exec

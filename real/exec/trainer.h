@@ -67,7 +67,8 @@ class Trainer {
 
   // models::Layers() index `layer`: 0 embedding, 1..L decoders, L+1 head, its bf16 parameters
   // read from `params` (ranges covering the layer, in order). Forward of the head sets it->loss.
-  // Backward overwrites the layer's fp32 gradients, scaled, at `grads`.
+  // Backward overwrites the layer's fp32 gradients, scaled and rounded to bf16 precision (the
+  // gradients of a bf16 model), at `grads`.
   void Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads);
   void Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
                 CpuThreads& threads);

@@ -90,13 +90,51 @@ TEST(DiskDirsForScheduleTest, TooFewDirectories) {
 
 TEST(DiskDirsForScheduleTest, TooManyDirectories) {
   ExpectError(DiskDirsForSchedule(TwoNvme(), {"/a", "/b", "/c"}).status(), StatusCode::kInvalidArgument,
-              {"--disk '/c' (nvme2): the schedule has only 2 NVMe devices"});
+              {"--disk '/c': the schedule has only 2 storage devices (nvme0, nvme1)"});
 }
 
-TEST(DiskDirsForScheduleTest, RemoteDeviceIsRefused) {
-  const Schedule s = WithDevices({{"nvme0", DeviceKind::kNvme}, {"remote0", DeviceKind::kRemote}});
+TEST(DiskDirsForScheduleTest, RemoteTiersComeAfterTheNvmeDevices) {
+  const Schedule s = WithDevices({{"remote0", DeviceKind::kRemote}, {"nvme0", DeviceKind::kNvme}});
+  auto disks = DiskDirsForSchedule(s, {"/a", "/b"});
+  ASSERT_TRUE(disks.ok()) << disks.status().ToString();
+  ASSERT_EQ(disks->size(), 2u);
+  EXPECT_EQ((*disks)[0].device, "nvme0");
+  EXPECT_EQ((*disks)[1].device, "remote0");
+  EXPECT_EQ((*disks)[1].dir, "/b");
   ExpectError(DiskDirsForSchedule(s, {"/a"}).status(), StatusCode::kInvalidArgument,
-              {"schedule uses remote device 'remote0'; tierflow run supports local NVMe directories only"});
+              {"schedule uses remote0 but only 1 --disk was given", "--disk-root"});
+}
+
+TEST(DiskDirsForScheduleTest, NamedDirectoriesAndARootFillTheRest) {
+  const Schedule s = WithDevices({{"nvme0", DeviceKind::kNvme}, {"nvme1", DeviceKind::kNvme}, {"remote0", DeviceKind::kRemote}});
+  // A name takes its device; a plain directory the next device left; the root the others.
+  auto disks = DiskDirsForSchedule(s, {"remote0=/r", "/a"}, "/root");
+  ASSERT_TRUE(disks.ok()) << disks.status().ToString();
+  ASSERT_EQ(disks->size(), 3u);
+  EXPECT_EQ((*disks)[0].dir, "/a");
+  EXPECT_EQ((*disks)[1].dir, "/root/nvme1");
+  EXPECT_EQ((*disks)[2].dir, "/r");
+  // A directory whose name has '=' but no device name before it is a plain directory.
+  disks = DiskDirsForSchedule(s, {"/x=y", "/b", "/c"});
+  ASSERT_TRUE(disks.ok()) << disks.status().ToString();
+  EXPECT_EQ((*disks)[0].dir, "/x=y");
+  ExpectError(DiskDirsForSchedule(s, {"nvme3=/a"}, "/root").status(), StatusCode::kInvalidArgument,
+              {"--disk 'nvme3=/a': the schedule has no storage device 'nvme3' (it has nvme0, nvme1, remote0)"});
+  ExpectError(DiskDirsForSchedule(s, {"nvme1=/a", "nvme1=/b"}, "/root").status(), StatusCode::kInvalidArgument,
+              {"nvme1 is given twice"});
+}
+
+TEST(DiskDirsForScheduleTest, TheRootsSubdirectoriesAreCreated) {
+  TempDir t;
+  const Schedule s = WithDevices({{"nvme0", DeviceKind::kNvme}, {"remote0", DeviceKind::kRemote}});
+  auto disks = DiskDirsForSchedule(s, {}, t.path());
+  ASSERT_TRUE(disks.ok()) << disks.status().ToString();
+  ASSERT_TRUE(MakeRootDirs(*disks, t.path()).ok());
+  EXPECT_TRUE(fs::is_directory(t.path() + "/nvme0"));
+  EXPECT_TRUE(fs::is_directory(t.path() + "/remote0"));
+  EXPECT_TRUE(CheckDiskDirs(*disks).ok());
+  const Status missing = MakeRootDirs(*DiskDirsForSchedule(s, {}, t.path() + "/none"), t.path() + "/none");
+  ExpectError(missing, StatusCode::kNotFound, {"--disk-root '" + t.path() + "/none'"});
 }
 
 TEST(CheckDiskDirsTest, GoodDirectoriesPassAndLeaveNoProbeFile) {

@@ -136,6 +136,142 @@ TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
   EXPECT_TRUE(SameBits(run3->master, reference->master)) << "ioc striped over two disks";
 }
 
+// Whether any task of `s` has this op and an id starting with `prefix`.
+bool HasTask(const Schedule& s, Op op, const std::string& prefix) {
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op == op && t.id.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+bool HasPersistentBuffer(const Schedule& s, const std::string& prefix) {
+  for (const BufferSpec& b : s.buffers()) {
+    if (b.persistent && b.name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+// Every policy with its own defaults runs the tiny scenario — mlp-offload with its remote tier,
+// cached sub-groups, tier locks and gradients kept in host memory; hitrain and fuyou with the
+// update overlapped with backward; parameters resident on the GPU — and ends with the in-memory
+// loop's weights, bit for bit.
+TEST(Executor, EveryPolicyWithItsOwnDefaultsReproducesTheInMemoryWeights) {
+  const policies::Scenario zi = LoadTiny({});
+  const TrainConfig config = ConfigFor(zi);
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  for (const std::string& policy : policies::PolicyNames()) {
+    const policies::Scenario s = LoadTiny({"policy.name=" + policy});
+    const Schedule schedule = PlanOrDie(s);
+    TempDir root("policy-" + policy);
+    RunOptions options;
+    options.iterations = kIterations;
+    options.disk_root = root.str();
+    auto run = RunSchedule(schedule, config, options);
+    ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
+    EXPECT_EQ(run->loss, reference->loss) << policy;
+    EXPECT_TRUE(SameBits(run->master, reference->master)) << policy;
+    if (policy == "mlp-offload") {  // what its defaults really exercised (tiny is one sub-group, cached)
+      EXPECT_TRUE(HasPersistentBuffer(schedule, "states.")) << "optimizer states cached in host memory";
+      EXPECT_TRUE(HasTask(schedule, Op::kConvert, "convert.grad.")) << "gradients kept in host memory";
+      EXPECT_FALSE(HasTask(schedule, Op::kWrite, "write.grad.")) << "no gradient flush";
+      EXPECT_FALSE(HasTask(schedule, Op::kRead, "read.p16.")) << "parameters on the GPU";
+    }
+  }
+}
+
+// Optimizer states cached in host memory across iterations (one sub-group of several), the
+// update overlapped with backward, and parameters resident on the GPU (refreshed by their h2d
+// after each update), alone and together.
+TEST(Executor, CachedStatesOverlapAndGpuResidentParametersReproduceTheInMemoryWeights) {
+  const policies::Scenario zi = LoadTiny({});
+  const TrainConfig config = ConfigFor(zi);
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  const std::vector<std::vector<std::string>> cases = {
+      {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.cached_sub_groups=2"},
+      {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.overlap_optimizer=true"},
+      {"policy.name=tierflow", "policy.offload_param=none"},
+      {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.cached_sub_groups=2", "policy.overlap_optimizer=true",
+       "policy.offload_param=none", "policy.host_gradients=false"},
+      {"policy.name=mlp-offload", "policy.sub_group_size=1e6", "policy.cache_mode=alternate", "policy.offload_param=nvme"},
+      // 17 sub-groups: every third on the remote tier, the last five of each path cached.
+      {"policy.name=mlp-offload", "policy.sub_group_size=2e5"},
+  };
+  for (const auto& sets : cases) {
+    std::string label;
+    for (const std::string& set : sets) label += set + " ";
+    const Schedule schedule = PlanOrDie(LoadTiny(sets));
+    TempDir root("mechanisms");
+    RunOptions options;
+    options.iterations = kIterations;
+    options.disk_root = root.str();
+    auto run = RunSchedule(schedule, config, options);
+    ASSERT_TRUE(run.ok()) << label << ": " << run.status().ToString();
+    EXPECT_TRUE(SameBits(run->master, reference->master)) << label;
+    if (sets.back() == "policy.sub_group_size=2e5") {
+      EXPECT_GT(fs::file_size(root.str() + "/remote0/tierflow-run.store"), 0u) << "the remote tier holds state";
+      EXPECT_TRUE(HasPersistentBuffer(schedule, "states.")) << "and host memory caches some";
+    }
+  }
+}
+
+// The h2d of a sub-group's updated parameters names what it refreshes on the GPU (the planner once
+// moved the list away before copying it): without tensors the GPU keeps iteration 0's values.
+TEST(Executor, GpuResidentParametersAreRefreshedByTheirH2d) {
+  const Schedule s = PlanOrDie(LoadTiny({"policy.name=tierflow", "policy.offload_param=none"}));
+  int refreshes = 0;
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op != Op::kH2D || t.id.rfind("h2d.p16.", 0) != 0) continue;
+    ++refreshes;
+    EXPECT_FALSE(t.tensors.empty()) << t.id;
+    for (int32_t ti : t.tensors) EXPECT_EQ(s.devices()[static_cast<size_t>(s.tensors()[static_cast<size_t>(ti)].device)].name, "gpu0") << t.id;
+  }
+  EXPECT_GT(refreshes, 0);
+}
+
+// Clipping by the global norm: the executor clips exactly as the in-memory loop, and clipping
+// changes the loss curve (the tiny model's gradient norm is above 0.05 from the start).
+TEST(Executor, GradientClippingMatchesTheReferenceAndChangesTraining) {
+  const policies::Scenario zi = LoadTiny({"training.gradient_clipping=0.05"});
+  TrainConfig clipped = ConfigFor(zi);
+  clipped.gradient_clipping = zi.training.gradient_clipping;
+  auto reference = RunInMemory(clipped, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  auto unclipped = RunInMemory(ConfigFor(zi), kIterations);
+  ASSERT_TRUE(unclipped.ok()) << unclipped.status().ToString();
+  EXPECT_EQ(reference->loss.front(), unclipped->loss.front());  // the first forward is before any update
+  EXPECT_NE(reference->loss.back(), unclipped->loss.back());
+  for (const std::string policy : {"zero-infinity", "mlp-offload"}) {
+    TempDir root(std::string("clip-") + policy);
+    RunOptions options;
+    options.iterations = kIterations;
+    options.disk_root = root.str();
+    auto run = RunSchedule(PlanOrDie(LoadTiny({"training.gradient_clipping=0.05", std::string("policy.name=") + policy})), clipped, options);
+    ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
+    EXPECT_EQ(run->loss, reference->loss) << policy;
+    EXPECT_TRUE(SameBits(run->master, reference->master)) << policy;
+  }
+}
+
+// An update overlapped with backward cannot wait for the global check: with dynamic loss scaling
+// or clipping the planner refuses it, naming the knob, and so does the executor for a schedule
+// planned without them but run with them.
+TEST(Executor, AnOverlappedUpdateIsRefusedWhenTheMathNeedsTheGlobalCheck) {
+  for (const std::string set : {"training.loss_scaling=dynamic", "training.gradient_clipping=1.0"}) {
+    auto planned = policies::Plan(LoadTiny({"policy.name=hitrain", set}));
+    ASSERT_FALSE(planned.ok()) << set;
+    EXPECT_NE(planned.status().message().find("policy.overlap_optimizer"), std::string::npos) << planned.status().ToString();
+    EXPECT_NE(planned.status().message().find(set.substr(0, set.find('='))), std::string::npos) << planned.status().ToString();
+  }
+  const policies::Scenario fuyou = LoadTiny({"policy.name=fuyou"});
+  TrainConfig dynamic = ConfigFor(fuyou);
+  dynamic.dynamic_loss_scaling = true;
+  const Status st = CheckRunnable(PlanOrDie(fuyou), dynamic);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("without a global gradient check"), std::string::npos) << st.ToString();
+}
+
 // The O_DIRECT alignment a file in `dir` needs, or 0 when its file system refuses O_DIRECT.
 int64_t DirectAlignment(const std::string& dir) {
   auto io = NewPosixStorage();

@@ -163,9 +163,22 @@ void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads)
   });
 }
 
+void RoundToBf16(float* x, int64_t n, CpuThreads& threads) {
+  threads.ParallelFor(n, 65536, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] = Bf16ToFp32(::tierflow::real::Fp32ToBf16(x[i]));
+  });
+}
+
+float ClipCoefficient(const GradCheck& total, double max_norm) {
+  if (max_norm <= 0 || !total.finite) return 1.0f;
+  const double coefficient = max_norm / (std::sqrt(total.sum_sq) + 1e-6);
+  return coefficient < 1.0 ? static_cast<float>(coefficient) : 1.0f;
+}
+
 }  // namespace cpu
 
 bool LossScaler::Update(bool finite) {
+  if (!dynamic_) return true;
   if (!finite) {
     scale_ = std::max(min_scale_, scale_ * 0.5f);
     good_steps_ = 0;

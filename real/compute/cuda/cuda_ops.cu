@@ -345,6 +345,10 @@ __global__ void ToFp32Kernel(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) dst[i] = math::Bf16BitsToFp32(src[i]);
 }
 
+__global__ void RoundToBf16Kernel(float* x, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) x[i] = math::Bf16BitsToFp32(math::Fp32ToBf16Bits(x[i]));
+}
+
 // One cuBLAS strided-batched GEMM in column-major terms (the callers translate from row-major),
 // A and B of type T, C of type C_T, fp32 compute.
 template <typename T, typename CT>
@@ -620,6 +624,10 @@ Status Fp32ToBf16(const Context& ctx, uint16_t* dst, const float* src, int64_t n
 
 Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n) {
   return LaunchElementwise(ctx, "bf16 to fp32", "ToFp32Kernel", ToFp32Kernel, n, dst, src, n);
+}
+
+Status RoundToBf16(const Context& ctx, float* x, int64_t n) {
+  return LaunchElementwise(ctx, "round to bf16", "RoundToBf16Kernel", RoundToBf16Kernel, n, x, n);
 }
 
 #define TF_INSTANTIATE(T)                                                                                               \

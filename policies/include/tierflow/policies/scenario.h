@@ -27,6 +27,15 @@ struct TrainingSetup {
   int32_t data_parallel = 0;             // ranks; 0 = every GPU of the node
   bool activation_checkpointing = true;
   std::string dtype = "bf16";            // parameters and gradients on the GPU
+  // "dynamic": DeepSpeed's fp16 loss scaler (initial 2^16; an overflow skips the step and halves
+  // the scale). "none": gradients unscaled and every step taken, as DeepSpeed's bf16 optimizer.
+  // Absent: "dynamic" for fp16, "none" for bf16.
+  std::string loss_scaling = "none";
+  // Clip the gradients to this global L2 norm before the update (torch's clip_grad_norm_); 0 = off.
+  double gradient_clipping = 0;
+  // Whether the update of a sub-group must wait for the global gradient check (the overflow check
+  // and the norm over every gradient): true when the loss scale is dynamic or clipping is on.
+  bool UpdateNeedsGlobalCheck() const { return loss_scaling == "dynamic" || gradient_clipping > 0; }
 };
 
 // A policy's knobs as written in the scenario; each generator reads the ones it knows with the

@@ -63,6 +63,16 @@ void AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_p
 // dst[i] = Fp32ToBf16(src[i]).
 void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads);
 
+// x[i] = Bf16ToFp32(Fp32ToBf16(x[i])): fp32 values rounded to what bf16 holds. A bf16 model's
+// gradients have bf16 precision wherever they are kept (fp32 staging or bf16 in host memory),
+// so that the gradient path a schedule chooses never changes the math.
+void RoundToBf16(float* x, int64_t n, CpuThreads& threads);
+
+// The factor that clips the gradients to the global L2 norm `max_norm` (torch's
+// clip_grad_norm_: max_norm / (norm + 1e-6) when that is below 1), from the check over every
+// gradient; 1 when max_norm is 0 (off) or the gradients are not finite.
+float ClipCoefficient(const GradCheck& total, double max_norm);
+
 }  // namespace cpu
 
 // Dynamic loss scaling as in DeepSpeed/Megatron: on an overflow the step is skipped and the scale
@@ -72,6 +82,13 @@ class LossScaler {
   explicit LossScaler(float initial_scale = 65536.0f, int64_t growth_interval = 1000,
                       float min_scale = 1.0f)
       : scale_(initial_scale), growth_interval_(growth_interval), min_scale_(min_scale) {}
+  // No loss scaling (DeepSpeed's bf16 optimizer): the scale stays 1 and every step runs.
+  static LossScaler None() {
+    LossScaler s(1.0f);
+    s.dynamic_ = false;
+    return s;
+  }
+  bool dynamic() const { return dynamic_; }
   float scale() const { return scale_; }
   int64_t good_steps() const { return good_steps_; }
   // Restores a saved state (scale() and good_steps() of a checkpoint).
@@ -87,6 +104,7 @@ class LossScaler {
   int64_t growth_interval_;
   float min_scale_;
   int64_t good_steps_ = 0;
+  bool dynamic_ = true;
 };
 
 }  // namespace tierflow::real

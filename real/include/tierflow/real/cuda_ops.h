@@ -106,5 +106,7 @@ StatusOr<cpu::GradCheck> OverflowCheckAndNorm(const Context& ctx, const float* g
 // dst[i] = bf16(src[i]) (round to nearest even, as Fp32ToBf16), and back (exact).
 Status Fp32ToBf16(const Context& ctx, uint16_t* dst, const float* src, int64_t n);
 Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n);
+// In place: x[i] rounded to bf16 precision, kept fp32 (cpu::RoundToBf16).
+Status RoundToBf16(const Context& ctx, float* x, int64_t n);
 
 }  // namespace tierflow::real::cuda

@@ -1,11 +1,12 @@
-// The disk set of a real run: which directory stands for each of the schedule's NVMe devices
-// (`tierflow run SCENARIO --disk DIR [--disk DIR2 ...]` maps nvme0, nvme1, ... to the --disk
-// directories in order), and the checks that run before any training starts, so that a wrong
+// The disk set of a real run: which directory stands for each of the schedule's storage devices
+// (`tierflow run SCENARIO --disk DIR [--disk DIR2 ...]` maps nvme0, nvme1, ..., then remote0, ...
+// to the --disk directories in order; `--disk NAME=DIR` names one; `--disk-root DIR` gives each
+// the rest a subdirectory), and the checks that run before any training starts, so that a wrong
 // --disk is one clear error naming the directory and the rule instead of a failure mid-run.
 //
 // The rules, each checked on the real file system:
-//  - one --disk per NVMe device of the schedule, no fewer and no more (DiskDirsForSchedule);
-//  - no remote device: tierflow run supports local NVMe directories only (DiskDirsForSchedule);
+//  - one directory per storage device of the schedule (NVMe devices and remote tiers), no fewer
+//    and no more (DiskDirsForSchedule);
 //  - each directory exists, is a directory, and is writable — checked with access(W_OK) and by
 //    really creating, writing and removing a probe file, because as root (CI, this machine)
 //    permission bits do not stop writes but a read-only or pseudo file system still does;
@@ -32,12 +33,18 @@ struct DiskDir {
   int64_t required_bytes = 0;  // what the run stores on this device; the caller fills it in
 };
 
-// The schedule's devices of kind kNvme in natural name order (nvme0, nvme1, ..., nvme10; a
-// device file may list them in any order), matched to `dirs` in order, required_bytes 0.
-// Errors (InvalidArgument): fewer or more directories than NVMe devices, and any device of kind
-// kRemote ("schedule uses remote device 'remote0'; ...").
-StatusOr<std::vector<DiskDir>> DiskDirsForSchedule(const Schedule& schedule,
-                                                   const std::vector<std::string>& dirs);
+// The schedule's storage devices — kNvme in natural name order (nvme0, nvme1, ..., nvme10; a
+// device file may list them in any order), then kRemote alike (remote0, ...) — each with its
+// directory, required_bytes 0. `dirs` are `tierflow run --disk` values: "NAME=DIR" gives device
+// NAME its directory; a plain "DIR" goes to the next device, in that order, that has none; with
+// `root`, every device still without one gets root/NAME. InvalidArgument: a NAME the schedule does
+// not have, or given twice; a device left without a directory; a directory left without a device.
+StatusOr<std::vector<DiskDir>> DiskDirsForSchedule(const Schedule& schedule, const std::vector<std::string>& dirs,
+                                                   const std::string& root = "");
+
+// Creates the root/NAME directories DiskDirsForSchedule chose under `root` (none when root is
+// empty). NotFound or InvalidArgument when root is missing or not a directory.
+Status MakeRootDirs(const std::vector<DiskDir>& disks, const std::string& root);
 
 // Checks every rule above on `disks` in order and returns the first broken one, as a Status whose
 // message starts with "--disk 'DIR' (nvmeN): " (NotFound: missing; InvalidArgument: not a

@@ -38,7 +38,13 @@ struct TrainConfig {
   int64_t batch = 1;
   int64_t seq = 128;
   AdamWConfig adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+  // Dynamic loss scaling (fp16: an overflow skips the step and halves the scale) from
+  // initial_loss_scale, or none (bf16: scale 1, every step taken). Scenario training.loss_scaling.
+  bool dynamic_loss_scaling = false;
   float initial_loss_scale = 65536.0f;
+  // Clip the gradients to this global L2 norm before each update; 0 = off.
+  // Scenario training.gradient_clipping.
+  double gradient_clipping = 0;
   uint64_t init_seed = 1234;        // InitLlamaParams
   uint64_t data_seed = 1;           // TokenLoader's shuffle
   std::vector<int32_t> tokens;      // the training corpus, already tokenized
@@ -47,7 +53,10 @@ struct TrainConfig {
 
 struct RunOptions {
   int64_t iterations = 1;
-  std::vector<std::string> disks;   // nvme0, nvme1, ... in order
+  // A directory per storage device: "DIR" for nvme0, nvme1, ..., then remote0, ... in order, or
+  // "NAME=DIR"; with disk_root, each device without one gets disk_root/NAME (disk_set.h).
+  std::vector<std::string> disks;
+  std::string disk_root;
   std::string storage = "auto";     // "uring", "posix", "memory" (store files in RAM), "auto"
   // Where gpu0 is: "cpu" (emulated in host memory, fp32 math on bf16 parameters) or "cuda" (GPU 0,
   // bf16 activations, cuBLAS and our kernels; needs a build with the CUDA toolkit).
@@ -109,8 +118,9 @@ struct RunResult {
 };
 
 // The model and training set-up a schedule needs and the run supports: one rank, one micro-step,
-// a compute resource of concurrency 1, param16 units matching the model's layout. InvalidArgument
-// naming the first unsupported thing.
+// a compute resource of concurrency 1, param16 units matching the model's layout, and a global
+// gradient check (an overflow_check_and_norm task) wherever the training's math needs one
+// (dynamic loss scaling, clipping). InvalidArgument naming the first unsupported thing.
 Status CheckRunnable(const Schedule& schedule, const TrainConfig& config);
 
 // Runs `options.iterations` iterations of `schedule`. Errors: CheckRunnable's, the disk checks
