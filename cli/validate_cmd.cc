@@ -1,4 +1,4 @@
-// tierflow validate SCENARIO|SCHEDULE --profile P.yaml --disk DIR [--disk DIR2 ...] [-n N]
+// tierflow validate SCENARIO|SCHEDULE --profile P.yaml --disk [NAME=]DIR ... | --disk-root DIR [-n N]
 //                  [--repeats R] [--trace both.json] [--records-dir DIR] [--worst K] [--json]
 // Runs one schedule for real (as `run`) and on the simulator with a calibrated profile (as
 // `sim --profile`), then prints how well sim predicted real: the steady-state iteration time,
@@ -17,6 +17,7 @@
 #include "report.h"
 #include "tierflow/core/units.h"
 #include "tierflow/real/disk_probe.h"
+#include "tierflow/real/disk_set.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/compare.h"
@@ -32,6 +33,7 @@ struct ValidateArgs {
   std::string input;
   std::string profile;
   std::vector<std::string> disks;
+  std::string disk_root;
   int64_t iterations = 6;
   std::string data;
   std::string storage = "auto";
@@ -64,6 +66,8 @@ Status RunValidate(const ValidateArgs& a) {
   if (!simulated.ok()) return simulated.status().WithContext("sim with profile '" + a.profile + "'");
 
   TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, 1e-3f, 0));
+  // The directory of each storage device, as the run maps them (its I/O scheduler is reported).
+  TF_ASSIGN_OR_RETURN(const std::vector<real::DiskDir> dirs, real::DiskDirsForSchedule(in.schedule, a.disks, a.disk_root));
   // A shared machine slows whole runs by bursts of other load: run `repeats` times and compare
   // with the run of median steady-state iteration time (each run starts from the same weights).
   struct RealRun {
@@ -78,6 +82,7 @@ Status RunValidate(const ValidateArgs& a) {
     real::RunOptions ro;
     ro.iterations = a.iterations;
     ro.disks = a.disks;
+    ro.disk_root = a.disk_root;
     ro.storage = a.storage;
     ro.on_iteration = [&](int64_t iteration, double) {
       progress.Update(static_cast<double>(rep * a.iterations + iteration + 1));
@@ -135,7 +140,7 @@ Status RunValidate(const ValidateArgs& a) {
                                                                           : nlohmann::ordered_json();
     j["comparison"] = nlohmann::ordered_json::parse(traces::ComparisonToJson(grouped));
     nlohmann::ordered_json schedulers = nlohmann::ordered_json::object();
-    for (size_t i = 0; i < a.disks.size(); ++i) schedulers["nvme" + std::to_string(i)] = real::IoSchedulerOf(a.disks[i]);
+    for (const real::DiskDir& d : dirs) schedulers[d.device] = real::IoSchedulerOf(d.dir);
     j["io_schedulers"] = schedulers;
     j["direct_io_bytes"] = median.direct_io_bytes;
     j["buffered_io_bytes"] = median.buffered_io_bytes;
@@ -152,8 +157,8 @@ Status RunValidate(const ValidateArgs& a) {
               FormatDuration(whole.b_mean_iteration_s).c_str(), 100 * whole.mean_iteration_rel_error);
   std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(grouped).c_str());
   if (!a.trace.empty()) std::printf("\ntimeline: %s (real and sim side by side; open in ui.perfetto.dev)\n", a.trace.c_str());
-  for (size_t i = 0; i < a.disks.size(); ++i) {
-    const std::string note = real::IoSchedulerNote("nvme" + std::to_string(i), a.disks[i]);
+  for (const real::DiskDir& d : dirs) {
+    const std::string note = real::IoSchedulerNote(d.device, d.dir);
     if (!note.empty()) std::printf("\n%s\n", note.c_str());
   }
   // The profile's disk model is fitted from O_DIRECT probes: page-cache bytes are outside it.
@@ -168,7 +173,8 @@ Command MakeValidate(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("validate", "Run a schedule for real and on sim with a calibrated profile; print sim's prediction error");
   app->add_option("input", a->input, "Scenario (YAML) or schedule (JSON)")->required();
   app->add_option("--profile", a->profile, "Hardware profile to simulate on (from tierflow calibrate)")->required();
-  app->add_option("--disk", a->disks, "Directory for nvme0, then nvme1, ... (as tierflow run)");
+  app->add_option("--disk", a->disks, "Directory for nvme0, then nvme1, ..., remote0, ..., or NAME=DIR (as tierflow run)");
+  app->add_option("--disk-root", a->disk_root, "A subdirectory here for every storage device without a --disk (as tierflow run)");
   app->add_option("-n,--iterations", a->iterations, "Iterations of each (the first is warm-up)")->capture_default_str();
   app->add_option("--data", a->data, std::string("Training text or token file; default ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end of the real run: uring, posix, auto")->capture_default_str();

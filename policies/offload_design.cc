@@ -78,7 +78,10 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   if (remote && s.hardware.node.remote.empty()) {
     return InvalidArgument("policy.ratio: sub-groups are placed on a remote tier but the hardware has none (add hardware.node.remote)");
   }
-  if (d.gpu_window_bytes > 0 && !d.params_on_nvme) return InvalidArgument("policy: a GPU prefetch window needs parameters offloaded");
+  if (d.gpu_window_bytes > 0 && !d.params_on_nvme) {
+    return InvalidArgument("policy.prefetch_window: a GPU prefetch window bounds how far parameter fetches run ahead, but "
+                           "policy.offload_param is none (the parameters stay on the GPU): set prefetch_window: 0 B, or offload_param: nvme");
+  }
   // An update overlapped with backward runs before the global check (the overflow check and the
   // norm over every gradient), so its math is the reference's only when nothing in the update
   // depends on that check: refused here rather than trained differently.
