@@ -1,0 +1,85 @@
+// compute tasks (run.h): every parameter a task names must be on gpu0 at this iteration's
+// version; a layer's last compute task of the pass runs its forward or backward on the device.
+#include "run.h"
+
+#include <algorithm>
+
+namespace tierflow::real::exec {
+
+Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration) {
+  // Every parameter it names must be on the GPU, where it reads (ParamsOnGpu), at this
+  // iteration's version: the updates of iterations 0 .. iteration - 1.
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    if (KindOf(ts.kind) != kParam16) continue;
+    TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, ts.element_offset, Elements(ts)).status());
+  }
+  if (!math_task_[static_cast<size_t>(task)]) return Status::Ok();
+  IterationState* it = &Iter(iteration);
+  const int64_t layer = t.layer;
+  // The layer's math reads the whole layer: the gathered buffers of its units, which this task
+  // uses, and the resident home.
+  TF_ASSIGN_OR_RETURN(std::vector<exec::ParamRange> params,
+                      ParamsOnGpu(t, iteration, trainer_.LayerBegin(layer), trainer_.LayerElements(layer)));
+  CpuThreads* threads = &ThreadsOf(t.resource);
+  if (t.phase == Phase::kForward) {
+    if (layer == 0) {
+      if (it->iteration != iteration) {  // the first forward step of an iteration takes its batch
+        if (iteration != next_batch_iteration_) {
+          return FailedPrecondition(Who(t, iteration) + ": iteration " + std::to_string(iteration) + " starts before iteration " +
+                                    std::to_string(next_batch_iteration_));
+        }
+        ++next_batch_iteration_;
+        TokenBatch batch = loader_->Next();
+        it->tokens = std::move(batch.inputs);
+        it->targets = std::move(batch.targets);
+        it->iteration = iteration;
+      }
+    } else if (it->iteration != iteration) {
+      return FailedPrecondition(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s forward runs before the embedding's");
+    }
+    job.work = [this, layer, params = std::move(params), it, threads, span = &job.device_span] {
+      return device_->Forward(layer, params, it, *threads, span);
+    };
+    return Status::Ok();
+  }
+  if (layer == trainer_.layer_count() - 1) {
+    // The head's backward starts the gradients: they are scaled by the scale after every earlier
+    // iteration's overflow check.
+    if (global_check_ && next_norm_iteration_ != iteration) {
+      return FailedPrecondition(Who(t, iteration) + ": backward starts before iteration " + std::to_string(next_norm_iteration_) +
+                                "'s overflow check decided the loss scale");
+    }
+    it->loss_scale = scaler_.scale();
+  }
+  // The layer's gradients go to the GPU buffer it allocates, else the first it uses (a buffer the
+  // fetch allocated ahead of the layer: docs/schedule-format.md).
+  const int32_t grads = GpuBufferOf(t);
+  const int64_t begin = trainer_.LayerBegin(layer), n = trainer_.LayerElements(layer);
+  if (grads == kNoIndex) {
+    return FailedPrecondition(Who(t, iteration) + ": the backward of layer " + std::to_string(layer) +
+                              " names no GPU buffer for the layer's gradients (plan the schedule again with this tierflow)");
+  }
+  for (const Piece& p : Buf(grads).pieces) {
+    if (p.kind == kParam16) {
+      return InvalidArgument(Who(t, iteration) + ": GPU buffer '" + s_.buffers()[static_cast<size_t>(grads)].name +
+                             "', where the backward of layer " + std::to_string(layer) + " would write its gradients, holds parameters");
+    }
+  }
+  if (Buf(grads).size < n * 4) {
+    return InvalidArgument(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s gradients (" + std::to_string(n * 4) +
+                           " bytes) do not fit GPU buffer '" + s_.buffers()[static_cast<size_t>(grads)].name + "'");
+  }
+  auto* out = reinterpret_cast<float*>(Buf(grads).data);
+  job.work = [this, layer, params = std::move(params), out, it, threads, span = &job.device_span] {
+    return device_->Backward(layer, params, out, it, *threads, span);
+  };
+  job.finish = [this, grads, begin, n, iteration] {
+    auto& pieces = Buf(grads).pieces;
+    pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const Piece& p) { return p.kind == kGrad; }), pieces.end());
+    pieces.push_back({kGrad, begin, n, 0, iteration});
+  };
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec

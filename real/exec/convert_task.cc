@@ -1,0 +1,110 @@
+// convert tasks (run.h): the global gradient check (overflow, norm, clip factor) that decides
+// the step; fp32 master weights to the bf16 parameters; bf16 gradients kept in host memory widened
+// to fp32 for the update.
+#include "run.h"
+
+#include <algorithm>
+
+namespace tierflow::real::exec {
+
+Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
+  const size_t slot = static_cast<size_t>(iteration % window_);
+  if (t.kernel == "overflow_check_and_norm") {
+    if (iteration != next_norm_iteration_) {
+      return FailedPrecondition(Who(t, iteration) + ": overflow checks out of iteration order");
+    }
+    // Every gradient must have left the GPU (and been checked) before the check finishes.
+    int64_t at = 0;
+    for (const auto& [begin, part] : norms_[slot].by_begin) {
+      if (begin != at) break;
+      at += part.first;
+    }
+    if (at != trainer_.layout().total) {
+      return FailedPrecondition(Who(t, iteration) + " finishes the gradient norm, but the gradients from element " + std::to_string(at) +
+                                " on have not left the GPU yet: a dependency is missing");
+    }
+    job.finish = [this, slot, iteration] {
+      NormAccumulator& norm = norms_[slot];
+      cpu::GradCheck total;
+      for (const auto& entry : norm.by_begin) total = cpu::CombineGradChecks(total, entry.second.second);
+      const bool update = scaler_.Update(total.finite);
+      step_decided_[slot] = update ? 1 : 0;
+      clip_[slot] = cpu::ClipCoefficient(total, config_.gradient_clipping);
+      if (update) ++updates_;
+      adam_step_[slot] = updates_;
+      norm.by_begin.clear();
+      next_norm_iteration_ = iteration + 1;
+    };
+    return Status::Ok();
+  }
+  if (t.kernel == "fp32_to_bf16") {
+    const int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
+    if (out == kNoIndex) return InvalidArgument(Who(t, iteration) + ": fp32_to_bf16 allocates no output buffer");
+    struct Conv {
+      const float* src;
+      int64_t offset, begin, n, version;
+    };
+    std::vector<Conv> convs;
+    int64_t packed = 0;
+    for (int32_t ti : t.tensors) {
+      const TensorSpec& ts = T(ti);
+      const int64_t n = Elements(ts);
+      const Span p = FindIn(t.uses, kMaster, ts.element_offset, n);
+      if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the master weights of " + Range(ts));
+      const float* src = reinterpret_cast<const float*>(p.data);
+      const int64_t version = p.version;
+      if (version != iteration + 1) {
+        return FailedPrecondition(Who(t, iteration) + " converts master weights at " + VersionText(version) + ", expected version " +
+                                  std::to_string(iteration + 1) + " (after this iteration's update)");
+      }
+      convs.push_back({src, packed, ts.element_offset, n, version});
+      packed += ts.size_bytes;
+    }
+    if (packed > Buf(out).size) return InvalidArgument(Who(t, iteration) + ": its output does not fit buffer '" + s_.buffers()[static_cast<size_t>(out)].name + "'");
+    CpuThreads* threads = &ThreadsOf(t.resource);
+    char* base = Buf(out).data;
+    job.work = [convs, threads, base] {
+      for (const Conv& c : convs) cpu::Fp32ToBf16(reinterpret_cast<uint16_t*>(base + c.offset), c.src, c.n, *threads);
+      return Status::Ok();
+    };
+    job.finish = [this, convs, out] {
+      for (const Conv& c : convs) Buf(out).pieces.push_back({kParam16, c.begin, c.n, c.offset, c.version});
+    };
+    return Status::Ok();
+  }
+  if (t.kernel == "bf16_to_fp32") {
+    // The bf16 gradients kept in host memory, widened into the fp32 gradient buffer.
+    if (t.tensors.size() != 1) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 names one grad16 tensor");
+    const TensorSpec& ts = T(t.tensors[0]);
+    const int64_t n = Elements(ts);
+    // The sub-group's bf16 gradients, every unit's part of this iteration, side by side in the
+    // host buffer the d2h copies put them in.
+    int32_t src_buf = kNoIndex;
+    const Span p = FindIn(t.uses, kGrad16, ts.element_offset, n, &src_buf);
+    if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds " + Range(ts));
+    if (p.version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " widens gradients of " + VersionText(p.version) + ", expected iteration " +
+                                std::to_string(iteration) + "'s: a dependency on a gradient copy is missing");
+    }
+    int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
+    for (int32_t b : t.uses) {
+      if (out == kNoIndex && b != src_buf) out = b;
+    }
+    if (out == kNoIndex || Buf(out).size < n * 4) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 has no fp32 output buffer of " + std::to_string(n * 4) + " bytes");
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(p.data);
+    float* dst = reinterpret_cast<float*>(Buf(out).data);
+    CpuThreads* threads = &ThreadsOf(t.resource);
+    job.work = [src, dst, n, threads] {
+      threads->ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dst[i] = Bf16ToFp32(src[i]);
+      });
+      return Status::Ok();
+    };
+    const int64_t begin = ts.element_offset;
+    job.finish = [this, out, begin, n, iteration] { Place(out, {kGrad, begin, n, 0, iteration}); };
+    return Status::Ok();
+  }
+  return InvalidArgument(Who(t, iteration) + ": convert kernel '" + t.kernel + "' is not supported by tierflow run");
+}
+
+}  // namespace tierflow::real::exec

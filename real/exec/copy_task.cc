@@ -1,0 +1,129 @@
+// h2d and d2h tasks (run.h): bf16 parameters from a host buffer into the GPU buffer the h2d
+// allocates (or the GPU-resident home); a layer's gradients off gpu0 into a host buffer, fp32 or
+// bf16, with the per-tensor overflow check and squared norm on the way.
+#include "run.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace tierflow::real::exec {
+
+Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
+  if (t.op == Op::kH2D) {
+    // From the host buffer it uses into the GPU buffer it allocates (or uses), packed in list
+    // order; without one, into the parameters' GPU-resident home.
+    const int32_t buffer = FirstBufferOnDevice(t, DeviceKind::kHost, false);
+    const int32_t gpu = GpuBufferOf(t);
+    struct Copy {
+      char* dst;
+      const char* src;
+      int64_t bytes;
+    };
+    std::vector<Copy> copies;
+    std::vector<Piece> placed;                                    // into `gpu`
+    std::vector<std::pair<const TensorSpec*, int64_t>> refreshed;  // at the resident home
+    int64_t packed = 0;
+    for (int32_t ti : t.tensors) {
+      const TensorSpec& ts = T(ti);
+      const int kind = KindOf(ts.kind);
+      if (kind != kParam16) return InvalidArgument(Who(t, iteration) + ": h2d of " + ts.kind + " (only param16 goes to the GPU)");
+      const int64_t n = Elements(ts);
+      const Span p = buffer == kNoIndex ? Span{} : FindSpan(buffer, kind, ts.element_offset, n);
+      if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
+      const char* src = p.data;
+      if (gpu != kNoIndex) {
+        if (packed + n * 2 > Buf(gpu).size) {
+          return InvalidArgument(Who(t, iteration) + ": " + Range(ts) + " does not fit GPU buffer '" + s_.buffers()[static_cast<size_t>(gpu)].name + "'");
+        }
+        copies.push_back({Buf(gpu).data + packed, src, n * 2});
+        placed.push_back({kind, ts.element_offset, n, packed, p.version});
+        packed += n * 2;
+        continue;
+      }
+      const ResidentRun* r = ResidentAt(ts.element_offset);
+      if (r == nullptr || ts.element_offset + n > r->begin + r->n) {
+        return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but it names no GPU buffer for it and it has no GPU-resident home");
+      }
+      copies.push_back({r->data + (ts.element_offset - r->begin) * 2, src, n * 2});
+      refreshed.push_back({&ts, p.version});
+    }
+    job.work = [this, copies, span = &job.device_span] {
+      for (const Copy& c : copies) {
+        exec::DeviceSpan one;
+        TF_RETURN_IF_ERROR(device_->H2D(c.dst, c.src, c.bytes, &one));
+        span->Merge(one);
+      }
+      return Status::Ok();
+    };
+    job.finish = [this, gpu, placed, refreshed] {
+      for (const Piece& p : placed) Place(gpu, p);
+      for (const auto& [ts, v] : refreshed) resident_versions_.Set(ts->element_offset, ts->element_offset + Elements(*ts), v);
+    };
+    return Status::Ok();
+  }
+  // d2h: gradients leave the GPU; the norm is accumulated per tensor on the way (as DeepSpeed
+  // does per partition while reducing).
+  const int32_t buffer = FirstBufferOnDevice(t, DeviceKind::kHost, true);
+  if (buffer == kNoIndex) return InvalidArgument(Who(t, iteration) + ": d2h names no host buffer");
+  IterationState& it = Iter(iteration);
+  struct Out {
+    const TensorSpec* ts;
+    int64_t offset;
+    const float* src;
+  };
+  std::vector<Out> outs;
+  int64_t packed = 0;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    const int kind = KindOf(ts.kind);
+    if (kind != kGrad && kind != kGrad16) return InvalidArgument(Who(t, iteration) + ": d2h of " + ts.kind + " (only gradients leave the GPU)");
+    const int64_t n = Elements(ts);
+    // The layer's fp32 gradients, in a GPU buffer it uses (the backward that computed them
+    // allocated it).
+    const float* src = nullptr;
+    int64_t v = Versions::kNever;
+    for (int32_t b : t.uses) {
+      if (!HoldsGpuMemory(b)) continue;
+      const Span p = FindSpan(b, kGrad, ts.element_offset, n);
+      if (p.data == nullptr) continue;
+      src = reinterpret_cast<const float*>(p.data);
+      v = p.version;
+      break;
+    }
+    if (v != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, where the GPU buffers it uses hold " + VersionText(v) +
+                                " of it, not iteration " + std::to_string(iteration) + "'s: it runs before the backward that computes it");
+    }
+    const int64_t offset = kind == kGrad16 ? ts.element_offset * 2 : packed;
+    if (offset + ts.size_bytes > Buf(buffer).size) return InvalidArgument(Who(t, iteration) + ": gradients do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
+    packed += ts.size_bytes;
+    outs.push_back({&ts, offset, src});
+  }
+  auto checks = std::make_shared<std::vector<cpu::GradCheck>>(outs.size());
+  const float grad_scale = 1.0f / it.loss_scale;
+  CpuThreads* threads = &ThreadsOf(t.resource);
+  char* base = Buf(buffer).data;
+  job.work = [this, outs, checks, grad_scale, threads, base, span = &job.device_span] {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorSpec& ts = *outs[i].ts;
+      const int64_t n = Elements(ts);
+      exec::DeviceSpan one;
+      TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(base + outs[i].offset, outs[i].src, n, KindOf(ts.kind) != kGrad,
+                                                         grad_scale, *threads, &one));
+      span->Merge(one);
+    }
+    return Status::Ok();
+  };
+  job.finish = [this, outs, checks, buffer, iteration] {
+    NormAccumulator& norm = norms_[static_cast<size_t>(iteration % window_)];
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorSpec& ts = *outs[i].ts;
+      const int64_t n = Elements(ts);
+      Place(buffer, {KindOf(ts.kind), ts.element_offset, n, outs[i].offset, iteration});
+      norm.by_begin[ts.element_offset] = {n, (*checks)[i]};
+    }
+  };
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec

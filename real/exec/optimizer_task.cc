@@ -1,0 +1,59 @@
+// optimizer tasks (run.h): AdamW over one sub-group, its master weights and moments in the
+// buffer it uses at this iteration's version, its fp32 gradient in another; leaves version + 1.
+#include "run.h"
+
+#include <algorithm>
+
+namespace tierflow::real::exec {
+
+Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
+  if (t.kernel != "adam") return InvalidArgument(Who(t, iteration) + ": optimizer kernel '" + t.kernel + "' (tierflow run has adam)");
+  const size_t slot = static_cast<size_t>(iteration % window_);
+  if (global_check_ && step_decided_[slot] < 0) {
+    return FailedPrecondition(Who(t, iteration) + " runs before the overflow check and gradient norm of its iteration");
+  }
+  float* state[3] = {nullptr, nullptr, nullptr};
+  int32_t where[3] = {kNoIndex, kNoIndex, kNoIndex};
+  int64_t begin = -1, n = 0;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    const int kind = KindOf(ts.kind);
+    if (kind < kMaster) continue;
+    begin = ts.element_offset;
+    n = Elements(ts);
+    const Span p = FindIn(t.uses, kind, begin, n, &where[kind - kMaster]);
+    if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " but no buffer it uses holds it");
+    if (p.version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " updates " + Range(ts) + " at " + VersionText(p.version) + ", expected version " +
+                                std::to_string(iteration));
+    }
+    state[kind - kMaster] = reinterpret_cast<float*>(p.data);
+  }
+  if (begin < 0) return InvalidArgument(Who(t, iteration) + ": adam names no master, adam_m, adam_v tensors");
+  const Span g = FindIn(t.uses, kGrad, begin, n);
+  if (g.data == nullptr) {
+    return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(begin) + ", " +
+                              std::to_string(begin + n) + ")");
+  }
+  if (g.version != iteration) {
+    return FailedPrecondition(Who(t, iteration) + " uses the gradient of " + VersionText(g.version) + ", expected iteration " +
+                              std::to_string(iteration) + "'s");
+  }
+  const float* grad = reinterpret_cast<const float*>(g.data);
+  // Without a global check every step is taken (CheckRunnable: no loss scaling, no clipping).
+  const bool update = global_check_ ? step_decided_[slot] == 1 : true;
+  const int64_t step = global_check_ ? adam_step_[slot] : updates_at_start_ + iteration + 1;
+  const float grad_scale = UpdateGradScale(Iter(iteration).loss_scale, global_check_ ? clip_[slot] : 1.0f);
+  CpuThreads* threads = &ThreadsOf(t.resource);
+  const AdamWConfig cfg = config_.adam;
+  job.work = [=] {
+    if (update) cpu::AdamW(state[0], state[1], state[2], grad, nullptr, n, step, grad_scale, cfg, *threads);
+    return Status::Ok();
+  };
+  job.finish = [this, where, begin, n, iteration] {
+    for (int k = 0; k < 3; ++k) SetVersion(where[k], kMaster + k, begin, n, iteration + 1);
+  };
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec

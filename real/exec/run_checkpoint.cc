@@ -1,0 +1,81 @@
+// A run's checkpoints (run.h): the training state saved atomically every K iterations, and
+// loaded when resuming.
+#include "run.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include "tierflow/real/checkpoint.h"
+
+namespace tierflow::real::exec {
+
+namespace {
+constexpr const char* kCheckpointName = "tierflow-run";
+}  // namespace
+
+// The committed checkpoint in options_.checkpoint_dir, when resuming and there is one: the state
+// to start from, the step, the loss scaler and the iterations already done.
+Status Run::LoadCheckpointIfAny() {
+  if (!options_.resume) return Status::Ok();
+  if (options_.checkpoint_dir.empty()) return InvalidArgument("resume needs a checkpoint directory");
+  if (!std::filesystem::exists(options_.checkpoint_dir + "/" + kCheckpointName + ".manifest.json")) return Status::Ok();
+  auto storage = NewPosixStorage();
+  CheckpointOptions o;
+  o.dirs = {options_.checkpoint_dir};
+  o.name = kCheckpointName;
+  const size_t total = static_cast<size_t>(trainer_.layout().total);
+  initial_[0].resize(total), initial_[1].resize(total), initial_[2].resize(total);
+  std::string meta;
+  Status sizes;
+  auto sink = [&](const CheckpointEntry& e) -> void* {
+    for (int k = 0; k < 3; ++k) {
+      if (e.name != kKindNames[kMaster + k]) continue;
+      if (e.size_bytes != static_cast<int64_t>(total * 4)) {
+        sizes = InvalidArgument("checkpoint '" + options_.checkpoint_dir + "': " + e.name + " has " + std::to_string(e.size_bytes) +
+                                " bytes, this model needs " + std::to_string(total * 4));
+        return nullptr;
+      }
+      return initial_[k].data();
+    }
+    if (e.name == "meta") {
+      meta.resize(static_cast<size_t>(e.size_bytes));
+      return meta.data();
+    }
+    return nullptr;
+  };
+  auto stats = LoadCheckpoint(*storage, o, sink);
+  if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
+  TF_RETURN_IF_ERROR(sizes);
+  const auto j = nlohmann::json::parse(meta, nullptr, false);
+  if (j.is_discarded() || !j.contains("iterations_done") || !j.contains("updates") || !j.contains("loss_scale") || !j.contains("good_steps")) {
+    return DataLoss("checkpoint '" + options_.checkpoint_dir + "': its meta record is unreadable");
+  }
+  base_iteration_ = j["iterations_done"].get<int64_t>();
+  updates_ = j["updates"].get<int64_t>();
+  scaler_.Restore(j["loss_scale"].get<float>(), j["good_steps"].get<int64_t>());
+  return Status::Ok();
+}
+
+// After `iteration` (of this run) completes: its updated states are at version iteration + 1 in
+// their homes; they, the step and the loss scaler are saved atomically.
+Status Run::SaveTrainingCheckpoint(int64_t iteration) {
+  std::vector<float> state[3];
+  for (int k = 0; k < 3; ++k) TF_RETURN_IF_ERROR(ReadState(kMaster + k, iteration + 1, &state[k]).WithContext("checkpoint"));
+  nlohmann::json j;
+  j["iterations_done"] = base_iteration_ + iteration + 1;
+  j["updates"] = updates_;
+  j["loss_scale"] = scaler_.scale();
+  j["good_steps"] = scaler_.good_steps();
+  const std::string meta = j.dump();
+  std::vector<CheckpointTensor> tensors;
+  for (int k = 0; k < 3; ++k) tensors.push_back({kKindNames[kMaster + k], "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
+  tensors.push_back({"meta", "u8", 0, meta.data(), static_cast<int64_t>(meta.size())});
+  auto storage = NewPosixStorage();
+  CheckpointOptions o;
+  o.dirs = {options_.checkpoint_dir};
+  o.name = kCheckpointName;
+  auto stats = SaveCheckpoint(*storage, tensors, o);
+  if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec

@@ -1,0 +1,256 @@
+// The dispatch loop of a run (run.h): Start prepares an instance and hands its work on, Finish
+// records what it did; the final state is read back from its homes.
+#include "run.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace tierflow::real::exec {
+
+Status Run::Start(const Instance& inst, size_t job_index) {
+  const TaskSpec& t = s_.tasks()[static_cast<size_t>(inst.task)];
+  ctx_iteration_ = inst.iteration;
+  Job& job = jobs_[job_index];
+  job = Job{};
+  job.instance = inst;
+  job.start_s = MonotonicSeconds() - t0_;
+  // Disk I/O and CPU work touch host memory only: a GPU buffer there is gpu0 memory (device
+  // memory on a real GPU), which they cannot address.
+  if (t.op == Op::kRead || t.op == Op::kWrite || t.op == Op::kOptimizer || t.op == Op::kConvert) {
+    for (const auto* list : {&t.allocs, &t.uses}) {
+      for (int32_t b : *list) {
+        if (!OnGpu(b)) continue;
+        const BufferSpec& spec = s_.buffers()[static_cast<size_t>(b)];
+        return InvalidArgument(Who(t, inst.iteration) + ": buffer '" + spec.name + "' is in GPU pool '" +
+                               s_.pools()[static_cast<size_t>(spec.pool)].name + "', and a " + std::string(OpName(t.op)) + " task works on host memory");
+      }
+    }
+  }
+  // Buffers it allocates get memory now (the dispatcher has admitted them to their pools).
+  for (int32_t b : t.allocs) {
+    Status st = TakeBuffer(Buf(b), s_.buffers()[static_cast<size_t>(b)].name);
+    if (!st.ok()) return Status(st.code(), Who(t, inst.iteration) + ": " + st.message());
+  }
+  Status st;
+  switch (t.op) {
+    case Op::kRead:
+    case Op::kWrite:
+      st = PrepareIo(t, job, inst.iteration);
+      if (st.ok() && job.sink == nullptr) events_.Push({job_index, Status::Ok()});
+      return st;
+    case Op::kH2D:
+    case Op::kD2H: st = PrepareCopy(t, job, inst.iteration); break;
+    case Op::kCompute: st = PrepareCompute(t, inst.task, job, inst.iteration); break;
+    case Op::kOptimizer: st = PrepareOptimizer(t, job, inst.iteration); break;
+    case Op::kConvert: st = PrepareConvert(t, job, inst.iteration); break;
+    default: break;  // collectives of one rank, alloc, free, barrier: nothing to do
+  }
+  TF_RETURN_IF_ERROR(st);
+  if (!job.work || t.resource == kNoIndex) {
+    if (job.work) TF_RETURN_IF_ERROR(job.work());
+    events_.Push({job_index, Status::Ok()});
+    return Status::Ok();
+  }
+  if (options_.plain_loop) {
+    events_.Push({job_index, job.work()});
+    return Status::Ok();
+  }
+  workers_[static_cast<size_t>(t.resource)]->Post([this, job_index] {
+    Status s = jobs_[job_index].work();
+    events_.Push({job_index, s});
+  });
+  return Status::Ok();
+}
+
+// Every task of `iteration` has completed: report its loss, checkpoint when due.
+Status Run::IterationDone(int64_t iteration) {
+  step_decided_[static_cast<size_t>(iteration % window_)] = -1;
+  if (!global_check_) {  // every step was taken; the per-tensor checks went unused
+    updates_ = updates_at_start_ + iteration + 1;
+    norms_[static_cast<size_t>(iteration % window_)].by_begin.clear();
+  }
+  const double loss = Iter(iteration).loss;
+  result_.loss.push_back(loss);
+  if (options_.on_iteration) options_.on_iteration(base_iteration_ + iteration, loss);
+  const int64_t done = base_iteration_ + iteration + 1;
+  if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty() && done % options_.checkpoint_every == 0) {
+    return SaveTrainingCheckpoint(iteration);
+  }
+  return Status::Ok();
+}
+
+void Run::Finish(Job& job, const TaskSpec& t) {
+  ctx_iteration_ = job.instance.iteration;
+  if (job.finish) job.finish();
+  TraceRecord r;
+  r.iteration = job.instance.iteration;
+  r.task = t.id;
+  r.op = t.op;
+  r.resource = t.resource == kNoIndex ? "" : s_.resources()[static_cast<size_t>(t.resource)].name;
+  r.layer = t.layer;
+  r.phase = t.phase;
+  r.bytes = t.bytes;
+  r.flops = t.flops;
+  r.start_s = job.start_s;
+  r.end_s = IsInstantOp(t.op) ? job.start_s : MonotonicSeconds() - t0_;
+  r.source = "real";
+  if (!job.device_span.empty()) {
+    r.device_start_s = job.device_span.start_s - t0_;
+    r.device_end_s = job.device_span.end_s - t0_;
+  }
+  if (t.op == Op::kRead || t.op == Op::kWrite) {  // the shape it ran with, as sim records it
+    r.block_bytes = IoBlockBytes(t);
+    r.queue_depth = IoQueueDepth(t);
+  }
+  // As sim records it (docs/trace-format.md): the threads a CPU task ran on, the rank count of a
+  // collective, 0 otherwise.
+  if (t.op == Op::kOptimizer || t.op == Op::kConvert) {
+    r.threads = t.resource == kNoIndex ? 0 : ThreadsOf(t.resource).threads();
+  } else if (t.op == Op::kAllGather || t.op == Op::kReduceScatter || t.op == Op::kAllReduce) {
+    r.threads = t.ranks;
+  }
+  result_.records.push_back(std::move(r));
+  for (int32_t b : t.frees) GiveBuffer(Buf(b));
+  job.sink.reset();
+}
+
+StatusOr<RunResult> Run::ExecutePlainLoop() {
+  const std::vector<int32_t> order = s_.TopologicalOrder();
+  jobs_.resize(1);
+  t0_ = MonotonicSeconds();
+  for (int64_t iteration = 0; iteration < run_iterations_; ++iteration) {
+    for (int32_t task : order) {
+      const TaskSpec& t = s_.tasks()[static_cast<size_t>(task)];
+      TF_RETURN_IF_ERROR(Start({task, iteration}, 0));
+      Event e = events_.Pop();
+      if (!e.status.ok()) return Status(e.status.code(), Who(t, iteration) + ": " + e.status.message());
+      Finish(jobs_[0], t);
+    }
+    TF_RETURN_IF_ERROR(IterationDone(iteration));
+  }
+  result_.wall_s = MonotonicSeconds() - t0_;
+  result_.tasks = run_iterations_ * static_cast<int64_t>(order.size());
+  result_.gpu_memory = device_->memory_peak();
+  TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
+  return std::move(result_);
+}
+
+StatusOr<RunResult> Run::Execute() {
+  TF_RETURN_IF_ERROR(Setup());
+  if (options_.plain_loop) return ExecutePlainLoop();
+  Dispatcher d(s_, run_iterations_);
+  t0_ = MonotonicSeconds();
+  std::vector<Instance> to_start;
+  Status failure;
+  int64_t running = 0;
+  const int64_t per_iteration = static_cast<int64_t>(s_.tasks().size());
+  // Jobs live in a vector that never reallocates while work is in flight: sized to the most
+  // instances that can run at once (every task of the window).
+  jobs_.resize(static_cast<size_t>(per_iteration * window_ + 1));
+  for (size_t i = jobs_.size(); i-- > 0;) free_jobs_.push_back(i);
+  double busy = 0, busy_from = MonotonicSeconds();
+  for (;;) {
+    if (failure.ok()) {
+      to_start.clear();
+      d.Dispatch(&to_start);
+      for (const Instance& inst : to_start) {
+        if (free_jobs_.empty()) {
+          failure = Internal("executor: more instances in flight than the iteration window allows");
+          break;
+        }
+        const size_t j = free_jobs_.back();
+        free_jobs_.pop_back();
+        ++running;
+        Status st = Start(inst, j);
+        if (!st.ok()) {
+          failure = st;
+          --running;  // its work was never started
+          break;
+        }
+      }
+    }
+    if (running == 0) {
+      if (!failure.ok()) return failure;
+      if (d.done()) break;
+      return d.DeadlockReport();
+    }
+    busy += MonotonicSeconds() - busy_from;
+    Event e = events_.Pop();
+    busy_from = MonotonicSeconds();
+    --running;
+    Job& job = jobs_[e.job];
+    const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
+    if (!e.status.ok()) {
+      if (failure.ok()) failure = Status(e.status.code(), Who(t, job.instance.iteration) + ": " + e.status.message());
+      continue;
+    }
+    if (!failure.ok()) continue;
+    Finish(job, t);
+    const int64_t iteration = job.instance.iteration;
+    free_jobs_.push_back(e.job);
+    d.Complete(job.instance);
+    if (options_.exit_after_tasks > 0 && ++tasks_done_ == options_.exit_after_tasks) std::_Exit(137);
+    const size_t slot = static_cast<size_t>(iteration % window_);
+    if (++completed_in_[slot] == per_iteration) {
+      completed_in_[slot] = 0;
+      Status st = IterationDone(iteration);
+      if (!st.ok() && failure.ok()) failure = st;
+    }
+  }
+  busy += MonotonicSeconds() - busy_from;
+  result_.wall_s = MonotonicSeconds() - t0_;
+  result_.dispatch_busy_s = busy;
+  result_.tasks = d.completed();
+  for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
+  result_.gpu_memory = device_->memory_peak();
+  TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
+  return std::move(result_);
+}
+
+Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
+  master->assign(static_cast<size_t>(trainer_.layout().total), 0.0f);
+  Versions got;
+  CompletionQueue done;
+  std::vector<std::pair<char*, const TensorSpec*>> reads;
+  for (const TensorSpec& ts : s_.tensors()) {
+    if (KindOf(ts.kind) != kind) continue;
+    const DiskFile& f = disk_of_device_[static_cast<size_t>(ts.device)];
+    if (f.buffered < 0) continue;
+    const int64_t n = Elements(ts);
+    if (home_[static_cast<size_t>(ts.device)][kind].Get(ts.element_offset, ts.element_offset + n) != version) continue;
+    if (got.Get(ts.element_offset, ts.element_offset + n) == 1) continue;  // a copy already read
+    got.Set(ts.element_offset, ts.element_offset + n, 1);
+    char* block = static_cast<char*>(blocks_.Take(ts.size_bytes));
+    if (block == nullptr) return ResourceExhausted(std::string("reading ") + kKindNames[kind] + ": cannot allocate a staging buffer");
+    IoRequest r{IoOp::kRead, f.fd(), ts.offset_bytes, ts.size_bytes, block, reads.size()};
+    TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
+    reads.push_back({block, &ts});
+  }
+  std::vector<IoCompletion> completions;
+  while (completions.size() < reads.size()) done.Wait(&completions, 1);
+  for (const IoCompletion& c : completions) {
+    if (!c.status.ok()) return Status(c.status.code(), std::string("reading ") + kKindNames[kind] + ": " + c.status.message());
+  }
+  for (const auto& [block, ts] : reads) {
+    std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
+    blocks_.Give(block);
+  }
+  for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {  // and what host memory keeps
+    const TensorSpec& ts = s_.tensors()[ti];
+    const int32_t buffer = host_home_[ti].first;
+    if (buffer == kNoIndex || KindOf(ts.kind) != kind) continue;
+    const int64_t n = Elements(ts);
+    const Span span = FindSpan(buffer, kind, ts.element_offset, n);
+    if (span.data == nullptr || span.version != version) continue;
+    std::memcpy(master->data() + ts.element_offset, span.data, static_cast<size_t>(ts.size_bytes));
+    got.Set(ts.element_offset, ts.element_offset + n, 1);
+  }
+  if (got.Get(0, trainer_.layout().total) != 1) {
+    return FailedPrecondition(std::string("some of ") + kKindNames[kind] + " is not at version " + std::to_string(version) +
+                              " in host memory or on any disk (" + std::to_string(base_iteration_ + version) + " iterations)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec

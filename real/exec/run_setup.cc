@@ -1,0 +1,287 @@
+// A run's set-up (run.h): the disks checked and opened, buffers, host homes, the GPU-resident home, the
+// initial state written.
+#include "run.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include "tierflow/real/disk_set.h"
+
+namespace tierflow::real::exec {
+
+Status Run::Setup() {
+  TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
+  TF_ASSIGN_OR_RETURN(device_, exec::MakeComputeDevice(options_.compute, config_, trainer_));
+  window_ = std::max<int64_t>(1, s_.iteration_window);
+  // Disks: checked before anything is written.
+  TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks, options_.disk_root));
+  TF_RETURN_IF_ERROR(MakeRootDirs(dirs, options_.disk_root));
+  std::vector<int64_t> need(s_.devices().size(), 0);
+  for (const TensorSpec& t : s_.tensors()) {
+    need[static_cast<size_t>(t.device)] = std::max(need[static_cast<size_t>(t.device)], AlignUp(t.offset_bytes + t.size_bytes, kDirectAlignment));
+  }
+  for (DiskDir& d : dirs) d.required_bytes = need[static_cast<size_t>(s_.FindDevice(d.device))];
+  TF_RETURN_IF_ERROR(CheckDiskDirs(dirs));
+  // The tasks cut their requests into block_bytes pieces themselves (IoWindow), so the back-end
+  // must not cut them again, and each device's ring must hold what its I/O resources keep in
+  // flight at once (concurrency x the deepest queue_depth of each).
+  StorageOptions so;
+  {
+    std::vector<int32_t> deepest(s_.resources().size(), 0);
+    for (const TaskSpec& t : s_.tasks()) {
+      if (t.op != Op::kRead && t.op != Op::kWrite) continue;
+      so.request_bytes = std::max(so.request_bytes, AlignUp(IoBlockBytes(t), kDirectAlignment));
+      if (t.resource != kNoIndex) deepest[static_cast<size_t>(t.resource)] = std::max(deepest[static_cast<size_t>(t.resource)], IoQueueDepth(t));
+    }
+    std::vector<int32_t> per_device(s_.devices().size(), 0);
+    for (size_t r = 0; r < deepest.size(); ++r) {
+      const ResourceSpec& res = s_.resources()[r];
+      per_device[static_cast<size_t>(res.device)] += res.concurrency * deepest[r];
+    }
+    for (int32_t depth : per_device) so.queue_depth = std::max(so.queue_depth, depth);
+  }
+  TF_ASSIGN_OR_RETURN(storage_, NewStorage(options_.storage, so));
+  io_ = storage_.get();
+  if (!options_.faults.empty()) {
+    fault_ = NewFaultInjectingStorage(storage_.get());
+    for (const FaultRule& rule : options_.faults) fault_->AddRule(rule);
+    io_ = fault_.get();
+  }
+  disk_of_device_.assign(s_.devices().size(), DiskFile{});
+  home_.resize(s_.devices().size());
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const int32_t dev = s_.FindDevice(dirs[i].device);
+    const std::string path = dirs[i].dir + "/tierflow-run.store";
+    OpenOptions o;
+    o.device = static_cast<int32_t>(i);
+    o.create = true;
+    o.truncate = true;
+    o.direct = true;
+    o.direct_fallback = true;
+    TF_ASSIGN_OR_RETURN(OpenFile direct, io_->Open(path, o));
+    OpenOptions ob = o;
+    ob.truncate = false;
+    ob.direct = false;
+    TF_ASSIGN_OR_RETURN(OpenFile buffered, io_->Open(path, ob));
+    DiskFile& f = disk_of_device_[static_cast<size_t>(dev)];
+    f.direct = direct.id;
+    f.buffered = buffered.id;
+    f.alignment = direct.alignment;
+    std::string why;
+    if (!direct.direct) {
+      why = "its file system refuses O_DIRECT";
+    } else if (f.alignment > kDirectAlignment) {  // host blocks are kDirectAlignment-aligned
+      why = "its O_DIRECT needs " + std::to_string(f.alignment) + "-byte alignment, more than host blocks have (" +
+            std::to_string(kDirectAlignment) + ")";
+    } else {
+      for (const TensorSpec& ts : s_.tensors()) {
+        if (ts.device != dev || (IsAligned(ts.offset_bytes, f.alignment) && IsAligned(ts.size_bytes, f.alignment))) continue;
+        why = "tensor '" + ts.name + "' (bytes " + std::to_string(ts.offset_bytes) + " + " + std::to_string(ts.size_bytes) +
+              ") is not aligned to the " + std::to_string(f.alignment) + " bytes its O_DIRECT needs";
+        break;
+      }
+    }
+    f.direct_all = why.empty();
+    if (!f.direct_all) result_.buffered_disks.push_back(dirs[i].device + ": " + why);
+    if (dirs[i].required_bytes > 0) {
+      Status st = io_->Allocate(direct.id, dirs[i].required_bytes);
+      if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
+    }
+  }
+  // Buffers in a GPU pool are gpu0 memory, from the compute device when the dispatcher admits
+  // them. Persistent ones are not allocated: what they stand for is the device's own (activations
+  // and workspace) or the GPU-resident parameters' home below.
+  buffers_.resize(s_.buffers().size() * static_cast<size_t>(window_));
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const BufferSpec& spec = s_.buffers()[i % s_.buffers().size()];
+    buffers_[i].size = spec.size_bytes;
+    buffers_[i].on_gpu = s_.devices()[static_cast<size_t>(s_.pools()[static_cast<size_t>(spec.pool)].device)].kind == DeviceKind::kGpu;
+  }
+  // What the device keeps in blocks, in use or for reuse, stays within the GPU pools' capacity.
+  int64_t gpu_pool_bytes = 0;
+  for (const PoolSpec& pool : s_.pools()) {
+    if (s_.devices()[static_cast<size_t>(pool.device)].kind == DeviceKind::kGpu) gpu_pool_bytes += pool.capacity_bytes;
+  }
+  device_->LimitReserved(gpu_pool_bytes);
+  int64_t persistent_gpu_bytes = 0;
+  for (size_t b = 0; b < s_.buffers().size(); ++b) {
+    const BufferSpec& spec = s_.buffers()[b];
+    if (!spec.persistent) continue;
+    if (buffers_[b].on_gpu) {
+      persistent_gpu_bytes += spec.size_bytes;
+      continue;
+    }
+    TF_RETURN_IF_ERROR(TakeBuffer(buffers_[b], spec.name));
+  }
+  // The GPU-resident parameters' home: one block of gpu0 memory, within the persistent GPU
+  // buffers (DeepSpeed's persistent parameters; every partition when parameters stay on the GPU).
+  {
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end)
+    for (const TensorSpec& ts : s_.tensors()) {
+      if (KindOf(ts.kind) == kParam16 && s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kGpu) {
+        ranges.push_back({ts.element_offset, ts.element_offset + Elements(ts)});
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t bytes = 0;
+    for (const auto& [begin, end] : ranges) {
+      if (!resident_.empty() && begin <= resident_.back().begin + resident_.back().n) {
+        const int64_t grown = std::max(resident_.back().begin + resident_.back().n, end) - resident_.back().begin;
+        bytes += (grown - resident_.back().n) * 2;
+        resident_.back().n = grown;
+      } else {
+        resident_.push_back({begin, end - begin, nullptr});
+        bytes += (end - begin) * 2;
+      }
+    }
+    if (bytes > persistent_gpu_bytes) {
+      return InvalidArgument("schedule: its GPU-resident parameters need " + std::to_string(bytes) + " bytes of GPU memory, more than its persistent GPU buffers hold (" +
+                             std::to_string(persistent_gpu_bytes) + ")");
+    }
+    if (bytes > 0) {
+      auto block = device_->Allocate(bytes);
+      if (!block.ok()) return Status(block.status().code(), "GPU-resident parameters: " + block.status().message());
+      resident_block_ = *block;
+      char* at = static_cast<char*>(resident_block_);
+      for (ResidentRun& r : resident_) {
+        r.data = at;
+        at += r.n * 2;
+      }
+    }
+  }
+  TF_RETURN_IF_ERROR(BindHostHomes());
+  // The last compute task of each (phase, layer) runs the layer's math.
+  std::map<std::pair<int, int32_t>, int32_t> last;
+  for (size_t i = 0; i < s_.tasks().size(); ++i) {
+    const TaskSpec& t = s_.tasks()[i];
+    if (t.op == Op::kCompute) last[{static_cast<int>(t.phase), t.layer}] = static_cast<int32_t>(i);
+  }
+  math_task_.assign(s_.tasks().size(), 0);
+  for (const auto& [key, task] : last) math_task_[static_cast<size_t>(task)] = 1;
+  for (int64_t l = 0; l < trainer_.layer_count(); ++l) {
+    for (int phase : {static_cast<int>(Phase::kForward), static_cast<int>(Phase::kBackward)}) {
+      if (!last.count({phase, static_cast<int32_t>(l)})) {
+        return InvalidArgument("schedule: no " + std::string(PhaseName(static_cast<Phase>(phase))) +
+                               " compute task for layer " + std::to_string(l) + " (every layer needs one)");
+      }
+    }
+  }
+  workers_.resize(s_.resources().size());
+  threads_.resize(s_.resources().size());
+  for (size_t r = 0; r < s_.resources().size(); ++r) workers_[r] = std::make_unique<Worker>();
+  iterations_.resize(static_cast<size_t>(window_));
+  for (auto& it : iterations_) trainer_.PrepareIteration(&it);
+  norms_.resize(static_cast<size_t>(window_));
+  completed_in_.assign(static_cast<size_t>(window_), 0);
+  step_decided_.assign(static_cast<size_t>(window_), -1);
+  adam_step_.assign(static_cast<size_t>(window_), 0);
+  clip_.assign(static_cast<size_t>(window_), 1.0f);
+  TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config_.tokens, config_.batch, config_.seq, config_.data_seed));
+  loader_ = std::make_unique<TokenLoader>(std::move(loader));
+  TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
+  updates_at_start_ = updates_;
+  for (int64_t i = 0; i < base_iteration_; ++i) loader_->Next();  // the batches already trained on
+  run_iterations_ = options_.iterations - base_iteration_;
+  if (run_iterations_ <= 0) {
+    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
+                              " iterations; ask for more than that");
+  }
+  result_.first_iteration = base_iteration_;
+  return InitialiseStores();
+}
+
+Status Run::BindHostHomes() {
+  host_home_.assign(s_.tensors().size(), {kNoIndex, 0});
+  std::vector<int64_t> packed(s_.buffers().size(), 0);
+  for (const TaskSpec& t : s_.tasks()) {
+    for (int32_t ti : t.tensors) {
+      const TensorSpec& ts = T(ti);
+      const int kind = KindOf(ts.kind);
+      // Gradients in host memory are placed by the d2h copies that write them (at their element
+      // offset in the rank's flat buffer), not bound here.
+      if (s_.devices()[static_cast<size_t>(ts.device)].kind != DeviceKind::kHost || kind == kGrad || kind == kGrad16) continue;
+      int32_t home = kNoIndex;
+      for (int32_t b : t.uses) {
+        if (s_.buffers()[static_cast<size_t>(b)].persistent && !OnGpu(b)) {
+          home = b;
+          break;
+        }
+      }
+      if (home == kNoIndex) {
+        return InvalidArgument("task '" + t.id + "' names " + Range(ts) + " kept in host memory, but uses no persistent host buffer to keep it in");
+      }
+      auto& bound = host_home_[static_cast<size_t>(ti)];
+      if (bound.first == kNoIndex) {
+        if (packed[static_cast<size_t>(home)] + ts.size_bytes > s_.buffers()[static_cast<size_t>(home)].size_bytes) {
+          return InvalidArgument("task '" + t.id + "': the host-memory state it names does not fit buffer '" + s_.buffers()[static_cast<size_t>(home)].name + "'");
+        }
+        bound = {home, packed[static_cast<size_t>(home)]};
+        packed[static_cast<size_t>(home)] += ts.size_bytes;
+      } else if (bound.first != home) {
+        return InvalidArgument("task '" + t.id + "' keeps " + Range(ts) + " in buffer '" + s_.buffers()[static_cast<size_t>(home)].name +
+                               "', another task in '" + s_.buffers()[static_cast<size_t>(bound.first)].name + "': host-memory state has one home");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Writes the initial state to every disk home the schedule names (version 0), into the host
+// homes, and sets the GPU's bf16 parameters.
+Status Run::InitialiseStores() {
+  const std::vector<float> master = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
+  std::vector<uint16_t> p16(master.size());
+  for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
+  for (const ResidentRun& r : resident_) {
+    TF_RETURN_IF_ERROR(device_->H2D(r.data, p16.data() + r.begin, r.n * 2, nullptr));
+    resident_versions_.Set(r.begin, r.begin + r.n, 0);
+  }
+  const std::vector<float> zeros(master.size(), 0.0f);
+  auto initial = [&](int kind, int64_t begin) -> const void* {
+    const std::vector<float>& moment = kind == kAdamM ? initial_[1] : initial_[2];
+    return kind == kParam16 ? static_cast<const void*>(p16.data() + begin)
+           : kind == kMaster ? static_cast<const void*>(master.data() + begin)
+           : !moment.empty() ? static_cast<const void*>(moment.data() + begin)
+                             : static_cast<const void*>(zeros.data() + begin);
+  };
+  for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {
+    const auto [buffer, offset] = host_home_[ti];
+    if (buffer == kNoIndex) continue;
+    const TensorSpec& ts = s_.tensors()[ti];
+    const int kind = KindOf(ts.kind);
+    std::memcpy(Buf(buffer).data + offset, initial(kind, ts.element_offset), static_cast<size_t>(ts.size_bytes));
+    Place(buffer, {kind, ts.element_offset, Elements(ts), offset, 0});
+  }
+  CompletionQueue done;
+  std::vector<char*> staged;
+  size_t submitted = 0;
+  for (const TensorSpec& t : s_.tensors()) {
+    const int kind = KindOf(t.kind);
+    const DiskFile& f = disk_of_device_[static_cast<size_t>(t.device)];
+    if (f.direct < 0 || kind == kGrad || kind == kGrad16) continue;
+    const int64_t n = Elements(t);
+    // Tensors overlap (a unit's range, a sub-group's): write each range once.
+    if (home_[static_cast<size_t>(t.device)][kind].Get(t.element_offset, t.element_offset + n) == 0) continue;
+    const void* src = initial(kind, t.element_offset);
+    char* block = static_cast<char*>(blocks_.Take(t.size_bytes));
+    if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
+    std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
+    staged.push_back(block);
+    IoRequest r{IoOp::kWrite, f.fd(), t.offset_bytes, t.size_bytes, block, submitted};
+    TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
+    ++submitted;
+    home_[static_cast<size_t>(t.device)][kind].Set(t.element_offset, t.element_offset + n, 0);
+  }
+  std::vector<IoCompletion> completions;
+  while (completions.size() < submitted) done.Wait(&completions, 1);
+  Status first;
+  for (const IoCompletion& c : completions) {
+    if (!c.status.ok() && first.ok()) first = c.status;
+  }
+  for (char* b : staged) blocks_.Release(b);
+  if (!first.ok()) return Status(first.code(), "writing the initial state: " + first.message());
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec
