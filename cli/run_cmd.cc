@@ -8,6 +8,7 @@
 #include "inputs.h"
 #include "report.h"
 #include "tierflow/core/units.h"
+#include "tierflow/real/checksum.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/summary.h"

@@ -19,7 +19,7 @@
 #include "tierflow/core/status.h"
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/cpu_threads.h"
-#include "tierflow/real/executor.h"
+#include "tierflow/real/train_config.h"
 #include "trainer.h"
 
 namespace tierflow::real::exec {

@@ -12,7 +12,7 @@
 
 #include "tierflow/core/schedule.h"
 #include "tierflow/real/adamw.h"
-#include "tierflow/real/executor.h"
+#include "tierflow/real/train_config.h"
 
 namespace tierflow::real::exec {
 

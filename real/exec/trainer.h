@@ -16,7 +16,7 @@
 
 #include "tierflow/core/status.h"
 #include "tierflow/real/cpu_threads.h"
-#include "tierflow/real/executor.h"
+#include "tierflow/real/train_config.h"
 #include "tierflow/real/llama.h"
 
 namespace tierflow::real::exec {

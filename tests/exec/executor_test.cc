@@ -616,12 +616,5 @@ TEST(Executor, SeveralMicroStepsAreRefusedClearly) {
   EXPECT_NE(st.message().find("gradient_accumulation_steps > 1"), std::string::npos) << st.ToString();
 }
 
-TEST(Sha256, MatchesTheStandardVectors) {
-  EXPECT_EQ(Sha256Hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(Sha256Hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-  EXPECT_EQ(Sha256Hex(two_blocks.data(), two_blocks.size()), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-}
-
 }  // namespace
 }  // namespace tierflow::real

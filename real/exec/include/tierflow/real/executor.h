@@ -27,29 +27,10 @@
 #include "tierflow/core/schedule.h"
 #include "tierflow/core/status.h"
 #include "tierflow/core/trace_record.h"
-#include "tierflow/real/adamw.h"
-#include "tierflow/real/llama.h"
 #include "tierflow/real/storage.h"
+#include "tierflow/real/train_config.h"
 
 namespace tierflow::real {
-
-struct TrainConfig {
-  LlamaSpec spec;
-  int64_t batch = 1;
-  int64_t seq = 128;
-  AdamWConfig adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
-  // Dynamic loss scaling (fp16: an overflow skips the step and halves the scale) from
-  // initial_loss_scale, or none (bf16: scale 1, every step taken). Scenario training.loss_scaling.
-  bool dynamic_loss_scaling = false;
-  float initial_loss_scale = 65536.0f;
-  // Clip the gradients to this global L2 norm before each update; 0 = off.
-  // Scenario training.gradient_clipping.
-  double gradient_clipping = 0;
-  uint64_t init_seed = 1234;        // InitLlamaParams
-  uint64_t data_seed = 1;           // TokenLoader's shuffle
-  std::vector<int32_t> tokens;      // the training corpus, already tokenized
-  int threads = 0;                  // compute threads, 0 = the hardware's
-};
 
 struct RunOptions {
   int64_t iterations = 1;
@@ -81,12 +62,6 @@ struct RunOptions {
   int64_t exit_after_tasks = 0;
   // Called on the calling thread after each iteration completes, with its loss.
   std::function<void(int64_t iteration, double loss)> on_iteration;
-};
-
-// The most bytes of a device's memory a run held in blocks at once (allocated), and the most it
-// kept, in use or for reuse (reserved), as PyTorch's caching allocator counts them.
-struct MemoryPeak {
-  int64_t allocated = 0, reserved = 0;
 };
 
 struct RunResult {
@@ -133,8 +108,5 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
 StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
                                 const std::function<void(int64_t, double)>& on_iteration = {},
                                 const std::string& compute = "cpu");
-
-// SHA-256 of bytes, lower-case hex (FIPS 180-4).
-std::string Sha256Hex(const void* data, size_t size);
 
 }  // namespace tierflow::real

@@ -27,7 +27,7 @@
 
 #include "tierflow/core/status.h"
 #include "tierflow/core/trace_record.h"
-#include "tierflow/real/executor.h"
+#include "tierflow/real/train_config.h"
 
 namespace tierflow::real {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "tierflow/real/executor.h"
+#include "tierflow/real/checksum.h"
 
 namespace tierflow::real {
 namespace {

@@ -1,0 +1,41 @@
+// What one run trains — the model, the batch, the optimizer and the training math's settings
+// (loss scaling, clipping), the data and the initial weights' seed — and the device memory it
+// held. The executor, the in-memory reference, the compute devices and the compute probe all
+// take it (executor.h).
+// Thread safety: a value.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tierflow/real/adamw.h"
+#include "tierflow/real/llama.h"
+
+namespace tierflow::real {
+
+// The most bytes of a device's memory a run held in blocks at once (allocated), and the most it
+// kept, in use or for reuse (reserved), as PyTorch's caching allocator counts them: what a
+// compute device reports and RunResult carries.
+struct MemoryPeak {
+  int64_t allocated = 0, reserved = 0;
+};
+
+struct TrainConfig {
+  LlamaSpec spec;
+  int64_t batch = 1;
+  int64_t seq = 128;
+  AdamWConfig adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+  // Dynamic loss scaling (fp16: an overflow skips the step and halves the scale) from
+  // initial_loss_scale, or none (bf16: scale 1, every step taken). Scenario training.loss_scaling.
+  bool dynamic_loss_scaling = false;
+  float initial_loss_scale = 65536.0f;
+  // Clip the gradients to this global L2 norm before each update; 0 = off.
+  // Scenario training.gradient_clipping.
+  double gradient_clipping = 0;
+  uint64_t init_seed = 1234;        // InitLlamaParams
+  uint64_t data_seed = 1;           // TokenLoader's shuffle
+  std::vector<int32_t> tokens;      // the training corpus, already tokenized
+  int threads = 0;                  // compute threads, 0 = the hardware's
+};
+
+}  // namespace tierflow::real
