@@ -2,8 +2,8 @@
 // loaded when resuming.
 #include "run.h"
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
+
 #include "tierflow/real/checkpoint.h"
 
 namespace tierflow::real::exec {
@@ -17,8 +17,10 @@ constexpr const char* kCheckpointName = "tierflow-run";
 Status Run::LoadCheckpointIfAny() {
   if (!options_.resume) return Status::Ok();
   if (options_.checkpoint_dir.empty()) return InvalidArgument("resume needs a checkpoint directory");
-  if (!std::filesystem::exists(options_.checkpoint_dir + "/" + kCheckpointName + ".manifest.json")) return Status::Ok();
-  auto storage = NewPosixStorage();
+  // Through the run's storage, as every byte the run moves: --storage memory and injected faults
+  // reach its checkpoints too.
+  TF_ASSIGN_OR_RETURN(const bool exists, io_->Exists(options_.checkpoint_dir + "/" + kCheckpointName + ".manifest.json"));
+  if (!exists) return Status::Ok();
   CheckpointOptions o;
   o.dirs = {options_.checkpoint_dir};
   o.name = kCheckpointName;
@@ -42,7 +44,7 @@ Status Run::LoadCheckpointIfAny() {
     }
     return nullptr;
   };
-  auto stats = LoadCheckpoint(*storage, o, sink);
+  auto stats = LoadCheckpoint(*io_, o, sink);
   if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
   TF_RETURN_IF_ERROR(sizes);
   const auto j = nlohmann::json::parse(meta, nullptr, false);
@@ -69,11 +71,10 @@ Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   std::vector<CheckpointTensor> tensors;
   for (int k = 0; k < 3; ++k) tensors.push_back({kKindNames[kMaster + k], "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
   tensors.push_back({"meta", "u8", 0, meta.data(), static_cast<int64_t>(meta.size())});
-  auto storage = NewPosixStorage();
   CheckpointOptions o;
   o.dirs = {options_.checkpoint_dir};
   o.name = kCheckpointName;
-  auto stats = SaveCheckpoint(*storage, tensors, o);
+  auto stats = SaveCheckpoint(*io_, tensors, o);
   if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
   return Status::Ok();
 }

@@ -272,6 +272,56 @@ TEST(Executor, AnOverlappedUpdateIsRefusedWhenTheMathNeedsTheGlobalCheck) {
   EXPECT_NE(st.message().find("without a global gradient check"), std::string::npos) << st.ToString();
 }
 
+// A run checkpointed after each iteration and resumed ends where an uninterrupted run does, for a
+// schedule whose optimizer states live in host memory (mlp-offload's cache: the checkpoint reads
+// them from there) as for one that streams them from disk.
+TEST(Executor, AResumedRunEndsWhereAnUninterruptedOneDoes) {
+  for (const std::string policy : {"zero-infinity", "mlp-offload"}) {
+    const policies::Scenario s = LoadTiny({"policy.name=" + policy});
+    const Schedule schedule = PlanOrDie(s);
+    const TrainConfig config = ConfigFor(s);
+    TempDir root("resume-" + policy), ckpt("resume-ckpt-" + policy);
+    RunOptions options;
+    options.disk_root = root.str();
+    options.iterations = kIterations;
+    auto whole = RunSchedule(schedule, config, options);
+    ASSERT_TRUE(whole.ok()) << policy << ": " << whole.status().ToString();
+    options.iterations = kIterations - 1;
+    options.checkpoint_dir = ckpt.str();
+    options.checkpoint_every = 1;
+    auto first = RunSchedule(schedule, config, options);
+    ASSERT_TRUE(first.ok()) << policy << ": " << first.status().ToString();
+    options.iterations = kIterations;
+    options.resume = true;
+    auto resumed = RunSchedule(schedule, config, options);
+    ASSERT_TRUE(resumed.ok()) << policy << ": " << resumed.status().ToString();
+    EXPECT_EQ(resumed->first_iteration, kIterations - 1) << policy;
+    EXPECT_TRUE(SameBits(resumed->master, whole->master)) << policy;
+  }
+}
+
+// The run's checkpoints go through the run's storage: a fault injected there stops the run with
+// the checkpoint named (before, checkpoints opened their own posix storage and never saw it).
+TEST(Executor, ACheckpointThatCannotBeWrittenStopsTheRunNamingIt) {
+  const policies::Scenario zi = LoadTiny({});
+  TempDir root("ckpt-fault"), ckpt("ckpt-fault-dir");
+  RunOptions options;
+  options.disk_root = root.str();
+  options.iterations = 2;
+  options.checkpoint_dir = ckpt.str();
+  options.checkpoint_every = 1;
+  FaultRule broken;
+  broken.ops = static_cast<uint32_t>(FaultOpMask::kWrite);
+  broken.path_contains = ckpt.str();
+  broken.error = EIO;
+  broken.count = -1;
+  options.faults = {broken};
+  auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("checkpoint '" + ckpt.str() + "'"), std::string::npos) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("Input/output error"), std::string::npos) << run.status().ToString();
+}
+
 // The O_DIRECT alignment a file in `dir` needs, or 0 when its file system refuses O_DIRECT.
 int64_t DirectAlignment(const std::string& dir) {
   auto io = NewPosixStorage();
