@@ -124,6 +124,10 @@ Status Schedule::Validate() const {
     for (int64_t d : t.shape) {
       if (d < 0) return InvalidArgument("tensor " + Quote(t.name) + ": shape has a negative dimension");
     }
+    if (t.size_bytes % StateKindBytes(t.kind) != 0) {
+      return InvalidArgument("tensor " + Quote(t.name) + ": size_bytes " + std::to_string(t.size_bytes) + " is not whole " +
+                             std::string(StateKindName(t.kind)) + " elements of " + std::to_string(StateKindBytes(t.kind)) + " bytes");
+    }
   }
 
   // Per-task fields, and who allocates and frees each buffer.
@@ -135,6 +139,11 @@ Status Schedule::Validate() const {
       if (t.resource != kNoIndex) return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' runs on no resource");
     } else if (!in_range(t.resource, resources_.size())) {
       return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' needs a resource");
+    }
+    if (!KernelFitsOp(t.kernel, t.op)) {
+      const std::string takes = KernelsOf(t.op);
+      return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' " +
+                             (takes.empty() ? "takes no kernel" : "takes " + takes) + ", not '" + std::string(KernelName(t.kernel)) + "'");
     }
     if (t.bytes < 0) return InvalidArgument(who + ": bytes must be >= 0");
     if (t.flops < 0) return InvalidArgument(who + ": flops must be >= 0");

@@ -204,8 +204,16 @@ StatusOr<Schedule> Parse(const Json& root) {
     std::string device;
     TF_RETURN_IF_ERROR(f.String("name", &t.name, true));
     const std::string owner = "tensor " + Q(t.name);
-    TF_RETURN_IF_ERROR(f.String("kind", &t.kind, false));
+    std::string kind;
+    TF_RETURN_IF_ERROR(f.String("kind", &kind, true));
+    const auto k = StateKindFromName(kind);
+    if (!k) return InvalidArgument(owner + ": unknown kind " + Q(kind) + " (param16, grad16, grad, master, adam_m, adam_v)");
+    t.kind = *k;
     TF_RETURN_IF_ERROR(f.String("dtype", &t.dtype, false));
+    if (!t.dtype.empty() && t.dtype != StateKindDtype(t.kind)) {
+      return InvalidArgument(owner + ": dtype " + Q(t.dtype) + ", but " + std::string(StateKindName(t.kind)) + " is " +
+                             std::string(StateKindDtype(t.kind)));
+    }
     if (f.Has("shape")) {
       const Json& shape = f.Get("shape");
       if (!shape.is_array()) return InvalidArgument(owner + ": key 'shape' must be a list of integers");
@@ -258,7 +266,11 @@ StatusOr<Schedule> Parse(const Json& root) {
     if (!resource.empty()) {
       TF_ASSIGN_OR_RETURN(t.resource, Resolve([&](const std::string& n) { return s.FindResource(n); }, resource, owner, "resource"));
     }
-    TF_RETURN_IF_ERROR(f.String("kernel", &t.kernel, false));
+    std::string kernel;
+    TF_RETURN_IF_ERROR(f.String("kernel", &kernel, false));
+    const auto kn = KernelFromName(kernel);
+    if (!kn) return InvalidArgument(owner + ": unknown kernel " + Q(kernel) + " (fwd, bwd, adam, overflow_check_and_norm, fp32_to_bf16, bf16_to_fp32)");
+    t.kernel = *kn;
     TF_RETURN_IF_ERROR(f.Integer("bytes", &t.bytes, false));
     TF_RETURN_IF_ERROR(f.Number("flops", &t.flops));
     TF_RETURN_IF_ERROR(f.Integer("block_bytes", &t.block_bytes, false));
@@ -383,7 +395,7 @@ std::string ScheduleToJson(const Schedule& s) {
     const auto& t = s.tensors()[i];
     Json j;
     j["name"] = t.name;
-    if (!t.kind.empty()) j["kind"] = t.kind;
+    j["kind"] = StateKindName(t.kind);
     if (!t.dtype.empty()) j["dtype"] = t.dtype;
     if (!t.shape.empty()) j["shape"] = t.shape;
     if (t.rank != 0) j["rank"] = t.rank;
@@ -399,7 +411,7 @@ std::string ScheduleToJson(const Schedule& s) {
     j["id"] = t.id;
     j["op"] = OpName(t.op);
     if (t.resource != kNoIndex) j["resource"] = s.resources()[t.resource].name;
-    if (!t.kernel.empty()) j["kernel"] = t.kernel;
+    if (t.kernel != Kernel::kNone) j["kernel"] = KernelName(t.kernel);
     if (t.bytes) j["bytes"] = t.bytes;
     if (t.flops) j["flops"] = t.flops;
     if (t.block_bytes) j["block_bytes"] = t.block_bytes;

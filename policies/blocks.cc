@@ -165,19 +165,6 @@ int32_t ScheduleBuilder::GpuPool(int32_t r) {
   return Pool(g + ".hbm", g, scenario_.hardware.node.gpu.hbm_bytes);
 }
 
-namespace {
-
-struct StateKind {
-  const char* name;
-  const char* dtype;
-  int64_t element_bytes;
-};
-// The order fixes each kind's region in a device's store.
-constexpr StateKind kStateKinds[] = {{"param16", "bf16", 2}, {"grad16", "bf16", 2}, {"grad", "fp32", 4},
-                                     {"master", "fp32", 4},  {"adam_m", "fp32", 4},  {"adam_v", "fp32", 4}};
-
-}  // namespace
-
 void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
   const int64_t mib = int64_t{1} << 20;
   // Each rank's stretch starts on an aligned boundary (kIoAlignElements).
@@ -185,26 +172,24 @@ void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
   state_region_bytes_ = (plan.ranks * state_rank_elements_ * 4 + mib - 1) / mib * mib;
 }
 
-int32_t ScheduleBuilder::State(const std::string& kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
+int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
   TF_CHECK(state_region_bytes_ > 0);  // StateLayout first, or every kind would share one region
-  int64_t k = 0;
-  while (k < static_cast<int64_t>(std::size(kStateKinds)) && kind != kStateKinds[k].name) ++k;
-  TF_CHECK(k < static_cast<int64_t>(std::size(kStateKinds)));
-  const StateKind& sk = kStateKinds[k];
-  const std::string name = kind + ".r" + std::to_string(rank) + "[" + std::to_string(begin) + "+" +
+  const int64_t element_bytes = StateKindBytes(kind);
+  const std::string name = std::string(StateKindName(kind)) + ".r" + std::to_string(rank) + "[" + std::to_string(begin) + "+" +
                            std::to_string(elements) + "]@" + schedule_.devices()[device].name;
   const int32_t existing = schedule_.FindTensor(name);
   if (existing != kNoIndex) return existing;
   TensorSpec t;
   t.name = name;
   t.kind = kind;
-  t.dtype = sk.dtype;
+  t.dtype = StateKindDtype(kind);
   t.shape = {elements};
   t.rank = rank;
   t.device = device;
   t.element_offset = begin;
-  t.size_bytes = elements * sk.element_bytes;
-  t.offset_bytes = k * state_region_bytes_ + (rank * state_rank_elements_ + begin) * sk.element_bytes;
+  t.size_bytes = elements * element_bytes;
+  // The order of the kinds (StateKind) fixes each kind's region in a device's store.
+  t.offset_bytes = static_cast<int64_t>(kind) * state_region_bytes_ + (rank * state_rank_elements_ + begin) * element_bytes;
   return schedule_.AddTensor(std::move(t));
 }
 
@@ -225,7 +210,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     FetchedUnit f;
     f.unit = u;
     for (int32_t r = 0; r < ranks; ++r) {
-      f.param_tensor.push_back(b.State("param16", r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, o, r, u)));
+      f.param_tensor.push_back(b.State(StateKind::kParam16, r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, o, r, u)));
       if (o.params_on_gpu) {
         f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU
         continue;
@@ -390,7 +375,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           TaskSpec c;
           c.id = std::string(fwd ? "fwd." : "bwd.") + unit.name + "." + fo.tag.substr(1) + ".r" + std::to_string(r);
           c.op = Op::kCompute;
-          c.kernel = fwd ? "fwd" : "bwd";
+          c.kernel = fwd ? Kernel::kForward : Kernel::kBackward;
           c.resource = b.GpuCompute(r);
           c.flops = ComputeTaskFlops(unit, fwd);
           c.bytes = ComputeTaskBytes(unit, fwd);
@@ -401,7 +386,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             if (f->gathered_buffer[r] != kNoIndex) layer_gathered[r].push_back(f->gathered_buffer[r]);
             last_admit[r] = f->admit[r];
           } else {
-            c.tensors = {b.State("param16", r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, fo, r, u))};
+            c.tensors = {b.State(StateKind::kParam16, r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, fo, r, u))};
           }
           if (layer_ends) {
             c.uses = layer_gathered[r];
@@ -449,8 +434,8 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             const int32_t write_resource =
                 !flush ? kNoIndex : o.grad_write_resource_of ? o.grad_write_resource_of(r, lu) : o.grad_write_resource[r];
             const int32_t grad_tensor =
-                flush ? b.State("grad", r, gu.rank_offset, gu.rank_elements, b.DeviceOfResource(write_resource))
-                      : b.State("grad16", r, gu.rank_offset, gu.rank_elements, b.Device("host", DeviceKind::kHost));
+                flush ? b.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, b.DeviceOfResource(write_resource))
+                      : b.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b.Device("host", DeviceKind::kHost));
             TaskSpec d2h;
             d2h.id = "d2h.grad." + id;
             d2h.op = Op::kD2H;
@@ -529,7 +514,7 @@ int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vecto
     TaskSpec norm;
     norm.id = "step.norm.r" + std::to_string(r);
     norm.op = Op::kConvert;
-    norm.kernel = "overflow_check_and_norm";
+    norm.kernel = Kernel::kOverflowCheckAndNorm;
     norm.resource = b.Cpu(r);
     norm.bytes = plan.rank_elements * host_bytes_per_element;
     norm.ranks = threads;
@@ -620,15 +605,15 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
   const int32_t host = b.Device("host", DeviceKind::kHost);
   const int32_t gpu = b.GpuDevice(o.rank);
   auto states_at = [&](int64_t begin, int64_t n, int32_t device) {
-    return std::vector<int32_t>{b.State("master", o.rank, begin, n, device), b.State("adam_m", o.rank, begin, n, device),
-                                b.State("adam_v", o.rank, begin, n, device)};
+    return std::vector<int32_t>{b.State(StateKind::kMaster, o.rank, begin, n, device), b.State(StateKind::kAdamM, o.rank, begin, n, device),
+                                b.State(StateKind::kAdamV, o.rank, begin, n, device)};
   };
   // The updated bf16 parameters [begin, begin + n): offloaded runs to `device`, resident runs
   // to the GPU. Returns (offloaded tensors, resident tensors, offloaded bytes).
   auto p16_tensors = [&](int64_t begin, int64_t n, int32_t device) {
     std::pair<std::vector<int32_t>, std::vector<int32_t>> t;
     for (const ParamRun& run : ParamRuns(plan, begin, n)) {
-      (run.resident ? t.second : t.first).push_back(b.State("param16", o.rank, run.begin, run.elements, run.resident ? gpu : device));
+      (run.resident ? t.second : t.first).push_back(b.State(StateKind::kParam16, o.rank, run.begin, run.elements, run.resident ? gpu : device));
     }
     return t;
   };
@@ -697,7 +682,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       rg.op = Op::kRead;
       rg.resource = o.read_resource[g];
       rg.bytes = n * 4;
-      rg.tensors = {b.State("grad", o.rank, first, n, b.DeviceOfResource(o.read_resource[g]))};
+      rg.tensors = {b.State(StateKind::kGrad, o.rank, first, n, b.DeviceOfResource(o.read_resource[g]))};
       io(rg);
       rg.allocs = {grad};
       rg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
@@ -709,14 +694,14 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       TaskSpec cg;
       cg.id = "convert.grad" + G;
       cg.op = Op::kConvert;
-      cg.kernel = "bf16_to_fp32";
+      cg.kernel = Kernel::kBf16ToFp32;
       cg.resource = b.Cpu(o.rank);
       cg.bytes = n * 6;  // reads bf16, writes fp32
       cg.ranks = o.threads;
       if (cached) cg.allocs = {grad};
       cg.uses = {o.host_grad_buffer};
       if (!cached) cg.uses.push_back(grad);  // reserved by the states' read
-      cg.tensors = {b.State("grad16", o.rank, first, n, host)};
+      cg.tensors = {b.State(StateKind::kGrad16, o.rank, first, n, host)};
       cg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
       cg.phase = Phase::kStep;
       grad_task = b.Task(std::move(cg));
@@ -725,7 +710,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     TaskSpec adam;
     adam.id = "adam" + G;
     adam.op = Op::kOptimizer;
-    adam.kernel = "adam";
+    adam.kernel = Kernel::kAdam;
     adam.resource = b.Cpu(o.rank);
     adam.bytes = n * 4;
     adam.ranks = o.threads;
@@ -750,7 +735,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         TaskSpec conv;
         conv.id = "convert.p16" + C;
         conv.op = Op::kConvert;
-        conv.kernel = "fp32_to_bf16";
+        conv.kernel = Kernel::kFp32ToBf16;
         conv.resource = b.Cpu(o.rank);
         conv.bytes = chunk * 4;
         conv.ranks = o.threads;
@@ -785,7 +770,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       TaskSpec conv;
       conv.id = "convert.p16" + G;
       conv.op = Op::kConvert;
-      conv.kernel = "fp32_to_bf16";
+      conv.kernel = Kernel::kFp32ToBf16;
       conv.resource = b.Cpu(o.rank);
       conv.bytes = n * 4;
       conv.ranks = o.threads;

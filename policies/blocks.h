@@ -99,12 +99,12 @@ class ScheduleBuilder {
 
   // Model state as schedule tensors (docs/schedule-format.md "Tensors"). StateLayout takes the
   // plan's partition once; State returns the tensor for elements [begin, begin + elements) of
-  // `kind` ("param16", "grad16", "grad", "master", "adam_m", "adam_v") of rank `rank`, homed
+  // `kind` of rank `rank`, homed
   // on `device`, creating it on first use. Each kind has its own region of a device's store,
   // addressed by flat element index, so overlapping ranges (a unit's gradient written, a
   // sub-group's read back) name the same bytes.
   void StateLayout(const ModelPlan& plan);
-  int32_t State(const std::string& kind, int32_t rank, int64_t begin, int64_t elements, int32_t device);
+  int32_t State(StateKind kind, int32_t rank, int64_t begin, int64_t elements, int32_t device);
   int32_t DeviceOfResource(int32_t resource) const { return schedule_.resources()[resource].device; }
   int64_t tensor_bytes(int32_t tensor) const { return schedule_.tensors()[tensor].size_bytes; }
   // The device of gpu{rank}, created on first use.

@@ -9,7 +9,7 @@ namespace tierflow::real::exec {
 
 Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
   const size_t slot = static_cast<size_t>(iteration % window_);
-  if (t.kernel == "overflow_check_and_norm") {
+  if (t.kernel == Kernel::kOverflowCheckAndNorm) {
     if (iteration != next_norm_iteration_) {
       return FailedPrecondition(Who(t, iteration) + ": overflow checks out of iteration order");
     }
@@ -37,7 +37,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     };
     return Status::Ok();
   }
-  if (t.kernel == "fp32_to_bf16") {
+  if (t.kernel == Kernel::kFp32ToBf16) {
     const int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
     if (out == kNoIndex) return InvalidArgument(Who(t, iteration) + ": fp32_to_bf16 allocates no output buffer");
     struct Conv {
@@ -72,7 +72,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     };
     return Status::Ok();
   }
-  if (t.kernel == "bf16_to_fp32") {
+  if (t.kernel == Kernel::kBf16ToFp32) {
     // The bf16 gradients kept in host memory, widened into the fp32 gradient buffer.
     if (t.tensors.size() != 1) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 names one grad16 tensor");
     const TensorSpec& ts = T(t.tensors[0]);
@@ -104,7 +104,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     job.finish = [this, out, begin, n, iteration] { Place(out, {kGrad, begin, n, 0, iteration}); };
     return Status::Ok();
   }
-  return InvalidArgument(Who(t, iteration) + ": convert kernel '" + t.kernel + "' is not supported by tierflow run");
+  return InvalidArgument(Who(t, iteration) + ": convert kernel '" + std::string(KernelName(t.kernel)) + "' is not supported by tierflow run");
 }
 
 }  // namespace tierflow::real::exec

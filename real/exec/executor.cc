@@ -13,8 +13,6 @@
 namespace tierflow::real {
 
 using exec::HasGlobalCheck;
-using exec::kKindBytes;
-using exec::KindOf;
 using exec::IterationState;
 using exec::Run;
 using exec::ScalerFor;
@@ -25,6 +23,7 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
   if (config.spec.config.tied_embeddings) return InvalidArgument("tierflow run: tied embeddings are not supported yet");
   TF_RETURN_IF_ERROR(schedule.Validate());
+  TF_RETURN_IF_ERROR(exec::CheckTaskContracts(schedule));
   if (!HasGlobalCheck(schedule) && (config.dynamic_loss_scaling || config.gradient_clipping > 0)) {
     return InvalidArgument("schedule '" + schedule.name + "' updates without a global gradient check (its optimizer overlaps backward), but " +
                            (config.dynamic_loss_scaling ? std::string("training.loss_scaling is dynamic")
@@ -52,10 +51,8 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
     }
   }
   for (const TensorSpec& ts : schedule.tensors()) {
-    const int kind = KindOf(ts.kind);
-    if (kind < 0) return InvalidArgument("tensor '" + ts.name + "': kind '" + ts.kind + "' is not one tierflow run knows");
     if (ts.rank != 0) return InvalidArgument("tensor '" + ts.name + "': rank " + std::to_string(ts.rank) + " (tierflow run runs rank 0 only)");
-    if (ts.size_bytes % kKindBytes[kind] != 0 || ts.element_offset + ts.size_bytes / kKindBytes[kind] > layout.total) {
+    if (ts.element_offset + ts.size_bytes / StateKindBytes(ts.kind) > layout.total) {
       return InvalidArgument("tensor '" + ts.name + "': its range is outside the model's " + std::to_string(layout.total) + " parameters");
     }
   }

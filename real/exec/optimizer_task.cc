@@ -7,7 +7,7 @@
 namespace tierflow::real::exec {
 
 Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
-  if (t.kernel != "adam") return InvalidArgument(Who(t, iteration) + ": optimizer kernel '" + t.kernel + "' (tierflow run has adam)");
+  if (t.kernel != Kernel::kAdam) return InvalidArgument(Who(t, iteration) + ": optimizer kernel '" + std::string(KernelName(t.kernel)) + "' (tierflow run has adam)");
   const size_t slot = static_cast<size_t>(iteration % window_);
   if (global_check_ && step_decided_[slot] < 0) {
     return FailedPrecondition(Who(t, iteration) + " runs before the overflow check and gradient norm of its iteration");

@@ -10,7 +10,9 @@
 //   run_buffers.cc    finding state in buffers, buffer memory
 //   run_loop.cc       the dispatch loop, Start and Finish, reading state back
 //   run_checkpoint.cc the run's checkpoints
-// A new op is one Prepare* in its own file plus its case in Run::Start.
+//   task_contracts.cc what each op asks of a task, checked when the schedule is loaded
+// A new op is one Prepare* in its own file, its case in Run::Start and its rules in
+// CheckTaskContracts.
 //
 // Thread safety: everything but a Job's work runs on the dispatch thread.
 #pragma once
@@ -34,6 +36,10 @@
 #include "trainer.h"
 
 namespace tierflow::real::exec {
+
+// What each op asks of a task's kernel, buffers and tensors (task_contracts.cc): InvalidArgument
+// naming the task and the rule. CheckRunnable calls it, before anything runs.
+Status CheckTaskContracts(const Schedule& schedule);
 
 // ---- The run -----------------------------------------------------------------------------------
 
@@ -123,7 +129,7 @@ class Run {
   }
   const TensorSpec& T(int32_t i) const { return s_.tensors()[static_cast<size_t>(i)]; }
   std::string Range(const TensorSpec& t) const {
-    return t.kind + " [" + std::to_string(t.element_offset) + ", " +
+    return std::string(StateKindName(t.kind)) + " [" + std::to_string(t.element_offset) + ", " +
            std::to_string(t.element_offset + t.size_bytes / kKindBytes[KindOf(t.kind)]) + ")";
   }
   int64_t Elements(const TensorSpec& t) const { return t.size_bytes / kKindBytes[KindOf(t.kind)]; }

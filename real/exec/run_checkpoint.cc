@@ -30,7 +30,7 @@ Status Run::LoadCheckpointIfAny() {
   Status sizes;
   auto sink = [&](const CheckpointEntry& e) -> void* {
     for (int k = 0; k < 3; ++k) {
-      if (e.name != kKindNames[kMaster + k]) continue;
+      if (e.name != KindName(kMaster + k)) continue;
       if (e.size_bytes != static_cast<int64_t>(total * 4)) {
         sizes = InvalidArgument("checkpoint '" + options_.checkpoint_dir + "': " + e.name + " has " + std::to_string(e.size_bytes) +
                                 " bytes, this model needs " + std::to_string(total * 4));
@@ -69,7 +69,7 @@ Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   j["good_steps"] = scaler_.good_steps();
   const std::string meta = j.dump();
   std::vector<CheckpointTensor> tensors;
-  for (int k = 0; k < 3; ++k) tensors.push_back({kKindNames[kMaster + k], "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
+  for (int k = 0; k < 3; ++k) tensors.push_back({KindName(kMaster + k), "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
   tensors.push_back({"meta", "u8", 0, meta.data(), static_cast<int64_t>(meta.size())});
   CheckpointOptions o;
   o.dirs = {options_.checkpoint_dir};

@@ -15,18 +15,6 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   job = Job{};
   job.instance = inst;
   job.start_s = MonotonicSeconds() - t0_;
-  // Disk I/O and CPU work touch host memory only: a GPU buffer there is gpu0 memory (device
-  // memory on a real GPU), which they cannot address.
-  if (t.op == Op::kRead || t.op == Op::kWrite || t.op == Op::kOptimizer || t.op == Op::kConvert) {
-    for (const auto* list : {&t.allocs, &t.uses}) {
-      for (int32_t b : *list) {
-        if (!OnGpu(b)) continue;
-        const BufferSpec& spec = s_.buffers()[static_cast<size_t>(b)];
-        return InvalidArgument(Who(t, inst.iteration) + ": buffer '" + spec.name + "' is in GPU pool '" +
-                               s_.pools()[static_cast<size_t>(spec.pool)].name + "', and a " + std::string(OpName(t.op)) + " task works on host memory");
-      }
-    }
-  }
   // Buffers it allocates get memory now (the dispatcher has admitted them to their pools).
   for (int32_t b : t.allocs) {
     Status st = TakeBuffer(Buf(b), s_.buffers()[static_cast<size_t>(b)].name);
@@ -222,7 +210,7 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     if (got.Get(ts.element_offset, ts.element_offset + n) == 1) continue;  // a copy already read
     got.Set(ts.element_offset, ts.element_offset + n, 1);
     char* block = static_cast<char*>(blocks_.Take(ts.size_bytes));
-    if (block == nullptr) return ResourceExhausted(std::string("reading ") + kKindNames[kind] + ": cannot allocate a staging buffer");
+    if (block == nullptr) return ResourceExhausted(std::string("reading ") + KindName(kind) + ": cannot allocate a staging buffer");
     IoRequest r{IoOp::kRead, f.fd(), ts.offset_bytes, ts.size_bytes, block, reads.size()};
     TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
     reads.push_back({block, &ts});
@@ -230,7 +218,7 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
   std::vector<IoCompletion> completions;
   while (completions.size() < reads.size()) done.Wait(&completions, 1);
   for (const IoCompletion& c : completions) {
-    if (!c.status.ok()) return Status(c.status.code(), std::string("reading ") + kKindNames[kind] + ": " + c.status.message());
+    if (!c.status.ok()) return Status(c.status.code(), std::string("reading ") + KindName(kind) + ": " + c.status.message());
   }
   for (const auto& [block, ts] : reads) {
     std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
@@ -247,7 +235,7 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     got.Set(ts.element_offset, ts.element_offset + n, 1);
   }
   if (got.Get(0, trainer_.layout().total) != 1) {
-    return FailedPrecondition(std::string("some of ") + kKindNames[kind] + " is not at version " + std::to_string(version) +
+    return FailedPrecondition(std::string("some of ") + KindName(kind) + " is not at version " + std::to_string(version) +
                               " in host memory or on any disk (" + std::to_string(base_iteration_ + version) + " iterations)");
   }
   return Status::Ok();

@@ -18,16 +18,13 @@ namespace tierflow::real::exec {
 
 // ---- State kinds and versions ----------------------------------------------------------------
 
+// The core's StateKind as an index, for per-kind arrays (kMaster + k is a moment's index).
 enum Kind : int { kParam16, kGrad16, kGrad, kMaster, kAdamM, kAdamV, kKindCount };
-inline constexpr const char* kKindNames[kKindCount] = {"param16", "grad16", "grad", "master", "adam_m", "adam_v"};
+static_assert(kKindCount == kStateKindCount && static_cast<int>(StateKind::kAdamV) == kAdamV);
 inline constexpr int64_t kKindBytes[kKindCount] = {2, 2, 4, 4, 4, 4};
 
-inline int KindOf(const std::string& name) {
-  for (int k = 0; k < kKindCount; ++k) {
-    if (name == kKindNames[k]) return k;
-  }
-  return -1;
-}
+inline int KindOf(StateKind kind) { return static_cast<int>(kind); }
+inline std::string KindName(int kind) { return std::string(StateKindName(static_cast<StateKind>(kind))); }
 
 // Element range -> version: the number of optimizer updates the bytes reflect (gradients: the
 // iteration that produced them). kNever where nothing was ever stored.
@@ -92,7 +89,7 @@ inline LossScaler ScalerFor(const TrainConfig& config) {
 // Whether the schedule decides each step after a global gradient check.
 inline bool HasGlobalCheck(const Schedule& s) {
   for (const TaskSpec& t : s.tasks()) {
-    if (t.op == Op::kConvert && t.kernel == "overflow_check_and_norm") return true;
+    if (t.op == Op::kConvert && t.kernel == Kernel::kOverflowCheckAndNorm) return true;
   }
   return false;
 }

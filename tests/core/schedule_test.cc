@@ -24,7 +24,7 @@ const char* kValid = R"({
   "tensors": [{"name": "w", "kind": "param16", "dtype": "bf16", "shape": [2, 3], "device": "nvme0", "size_bytes": 12}],
   "tasks": [
     {"id": "read", "op": "read", "resource": "nvme0.read", "bytes": 12, "tensors": ["w"], "allocs": ["b0"], "block_bytes": 4096, "queue_depth": 8},
-    {"id": "fwd", "op": "compute", "resource": "gpu0.compute", "kernel": "layer_fwd", "flops": 1.5e9, "uses": ["b0"], "deps": ["read"], "phase": "forward", "layer": 0},
+    {"id": "fwd", "op": "compute", "resource": "gpu0.compute", "kernel": "fwd", "flops": 1.5e9, "uses": ["b0"], "deps": ["read"], "phase": "forward", "layer": 0},
     {"id": "done", "op": "free", "frees": ["b0"], "deps": ["fwd"], "carried": [{"task": "fwd", "distance": 1}]}
   ]
 })";
@@ -64,13 +64,25 @@ TEST(ScheduleFile, RejectsMalformedFilesWithOneClearError) {
   };
   EXPECT_EQ(with(R"("deps": ["read"])", R"("deps": ["nope"])"),
             "invalid argument: task 'fwd': dep 'nope' does not exist");
-  EXPECT_EQ(with(R"("kernel": "layer_fwd")", R"("colour": "red")"),
+  EXPECT_EQ(with(R"("kernel": "fwd")", R"("colour": "red")"),
             "invalid argument: task 'fwd': unknown key 'colour'");
   EXPECT_EQ(with(R"("bytes": 12, "tensors")", R"("bytes": "12", "tensors")"),
             "invalid argument: task 'read': key 'bytes' must be an integer");
   EXPECT_EQ(with(R"("bytes": 12, "tensors")", R"("bytes": -12, "tensors")"),
             "invalid argument: task 'read': bytes must be >= 0");
   EXPECT_EQ(with(R"("op": "read")", R"("op": "teleport")"), "invalid argument: task 'read': unknown op 'teleport'");
+  // Kernels and state kinds are a fixed vocabulary (core/ops.h), checked when the file is read.
+  EXPECT_EQ(with(R"("kernel": "fwd")", R"("kernel": "layer_fwd")"),
+            "invalid argument: task 'fwd': unknown kernel 'layer_fwd' (fwd, bwd, adam, overflow_check_and_norm, fp32_to_bf16, bf16_to_fp32)");
+  EXPECT_EQ(with(R"("kernel": "fwd")", R"("kernel": "adam")"),
+            "invalid argument: task 'fwd': op 'compute' takes fwd, bwd, not 'adam'");
+  EXPECT_EQ(with(R"("op": "read",)", R"("op": "read", "kernel": "adam",)"),
+            "invalid argument: task 'read': op 'read' takes no kernel, not 'adam'");
+  EXPECT_EQ(with(R"("kind": "param16")", R"("kind": "weights")"),
+            "invalid argument: tensor 'w': unknown kind 'weights' (param16, grad16, grad, master, adam_m, adam_v)");
+  EXPECT_EQ(with(R"("kind": "param16")", R"("kind": "master")"), "invalid argument: tensor 'w': dtype 'bf16', but master is fp32");
+  EXPECT_EQ(with(R"("size_bytes": 12}])", R"("size_bytes": 13}])"),
+            "invalid argument: tensor 'w': size_bytes 13 is not whole param16 elements of 2 bytes");
   EXPECT_EQ(with(R"("resource": "gpu0.compute", "kernel")", R"("resource": "gpu9.compute", "kernel")"),
             "invalid argument: task 'fwd': resource 'gpu9.compute' does not exist");
   EXPECT_EQ(with(R"("concurrency": 2)", R"("concurrency": 0)"),

@@ -452,11 +452,32 @@ TEST(Executor, AHostTaskGivenAGpuBufferIsAnError) {
   const std::string pinned = planned.pools()[static_cast<size_t>(planned.buffers()[static_cast<size_t>(slot)].pool)].name;
   const Schedule s = EditedOrDie(planned, "\"slot.model.layers.0.mlp.gate_proj.weight.f0.r0\"", "\"pool\":\"" + pinned + "\"",
                                  "\"pool\":\"gpu0.hbm\"");
-  auto run = RunOnce(s, zi, "gpu-buffer");
-  ASSERT_FALSE(run.ok());
-  EXPECT_EQ(run.status().code(), StatusCode::kInvalidArgument) << run.status().ToString();
-  EXPECT_NE(run.status().message().find("slot.model.layers.0.mlp.gate_proj.weight.f0.r0' is in GPU pool 'gpu0.hbm'"), std::string::npos)
-      << run.status().ToString();
+  const Status st = CheckRunnable(s, ConfigFor(zi));  // refused when loaded, before anything runs
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("buffer 'slot.model.layers.0.mlp.gate_proj.weight.f0.r0' is not in host memory, and a read task works on host memory"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(RunOnce(s, zi, "gpu-buffer").status().message(), st.message());
+}
+
+// What no op can do is refused when the schedule is loaded, naming the task and the rule: a
+// compute without a kernel, an h2d of master weights, a disk write of state homed in host memory.
+TEST(Executor, WhatTheExecutorCannotRunIsRefusedWhenLoaded) {
+  const policies::Scenario zi = LoadTiny({});
+  const TrainConfig config = ConfigFor(zi);
+  const Schedule planned = PlanOrDie(zi);
+  const Schedule no_kernel = EditedOrDie(planned, "\"id\":\"fwd.", "\"kernel\":\"fwd\",", "");
+  Status st = CheckRunnable(no_kernel, config);
+  EXPECT_NE(st.message().find("(compute): names no kernel (fwd, bwd)"), std::string::npos) << st.ToString();
+  const Schedule master_to_gpu = EditedOrDie(planned, "\"id\":\"h2d.", "\"tensors\":[\"param16",
+                                             "\"tensors\":[\"master.r0[0+3295488]@nvme0\",\"param16");
+  st = CheckRunnable(master_to_gpu, config);
+  EXPECT_NE(st.message().find("(h2d): copies 'master.r0[0+3295488]@nvme0' (master) to the GPU; only param16 goes there"), std::string::npos)
+      << st.ToString();
+  const Schedule write_to_host = EditedOrDie(planned, "\"name\":\"param16.r0[", "\"device\":\"nvme0\"", "\"device\":\"host\"");
+  st = CheckRunnable(write_to_host, config);
+  EXPECT_NE(st.message().find("not a storage device"), std::string::npos) << st.ToString();
 }
 
 // A disk's store file is read and written either all with O_DIRECT or all through the page

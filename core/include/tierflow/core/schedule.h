@@ -60,7 +60,7 @@ struct BufferSpec {
 
 struct TensorSpec {
   std::string name;    // "layers.3.param16.r0", "opt.sg5.m.r1"
-  std::string kind;    // "param16", "master", "adam_m", "adam_v", "grad", "embedding", ...
+  StateKind kind = StateKind::kParam16;  // its bytes per element: StateKindBytes
   std::string dtype;   // "bf16", "fp16", "fp32"
   std::vector<int64_t> shape;
   int32_t rank = 0;    // data-parallel shard it belongs to
@@ -88,7 +88,7 @@ struct TaskSpec {
   std::string id;
   Op op = Op::kBarrier;
   int32_t resource = kNoIndex;  // kNoIndex only for alloc, free and barrier
-  std::string kernel;           // compute/optimizer/convert: the named step ("layer_fwd", "adam")
+  Kernel kernel = Kernel::kNone; // compute/optimizer/convert: the named step (KernelFitsOp)
   int64_t bytes = 0;            // bytes moved (I/O, copies, collectives) or touched (compute)
   double flops = 0;
   int64_t block_bytes = 0;      // I/O request size, 0 = kDefaultBlockBytes (IoBlockBytes)
