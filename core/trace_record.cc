@@ -142,6 +142,29 @@ Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& r
   return w.Close();
 }
 
+TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration, double start_s, double end_s,
+                       std::string source, int32_t threads) {
+  const TaskSpec& t = schedule.tasks()[static_cast<size_t>(task)];
+  TraceRecord r;
+  r.iteration = iteration;
+  r.task = t.id;
+  r.op = t.op;
+  if (t.resource != kNoIndex) r.resource = schedule.resources()[static_cast<size_t>(t.resource)].name;
+  r.layer = t.layer;
+  r.phase = t.phase;
+  r.bytes = t.bytes;
+  r.flops = t.flops;
+  r.start_s = start_s;
+  r.end_s = end_s;
+  r.source = std::move(source);
+  if (t.op == Op::kRead || t.op == Op::kWrite) {
+    r.block_bytes = IoBlockBytes(t);
+    r.queue_depth = IoQueueDepth(t);
+  }
+  if (t.op == Op::kOptimizer || t.op == Op::kConvert || IsCollectiveOp(t.op)) r.threads = threads;
+  return r;
+}
+
 TraceRecord ProbeRecord(std::string task, Op op, std::string resource, int64_t repetition, int64_t bytes,
                         double start_s, double end_s) {
   TraceRecord r;

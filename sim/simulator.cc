@@ -34,23 +34,7 @@ class RecordBuilder {
   RecordBuilder(const Schedule& schedule, const Plan& plan, SimResult* result)
       : schedule_(schedule), plan_(plan), result_(result) {}
   void Add(int32_t task, int64_t iteration, double start_s, double end_s) {
-    const TaskSpec& t = schedule_.tasks()[task];
-    const internal::TaskPlan& p = plan_.tasks[task];
-    TraceRecord& r = result_->records.emplace_back();
-    r.iteration = iteration;
-    r.task = t.id;
-    r.op = t.op;
-    if (t.resource != kNoIndex) r.resource = schedule_.resources()[t.resource].name;
-    r.layer = t.layer;
-    r.phase = t.phase;
-    r.bytes = t.bytes;
-    r.flops = t.flops;
-    r.start_s = start_s;
-    r.end_s = end_s;
-    r.source = "sim";
-    r.block_bytes = p.block_bytes;
-    r.queue_depth = p.queue_depth;
-    r.threads = p.record_threads;
+    result_->records.push_back(TaskRecord(schedule_, task, iteration, start_s, end_s, "sim", plan_.tasks[task].record_threads));
   }
 
  private:

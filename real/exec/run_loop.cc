@@ -71,32 +71,16 @@ Status Run::IterationDone(int64_t iteration) {
 void Run::Finish(Job& job, const TaskSpec& t) {
   ctx_iteration_ = job.instance.iteration;
   if (job.finish) job.finish();
-  TraceRecord r;
-  r.iteration = job.instance.iteration;
-  r.task = t.id;
-  r.op = t.op;
-  r.resource = t.resource == kNoIndex ? "" : s_.resources()[static_cast<size_t>(t.resource)].name;
-  r.layer = t.layer;
-  r.phase = t.phase;
-  r.bytes = t.bytes;
-  r.flops = t.flops;
-  r.start_s = job.start_s;
-  r.end_s = IsInstantOp(t.op) ? job.start_s : MonotonicSeconds() - t0_;
-  r.source = "real";
+  // As sim records it (docs/trace-format.md): the threads a CPU task ran on, a collective's rank
+  // count.
+  const int32_t threads = IsCollectiveOp(t.op) ? t.ranks
+                          : (t.op == Op::kOptimizer || t.op == Op::kConvert) && t.resource != kNoIndex ? ThreadsOf(t.resource).threads()
+                                                                                                       : 0;
+  TraceRecord r = TaskRecord(s_, job.instance.task, job.instance.iteration, job.start_s,
+                             IsInstantOp(t.op) ? job.start_s : MonotonicSeconds() - t0_, "real", threads);
   if (!job.device_span.empty()) {
     r.device_start_s = job.device_span.start_s - t0_;
     r.device_end_s = job.device_span.end_s - t0_;
-  }
-  if (t.op == Op::kRead || t.op == Op::kWrite) {  // the shape it ran with, as sim records it
-    r.block_bytes = IoBlockBytes(t);
-    r.queue_depth = IoQueueDepth(t);
-  }
-  // As sim records it (docs/trace-format.md): the threads a CPU task ran on, the rank count of a
-  // collective, 0 otherwise.
-  if (t.op == Op::kOptimizer || t.op == Op::kConvert) {
-    r.threads = t.resource == kNoIndex ? 0 : ThreadsOf(t.resource).threads();
-  } else if (t.op == Op::kAllGather || t.op == Op::kReduceScatter || t.op == Op::kAllReduce) {
-    r.threads = t.ranks;
   }
   result_.records.push_back(std::move(r));
   for (int32_t b : t.frees) GiveBuffer(Buf(b));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tierflow/core/ops.h"
+#include "tierflow/core/schedule.h"
 #include "tierflow/core/status.h"
 
 namespace tierflow {
@@ -46,6 +47,13 @@ struct TraceRecord {
   double duration_s() const { return end_s - start_s; }
   bool operator==(const TraceRecord&) const = default;
 };
+
+// The record of instance (task, iteration) of `schedule`, as sim and real both write it: the
+// task's id, op, resource, layer, phase, bytes and flops; a read's or write's request shape
+// (IoBlockBytes, IoQueueDepth); for optimizer and convert tasks and collectives, `threads` (the
+// CPU threads it ran on; a collective's rank count). Times and source as given.
+TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration, double start_s, double end_s,
+                       std::string source, int32_t threads);
 
 // A probe's record (source "probe") of one measured repetition: `iteration` is its index.
 TraceRecord ProbeRecord(std::string task, Op op, std::string resource, int64_t repetition, int64_t bytes,
