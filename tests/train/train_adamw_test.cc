@@ -119,6 +119,33 @@ TEST(TrainAdamW, OverflowCheckAndNorm) {
   EXPECT_FALSE(both.finite);
 }
 
+// The vectorised rounding equals the scalar pair for every sign, exponent and rounding case:
+// ties, carries into the exponent, infinities, NaNs (kept NaN), subnormals.
+TEST(TrainAdamW, RoundToBf16EqualsTheScalarConversionPair) {
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+                                0x7fc00000u, 0x7f800001u, 0xffbfffffu, 0x00000001u, 0x807fffffu, 0x00000000u, 0x80000000u};
+  std::mt19937 random(7);
+  for (int i = 0; i < 100000; ++i) bits.push_back(random());
+  std::vector<float> x(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) x[i] = std::bit_cast<float>(bits[i]);
+  std::vector<float> rounded = x;
+  cpu::RoundToBf16(rounded.data(), static_cast<int64_t>(rounded.size()), Threads());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t want = std::bit_cast<uint32_t>(Bf16ToFp32(Fp32ToBf16(x[i])));
+    ASSERT_EQ(std::bit_cast<uint32_t>(rounded[i]), want) << std::hex << "input 0x" << bits[i];
+  }
+}
+
+// Clipping to the global norm: the factor max_norm / (norm + 1e-6) when below 1, else 1; off at
+// 0 and for non-finite gradients.
+TEST(TrainAdamW, ClipCoefficient) {
+  const cpu::GradCheck norm5{true, 25.0};
+  EXPECT_FLOAT_EQ(cpu::ClipCoefficient(norm5, 1.0), static_cast<float>(1.0 / (5.0 + 1e-6)));
+  EXPECT_EQ(cpu::ClipCoefficient(norm5, 10.0), 1.0f);
+  EXPECT_EQ(cpu::ClipCoefficient(norm5, 0.0), 1.0f);
+  EXPECT_EQ(cpu::ClipCoefficient({false, 25.0}, 1.0), 1.0f);
+}
+
 TEST(TrainAdamW, LossScalerHalvesOnOverflowAndGrows) {
   LossScaler scaler(1024.0f, 2, 1.0f);
   EXPECT_FALSE(scaler.Update(false));
@@ -128,6 +155,11 @@ TEST(TrainAdamW, LossScalerHalvesOnOverflowAndGrows) {
   EXPECT_EQ(scaler.scale(), 1024.0f);
   for (int i = 0; i < 20; ++i) scaler.Update(false);
   EXPECT_EQ(scaler.scale(), 1.0f);
+  // Without loss scaling (bf16): scale 1, every step taken, overflow or not.
+  LossScaler none = LossScaler::None();
+  EXPECT_FALSE(none.dynamic());
+  EXPECT_TRUE(none.Update(false));
+  EXPECT_EQ(none.scale(), 1.0f);
 }
 
 }  // namespace

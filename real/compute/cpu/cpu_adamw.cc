@@ -164,8 +164,16 @@ void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads)
 }
 
 void RoundToBf16(float* x, int64_t n, CpuThreads& threads) {
+  // Fp32ToBf16 then Bf16ToFp32 on the bits, written without a branch so that GCC vectorises it
+  // (the scalar pair costs ~10 % of a tiny iteration); a test checks it against the pair.
   threads.ParallelFor(n, 65536, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) x[i] = Bf16ToFp32(::tierflow::real::Fp32ToBf16(x[i]));
+    uint32_t* bits = reinterpret_cast<uint32_t*>(x);
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t b = bits[i];
+      const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+      const uint32_t quiet_nan = (b | 0x400000u) & 0xffff0000u;
+      bits[i] = (b & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+    }
   });
 }
 
