@@ -4,6 +4,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>
 #include <queue>
+#include <tuple>
 
 namespace tierflow {
 namespace {
@@ -127,6 +128,37 @@ Status Schedule::Validate() const {
     if (t.size_bytes % StateKindBytes(t.kind) != 0) {
       return InvalidArgument("tensor " + Quote(t.name) + ": size_bytes " + std::to_string(t.size_bytes) + " is not whole " +
                              std::string(StateKindName(t.kind)) + " elements of " + std::to_string(StateKindBytes(t.kind)) + " bytes");
+    }
+  }
+
+  // Each byte of a device's store holds one element of one kind of one rank: tensors may overlap
+  // only where they name the same elements at the same bytes (a unit's gradient and the
+  // sub-group's gradient read back), never state of another kind, rank or element.
+  {
+    std::vector<int32_t> order;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (tensors_[i].size_bytes > 0) order.push_back(static_cast<int32_t>(i));
+    }
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      const TensorSpec &x = tensors_[a], &y = tensors_[b];
+      return std::tie(x.device, x.offset_bytes) < std::tie(y.device, y.offset_bytes);
+    });
+    auto base = [](const TensorSpec& t) { return t.offset_bytes - t.element_offset * StateKindBytes(t.kind); };
+    int32_t widest = kNoIndex;  // of the tensors so far on this device, the one reaching furthest
+    for (int32_t i : order) {
+      const TensorSpec& t = tensors_[i];
+      if (widest != kNoIndex && tensors_[widest].device == t.device &&
+          t.offset_bytes < tensors_[widest].offset_bytes + tensors_[widest].size_bytes) {
+        const TensorSpec& w = tensors_[widest];
+        if (w.kind != t.kind || w.rank != t.rank || base(w) != base(t)) {
+          const int64_t end = std::min(w.offset_bytes + w.size_bytes, t.offset_bytes + t.size_bytes);
+          return InvalidArgument("tensors " + Quote(w.name) + " and " + Quote(t.name) + " share bytes [" + std::to_string(t.offset_bytes) + ", " +
+                                 std::to_string(end) + ") of device " + Quote(devices_[t.device].name) +
+                                 " but name different state: each byte of a device's store holds one element of one kind of one rank");
+        }
+        if (t.offset_bytes + t.size_bytes <= w.offset_bytes + w.size_bytes) continue;
+      }
+      widest = i;
     }
   }
 

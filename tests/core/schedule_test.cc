@@ -159,6 +159,38 @@ TEST(ScheduleValidate, OneTasksBuffersFitTheirPoolTogether) {
             "beside 30 persistent bytes: needs 100 bytes, capacity is 99");
 }
 
+// Tensors may share a device's bytes only where they name the same elements of the same kind
+// and rank (a unit inside its sub-group); any other overlap would train on clobbered state.
+TEST(ScheduleValidate, TensorsShareBytesOnlyWhereTheyNameTheSameState) {
+  Schedule s;
+  s.AddDevice({"nvme0", DeviceKind::kNvme});
+  auto tensor = [&](const std::string& name, StateKind kind, int32_t rank, int64_t element, int64_t elements, int64_t offset) {
+    TensorSpec t;
+    t.name = name;
+    t.kind = kind;
+    t.rank = rank;
+    t.device = 0;
+    t.element_offset = element;
+    t.size_bytes = elements * StateKindBytes(kind);
+    t.offset_bytes = offset;
+    s.AddTensor(t);
+  };
+  tensor("subgroup", StateKind::kGrad, 0, 0, 1000, 8192);
+  tensor("unit", StateKind::kGrad, 0, 100, 50, 8192 + 400);      // elements 100..149 of the same grad
+  tensor("next", StateKind::kGrad, 0, 1000, 10, 8192 + 4000);   // right after, touching only
+  EXPECT_TRUE(s.Validate().ok()) << s.Validate().ToString();
+  tensor("master", StateKind::kMaster, 0, 0, 10, 8192 + 3000);  // another kind inside the sub-group's bytes
+  const Status st = s.Validate();
+  EXPECT_EQ(st.message(), "tensors 'subgroup' and 'master' share bytes [11192, 11232) of device 'nvme0' but name different state: "
+                          "each byte of a device's store holds one element of one kind of one rank");
+  Schedule shifted;
+  shifted.AddDevice({"nvme0", DeviceKind::kNvme});
+  s = shifted;
+  tensor("a", StateKind::kGrad, 0, 0, 100, 0);
+  tensor("b", StateKind::kGrad, 0, 10, 100, 4);  // element 10 at byte 4: not where 'a' keeps it
+  EXPECT_FALSE(s.Validate().ok());
+}
+
 TEST(ScheduleValidate, TopologicalOrderKeepsScheduleOrderAmongTies) {
   Builder b;
   b.Resource("r").Task("a", "r").Task("b", "r").Task("c", "r", {"b"}).Task("d", "r", {"a"});
