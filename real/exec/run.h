@@ -26,6 +26,7 @@
 #include "tierflow/core/dispatcher.h"
 #include "tierflow/core/schedule.h"
 #include "tierflow/real/dataset.h"
+#include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/io_window.h"
 #include "tierflow/real/storage.h"
@@ -181,6 +182,7 @@ class Run {
   bool global_check_;
   int64_t window_ = 2;
 
+  std::vector<DirLock> locks_;                        // every directory the run writes
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<FaultInjectingStorage> fault_;      // wraps storage_ when options_.faults is set
   Storage* io_ = nullptr;                              // what every I/O goes through

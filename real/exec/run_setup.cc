@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include "tierflow/real/dir_lock.h"
 #include "tierflow/real/disk_set.h"
 
 namespace tierflow::real::exec {
@@ -23,6 +25,18 @@ Status Run::Setup() {
   }
   for (DiskDir& d : dirs) d.required_bytes = need[static_cast<size_t>(s_.FindDevice(d.device))];
   TF_RETURN_IF_ERROR(CheckDiskDirs(dirs));
+  // Each directory is this run's alone (dir_lock.h), taken before its store is truncated.
+  for (const DiskDir& d : dirs) {
+    TF_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(d.dir, "--disk '" + d.dir + "' (" + d.device + ")"));
+    locks_.push_back(std::move(lock));
+  }
+  if (!options_.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.checkpoint_dir, ec);
+    if (ec) return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "': cannot create it: " + ec.message());
+    TF_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(options_.checkpoint_dir, "checkpoint '" + options_.checkpoint_dir + "'"));
+    locks_.push_back(std::move(lock));
+  }
   // The tasks cut their requests into block_bytes pieces themselves (IoWindow), so the back-end
   // must not cut them again, and each device's ring must hold what its I/O resources keep in
   // flight at once (concurrency x the deepest queue_depth of each).

@@ -12,6 +12,7 @@
 
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
+#include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/storage.h"
 #include "tierflow/real/tokenizer.h"
@@ -320,6 +321,41 @@ TEST(Executor, ACheckpointThatCannotBeWrittenStopsTheRunNamingIt) {
   ASSERT_FALSE(run.ok());
   EXPECT_NE(run.status().message().find("checkpoint '" + ckpt.str() + "'"), std::string::npos) << run.status().ToString();
   EXPECT_NE(run.status().message().find("Input/output error"), std::string::npos) << run.status().ToString();
+}
+
+// A directory another run (or checkpoint, or probe) holds is refused with the holder's pid,
+// before anything in it is truncated; once the holder lets go, the run goes ahead.
+TEST(Executor, ADirectoryInUseIsRefusedNamingItsHolder) {
+  const policies::Scenario zi = LoadTiny({});
+  TempDir d0("locked"), ckpt("locked-ckpt");
+  std::ofstream(d0.str() + "/tierflow-run.store") << "another run's state";
+  RunOptions options;
+  options.iterations = 1;
+  options.disks = {d0.str()};
+  {
+    auto held = DirLock::Acquire(d0.str(), "test");
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+    ASSERT_FALSE(run.ok());
+    EXPECT_EQ(run.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(run.status().message().find("--disk '" + d0.str() + "' (nvme0): in use by another tierflow process (pid " +
+                                          std::to_string(::getpid()) + ")"),
+              std::string::npos)
+        << run.status().ToString();
+    EXPECT_EQ(fs::file_size(d0.str() + "/tierflow-run.store"), std::string("another run's state").size()) << "left as it was";
+  }
+  {
+    auto held = DirLock::Acquire(ckpt.str(), "test");
+    ASSERT_TRUE(held.ok());
+    options.checkpoint_dir = ckpt.str();
+    options.checkpoint_every = 1;
+    auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+    ASSERT_FALSE(run.ok());
+    EXPECT_NE(run.status().message().find("checkpoint '" + ckpt.str() + "': in use by another tierflow process"), std::string::npos)
+        << run.status().ToString();
+  }
+  auto run = RunSchedule(PlanOrDie(zi), ConfigFor(zi), options);
+  EXPECT_TRUE(run.ok()) << run.status().ToString();
 }
 
 // The O_DIRECT alignment a file in `dir` needs, or 0 when its file system refuses O_DIRECT.
