@@ -16,6 +16,7 @@
 #include "tierflow/real/executor.h"
 #include "tierflow/real/storage.h"
 #include "tierflow/real/tokenizer.h"
+#include "tiny_run.h"
 
 namespace tierflow::real {
 namespace {
@@ -36,30 +37,10 @@ class TempDir {
   fs::path path_;
 };
 
-policies::Scenario LoadTiny(std::vector<std::string> sets) {
-  sets.push_back("training.sequence_length=32");  // a quarter of the work, same code paths
-  auto s = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml", sets);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return std::move(s).value();
-}
-
 Schedule PlanOrDie(const policies::Scenario& s) {
   auto schedule = policies::Plan(s);
   EXPECT_TRUE(schedule.ok()) << schedule.status().ToString();
   return std::move(schedule).value();
-}
-
-TrainConfig ConfigFor(const policies::Scenario& s) {
-  TrainConfig c;
-  c.spec.config = s.model;
-  c.batch = s.training.micro_batch_size;
-  c.seq = s.training.sequence_length;
-  std::ifstream in(std::string(TIERFLOW_SOURCE_DIR) + "/data/corpus/kjv-genesis.txt", std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  c.tokens = ByteEncode(text.str());
-  c.threads = 2;
-  return c;
 }
 
 // `s` with the first `from` after `anchor` in its JSON replaced by `to`: the schedule edited as a
@@ -235,11 +216,11 @@ TEST(Executor, GpuResidentParametersAreRefreshedByTheirH2d) {
 // changes the loss curve (the tiny model's gradient norm is above 0.05 from the start).
 TEST(Executor, GradientClippingMatchesTheReferenceAndChangesTraining) {
   const policies::Scenario zi = LoadTiny({"training.gradient_clipping=0.05"});
-  TrainConfig clipped = ConfigFor(zi);
-  clipped.gradient_clipping = zi.training.gradient_clipping;
+  const TrainConfig clipped = ConfigFor(zi);
+  ASSERT_EQ(clipped.gradient_clipping, 0.05);
   auto reference = RunInMemory(clipped, kIterations);
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
-  auto unclipped = RunInMemory(ConfigFor(zi), kIterations);
+  auto unclipped = RunInMemory(ConfigFor(LoadTiny({})), kIterations);
   ASSERT_TRUE(unclipped.ok()) << unclipped.status().ToString();
   EXPECT_EQ(reference->loss.front(), unclipped->loss.front());  // the first forward is before any update
   EXPECT_NE(reference->loss.back(), unclipped->loss.back());

@@ -12,15 +12,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
-#include <sstream>
 
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
 #include "tierflow/real/executor.h"
-#include "tierflow/real/tokenizer.h"
+#include "tiny_run.h"
 
 namespace tierflow::real {
 namespace {
@@ -37,26 +35,10 @@ struct Outcome {
 
 class Property {
  public:
-  Property() {
-    auto base = Load({});
-    config_.spec.config = base.model;
-    config_.batch = base.training.micro_batch_size;
-    config_.seq = base.training.sequence_length;
-    std::ifstream in(std::string(TIERFLOW_SOURCE_DIR) + "/data/corpus/kjv-genesis.txt", std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    config_.tokens = ByteEncode(text.str());
-    config_.threads = 2;
+  Property() : config_(ConfigFor(LoadTiny({}))) {
     auto reference = RunInMemory(config_, kIterations);
     TF_CHECK(reference.ok());
     reference_ = std::move(reference->master);
-  }
-
-  static policies::Scenario Load(std::vector<std::string> sets) {
-    sets.push_back("training.sequence_length=32");
-    auto s = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml", sets);
-    TF_CHECK(s.ok());
-    return std::move(s).value();
   }
 
   // Plans and runs `knobs` under `policy`; a failure of the property is a test failure.
@@ -67,7 +49,7 @@ class Property {
       sets.push_back("policy." + k + "=" + v);
       label += " " + k + "=" + v;
     }
-    auto schedule = policies::Plan(Load(sets));
+    auto schedule = policies::Plan(LoadTiny(sets));
     if (!schedule.ok()) {
       const std::string why = schedule.status().message();
       EXPECT_EQ(why.rfind("policy.", 0), 0u) << label << ": a refusal names the knob: " << why;
@@ -106,7 +88,7 @@ TEST(EverySchedule, EachTunableKnobValueRunsOrIsRefusedAtPlanTime) {
   Property p;
   Outcome out;
   for (const std::string& policy : policies::PolicyNames()) {
-    for (const policies::KnobChoice& knob : policies::TunableKnobs(policy, Property::Load({"policy.name=" + policy}))) {
+    for (const policies::KnobChoice& knob : policies::TunableKnobs(policy, LoadTiny({"policy.name=" + policy}))) {
       for (const std::string& value : knob.values) p.Check(policy, {{knob.name, value}}, &out);
     }
   }
@@ -119,7 +101,7 @@ TEST(EverySchedule, RandomCombinationsRunOrAreRefusedAtPlanTime) {
   Outcome out;
   std::mt19937 random(20261124);
   for (const std::string& policy : policies::PolicyNames()) {
-    std::vector<policies::KnobChoice> knobs = policies::TunableKnobs(policy, Property::Load({"policy.name=" + policy}));
+    std::vector<policies::KnobChoice> knobs = policies::TunableKnobs(policy, LoadTiny({"policy.name=" + policy}));
     for (policies::KnobChoice& k : knobs) {
       if (k.name == "sub_group_size") k.values.insert(k.values.end(), {"2e5", "1e6"});
     }
