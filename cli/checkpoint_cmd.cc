@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "inputs.h"
 #include "tierflow/core/units.h"
 #include "tierflow/models/llm.h"
 #include "tierflow/real/checkpoint.h"
@@ -110,6 +111,7 @@ StatusOr<real::CheckpointOptions> Options(const CkptArgs& a, real::CheckpointStr
 
 Status Save(const CkptArgs& a) {
   TF_ASSIGN_OR_RETURN(auto strategy, real::CheckpointStrategyFromName(a.strategy));
+  TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", true));
   TF_ASSIGN_OR_RETURN(auto set, MakeTensors(a));
   TF_ASSIGN_OR_RETURN(auto storage, StorageFor(a, strategy));
   TF_ASSIGN_OR_RETURN(auto o, Options(a, strategy));
@@ -146,6 +148,7 @@ double Median(std::vector<double> v) {
 
 Status Bench(const CkptArgs& a) {
   TF_ASSIGN_OR_RETURN(auto set, MakeTensors(a));
+  TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", true));
   std::vector<real::CheckpointStrategy> strategies;
   if (a.bench_strategy == "both" || a.bench_strategy.empty()) {
     strategies = {real::CheckpointStrategy::kAggregated, real::CheckpointStrategy::kFilePerTensor};

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 
 #include "tierflow/policies/policy.h"
@@ -101,6 +102,20 @@ StatusOr<models::HardwareSpec> LoadHardwareFile(const std::string& path) {
   auto hw = models::HardwareFromYamlText(ss.str());
   if (!hw.ok()) return hw.status().WithContext("hardware file '" + path + "'");
   return hw;
+}
+
+StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& dirs, const std::string& flag, bool create) {
+  std::vector<real::DirLock> locks;
+  for (const std::string& dir : dirs) {
+    const std::string label = flag + " '" + dir + "'";
+    std::error_code ec;
+    if (create) std::filesystem::create_directories(dir, ec);
+    if (ec) return FailedPrecondition(label + ": cannot create it: " + ec.message());
+    if (!std::filesystem::is_directory(dir, ec)) return NotFound(label + ": not a directory");
+    TF_ASSIGN_OR_RETURN(real::DirLock lock, real::DirLock::Acquire(dir, label));
+    locks.push_back(std::move(lock));
+  }
+  return locks;
 }
 
 Progress::Progress(std::string label, double total)

@@ -12,6 +12,7 @@
 #include "tierflow/core/schedule.h"
 #include "tierflow/models/hardware.h"
 #include "tierflow/policies/scenario.h"
+#include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
 
 namespace tierflow::cli {
@@ -40,6 +41,11 @@ StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, 
 // A hardware description file (a calibrated profile, or any file in docs/hardware-format.md);
 // errors name the file.
 StatusOr<models::HardwareSpec> LoadHardwareFile(const std::string& path);
+
+// Takes each of `dirs` for this process (real::DirLock: another tierflow process writing one is
+// refused, with its pid), creating them first when `create`. `flag` names them in errors
+// ("--dir"). The locks are held while the returned vector lives.
+StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& dirs, const std::string& flag, bool create);
 
 // Prints a one-line progress bar with ETA to stderr when it is a terminal.
 class Progress {

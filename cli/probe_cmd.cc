@@ -69,6 +69,7 @@ struct ProbeArgs {
 };
 
 Status RunProbeDisk(const ProbeArgs& a) {
+  TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", false));  // its files are this probe's alone
   real::DiskProbeOptions o;
   o.dirs = a.dirs;
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
@@ -296,6 +297,7 @@ Status RunProbeAll(const AllArgs& a) {
   for (const std::string& dir : a.dirs) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument("--dir '" + dir + "': not a directory");
   }
+  TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", false));
   real::DiskProbeOptions d;
   d.dirs = a.dirs;
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
