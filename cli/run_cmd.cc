@@ -2,6 +2,7 @@
 //              [--records out.jsonl] [--data FILE] [--in-memory] [--json]
 // Runs a schedule for real (real/exec): fine-tunes the scenario's model on the CPU with gpu0
 // emulated in host memory, state offloaded to the --disk directories as the schedule says.
+#include <cmath>
 #include <cstdio>
 
 #include "command.h"
@@ -40,6 +41,8 @@ struct RunArgs {
 
 Status RunRun(const RunArgs& a) {
   if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
+  if (!(a.lr > 0) || !std::isfinite(a.lr)) return InvalidArgument("--lr " + std::to_string(a.lr) + ": the learning rate must be a finite number > 0");
+  if (a.threads < 0) return InvalidArgument("--threads " + std::to_string(a.threads) + " must be >= 0 (0 = every core)");
   if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
   if (a.checkpoint_every < 0) return InvalidArgument("--checkpoint-every must be >= 0");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));

@@ -2,6 +2,9 @@
 // loaded when resuming.
 #include "run.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "tierflow/real/checkpoint.h"
@@ -62,6 +65,16 @@ Status Run::LoadCheckpointIfAny() {
 Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   std::vector<float> state[3];
   for (int k = 0; k < 3; ++k) TF_RETURN_IF_ERROR(ReadState(kMaster + k, iteration + 1, &state[k]).WithContext("checkpoint"));
+  // Nothing replaces good state with bad: a diverged run stops here, and the last committed
+  // checkpoint stays the one to resume from.
+  for (int k = 0; k < 3; ++k) {
+    const auto bad = std::find_if(state[k].begin(), state[k].end(), [](float x) { return !std::isfinite(x); });
+    if (bad != state[k].end()) {
+      return DataLoss("checkpoint '" + options_.checkpoint_dir + "' not written after iteration " + std::to_string(base_iteration_ + iteration) +
+                      ": " + KindName(kMaster + k) + " element " + std::to_string(bad - state[k].begin()) + " is " + std::to_string(*bad) +
+                      " (training diverged); the previous checkpoint is kept");
+    }
+  }
   nlohmann::json j;
   j["iterations_done"] = base_iteration_ + iteration + 1;
   j["updates"] = updates_;

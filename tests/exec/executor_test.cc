@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "tierflow/policies/policy.h"
@@ -280,6 +281,29 @@ TEST(Executor, AResumedRunEndsWhereAnUninterruptedOneDoes) {
     EXPECT_EQ(resumed->first_iteration, kIterations - 1) << policy;
     EXPECT_TRUE(SameBits(resumed->master, whole->master)) << policy;
   }
+}
+
+// A diverged run (a learning rate of infinity makes the weights NaN) stops at its checkpoint
+// instead of replacing the last good one with NaN weights.
+TEST(Executor, ANonFiniteStateIsNeverCheckpointed) {
+  const policies::Scenario zi = LoadTiny({});
+  TempDir root("diverge"), ckpt("diverge-ckpt");
+  RunOptions options;
+  options.disk_root = root.str();
+  options.iterations = 1;
+  options.checkpoint_dir = ckpt.str();
+  options.checkpoint_every = 1;
+  ASSERT_TRUE(RunSchedule(PlanOrDie(zi), ConfigFor(zi), options).ok());
+  const auto manifest = fs::last_write_time(ckpt.str() + "/tierflow-run.manifest.json");
+  TrainConfig diverging = ConfigFor(zi);
+  diverging.adam.lr = std::numeric_limits<float>::infinity();
+  options.iterations = 2;
+  options.resume = true;
+  auto run = RunSchedule(PlanOrDie(zi), diverging, options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), StatusCode::kDataLoss) << run.status().ToString();
+  EXPECT_NE(run.status().message().find("not written after iteration 1: master element"), std::string::npos) << run.status().ToString();
+  EXPECT_EQ(fs::last_write_time(ckpt.str() + "/tierflow-run.manifest.json"), manifest) << "the good checkpoint is kept";
 }
 
 // The run's checkpoints go through the run's storage: a fault injected there stops the run with
