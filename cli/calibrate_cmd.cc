@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "command.h"
+#include "tierflow/core/files.h"
 #include "inputs.h"
 #include "tierflow/core/trace_record.h"
 #include "tierflow/models/hardware.h"
@@ -193,11 +194,7 @@ Status Run(const CalibrateArgs& a) {
     for (const calibrate::FitReport& f : cal.fits) text += "# " + calibrate::FitSummary(f) + "\n";
     for (const std::string& n : cal.notes) text += "# note: " + n + "\n";
     text += models::HardwareToYaml(cal.profile);
-    std::ofstream out(a.output, std::ios::trunc);
-    if (!out) return IoError("calibrate: cannot write '" + a.output + "'");
-    out << text;
-    out.close();
-    if (!out) return IoError("calibrate: writing '" + a.output + "' failed");
+    TF_RETURN_IF_ERROR(WriteFileAtomically(a.output, text, "profile"));
   }
   if (a.json) {
     fmt::print("{}\n", ToJson(cal, in, a.base, write ? a.output : "").dump(1));

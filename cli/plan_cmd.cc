@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "tierflow/core/files.h"
 #include "inputs.h"
 #include "tierflow/core/units.h"
 
@@ -17,6 +18,7 @@ struct PlanArgs {
 };
 
 Status RunPlan(const PlanArgs& a) {
+  TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.scenario, "-o"));
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.scenario, a.sets));
   if (in.from_schedule_file) return InvalidArgument(a.scenario + ": plan takes a scenario (YAML), not a schedule");
   TF_RETURN_IF_ERROR(WriteScheduleFile(a.output, in.schedule));

@@ -8,6 +8,7 @@
 #include "command.h"
 #include "inputs.h"
 #include "report.h"
+#include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/real/checksum.h"
 #include "tierflow/real/executor.h"
@@ -45,6 +46,9 @@ Status RunRun(const RunArgs& a) {
   if (a.threads < 0) return InvalidArgument("--threads " + std::to_string(a.threads) + " must be >= 0 (0 = every core)");
   if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
   if (a.checkpoint_every < 0) return InvalidArgument("--checkpoint-every must be >= 0");
+  for (const auto& [flag, output] : {std::pair<const char*, std::string>{"--records", a.records}, {"--trace", a.trace}}) {
+    if (!output.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.input, flag));
+  }
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
   TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, a.lr, a.threads));
   auto print_loss = [&](int64_t iteration, double loss) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "tierflow/core/files.h"
 #include "tierflow/core/schedule.h"
 
 namespace tierflow {
@@ -448,22 +449,15 @@ StatusOr<Schedule> ScheduleFromJson(const std::string& text) {
 }
 
 StatusOr<Schedule> ReadScheduleFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("schedule file '" + path + "' cannot be opened");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto s = ScheduleFromJson(ss.str());
+  auto text = ReadFileToString(path, "schedule file");
+  if (!text.ok()) return text.status();
+  auto s = ScheduleFromJson(*text);
   if (!s.ok()) return s.status().WithContext(path);
   return s;
 }
 
 Status WriteScheduleFile(const std::string& path, const Schedule& schedule) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return FromErrno(errno, "open schedule file '" + path + "' for writing");
-  out << ScheduleToJson(schedule);
-  out.close();
-  if (!out) return FromErrno(errno, "write schedule file '" + path + "'");
-  return Status::Ok();
+  return WriteFileAtomically(path, ScheduleToJson(schedule), "schedule file");
 }
 
 }  // namespace tierflow

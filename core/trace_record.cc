@@ -1,5 +1,7 @@
 #include "tierflow/core/trace_record.h"
 
+#include "tierflow/core/files.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -137,9 +139,9 @@ StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path) {
 }
 
 Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& records) {
-  TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(path));
-  for (const auto& r : records) TF_RETURN_IF_ERROR(w.Write(r));
-  return w.Close();
+  std::string text;
+  for (const auto& r : records) text += TraceRecordToJson(r) + "\n";
+  return WriteFileAtomically(path, text, "trace file");
 }
 
 TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration, double start_s, double end_s,

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/sweep/sweep.h"
 
@@ -72,14 +73,7 @@ std::string SweepCsv(const SweepSpec& spec, std::vector<SweepRow> rows) {
   return out;
 }
 
-Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return IoError("cannot open '" + path + "' for writing");
-  out << text;
-  out.close();
-  if (!out) return IoError("cannot write '" + path + "'");
-  return Status::Ok();
-}
+Status WriteTextFile(const std::string& path, const std::string& text) { return WriteFileAtomically(path, text); }
 
 int CsvTable::Column(const std::string& name) const {
   for (size_t i = 0; i < header.size(); ++i) {

@@ -1,0 +1,86 @@
+#include "tierflow/core/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+namespace tierflow {
+namespace {
+
+std::string Named(std::string_view what, const std::string& path) { return std::string(what) + " '" + path + "'"; }
+
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadFileToString(const std::string& path, std::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return FromErrno(errno, "open " + Named(what, path));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return FromErrno(err, "read " + Named(what, path));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view contents, std::string_view what) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return FromErrno(errno, "write " + Named(what, path) + " (creating '" + tmp + "')");
+  auto fail = [&](int err, const std::string& step) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return FromErrno(err, "write " + Named(what, path) + " (" + step + "); the previous file, if any, is kept");
+  };
+  for (size_t done = 0; done < contents.size();) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(errno, "writing");
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) return fail(errno, "fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return FromErrno(err, "write " + Named(what, path) + " (close)");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return FromErrno(err, "write " + Named(what, path) + " (rename)");
+  }
+  const int dir = ::open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {  // the rename itself durable; a directory that cannot be opened is not an error
+    (void)::fsync(dir);
+    ::close(dir);
+  }
+  return Status::Ok();
+}
+
+Status RefuseOutputOverInput(const std::string& output, const std::string& input, std::string_view flag) {
+  struct stat out {}, in {};
+  if (::stat(output.c_str(), &out) != 0 || ::stat(input.c_str(), &in) != 0) return Status::Ok();  // nothing to destroy
+  if (out.st_dev == in.st_dev && out.st_ino == in.st_ino) {
+    return InvalidArgument(std::string(flag) + " '" + output + "' is the input '" + input + "': writing it would destroy it; choose another file");
+  }
+  return Status::Ok();
+}
+
+}  // namespace tierflow

@@ -1,0 +1,28 @@
+// Whole-file reads and writes for every file the tool reads or writes as a whole (schedules,
+// trace records, sweep tables, profiles): leveldb's ReadFileToString and WriteFileAtomically.
+// A write never leaves a half-written file where a good one was: the text goes to a temporary
+// name beside the target, is flushed to the disk, and is renamed over the target only when
+// complete (an error or a crash leaves the old file, and the temporary one is removed).
+//
+// Thread safety: free functions; two writers of one path at once each leave a whole file, the
+// later rename winning.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "tierflow/core/status.h"
+
+namespace tierflow {
+
+// NotFound when `path` does not exist; the errno's status otherwise, naming `what` and the path.
+StatusOr<std::string> ReadFileToString(const std::string& path, std::string_view what = "file");
+
+// Writes `contents` to `path` through `path.tmp-<pid>`, fsync, rename and fsync of the directory.
+Status WriteFileAtomically(const std::string& path, std::string_view contents, std::string_view what = "file");
+
+// InvalidArgument when `output` names the same file as `input` (after following links and
+// `..`), which writing it would destroy; `flag` names the output ("-o").
+Status RefuseOutputOverInput(const std::string& output, const std::string& input, std::string_view flag);
+
+}  // namespace tierflow
