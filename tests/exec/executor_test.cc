@@ -283,16 +283,22 @@ TEST(Executor, AResumedRunEndsWhereAnUninterruptedOneDoes) {
   }
 }
 
+// `iterations` with the disks under `root` and a checkpoint in `ckpt` after each.
+RunOptions CheckpointedEachIteration(const TempDir& root, const TempDir& ckpt, int64_t iterations) {
+  RunOptions options;
+  options.disk_root = root.str();
+  options.iterations = iterations;
+  options.checkpoint_dir = ckpt.str();
+  options.checkpoint_every = 1;
+  return options;
+}
+
 // A diverged run (a learning rate of infinity makes the weights NaN) stops at its checkpoint
 // instead of replacing the last good one with NaN weights.
 TEST(Executor, ANonFiniteStateIsNeverCheckpointed) {
   const policies::Scenario zi = LoadTiny({});
   TempDir root("diverge"), ckpt("diverge-ckpt");
-  RunOptions options;
-  options.disk_root = root.str();
-  options.iterations = 1;
-  options.checkpoint_dir = ckpt.str();
-  options.checkpoint_every = 1;
+  RunOptions options = CheckpointedEachIteration(root, ckpt, 1);
   ASSERT_TRUE(RunSchedule(PlanOrDie(zi), ConfigFor(zi), options).ok());
   const auto manifest = fs::last_write_time(ckpt.str() + "/tierflow-run.manifest.json");
   TrainConfig diverging = ConfigFor(zi);
@@ -311,11 +317,7 @@ TEST(Executor, ANonFiniteStateIsNeverCheckpointed) {
 TEST(Executor, ACheckpointThatCannotBeWrittenStopsTheRunNamingIt) {
   const policies::Scenario zi = LoadTiny({});
   TempDir root("ckpt-fault"), ckpt("ckpt-fault-dir");
-  RunOptions options;
-  options.disk_root = root.str();
-  options.iterations = 2;
-  options.checkpoint_dir = ckpt.str();
-  options.checkpoint_every = 1;
+  RunOptions options = CheckpointedEachIteration(root, ckpt, 2);
   FaultRule broken;
   broken.ops = static_cast<uint32_t>(FaultOpMask::kWrite);
   broken.path_contains = ckpt.str();
