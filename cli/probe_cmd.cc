@@ -86,6 +86,7 @@ Status RunProbeDisk(const ProbeArgs& a) {
   o.repetitions = a.reps;
   o.random = a.random;
   o.backend = a.backend;
+  TF_RETURN_IF_ERROR(real::CheckDiskProbeOptions(o));  // before the table's header, not after it
   if (!a.json) {
     std::printf("# tierflow probe disk: %zu dir(s), file %s each, %s offsets, warm-up %.2f s, %d x %.2f s per point\n",
                 o.dirs.size(), FormatBytes(static_cast<double>(o.file_bytes)).c_str(), o.random ? "random" : "sequential",

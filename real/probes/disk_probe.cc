@@ -197,6 +197,11 @@ Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
   for (int32_t qd : o.queue_depths) {
     if (qd < 1) return InvalidArgument("probe disk: queue depth " + std::to_string(qd) + " must be at least 1");
   }
+  // A point is the median of its repetitions: none is nothing to take the median of.
+  if (o.repetitions < 1) return InvalidArgument("probe disk: --reps " + std::to_string(o.repetitions) + " must be at least 1");
+  if (!(o.duration_s > 0) || !(o.warmup_s >= 0)) {
+    return InvalidArgument("probe disk: the measured window must be > 0 s and the warm-up >= 0 s");
+  }
   return Status::Ok();
 }
 

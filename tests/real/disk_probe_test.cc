@@ -7,6 +7,19 @@
 namespace tierflow::real {
 namespace {
 
+// Options that would measure nothing are refused before any file is made (--reps 0 segfaulted
+// taking the median of no repetitions).
+TEST(DiskProbeOptions, ZeroRepetitionsOrAnEmptyWindowAreRefused) {
+  DiskProbeOptions o;
+  o.dirs = {std::filesystem::temp_directory_path().string()};
+  EXPECT_TRUE(CheckDiskProbeOptions(o).ok()) << CheckDiskProbeOptions(o).ToString();
+  o.repetitions = 0;
+  EXPECT_EQ(CheckDiskProbeOptions(o).message(), "probe disk: --reps 0 must be at least 1");
+  o.repetitions = 1;
+  o.duration_s = 0;
+  EXPECT_FALSE(CheckDiskProbeOptions(o).ok());
+}
+
 TEST(IoScheduler, TheActiveOneIsTheBracketedName) {
   EXPECT_EQ(ActiveIoScheduler("none [mq-deadline] kyber bfq\n"), "mq-deadline");
   EXPECT_EQ(ActiveIoScheduler("[none] mq-deadline\n"), "none");
