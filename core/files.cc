@@ -40,8 +40,10 @@ StatusOr<std::string> ReadFileToString(const std::string& path, std::string_view
   return out;
 }
 
+std::string TemporaryPath(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
+
 Status WriteFileAtomically(const std::string& path, std::string_view contents, std::string_view what) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const std::string tmp = TemporaryPath(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return FromErrno(errno, "write " + Named(what, path) + " (creating '" + tmp + "')");
   auto fail = [&](int err, const std::string& step) {
@@ -55,12 +57,23 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, s
     if (n < 0) return fail(errno, "writing");
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) return fail(errno, "fsync");
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return FromErrno(err, "write " + Named(what, path) + " (close)");
   }
+  return ReplaceWith(tmp, path, what);
+}
+
+Status ReplaceWith(const std::string& tmp, const std::string& path, std::string_view what) {
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return FromErrno(err, "write " + Named(what, path) + " (fsync); the previous file, if any, is kept");
+  }
+  ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());

@@ -38,7 +38,6 @@ std::optional<DeviceKind> DeviceKindFromName(std::string_view name) {
 
 std::string_view StateKindName(StateKind kind) { return kStateKindNames[static_cast<size_t>(kind)]; }
 std::optional<StateKind> StateKindFromName(std::string_view name) { return Lookup<StateKind>(kStateKindNames, name); }
-int64_t StateKindBytes(StateKind kind) { return kind == StateKind::kParam16 || kind == StateKind::kGrad16 ? 2 : 4; }
 std::string_view StateKindDtype(StateKind kind) { return StateKindBytes(kind) == 2 ? "bf16" : "fp32"; }
 std::string_view KernelName(Kernel kernel) { return kKernelNames[static_cast<size_t>(kernel)]; }
 std::optional<Kernel> KernelFromName(std::string_view name) { return Lookup<Kernel>(kKernelNames, name); }

@@ -139,9 +139,18 @@ StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path) {
 }
 
 Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& records) {
-  std::string text;
-  for (const auto& r : records) text += TraceRecordToJson(r) + "\n";
-  return WriteFileAtomically(path, text, "trace file");
+  // Streamed (a sim of many iterations has millions of records), then put in place whole.
+  const std::string tmp = TemporaryPath(path);
+  Status st = [&]() -> Status {
+    TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(tmp));
+    for (const auto& r : records) TF_RETURN_IF_ERROR(w.Write(r));
+    return w.Close();
+  }();
+  if (!st.ok()) {
+    std::remove(tmp.c_str());
+    return st.WithContext("trace file '" + path + "' (the previous file, if any, is kept)");
+  }
+  return ReplaceWith(tmp, path, "trace file");
 }
 
 TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration, double start_s, double end_s,

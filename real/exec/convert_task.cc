@@ -39,7 +39,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
   }
   if (t.kernel == Kernel::kFp32ToBf16) {
     const int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
-    if (out == kNoIndex) return InvalidArgument(Who(t, iteration) + ": fp32_to_bf16 allocates no output buffer");
+    TF_CHECK(out != kNoIndex);  // CheckTaskContracts
     struct Conv {
       const float* src;
       int64_t offset, begin, n, version;
@@ -74,7 +74,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
   }
   if (t.kernel == Kernel::kBf16ToFp32) {
     // The bf16 gradients kept in host memory, widened into the fp32 gradient buffer.
-    if (t.tensors.size() != 1) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 names one grad16 tensor");
+    TF_CHECK(t.tensors.size() == 1);  // CheckTaskContracts
     const TensorSpec& ts = T(t.tensors[0]);
     const int64_t n = Elements(ts);
     // The sub-group's bf16 gradients, every unit's part of this iteration, side by side in the
@@ -104,7 +104,8 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     job.finish = [this, out, begin, n, iteration] { Place(out, {kGrad, begin, n, 0, iteration}); };
     return Status::Ok();
   }
-  return InvalidArgument(Who(t, iteration) + ": convert kernel '" + std::string(KernelName(t.kernel)) + "' is not supported by tierflow run");
+  TF_CHECK(false);  // CheckTaskContracts admits no other convert kernel
+  return Status::Ok();
 }
 
 }  // namespace tierflow::real::exec

@@ -26,7 +26,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     for (int32_t ti : t.tensors) {
       const TensorSpec& ts = T(ti);
       const int kind = KindOf(ts.kind);
-      if (kind != kParam16) return InvalidArgument(Who(t, iteration) + ": h2d of " + KindName(kind) + " (only param16 goes to the GPU)");
+      TF_CHECK(kind == kParam16);  // CheckTaskContracts
       const int64_t n = Elements(ts);
       const Span p = buffer == kNoIndex ? Span{} : FindSpan(buffer, kind, ts.element_offset, n);
       if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but no host buffer it uses holds it");
@@ -76,7 +76,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = T(ti);
     const int kind = KindOf(ts.kind);
-    if (kind != kGrad && kind != kGrad16) return InvalidArgument(Who(t, iteration) + ": d2h of " + KindName(kind) + " (only gradients leave the GPU)");
+    TF_CHECK(kind == kGrad || kind == kGrad16);  // CheckTaskContracts
     const int64_t n = Elements(ts);
     // The layer's fp32 gradients, in a GPU buffer it uses (the backward that computed them
     // allocated it).

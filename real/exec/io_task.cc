@@ -14,7 +14,7 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
   const int32_t buffer = read ? (t.allocs.empty() ? (t.uses.empty() ? kNoIndex : t.uses[0]) : t.allocs[0])
                               : (t.uses.empty() ? kNoIndex : t.uses[0]);
   if (t.tensors.empty()) return Status::Ok();  // bytes with no state (none in our policies)
-  if (buffer == kNoIndex) return InvalidArgument(Who(t, iteration) + ": moves tensors but names no buffer");
+  TF_CHECK(buffer != kNoIndex);  // CheckTaskContracts: a task that moves tensors names a buffer
   BufferState& buf = Buf(buffer);
   struct Move {
     int32_t tensor;
@@ -29,10 +29,7 @@ Status Run::PrepareIo(const TaskSpec& t, Job& job, int64_t iteration) {
     const TensorSpec& ts = T(ti);
     const int kind = KindOf(ts.kind);
     const DiskFile& f = disk_of_device_[static_cast<size_t>(ts.device)];
-    if (f.direct < 0) {
-      return InvalidArgument(Who(t, iteration) + ": " + Range(ts) + " lives on '" + s_.devices()[static_cast<size_t>(ts.device)].name +
-                             "', not a disk; " + std::string(OpName(t.op)) + " moves state between a disk and host memory");
-    }
+    TF_CHECK(f.direct >= 0);  // CheckTaskContracts: homed on a storage device, and Setup opened each
     const int64_t n = Elements(ts);
     int64_t offset = packed, version = 0;
     if (read) {

@@ -7,7 +7,7 @@
 namespace tierflow::real::exec {
 
 Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
-  if (t.kernel != Kernel::kAdam) return InvalidArgument(Who(t, iteration) + ": optimizer kernel '" + std::string(KernelName(t.kernel)) + "' (tierflow run has adam)");
+  TF_CHECK(t.kernel == Kernel::kAdam);  // CheckTaskContracts
   const size_t slot = static_cast<size_t>(iteration % window_);
   if (global_check_ && step_decided_[slot] < 0) {
     return FailedPrecondition(Who(t, iteration) + " runs before the overflow check and gradient norm of its iteration");
@@ -29,7 +29,7 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
     }
     state[kind - kMaster] = reinterpret_cast<float*>(p.data);
   }
-  if (begin < 0) return InvalidArgument(Who(t, iteration) + ": adam names no master, adam_m, adam_v tensors");
+  TF_CHECK(begin >= 0);  // CheckTaskContracts: adam names its three states
   const Span g = FindIn(t.uses, kGrad, begin, n);
   if (g.data == nullptr) {
     return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(begin) + ", " +

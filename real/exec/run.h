@@ -120,7 +120,8 @@ class Run {
   Status PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration);
   Status PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration);
   Status PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration);
-  // State `kind` (master, adam_m, adam_v) from its disk homes, every element at `version`.
+  // State `kind` (master, adam_m, adam_v) from its homes on disk and in host memory, every element
+  // at `version`.
   Status ReadState(int kind, int64_t version, std::vector<float>* out);
   Status LoadCheckpointIfAny();
   Status SaveTrainingCheckpoint(int64_t iteration);
@@ -131,9 +132,9 @@ class Run {
   const TensorSpec& T(int32_t i) const { return s_.tensors()[static_cast<size_t>(i)]; }
   std::string Range(const TensorSpec& t) const {
     return std::string(StateKindName(t.kind)) + " [" + std::to_string(t.element_offset) + ", " +
-           std::to_string(t.element_offset + t.size_bytes / kKindBytes[KindOf(t.kind)]) + ")";
+           std::to_string(t.element_offset + t.size_bytes / StateKindBytes(t.kind)) + ")";
   }
-  int64_t Elements(const TensorSpec& t) const { return t.size_bytes / kKindBytes[KindOf(t.kind)]; }
+  int64_t Elements(const TensorSpec& t) const { return t.size_bytes / StateKindBytes(t.kind); }
   // A buffer's state in the iteration being prepared or finished (ctx_iteration_): iterations in
   // the window each have their own instance of a non-persistent buffer.
   BufferState& Buf(int32_t b) { return buffers_[BufIndex(b)]; }

@@ -17,7 +17,7 @@ CpuThreads& Run::ThreadsOf(int32_t resource) {
 
 Span Run::FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const {
   const BufferState& buf = Buf(buffer);
-  const int64_t end = begin + n, bytes = kKindBytes[kind];
+  const int64_t end = begin + n, bytes = KindBytes(kind);
   std::vector<const Piece*> parts;
   for (const Piece& p : buf.pieces) {
     if (p.kind != kind || p.begin >= end || begin >= p.begin + p.elements) continue;
@@ -50,7 +50,7 @@ Span Run::FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, i
 }
 
 void Run::SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version) {
-  const int64_t end = begin + n, bytes = kKindBytes[kind];
+  const int64_t end = begin + n, bytes = KindBytes(kind);
   std::vector<Piece> out;
   for (const Piece& p : Buf(buffer).pieces) {
     const int64_t p_end = p.begin + p.elements;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/disk_set.h"
 

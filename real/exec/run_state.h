@@ -21,9 +21,9 @@ namespace tierflow::real::exec {
 // The core's StateKind as an index, for per-kind arrays (kMaster + k is a moment's index).
 enum Kind : int { kParam16, kGrad16, kGrad, kMaster, kAdamM, kAdamV, kKindCount };
 static_assert(kKindCount == kStateKindCount && static_cast<int>(StateKind::kAdamV) == kAdamV);
-inline constexpr int64_t kKindBytes[kKindCount] = {2, 2, 4, 4, 4, 4};
 
 inline int KindOf(StateKind kind) { return static_cast<int>(kind); }
+constexpr int64_t KindBytes(int kind) { return StateKindBytes(static_cast<StateKind>(kind)); }
 inline std::string KindName(int kind) { return std::string(StateKindName(static_cast<StateKind>(kind))); }
 
 // Element range -> version: the number of optimizer updates the bytes reflect (gradients: the

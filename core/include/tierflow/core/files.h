@@ -18,8 +18,15 @@ namespace tierflow {
 // NotFound when `path` does not exist; the errno's status otherwise, naming `what` and the path.
 StatusOr<std::string> ReadFileToString(const std::string& path, std::string_view what = "file");
 
-// Writes `contents` to `path` through `path.tmp-<pid>`, fsync, rename and fsync of the directory.
+// Writes `contents` to `path` through TemporaryPath(path), fsync, rename and fsync of the
+// directory.
 Status WriteFileAtomically(const std::string& path, std::string_view contents, std::string_view what = "file");
+
+// For a file written as a stream (trace records): write it at TemporaryPath(path), then
+// ReplaceWith(tmp, path) syncs it, renames it over `path` and syncs the directory; on any error
+// the temporary file is removed and `path` is left as it was.
+std::string TemporaryPath(const std::string& path);
+Status ReplaceWith(const std::string& tmp, const std::string& path, std::string_view what = "file");
 
 // InvalidArgument when `output` names the same file as `input` (after following links and
 // `..`), which writing it would destroy; `flag` names the output ("-o").

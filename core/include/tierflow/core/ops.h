@@ -66,7 +66,7 @@ std::optional<DeviceKind> DeviceKindFromName(std::string_view name);
 std::string_view StateKindName(StateKind kind);
 std::optional<StateKind> StateKindFromName(std::string_view name);
 // Bytes per element: 2 for the bf16 kinds, 4 for the fp32 ones.
-int64_t StateKindBytes(StateKind kind);
+constexpr int64_t StateKindBytes(StateKind kind) { return kind == StateKind::kParam16 || kind == StateKind::kGrad16 ? 2 : 4; }
 std::string_view StateKindDtype(StateKind kind);  // "bf16" or "fp32"
 std::string_view KernelName(Kernel kernel);
 std::optional<Kernel> KernelFromName(std::string_view name);
