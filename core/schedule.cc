@@ -85,6 +85,12 @@ std::vector<int32_t> Schedule::TopologicalOrder() const {
   return order;
 }
 
+int32_t Schedule::MicroSteps() const {
+  int32_t most = 0;
+  for (const TaskSpec& t : tasks_) most = std::max(most, t.micro_step);
+  return most + 1;
+}
+
 Status Schedule::Validate() const {
   const int32_t n = static_cast<int32_t>(tasks_.size());
   auto in_range = [](int32_t i, size_t size) { return i >= 0 && static_cast<size_t>(i) < size; };
@@ -179,8 +185,8 @@ Status Schedule::Validate() const {
     }
     if (t.bytes < 0) return InvalidArgument(who + ": bytes must be >= 0");
     if (t.flops < 0) return InvalidArgument(who + ": flops must be >= 0");
-    if (t.block_bytes < 0 || t.queue_depth < 0 || t.ranks < 0) {
-      return InvalidArgument(who + ": block_bytes, queue_depth and ranks must be >= 0");
+    if (t.block_bytes < 0 || t.queue_depth < 0 || t.ranks < 0 || t.micro_step < 0) {
+      return InvalidArgument(who + ": block_bytes, queue_depth, ranks and micro_step must be >= 0");
     }
     for (int32_t x : t.tensors) {
       if (!in_range(x, tensors_.size())) return InvalidArgument(who + ": tensor out of range");

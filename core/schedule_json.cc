@@ -255,7 +255,7 @@ StatusOr<Schedule> Parse(const Json& root) {
     Fields f(*section[i], owner);
     TF_RETURN_IF_ERROR(f.CheckKnownKeys({"id", "op", "resource", "kernel", "bytes", "flops", "block_bytes", "queue_depth",
                                          "ranks", "tensors", "allocs", "uses", "frees", "deps", "carried", "priority",
-                                         "phase", "layer"}));
+                                         "phase", "layer", "micro_step"}));
     TaskSpec t;
     t.id = ids[i];
     std::string op, resource, phase;
@@ -324,6 +324,7 @@ StatusOr<Schedule> Parse(const Json& root) {
       t.phase = *p;
     }
     TF_RETURN_IF_ERROR(f.Integer("layer", &t.layer, false));
+    TF_RETURN_IF_ERROR(f.Integer("micro_step", &t.micro_step, false));
     s.AddTask(std::move(t));
   }
   TF_RETURN_IF_ERROR(s.Validate());
@@ -436,6 +437,7 @@ std::string ScheduleToJson(const Schedule& s) {
     if (t.priority) j["priority"] = t.priority;
     if (t.phase != Phase::kOther) j["phase"] = PhaseName(t.phase);
     if (t.layer != -1) j["layer"] = t.layer;
+    if (t.micro_step != 0) j["micro_step"] = t.micro_step;
     return j;
   }, true);
   out << "}\n";

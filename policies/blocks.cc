@@ -304,17 +304,28 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   res.grad_copies.resize(ranks);
   res.grad_writes.resize(ranks);
   res.grad_ready.assign(ranks, std::vector<int32_t>(plan.units.size(), kNoIndex));
-  if (o.gradient_path == GradientPath::kKeepInHost) {
+  const int64_t micro_steps = b.scenario().training.gradient_accumulation_steps;
+  const bool flush = o.gradient_path == GradientPath::kFlushToNvme;
+  // Per rank, the persistent bf16 buffer of the whole partition that d2h copies into: the kept
+  // gradients, or the accumulator of a flush with micro-steps (GradientPath).
+  std::vector<int32_t> accumulator;
+  if (!flush) {
     for (int32_t r = 0; r < ranks; ++r) {
       res.host_grad_buffer.push_back(
           b.Buffer("grad.host.r" + std::to_string(r), o.grad_pool[r], plan.rank_elements * 2, /*persistent=*/true));
+    }
+    accumulator = res.host_grad_buffer;
+  } else if (micro_steps > 1) {
+    for (int32_t r = 0; r < ranks; ++r) {
+      const std::string R = ".r" + std::to_string(r);
+      const int32_t pool = b.Pool("host.pinned.grad_accum" + R, "host", plan.rank_elements * 2);
+      accumulator.push_back(b.Buffer("grad.accum" + R, pool, plan.rank_elements * 2, /*persistent=*/true));
     }
   }
   std::vector<int32_t> forward_order(plan.units.size()), backward_order;
   for (size_t i = 0; i < plan.units.size(); ++i) forward_order[i] = static_cast<int32_t>(i);
   backward_order.assign(forward_order.rbegin(), forward_order.rend());
 
-  const int64_t micro_steps = b.scenario().training.gradient_accumulation_steps;
   int32_t priority_base = 0;
   TF_CHECK(o.fetch.slot_ring == 0 || o.fetch.slot_ring >= o.fetch.coupled_reads);  // else a dep cycle
   // Per pinned pool, in fetch order: (read, the all-gather that frees its slot).
@@ -322,6 +333,8 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   std::vector<int32_t> last_h2d;  // per rank, over every pass: h2d copies in fetch order
   std::vector<int32_t> last_admit(static_cast<size_t>(ranks), kNoIndex);  // per rank, over every pass
   for (int64_t m = 0; m < micro_steps; ++m) {
+    const int32_t first_task = b.task_count();
+    const bool last_micro_step = m + 1 == micro_steps;
     for (int pass = 0; pass < 2; ++pass) {
       const bool fwd = pass == 0;
       FetchOptions fo = o.fetch;
@@ -426,25 +439,28 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           const int32_t rs_task = b.Task(std::move(rs));
           for (int32_t r = 0; r < ranks; ++r) {
             const std::string id = gu.name + "." + fo.tag + ".r" + std::to_string(r);
-            const bool flush = o.gradient_path == GradientPath::kFlushToNvme;
-            // Flush: the fp32 partition into pinned staging; keep: the bf16 partition into the
-            // rank's persistent host gradient buffer.
-            const int64_t grad_bytes = gu.rank_elements * (flush ? 4 : 2);
-            const int32_t gbuf = flush ? b.Buffer("grad." + id, o.grad_pool[r], grad_bytes) : res.host_grad_buffer[r];
+            // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else
+            // the fp32 partition into pinned staging for the write.
+            const bool to_accumulator = !accumulator.empty();
+            const int64_t grad_bytes = gu.rank_elements * (to_accumulator ? 2 : 4);
             const int32_t write_resource =
                 !flush ? kNoIndex : o.grad_write_resource_of ? o.grad_write_resource_of(r, lu) : o.grad_write_resource[r];
             const int32_t grad_tensor =
-                flush ? b.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, b.DeviceOfResource(write_resource))
-                      : b.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b.Device("host", DeviceKind::kHost));
+                flush ? b.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, b.DeviceOfResource(write_resource)) : kNoIndex;
+            const int32_t grad16_tensor =
+                to_accumulator ? b.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b.Device("host", DeviceKind::kHost))
+                               : kNoIndex;
+            int32_t gbuf = to_accumulator ? accumulator[r] : kNoIndex;
+            if (flush && last_micro_step) gbuf = b.Buffer("grad." + id, o.grad_pool[r], gu.rank_elements * 4);
             TaskSpec d2h;
             d2h.id = "d2h.grad." + id;
             d2h.op = Op::kD2H;
             d2h.resource = b.GpuD2H(r);
             d2h.bytes = grad_bytes;
-            if (flush) d2h.allocs = {gbuf};
-            else d2h.uses = {gbuf};
+            if (to_accumulator) d2h.uses = {accumulator[r]};
+            else d2h.allocs = {gbuf};
             d2h.uses.push_back(grad_gpu[r]);
-            d2h.tensors = {grad_tensor};
+            d2h.tensors = {to_accumulator ? grad16_tensor : grad_tensor};
             d2h.deps = {rs_task};
             if (lu == layer_units.back()) {  // the layer's last d2h frees its GPU gradients
               d2h.frees = {grad_gpu[r]};
@@ -456,7 +472,24 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             layer_d2h[r].push_back(d2h_task);
             res.grad_copies[r].push_back(d2h_task);
             res.grad_ready[r][lu] = d2h_task;
-            if (!flush) continue;
+            if (!flush || !last_micro_step) continue;
+            int32_t write_after = d2h_task;
+            if (to_accumulator) {  // the accumulated partition, widened into the staging buffer
+              TaskSpec widen;
+              widen.id = "convert.grad." + id;
+              widen.op = Op::kConvert;
+              widen.kernel = Kernel::kBf16ToFp32;
+              widen.resource = b.Cpu(r);
+              widen.bytes = gu.rank_elements * 6;
+              widen.ranks = o.cpu_threads;
+              widen.allocs = {gbuf};
+              widen.uses = {accumulator[r]};
+              widen.tensors = {grad16_tensor};
+              widen.deps = {d2h_task};
+              widen.phase = Phase::kBackward;
+              widen.layer = gu.layer;
+              write_after = b.Task(std::move(widen));
+            }
             TaskSpec w;
             w.id = "write.grad." + id;
             w.op = Op::kWrite;
@@ -467,7 +500,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             w.uses = {gbuf};
             w.frees = {gbuf};
             w.tensors = {grad_tensor};
-            w.deps = {d2h_task};
+            w.deps = {write_after};
             w.phase = Phase::kBackward;
             w.layer = gu.layer;
             res.grad_writes[r].push_back(b.Task(std::move(w)));
@@ -477,6 +510,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         layer_units.clear();
       }
     }
+    for (int32_t t = first_task; t < b.task_count(); ++t) b.task(t).micro_step = static_cast<int32_t>(m);
   }
   // The slot ring (FetchOptions::slot_ring): a read reuses the slot that the all-gather of the
   // read slot_ring earlier in its pool frees, in this iteration or at the end of the previous.

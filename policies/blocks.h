@@ -87,6 +87,7 @@ class ScheduleBuilder {
   int32_t Tensor(TensorSpec t) { return schedule_.AddTensor(std::move(t)); }
   int32_t Task(TaskSpec t) { return schedule_.AddTask(std::move(t)); }
   TaskSpec& task(int32_t i) { return schedule_.mutable_tasks()[i]; }
+  int32_t task_count() const { return static_cast<int32_t>(schedule_.tasks().size()); }
   void Meta(const std::string& key, const std::string& value) { schedule_.meta.emplace_back(key, value); }
 
   int32_t GpuCompute(int32_t rank);
@@ -192,6 +193,13 @@ enum class GradientPath {
   kFlushToNvme,  // DeepSpeed: fp32 partition d2h into a pinned staging buffer, async write
   kKeepInHost,   // MLP-Offload, HiTrain, Fuyou: bf16 partition d2h into a persistent host buffer
 };
+// With gradient accumulation (micro-steps > 1) every micro-step's d2h adds its bf16 partition
+// into a persistent host buffer of the rank's whole partition (DeepSpeed's
+// grad_partitions_flat_buffer, bf16 for a bf16 model), the first micro-step's d2h overwriting it:
+// kKeepInHost's buffer, or for kFlushToNvme one of its own ("grad.accum.r{r}", in pool
+// "host.pinned.grad_accum.r{r}"). kFlushToNvme then flushes once, after the last micro-step: per
+// unit a bf16_to_fp32 convert into a pinned staging buffer and the write (DeepSpeed's .float()
+// and swap_out_gradients at the accumulation boundary).
 
 // Forward and backward of every micro-step: fetch (FetchUnits), compute per rank, and in
 // backward the reduce-scatter and the gradient path.
@@ -203,6 +211,7 @@ struct PassOptions {
   PlacedResource grad_write_resource_of;     // multi-disk placement (flush), by unit
   int64_t block_bytes = 0;
   int32_t queue_depth = 0;
+  int32_t cpu_threads = 1;            // per rank: threads of the flush's bf16_to_fp32 converts
   // The first all-gather of a pass waits for the last one of the previous pass, so that one
   // pass's gathers never take the memory an earlier pass still needs (needed when gathers are
   // bounded by memory rather than by reads: parameters on the GPU, a GPU prefetch window).

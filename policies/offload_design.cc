@@ -259,6 +259,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   po.grad_write_resource_of = [&](int32_t r, int32_t u) { return opt_write_io(r, unit_subgroup[u]); };
   po.block_bytes = d.block_bytes;
   po.queue_depth = d.queue_depth;
+  po.cpu_threads = threads;
   po.chain_passes = true;
   PassResult passes = TrainingPasses(b, plan, po);
 

@@ -98,6 +98,11 @@ StatusOr<TrainingSetup> ReadTraining(const YAML::Node& node) {
   if (node["gradient_accumulation_steps"]) {
     TF_ASSIGN_OR_RETURN(t.gradient_accumulation_steps,
                         PositiveInt(node["gradient_accumulation_steps"], "training.gradient_accumulation_steps"));
+    // Every micro-step is its own forward and backward in the schedule's task graph.
+    if (t.gradient_accumulation_steps > kMaxMicroSteps) {
+      return InvalidArgument("training.gradient_accumulation_steps: " + std::to_string(t.gradient_accumulation_steps) +
+                             " is above " + std::to_string(kMaxMicroSteps) + " (each micro-step is a forward and backward in the schedule)");
+    }
   }
   if (node["data_parallel"]) {
     TF_ASSIGN_OR_RETURN(int64_t dp, PositiveInt(node["data_parallel"], "training.data_parallel", true));

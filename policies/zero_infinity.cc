@@ -101,6 +101,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.grad_write_resource = opt_write;
   po.block_bytes = block_size;
   po.queue_depth = static_cast<int32_t>(queue_depth);
+  po.cpu_threads = threads;
   po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
   PassResult passes = TrainingPasses(b, plan, po);
 

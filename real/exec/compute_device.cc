@@ -55,6 +55,10 @@ class CpuDevice final : public ComputeDevice {
                                    CpuThreads& threads, DeviceSpan*) override {
     return EmulatedD2HGrad(dst, src, n, to_bf16, grad_scale, threads);
   }
+  StatusOr<cpu::GradCheck> D2HGradAccumulate(uint16_t* dst, const float* src, int64_t n, float grad_scale,
+                                             CpuThreads& threads, DeviceSpan*) override {
+    return EmulatedD2HGradAccumulate(dst, src, n, grad_scale, threads);
+  }
   Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads,
                  DeviceSpan*) override {
     TF_RETURN_IF_ERROR(CheckLayerParams(params, t_.LayerBegin(layer), t_.LayerElements(layer)));

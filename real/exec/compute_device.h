@@ -70,6 +70,11 @@ class ComputeDevice {
   // check and squared norm of gradient * grad_scale.
   virtual StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                            CpuThreads& threads, DeviceSpan* span) = 0;
+  // Gradient accumulation: n fp32 gradients at src (gpu0 memory) added into the n bf16
+  // gradients at dst (host memory), as cpu::AccumulateBf16 (each sum rounded once to bf16);
+  // returns the check of the sums. The CPU reference's arithmetic, on either device.
+  virtual StatusOr<cpu::GradCheck> D2HGradAccumulate(uint16_t* dst, const float* src, int64_t n, float grad_scale,
+                                                     CpuThreads& threads, DeviceSpan* span) = 0;
   // models::Layers() index; as Trainer::Forward / Backward (the head's forward sets it->loss).
   // `params` covers the layer (CheckLayerParams); Backward OVERWRITES the layer's fp32 gradients
   // at `grads` (gpu0 memory, the layer's element count), rounded to bf16 precision: the gradients

@@ -1,5 +1,7 @@
 // compute tasks (run.h): every parameter a task names must be on gpu0 at this iteration's
 // version; a layer's last compute task of the pass runs its forward or backward on the device.
+// Each micro-step's first forward takes the next batch; its backward leaves the micro-step's
+// gradients (version GradVersion).
 #include "run.h"
 
 #include <algorithm>
@@ -22,26 +24,34 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
   TF_ASSIGN_OR_RETURN(std::vector<exec::ParamRange> params,
                       ParamsOnGpu(t, iteration, trainer_.LayerBegin(layer), trainer_.LayerElements(layer)));
   CpuThreads* threads = &ThreadsOf(t.resource);
+  const int32_t micro = t.micro_step;
   if (t.phase == Phase::kForward) {
     if (layer == 0) {
-      if (it->iteration != iteration) {  // the first forward step of an iteration takes its batch
-        if (iteration != next_batch_iteration_) {
-          return FailedPrecondition(Who(t, iteration) + ": iteration " + std::to_string(iteration) + " starts before iteration " +
-                                    std::to_string(next_batch_iteration_));
+      if (it->iteration != iteration || it->micro_step != micro) {  // a micro-step's first forward step takes its batch
+        if (GradVersion(iteration, micro) != next_batch_) {
+          return FailedPrecondition(Who(t, iteration) + ": micro-step " + std::to_string(micro) + " of iteration " + std::to_string(iteration) +
+                                    " starts before " + GradVersionText(next_batch_));
         }
-        ++next_batch_iteration_;
+        ++next_batch_;
         TokenBatch batch = loader_->Next();
         it->tokens = std::move(batch.inputs);
         it->targets = std::move(batch.targets);
+        if (it->iteration != iteration) it->loss_sum = 0;
         it->iteration = iteration;
+        it->micro_step = micro;
+        it->micro_steps = micro_steps_;
       }
-    } else if (it->iteration != iteration) {
+    } else if (it->iteration != iteration || it->micro_step != micro) {
       return FailedPrecondition(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s forward runs before the embedding's");
     }
     job.work = [this, layer, params = std::move(params), it, threads, span = &job.device_span] {
       return device_->Forward(layer, params, it, *threads, span);
     };
+    if (layer == trainer_.layer_count() - 1) job.finish = [it] { it->loss_sum += it->loss; };
     return Status::Ok();
+  }
+  if (it->iteration != iteration || it->micro_step != micro) {
+    return FailedPrecondition(Who(t, iteration) + ": the backward of layer " + std::to_string(layer) + " runs before its micro-step's forward");
   }
   if (layer == trainer_.layer_count() - 1) {
     // The head's backward starts the gradients: they are scaled by the scale after every earlier
@@ -74,10 +84,10 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
   job.work = [this, layer, params = std::move(params), out, it, threads, span = &job.device_span] {
     return device_->Backward(layer, params, out, it, *threads, span);
   };
-  job.finish = [this, grads, begin, n, iteration] {
+  job.finish = [this, grads, begin, n, iteration, micro] {
     auto& pieces = Buf(grads).pieces;
     pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const Piece& p) { return p.kind == kGrad; }), pieces.end());
-    pieces.push_back({kGrad, begin, n, 0, iteration});
+    pieces.push_back({kGrad, begin, n, 0, GradVersion(iteration, micro)});
   };
   return Status::Ok();
 }

@@ -82,9 +82,9 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     int32_t src_buf = kNoIndex;
     const Span p = FindIn(t.uses, kGrad16, ts.element_offset, n, &src_buf);
     if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds " + Range(ts));
-    if (p.version != iteration) {
-      return FailedPrecondition(Who(t, iteration) + " widens gradients of " + VersionText(p.version) + ", expected iteration " +
-                                std::to_string(iteration) + "'s: a dependency on a gradient copy is missing");
+    if (p.version != FinalGrad(iteration)) {
+      return FailedPrecondition(Who(t, iteration) + " widens gradients of " + GradVersionText(p.version) + ", expected " +
+                                GradVersionText(FinalGrad(iteration)) + "'s: a dependency on a gradient copy is missing");
     }
     int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
     for (int32_t b : t.uses) {
@@ -101,7 +101,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
       return Status::Ok();
     };
     const int64_t begin = ts.element_offset;
-    job.finish = [this, out, begin, n, iteration] { Place(out, {kGrad, begin, n, 0, iteration}); };
+    job.finish = [this, out, begin, n, version = FinalGrad(iteration)] { Place(out, {kGrad, begin, n, 0, version}); };
     return Status::Ok();
   }
   TF_CHECK(false);  // CheckTaskContracts admits no other convert kernel

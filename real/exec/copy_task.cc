@@ -1,6 +1,8 @@
 // h2d and d2h tasks (run.h): bf16 parameters from a host buffer into the GPU buffer the h2d
 // allocates (or the GPU-resident home); a layer's gradients off gpu0 into a host buffer, fp32 or
-// bf16, with the per-tensor overflow check and squared norm on the way.
+// bf16, with the per-tensor overflow check and squared norm on the way. With micro-steps
+// (gradient accumulation) the first micro-step's d2h writes the bf16 gradients and every later
+// one adds into them (cpu::AccumulateBf16); the last micro-step's checks make the norm.
 #include "run.h"
 
 #include <algorithm>
@@ -66,6 +68,8 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   const int32_t buffer = FirstBufferOnDevice(t, DeviceKind::kHost, true);
   if (buffer == kNoIndex) return InvalidArgument(Who(t, iteration) + ": d2h names no host buffer");
   IterationState& it = Iter(iteration);
+  const int32_t micro = t.micro_step;
+  const bool accumulate = micro > 0;
   struct Out {
     const TensorSpec* ts;
     int64_t offset;
@@ -90,12 +94,21 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       v = p.version;
       break;
     }
-    if (v != iteration) {
-      return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, where the GPU buffers it uses hold " + VersionText(v) +
-                                " of it, not iteration " + std::to_string(iteration) + "'s: it runs before the backward that computes it");
+    if (v != GradVersion(iteration, micro)) {
+      return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, where the GPU buffers it uses hold " + GradVersionText(v) +
+                                "'s, not " + GradVersionText(GradVersion(iteration, micro)) + "'s: it runs before the backward that computes it");
     }
     const int64_t offset = kind == kGrad16 ? ts.element_offset * 2 : packed;
     if (offset + ts.size_bytes > Buf(buffer).size) return InvalidArgument(Who(t, iteration) + ": gradients do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
+    if (accumulate) {  // adds to the previous micro-step's sums, at the same place
+      TF_CHECK(kind == kGrad16);  // CheckTaskContracts
+      const Span held = FindSpan(buffer, kGrad16, ts.element_offset, n);
+      if (held.data != Buf(buffer).data + offset || held.version != GradVersion(iteration, micro - 1)) {
+        return FailedPrecondition(Who(t, iteration) + " adds " + Range(ts) + " into buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name +
+                                  "', which holds " + (held.data == nullptr ? std::string("none of it") : GradVersionText(held.version) + "'s") +
+                                  ", not " + GradVersionText(GradVersion(iteration, micro - 1)) + "'s: a dependency on the previous micro-step is missing");
+      }
+    }
     packed += ts.size_bytes;
     outs.push_back({&ts, offset, src});
   }
@@ -103,24 +116,29 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   const float grad_scale = 1.0f / it.loss_scale;
   CpuThreads* threads = &ThreadsOf(t.resource);
   char* base = Buf(buffer).data;
-  job.work = [this, outs, checks, grad_scale, threads, base, span = &job.device_span] {
+  job.work = [this, outs, checks, grad_scale, accumulate, threads, base, span = &job.device_span] {
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
+      char* dst = base + outs[i].offset;
       exec::DeviceSpan one;
-      TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(base + outs[i].offset, outs[i].src, n, KindOf(ts.kind) != kGrad,
-                                                         grad_scale, *threads, &one));
+      if (accumulate) {
+        TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGradAccumulate(reinterpret_cast<uint16_t*>(dst), outs[i].src, n, grad_scale, *threads, &one));
+      } else {
+        TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(dst, outs[i].src, n, KindOf(ts.kind) != kGrad, grad_scale, *threads, &one));
+      }
       span->Merge(one);
     }
     return Status::Ok();
   };
-  job.finish = [this, outs, checks, buffer, iteration] {
+  job.finish = [this, outs, checks, buffer, iteration, micro] {
     NormAccumulator& norm = norms_[static_cast<size_t>(iteration % window_)];
+    const bool last = micro == micro_steps_ - 1;  // the accumulated gradients: what the norm is of
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
-      Place(buffer, {KindOf(ts.kind), ts.element_offset, n, outs[i].offset, iteration});
-      norm.by_begin[ts.element_offset] = {n, (*checks)[i]};
+      Place(buffer, {KindOf(ts.kind), ts.element_offset, n, outs[i].offset, GradVersion(iteration, micro)});
+      if (last) norm.by_begin[ts.element_offset] = {n, (*checks)[i]};
     }
   };
   return Status::Ok();

@@ -16,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <unordered_set>
+#include <vector>
 
 #include "block_cache.h"
 #include "compute_device.h"
@@ -178,6 +179,22 @@ class CudaDevice final : public ComputeDevice {
     return check;
   }
 
+  // The micro-step's fp32 gradients come to host memory and are added there, by the CPU
+  // reference's arithmetic (cpu::AccumulateBf16), so that accumulation rounds as on the CPU device.
+  StatusOr<cpu::GradCheck> D2HGradAccumulate(uint16_t* dst, const float* src, int64_t n, float grad_scale,
+                                             CpuThreads& threads, DeviceSpan* span) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    if (static_cast<int64_t>(host_staging_.size()) < n) host_staging_.resize(static_cast<size_t>(n));
+    SpanTimer timer(span);
+    TF_RETURN_IF_ERROR(timer.Begin(ctx_->d2h_stream()));
+    TF_RETURN_IF_ERROR(cuda::CopyAsync(host_staging_.data(), src, n * 4, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
+    TF_RETURN_IF_ERROR(timer.End(ctx_->d2h_stream()));
+    TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream()));
+    TF_RETURN_IF_ERROR(timer.Read());
+    return cpu::AccumulateBf16(dst, host_staging_.data(), n, grad_scale, threads);
+  }
+
   Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads&,
                  DeviceSpan* span) override {
     return Step(layer, params, span, [&](const cuda::LlamaSteps::LayerParams& p) -> Status {
@@ -192,7 +209,7 @@ class CudaDevice final : public ComputeDevice {
                   DeviceSpan* span) override {
     const int64_t n = steps_->layout().layer_elements[static_cast<size_t>(layer)];
     return Step(layer, params, span, [&](const cuda::LlamaSteps::LayerParams& p) {
-      TF_RETURN_IF_ERROR(steps_->Backward(layer, p, grads, it->loss_scale));
+      TF_RETURN_IF_ERROR(steps_->Backward(layer, p, grads, it->BackwardSeed()));
       return cuda::RoundToBf16(*ctx_, grads, n);
     });
   }
@@ -250,6 +267,7 @@ class CudaDevice final : public ComputeDevice {
   std::unique_ptr<cuda::Context> ctx_;
   std::unique_ptr<cuda::LlamaSteps> steps_;
   cuda::DeviceBuffer layer_, staging_;  // a layer's bf16 parameters when its ranges cut a tensor; d2h's bf16 cast
+  std::vector<float> host_staging_;     // an accumulating d2h's fp32 gradients, in host memory
   std::mutex mu_;                       // the compute stream, cuBLAS handle, scratch and layer_
   mutable std::mutex blocks_mu_;
   std::unique_ptr<BlockCache> blocks_;    // Allocate's blocks

@@ -40,14 +40,18 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
       return InvalidArgument("resource '" + schedule.resources()[static_cast<size_t>(t.resource)].name + "': a compute resource of concurrency 1 is required");
     }
   }
-  // One micro-step: no unit is computed forward twice in an iteration.
-  std::map<int32_t, std::string> forward_of;
+  // Each micro-step computes each unit forward once.
+  if (schedule.MicroSteps() != config.micro_steps) {
+    return InvalidArgument("schedule '" + schedule.name + "' has " + std::to_string(schedule.MicroSteps()) +
+                           " micro-steps per iteration, but training.gradient_accumulation_steps is " + std::to_string(config.micro_steps));
+  }
+  std::map<std::pair<int32_t, int32_t>, std::string> forward_of;
   for (const TaskSpec& t : schedule.tasks()) {
     if (t.op != Op::kCompute || t.phase != Phase::kForward || t.tensors.empty()) continue;
-    auto [it, fresh] = forward_of.emplace(t.tensors[0], t.id);
+    auto [it, fresh] = forward_of.emplace(std::make_pair(t.tensors[0], t.micro_step), t.id);
     if (!fresh) {
-      return InvalidArgument("tierflow run: gradient_accumulation_steps > 1 is not supported yet (tasks '" + it->second + "' and '" + t.id +
-                             "' compute the same unit forward)");
+      return InvalidArgument("tasks '" + it->second + "' and '" + t.id + "' both compute the same unit forward in micro-step " +
+                             std::to_string(t.micro_step) + " (each micro-step computes each unit once)");
     }
   }
   for (const TensorSpec& ts : schedule.tensors()) {
@@ -77,9 +81,11 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   const int hw = config.threads > 0 ? config.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   CpuThreads threads(hw);
   TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config.tokens, config.batch, config.seq, config.data_seed));
+  if (config.micro_steps < 1) return InvalidArgument("micro_steps must be >= 1");
   std::vector<float> master = trainer.InitialMaster();
   std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f), grad(master.size());
   std::vector<uint16_t> p16(master.size());
+  std::vector<uint16_t> grad16(config.micro_steps > 1 ? master.size() : 0);  // accumulated over micro-steps
   cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer.layout()));
   TF_RETURN_IF_ERROR(model->Load(p16));
@@ -90,22 +96,42 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   const double t0 = MonotonicSeconds();
   int64_t updates = 0;
   const int64_t layers = trainer.layer_count();
+  const int32_t micro_steps = config.micro_steps;
   for (int64_t i = 0; i < iterations; ++i) {
-    TokenBatch batch = loader.Next();
-    it.tokens = std::move(batch.inputs);
-    it.targets = std::move(batch.targets);
     it.iteration = i;
+    it.micro_steps = micro_steps;
     it.loss_scale = scaler.scale();
-    for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, model->Layer(l), &it, threads, nullptr));
-    for (int64_t l = layers; l-- > 0;) {
-      TF_RETURN_IF_ERROR(device->Backward(l, model->Layer(l), model->LayerGrads(l), &it, threads, nullptr));
-    }
-    // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do.
+    it.loss_sum = 0;
     cpu::GradCheck total;
-    for (const ParamTensor& pt : trainer.layout().tensors) {
-      TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, device->D2HGrad(grad.data() + pt.offset, model->grads() + pt.offset, pt.elements,
-                                                                      false, 1.0f / it.loss_scale, threads, nullptr));
-      total = cpu::CombineGradChecks(total, check);
+    for (int32_t micro = 0; micro < micro_steps; ++micro) {
+      TokenBatch batch = loader.Next();
+      it.tokens = std::move(batch.inputs);
+      it.targets = std::move(batch.targets);
+      it.micro_step = micro;
+      for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, model->Layer(l), &it, threads, nullptr));
+      it.loss_sum += it.loss;
+      for (int64_t l = layers; l-- > 0;) {
+        TF_RETURN_IF_ERROR(device->Backward(l, model->Layer(l), model->LayerGrads(l), &it, threads, nullptr));
+      }
+      // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do:
+      // one micro-step as fp32; with several, the first into bf16 and the others added to it.
+      const bool last = micro + 1 == micro_steps;
+      for (const ParamTensor& pt : trainer.layout().tensors) {
+        const float* src = model->grads() + pt.offset;
+        const float unscale = 1.0f / it.loss_scale;
+        cpu::GradCheck check;
+        if (micro_steps == 1) {
+          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + pt.offset, src, pt.elements, false, unscale, threads, nullptr));
+        } else if (micro == 0) {
+          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad16.data() + pt.offset, src, pt.elements, true, unscale, threads, nullptr));
+        } else {
+          TF_ASSIGN_OR_RETURN(check, device->D2HGradAccumulate(grad16.data() + pt.offset, src, pt.elements, unscale, threads, nullptr));
+        }
+        if (last) total = cpu::CombineGradChecks(total, check);
+      }
+    }
+    if (micro_steps > 1) {
+      for (size_t k = 0; k < grad.size(); ++k) grad[k] = Bf16ToFp32(grad16[k]);
     }
     if (scaler.Update(total.finite)) {
       ++updates;
@@ -115,9 +141,10 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     }
     cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
     TF_RETURN_IF_ERROR(model->Load(p16));
-    result.loss.push_back(it.loss);
+    const double loss = it.loss_sum / micro_steps;
+    result.loss.push_back(loss);
     result.iteration_end_s.push_back(MonotonicSeconds() - t0);
-    if (on_iteration) on_iteration(i, it.loss);
+    if (on_iteration) on_iteration(i, loss);
   }
   result.wall_s = MonotonicSeconds() - t0;  // no schedule: no tasks, records or pools
   result.gpu_memory = device->memory_peak();

@@ -35,9 +35,9 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
     return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(begin) + ", " +
                               std::to_string(begin + n) + ")");
   }
-  if (g.version != iteration) {
-    return FailedPrecondition(Who(t, iteration) + " uses the gradient of " + VersionText(g.version) + ", expected iteration " +
-                              std::to_string(iteration) + "'s");
+  if (g.version != FinalGrad(iteration)) {
+    return FailedPrecondition(Who(t, iteration) + " uses the gradient of " + GradVersionText(g.version) + ", expected " +
+                              GradVersionText(FinalGrad(iteration)) + "'s");
   }
   const float* grad = reinterpret_cast<const float*>(g.data);
   // Without a global check every step is taken (CheckRunnable: no loss scaling, no clipping).

@@ -79,6 +79,7 @@ class Run {
         trainer_(config),
         scaler_(ScalerFor(config)),
         global_check_(HasGlobalCheck(s)),
+        micro_steps_(s.MicroSteps()),
         // Host blocks are page-locked for the device's copies; where that fails the copies still
         // work, staged by the driver.
         blocks_(
@@ -135,6 +136,14 @@ class Run {
            std::to_string(t.element_offset + t.size_bytes / StateKindBytes(t.kind)) + ")";
   }
   int64_t Elements(const TensorSpec& t) const { return t.size_bytes / StateKindBytes(t.kind); }
+  // The version of gradients: micro-step `micro` of `iteration` (with one micro-step, the
+  // iteration). The update reads the last micro-step's: the accumulated gradients.
+  int64_t GradVersion(int64_t iteration, int32_t micro) const { return iteration * micro_steps_ + micro; }
+  int64_t FinalGrad(int64_t iteration) const { return GradVersion(iteration, micro_steps_ - 1); }
+  std::string GradVersionText(int64_t v) const {
+    if (v < 0 || micro_steps_ == 1) return v < 0 ? VersionText(v) : "iteration " + std::to_string(v);
+    return "iteration " + std::to_string(v / micro_steps_) + " micro-step " + std::to_string(v % micro_steps_);
+  }
   // A buffer's state in the iteration being prepared or finished (ctx_iteration_): iterations in
   // the window each have their own instance of a non-persistent buffer.
   BufferState& Buf(int32_t b) { return buffers_[BufIndex(b)]; }
@@ -181,6 +190,7 @@ class Run {
   // The schedule has a global gradient check (overflow_check_and_norm) deciding each step; else
   // every step is taken as its optimizer tasks come (an update overlapped with backward).
   bool global_check_;
+  int32_t micro_steps_;  // per iteration (Schedule::MicroSteps)
   int64_t window_ = 2;
 
   std::vector<DirLock> locks_;                        // every directory the run writes
@@ -208,7 +218,7 @@ class Run {
   int64_t updates_ = 0;                                // successful optimizer steps so far
   int64_t updates_at_start_ = 0;                       // of them, before this run (resumed)
   int64_t next_norm_iteration_ = 0;
-  int64_t next_batch_iteration_ = 0;
+  int64_t next_batch_ = 0;                             // the next batch, in micro-steps of this run
   int64_t base_iteration_ = 0;                         // iterations done before this run (resumed)
   int64_t run_iterations_ = 0;                         // iterations this run executes
   std::vector<float> initial_[3];                      // master, adam_m, adam_v from a checkpoint

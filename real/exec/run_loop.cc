@@ -58,7 +58,7 @@ Status Run::IterationDone(int64_t iteration) {
     updates_ = updates_at_start_ + iteration + 1;
     norms_[static_cast<size_t>(iteration % window_)].by_begin.clear();
   }
-  const double loss = Iter(iteration).loss;
+  const double loss = Iter(iteration).loss_sum / micro_steps_;  // the mean over its micro-steps
   result_.loss.push_back(loss);
   if (options_.on_iteration) options_.on_iteration(base_iteration_ + iteration, loss);
   const int64_t done = base_iteration_ + iteration + 1;

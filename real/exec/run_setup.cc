@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/disk_set.h"
@@ -166,19 +167,22 @@ Status Run::Setup() {
     }
   }
   TF_RETURN_IF_ERROR(BindHostHomes());
-  // The last compute task of each (phase, layer) runs the layer's math.
-  std::map<std::pair<int, int32_t>, int32_t> last;
+  // The last compute task of each (micro-step, phase, layer) runs the layer's math.
+  std::map<std::tuple<int32_t, int, int32_t>, int32_t> last;
   for (size_t i = 0; i < s_.tasks().size(); ++i) {
     const TaskSpec& t = s_.tasks()[i];
-    if (t.op == Op::kCompute) last[{static_cast<int>(t.phase), t.layer}] = static_cast<int32_t>(i);
+    if (t.op == Op::kCompute) last[{t.micro_step, static_cast<int>(t.phase), t.layer}] = static_cast<int32_t>(i);
   }
   math_task_.assign(s_.tasks().size(), 0);
   for (const auto& [key, task] : last) math_task_[static_cast<size_t>(task)] = 1;
-  for (int64_t l = 0; l < trainer_.layer_count(); ++l) {
-    for (int phase : {static_cast<int>(Phase::kForward), static_cast<int>(Phase::kBackward)}) {
-      if (!last.count({phase, static_cast<int32_t>(l)})) {
-        return InvalidArgument("schedule: no " + std::string(PhaseName(static_cast<Phase>(phase))) +
-                               " compute task for layer " + std::to_string(l) + " (every layer needs one)");
+  for (int32_t micro = 0; micro < micro_steps_; ++micro) {
+    for (int64_t l = 0; l < trainer_.layer_count(); ++l) {
+      for (int phase : {static_cast<int>(Phase::kForward), static_cast<int>(Phase::kBackward)}) {
+        if (!last.count({micro, phase, static_cast<int32_t>(l)})) {
+          return InvalidArgument("schedule: no " + std::string(PhaseName(static_cast<Phase>(phase))) + " compute task for layer " +
+                                 std::to_string(l) + (micro_steps_ > 1 ? " in micro-step " + std::to_string(micro) : std::string()) +
+                                 " (every layer needs one)");
+        }
       }
     }
   }
@@ -196,7 +200,7 @@ Status Run::Setup() {
   loader_ = std::make_unique<TokenLoader>(std::move(loader));
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
   updates_at_start_ = updates_;
-  for (int64_t i = 0; i < base_iteration_; ++i) loader_->Next();  // the batches already trained on
+  for (int64_t i = 0; i < base_iteration_ * micro_steps_; ++i) loader_->Next();  // the batches already trained on
   run_iterations_ = options_.iterations - base_iteration_;
   if (run_iterations_ <= 0) {
     return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +

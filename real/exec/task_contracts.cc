@@ -16,6 +16,7 @@ bool IsStorage(DeviceKind k) { return k == DeviceKind::kNvme || k == DeviceKind:
 }  // namespace
 
 Status CheckTaskContracts(const Schedule& s) {
+  const int32_t micro_steps = s.MicroSteps();
   for (const TaskSpec& t : s.tasks()) {
     const std::string who = "task '" + t.id + "' (" + std::string(OpName(t.op)) + ")";
     auto tensor = [&](int32_t i) -> const TensorSpec& { return s.tensors()[static_cast<size_t>(i)]; };
@@ -55,6 +56,10 @@ Status CheckTaskContracts(const Schedule& s) {
         for (int32_t i : t.tensors) {
           if (tensor(i).kind != StateKind::kGrad && tensor(i).kind != StateKind::kGrad16) {
             return InvalidArgument(who + ": copies " + names(tensor(i)) + " off the GPU; only gradients (grad, grad16) leave it");
+          }
+          if (micro_steps > 1 && tensor(i).kind != StateKind::kGrad16) {
+            return InvalidArgument(who + ": copies " + names(tensor(i)) + " off the GPU, but with " + std::to_string(micro_steps) +
+                                   " micro-steps gradients accumulate in host memory as grad16 (docs/schedule-format.md)");
           }
         }
         break;

@@ -104,7 +104,7 @@ void Trainer::Backward(int64_t layer, const std::vector<ParamRange>& params, flo
     float* d_lm_head = grad + config_.spec.config.hidden;
     HeadForwardBackward<float>(config_.spec, w32_.data() + LayerBegin(layer), LmHead(), grad, d_lm_head,
                                it->boundary[static_cast<size_t>(L)].data(), it->targets.data(), it->d_x.data(),
-                               it->loss_scale, *ws_, threads);
+                               it->BackwardSeed(), *ws_, threads);
   }
   cpu::RoundToBf16(grad, LayerElements(layer), threads);  // a bf16 model's gradients
 }

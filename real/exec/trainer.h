@@ -41,11 +41,17 @@ std::vector<const void*> TensorStarts(const ParamLayout& layout, int64_t layer, 
 
 struct IterationState {
   int64_t iteration = -1;
+  int32_t micro_step = -1;   // whose batch tokens and targets hold
+  int32_t micro_steps = 1;   // per iteration (gradient accumulation)
   std::vector<int32_t> tokens, targets;
   std::vector<std::vector<float>> boundary;  // layer inputs: embedding output, then each decoder's
   std::vector<float> d_x;
-  double loss = 0;
+  double loss = 0;           // the micro-step's (the head's forward sets it)
+  double loss_sum = 0;       // over the iteration's micro-steps so far
   float loss_scale = 1;
+  // What the head's backward scales d(loss) by: the iteration's loss is the mean of its
+  // micro-steps' (DeepSpeed divides each micro-step's loss by gradient_accumulation_steps).
+  float BackwardSeed() const { return loss_scale / static_cast<float>(micro_steps); }
 };
 
 class Trainer {

@@ -52,6 +52,24 @@ TEST(ScheduleFile, RoundTripsExactly) {
   EXPECT_EQ(ScheduleToJson(*back), once);
 }
 
+// Micro-steps (gradient accumulation) are a task field, absent at 0; the schedule has one more
+// than the largest.
+TEST(ScheduleFile, MicroStepsRoundTripAndCount) {
+  auto s = ScheduleFromJson(kValid);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->MicroSteps(), 1);
+  std::string json = kValid;
+  json.replace(json.find(R"("layer": 0})"), 11, R"("layer": 0, "micro_step": 3})");
+  auto with = ScheduleFromJson(json);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(with->tasks()[with->FindTask("fwd")].micro_step, 3);
+  EXPECT_EQ(with->MicroSteps(), 4);
+  EXPECT_NE(ScheduleToJson(*with).find(R"("micro_step":3)"), std::string::npos);
+  EXPECT_EQ(ScheduleToJson(*s).find("micro_step"), std::string::npos);
+  json.replace(json.find(R"("micro_step": 3)"), 15, R"("micro_step": -1)");
+  EXPECT_EQ(ErrorOf(json), "invalid argument: task 'fwd': block_bytes, queue_depth, ranks and micro_step must be >= 0");
+}
+
 TEST(ScheduleFile, RejectsMalformedFilesWithOneClearError) {
   EXPECT_EQ(ErrorOf("{"), "invalid argument: schedule: not valid JSON");
   EXPECT_NE(ErrorOf(R"({"format": "other/9"})").find("expected 'tierflow.schedule/1'"), std::string::npos);

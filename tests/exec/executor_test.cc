@@ -723,11 +723,59 @@ TEST(Executor, MultiRankSchedulesAreRefusedClearly) {
   EXPECT_NE(st.message().find("one rank"), std::string::npos) << st.ToString();
 }
 
-TEST(Executor, SeveralMicroStepsAreRefusedClearly) {
-  const policies::Scenario zi = LoadTiny({"training.gradient_accumulation_steps=2"});
-  const Status st = CheckRunnable(PlanOrDie(zi), ConfigFor(zi));
+// Gradient accumulation: the reference sums four micro-steps' gradients in bf16 and averages
+// their losses, which is not one micro-step's training. Every policy with its defaults reproduces
+// it bit for bit — the flushed path (zero-infinity: an accumulator in host memory, flushed once
+// per iteration), gradients kept in host memory (mlp-offload), an update overlapped with backward
+// (hitrain, fuyou) — and with clipping the two gradient paths do.
+TEST(Executor, GradientAccumulationReproducesTheInMemoryWeights) {
+  for (const std::string clip : {"0", "0.05"}) {
+    const std::vector<std::string> training = {"training.gradient_accumulation_steps=4", "training.gradient_clipping=" + clip};
+    const TrainConfig config = ConfigFor(LoadTiny(training));
+    ASSERT_EQ(config.micro_steps, 4);
+    auto reference = RunInMemory(config, kIterations);
+    ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+    TrainConfig one_step = config;
+    one_step.micro_steps = 1;
+    auto single = RunInMemory(one_step, kIterations);
+    ASSERT_TRUE(single.ok()) << single.status().ToString();
+    EXPECT_NE(reference->loss.front(), single->loss.front()) << "the first loss is the mean over four batches";
+    EXPECT_FALSE(SameBits(reference->master, single->master));
+    const std::vector<std::string> policies = clip == "0" ? policies::PolicyNames() : std::vector<std::string>{"zero-infinity", "mlp-offload"};
+    for (const std::string& policy : policies) {
+      std::vector<std::string> sets = training;
+      sets.push_back("policy.name=" + policy);
+      const Schedule schedule = PlanOrDie(LoadTiny(sets));
+      EXPECT_EQ(schedule.MicroSteps(), 4);
+      TempDir root("accumulate-" + policy);
+      RunOptions options;
+      options.iterations = kIterations;
+      options.disk_root = root.str();
+      auto run = RunSchedule(schedule, config, options);
+      ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
+      EXPECT_EQ(run->loss, reference->loss) << policy << " clip " << clip;
+      EXPECT_TRUE(SameBits(run->master, reference->master)) << policy << " clip " << clip;
+      if (policy == "zero-infinity") {  // flushed once per iteration, from the accumulator
+        EXPECT_TRUE(HasPersistentBuffer(schedule, "grad.accum.")) << "an accumulator in host memory";
+        int writes = 0;
+        for (const TaskSpec& t : schedule.tasks()) writes += t.op == Op::kWrite && t.id.rfind("write.grad.", 0) == 0;
+        int units = 0;
+        for (const TaskSpec& t : schedule.tasks()) units += t.op == Op::kD2H && t.micro_step == 0;
+        EXPECT_EQ(writes, units) << "one gradient write per unit and iteration, not per micro-step";
+      }
+    }
+  }
+}
+
+// A schedule planned for one number of micro-steps and run with another is refused, naming both.
+TEST(Executor, MicroStepsThatDifferFromTheTrainingSetUpAreRefused) {
+  const policies::Scenario two = LoadTiny({"training.gradient_accumulation_steps=2"});
+  TrainConfig config = ConfigFor(two);
+  config.micro_steps = 3;
+  const Status st = CheckRunnable(PlanOrDie(two), config);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("gradient_accumulation_steps > 1"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("2 micro-steps per iteration"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("gradient_accumulation_steps is 3"), std::string::npos) << st.ToString();
 }
 
 }  // namespace

@@ -136,6 +136,39 @@ TEST(TrainAdamW, RoundToBf16EqualsTheScalarConversionPair) {
   }
 }
 
+// Gradient accumulation adds in fp32 and rounds each sum once to bf16; its check is the one
+// OverflowCheckAndNorm makes of the sums, whatever the thread count, and an infinity anywhere
+// makes it not finite.
+TEST(TrainAdamW, AccumulateBf16RoundsEachSumOnceAndChecksTheSums) {
+  const int64_t n = 3 * cpu::kNormBlock + 77;  // several norm blocks and a ragged end
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1e-2f);
+  std::vector<uint16_t> acc(static_cast<size_t>(n));
+  std::vector<float> grad(static_cast<size_t>(n));
+  for (auto& a : acc) a = Fp32ToBf16(dist(rng));
+  for (auto& g : grad) g = dist(rng);
+  const float scale = 0.5f;
+  std::vector<uint16_t> want(acc.size());
+  std::vector<float> sums(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    want[i] = Fp32ToBf16(Bf16ToFp32(acc[i]) + grad[i] * scale);
+    sums[i] = Bf16ToFp32(want[i]);
+  }
+  CpuThreads one(1);
+  std::vector<uint16_t> two_threads = acc, one_thread = acc;
+  const cpu::GradCheck check = cpu::AccumulateBf16(two_threads.data(), grad.data(), n, scale, Threads());
+  const cpu::GradCheck check1 = cpu::AccumulateBf16(one_thread.data(), grad.data(), n, scale, one);
+  EXPECT_EQ(two_threads, want);
+  EXPECT_EQ(one_thread, want);
+  const cpu::GradCheck of_sums = cpu::OverflowCheckAndNorm(sums.data(), n, 1.0f, Threads());
+  EXPECT_TRUE(check.finite);
+  EXPECT_EQ(check.sum_sq, of_sums.sum_sq);
+  EXPECT_EQ(check1.sum_sq, of_sums.sum_sq);
+  EXPECT_GT(check.sum_sq, 0.0);
+  grad[static_cast<size_t>(n - 1)] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(cpu::AccumulateBf16(acc.data(), grad.data(), n, scale, Threads()).finite);
+}
+
 // Clipping to the global norm: the factor max_norm / (norm + 1e-6) when below 1, else 1; off at
 // 0 and for non-finite gradients.
 TEST(TrainAdamW, ClipCoefficient) {

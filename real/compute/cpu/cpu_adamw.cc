@@ -163,6 +163,32 @@ void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads)
   });
 }
 
+GradCheck AccumulateBf16(uint16_t* acc, const float* grad, int64_t n, float grad_scale, CpuThreads& threads) {
+  const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
+  std::vector<double> block_sum(static_cast<size_t>(blocks));
+  std::vector<char> block_finite(static_cast<size_t>(blocks));
+  threads.ParallelFor(blocks, 16, [&](int64_t begin, int64_t end) {
+    float sums[kNormBlock];
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * kNormBlock, len = std::min(kNormBlock, n - first);
+      for (int64_t i = 0; i < len; ++i) {
+        const uint16_t rounded = ::tierflow::real::Fp32ToBf16(::tierflow::real::Bf16ToFp32(acc[first + i]) + grad[first + i] * grad_scale);
+        acc[first + i] = rounded;
+        sums[i] = ::tierflow::real::Bf16ToFp32(rounded);
+      }
+      bool finite = true;
+      BlockCheck(sums, len, 1.0f, &finite, &block_sum[static_cast<size_t>(b)]);
+      block_finite[static_cast<size_t>(b)] = finite ? 1 : 0;
+    }
+  });
+  GradCheck result;
+  for (int64_t b = 0; b < blocks; ++b) {
+    result.finite = result.finite && block_finite[static_cast<size_t>(b)] != 0;
+    result.sum_sq += block_sum[static_cast<size_t>(b)];
+  }
+  return result;
+}
+
 void RoundToBf16(float* x, int64_t n, CpuThreads& threads) {
   // Fp32ToBf16 then Bf16ToFp32 on the bits, written without a branch so that GCC vectorises it
   // (the scalar pair costs ~10 % of a tiny iteration); a test checks it against the pair.

@@ -103,6 +103,9 @@ struct TaskSpec {
   int32_t priority = 0;         // lower runs first among ready instances on one resource
   Phase phase = Phase::kOther;
   int32_t layer = -1;
+  // Which micro-step of the iteration it belongs to (gradient accumulation: every micro-step
+  // runs forward and backward on its own batch; 0 .. micro_steps - 1). Schedule::MicroSteps.
+  int32_t micro_step = 0;
   bool operator==(const TaskSpec&) const = default;
 };
 
@@ -154,6 +157,9 @@ class Schedule {
   // Same-iteration topological order of tasks (stable: ties keep schedule order). Requires a
   // valid schedule.
   std::vector<int32_t> TopologicalOrder() const;
+
+  // Micro-steps per iteration: 1 + the largest TaskSpec::micro_step (1 for an empty schedule).
+  int32_t MicroSteps() const;
 
   bool operator==(const Schedule& o) const;
 

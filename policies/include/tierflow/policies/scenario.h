@@ -20,10 +20,13 @@
 
 namespace tierflow::policies {
 
+// The most micro-steps per iteration a scenario may ask for (training.gradient_accumulation_steps).
+inline constexpr int64_t kMaxMicroSteps = 1024;
+
 struct TrainingSetup {
   int64_t micro_batch_size = 1;          // sequences per rank per micro-step
   int64_t sequence_length = 4096;
-  int64_t gradient_accumulation_steps = 1;
+  int64_t gradient_accumulation_steps = 1;  // 1 .. kMaxMicroSteps
   int32_t data_parallel = 0;             // ranks; 0 = every GPU of the node
   bool activation_checkpointing = true;
   std::string dtype = "bf16";            // parameters and gradients on the GPU

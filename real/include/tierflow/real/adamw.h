@@ -68,6 +68,13 @@ void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads)
 // so that the gradient path a schedule chooses never changes the math.
 void RoundToBf16(float* x, int64_t n, CpuThreads& threads);
 
+// One micro-step's gradients added into the bf16 gradients accumulated so far (gradient
+// accumulation, as DeepSpeed accumulates a bf16 model's partitions):
+// acc[i] = Fp32ToBf16(Bf16ToFp32(acc[i]) + grad[i] * grad_scale), each sum rounded once. Returns
+// the overflow check and squared norm of the new sums, over the same fixed blocks as
+// OverflowCheckAndNorm (so any thread count gives the same result).
+GradCheck AccumulateBf16(uint16_t* acc, const float* grad, int64_t n, float grad_scale, CpuThreads& threads);
+
 // The factor that clips the gradients to the global L2 norm `max_norm` (torch's
 // clip_grad_norm_: max_norm / (norm + 1e-6) when that is below 1), from the check over every
 // gradient; 1 when max_norm is 0 (off) or the gradients are not finite.

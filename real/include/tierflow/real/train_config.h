@@ -22,8 +22,12 @@ struct MemoryPeak {
 
 struct TrainConfig {
   LlamaSpec spec;
-  int64_t batch = 1;
+  int64_t batch = 1;                // sequences per micro-step
   int64_t seq = 128;
+  // Micro-steps per optimizer step, each forward and backward on its own batch, their gradients
+  // summed in bf16 (cpu::AccumulateBf16) and their losses averaged. Scenario
+  // training.gradient_accumulation_steps.
+  int32_t micro_steps = 1;
   AdamWConfig adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
   // Dynamic loss scaling (fp16: an overflow skips the step and halves the scale) from
   // initial_loss_scale, or none (bf16: scale 1, every step taken). Scenario training.loss_scaling.
