@@ -45,6 +45,10 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
       u.elements = t.elements();
       u.rank_elements = CeilDiv(u.elements, plan.ranks);
       u.gpu_resident = u.elements < persistence_threshold;
+      if (m.tied_embeddings && layer.kind == models::LayerInfo::Kind::kEmbedding && plan.tied_unit < 0) {
+        plan.tied_unit = static_cast<int32_t>(plan.units.size());  // the token table: the embedding's first tensor
+        u.gpu_resident = true;
+      }
       if (IsLinearWeight(t) && layer.kind != models::LayerInfo::Kind::kEmbedding) {
         u.fwd_flops = 2.0 * static_cast<double>(plan.tokens) * static_cast<double>(u.elements);
         const bool attn_out = t.name.find("o_proj") != std::string::npos || t.name.find("attn.c_proj") != std::string::npos;
@@ -309,13 +313,16 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   // Per rank, the persistent bf16 buffer of the whole partition that d2h copies into: the kept
   // gradients, or the accumulator of a flush with micro-steps (GradientPath).
   std::vector<int32_t> accumulator;
+  const bool tied = plan.tied_unit >= 0;
+  const int32_t head_layer = plan.units.empty() ? -1 : plan.units.back().layer;
+  std::vector<int32_t> tied_partial(static_cast<size_t>(ranks), kNoIndex);  // per rank: the head's d2h of the table's gradient
   if (!flush) {
     for (int32_t r = 0; r < ranks; ++r) {
       res.host_grad_buffer.push_back(
           b.Buffer("grad.host.r" + std::to_string(r), o.grad_pool[r], plan.rank_elements * 2, /*persistent=*/true));
     }
     accumulator = res.host_grad_buffer;
-  } else if (micro_steps > 1) {
+  } else if (micro_steps > 1 || tied) {  // several contributions to a gradient: accumulate them
     for (int32_t r = 0; r < ranks; ++r) {
       const std::string R = ".r" + std::to_string(r);
       const int32_t pool = b.Pool("host.pinned.grad_accum" + R, "host", plan.rank_elements * 2);
@@ -383,6 +390,10 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         layer_units.push_back(u);
         int64_t layer_elements = 0;
         for (int32_t lu : layer_units) layer_elements += plan.units[lu].elements;
+        // The tied head computes with the embedding table too, and its backward writes the
+        // table's gradient after the layer's own.
+        const bool tied_head = tied && layer_ends && unit.layer == head_layer;
+        if (tied_head && !fwd) layer_elements += plan.units[plan.tied_unit].elements;
         std::vector<int32_t> grad_gpu(ranks, kNoIndex);
         for (int32_t r = 0; r < ranks; ++r) {
           TaskSpec c;
@@ -413,17 +424,50 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
               else c.allocs = {grad_gpu[r]};
             }
           }
+          if (tied_head) {
+            const ParamUnit& tu = plan.units[plan.tied_unit];
+            c.tensors.push_back(b.State(StateKind::kParam16, r, tu.rank_offset, tu.rank_elements, b.GpuDevice(r)));
+          }
           if (res.last_compute[r] != kNoIndex) c.deps.push_back(res.last_compute[r]);
           c.phase = fo.phase;
           c.layer = unit.layer;
           res.last_compute[r] = b.Task(std::move(c));
-          if (f == nullptr) res.resident_computes.push_back(res.last_compute[r]);
+          if (f == nullptr || tied_head) res.resident_computes.push_back(res.last_compute[r]);
         }
         if (fwd || !layer_ends) {
           if (layer_ends) layer_units.clear();
           continue;
         }
         std::vector<std::vector<int32_t>> layer_d2h(ranks);  // per rank: the layer's d2h so far
+        if (tied_head) {  // the head's part of the table's gradient leaves first; the embedding's is added to it
+          const ParamUnit& tu = plan.units[plan.tied_unit];
+          TaskSpec rs;
+          rs.id = "reducescatter." + tu.name + ".head." + fo.tag;
+          rs.op = Op::kReduceScatter;
+          rs.resource = b.Comm();
+          rs.bytes = tu.elements * 2;
+          rs.ranks = ranks;
+          rs.deps = res.last_compute;
+          rs.uses = grad_gpu;
+          rs.phase = Phase::kBackward;
+          rs.layer = unit.layer;
+          const int32_t rs_task = b.Task(std::move(rs));
+          for (int32_t r = 0; r < ranks; ++r) {
+            TaskSpec d2h;
+            d2h.id = "d2h.grad." + tu.name + ".head." + fo.tag + ".r" + std::to_string(r);
+            d2h.op = Op::kD2H;
+            d2h.resource = b.GpuD2H(r);
+            d2h.bytes = tu.rank_elements * 2;
+            d2h.uses = {accumulator[r], grad_gpu[r]};
+            d2h.tensors = {b.State(StateKind::kGrad16, r, tu.rank_offset, tu.rank_elements, b.Device("host", DeviceKind::kHost))};
+            d2h.deps = {rs_task};
+            d2h.phase = Phase::kBackward;
+            d2h.layer = unit.layer;
+            tied_partial[r] = b.Task(std::move(d2h));
+            layer_d2h[r].push_back(tied_partial[r]);
+            res.grad_copies[r].push_back(tied_partial[r]);
+          }
+        }
         for (int32_t lu : layer_units) {
           const ParamUnit& gu = plan.units[lu];
           TaskSpec rs;
@@ -462,6 +506,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             d2h.uses.push_back(grad_gpu[r]);
             d2h.tensors = {to_accumulator ? grad16_tensor : grad_tensor};
             d2h.deps = {rs_task};
+            if (lu == plan.tied_unit) d2h.deps.push_back(tied_partial[r]);  // added to the head's part
             if (lu == layer_units.back()) {  // the layer's last d2h frees its GPU gradients
               d2h.frees = {grad_gpu[r]};
               d2h.deps.insert(d2h.deps.end(), layer_d2h[r].begin(), layer_d2h[r].end());

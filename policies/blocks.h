@@ -56,6 +56,11 @@ struct ModelPlan {
   int64_t tokens = 0;                 // per rank per micro-step
   int32_t ranks = 1;
   int64_t gpu_resident_bytes = 0;     // per rank: persistent params, activation checkpoints, workspace
+  // Tied embeddings: the unit of the token embedding table, which the head computes with too;
+  // -1 when untied. It stays on the GPU (gpu_resident), so that both ends of every pass find it
+  // there, and the head's backward sends its part of the table's gradient ahead of the
+  // embedding's (TrainingPasses).
+  int32_t tied_unit = -1;
 };
 
 // persistence_threshold: tensors with fewer elements stay on the GPU (never fetched).

@@ -61,13 +61,13 @@ class CpuDevice final : public ComputeDevice {
   }
   Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads,
                  DeviceSpan*) override {
-    TF_RETURN_IF_ERROR(CheckLayerParams(params, t_.LayerBegin(layer), t_.LayerElements(layer)));
+    TF_RETURN_IF_ERROR(t_.CheckStepParams(layer, params));
     t_.Forward(layer, params, it, threads);
     return Status::Ok();
   }
   Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
                   CpuThreads& threads, DeviceSpan*) override {
-    TF_RETURN_IF_ERROR(CheckLayerParams(params, t_.LayerBegin(layer), t_.LayerElements(layer)));
+    TF_RETURN_IF_ERROR(t_.CheckStepParams(layer, params));
     t_.Backward(layer, params, grads, it, threads);
     return Status::Ok();
   }
@@ -80,10 +80,12 @@ class CpuDevice final : public ComputeDevice {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<WholeModel>> WholeModel::Create(ComputeDevice& device, const ParamLayout& layout) {
-  std::unique_ptr<WholeModel> m(new WholeModel(device, layout));
+StatusOr<std::unique_ptr<WholeModel>> WholeModel::Create(ComputeDevice& device, const Trainer& trainer) {
+  std::unique_ptr<WholeModel> m(new WholeModel(device, trainer));
+  const ParamLayout& layout = trainer.layout();
+  const int64_t head = trainer.layer_count() - 1;
   TF_ASSIGN_OR_RETURN(m->params_, device.Allocate(layout.total * 2));
-  TF_ASSIGN_OR_RETURN(void* grads, device.Allocate(layout.total * 4));
+  TF_ASSIGN_OR_RETURN(void* grads, device.Allocate((layout.total + trainer.StepGradElements(head) - trainer.LayerElements(head)) * 4));
   m->grads_ = static_cast<float*>(grads);
   return m;
 }
@@ -101,8 +103,15 @@ Status WholeModel::Load(const std::vector<uint16_t>& p16) {
 }
 
 std::vector<ParamRange> WholeModel::Layer(int64_t layer) const {
-  const int64_t begin = layout_.layer_offset[static_cast<size_t>(layer)];
-  return {{begin, layout_.layer_elements[static_cast<size_t>(layer)], static_cast<const uint16_t*>(params_) + begin}};
+  const auto* p = static_cast<const uint16_t*>(params_);
+  std::vector<ParamRange> ranges = {{trainer_.LayerBegin(layer), trainer_.LayerElements(layer), p + trainer_.LayerBegin(layer)}};
+  if (trainer_.TiedHead(layer)) ranges.push_back({trainer_.LayerBegin(0), trainer_.LayerElements(0), p + trainer_.LayerBegin(0)});
+  return ranges;
+}
+
+// The head is the last layer: its step's gradients run on past the model's into the table's part.
+const float* WholeModel::tied_grads() const {
+  return trainer_.TiedHead(trainer_.layer_count() - 1) ? grads_ + layout_.total : nullptr;
 }
 
 float* WholeModel::LayerGrads(int64_t layer) const { return grads_ + layout_.layer_offset[static_cast<size_t>(layer)]; }

@@ -76,9 +76,10 @@ class ComputeDevice {
   virtual StatusOr<cpu::GradCheck> D2HGradAccumulate(uint16_t* dst, const float* src, int64_t n, float grad_scale,
                                                      CpuThreads& threads, DeviceSpan* span) = 0;
   // models::Layers() index; as Trainer::Forward / Backward (the head's forward sets it->loss).
-  // `params` covers the layer (CheckLayerParams); Backward OVERWRITES the layer's fp32 gradients
-  // at `grads` (gpu0 memory, the layer's element count), rounded to bf16 precision: the gradients
-  // of a bf16 model, the same values whether a schedule keeps them in fp32 or in bf16.
+  // `params` covers the layer (and the tied head's embedding table: Trainer::CheckStepParams);
+  // Backward OVERWRITES the step's fp32 gradients at `grads` (gpu0 memory,
+  // Trainer::StepGradElements), rounded to bf16 precision: the gradients of a bf16 model, the
+  // same values whether a schedule keeps them in fp32 or in bf16.
   virtual Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads,
                          DeviceSpan* span) = 0;
   virtual Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
@@ -86,23 +87,28 @@ class ComputeDevice {
 };
 
 // The whole model in gpu0 memory, for runs without a schedule (RunInMemory, the compute probe):
-// every bf16 parameter in one block, every fp32 gradient in another.
+// every bf16 parameter in one block, every fp32 gradient in another (with tied embeddings, the
+// head's part of the table's gradient after them).
 class WholeModel {
  public:
-  static StatusOr<std::unique_ptr<WholeModel>> Create(ComputeDevice& device, const ParamLayout& layout);
+  static StatusOr<std::unique_ptr<WholeModel>> Create(ComputeDevice& device, const Trainer& trainer);
   ~WholeModel();
   WholeModel(const WholeModel&) = delete;
   WholeModel& operator=(const WholeModel&) = delete;
 
   // Every parameter, from host memory.
   Status Load(const std::vector<uint16_t>& p16);
+  // A layer step's parameters (Trainer::CheckStepParams) and where its backward writes.
   std::vector<ParamRange> Layer(int64_t layer) const;
   float* LayerGrads(int64_t layer) const;
   const float* grads() const { return grads_; }
+  // The tied head's part of the embedding table's gradient (after its backward); null untied.
+  const float* tied_grads() const;
 
  private:
-  WholeModel(ComputeDevice& device, const ParamLayout& layout) : device_(device), layout_(layout) {}
+  WholeModel(ComputeDevice& device, const Trainer& trainer) : device_(device), trainer_(trainer), layout_(trainer.layout()) {}
   ComputeDevice& device_;
+  const Trainer& trainer_;
   const ParamLayout& layout_;
   void* params_ = nullptr;
   float* grads_ = nullptr;

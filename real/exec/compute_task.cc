@@ -23,14 +23,19 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
   // uses, and the resident home.
   TF_ASSIGN_OR_RETURN(std::vector<exec::ParamRange> params,
                       ParamsOnGpu(t, iteration, trainer_.LayerBegin(layer), trainer_.LayerElements(layer)));
+  if (trainer_.TiedHead(layer)) {  // and the embedding table, wherever the schedule keeps it on the GPU
+    TF_ASSIGN_OR_RETURN(std::vector<exec::ParamRange> table, ParamsOnGpu(t, iteration, trainer_.LayerBegin(0), trainer_.LayerElements(0)));
+    params.insert(params.end(), table.begin(), table.end());
+  }
   CpuThreads* threads = &ThreadsOf(t.resource);
   const int32_t micro = t.micro_step;
   if (t.phase == Phase::kForward) {
     if (layer == 0) {
       if (it->iteration != iteration || it->micro_step != micro) {  // a micro-step's first forward step takes its batch
-        if (GradVersion(iteration, micro) != next_batch_) {
+        if (iteration * micro_steps_ + micro != next_batch_) {
           return FailedPrecondition(Who(t, iteration) + ": micro-step " + std::to_string(micro) + " of iteration " + std::to_string(iteration) +
-                                    " starts before " + GradVersionText(next_batch_));
+                                    " starts before micro-step " + std::to_string(next_batch_ % micro_steps_) + " of iteration " +
+                                    std::to_string(next_batch_ / micro_steps_));
         }
         ++next_batch_;
         TokenBatch batch = loader_->Next();
@@ -65,7 +70,7 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
   // The layer's gradients go to the GPU buffer it allocates, else the first it uses (a buffer the
   // fetch allocated ahead of the layer: docs/schedule-format.md).
   const int32_t grads = GpuBufferOf(t);
-  const int64_t begin = trainer_.LayerBegin(layer), n = trainer_.LayerElements(layer);
+  const int64_t begin = trainer_.LayerBegin(layer), n = trainer_.LayerElements(layer), step_n = trainer_.StepGradElements(layer);
   if (grads == kNoIndex) {
     return FailedPrecondition(Who(t, iteration) + ": the backward of layer " + std::to_string(layer) +
                               " names no GPU buffer for the layer's gradients (plan the schedule again with this tierflow)");
@@ -76,18 +81,22 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
                              "', where the backward of layer " + std::to_string(layer) + " would write its gradients, holds parameters");
     }
   }
-  if (Buf(grads).size < n * 4) {
-    return InvalidArgument(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s gradients (" + std::to_string(n * 4) +
-                           " bytes) do not fit GPU buffer '" + s_.buffers()[static_cast<size_t>(grads)].name + "'");
+  if (Buf(grads).size < step_n * 4) {
+    return InvalidArgument(Who(t, iteration) + ": layer " + std::to_string(layer) + "'s gradients (" + std::to_string(step_n * 4) + " bytes" +
+                           (step_n > n ? ", the tied embedding table's part included" : "") + ") do not fit GPU buffer '" +
+                           s_.buffers()[static_cast<size_t>(grads)].name + "'");
   }
   auto* out = reinterpret_cast<float*>(Buf(grads).data);
   job.work = [this, layer, params = std::move(params), out, it, threads, span = &job.device_span] {
     return device_->Backward(layer, params, out, it, *threads, span);
   };
-  job.finish = [this, grads, begin, n, iteration, micro] {
+  const int64_t table_n = step_n - n;
+  job.finish = [this, grads, begin, n, table_n, iteration, micro] {
     auto& pieces = Buf(grads).pieces;
     pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const Piece& p) { return p.kind == kGrad; }), pieces.end());
     pieces.push_back({kGrad, begin, n, 0, GradVersion(iteration, micro)});
+    // The tied head's part of the table's gradient, after the layer's own.
+    if (table_n > 0) pieces.push_back({kGrad, trainer_.LayerBegin(0), table_n, n * 4, GradVersion(iteration, micro)});
   };
   return Status::Ok();
 }

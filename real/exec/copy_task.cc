@@ -69,11 +69,12 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
   if (buffer == kNoIndex) return InvalidArgument(Who(t, iteration) + ": d2h names no host buffer");
   IterationState& it = Iter(iteration);
   const int32_t micro = t.micro_step;
-  const bool accumulate = micro > 0;
   struct Out {
     const TensorSpec* ts;
     int64_t offset;
     const float* src;
+    bool accumulate;  // adds into what the buffer holds
+    bool partial;     // the tied head's part of the table's gradient
   };
   std::vector<Out> outs;
   int64_t packed = 0;
@@ -100,29 +101,40 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     }
     const int64_t offset = kind == kGrad16 ? ts.element_offset * 2 : packed;
     if (offset + ts.size_bytes > Buf(buffer).size) return InvalidArgument(Who(t, iteration) + ": gradients do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
-    if (accumulate) {  // adds to the previous micro-step's sums, at the same place
-      TF_CHECK(kind == kGrad16);  // CheckTaskContracts
+    // Contributions to a range, in order: per micro-step, the tied head's part of the table (a
+    // range outside the d2h's own layer), then the range's own. The first of the iteration
+    // overwrites; every other adds to the one before, which the buffer must hold.
+    const bool partial = !trainer_.InLayer(t.layer, ts.element_offset, n);
+    const bool after_partial = !partial && trainer_.TiedHead(trainer_.layer_count() - 1) && trainer_.InLayer(0, ts.element_offset, n);
+    if (partial && !(trainer_.TiedHead(t.layer) && trainer_.InLayer(0, ts.element_offset, n))) {
+      return InvalidArgument(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, which is not in its layer " + std::to_string(t.layer) +
+                             " (only the tied head copies the embedding table's gradient)");
+    }
+    const bool accumulate = micro > 0 || after_partial;
+    if (accumulate) {
+      TF_CHECK(kind == kGrad16);  // CheckTaskContracts, CheckRunnable
+      const int64_t want = after_partial ? PartialGradVersion(iteration, micro) : GradVersion(iteration, micro - 1);
       const Span held = FindSpan(buffer, kGrad16, ts.element_offset, n);
-      if (held.data != Buf(buffer).data + offset || held.version != GradVersion(iteration, micro - 1)) {
+      if (held.data != Buf(buffer).data + offset || held.version != want) {
         return FailedPrecondition(Who(t, iteration) + " adds " + Range(ts) + " into buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name +
                                   "', which holds " + (held.data == nullptr ? std::string("none of it") : GradVersionText(held.version) + "'s") +
-                                  ", not " + GradVersionText(GradVersion(iteration, micro - 1)) + "'s: a dependency on the previous micro-step is missing");
+                                  ", not " + GradVersionText(want) + "'s: a dependency on the contribution before is missing");
       }
     }
     packed += ts.size_bytes;
-    outs.push_back({&ts, offset, src});
+    outs.push_back({&ts, offset, src, accumulate, partial});
   }
   auto checks = std::make_shared<std::vector<cpu::GradCheck>>(outs.size());
   const float grad_scale = 1.0f / it.loss_scale;
   CpuThreads* threads = &ThreadsOf(t.resource);
   char* base = Buf(buffer).data;
-  job.work = [this, outs, checks, grad_scale, accumulate, threads, base, span = &job.device_span] {
+  job.work = [this, outs, checks, grad_scale, threads, base, span = &job.device_span] {
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
       char* dst = base + outs[i].offset;
       exec::DeviceSpan one;
-      if (accumulate) {
+      if (outs[i].accumulate) {
         TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGradAccumulate(reinterpret_cast<uint16_t*>(dst), outs[i].src, n, grad_scale, *threads, &one));
       } else {
         TF_ASSIGN_OR_RETURN((*checks)[i], device_->D2HGrad(dst, outs[i].src, n, KindOf(ts.kind) != kGrad, grad_scale, *threads, &one));
@@ -137,8 +149,9 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = Elements(ts);
-      Place(buffer, {KindOf(ts.kind), ts.element_offset, n, outs[i].offset, GradVersion(iteration, micro)});
-      if (last) norm.by_begin[ts.element_offset] = {n, (*checks)[i]};
+      const int64_t version = outs[i].partial ? PartialGradVersion(iteration, micro) : GradVersion(iteration, micro);
+      Place(buffer, {KindOf(ts.kind), ts.element_offset, n, outs[i].offset, version});
+      if (last && !outs[i].partial) norm.by_begin[ts.element_offset] = {n, (*checks)[i]};
     }
   };
   return Status::Ok();

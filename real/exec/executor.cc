@@ -21,7 +21,6 @@ using exec::UpdateGradScale;
 
 Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
-  if (config.spec.config.tied_embeddings) return InvalidArgument("tierflow run: tied embeddings are not supported yet");
   TF_RETURN_IF_ERROR(schedule.Validate());
   TF_RETURN_IF_ERROR(exec::CheckTaskContracts(schedule));
   if (!HasGlobalCheck(schedule) && (config.dynamic_loss_scaling || config.gradient_clipping > 0)) {
@@ -52,6 +51,26 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
     if (!fresh) {
       return InvalidArgument("tasks '" + it->second + "' and '" + t.id + "' both compute the same unit forward in micro-step " +
                              std::to_string(t.micro_step) + " (each micro-step computes each unit once)");
+    }
+  }
+  // Tied embeddings: the head's part of the table's gradient leaves the GPU on its own d2h, and
+  // every contribution is summed in bf16 (copy_task.cc).
+  if (config.spec.config.tied_embeddings) {
+    const int64_t head = static_cast<int64_t>(layout.layer_offset.size()) - 1;
+    bool head_part = false;
+    for (const TaskSpec& t : schedule.tasks()) {
+      if (t.op != Op::kD2H) continue;
+      for (int32_t i : t.tensors) {
+        const TensorSpec& ts = schedule.tensors()[static_cast<size_t>(i)];
+        if (ts.kind != StateKind::kGrad16) {
+          return InvalidArgument("task '" + t.id + "' copies '" + ts.name + "' off the GPU as " + std::string(StateKindName(ts.kind)) +
+                                 ", but with tied embeddings gradients are summed in host memory as grad16: plan the schedule for this model");
+        }
+        head_part = head_part || (t.layer == head && ts.element_offset == layout.layer_offset[0]);
+      }
+    }
+    if (!head_part) {
+      return InvalidArgument("schedule '" + schedule.name + "' has no d2h of the tied head's part of the embedding table's gradient: plan it for this model (tied embeddings)");
     }
   }
   for (const TensorSpec& ts : schedule.tensors()) {
@@ -85,9 +104,13 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   std::vector<float> master = trainer.InitialMaster();
   std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f), grad(master.size());
   std::vector<uint16_t> p16(master.size());
-  std::vector<uint16_t> grad16(config.micro_steps > 1 ? master.size() : 0);  // accumulated over micro-steps
+  // Several contributions to a gradient (micro-steps; the tied table's two uses) are summed in
+  // bf16, as the schedules' d2h tasks do.
+  const bool tied = config.spec.config.tied_embeddings;
+  const bool in_bf16 = config.micro_steps > 1 || tied;
+  std::vector<uint16_t> grad16(in_bf16 ? master.size() : 0);
   cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
-  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer.layout()));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer));
   TF_RETURN_IF_ERROR(model->Load(p16));
   LossScaler scaler = ScalerFor(config);
   IterationState it;
@@ -114,23 +137,31 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
         TF_RETURN_IF_ERROR(device->Backward(l, model->Layer(l), model->LayerGrads(l), &it, threads, nullptr));
       }
       // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do:
-      // one micro-step as fp32; with several, the first into bf16 and the others added to it.
+      // one contribution as fp32; with several, the first into bf16 and the others added to it in
+      // the order backward made them (the tied head's part of the table first).
       const bool last = micro + 1 == micro_steps;
+      const float unscale = 1.0f / it.loss_scale;
       for (const ParamTensor& pt : trainer.layout().tensors) {
-        const float* src = model->grads() + pt.offset;
-        const float unscale = 1.0f / it.loss_scale;
         cpu::GradCheck check;
-        if (micro_steps == 1) {
-          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + pt.offset, src, pt.elements, false, unscale, threads, nullptr));
-        } else if (micro == 0) {
-          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad16.data() + pt.offset, src, pt.elements, true, unscale, threads, nullptr));
+        if (!in_bf16) {
+          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + pt.offset, model->grads() + pt.offset, pt.elements, false, unscale,
+                                                     threads, nullptr));
         } else {
-          TF_ASSIGN_OR_RETURN(check, device->D2HGradAccumulate(grad16.data() + pt.offset, src, pt.elements, unscale, threads, nullptr));
+          bool first = micro == 0;
+          auto add = [&](const float* src) -> StatusOr<cpu::GradCheck> {
+            uint16_t* dst = grad16.data() + pt.offset;
+            const bool overwrite = first;
+            first = false;
+            return overwrite ? device->D2HGrad(dst, src, pt.elements, true, unscale, threads, nullptr)
+                             : device->D2HGradAccumulate(dst, src, pt.elements, unscale, threads, nullptr);
+          };
+          if (tied && pt.offset == trainer.LayerBegin(0)) TF_RETURN_IF_ERROR(add(model->tied_grads()).status());
+          TF_ASSIGN_OR_RETURN(check, add(model->grads() + pt.offset));
         }
         if (last) total = cpu::CombineGradChecks(total, check);
       }
     }
-    if (micro_steps > 1) {
+    if (in_bf16) {
       for (size_t k = 0; k < grad.size(); ++k) grad[k] = Bf16ToFp32(grad16[k]);
     }
     if (scaler.Update(total.finite)) {

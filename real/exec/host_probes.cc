@@ -128,7 +128,7 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
                            std::to_string(trainer.layer_count()) + " layers");
   }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(o.compute, config, trainer));
-  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer.layout()));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer));
   const int32_t nthreads = config.threads > 0 ? config.threads : MaxThreads(o);
   CpuThreads threads(nthreads);
   {

@@ -136,13 +136,19 @@ class Run {
            std::to_string(t.element_offset + t.size_bytes / StateKindBytes(t.kind)) + ")";
   }
   int64_t Elements(const TensorSpec& t) const { return t.size_bytes / StateKindBytes(t.kind); }
-  // The version of gradients: micro-step `micro` of `iteration` (with one micro-step, the
-  // iteration). The update reads the last micro-step's: the accumulated gradients.
-  int64_t GradVersion(int64_t iteration, int32_t micro) const { return iteration * micro_steps_ + micro; }
+  // The version of gradients: complete after micro-step `micro` of `iteration`; the partial
+  // version is the tied embedding table's after the head's part of that micro-step, before the
+  // embedding's own is added (copy_task.cc). The update reads the last micro-step's: the
+  // accumulated gradients.
+  int64_t GradVersion(int64_t iteration, int32_t micro) const { return 2 * (iteration * micro_steps_ + micro) + 1; }
+  int64_t PartialGradVersion(int64_t iteration, int32_t micro) const { return GradVersion(iteration, micro) - 1; }
   int64_t FinalGrad(int64_t iteration) const { return GradVersion(iteration, micro_steps_ - 1); }
   std::string GradVersionText(int64_t v) const {
-    if (v < 0 || micro_steps_ == 1) return v < 0 ? VersionText(v) : "iteration " + std::to_string(v);
-    return "iteration " + std::to_string(v / micro_steps_) + " micro-step " + std::to_string(v % micro_steps_);
+    if (v < 0) return VersionText(v);
+    const int64_t step = v / 2;
+    std::string text = "iteration " + std::to_string(step / micro_steps_);
+    if (micro_steps_ > 1) text += " micro-step " + std::to_string(step % micro_steps_);
+    return v % 2 == 0 ? text + " (the tied head's part)" : text;
   }
   // A buffer's state in the iteration being prepared or finished (ctx_iteration_): iterations in
   // the window each have their own instance of a non-persistent buffer.

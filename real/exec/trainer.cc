@@ -33,6 +33,17 @@ std::vector<const void*> TensorStarts(const ParamLayout& layout, int64_t layer, 
   return out;
 }
 
+Status Trainer::CheckStepParams(int64_t layer, const std::vector<ParamRange>& params) const {
+  if (!TiedHead(layer)) return CheckLayerParams(params, LayerBegin(layer), LayerElements(layer));
+  // The layer's ranges, then the table's: split where the layer's end.
+  size_t split = 0;
+  for (int64_t at = LayerBegin(layer); split < params.size() && at < LayerBegin(layer) + LayerElements(layer); ++split) at += params[split].n;
+  TF_RETURN_IF_ERROR(CheckLayerParams({params.begin(), params.begin() + static_cast<std::ptrdiff_t>(split)}, LayerBegin(layer), LayerElements(layer)));
+  const Status table = CheckLayerParams({params.begin() + static_cast<std::ptrdiff_t>(split), params.end()}, LayerBegin(0), LayerElements(0));
+  if (!table.ok()) return InvalidArgument("the tied head's embedding table: " + table.message());
+  return Status::Ok();
+}
+
 Trainer::Trainer(const TrainConfig& config) : config_(config), layout_(MakeParamLayout(config.spec.config)) {}
 
 void Trainer::EmulateGpu() {
@@ -56,7 +67,7 @@ void Trainer::PrepareIteration(IterationState* it) const {
 }
 
 void Trainer::Widen(int64_t layer, const std::vector<ParamRange>& params, CpuThreads& threads) {
-  TF_CHECK(CheckLayerParams(params, LayerBegin(layer), LayerElements(layer)).ok());
+  TF_CHECK(CheckStepParams(layer, params).ok());
   for (const ParamRange& r : params) {
     const auto* src = static_cast<const uint16_t*>(r.data);
     float* dst = w32_.data() + r.begin;
@@ -92,7 +103,7 @@ void Trainer::Backward(int64_t layer, const std::vector<ParamRange>& params, flo
                        CpuThreads& threads) {
   const int64_t L = config_.spec.config.layers;
   Widen(layer, params, threads);
-  std::fill(grad, grad + LayerElements(layer), 0.0f);
+  std::fill(grad, grad + StepGradElements(layer), 0.0f);
   if (layer == 0) {
     EmbedBackward(config_.spec, grad, it->tokens.data(), it->d_x.data(), *ws_, threads);
   } else if (layer <= L) {
@@ -101,12 +112,12 @@ void Trainer::Backward(int64_t layer, const std::vector<ParamRange>& params, flo
     DecoderBackward<float>(config_.spec, w, g, it->boundary[static_cast<size_t>(layer - 1)].data(), it->d_x.data(),
                            it->d_x.data(), *ws_, threads);
   } else {
-    float* d_lm_head = grad + config_.spec.config.hidden;
+    float* d_lm_head = grad + config_.spec.config.hidden;  // untied: the head's own; tied: after it (StepGradElements)
     HeadForwardBackward<float>(config_.spec, w32_.data() + LayerBegin(layer), LmHead(), grad, d_lm_head,
                                it->boundary[static_cast<size_t>(L)].data(), it->targets.data(), it->d_x.data(),
                                it->BackwardSeed(), *ws_, threads);
   }
-  cpu::RoundToBf16(grad, LayerElements(layer), threads);  // a bf16 model's gradients
+  cpu::RoundToBf16(grad, StepGradElements(layer), threads);  // a bf16 model's gradients
 }
 
 }  // namespace tierflow::real::exec

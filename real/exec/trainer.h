@@ -63,6 +63,18 @@ class Trainer {
   int64_t layer_count() const { return static_cast<int64_t>(layout_.layer_offset.size()); }
   int64_t LayerBegin(int64_t layer) const { return layout_.layer_offset[static_cast<size_t>(layer)]; }
   int64_t LayerElements(int64_t layer) const { return layout_.layer_elements[static_cast<size_t>(layer)]; }
+  // Whether elements [begin, begin + n) lie in `layer`.
+  bool InLayer(int64_t layer, int64_t begin, int64_t n) const {
+    return layer >= 0 && layer < layer_count() && begin >= LayerBegin(layer) && begin + n <= LayerBegin(layer) + LayerElements(layer);
+  }
+  // With tied embeddings the head computes with the embedding table (layer 0) too.
+  bool TiedHead(int64_t layer) const { return config_.spec.config.tied_embeddings && layer == layer_count() - 1; }
+  // What a layer step reads (StepParams) and the gradients its backward writes: the layer's
+  // elements, and for the tied head the table's after them (its part of the table's gradient).
+  int64_t StepGradElements(int64_t layer) const { return LayerElements(layer) + (TiedHead(layer) ? LayerElements(0) : 0); }
+  // InvalidArgument unless `params` cover the layer in order (CheckLayerParams), followed for the
+  // tied head by ranges covering the embedding table.
+  Status CheckStepParams(int64_t layer, const std::vector<ParamRange>& params) const;
 
   // The initial fp32 parameters (InitLlamaParams with config.init_seed).
   std::vector<float> InitialMaster() const;
@@ -72,8 +84,8 @@ class Trainer {
   void PrepareIteration(IterationState* it) const;  // sizes the activations
 
   // models::Layers() index `layer`: 0 embedding, 1..L decoders, L+1 head, its bf16 parameters
-  // read from `params` (ranges covering the layer, in order). Forward of the head sets it->loss.
-  // Backward overwrites the layer's fp32 gradients, scaled and rounded to bf16 precision (the
+  // read from `params` (CheckStepParams). Forward of the head sets it->loss. Backward overwrites
+  // the step's StepGradElements fp32 gradients, scaled and rounded to bf16 precision (the
   // gradients of a bf16 model), at `grads`.
   void Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads);
   void Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,

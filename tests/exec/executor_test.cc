@@ -767,6 +767,45 @@ TEST(Executor, GradientAccumulationReproducesTheInMemoryWeights) {
   }
 }
 
+// Tied embeddings (the Llama-3.2-1B shape): the head computes with the embedding table, which
+// stays on the GPU; its part of the table's gradient leaves first and the embedding's is added
+// to it in bf16. Every policy reproduces the reference, which differs from the untied model's
+// training, and so do the gradient paths with four micro-steps too.
+TEST(Executor, TiedEmbeddingsReproduceTheInMemoryWeights) {
+  for (const std::string micro_steps : {"1", "4"}) {
+    const std::vector<std::string> model = {"model.tied_embeddings=true", "training.gradient_accumulation_steps=" + micro_steps};
+    const TrainConfig config = ConfigFor(LoadTiny(model));
+    ASSERT_TRUE(config.spec.config.tied_embeddings);
+    auto reference = RunInMemory(config, kIterations);
+    ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+    TrainConfig untied = config;
+    untied.spec.config.tied_embeddings = false;
+    auto untied_run = RunInMemory(untied, kIterations);
+    ASSERT_TRUE(untied_run.ok()) << untied_run.status().ToString();
+    EXPECT_NE(reference->master.size(), untied_run->master.size()) << "no lm_head of its own";
+    EXPECT_NE(reference->loss.back(), untied_run->loss.back());
+    const std::vector<std::string> policies = micro_steps == "1" ? policies::PolicyNames() : std::vector<std::string>{"zero-infinity", "mlp-offload"};
+    for (const std::string& policy : policies) {
+      std::vector<std::string> sets = model;
+      sets.push_back("policy.name=" + policy);
+      const Schedule schedule = PlanOrDie(LoadTiny(sets));
+      TempDir root("tied-" + policy);
+      RunOptions options;
+      options.iterations = kIterations;
+      options.disk_root = root.str();
+      auto run = RunSchedule(schedule, config, options);
+      ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
+      EXPECT_EQ(run->loss, reference->loss) << policy << " micro-steps " << micro_steps;
+      EXPECT_TRUE(SameBits(run->master, reference->master)) << policy << " micro-steps " << micro_steps;
+      EXPECT_TRUE(HasTask(schedule, Op::kD2H, "d2h.grad.model.embed_tokens.weight.head.")) << policy << ": the head's part of the table's gradient";
+    }
+  }
+  // A schedule planned for the untied model has no place for the head's part: refused when loaded.
+  const Status st = CheckRunnable(PlanOrDie(LoadTiny({})), ConfigFor(LoadTiny({"model.tied_embeddings=true"})));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tied"), std::string::npos) << st.ToString();
+}
+
 // A schedule planned for one number of micro-steps and run with another is refused, naming both.
 TEST(Executor, MicroStepsThatDifferFromTheTrainingSetUpAreRefused) {
   const policies::Scenario two = LoadTiny({"training.gradient_accumulation_steps=2"});

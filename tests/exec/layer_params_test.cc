@@ -53,6 +53,32 @@ TEST(LayerParams, DecoderFromTensorsMatchesDecoderView) {
   for (int i = 0; i < 9; ++i) EXPECT_EQ(got[i], want[i]) << "tensor " << i;
 }
 
+// The tied head's step reads the layer and then the embedding table; its backward writes the
+// table's part of the gradient after the layer's own.
+TEST(LayerParams, TheTiedHeadStepAlsoCoversTheEmbeddingTable) {
+  TrainConfig config;
+  auto tiny = models::LlmPreset("tiny");
+  ASSERT_TRUE(tiny.ok());
+  config.spec.config = *tiny;
+  config.spec.config.tied_embeddings = true;
+  const Trainer trainer(config);
+  const int64_t head = trainer.layer_count() - 1;
+  ASSERT_TRUE(trainer.TiedHead(head));
+  EXPECT_FALSE(trainer.TiedHead(0));
+  EXPECT_EQ(trainer.StepGradElements(head), trainer.LayerElements(head) + trainer.LayerElements(0));
+  EXPECT_EQ(trainer.StepGradElements(1), trainer.LayerElements(1));
+  std::vector<uint16_t> flat(static_cast<size_t>(trainer.layout().total));
+  const ParamRange layer{trainer.LayerBegin(head), trainer.LayerElements(head), flat.data() + trainer.LayerBegin(head)};
+  const ParamRange table{0, trainer.LayerElements(0), flat.data()};
+  EXPECT_TRUE(trainer.CheckStepParams(head, {layer, table}).ok());
+  EXPECT_FALSE(trainer.CheckStepParams(head, {layer}).ok());  // the table missing
+  const Status st = trainer.CheckStepParams(head, {layer, {0, trainer.LayerElements(0) - 1, flat.data()}});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tied head's embedding table"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(trainer.InLayer(0, 0, trainer.LayerElements(0)));
+  EXPECT_FALSE(trainer.InLayer(head, 0, trainer.LayerElements(0)));
+}
+
 TEST(LayerParams, RangesMustCoverTheLayerInOrder) {
   uint16_t a[8], b[8];
   EXPECT_TRUE(CheckLayerParams({{10, 8, a}, {18, 8, b}}, 10, 16).ok());
