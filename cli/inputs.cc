@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <cstdio>
 
+#include "tierflow/models/training.h"
+#include "tierflow/models/yaml_tree.h"
 #include "tierflow/policies/policy.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/tokenizer.h"
@@ -27,25 +29,49 @@ void AddSetOption(CLI::App* app, std::vector<std::string>* sets) {
   app->add_option("--set", *sets, "Override a scenario value: key.path=value (repeatable)")->take_all();
 }
 
+StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const std::string& path, const std::vector<std::string>& sets) {
+  const Schedule::Sections& sections = schedule.sections;
+  for (const auto& [key, text] : {std::pair<const char*, const std::string*>{"model", &sections.model}, {"hardware", &sections.hardware}}) {
+    if (text->empty()) {
+      return InvalidArgument(path + ": the schedule has no '" + key + "' section, so what it trains on is unknown " +
+                             "(plan it with this tierflow, or add the section: docs/schedule-format.md)");
+    }
+  }
+  policies::Scenario s;
+  s.name = schedule.name;
+  for (const auto& [k, v] : schedule.meta) {
+    if (k == "policy") s.policy = v;
+  }
+  try {
+    auto model = models::LlmFromYaml(YAML::Load(sections.model));
+    if (!model.ok()) return model.status().WithContext(path);
+    s.model = std::move(model).value();
+    YAML::Node hardware = YAML::Load(sections.hardware);
+    for (const auto& set : sets) {
+      if (set.rfind("hardware.", 0) != 0) {
+        return InvalidArgument("--set " + set + ": a schedule file is already planned; only hardware.* can be overridden");
+      }
+      TF_RETURN_IF_ERROR(models::ApplyYamlOverride(hardware, set.substr(std::string("hardware.").size())));
+    }
+    auto hw = models::HardwareFromYaml(hardware);
+    if (!hw.ok()) return hw.status().WithContext(path);
+    s.hardware = std::move(hw).value();
+    auto training = models::TrainingFromYaml(sections.training.empty() ? YAML::Node() : YAML::Load(sections.training));
+    if (!training.ok()) return training.status().WithContext(path);
+    s.training = std::move(training).value();
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ": " + e.what());
+  }
+  if (s.training.data_parallel == 0) s.training.data_parallel = s.hardware.node.gpu_count;
+  return s;
+}
+
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets) {
   PlannedInput in;
   if (EndsWith(path, ".json")) {
     TF_ASSIGN_OR_RETURN(in.schedule, ReadScheduleFile(path));
     in.from_schedule_file = true;
-    std::string yaml;
-    for (const auto& [k, v] : in.schedule.meta) {
-      if (k == "scenario_yaml") yaml = v;
-    }
-    if (yaml.empty()) {
-      return InvalidArgument(path + ": the schedule's meta has no 'scenario_yaml', so its hardware is unknown "
-                                    "(plan it with `tierflow plan`, or add the scenario to its meta)");
-    }
-    for (const auto& s : sets) {
-      if (s.rfind("hardware.", 0) != 0) {
-        return InvalidArgument("--set " + s + ": a schedule file is already planned; only hardware.* can be overridden");
-      }
-    }
-    TF_ASSIGN_OR_RETURN(in.scenario, policies::LoadScenarioText(yaml, sets, path + " (meta.scenario_yaml)"));
+    TF_ASSIGN_OR_RETURN(in.scenario, ScenarioOfSchedule(in.schedule, path, sets));
     return in;
   }
   TF_ASSIGN_OR_RETURN(in.scenario, policies::LoadScenarioFile(path, sets));

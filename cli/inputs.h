@@ -19,7 +19,7 @@ namespace tierflow::cli {
 
 struct PlannedInput {
   Schedule schedule;
-  policies::Scenario scenario;  // from the file, or from the schedule's meta
+  policies::Scenario scenario;  // the scenario file's, or the schedule's typed sections (ScenarioOfSchedule)
   bool from_schedule_file = false;
 };
 
@@ -30,6 +30,10 @@ void AddSetOption(CLI::App* app, std::vector<std::string>* sets);
 // it is an error (the schedule is already planned), except for hardware.* keys, which re-target
 // the stored scenario's hardware.
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets);
+// What a schedule file trains, on what and how, from its typed sections (model and hardware
+// required, training optional: the defaults), with `sets` (hardware.* only) applied to its
+// hardware; `path` names the file in errors. No scenario is read or planned.
+StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const std::string& path, const std::vector<std::string>& sets);
 
 // The training set-up `run` and `validate` give the executor: the scenario's model and shape,
 // the corpus (`data`: a .txt file is byte-tokenized, anything else an llm.c token file; empty:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <tuple>
 
@@ -50,7 +51,7 @@ int32_t Schedule::AddTask(TaskSpec t) {
 }
 
 bool Schedule::operator==(const Schedule& o) const {
-  return name == o.name && iteration_window == o.iteration_window && meta == o.meta &&
+  return name == o.name && iteration_window == o.iteration_window && meta == o.meta && sections == o.sections &&
          devices_ == o.devices_ && resources_ == o.resources_ && pools_ == o.pools_ &&
          buffers_ == o.buffers_ && tensors_ == o.tensors_ && tasks_ == o.tasks_;
 }
@@ -83,6 +84,14 @@ std::vector<int32_t> Schedule::TopologicalOrder() const {
   }
   TF_CHECK(static_cast<int32_t>(order.size()) == n);
   return order;
+}
+
+bool Schedule::Sections::operator==(const Sections& o) const {
+  auto same = [](const std::string& a, const std::string& b) {
+    if (a.empty() || b.empty()) return a.empty() && b.empty();
+    return nlohmann::json::parse(a, nullptr, false) == nlohmann::json::parse(b, nullptr, false);
+  };
+  return same(model, o.model) && same(hardware, o.hardware) && same(training, o.training);
 }
 
 int32_t Schedule::MicroSteps() const {

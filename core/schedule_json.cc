@@ -104,8 +104,8 @@ Status ReadSection(const Json& root, const char* key, std::vector<const Json*>* 
 StatusOr<Schedule> Parse(const Json& root) {
   Fields top(root, "schedule");
   TF_RETURN_IF_ERROR(top.CheckObject());
-  TF_RETURN_IF_ERROR(top.CheckKnownKeys({"format", "name", "iteration_window", "meta", "devices", "resources",
-                                         "pools", "buffers", "tensors", "tasks"}));
+  TF_RETURN_IF_ERROR(top.CheckKnownKeys({"format", "name", "iteration_window", "meta", "model", "hardware", "training",
+                                         "devices", "resources", "pools", "buffers", "tensors", "tasks"}));
   std::string format;
   TF_RETURN_IF_ERROR(top.String("format", &format, true));
   if (format != kScheduleFormat) {
@@ -121,6 +121,14 @@ StatusOr<Schedule> Parse(const Json& root) {
       if (!it.value().is_string()) return InvalidArgument("schedule: meta key " + Q(it.key()) + " must be a string");
       s.meta.emplace_back(it.key(), it.value().get<std::string>());
     }
+  }
+
+  for (const auto& [key, text] : {std::pair<const char*, std::string*>{"model", &s.sections.model},
+                                  {"hardware", &s.sections.hardware},
+                                  {"training", &s.sections.training}}) {
+    if (!root.contains(key)) continue;
+    if (!root.at(key).is_object()) return InvalidArgument(std::string("schedule: key '") + key + "' must be an object (docs/schedule-format.md)");
+    *text = root.at(key).dump();
   }
 
   std::vector<const Json*> section;
@@ -355,6 +363,14 @@ std::string ScheduleToJson(const Schedule& s) {
   Json meta = Json::object();
   for (const auto& [k, v] : s.meta) meta[k] = v;
   out << "  \"meta\": " << meta.dump() << ",\n";
+  for (const auto& [key, text] : {std::pair<const char*, const std::string*>{"model", &s.sections.model},
+                                  {"hardware", &s.sections.hardware},
+                                  {"training", &s.sections.training}}) {
+    if (text->empty()) continue;
+    const Json parsed = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    TF_CHECK(parsed.is_object());  // Schedule::Sections holds JSON objects
+    out << "  \"" << key << "\": " << parsed.dump() << ",\n";
+  }
 
   auto section = [&](const char* key, size_t count, auto&& row, bool last) {
     out << "  \"" << key << "\": [";

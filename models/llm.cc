@@ -420,6 +420,24 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
   return c;
 }
 
+std::string LlmToYaml(const LlmConfig& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << c.name;
+  e << YAML::Key << "source" << YAML::Value << YAML::DoubleQuoted << c.source;
+  const std::pair<const char*, int64_t> dims[] = {{"hidden", c.hidden}, {"ffn", c.ffn},           {"layers", c.layers},
+                                                 {"heads", c.heads},   {"kv_heads", c.kv_heads}, {"vocab", c.vocab},
+                                                 {"max_seq", c.max_seq}};
+  for (const auto& [key, value] : dims) e << YAML::Key << key << YAML::Value << value;
+  e << YAML::Key << "mlp" << YAML::Value << (c.mlp == MlpKind::kSwiGlu ? "swiglu" : "gelu");
+  e << YAML::Key << "position" << YAML::Value << (c.position == PositionKind::kRotary ? "rotary" : "learned");
+  e << YAML::Key << "norm" << YAML::Value << (c.norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm");
+  e << YAML::Key << "tied_embeddings" << YAML::Value << c.tied_embeddings;
+  e << YAML::Key << "attention_bias" << YAML::Value << c.attention_bias;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
 StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text) {
   YAML::Node node;
   try {

@@ -4,6 +4,8 @@
 #include <map>
 
 #include "tierflow/models/llm.h"
+#include "tierflow/models/training.h"
+#include "tierflow/models/yaml_tree.h"
 
 namespace tierflow::policies {
 namespace {
@@ -106,6 +108,11 @@ ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenar
   schedule_.meta.emplace_back("policy", policy_);
   schedule_.meta.emplace_back("model", s.model.name);
   schedule_.meta.emplace_back("hardware", s.hardware.node.name);
+  // What `sim`, `run` and `validate` of the schedule file read (ScheduleToJson writes them as
+  // JSON objects).
+  schedule_.sections.model = models::YamlToJson(YAML::Load(models::LlmToYaml(s.model)));
+  schedule_.sections.hardware = models::YamlToJson(YAML::Load(models::HardwareToYaml(s.hardware)));
+  schedule_.sections.training = models::YamlToJson(YAML::Load(models::TrainingToYaml(s.training)));
   Device("host", DeviceKind::kHost);
 }
 

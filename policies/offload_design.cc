@@ -124,7 +124,6 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
 
   ScheduleBuilder b(s, d.policy);
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
-  b.Meta("scenario_yaml", s.yaml);
   b.Meta("update", d.global_norm_first ? "after the global gradient check"
                                        : "overlapped with backward, no global gradient check (training.loss_scaling none, "
                                          "gradient_clipping 0)");

@@ -7,139 +7,17 @@
 #include <sstream>
 
 #include "tierflow/core/units.h"
+#include "tierflow/models/yaml_tree.h"
 
 namespace tierflow::policies {
 namespace {
 
 std::string Q(const std::string& s) { return "'" + s + "'"; }
 
-// Applies one "a.b.c=value" override to the tree, creating maps on the way.
-Status ApplyOverride(YAML::Node root, const std::string& text) {
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    return InvalidArgument("--set " + Q(text) + ": expected key.path=value");
-  }
-  const std::string path = text.substr(0, eq);
-  const std::string value = text.substr(eq + 1);
-  std::vector<std::string> keys;
-  std::stringstream ss(path);
-  for (std::string k; std::getline(ss, k, '.');) {
-    if (k.empty()) return InvalidArgument("--set " + Q(text) + ": empty key in path " + Q(path));
-    keys.push_back(k);
-  }
-  // yaml-cpp's operator[] on a temporary is awkward; walk with explicit nodes.
-  std::vector<YAML::Node> chain{root};
-  for (size_t i = 0; i + 1 < keys.size(); ++i) {
-    YAML::Node next = chain.back()[keys[i]];
-    if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
-      return InvalidArgument("--set " + Q(text) + ": " + Q(keys[i]) + " is not a section");
-    }
-    if (!next.IsDefined() || next.IsNull()) {
-      chain.back()[keys[i]] = YAML::Node(YAML::NodeType::Map);
-      next = chain.back()[keys[i]];
-    }
-    chain.push_back(next);
-  }
-  chain.back()[keys.back()] = YAML::Load(value.empty() ? "''" : value);
-  return Status::Ok();
-}
-
-Status CheckKeys(const YAML::Node& node, const std::string& where, std::initializer_list<const char*> keys) {
-  if (!node.IsMap()) return InvalidArgument(where + ": expected a map");
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
-    bool known = false;
-    for (const char* allowed : keys) known |= (k == allowed);
-    if (!known) {
-      std::string list;
-      for (const char* allowed : keys) list += (list.empty() ? "" : ", ") + std::string(allowed);
-      return InvalidArgument(where + ": unknown key " + Q(k) + " (known: " + list + ")");
-    }
-  }
-  return Status::Ok();
-}
-
-StatusOr<int64_t> PositiveInt(const YAML::Node& node, const std::string& where, bool allow_zero = false) {
-  if (!node.IsScalar()) return InvalidArgument(where + ": expected an integer");
-  double v;
-  try {
-    v = node.as<double>();
-  } catch (const YAML::Exception&) {
-    return InvalidArgument(where + ": " + Q(node.Scalar()) + " is not an integer");
-  }
-  if (v != std::floor(v)) return InvalidArgument(where + ": " + Q(node.Scalar()) + " is not an integer");
-  if (v < 0 || (!allow_zero && v == 0)) {
-    return InvalidArgument(where + ": " + Q(node.Scalar()) + (allow_zero ? " must be >= 0" : " must be > 0"));
-  }
-  return static_cast<int64_t>(v);
-}
-
-StatusOr<bool> Boolean(const YAML::Node& node, const std::string& where) {
-  try {
-    return node.as<bool>();
-  } catch (const YAML::Exception&) {
-    return InvalidArgument(where + ": " + Q(node.IsScalar() ? node.Scalar() : "?") + " is not true or false");
-  }
-}
-
-StatusOr<TrainingSetup> ReadTraining(const YAML::Node& node) {
-  TrainingSetup t;
-  if (!node.IsDefined() || node.IsNull()) return t;
-  TF_RETURN_IF_ERROR(CheckKeys(node, "training",
-                               {"micro_batch_size", "sequence_length", "gradient_accumulation_steps",
-                                "data_parallel", "activation_checkpointing", "dtype", "loss_scaling",
-                                "gradient_clipping"}));
-  if (node["micro_batch_size"]) {
-    TF_ASSIGN_OR_RETURN(t.micro_batch_size, PositiveInt(node["micro_batch_size"], "training.micro_batch_size"));
-  }
-  if (node["sequence_length"]) {
-    TF_ASSIGN_OR_RETURN(t.sequence_length, PositiveInt(node["sequence_length"], "training.sequence_length"));
-  }
-  if (node["gradient_accumulation_steps"]) {
-    TF_ASSIGN_OR_RETURN(t.gradient_accumulation_steps,
-                        PositiveInt(node["gradient_accumulation_steps"], "training.gradient_accumulation_steps"));
-    // Every micro-step is its own forward and backward in the schedule's task graph.
-    if (t.gradient_accumulation_steps > kMaxMicroSteps) {
-      return InvalidArgument("training.gradient_accumulation_steps: " + std::to_string(t.gradient_accumulation_steps) +
-                             " is above " + std::to_string(kMaxMicroSteps) + " (each micro-step is a forward and backward in the schedule)");
-    }
-  }
-  if (node["data_parallel"]) {
-    TF_ASSIGN_OR_RETURN(int64_t dp, PositiveInt(node["data_parallel"], "training.data_parallel", true));
-    t.data_parallel = static_cast<int32_t>(dp);
-  }
-  if (node["activation_checkpointing"]) {
-    TF_ASSIGN_OR_RETURN(t.activation_checkpointing, Boolean(node["activation_checkpointing"], "training.activation_checkpointing"));
-  }
-  if (node["dtype"]) {
-    t.dtype = node["dtype"].as<std::string>();
-    if (t.dtype != "bf16" && t.dtype != "fp16") return InvalidArgument("training.dtype: " + Q(t.dtype) + " (bf16 or fp16)");
-  }
-  t.loss_scaling = t.dtype == "fp16" ? "dynamic" : "none";
-  if (node["loss_scaling"]) {
-    t.loss_scaling = node["loss_scaling"].as<std::string>();
-    if (t.loss_scaling != "dynamic" && t.loss_scaling != "none") {
-      return InvalidArgument("training.loss_scaling: " + Q(t.loss_scaling) + " (dynamic or none)");
-    }
-  }
-  if (node["gradient_clipping"]) {
-    const YAML::Node& c = node["gradient_clipping"];
-    double v = -1;
-    try {
-      v = c.as<double>();
-    } catch (const YAML::Exception&) {
-      return InvalidArgument("training.gradient_clipping: " + Q(c.IsScalar() ? c.Scalar() : "?") + " is not a number");
-    }
-    if (!(v >= 0) || !std::isfinite(v)) {
-      return InvalidArgument("training.gradient_clipping: " + Q(c.Scalar()) + " must be a finite number >= 0 (0 = off)");
-    }
-    t.gradient_clipping = v;
-  }
-  return t;
-}
+using models::CheckYamlKeys;
 
 StatusOr<PaperClaim> ReadPaper(const YAML::Node& node) {
-  TF_RETURN_IF_ERROR(CheckKeys(node, "paper", {"system", "claim", "metric", "baseline", "expected_ratio", "tolerance", "source"}));
+  TF_RETURN_IF_ERROR(CheckYamlKeys(node, "paper", {"system", "claim", "metric", "baseline", "expected_ratio", "tolerance", "source"}));
   PaperClaim p;
   for (const char* key : {"system", "claim", "metric", "expected_ratio", "source"}) {
     if (!node[key]) return InvalidArgument(std::string("paper: missing key '") + key + "'");
@@ -167,7 +45,7 @@ StatusOr<PaperClaim> ReadPaper(const YAML::Node& node) {
   }
   const YAML::Node base = node["baseline"];
   if (!base || !base.IsMap()) return InvalidArgument("paper.baseline: expected a map with 'set: [key.path=value, ...]'");
-  TF_RETURN_IF_ERROR(CheckKeys(base, "paper.baseline", {"set"}));
+  TF_RETURN_IF_ERROR(CheckYamlKeys(base, "paper.baseline", {"set"}));
   const YAML::Node sets = base["set"];
   if (!sets || !sets.IsSequence() || sets.size() == 0) {
     return InvalidArgument("paper.baseline.set: expected a non-empty list of key.path=value");
@@ -255,8 +133,8 @@ StatusOr<Scenario> LoadScenarioText(const std::string& yaml, const std::vector<s
   }
   if (!root.IsMap()) return InvalidArgument(origin + ": expected a map with model, hardware, training, policy");
   try {
-    for (const auto& o : overrides) TF_RETURN_IF_ERROR(ApplyOverride(root, o));
-    TF_RETURN_IF_ERROR(CheckKeys(root, origin, {"name", "description", "model", "hardware", "training", "policy", "paper"}));
+    for (const auto& o : overrides) TF_RETURN_IF_ERROR(models::ApplyYamlOverride(root, o));
+    TF_RETURN_IF_ERROR(CheckYamlKeys(root, origin, {"name", "description", "model", "hardware", "training", "policy", "paper"}));
     Scenario s;
     s.name = root["name"] ? root["name"].as<std::string>() : origin;
     YAML::Emitter emitter;
@@ -270,7 +148,7 @@ StatusOr<Scenario> LoadScenarioText(const std::string& yaml, const std::vector<s
     auto hw = models::HardwareFromYaml(root["hardware"]);
     if (!hw.ok()) return hw.status().WithContext(origin);
     s.hardware = std::move(hw).value();
-    auto training = ReadTraining(root["training"]);
+    auto training = models::TrainingFromYaml(root["training"]);
     if (!training.ok()) return training.status().WithContext(origin);
     s.training = *training;
     if (s.training.data_parallel == 0) s.training.data_parallel = s.hardware.node.gpu_count;

@@ -58,7 +58,6 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
 
   ScheduleBuilder b(s, "zero-infinity");
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
-  b.Meta("scenario_yaml", s.yaml);
   const std::string nvme = ScheduleBuilder::Nvme(0);
   b.Device(nvme, DeviceKind::kNvme);
 

@@ -52,6 +52,33 @@ TEST(ScheduleFile, RoundTripsExactly) {
   EXPECT_EQ(ScheduleToJson(*back), once);
 }
 
+// The typed sections are JSON objects kept as they are (models/ reads them): written back as
+// read, equal as JSON values, and anything but an object refused.
+TEST(ScheduleFile, TypedSectionsRoundTripAsObjects) {
+  std::string json = kValid;
+  const std::string anchor = R"("meta": {"policy": "test"},)";
+  json.replace(json.find(anchor), anchor.size(),
+               anchor + R"( "model": {"preset": "tiny", "layers": 2}, "hardware": {"preset": "cpu-host"}, "training": {"dtype": "bf16"},)");
+  auto s = ScheduleFromJson(json);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->sections.model, R"({"preset":"tiny","layers":2})");
+  EXPECT_EQ(s->sections.hardware, R"({"preset":"cpu-host"})");
+  EXPECT_EQ(s->sections.training, R"({"dtype":"bf16"})");
+  const std::string once = ScheduleToJson(*s);
+  EXPECT_NE(once.find(R"(  "model": {"preset":"tiny","layers":2},)"), std::string::npos) << once;
+  auto back = ScheduleFromJson(once);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == *s);
+  EXPECT_EQ(ScheduleToJson(*back), once);
+  Schedule spaced = *s;
+  spaced.sections.model = R"({ "layers": 2, "preset": "tiny" })";
+  EXPECT_TRUE(spaced == *s) << "the same object";
+  spaced.sections.model = R"({"preset": "tiny", "layers": 3})";
+  EXPECT_FALSE(spaced == *s);
+  json.replace(json.find(R"("training": {"dtype": "bf16"})"), 29, R"("training": "bf16")");
+  EXPECT_EQ(ErrorOf(json), "invalid argument: schedule: key 'training' must be an object (docs/schedule-format.md)");
+}
+
 // Micro-steps (gradient accumulation) are a task field, absent at 0; the schedule has one more
 // than the largest.
 TEST(ScheduleFile, MicroStepsRoundTripAndCount) {

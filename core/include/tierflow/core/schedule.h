@@ -122,6 +122,16 @@ class Schedule {
   int32_t iteration_window = 2;
   // Free-form provenance (policy, model, hardware, knob values), kept in order.
   std::vector<std::pair<std::string, std::string>> meta;
+  // What the schedule trains, on what, and how (docs/schedule-format.md "Model, hardware and
+  // training"): the planned scenario's model, hardware and training as JSON objects, kept as
+  // their text (empty when absent). models/ reads them (LlmFromYamlText, HardwareFromYamlText,
+  // TrainingFromYaml); core checks only that each is an object.
+  struct Sections {
+    std::string model, hardware, training;
+    // Equal as JSON values (a file read back holds the same objects, not the same spacing).
+    bool operator==(const Sections& o) const;
+  };
+  Sections sections;
 
   const std::vector<DeviceSpec>& devices() const { return devices_; }
   const std::vector<ResourceSpec>& resources() const { return resources_; }

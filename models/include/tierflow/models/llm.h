@@ -66,6 +66,8 @@ std::vector<std::string> LlmPresetNames();
 StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node);
 // The same from YAML text (parse errors become Statuses); lets callers avoid yaml-cpp.
 StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text);
+// Every field, spelt out (no preset), as LlmFromYaml reads it back to the same config.
+std::string LlmToYaml(const LlmConfig& c);
 Status ValidateLlm(const LlmConfig& config);
 
 // The functions below require ValidateLlm(config).ok() (presets and LlmFromYaml results are).

@@ -17,29 +17,13 @@
 #include "tierflow/core/status.h"
 #include "tierflow/models/hardware.h"
 #include "tierflow/models/llm.h"
+#include "tierflow/models/training.h"
 
 namespace tierflow::policies {
 
-// The most micro-steps per iteration a scenario may ask for (training.gradient_accumulation_steps).
-inline constexpr int64_t kMaxMicroSteps = 1024;
-
-struct TrainingSetup {
-  int64_t micro_batch_size = 1;          // sequences per rank per micro-step
-  int64_t sequence_length = 4096;
-  int64_t gradient_accumulation_steps = 1;  // 1 .. kMaxMicroSteps
-  int32_t data_parallel = 0;             // ranks; 0 = every GPU of the node
-  bool activation_checkpointing = true;
-  std::string dtype = "bf16";            // parameters and gradients on the GPU
-  // "dynamic": DeepSpeed's fp16 loss scaler (initial 2^16; an overflow skips the step and halves
-  // the scale). "none": gradients unscaled and every step taken, as DeepSpeed's bf16 optimizer.
-  // Absent: "dynamic" for fp16, "none" for bf16.
-  std::string loss_scaling = "none";
-  // Clip the gradients to this global L2 norm before the update (torch's clip_grad_norm_); 0 = off.
-  double gradient_clipping = 0;
-  // Whether the update of a sub-group must wait for the global gradient check (the overflow check
-  // and the norm over every gradient): true when the loss scale is dynamic or clipping is on.
-  bool UpdateNeedsGlobalCheck() const { return loss_scaling == "dynamic" || gradient_clipping > 0; }
-};
+// The training setup is the models' (models/training.h); scenarios read it there.
+using models::kMaxMicroSteps;
+using models::TrainingSetup;
 
 // A policy's knobs as written in the scenario; each generator reads the ones it knows with the
 // typed getters, and Finish() rejects any it did not read (a misspelt knob is an error, not a
@@ -84,8 +68,9 @@ struct Scenario {
   TrainingSetup training;
   std::string policy = "zero-infinity";
   Knobs knobs;
-  // The scenario as read, --set overrides applied: plan stores it in the schedule's meta so that
-  // `sim SCHEDULE` finds the same hardware without the scenario file.
+  // The scenario as read, --set overrides applied: what tune and a paper's baseline plan again
+  // with their own overrides. (A schedule file carries the model, hardware and training as typed
+  // sections instead: Schedule::Sections.)
   std::string yaml;
   bool has_paper = false;
   PaperClaim paper;

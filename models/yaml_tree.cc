@@ -1,0 +1,120 @@
+#include "tierflow/models/yaml_tree.h"
+
+#include <regex>
+#include <sstream>
+#include <vector>
+
+namespace tierflow::models {
+namespace {
+
+std::string Q(const std::string& s) { return "'" + s + "'"; }
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void Write(const YAML::Node& node, std::string* out) {
+  if (node.IsMap()) {
+    *out += "{";
+    bool first = true;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (!first) *out += ", ";
+      first = false;
+      *out += JsonString(it->first.Scalar()) + ": ";
+      Write(it->second, out);
+    }
+    *out += "}";
+  } else if (node.IsSequence()) {
+    *out += "[";
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (i > 0) *out += ", ";
+      Write(node[i], out);
+    }
+    *out += "]";
+  } else if (!node.IsDefined() || node.IsNull()) {
+    *out += "null";
+  } else {
+    static const std::regex kNumber(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
+    const std::string& s = node.Scalar();
+    const bool plain = node.Tag() != "!";  // a quoted scalar ("7") stays a string
+    if (plain && (s == "true" || s == "false" || std::regex_match(s, kNumber))) *out += s;
+    else *out += JsonString(s);
+  }
+}
+
+}  // namespace
+
+Status ApplyYamlOverride(YAML::Node root, const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgument("--set " + Q(text) + ": expected key.path=value");
+  }
+  const std::string path = text.substr(0, eq);
+  const std::string value = text.substr(eq + 1);
+  std::vector<std::string> keys;
+  std::stringstream ss(path);
+  for (std::string k; std::getline(ss, k, '.');) {
+    if (k.empty()) return InvalidArgument("--set " + Q(text) + ": empty key in path " + Q(path));
+    keys.push_back(k);
+  }
+  try {
+    // yaml-cpp's operator[] on a temporary is awkward; walk with explicit nodes.
+    std::vector<YAML::Node> chain{root};
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+      YAML::Node next = chain.back()[keys[i]];
+      if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
+        return InvalidArgument("--set " + Q(text) + ": " + Q(keys[i]) + " is not a section");
+      }
+      if (!next.IsDefined() || next.IsNull()) {
+        chain.back()[keys[i]] = YAML::Node(YAML::NodeType::Map);
+        next = chain.back()[keys[i]];
+      }
+      chain.push_back(next);
+    }
+    chain.back()[keys.back()] = YAML::Load(value.empty() ? "''" : value);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("--set " + Q(text) + ": " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status CheckYamlKeys(const YAML::Node& node, const std::string& where, std::initializer_list<const char*> keys) {
+  if (!node.IsMap()) return InvalidArgument(where + ": expected a map");
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    bool known = false;
+    for (const char* allowed : keys) known |= (k == allowed);
+    if (!known) {
+      std::string list;
+      for (const char* allowed : keys) list += (list.empty() ? "" : ", ") + std::string(allowed);
+      return InvalidArgument(where + ": unknown key " + Q(k) + " (known: " + list + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string YamlToJson(const YAML::Node& node) {
+  std::string out;
+  Write(node, &out);
+  return out;
+}
+
+}  // namespace tierflow::models

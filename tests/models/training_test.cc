@@ -1,0 +1,98 @@
+// The training setup's reader and writer, a model written out in full, and the YAML tree helpers
+// behind a schedule file's typed sections: what is written reads back to the same value.
+#include "tierflow/models/training.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "tierflow/models/hardware.h"
+#include "tierflow/models/llm.h"
+#include "tierflow/models/yaml_tree.h"
+
+namespace tierflow::models {
+namespace {
+
+StatusOr<TrainingSetup> TrainingOf(const std::string& yaml) { return TrainingFromYaml(YAML::Load(yaml)); }
+
+TEST(TrainingSetupTest, DefaultsAndTheLossScalingThatFollowsTheDtype) {
+  auto none = TrainingFromYaml(YAML::Node());
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, TrainingSetup{});
+  auto fp16 = TrainingOf("{dtype: fp16}");
+  ASSERT_TRUE(fp16.ok()) << fp16.status().ToString();
+  EXPECT_EQ(fp16->loss_scaling, "dynamic");
+  EXPECT_TRUE(fp16->UpdateNeedsGlobalCheck());
+}
+
+TEST(TrainingSetupTest, WrittenAndReadBackIsTheSame) {
+  TrainingSetup t;
+  t.micro_batch_size = 3;
+  t.sequence_length = 2048;
+  t.gradient_accumulation_steps = 8;
+  t.data_parallel = 4;
+  t.activation_checkpointing = false;
+  t.dtype = "fp16";
+  t.loss_scaling = "none";
+  t.gradient_clipping = 1.0 / 3.0;
+  auto back = TrainingOf(TrainingToYaml(t));
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << TrainingToYaml(t);
+  EXPECT_EQ(*back, t);
+  // And through the JSON of a schedule's section.
+  auto via_json = TrainingOf(YamlToJson(YAML::Load(TrainingToYaml(t))));
+  ASSERT_TRUE(via_json.ok()) << via_json.status().ToString();
+  EXPECT_EQ(*via_json, t);
+}
+
+TEST(TrainingSetupTest, BadValuesNameTheKey) {
+  EXPECT_EQ(TrainingOf("{sequence_length: -5}").status().message(), "training.sequence_length: '-5' must be > 0");
+  EXPECT_EQ(TrainingOf("{gradient_accumulation_steps: 2000}").status().message(),
+            "training.gradient_accumulation_steps: 2000 is above 1024 (each micro-step is a forward and backward in the schedule)");
+  EXPECT_NE(TrainingOf("{micro_batch: 2}").status().message().find("training: unknown key 'micro_batch'"), std::string::npos);
+  EXPECT_EQ(TrainingOf("{gradient_clipping: .nan}").status().message(),
+            "training.gradient_clipping: '.nan' must be a finite number >= 0 (0 = off)");
+}
+
+// Every preset, written out dimension by dimension, reads back to itself, as YAML and as the
+// JSON of a schedule's model section.
+TEST(LlmYamlTest, EveryPresetWrittenOutReadsBackTheSame) {
+  for (const std::string& name : LlmPresetNames()) {
+    auto preset = LlmPreset(name);
+    ASSERT_TRUE(preset.ok());
+    const std::string yaml = LlmToYaml(*preset);
+    for (const std::string& text : {yaml, YamlToJson(YAML::Load(yaml))}) {
+      auto back = LlmFromYamlText(text);
+      ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << text;
+      EXPECT_EQ(LlmToYaml(*back), yaml) << name;
+      EXPECT_EQ(ParameterCount(*back), ParameterCount(*preset)) << name;
+    }
+  }
+}
+
+// The JSON of a tree loads back as the same tree: numbers and booleans stay plain, everything
+// else (units, quoted digits, text needing escapes) is a string.
+TEST(YamlTreeTest, JsonOfATreeLoadsBackTheSame) {
+  const YAML::Node tree = YAML::Load("{a: 1, b: 2.5e9, c: \"007\", d: 25 GB/s, e: [true, null, 'x\"y\\z'], f: {g: -3}}");
+  const std::string json = YamlToJson(tree);
+  EXPECT_EQ(json, R"({"a": 1, "b": 2.5e9, "c": "007", "d": "25 GB/s", "e": [true, null, "x\"y\\z"], "f": {"g": -3}})");
+  const YAML::Node back = YAML::Load(json);
+  EXPECT_EQ(back["c"].as<std::string>(), "007");
+  EXPECT_EQ(back["d"].as<std::string>(), "25 GB/s");
+  EXPECT_EQ(back["e"][2].as<std::string>(), "x\"y\\z");
+  EXPECT_EQ(back["f"]["g"].as<int>(), -3);
+}
+
+TEST(YamlTreeTest, OverridesCreateMapsAndNameWhatIsWrong) {
+  YAML::Node root = YAML::Load("{node: {cpu: {cores: 2}}}");
+  ASSERT_TRUE(ApplyYamlOverride(root, "node.cpu.cores=8").ok());
+  ASSERT_TRUE(ApplyYamlOverride(root, "node.gpu.name=x").ok());
+  EXPECT_EQ(root["node"]["cpu"]["cores"].as<int>(), 8);
+  EXPECT_EQ(root["node"]["gpu"]["name"].as<std::string>(), "x");
+  EXPECT_EQ(ApplyYamlOverride(root, "node").message(), "--set 'node': expected key.path=value");
+  EXPECT_EQ(ApplyYamlOverride(root, "node..x=1").message(), "--set 'node..x=1': empty key in path 'node..x'");
+  EXPECT_EQ(ApplyYamlOverride(root, "node.cpu.cores.x=1").message(), "--set 'node.cpu.cores.x=1': 'cores' is not a section");
+  EXPECT_EQ(CheckYamlKeys(root, "hardware", {"node"}).ok(), true);
+  EXPECT_EQ(CheckYamlKeys(root, "hardware", {"nodes"}).message(), "hardware: unknown key 'node' (known: nodes)");
+}
+
+}  // namespace
+}  // namespace tierflow::models
