@@ -5,14 +5,15 @@
 //
 // The combinations also draw small sub-group sizes (2e5, 1e6 elements: 17 and 4 sub-groups of
 // tiny), so that caching, the remote tier's placement and the overlapped update work on several
-// sub-groups; the tuner's own sizes leave tiny one sub-group. The test prints how many ran and
-// how many were refused, and why.
+// sub-groups (the tuner's own sizes leave tiny one sub-group), one or two micro-steps and tied or
+// untied embeddings. The test prints how many ran and how many were refused, and why.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <utility>
 #include <random>
 
 #include "tierflow/policies/policy.h"
@@ -35,20 +36,19 @@ struct Outcome {
 
 class Property {
  public:
-  Property() : config_(ConfigFor(LoadTiny({}))) {
-    auto reference = RunInMemory(config_, kIterations);
-    TF_CHECK(reference.ok());
-    reference_ = std::move(reference->master);
-  }
-
-  // Plans and runs `knobs` under `policy`; a failure of the property is a test failure.
-  void Check(const std::string& policy, const std::vector<std::pair<std::string, std::string>>& knobs, Outcome* out) {
-    std::vector<std::string> sets = {"policy.name=" + policy};
+  // Plans and runs `knobs` under `policy`, on the tiny model with `training` (model and training
+  // --set overrides: micro-steps, tied embeddings); a failure of the property is a test failure.
+  void Check(const std::string& policy, const std::vector<std::pair<std::string, std::string>>& knobs, Outcome* out,
+             const std::vector<std::string>& training = {}) {
+    std::vector<std::string> sets = training;
+    sets.push_back("policy.name=" + policy);
     std::string label = policy;
+    for (const std::string& t : training) label += " " + t;
     for (const auto& [k, v] : knobs) {
       sets.push_back("policy." + k + "=" + v);
       label += " " + k + "=" + v;
     }
+    const auto& [config, reference] = ReferenceFor(training);
     auto schedule = policies::Plan(LoadTiny(sets));
     if (!schedule.ok()) {
       const std::string why = schedule.status().message();
@@ -63,18 +63,27 @@ class Property {
     options.iterations = kIterations;
     options.disk_root = root.string();
     options.storage = "memory";  // the store files in RAM, 4 KiB O_DIRECT rules as a file system
-    auto run = RunSchedule(*schedule, config_, options);
+    auto run = RunSchedule(*schedule, config, options);
     fs::remove_all(root);
     ASSERT_TRUE(run.ok()) << label << ": " << run.status().ToString();
-    EXPECT_TRUE(run->master.size() == reference_.size() &&
-                std::memcmp(run->master.data(), reference_.data(), reference_.size() * sizeof(float)) == 0)
+    EXPECT_TRUE(run->master.size() == reference.size() &&
+                std::memcmp(run->master.data(), reference.data(), reference.size() * sizeof(float)) == 0)
         << label << ": weights differ from the in-memory loop";
     ++out->ran;
   }
 
  private:
-  TrainConfig config_;
-  std::vector<float> reference_;
+  // The training set-up of `training` and the in-memory loop's weights for it, computed once.
+  const std::pair<TrainConfig, std::vector<float>>& ReferenceFor(const std::vector<std::string>& training) {
+    auto it = references_.find(training);
+    if (it != references_.end()) return it->second;
+    const TrainConfig config = ConfigFor(LoadTiny(training));
+    auto reference = RunInMemory(config, kIterations);
+    TF_CHECK(reference.ok());
+    return references_.emplace(training, std::make_pair(config, std::move(reference->master))).first->second;
+  }
+
+  std::map<std::vector<std::string>, std::pair<TrainConfig, std::vector<float>>> references_;
 };
 
 void Report(const char* what, const Outcome& o) {
@@ -110,7 +119,10 @@ TEST(EverySchedule, RandomCombinationsRunOrAreRefusedAtPlanTime) {
       for (const policies::KnobChoice& k : knobs) {
         combination.emplace_back(k.name, k.values[random() % k.values.size()]);
       }
-      p.Check(policy, combination, &out);
+      // Micro-steps and tied embeddings drawn too: each changes the gradient path.
+      const std::vector<std::string> training = {"training.gradient_accumulation_steps=" + std::to_string(1 + random() % 2),
+                                                 std::string("model.tied_embeddings=") + (random() % 2 ? "true" : "false")};
+      p.Check(policy, combination, &out, training);
     }
   }
   Report("random combinations", out);
