@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs tierflow's build dependencies from Debian packages, skipping what is already there.
-# CUDA, NCCL and MPI are optional and never installed here: CMake detects them.
+# Open MPI (multi-rank runs and their tests) is installed; CUDA and NCCL come with the CUDA
+# toolkit and are never installed here: CMake detects them.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config
   libsimgrid-dev libboost-graph-dev libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev
   libcli11-dev libfmt-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev fio
+  libopenmpi-dev openmpi-bin  # real/collective's mpi back-end
   gnuplot-nox)  # gnuplot-nox: `tierflow sweep --plot` (pngcairo terminal)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,81 @@
+// The collectives of a multi-rank run (DESIGN.md real/collective): one small interface over the
+// back-ends chosen at run time —
+//   local  ranks in one process (threads, or one rank alone): the reference, and the fake that
+//          tests run several ranks on without a library
+//   mpi    one rank per process over MPI_COMM_WORLD (Open MPI), host memory
+// — and, on GPUs, NCCL (nccl_comm.h). Every operation is asynchronous: it is issued on every rank
+// in the same order and completes when its Pending is waited for.
+//
+// Bit-identical whatever the back-end and the rank count: a sum is formed in rank order,
+// ((x_0 + x_1) + x_2) + ..., in fp32, and rounded once to the element type (SumInRankOrder), not
+// in whatever order a library's reduction picks. So training on N ranks can equal one process
+// summing the same N micro-batches' gradients in that order.
+//
+// Thread safety: one thread at a time per Collective object; the objects of a local group may be
+// used from different threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tierflow/core/status.h"
+
+namespace tierflow::real {
+
+enum class ElementType { kFloat32, kBf16 };
+int64_t ElementBytes(ElementType type);
+std::string_view ElementTypeName(ElementType type);
+
+// out[i] = the sum of parts[0][i], parts[1][i], ... in that order, in fp32, rounded once to
+// `type` (round to nearest even for bf16). `out` may be one of the parts.
+void SumInRankOrder(const std::vector<const void*>& parts, void* out, int64_t count, ElementType type);
+
+// A collective in flight on this rank.
+class Pending {
+ public:
+  virtual ~Pending() = default;
+  // Returns when this rank's output is written, with the operation's status (a mismatch between
+  // ranks, a library error naming its call).
+  virtual Status Wait() = 0;
+};
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual std::string_view backend() const = 0;
+  virtual int ranks() const = 0;
+  virtual int rank() const = 0;
+
+  // recv[r * count + i] = rank r's send[i]: recv holds ranks() * count elements.
+  virtual StatusOr<std::unique_ptr<Pending>> AllGather(const void* send, void* recv, int64_t count, ElementType type) = 0;
+  // recv[i] = the sum in rank order of every rank's send[rank() * count + i]: send holds
+  // ranks() * count elements, recv count.
+  virtual StatusOr<std::unique_ptr<Pending>> ReduceScatter(const void* send, void* recv, int64_t count, ElementType type) = 0;
+  // recv[i] = the sum in rank order of every rank's send[i]; recv may be send.
+  virtual StatusOr<std::unique_ptr<Pending>> AllReduce(const void* send, void* recv, int64_t count, ElementType type) = 0;
+  // Rank `root`'s `bytes` at buf into every rank's buf.
+  virtual StatusOr<std::unique_ptr<Pending>> Broadcast(void* buf, int64_t bytes, int root) = 0;
+  // Returns when every rank has called it.
+  virtual Status Barrier() = 0;
+};
+
+// Issues and waits: the blocking form of any operation above.
+Status Complete(StatusOr<std::unique_ptr<Pending>> pending);
+
+// `ranks` ranks in this process, element r being rank r. Each rank issues the same operations in
+// the same order; an operation completes once every rank has issued it (so one thread may issue
+// it on every rank, then wait). A rank issuing a different operation, count or type than the
+// others makes it fail on every rank, naming both.
+std::vector<std::unique_ptr<Collective>> MakeLocalGroup(int ranks);
+
+// The back-end `name` for this process: "local" (one rank), or "mpi" (MPI_COMM_WORLD: MPI is
+// initialised on first use and finalised at exit). Unavailable, with the reason, when this build
+// has no MPI; InvalidArgument for an unknown name.
+StatusOr<std::unique_ptr<Collective>> OpenCollective(std::string_view name);
+// The back-ends this build has, for messages: "local, mpi".
+std::string CollectiveBackends();
+
+}  // namespace tierflow::real
