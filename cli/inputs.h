@@ -17,6 +17,11 @@
 
 namespace tierflow::cli {
 
+// Bounds checked before anything is allocated: compute threads (run, probes), and the task
+// instances a simulation keeps as trace records (about 200 bytes each).
+inline constexpr int kMaxThreads = 1024;
+inline constexpr int64_t kMaxSimulatedInstances = 20'000'000;
+
 struct PlannedInput {
   Schedule schedule;
   policies::Scenario scenario;  // the scenario file's, or the schedule's typed sections (ScenarioOfSchedule)

@@ -1,5 +1,8 @@
 // The `tierflow` binary: a subcommand per verb, each in its own file (see command.h).
 #include <cstdio>
+#include <string>
+#include <new>
+#include <exception>
 
 #include "command.h"
 
@@ -23,7 +26,16 @@ int main(int argc, char** argv) {
   }
   for (auto& c : commands) {
     if (c.app->parsed()) {
-      tierflow::Status s = c.run();
+      tierflow::Status s;
+      // Every input is checked at the door; an exception reaching here is a bug, reported as one
+      // line instead of an abort.
+      try {
+        s = c.run();
+      } catch (const std::bad_alloc&) {
+        s = tierflow::ResourceExhausted("out of memory (an input asks for more than this machine holds; please report the command)");
+      } catch (const std::exception& e) {
+        s = tierflow::Internal(std::string("unexpected ") + e.what() + " (a bug: please report the command)");
+      }
       if (!s.ok()) {
         std::fprintf(stderr, "tierflow %s: error: %s\n", c.app->get_name().c_str(), s.ToString().c_str());
         return s.code() == tierflow::StatusCode::kInvalidArgument ? 2 : 1;

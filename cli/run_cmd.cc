@@ -43,7 +43,9 @@ struct RunArgs {
 Status RunRun(const RunArgs& a) {
   if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
   if (!(a.lr > 0) || !std::isfinite(a.lr)) return InvalidArgument("--lr " + std::to_string(a.lr) + ": the learning rate must be a finite number > 0");
-  if (a.threads < 0) return InvalidArgument("--threads " + std::to_string(a.threads) + " must be >= 0 (0 = every core)");
+  if (a.threads < 0 || a.threads > kMaxThreads) {
+    return InvalidArgument("--threads " + std::to_string(a.threads) + " must be between 0 (every core) and " + std::to_string(kMaxThreads));
+  }
   if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
   if (a.checkpoint_every < 0) return InvalidArgument("--checkpoint-every must be >= 0");
   for (const auto& [flag, output] : {std::pair<const char*, std::string>{"--records", a.records}, {"--trace", a.trace}}) {

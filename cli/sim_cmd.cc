@@ -92,6 +92,13 @@ Status RunSim(const SimArgs& a) {
 #else
   if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
+  // Every task instance is kept as a trace record: bounded before anything is allocated.
+  const int64_t per_iteration = std::max<int64_t>(1, static_cast<int64_t>(in.schedule.tasks().size()));
+  if (a.iterations > kMaxSimulatedInstances / per_iteration) {
+    return InvalidArgument("--iterations " + std::to_string(a.iterations) + ": " + std::to_string(per_iteration) + " tasks per iteration would make more than " +
+                           std::to_string(kMaxSimulatedInstances) + " task instances (at most " + std::to_string(kMaxSimulatedInstances / per_iteration) +
+                           " iterations; the steady state needs 3)");
+  }
   // A profile changes the machine the schedule is simulated on, never the schedule: the plan is
   // the scenario's, so that sim and `run` execute the same tasks.
   if (!a.profile.empty()) {

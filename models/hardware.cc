@@ -7,6 +7,7 @@
 #include <string>
 
 #include "hardware_presets.inc"
+#include "tierflow/models/yaml_tree.h"
 #include "yaml_fields.h"
 
 namespace tierflow::models {
@@ -234,12 +235,7 @@ StatusOr<HardwareSpec> HardwareFromYaml(const YAML::Node& node) {
 }
 
 StatusOr<HardwareSpec> HardwareFromYamlText(std::string_view yaml_text) {
-  YAML::Node node;
-  try {
-    node = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(std::string("hardware: YAML parse error: ") + e.what());
-  }
+  TF_ASSIGN_OR_RETURN(const YAML::Node node, LoadYamlText(yaml_text, "hardware"));
   return HardwareFromYaml(node);
 }
 

@@ -3,8 +3,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
+#include "tierflow/models/yaml_tree.h"
 #include "yaml_fields.h"
 
 namespace tierflow::models {
@@ -202,10 +204,18 @@ Status ValidateLlm(const LlmConfig& c) {
               {"heads", c.heads},    {"kv_heads", c.kv_heads}, {"vocab", c.vocab},
               {"max_seq", c.max_seq}};
   std::string who = c.name.empty() ? "model" : "model '" + c.name + "'";
-  for (const auto& d : dims) {
+  // Far above any model trained (GPT-3: 96 layers, hidden 12288; Llama 3: vocab 128256), low
+  // enough that parameter and FLOP counts stay exact in int64 and double, and that a typo cannot
+  // make the planner build billions of tasks.
+  const int64_t most[] = {int64_t{1} << 20, int64_t{1} << 22, 10'000, int64_t{1} << 16, int64_t{1} << 16, int64_t{1} << 24, int64_t{1} << 24};
+  for (size_t i = 0; i < std::size(dims); ++i) {
+    const auto& d = dims[i];
     if (d.value <= 0) {
       return InvalidArgument(who + ": " + d.field + " must be positive, got " +
                              std::to_string(d.value));
+    }
+    if (d.value > most[i]) {
+      return InvalidArgument(who + ": " + d.field + " " + std::to_string(d.value) + " is above the most tierflow models, " + std::to_string(most[i]));
     }
   }
   if (c.hidden % c.heads != 0) {
@@ -439,12 +449,7 @@ std::string LlmToYaml(const LlmConfig& c) {
 }
 
 StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text) {
-  YAML::Node node;
-  try {
-    node = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(std::string("model: YAML parse error: ") + e.what());
-  }
+  TF_ASSIGN_OR_RETURN(const YAML::Node node, LoadYamlText(yaml_text, "model"));
   return LlmFromYaml(node);
 }
 

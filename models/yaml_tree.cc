@@ -1,6 +1,9 @@
 #include "tierflow/models/yaml_tree.h"
 
+#include "tierflow/core/text.h"
+
 #include <regex>
+#include <string_view>
 #include <sstream>
 #include <vector>
 
@@ -60,7 +63,40 @@ void Write(const YAML::Node& node, std::string* out) {
   }
 }
 
+Status CheckDuplicateKeys(const YAML::Node& node, const std::string& origin, const std::string& path) {
+  if (node.IsMap()) {
+    std::vector<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
+      const std::string at = path.empty() ? key : path + "." + key;
+      for (const std::string& k : seen) {
+        if (k == key) {
+          return InvalidArgument(origin + ": line " + std::to_string(it->first.Mark().line + 1) + ": key '" + at +
+                                 "' appears twice (the first would be used silently)");
+        }
+      }
+      seen.push_back(key);
+      TF_RETURN_IF_ERROR(CheckDuplicateKeys(it->second, origin, at));
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) TF_RETURN_IF_ERROR(CheckDuplicateKeys(node[i], origin, path + "[" + std::to_string(i) + "]"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+StatusOr<YAML::Node> LoadYamlText(std::string_view text, const std::string& origin) {
+  TF_RETURN_IF_ERROR(CheckUtf8(text, origin));
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(origin + ": not valid YAML: " + e.what());
+  }
+  TF_RETURN_IF_ERROR(CheckDuplicateKeys(root, origin, ""));
+  return root;
+}
 
 Status ApplyYamlOverride(YAML::Node root, const std::string& text) {
   const auto eq = text.find('=');

@@ -90,6 +90,12 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
     }
   } else {
     const int64_t step = IoAlignedStep(sub_group_size);
+    // Each sub-group is several tasks per iteration: bounded before they are built.
+    if ((offset + step - 1) / step > kMaxSubGroups) {
+      return InvalidArgument("policy.sub_group_size: " + std::to_string(sub_group_size) + " cuts each rank's " + std::to_string(offset) + " parameters into " +
+                             std::to_string((offset + step - 1) / step) + " sub-groups; at most " + std::to_string(kMaxSubGroups) +
+                             " (sub_group_size at least " + std::to_string((offset + kMaxSubGroups - 1) / kMaxSubGroups) + ")");
+    }
     for (int64_t begin = 0; begin < offset; begin += step) plan.subgroups.push_back({begin, std::min(step, offset - begin)});
   }
   // What stays on each GPU: resident parameters; the activations backward needs at the training

@@ -26,6 +26,8 @@ namespace tierflow::policies {
 // on one rank) is aligned throughout; unit offsets are not padded (the flat element space has
 // no holes).
 inline constexpr int64_t kIoAlignElements = 2048;
+// The most optimizer sub-groups per rank a plan may have (MakeModelPlan refuses more).
+inline constexpr int64_t kMaxSubGroups = 65'536;
 // `elements` rounded down to a multiple of kIoAlignElements; a count below it stays as it is.
 inline int64_t IoAlignedStep(int64_t elements) {
   return elements >= kIoAlignElements ? elements / kIoAlignElements * kIoAlignElements : elements;

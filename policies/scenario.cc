@@ -125,12 +125,7 @@ Status Knobs::Finish(const std::string& policy) const {
 
 StatusOr<Scenario> LoadScenarioText(const std::string& yaml, const std::vector<std::string>& overrides,
                                     const std::string& origin) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(origin + ": not valid YAML: " + e.what());
-  }
+  TF_ASSIGN_OR_RETURN(YAML::Node root, models::LoadYamlText(yaml, origin));
   if (!root.IsMap()) return InvalidArgument(origin + ": expected a map with model, hardware, training, policy");
   try {
     for (const auto& o : overrides) TF_RETURN_IF_ERROR(models::ApplyYamlOverride(root, o));

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "tierflow/models/yaml_tree.h"
 #include "tierflow/policies/scenario.h"
 #include "tierflow/sweep/sweep.h"
 
@@ -57,8 +58,8 @@ StatusOr<SweepSpec> LoadSweepFile(const std::string& path, const std::vector<std
 StatusOr<SweepSpec> LoadSweepText(const std::string& yaml, const std::string& origin, const std::string& base_dir,
                                   const std::vector<std::string>& overrides) {
   SweepSpec spec;
+  TF_ASSIGN_OR_RETURN(const YAML::Node root, models::LoadYamlText(yaml, origin));
   try {
-    const YAML::Node root = YAML::Load(yaml);
     if (!root.IsMap()) return InvalidArgument(origin + ": expected a map with base and grid and/or runs");
     const std::set<std::string> known = {"name", "description", "base", "iterations", "memory_budget", "grid", "runs"};
     for (auto it = root.begin(); it != root.end(); ++it) {

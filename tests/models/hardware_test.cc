@@ -287,7 +287,7 @@ TEST(HardwareYamlTest, StructuralErrors) {
               "hardware.node.nvme: expected a list");
   ExpectError("{preset: a100x4-1nvme, node: {cpu: {cores: many}}}",
               "hardware.node.cpu.cores: 'many' is not an integer");
-  ExpectError("nodes: [", "hardware: YAML parse error");
+  ExpectError("nodes: [", "hardware: not valid YAML");
   // A full description that leaves required fields out fails validation, naming the first one.
   ExpectError("{node: {gpu_count: 1}}", "hardware.node.gpu.hbm must be positive");
 }

@@ -291,7 +291,7 @@ TEST(LlmYamlTest, MalformedValuesAreNamed) {
   ExpectError("[1, 2]", {"model", "expected a map"});
   ExpectError("{preset: tiny, hidden: 250}", {"hidden 250", "heads 4"});
   ExpectError("{preset: tiny, kv_heads: 3}", {"kv_heads 3"});
-  ExpectError("{preset: tiny", {"YAML parse error"});
+  ExpectError("{preset: tiny", {"model: not valid YAML"});
 }
 
 TEST(LlmTest, UnknownPresetIsNotFound) {

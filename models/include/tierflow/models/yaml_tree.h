@@ -9,6 +9,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "tierflow/core/status.h"
 
@@ -22,6 +23,11 @@ Status ApplyYamlOverride(YAML::Node root, const std::string& text);
 // InvalidArgument "<where>: unknown key 'k' (known: ...)" for the first key of the map `node`
 // not in `keys`, or "<where>: expected a map".
 Status CheckYamlKeys(const YAML::Node& node, const std::string& where, std::initializer_list<const char*> keys);
+
+// `text` as a YAML tree, checked at the door: UTF-8 (CheckUtf8), valid YAML, and no map with a
+// key twice (yaml-cpp would keep the first silently). InvalidArgument naming `origin`, and the
+// line and key of a duplicate.
+StatusOr<YAML::Node> LoadYamlText(std::string_view text, const std::string& origin);
 
 // `node` as JSON text: maps as objects (keys in order), sequences as arrays, scalars that are
 // JSON numbers, true, false or null as such and every other scalar as a string. Reading the text
