@@ -101,6 +101,10 @@ StatusOr<std::unique_ptr<real::Storage>> StorageFor(const CkptArgs& a, real::Che
 }
 
 StatusOr<real::CheckpointOptions> Options(const CkptArgs& a, real::CheckpointStrategy strategy) {
+  if (a.ranks < 1 || a.ranks > 65536) return InvalidArgument("--ranks " + std::to_string(a.ranks) + " must be between 1 and 65536");
+  if (a.small_count < 0 || a.large_count < 0) {
+    return InvalidArgument("--small-count and --large-count must be >= 0 (got " + std::to_string(a.small_count) + " and " + std::to_string(a.large_count) + ")");
+  }
   real::CheckpointOptions o;
   o.dirs = a.dirs;
   o.name = a.name;

@@ -1,6 +1,7 @@
 #include "tierflow/real/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -70,8 +71,34 @@ StatusOr<std::string> ReadWholeFile(Storage& storage, const std::string& path) {
   return text;
 }
 
+// A name that becomes part of file names in the checkpoint's directories (the checkpoint's, and
+// the files a manifest lists): letters, digits, '.', '-', '_', not starting with '.', so that it
+// can never reach outside them.
+Status CheckFileName(const std::string& name, const std::string& what) {
+  bool ok = !name.empty() && name.size() <= 255 && name[0] != '.';
+  for (const char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_');
+  if (ok) return Status::Ok();
+  std::string shown;
+  for (const char c : name.substr(0, 60)) shown += std::isprint(static_cast<unsigned char>(c)) ? std::string(1, c) : "?";
+  return InvalidArgument(what + " '" + shown + (name.size() > 60 ? "...'" : "'") +
+                         ": use letters, digits, '.', '-' and '_' (not first '.'), at most 255 characters");
+}
+
+// A file a manifest lists: names as CheckFileName, joined by '/' (file-per-tensor's generation
+// directory), so that it stays inside the checkpoint's directory.
+Status CheckManifestFile(const std::string& file) {
+  size_t from = 0;
+  for (size_t slash = file.find('/'); ; slash = file.find('/', from)) {
+    const Status part = CheckFileName(file.substr(from, slash == std::string::npos ? std::string::npos : slash - from), "file '" + file + "': part");
+    if (!part.ok()) return part;
+    if (slash == std::string::npos) return Status::Ok();
+    from = slash + 1;
+  }
+}
+
 // NotFound when no checkpoint was ever committed.
 StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
+  TF_RETURN_IF_ERROR(CheckFileName(o.name, "checkpoint name"));
   std::string path = ManifestPath(o);
   TF_ASSIGN_OR_RETURN(bool exists, storage.Exists(path));
   if (!exists) return NotFound("checkpoint '" + o.name + "': no manifest '" + path + "'");
@@ -88,7 +115,11 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
       return InvalidArgument("checkpoint '" + path + "' spans " + std::to_string(j.at("devices").get<int64_t>()) +
                              " directories; " + std::to_string(o.dirs.size()) + " given");
     }
-    for (auto& f : j.at("files")) m.paths.push_back({f.at("device"), f.at("name")});
+    for (auto& f : j.at("files")) {
+      m.paths.push_back({f.at("device"), f.at("name")});
+      const Status named = CheckManifestFile(m.paths.back().second);
+      if (!named.ok()) return DataLoss("checkpoint manifest '" + path + "': " + named.message());
+    }
     for (auto& t : j.at("tensors")) {
       CheckpointEntry e;
       e.name = t.at("name");
@@ -100,6 +131,8 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
       e.file = t.at("file");
       e.offset_bytes = t.at("offset_bytes");
       if (e.device < 0 || e.device >= static_cast<int32_t>(o.dirs.size())) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': bad device");
+      const Status named = CheckManifestFile(e.file);
+      if (!named.ok()) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': " + named.message());
       m.entries.push_back(e);
     }
   } catch (const json::exception& e) {
@@ -448,6 +481,9 @@ Status SaveFilePerTensor(Storage& storage, const std::vector<CheckpointTensor>& 
 StatusOr<CheckpointStats> SaveCheckpoint(Storage& storage, const std::vector<CheckpointTensor>& tensors,
                                          const CheckpointOptions& options) {
   if (options.dirs.empty()) return InvalidArgument("checkpoint save: no directory given");
+  TF_RETURN_IF_ERROR(CheckFileName(options.name, "checkpoint save: name"));
+  // A save replaces the committed checkpoint: one of nothing would replace good state with none.
+  if (tensors.empty()) return InvalidArgument("checkpoint save '" + options.name + "': no tensors to save (the committed checkpoint is kept)");
   std::set<std::string> names;
   for (auto& t : tensors) {
     if (t.size_bytes < 0 || (t.size_bytes > 0 && t.data == nullptr)) return InvalidArgument("checkpoint save: tensor '" + t.name + "' has no data");
@@ -652,6 +688,7 @@ Status DropCheckpointCache(Storage& storage, const CheckpointOptions& options) {
 }
 
 Status RemoveCheckpoint(Storage& storage, const CheckpointOptions& options) {
+  TF_RETURN_IF_ERROR(CheckFileName(options.name, "checkpoint name"));
   TF_RETURN_IF_ERROR(RemoveStale(storage, options, nullptr));
   for (std::string p : {ManifestPath(options), ManifestPath(options) + ".tmp"}) {
     TF_ASSIGN_OR_RETURN(bool e, storage.Exists(p));

@@ -200,6 +200,45 @@ TEST(CheckpointFaultTest, CorruptionIsDataLossNamingTensorAndDevice) {
   EXPECT_NE(loaded.status().message().find(o.dirs[e.device]), std::string::npos) << loaded.status().ToString();
 }
 
+// Names become file names only inside the checkpoint's directories, and a save of nothing never
+// replaces the committed checkpoint; a manifest naming a file outside them is refused as damaged.
+TEST(CheckpointFaultTest, HostileNamesAndEmptySavesLeaveTheCheckpointAlone) {
+  auto mem = NewMemoryStorage();
+  CheckpointOptions o;
+  o.dirs = {"/m/a"};
+  Set set = MakeSet(6, 1, {5000});
+  ASSERT_TRUE(SaveCheckpoint(*mem, set.tensors, o).ok());
+  const auto empty = SaveCheckpoint(*mem, {}, o);
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(empty.status().message().find("no tensors to save"), std::string::npos) << empty.status().ToString();
+  EXPECT_EQ(LoadAndCompare(*mem, o, set), "");
+  for (const std::string& name : std::vector<std::string>{"../x", "a/b", ".hidden", "", "bad\xff", std::string(300, 'n')}) {
+    CheckpointOptions hostile = o;
+    hostile.name = name;
+    const auto saved = SaveCheckpoint(*mem, set.tensors, hostile);
+    EXPECT_EQ(saved.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(saved.status().message().find("use letters, digits"), std::string::npos) << saved.status().ToString();
+    EXPECT_EQ(LoadCheckpoint(*mem, hostile, [](const CheckpointEntry&) { return nullptr; }).status().code(), StatusCode::kInvalidArgument) << name;
+  }
+  // A manifest edited to point outside the directory.
+  OpenOptions oo;
+  oo.direct = false;
+  auto m = mem->Open("/m/a/ckpt.manifest.json", oo);
+  ASSERT_TRUE(m.ok());
+  auto size = mem->FileSize(m->id);
+  ASSERT_TRUE(size.ok());
+  std::string text(static_cast<size_t>(*size), '\0');
+  TF_ASSERT_OK(ReadAt(*mem, m->id, 0, text.data(), *size));
+  const std::string file = "ckpt-g1.rank0.dev0.tfckpt";
+  for (size_t at = text.find(file); at != std::string::npos; at = text.find(file)) text.replace(at, file.size(), "../../etc/evil");
+  TF_ASSERT_OK(mem->Truncate(m->id, 0));
+  TF_ASSERT_OK(WriteAt(*mem, m->id, 0, text.data(), static_cast<int64_t>(text.size())));
+  TF_ASSERT_OK(mem->Close(m->id));
+  const auto loaded = LoadCheckpoint(*mem, o, [](const CheckpointEntry&) { return nullptr; });
+  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(loaded.status().message().find("file '../../etc/evil': part '..'"), std::string::npos) << loaded.status().ToString();
+}
+
 TEST(CheckpointFaultTest, InjectedErrorsNameTheDevice) {
   for (int err : {EIO, ENOSPC}) {
     auto mem = NewMemoryStorage();
