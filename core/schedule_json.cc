@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "json_checked.h"
 #include "tierflow/core/files.h"
 #include "tierflow/core/schedule.h"
 
@@ -461,8 +462,7 @@ std::string ScheduleToJson(const Schedule& s) {
 }
 
 StatusOr<Schedule> ScheduleFromJson(const std::string& text) {
-  Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return InvalidArgument("schedule: not valid JSON");
+  TF_ASSIGN_OR_RETURN(const Json root, internal::ParseJsonChecked(text, "schedule"));
   return Parse(root);
 }
 

@@ -1,3 +1,4 @@
+#include "json_checked.h"
 #include "tierflow/core/trace_record.h"
 
 #include "tierflow/core/files.h"
@@ -34,8 +35,8 @@ std::string TraceRecordToJson(const TraceRecord& r) {
 }
 
 StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
-  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("not a JSON object");
+  TF_ASSIGN_OR_RETURN(const Json j, internal::ParseJsonChecked(line, "trace record"));
+  if (!j.is_object()) return InvalidArgument("trace record: not a JSON object");
   TraceRecord r;
   try {
     for (auto it = j.begin(); it != j.end(); ++it) {

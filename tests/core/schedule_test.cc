@@ -98,7 +98,11 @@ TEST(ScheduleFile, MicroStepsRoundTripAndCount) {
 }
 
 TEST(ScheduleFile, RejectsMalformedFilesWithOneClearError) {
-  EXPECT_EQ(ErrorOf("{"), "invalid argument: schedule: not valid JSON");
+  // Where the text stops being JSON, and a key given twice (the parser would keep the last).
+  EXPECT_EQ(ErrorOf("{"), "invalid argument: schedule: not valid JSON at byte 2: expected string literal");
+  EXPECT_EQ(ErrorOf(std::string(kValid).substr(0, 40)).rfind("invalid argument: schedule: not valid JSON at byte 41", 0), 0u) << ErrorOf(std::string(kValid).substr(0, 40));
+  EXPECT_EQ(ErrorOf(R"({"format": "tierflow.schedule/1", "name": "a", "meta": {"k": "1", "k": "2"}})"),
+            "invalid argument: schedule: key 'k' appears twice in one object (the last would be used silently)");
   EXPECT_NE(ErrorOf(R"({"format": "other/9"})").find("expected 'tierflow.schedule/1'"), std::string::npos);
   std::string s = kValid;
   auto with = [&](const std::string& from, const std::string& to) {

@@ -45,7 +45,9 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
 }
 
 TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {
-  EXPECT_FALSE(TraceRecordFromJson("{").ok());
+  EXPECT_EQ(TraceRecordFromJson("{").status().message(), "trace record: not valid JSON at byte 2: expected string literal");
+  EXPECT_EQ(TraceRecordFromJson(R"({"task":"a","task":"b"})").status().message(),
+            "trace record: key 'task' appears twice in one object (the last would be used silently)");
   auto op = TraceRecordFromJson(R"({"op":"teleport"})");
   ASSERT_FALSE(op.ok());
   EXPECT_NE(op.status().message().find("teleport"), std::string::npos);
