@@ -51,12 +51,28 @@ Status Run::LoadCheckpointIfAny() {
   if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
   TF_RETURN_IF_ERROR(sizes);
   const auto j = nlohmann::json::parse(meta, nullptr, false);
-  if (j.is_discarded() || !j.contains("iterations_done") || !j.contains("updates") || !j.contains("loss_scale") || !j.contains("good_steps")) {
-    return DataLoss("checkpoint '" + options_.checkpoint_dir + "': its meta record is unreadable");
+  const std::string who = "checkpoint '" + options_.checkpoint_dir + "': its meta record";
+  if (j.is_discarded() || !j.is_object()) return DataLoss(who + " is unreadable");
+  // Field by field: a value of the wrong type or out of range is damage, named, not a crash.
+  auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t* out) -> Status {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < lo || j[key].get<int64_t>() > hi) {
+      return DataLoss(who + ": '" + key + "' is " + (j.contains(key) ? j[key].dump().substr(0, 40) : "missing") + ", not an integer in [" +
+                      std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    *out = j[key].get<int64_t>();
+    return Status::Ok();
+  };
+  int64_t done = 0, updates = 0, good_steps = 0;
+  TF_RETURN_IF_ERROR(integer("iterations_done", 0, int64_t{1} << 40, &done));
+  TF_RETURN_IF_ERROR(integer("updates", 0, done, &updates));
+  TF_RETURN_IF_ERROR(integer("good_steps", 0, done, &good_steps));
+  if (!j.contains("loss_scale") || !j["loss_scale"].is_number() || !(j["loss_scale"].get<double>() > 0) ||
+      !std::isfinite(static_cast<float>(j["loss_scale"].get<double>()))) {
+    return DataLoss(who + ": 'loss_scale' is " + (j.contains("loss_scale") ? j["loss_scale"].dump().substr(0, 40) : "missing") + ", not a finite number > 0");
   }
-  base_iteration_ = j["iterations_done"].get<int64_t>();
-  updates_ = j["updates"].get<int64_t>();
-  scaler_.Restore(j["loss_scale"].get<float>(), j["good_steps"].get<int64_t>());
+  base_iteration_ = done;
+  updates_ = updates;
+  scaler_.Restore(j["loss_scale"].get<float>(), good_steps);
   return Status::Ok();
 }
 

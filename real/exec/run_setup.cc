@@ -200,12 +200,12 @@ Status Run::Setup() {
   loader_ = std::make_unique<TokenLoader>(std::move(loader));
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
   updates_at_start_ = updates_;
-  for (int64_t i = 0; i < base_iteration_ * micro_steps_; ++i) loader_->Next();  // the batches already trained on
   run_iterations_ = options_.iterations - base_iteration_;
-  if (run_iterations_ <= 0) {
+  if (run_iterations_ <= 0) {  // before the batches already trained on are skipped
     return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
                               " iterations; ask for more than that");
   }
+  for (int64_t i = 0; i < base_iteration_ * micro_steps_; ++i) loader_->Next();  // the batches already trained on
   result_.first_iteration = base_iteration_;
   return InitialiseStores();
 }

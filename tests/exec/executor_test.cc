@@ -10,9 +10,13 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
+#include "tierflow/real/checkpoint.h"
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/storage.h"
@@ -291,6 +295,58 @@ RunOptions CheckpointedEachIteration(const TempDir& root, const TempDir& ckpt, i
   options.checkpoint_dir = ckpt.str();
   options.checkpoint_every = 1;
   return options;
+}
+
+// The run's checkpoint in `dir` with its meta record's `key` set to `value` (JSON), saved again as
+// a committed checkpoint: what a damaged or hand-edited checkpoint looks like to a resume.
+void EditCheckpointMeta(const std::string& dir, const std::string& key, const std::string& value) {
+  auto storage = NewPosixStorage();
+  CheckpointOptions o;
+  o.dirs = {dir};
+  o.name = "tierflow-run";
+  std::map<std::string, std::vector<char>> bytes;
+  ASSERT_TRUE(LoadCheckpoint(*storage, o, [&](const CheckpointEntry& e) {
+                auto& b = bytes[e.name];
+                b.resize(static_cast<size_t>(e.size_bytes));
+                return static_cast<void*>(b.data());
+              }).ok());
+  auto meta = nlohmann::json::parse(std::string(bytes["meta"].begin(), bytes["meta"].end()));
+  meta[key] = nlohmann::json::parse(value);
+  const std::string text = meta.dump();
+  bytes["meta"].assign(text.begin(), text.end());
+  std::vector<CheckpointTensor> tensors;
+  for (const auto& [name, b] : bytes) tensors.push_back({name, name == "meta" ? "u8" : "fp32", 0, b.data(), static_cast<int64_t>(b.size())});
+  ASSERT_TRUE(SaveCheckpoint(*storage, tensors, o).ok());
+}
+
+// A resume checks the checkpoint's meta record field by field before anything else: a damaged
+// value is named, and a checkpoint claiming more iterations than asked for is refused at once
+// (it skipped 1e10 batches for minutes first).
+TEST(Executor, ADamagedCheckpointMetaIsRefusedNamingTheField) {
+  const policies::Scenario zi = LoadTiny({});
+  const Schedule schedule = PlanOrDie(zi);
+  TempDir root("meta"), ckpt("meta-ckpt");
+  RunOptions options = CheckpointedEachIteration(root, ckpt, 1);
+  ASSERT_TRUE(RunSchedule(schedule, ConfigFor(zi), options).ok());
+  options.iterations = 3;
+  options.resume = true;
+  EditCheckpointMeta(ckpt.str(), "iterations_done", "10000000000");
+  auto run = RunSchedule(schedule, ConfigFor(zi), options);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("already has 10000000000 iterations"), std::string::npos) << run.status().ToString();
+  for (const auto& [key, value, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"iterations_done", "-1", "'iterations_done' is -1, not an integer in [0, 1099511627776]"},
+           {"updates", "\"many\"", "'updates' is \"many\", not an integer in [0, 1]"},
+           {"good_steps", "7", "'good_steps' is 7, not an integer in [0, 1]"},
+           {"loss_scale", "1e300", "'loss_scale' is 1e+300, not a finite number > 0"}}) {
+    EditCheckpointMeta(ckpt.str(), "iterations_done", "1");
+    EditCheckpointMeta(ckpt.str(), key, value);
+    auto damaged = RunSchedule(schedule, ConfigFor(zi), options);
+    ASSERT_FALSE(damaged.ok()) << key;
+    EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss) << damaged.status().ToString();
+    EXPECT_NE(damaged.status().message().find(why), std::string::npos) << damaged.status().ToString();
+    EditCheckpointMeta(ckpt.str(), key, key == "loss_scale" ? "1.0" : "0");
+  }
 }
 
 // A diverged run (a learning rate of infinity makes the weights NaN) stops at its checkpoint
