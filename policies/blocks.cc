@@ -452,19 +452,23 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           continue;
         }
         std::vector<std::vector<int32_t>> layer_d2h(ranks);  // per rank: the layer's d2h so far
-        if (tied_head) {  // the head's part of the table's gradient leaves first; the embedding's is added to it
-          const ParamUnit& tu = plan.units[plan.tied_unit];
+        // The reduce-scatter of one unit's gradients `name` (of `gu`), after the layer's backward.
+        auto reduce_scatter = [&](const std::string& name, const ParamUnit& gu) {
           TaskSpec rs;
-          rs.id = "reducescatter." + tu.name + ".head." + fo.tag;
+          rs.id = "reducescatter." + name;
           rs.op = Op::kReduceScatter;
           rs.resource = b.Comm();
-          rs.bytes = tu.elements * 2;
+          rs.bytes = gu.elements * 2;
           rs.ranks = ranks;
           rs.deps = res.last_compute;
           rs.uses = grad_gpu;
           rs.phase = Phase::kBackward;
           rs.layer = unit.layer;
-          const int32_t rs_task = b.Task(std::move(rs));
+          return b.Task(std::move(rs));
+        };
+        if (tied_head) {  // the head's part of the table's gradient leaves first; the embedding's is added to it
+          const ParamUnit& tu = plan.units[plan.tied_unit];
+          const int32_t rs_task = reduce_scatter(tu.name + ".head." + fo.tag, tu);
           for (int32_t r = 0; r < ranks; ++r) {
             TaskSpec d2h;
             d2h.id = "d2h.grad." + tu.name + ".head." + fo.tag + ".r" + std::to_string(r);
@@ -483,17 +487,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         }
         for (int32_t lu : layer_units) {
           const ParamUnit& gu = plan.units[lu];
-          TaskSpec rs;
-          rs.id = "reducescatter." + gu.name + "." + fo.tag;
-          rs.op = Op::kReduceScatter;
-          rs.resource = b.Comm();
-          rs.bytes = gu.elements * 2;
-          rs.ranks = ranks;
-          rs.deps = res.last_compute;
-          rs.uses = grad_gpu;
-          rs.phase = Phase::kBackward;
-          rs.layer = gu.layer;
-          const int32_t rs_task = b.Task(std::move(rs));
+          const int32_t rs_task = reduce_scatter(gu.name + "." + fo.tag, gu);
           for (int32_t r = 0; r < ranks; ++r) {
             const std::string id = gu.name + "." + fo.tag + ".r" + std::to_string(r);
             // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else

@@ -75,6 +75,25 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 constexpr int64_t kIterations = 3;
 
+// Plans the tiny scenario with `sets`, runs it kIterations on fresh disk directories and expects
+// `reference`'s losses and weights bit for bit; returns the schedule.
+// Its disks are under `root` when one is given (for checks after the run), else a fresh one.
+Schedule ExpectReproduces(const std::vector<std::string>& sets, const TrainConfig& config, const RunResult& reference, const std::string& label,
+                          const TempDir* root = nullptr) {
+  const Schedule schedule = PlanOrDie(LoadTiny(sets));
+  TempDir fresh("reproduces");
+  RunOptions options;
+  options.iterations = kIterations;
+  options.disk_root = (root != nullptr ? *root : fresh).str();
+  auto run = RunSchedule(schedule, config, options);
+  EXPECT_TRUE(run.ok()) << label << ": " << run.status().ToString();
+  if (run.ok()) {
+    EXPECT_EQ(run->loss, reference.loss) << label;
+    EXPECT_TRUE(SameBits(run->master, reference.master)) << label;
+  }
+  return schedule;
+}
+
 TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
   const policies::Scenario zi = LoadTiny({});
   const TrainConfig config = ConfigFor(zi);
@@ -148,16 +167,7 @@ TEST(Executor, EveryPolicyWithItsOwnDefaultsReproducesTheInMemoryWeights) {
   auto reference = RunInMemory(config, kIterations);
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
   for (const std::string& policy : policies::PolicyNames()) {
-    const policies::Scenario s = LoadTiny({"policy.name=" + policy});
-    const Schedule schedule = PlanOrDie(s);
-    TempDir root("policy-" + policy);
-    RunOptions options;
-    options.iterations = kIterations;
-    options.disk_root = root.str();
-    auto run = RunSchedule(schedule, config, options);
-    ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
-    EXPECT_EQ(run->loss, reference->loss) << policy;
-    EXPECT_TRUE(SameBits(run->master, reference->master)) << policy;
+    const Schedule schedule = ExpectReproduces({"policy.name=" + policy}, config, *reference, policy);
     if (policy == "mlp-offload") {  // what its defaults really exercised (tiny is one sub-group, cached)
       EXPECT_TRUE(HasPersistentBuffer(schedule, "states.")) << "optimizer states cached in host memory";
       EXPECT_TRUE(HasTask(schedule, Op::kConvert, "convert.grad.")) << "gradients kept in host memory";
@@ -188,14 +198,8 @@ TEST(Executor, CachedStatesOverlapAndGpuResidentParametersReproduceTheInMemoryWe
   for (const auto& sets : cases) {
     std::string label;
     for (const std::string& set : sets) label += set + " ";
-    const Schedule schedule = PlanOrDie(LoadTiny(sets));
     TempDir root("mechanisms");
-    RunOptions options;
-    options.iterations = kIterations;
-    options.disk_root = root.str();
-    auto run = RunSchedule(schedule, config, options);
-    ASSERT_TRUE(run.ok()) << label << ": " << run.status().ToString();
-    EXPECT_TRUE(SameBits(run->master, reference->master)) << label;
+    const Schedule schedule = ExpectReproduces(sets, config, *reference, label, &root);
     if (sets.back() == "policy.sub_group_size=2e5") {
       EXPECT_GT(fs::file_size(root.str() + "/remote0/tierflow-run.store"), 0u) << "the remote tier holds state";
       EXPECT_TRUE(HasPersistentBuffer(schedule, "states.")) << "and host memory caches some";
@@ -801,16 +805,8 @@ TEST(Executor, GradientAccumulationReproducesTheInMemoryWeights) {
     for (const std::string& policy : policies) {
       std::vector<std::string> sets = training;
       sets.push_back("policy.name=" + policy);
-      const Schedule schedule = PlanOrDie(LoadTiny(sets));
+      const Schedule schedule = ExpectReproduces(sets, config, *reference, policy + " clip " + clip);
       EXPECT_EQ(schedule.MicroSteps(), 4);
-      TempDir root("accumulate-" + policy);
-      RunOptions options;
-      options.iterations = kIterations;
-      options.disk_root = root.str();
-      auto run = RunSchedule(schedule, config, options);
-      ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
-      EXPECT_EQ(run->loss, reference->loss) << policy << " clip " << clip;
-      EXPECT_TRUE(SameBits(run->master, reference->master)) << policy << " clip " << clip;
       if (policy == "zero-infinity") {  // flushed once per iteration, from the accumulator
         EXPECT_TRUE(HasPersistentBuffer(schedule, "grad.accum.")) << "an accumulator in host memory";
         int writes = 0;
@@ -844,15 +840,7 @@ TEST(Executor, TiedEmbeddingsReproduceTheInMemoryWeights) {
     for (const std::string& policy : policies) {
       std::vector<std::string> sets = model;
       sets.push_back("policy.name=" + policy);
-      const Schedule schedule = PlanOrDie(LoadTiny(sets));
-      TempDir root("tied-" + policy);
-      RunOptions options;
-      options.iterations = kIterations;
-      options.disk_root = root.str();
-      auto run = RunSchedule(schedule, config, options);
-      ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
-      EXPECT_EQ(run->loss, reference->loss) << policy << " micro-steps " << micro_steps;
-      EXPECT_TRUE(SameBits(run->master, reference->master)) << policy << " micro-steps " << micro_steps;
+      const Schedule schedule = ExpectReproduces(sets, config, *reference, policy + " micro-steps " + micro_steps);
       EXPECT_TRUE(HasTask(schedule, Op::kD2H, "d2h.grad.model.embed_tokens.weight.head.")) << policy << ": the head's part of the table's gradient";
     }
   }
