@@ -63,6 +63,10 @@ StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const 
     return InvalidArgument(path + ": " + e.what());
   }
   if (s.training.data_parallel == 0) s.training.data_parallel = s.hardware.node.gpu_count;
+  if (s.training.data_parallel > s.hardware.node.gpu_count * s.hardware.nodes) {  // after any hardware.* override
+    return InvalidArgument(path + ": training.data_parallel " + std::to_string(s.training.data_parallel) + " exceeds the " +
+                           std::to_string(s.hardware.node.gpu_count * s.hardware.nodes) + " GPUs of the hardware");
+  }
   return s;
 }
 

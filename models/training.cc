@@ -13,7 +13,8 @@ namespace {
 
 std::string Q(const std::string& s) { return "'" + s + "'"; }
 
-StatusOr<int64_t> PositiveInt(const YAML::Node& node, const std::string& where, bool allow_zero = false) {
+// An integer in [1, most] (or [0, most]), bounded before it is converted.
+StatusOr<int64_t> PositiveInt(const YAML::Node& node, const std::string& where, int64_t most, bool allow_zero = false) {
   if (!node.IsScalar()) return InvalidArgument(where + ": expected an integer");
   double v;
   try {
@@ -25,6 +26,7 @@ StatusOr<int64_t> PositiveInt(const YAML::Node& node, const std::string& where, 
   if (v < 0 || (!allow_zero && v == 0)) {
     return InvalidArgument(where + ": " + Q(node.Scalar()) + (allow_zero ? " must be >= 0" : " must be > 0"));
   }
+  if (v > static_cast<double>(most)) return InvalidArgument(where + ": " + Q(node.Scalar()) + " is above " + std::to_string(most));
   return static_cast<int64_t>(v);
 }
 
@@ -46,22 +48,18 @@ StatusOr<TrainingSetup> TrainingFromYaml(const YAML::Node& node) {
                                     "activation_checkpointing", "dtype", "loss_scaling", "gradient_clipping"}));
   try {
     if (node["micro_batch_size"]) {
-      TF_ASSIGN_OR_RETURN(t.micro_batch_size, PositiveInt(node["micro_batch_size"], "training.micro_batch_size"));
+      TF_ASSIGN_OR_RETURN(t.micro_batch_size, PositiveInt(node["micro_batch_size"], "training.micro_batch_size", int64_t{1} << 20));
     }
     if (node["sequence_length"]) {
-      TF_ASSIGN_OR_RETURN(t.sequence_length, PositiveInt(node["sequence_length"], "training.sequence_length"));
+      TF_ASSIGN_OR_RETURN(t.sequence_length, PositiveInt(node["sequence_length"], "training.sequence_length", int64_t{1} << 24));
     }
     if (node["gradient_accumulation_steps"]) {
-      TF_ASSIGN_OR_RETURN(t.gradient_accumulation_steps,
-                          PositiveInt(node["gradient_accumulation_steps"], "training.gradient_accumulation_steps"));
       // Every micro-step is its own forward and backward in the schedule's task graph.
-      if (t.gradient_accumulation_steps > kMaxMicroSteps) {
-        return InvalidArgument("training.gradient_accumulation_steps: " + std::to_string(t.gradient_accumulation_steps) + " is above " +
-                               std::to_string(kMaxMicroSteps) + " (each micro-step is a forward and backward in the schedule)");
-      }
+      TF_ASSIGN_OR_RETURN(t.gradient_accumulation_steps,
+                          PositiveInt(node["gradient_accumulation_steps"], "training.gradient_accumulation_steps", kMaxMicroSteps));
     }
     if (node["data_parallel"]) {
-      TF_ASSIGN_OR_RETURN(int64_t dp, PositiveInt(node["data_parallel"], "training.data_parallel", true));
+      TF_ASSIGN_OR_RETURN(int64_t dp, PositiveInt(node["data_parallel"], "training.data_parallel", int64_t{1} << 20, true));
       t.data_parallel = static_cast<int32_t>(dp);
     }
     if (node["activation_checkpointing"]) {

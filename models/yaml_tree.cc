@@ -99,6 +99,7 @@ StatusOr<YAML::Node> LoadYamlText(std::string_view text, const std::string& orig
 }
 
 Status ApplyYamlOverride(YAML::Node root, const std::string& text) {
+  TF_RETURN_IF_ERROR(CheckUtf8(text, "--set"));
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
     return InvalidArgument("--set " + Q(text) + ": expected key.path=value");

@@ -328,7 +328,13 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   std::vector<int32_t> accumulator;
   const bool tied = plan.tied_unit >= 0;
   const int32_t head_layer = plan.units.empty() ? -1 : plan.units.back().layer;
-  std::vector<int32_t> tied_partial(static_cast<size_t>(ranks), kNoIndex);  // per rank: the head's d2h of the table's gradient
+  // Per rank and unit: the d2h of the unit's gradients before (an earlier micro-step's, the tied
+  // head's part): the next adds to what it left, so it waits for it.
+  std::vector<std::map<int32_t, int32_t>> last_contribution(static_cast<size_t>(ranks));
+  auto after_last_contribution = [&](int32_t rank, int32_t unit, TaskSpec* d2h) {
+    const auto it = last_contribution[static_cast<size_t>(rank)].find(unit);
+    if (it != last_contribution[static_cast<size_t>(rank)].end()) d2h->deps.push_back(it->second);
+  };
   if (!flush) {
     for (int32_t r = 0; r < ranks; ++r) {
       res.host_grad_buffer.push_back(
@@ -478,11 +484,13 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             d2h.uses = {accumulator[r], grad_gpu[r]};
             d2h.tensors = {b.State(StateKind::kGrad16, r, tu.rank_offset, tu.rank_elements, b.Device("host", DeviceKind::kHost))};
             d2h.deps = {rs_task};
+            after_last_contribution(r, plan.tied_unit, &d2h);
             d2h.phase = Phase::kBackward;
             d2h.layer = unit.layer;
-            tied_partial[r] = b.Task(std::move(d2h));
-            layer_d2h[r].push_back(tied_partial[r]);
-            res.grad_copies[r].push_back(tied_partial[r]);
+            const int32_t partial = b.Task(std::move(d2h));
+            last_contribution[static_cast<size_t>(r)][plan.tied_unit] = partial;
+            layer_d2h[r].push_back(partial);
+            res.grad_copies[r].push_back(partial);
           }
         }
         for (int32_t lu : layer_units) {
@@ -513,7 +521,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             d2h.uses.push_back(grad_gpu[r]);
             d2h.tensors = {to_accumulator ? grad16_tensor : grad_tensor};
             d2h.deps = {rs_task};
-            if (lu == plan.tied_unit) d2h.deps.push_back(tied_partial[r]);  // added to the head's part
+            after_last_contribution(r, lu, &d2h);
             if (lu == layer_units.back()) {  // the layer's last d2h frees its GPU gradients
               d2h.frees = {grad_gpu[r]};
               d2h.deps.insert(d2h.deps.end(), layer_d2h[r].begin(), layer_d2h[r].end());
@@ -521,6 +529,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             d2h.phase = Phase::kBackward;
             d2h.layer = gu.layer;
             const int32_t d2h_task = b.Task(std::move(d2h));
+            last_contribution[static_cast<size_t>(r)][lu] = d2h_task;
             layer_d2h[r].push_back(d2h_task);
             res.grad_copies[r].push_back(d2h_task);
             res.grad_ready[r][lu] = d2h_task;
@@ -546,7 +555,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             w.id = "write.grad." + id;
             w.op = Op::kWrite;
             w.resource = write_resource;
-            w.bytes = grad_bytes;
+            w.bytes = gu.rank_elements * 4;  // the fp32 gradients
             w.block_bytes = o.block_bytes;
             w.queue_depth = o.queue_depth;
             w.uses = {gbuf};

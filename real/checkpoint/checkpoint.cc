@@ -174,17 +174,27 @@ Status WriteManifest(Storage& storage, const CheckpointOptions& o, const Manifes
   return storage.SyncDir(o.dirs[0]);
 }
 
-// Removes everything named `<name>-g*` in the directories that the manifest `keep` does not list
-// (leftovers of interrupted saves, or the previous generation), recursively for directories.
+// Whether `file` is one of checkpoint `name`'s generations: `<name>-g<digits>.…` (and not, say,
+// checkpoint `<name>-gold`'s).
+bool IsGenerationFile(const std::string& file, const std::string& name) {
+  const std::string prefix = name + "-g";
+  if (file.rfind(prefix, 0) != 0) return false;
+  size_t at = prefix.size();
+  while (at < file.size() && std::isdigit(static_cast<unsigned char>(file[at]))) ++at;
+  return at > prefix.size() && at < file.size() && file[at] == '.';
+}
+
+// Removes every generation file of `o.name` (IsGenerationFile) in the directories that the
+// manifest `keep` does not list (leftovers of interrupted saves, or the previous generation),
+// recursively for directories.
 Status RemoveStale(Storage& storage, const CheckpointOptions& o, const Manifest* keep) {
   std::set<std::pair<int32_t, std::string>> kept;
   if (keep != nullptr) kept.insert(keep->paths.begin(), keep->paths.end());
-  std::string prefix = o.name + "-g";
   for (int32_t d = 0; d < static_cast<int32_t>(o.dirs.size()); ++d) {
     TF_ASSIGN_OR_RETURN(auto names, storage.List(o.dirs[d]));
     bool removed = false;
     for (auto& n : names) {
-      if (n.rfind(prefix, 0) != 0 || kept.count({d, n})) continue;
+      if (!IsGenerationFile(n, o.name) || kept.count({d, n})) continue;
       std::string p = o.dirs[d] + "/" + n;
       if (n.find(".dir") != std::string::npos) {
         auto inner = storage.List(p);

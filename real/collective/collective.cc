@@ -71,6 +71,7 @@ struct Round {
   std::vector<Call> calls;
   std::vector<bool> issued;
   int waiting = 0;  // ranks issued so far
+  int handles = 0;  // Pendings of it not yet destroyed
   bool done = false;
   Status status;
 };
@@ -79,11 +80,13 @@ class LocalGroup {
  public:
   explicit LocalGroup(int ranks) : ranks_(ranks), next_(static_cast<size_t>(ranks), 0) {}
 
-  // Rank `rank` issues its next operation; returns the round's index.
+  // Rank `rank` issues its next operation; returns the round's index. Each index is released
+  // once (Release) when its Pending goes.
   int64_t Issue(int rank, const Call& call) {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t index = next_[static_cast<size_t>(rank)]++;
     Round& round = RoundAt(index);
+    ++round.handles;
     round.calls[static_cast<size_t>(rank)] = call;
     round.issued[static_cast<size_t>(rank)] = true;
     if (++round.waiting == ranks_) {
@@ -101,14 +104,25 @@ class LocalGroup {
     return round.status;
   }
 
+  // A Pending of round `index` is gone: rounds done and no longer referred to are dropped, so a
+  // long run's group holds only the rounds in flight.
+  void Release(int64_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --RoundAt(index).handles;
+    while (!rounds_.empty() && rounds_.front().done && rounds_.front().handles == 0 && rounds_.front().waiting == ranks_) {
+      rounds_.pop_front();
+      ++first_;
+    }
+  }
+
  private:
   Round& RoundAt(int64_t index) {
-    while (static_cast<int64_t>(rounds_.size()) <= index) {
+    while (first_ + static_cast<int64_t>(rounds_.size()) <= index) {
       rounds_.emplace_back();
       rounds_.back().calls.resize(static_cast<size_t>(ranks_));
       rounds_.back().issued.assign(static_cast<size_t>(ranks_), false);
     }
-    return rounds_[static_cast<size_t>(index)];
+    return rounds_[static_cast<size_t>(index - first_)];
   }
 
   void Execute(Round& round) {
@@ -160,12 +174,14 @@ class LocalGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int64_t> next_;  // per rank: its next operation's index
-  std::deque<Round> rounds_;   // every round so far (deque: references stay valid as it grows)
+  std::deque<Round> rounds_;   // the rounds from index first_ on (deque: references stay valid as it grows)
+  int64_t first_ = 0;
 };
 
 class LocalPending : public Pending {
  public:
   LocalPending(std::shared_ptr<LocalGroup> group, int64_t index) : group_(std::move(group)), index_(index) {}
+  ~LocalPending() override { group_->Release(index_); }
   Status Wait() override { return group_->Wait(index_); }
 
  private:

@@ -45,6 +45,11 @@ Status EnsureInitialised() {
       status = MpiError(rc, "MPI_Init_thread");
       return;
     }
+    // Operations are issued and waited for from the threads of the tasks that use them.
+    if (provided < MPI_THREAD_MULTIPLE) {
+      status = Unavailable("MPI: the library gives thread level " + std::to_string(provided) + ", the mpi back-end needs MPI_THREAD_MULTIPLE");
+      return;
+    }
     // Errors come back as codes, turned into statuses naming the call, instead of aborting.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     std::atexit([] {
@@ -69,8 +74,11 @@ class MpiPending : public Pending {
   // `finish` runs after the transfer completes (the rank-order sum), on the waiting thread.
   MpiPending(MPI_Request request, std::vector<char> staging, std::function<void(const std::vector<char>&)> finish, const char* call)
       : request_(request), staging_(std::move(staging)), finish_(std::move(finish)), call_(call) {}
+  // An operation dropped without Wait is still completed here: the library must never write
+  // into memory already freed. (So a peer that never issues it blocks this rank, as it would in
+  // Wait; a rank that dies makes mpirun stop the others.)
   ~MpiPending() override {
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);  // never leave the library writing into freed memory
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
   Status Wait() override {
     if (request_ == MPI_REQUEST_NULL) return Status::Ok();

@@ -71,8 +71,9 @@ class ComputeDevice {
   virtual StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                            CpuThreads& threads, DeviceSpan* span) = 0;
   // Gradient accumulation: n fp32 gradients at src (gpu0 memory) added into the n bf16
-  // gradients at dst (host memory), as cpu::AccumulateBf16 (each sum rounded once to bf16);
-  // returns the check of the sums. The CPU reference's arithmetic, on either device.
+  // gradients at dst (host memory), as cpu::AccumulateBf16 (each sum rounded once to bf16, the
+  // loss scale kept as D2HGrad keeps it); returns the check of the sums times grad_scale. The
+  // CPU reference's arithmetic, on either device.
   virtual StatusOr<cpu::GradCheck> D2HGradAccumulate(uint16_t* dst, const float* src, int64_t n, float grad_scale,
                                                      CpuThreads& threads, DeviceSpan* span) = 0;
   // models::Layers() index; as Trainer::Forward / Backward (the head's forward sets it->loss).

@@ -104,7 +104,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     // Contributions to a range, in order: per micro-step, the tied head's part of the table (a
     // range outside the d2h's own layer), then the range's own. The first of the iteration
     // overwrites; every other adds to the one before, which the buffer must hold.
-    const bool partial = !trainer_.InLayer(t.layer, ts.element_offset, n);
+    const bool partial = t.layer >= 0 && !trainer_.InLayer(t.layer, ts.element_offset, n);
     const bool after_partial = !partial && trainer_.TiedHead(trainer_.layer_count() - 1) && trainer_.InLayer(0, ts.element_offset, n);
     if (partial && !(trainer_.TiedHead(t.layer) && trainer_.InLayer(0, ts.element_offset, n))) {
       return InvalidArgument(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, which is not in its layer " + std::to_string(t.layer) +

@@ -66,9 +66,17 @@ Status Run::LoadCheckpointIfAny() {
   TF_RETURN_IF_ERROR(integer("iterations_done", 0, int64_t{1} << 40, &done));
   TF_RETURN_IF_ERROR(integer("updates", 0, done, &updates));
   TF_RETURN_IF_ERROR(integer("good_steps", 0, done, &good_steps));
-  if (!j.contains("loss_scale") || !j["loss_scale"].is_number() || !(j["loss_scale"].get<double>() > 0) ||
+  if (!j.contains("loss_scale") || !j["loss_scale"].is_number() || !(static_cast<float>(j["loss_scale"].get<double>()) > 0) ||
       !std::isfinite(static_cast<float>(j["loss_scale"].get<double>()))) {
     return DataLoss(who + ": 'loss_scale' is " + (j.contains("loss_scale") ? j["loss_scale"].dump().substr(0, 40) : "missing") + ", not a finite number > 0");
+  }
+  // The batches line up only with the micro-steps they were trained with (before micro-steps were
+  // recorded, every run had one).
+  int64_t micro_steps = 1;
+  if (j.contains("micro_steps")) TF_RETURN_IF_ERROR(integer("micro_steps", 1, int64_t{1} << 20, &micro_steps));
+  if (micro_steps != micro_steps_) {
+    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' was trained with " + std::to_string(micro_steps) +
+                              " micro-steps per iteration, this run has " + std::to_string(micro_steps_) + " (training.gradient_accumulation_steps): its batches would not line up");
   }
   base_iteration_ = done;
   updates_ = updates;
@@ -96,6 +104,7 @@ Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   j["updates"] = updates_;
   j["loss_scale"] = scaler_.scale();
   j["good_steps"] = scaler_.good_steps();
+  j["micro_steps"] = micro_steps_;
   const std::string meta = j.dump();
   std::vector<CheckpointTensor> tensors;
   for (int k = 0; k < 3; ++k) tensors.push_back({KindName(kMaster + k), "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});

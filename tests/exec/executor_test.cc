@@ -850,6 +850,22 @@ TEST(Executor, TiedEmbeddingsReproduceTheInMemoryWeights) {
   EXPECT_NE(st.message().find("tied"), std::string::npos) << st.ToString();
 }
 
+// The loss scale is a power of two, so dynamic loss scaling (fp16's, scale 2^16) gives the very
+// weights of none wherever nothing overflows: the accumulated micro-steps, and the tied table's
+// two parts, keep one scale until the update unscales them.
+TEST(Executor, AccumulationUnderDynamicLossScalingEqualsNone) {
+  for (const std::string extra : {"training.gradient_accumulation_steps=2", "model.tied_embeddings=true"}) {
+    const TrainConfig none = ConfigFor(LoadTiny({extra}));
+    TrainConfig dynamic = none;
+    dynamic.dynamic_loss_scaling = true;
+    auto unscaled = RunInMemory(none, kIterations);
+    auto scaled = RunInMemory(dynamic, kIterations);
+    ASSERT_TRUE(unscaled.ok() && scaled.ok());
+    EXPECT_TRUE(SameBits(scaled->master, unscaled->master)) << extra;
+    ExpectReproduces({extra, "training.loss_scaling=dynamic"}, dynamic, *scaled, extra + " zero-infinity, dynamic loss scaling");
+  }
+}
+
 // A schedule planned for one number of micro-steps and run with another is refused, naming both.
 TEST(Executor, MicroStepsThatDifferFromTheTrainingSetUpAreRefused) {
   const policies::Scenario two = LoadTiny({"training.gradient_accumulation_steps=2"});

@@ -45,8 +45,9 @@ TEST(TrainingSetupTest, WrittenAndReadBackIsTheSame) {
 
 TEST(TrainingSetupTest, BadValuesNameTheKey) {
   EXPECT_EQ(TrainingOf("{sequence_length: -5}").status().message(), "training.sequence_length: '-5' must be > 0");
-  EXPECT_EQ(TrainingOf("{gradient_accumulation_steps: 2000}").status().message(),
-            "training.gradient_accumulation_steps: 2000 is above 1024 (each micro-step is a forward and backward in the schedule)");
+  EXPECT_EQ(TrainingOf("{gradient_accumulation_steps: 2000}").status().message(), "training.gradient_accumulation_steps: '2000' is above 1024");
+  EXPECT_EQ(TrainingOf("{data_parallel: 4294967297}").status().message(), "training.data_parallel: '4294967297' is above 1048576");
+  EXPECT_EQ(TrainingOf("{sequence_length: 1e300}").status().message(), "training.sequence_length: '1e300' is above 16777216");
   EXPECT_NE(TrainingOf("{micro_batch: 2}").status().message().find("training: unknown key 'micro_batch'"), std::string::npos);
   EXPECT_EQ(TrainingOf("{gradient_clipping: .nan}").status().message(),
             "training.gradient_clipping: '.nan' must be a finite number >= 0 (0 = off)");

@@ -239,6 +239,23 @@ TEST(CheckpointFaultTest, HostileNamesAndEmptySavesLeaveTheCheckpointAlone) {
   EXPECT_NE(loaded.status().message().find("file '../../etc/evil': part '..'"), std::string::npos) << loaded.status().ToString();
 }
 
+// Checkpoints whose names share a prefix live side by side: saving and removing `ckpt` never
+// touches `ckpt-gold` (a name matching `ckpt-g*`).
+TEST(CheckpointFaultTest, ACheckpointLeavesItsNeighboursAlone) {
+  auto mem = NewMemoryStorage();
+  CheckpointOptions gold, plain;
+  gold.dirs = plain.dirs = {"/m/a"};
+  gold.name = "ckpt-gold";
+  plain.name = "ckpt";
+  Set a = MakeSet(7, 1, {3000}), b = MakeSet(8, 1, {5000});
+  ASSERT_TRUE(SaveCheckpoint(*mem, a.tensors, gold).ok());
+  ASSERT_TRUE(SaveCheckpoint(*mem, b.tensors, plain).ok());
+  ASSERT_TRUE(SaveCheckpoint(*mem, b.tensors, plain).ok());  // a second generation removes the first of its own only
+  EXPECT_EQ(LoadAndCompare(*mem, gold, a), "");
+  ASSERT_TRUE(RemoveCheckpoint(*mem, plain).ok());
+  EXPECT_EQ(LoadAndCompare(*mem, gold, a), "");
+}
+
 TEST(CheckpointFaultTest, InjectedErrorsNameTheDevice) {
   for (int err : {EIO, ENOSPC}) {
     auto mem = NewMemoryStorage();

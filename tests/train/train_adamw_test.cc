@@ -136,9 +136,9 @@ TEST(TrainAdamW, RoundToBf16EqualsTheScalarConversionPair) {
   }
 }
 
-// Gradient accumulation adds in fp32 and rounds each sum once to bf16; its check is the one
-// OverflowCheckAndNorm makes of the sums, whatever the thread count, and an infinity anywhere
-// makes it not finite.
+// Gradient accumulation adds in fp32 and rounds each sum once to bf16, keeping the loss scale;
+// its check is the one OverflowCheckAndNorm makes of the sums times grad_scale, whatever the
+// thread count, and an infinity anywhere makes it not finite.
 TEST(TrainAdamW, AccumulateBf16RoundsEachSumOnceAndChecksTheSums) {
   const int64_t n = 3 * cpu::kNormBlock + 77;  // several norm blocks and a ragged end
   std::mt19937 rng(3);
@@ -151,7 +151,7 @@ TEST(TrainAdamW, AccumulateBf16RoundsEachSumOnceAndChecksTheSums) {
   std::vector<uint16_t> want(acc.size());
   std::vector<float> sums(acc.size());
   for (size_t i = 0; i < acc.size(); ++i) {
-    want[i] = Fp32ToBf16(Bf16ToFp32(acc[i]) + grad[i] * scale);
+    want[i] = Fp32ToBf16(Bf16ToFp32(acc[i]) + grad[i]);  // still scaled, as the copies off the GPU keep it
     sums[i] = Bf16ToFp32(want[i]);
   }
   CpuThreads one(1);
@@ -160,7 +160,7 @@ TEST(TrainAdamW, AccumulateBf16RoundsEachSumOnceAndChecksTheSums) {
   const cpu::GradCheck check1 = cpu::AccumulateBf16(one_thread.data(), grad.data(), n, scale, one);
   EXPECT_EQ(two_threads, want);
   EXPECT_EQ(one_thread, want);
-  const cpu::GradCheck of_sums = cpu::OverflowCheckAndNorm(sums.data(), n, 1.0f, Threads());
+  const cpu::GradCheck of_sums = cpu::OverflowCheckAndNorm(sums.data(), n, scale, Threads());
   EXPECT_TRUE(check.finite);
   EXPECT_EQ(check.sum_sq, of_sums.sum_sq);
   EXPECT_EQ(check1.sum_sq, of_sums.sum_sq);

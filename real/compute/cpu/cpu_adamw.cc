@@ -172,12 +172,12 @@ GradCheck AccumulateBf16(uint16_t* acc, const float* grad, int64_t n, float grad
     for (int64_t b = begin; b < end; ++b) {
       const int64_t first = b * kNormBlock, len = std::min(kNormBlock, n - first);
       for (int64_t i = 0; i < len; ++i) {
-        const uint16_t rounded = ::tierflow::real::Fp32ToBf16(::tierflow::real::Bf16ToFp32(acc[first + i]) + grad[first + i] * grad_scale);
+        const uint16_t rounded = ::tierflow::real::Fp32ToBf16(::tierflow::real::Bf16ToFp32(acc[first + i]) + grad[first + i]);
         acc[first + i] = rounded;
         sums[i] = ::tierflow::real::Bf16ToFp32(rounded);
       }
       bool finite = true;
-      BlockCheck(sums, len, 1.0f, &finite, &block_sum[static_cast<size_t>(b)]);
+      BlockCheck(sums, len, grad_scale, &finite, &block_sum[static_cast<size_t>(b)]);
       block_finite[static_cast<size_t>(b)] = finite ? 1 : 0;
     }
   });

@@ -70,9 +70,10 @@ void RoundToBf16(float* x, int64_t n, CpuThreads& threads);
 
 // One micro-step's gradients added into the bf16 gradients accumulated so far (gradient
 // accumulation, as DeepSpeed accumulates a bf16 model's partitions):
-// acc[i] = Fp32ToBf16(Bf16ToFp32(acc[i]) + grad[i] * grad_scale), each sum rounded once. Returns
-// the overflow check and squared norm of the new sums, over the same fixed blocks as
-// OverflowCheckAndNorm (so any thread count gives the same result).
+// acc[i] = Fp32ToBf16(Bf16ToFp32(acc[i]) + grad[i]), each sum rounded once. Like the copies off
+// the GPU, the values stay scaled by the loss scale (the update unscales them); grad_scale
+// (1 / loss scale) only feeds the returned overflow check and squared norm of the new sums,
+// over the same fixed blocks as OverflowCheckAndNorm (any thread count gives the same result).
 GradCheck AccumulateBf16(uint16_t* acc, const float* grad, int64_t n, float grad_scale, CpuThreads& threads);
 
 // The factor that clips the gradients to the global L2 norm `max_norm` (torch's
