@@ -75,6 +75,7 @@ StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vect
   if (EndsWith(path, ".json")) {
     TF_ASSIGN_OR_RETURN(in.schedule, ReadScheduleFile(path));
     in.from_schedule_file = true;
+    if (in.schedule.tasks().empty()) return InvalidArgument(path + ": schedule '" + in.schedule.name + "' has no tasks: nothing to simulate or run");
     TF_ASSIGN_OR_RETURN(in.scenario, ScenarioOfSchedule(in.schedule, path, sets));
     return in;
   }

@@ -169,10 +169,14 @@ const PresetText* FindPreset(std::string_view name) {
   return nullptr;
 }
 
+// A size or rate: positive, and within what hardware can be (1 to 1e18 bytes, bytes/s, FLOP/s or
+// elements/s), so that no duration derived from it is absurd ('1e-300 GB/s' printed a 63-digit
+// time).
 Status Positive(double v, const std::string& path) {
   if (v == 0)
     return InvalidArgument(path + " must be positive, got 0 (missing from the description?)");
   if (!(v > 0)) return InvalidArgument(path + " must be positive, got " + fmt::format("{:g}", v));
+  if (!(v >= 1 && v <= 1e18)) return InvalidArgument(path + " is " + fmt::format("{:g}", v) + " in base units, outside what hardware can be [1, 1e18]");
   return Status::Ok();
 }
 
