@@ -1,5 +1,8 @@
-#include "json_checked.h"
 #include "tierflow/core/trace_record.h"
+
+#include <cmath>
+
+#include "json_checked.h"
 
 #include "tierflow/core/files.h"
 
@@ -70,11 +73,19 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
   } catch (const Json::exception& e) {
     return InvalidArgument(std::string("wrong type: ") + e.what());
   }
+  // Field by field: no value a summary would misread, and what every record has.
+  if (r.iteration < 0) return InvalidArgument("iteration is negative");
+  if (!std::isfinite(r.start_s) || !std::isfinite(r.end_s) || r.start_s < 0) return InvalidArgument("start_s and end_s must be finite, start_s >= 0");
   if (r.end_s < r.start_s) return InvalidArgument("end_s is before start_s");
   if (r.bytes < 0) return InvalidArgument("bytes is negative");
+  if (!(r.flops >= 0) || !std::isfinite(r.flops)) return InvalidArgument("flops must be finite and >= 0");
+  if (r.block_bytes < 0 || r.queue_depth < 0 || r.threads < 0 || r.layer < -1) return InvalidArgument("block_bytes, queue_depth and threads must be >= 0, layer >= -1");
   if (r.tasks < 0) return InvalidArgument("tasks is negative");
   if (j.contains("device_start_s") != j.contains("device_end_s")) return InvalidArgument("device_start_s and device_end_s go together");
   if (r.device_end_s < r.device_start_s) return InvalidArgument("device_end_s is before device_start_s");
+  for (const char* key : {"iteration", "task", "op", "start_s", "end_s"}) {
+    if (!j.contains(key)) return InvalidArgument(std::string("missing key '") + key + "'");
+  }
   return r;
 }
 

@@ -48,6 +48,12 @@ TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {
   EXPECT_EQ(TraceRecordFromJson("{").status().message(), "trace record: not valid JSON at byte 2: expected string literal");
   EXPECT_EQ(TraceRecordFromJson(R"({"task":"a","task":"b"})").status().message(),
             "trace record: key 'task' appears twice in one object (the last would be used silently)");
+  // What a summary would misread, and what every record has.
+  EXPECT_EQ(TraceRecordFromJson(R"({"iteration":-1,"task":"a","op":"read","start_s":0,"end_s":1})").status().message(), "iteration is negative");
+  EXPECT_EQ(TraceRecordFromJson(R"({"iteration":0,"task":"a","op":"read","start_s":0,"end_s":1,"flops":-5})").status().message(),
+            "flops must be finite and >= 0");
+  EXPECT_EQ(TraceRecordFromJson(R"({"iteration":0,"task":"a","start_s":0,"end_s":1})").status().message(), "missing key 'op'");
+  EXPECT_TRUE(TraceRecordFromJson(R"({"iteration":0,"task":"a","op":"read","start_s":0,"end_s":1})").ok());
   auto op = TraceRecordFromJson(R"({"op":"teleport"})");
   ASSERT_FALSE(op.ok());
   EXPECT_NE(op.status().message().find("teleport"), std::string::npos);
