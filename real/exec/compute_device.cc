@@ -57,7 +57,7 @@ class CpuDevice final : public ComputeDevice {
   }
   StatusOr<cpu::GradCheck> D2HGradAccumulate(uint16_t* dst, const float* src, int64_t n, float grad_scale,
                                              CpuThreads& threads, DeviceSpan*) override {
-    return EmulatedD2HGradAccumulate(dst, src, n, grad_scale, threads);
+    return cpu::AccumulateBf16(dst, src, n, grad_scale, threads);
   }
   Status Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads,
                  DeviceSpan*) override {

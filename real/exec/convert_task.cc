@@ -95,9 +95,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     float* dst = reinterpret_cast<float*>(Buf(out).data);
     CpuThreads* threads = &ThreadsOf(t.resource);
     job.work = [src, dst, n, threads] {
-      threads->ParallelFor(n, 1 << 14, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) dst[i] = Bf16ToFp32(src[i]);
-      });
+      cpu::Bf16ToFp32(dst, src, n, *threads);
       return Status::Ok();
     };
     const int64_t begin = ts.element_offset;

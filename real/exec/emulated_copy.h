@@ -31,10 +31,4 @@ inline cpu::GradCheck EmulatedD2HGrad(void* dst, const float* src, int64_t eleme
   return check;
 }
 
-// d2h of one micro-step's fp32 gradients added into the bf16 gradients accumulated in host memory.
-inline cpu::GradCheck EmulatedD2HGradAccumulate(uint16_t* dst, const float* src, int64_t elements, float grad_scale,
-                                                CpuThreads& threads) {
-  return cpu::AccumulateBf16(dst, src, elements, grad_scale, threads);
-}
-
 }  // namespace tierflow::real::exec

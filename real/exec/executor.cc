@@ -162,7 +162,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
       }
     }
     if (in_bf16) {
-      for (size_t k = 0; k < grad.size(); ++k) grad[k] = Bf16ToFp32(grad16[k]);
+      cpu::Bf16ToFp32(grad.data(), grad16.data(), static_cast<int64_t>(grad.size()), threads);
     }
     if (scaler.Update(total.finite)) {
       ++updates;

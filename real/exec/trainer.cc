@@ -69,11 +69,7 @@ void Trainer::PrepareIteration(IterationState* it) const {
 void Trainer::Widen(int64_t layer, const std::vector<ParamRange>& params, CpuThreads& threads) {
   TF_CHECK(CheckStepParams(layer, params).ok());
   for (const ParamRange& r : params) {
-    const auto* src = static_cast<const uint16_t*>(r.data);
-    float* dst = w32_.data() + r.begin;
-    threads.ParallelFor(r.n, 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dst[i] = Bf16ToFp32(src[i]);
-    });
+    cpu::Bf16ToFp32(w32_.data() + r.begin, static_cast<const uint16_t*>(r.data), r.n, threads);
   }
 }
 

@@ -163,6 +163,12 @@ void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads)
   });
 }
 
+void Bf16ToFp32(float* dst, const uint16_t* src, int64_t n, CpuThreads& threads) {
+  threads.ParallelFor(n, 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = ::tierflow::real::Bf16ToFp32(src[i]);
+  });
+}
+
 GradCheck AccumulateBf16(uint16_t* acc, const float* grad, int64_t n, float grad_scale, CpuThreads& threads) {
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
   std::vector<double> block_sum(static_cast<size_t>(blocks));
