@@ -132,22 +132,36 @@ BENCHMARK(BM_SyntheticPipeline)
 namespace tierflow::sim {
 
 // The quickstart: Llama-2-70B under zero-infinity on the 4 x A100 one-NVMe node (21k tasks per
-// iteration), planned once, simulated for 1, 10 and 100 iterations.
-void BM_Quickstart(benchmark::State& state) {
-  static const auto planned = [] {
-    auto scenario = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/quickstart.yaml");
-    if (!scenario.ok()) return StatusOr<std::pair<Schedule, models::HardwareSpec>>(scenario.status());
-    auto schedule = policies::Plan(*scenario);
-    if (!schedule.ok()) return StatusOr<std::pair<Schedule, models::HardwareSpec>>(schedule.status());
-    return StatusOr<std::pair<Schedule, models::HardwareSpec>>(std::make_pair(std::move(*schedule), scenario->hardware));
-  }();
+// iteration), planned once, simulated for 1, 10 and 100 iterations; and the same on a cluster of
+// four such nodes, 16 ranks (84k tasks per iteration): sim stays linear in tasks when the
+// platform grows (tasks_per_s of the two side by side).
+StatusOr<std::pair<Schedule, models::HardwareSpec>> PlanQuickstart(const std::vector<std::string>& overrides) {
+  auto scenario = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/quickstart.yaml", overrides);
+  if (!scenario.ok()) return scenario.status();
+  auto schedule = policies::Plan(*scenario);
+  if (!schedule.ok()) return schedule.status();
+  return std::make_pair(std::move(*schedule), scenario->hardware);
+}
+
+void RunPlanned(benchmark::State& state, const StatusOr<std::pair<Schedule, models::HardwareSpec>>& planned) {
   if (!planned.ok()) {
     state.SkipWithError(planned.status().ToString().c_str());
     return;
   }
   RunSimBenchmark(state, planned->first, planned->second, state.range(0), true);
 }
+
+void BM_Quickstart(benchmark::State& state) {
+  static const auto planned = PlanQuickstart({});
+  RunPlanned(state, planned);
+}
 BENCHMARK(BM_Quickstart)->ArgNames({"iterations"})->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_QuickstartFourNodes(benchmark::State& state) {
+  static const auto planned = PlanQuickstart({"hardware.nodes=4", "training.data_parallel=16"});
+  RunPlanned(state, planned);
+}
+BENCHMARK(BM_QuickstartFourNodes)->ArgNames({"iterations"})->Arg(1)->Arg(10)->Arg(25)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace tierflow::sim
 

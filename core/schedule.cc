@@ -286,25 +286,29 @@ Status Schedule::Validate() const {
     for (int32_t b : tasks_[i].uses) users[b].push_back(i);
     for (int32_t b : tasks_[i].frees) users[b].push_back(i);
   }
-  // Marks the descendants of `from` whose topological position is <= limit: a search bounded
-  // by the buffer's last user, so the check stays cheap on long schedules.
-  std::vector<int32_t> mark(n, -1);
-  std::vector<int32_t> stack;
+  // Whether every task marked wanted[t] == want is a descendant of `from` whose topological
+  // position is <= limit: a breadth-first search bounded by that position and ended as soon as
+  // the last of them is found (most users are close successors), so the check stays cheap on
+  // long schedules of many ranks, whose collectives make every rank's later tasks descendants.
+  std::vector<int32_t> mark(n, -1), wanted(n, -1);
+  std::vector<int32_t> queue;
   int32_t next_stamp = 0;  // each search marks with a fresh stamp, so marks never need clearing
-  auto reach_forward = [&](int32_t from, int32_t limit, int32_t stamp) {
-    stack.assign(1, from);
+  auto reaches = [&](int32_t from, int32_t limit, int32_t want, int32_t count) {
+    const int32_t stamp = next_stamp++;
+    queue.assign(1, from);
     mark[from] = stamp;
-    while (!stack.empty()) {
-      int32_t t = stack.back();
-      stack.pop_back();
-      for (int32_t s : succ[t]) {
-        if (mark[s] != stamp && position[s] <= limit) {
-          mark[s] = stamp;
-          stack.push_back(s);
-        }
+    if (wanted[from] == want) --count;
+    for (size_t head = 0; head < queue.size() && count > 0; ++head) {
+      for (int32_t s : succ[queue[head]]) {
+        if (mark[s] == stamp || position[s] > limit) continue;
+        mark[s] = stamp;
+        if (wanted[s] == want && --count == 0) break;
+        queue.push_back(s);
       }
     }
+    return count <= 0;
   };
+  int32_t next_want = 0;
   for (size_t b = 0; b < buffers_.size(); ++b) {
     const BufferSpec& buf = buffers_[b];
     if (buf.persistent) continue;
@@ -315,21 +319,31 @@ Status Schedule::Validate() const {
     }
     if (free_by[b] == kNoIndex) return InvalidArgument(what + " is allocated by task " + Quote(tasks_[alloc_by[b]].id) + " but no task frees it");
     int32_t last = position[free_by[b]];
-    for (int32_t u : users[b]) last = std::max(last, position[u]);
-    const int32_t stamp = next_stamp++;
-    reach_forward(alloc_by[b], last, stamp);
+    const int32_t want = next_want++;
+    int32_t count = 0;
     for (int32_t u : users[b]) {
-      if (u != alloc_by[b] && mark[u] != stamp) {
-        return InvalidArgument("task " + Quote(tasks_[u].id) + " uses " + what + " without depending on task " +
-                               Quote(tasks_[alloc_by[b]].id) + " that allocates it");
+      last = std::max(last, position[u]);
+      if (u != alloc_by[b] && wanted[u] != want) {
+        wanted[u] = want;
+        ++count;
+      }
+    }
+    if (count > 0 && !reaches(alloc_by[b], last, want, count)) {
+      for (int32_t u : users[b]) {
+        const int32_t one = next_want++;
+        wanted[u] = one;
+        if (u != alloc_by[b] && !reaches(alloc_by[b], last, one, 1)) {
+          return InvalidArgument("task " + Quote(tasks_[u].id) + " uses " + what + " without depending on task " +
+                                 Quote(tasks_[alloc_by[b]].id) + " that allocates it");
+        }
       }
     }
     // Every user must precede the free: the free task must be reachable from each user.
     for (int32_t u : users[b]) {
       if (u == free_by[b]) continue;
-      const int32_t user_stamp = next_stamp++;
-      reach_forward(u, position[free_by[b]], user_stamp);
-      if (mark[free_by[b]] != user_stamp) {
+      const int32_t one = next_want++;
+      wanted[free_by[b]] = one;
+      if (!reaches(u, position[free_by[b]], one, 1)) {
         return InvalidArgument("task " + Quote(tasks_[free_by[b]].id) + " frees " + what + " before task " +
                                Quote(tasks_[u].id) + " that uses it has completed (missing dep)");
       }

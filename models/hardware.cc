@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <optional>
 #include <string>
 
 #include "hardware_presets.inc"
@@ -140,6 +141,7 @@ Status ApplyNode(const YAML::Node& node, const std::string& path, NodeSpec* n) {
   TF_RETURN_IF_ERROR(
       ApplyList<RemoteTierSpec>(r.Child("remote"), r.KeyPath("remote"), ApplyRemote, &n->remote));
   TF_RETURN_IF_ERROR(r.Bandwidth("nic_bw", &n->nic_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Duration("nic_latency", &n->nic_latency_s));
   return r.Finish();
 }
 
@@ -327,6 +329,7 @@ Status ValidateHardware(const HardwareSpec& hw) {
   }
   if (hw.nodes > 1) TF_RETURN_IF_ERROR(Positive(node.nic_bw_bytes_per_s, n + ".nic_bw"));
   if (node.nic_bw_bytes_per_s < 0) return InvalidArgument(n + ".nic_bw must not be negative");
+  if (node.nic_latency_s < 0) return InvalidArgument(n + ".nic_latency must not be negative");
   return Status::Ok();
 }
 
@@ -398,7 +401,71 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
     y += fmt::format("      latency: {} s\n", Num(t.latency_s));
   }
   if (n.nic_bw_bytes_per_s > 0) y += fmt::format("  nic_bw: {} B/s\n", Num(n.nic_bw_bytes_per_s));
+  if (n.nic_latency_s > 0) y += fmt::format("  nic_latency: {} s\n", Num(n.nic_latency_s));
   return y;
+}
+
+std::string NodeDeviceName(const HardwareSpec& hw, int32_t node, std::string_view local) {
+  if (hw.nodes <= 1) return std::string(local);
+  return "node" + std::to_string(node) + "." + std::string(local);
+}
+
+namespace {
+// "12" -> 12; nullopt for anything else, a leading zero ("01") or a sign included.
+std::optional<int32_t> ParseIndex(std::string_view digits) {
+  if (digits.empty() || (digits[0] == '0' && digits.size() > 1)) return std::nullopt;
+  int32_t value = -1;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || ptr != digits.data() + digits.size() || value < 0) return std::nullopt;
+  return value;
+}
+}  // namespace
+
+StatusOr<HardwareDevice> ParseHardwareDevice(std::string_view name, const HardwareSpec& hw) {
+  const NodeSpec& node = hw.node;
+  const std::string quoted = "schedule device '" + std::string(name) + "'";
+  if (name == "net") return HardwareDevice{HardwareDeviceKind::kNet, 0, 0};
+  HardwareDevice out;
+  std::string_view local = name;
+  if (local.substr(0, 4) == "node") {
+    const size_t dot = local.find('.');
+    const std::optional<int32_t> n = dot == std::string_view::npos ? std::nullopt : ParseIndex(local.substr(4, dot - 4));
+    if (!n) {
+      return InvalidArgument(quoted + " names no hardware device (expected node{N}.{device} on a cluster)");
+    }
+    if (*n >= hw.nodes) {
+      return InvalidArgument(quoted + " is on node " + std::to_string(*n) + ", but the hardware has " + std::to_string(hw.nodes) +
+                             " node(s)");
+    }
+    out.node = *n;
+    local = local.substr(dot + 1);
+  }
+  if (local == "host") {
+    out.kind = HardwareDeviceKind::kHost;
+    return out;
+  }
+  struct Family {
+    std::string_view prefix;
+    HardwareDeviceKind kind;
+    int64_t count;
+  };
+  const Family families[] = {{"gpu", HardwareDeviceKind::kGpu, node.gpu_count},
+                             {"nvme", HardwareDeviceKind::kNvme, static_cast<int64_t>(node.nvme.size())},
+                             {"remote", HardwareDeviceKind::kRemote, static_cast<int64_t>(node.remote.size())}};
+  for (const Family& f : families) {
+    if (local.size() <= f.prefix.size() || local.substr(0, f.prefix.size()) != f.prefix) continue;
+    const std::optional<int32_t> i = ParseIndex(local.substr(f.prefix.size()));
+    if (!i) continue;
+    if (*i >= f.count) {
+      return InvalidArgument(quoted + " does not exist on hardware '" + node.name + "', which has " + std::to_string(f.count) + " " +
+                             std::string(f.prefix) + " device(s)" + (hw.nodes > 1 ? " per node" : ""));
+    }
+    out.kind = f.kind;
+    out.index = *i;
+    return out;
+  }
+  return InvalidArgument(quoted + " names no hardware device (expected gpuN, host, nvmeN, remoteN or net" +
+                         (hw.nodes > 1 ? std::string(", each but net as node{N}.{device} on a cluster)") : std::string(")")));
 }
 
 }  // namespace tierflow::models

@@ -77,6 +77,24 @@ double CollectiveTime(const InterconnectSpec& ic, Collective kind, int64_t bytes
   return kind == Collective::kAllReduce ? 2.0 * one_pass : one_pass;
 }
 
+InterconnectSpec NetworkOf(const NodeSpec& node) {
+  InterconnectSpec net;
+  net.kind = "network";
+  net.bus_bw_bytes_per_s = node.nic_bw_bytes_per_s;
+  net.latency_s = node.nic_latency_s;
+  return net;
+}
+
+ClusterCollective ClusterCollectiveTime(const HardwareSpec& hw, Collective kind, int64_t bytes, int32_t ranks) {
+  ClusterCollective c;
+  const int32_t per_node = std::max(1, hw.node.gpu_count);
+  c.ranks_per_node = std::clamp(ranks, 1, per_node);
+  c.nodes = std::max(1, (ranks + per_node - 1) / per_node);
+  c.intra_s = CollectiveTime(hw.node.interconnect, kind, bytes, c.ranks_per_node);
+  if (c.nodes > 1) c.inter_s = CollectiveTime(NetworkOf(hw.node), kind, bytes, c.nodes);
+  return c;
+}
+
 double AdamTime(const CpuSpec& cpu, int64_t elements, int32_t threads) {
   if (elements <= 0) return 0.0;
   const double compute_rate = UsefulThreads(cpu, threads) * cpu.adam_elements_per_s_per_core;
@@ -93,20 +111,30 @@ double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads) {
 
 StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const HardwareSpec& hw) {
   const NodeSpec& node = hw.node;
-  // Per hardware device (NVMe roots first, then remote tiers): bytes read and written.
+  // Per node and hardware device (NVMe roots first, then remote tiers): bytes read and written.
   const size_t nvmes = node.nvme.size();
-  std::vector<StorageLoad> load(nvmes + node.remote.size());
-  for (size_t i = 0; i < nvmes; ++i) load[i].device = "nvme" + std::to_string(i);
-  for (size_t i = 0; i < node.remote.size(); ++i) load[nvmes + i].device = "remote" + std::to_string(i);
+  const size_t per_node = nvmes + node.remote.size();
+  const size_t nodes = static_cast<size_t>(std::max(1, hw.nodes));
+  std::vector<StorageLoad> load(nodes * per_node);
+  for (size_t n = 0; n < nodes; ++n) {
+    for (size_t i = 0; i < per_node; ++i) {
+      const std::string local = i < nvmes ? "nvme" + std::to_string(i) : "remote" + std::to_string(i - nvmes);
+      load[n * per_node + i].device = NodeDeviceName(hw, static_cast<int32_t>(n), local);
+    }
+  }
   // Each schedule device's slot in `load` (its root device's, for a directory on another's
-  // device), once; load.size() where the hardware has no such device.
+  // device); load.size() where the hardware has no such storage device.
   std::vector<size_t> slot_of(schedule.devices().size(), load.size());
   for (size_t d = 0; d < slot_of.size(); ++d) {
-    for (size_t i = 0; i < load.size(); ++i) {
-      if (load[i].device == schedule.devices()[d].name) slot_of[d] = i;
+    const StatusOr<HardwareDevice> hd = ParseHardwareDevice(schedule.devices()[d].name, hw);
+    if (!hd.ok()) continue;
+    const size_t base = static_cast<size_t>(hd->node) * per_node;
+    if (hd->kind == HardwareDeviceKind::kNvme) {
+      const NvmeSpec& disk = node.nvme[static_cast<size_t>(hd->index)];
+      slot_of[d] = base + static_cast<size_t>(disk.same_device_as >= 0 ? disk.same_device_as : hd->index);
+    } else if (hd->kind == HardwareDeviceKind::kRemote) {
+      slot_of[d] = base + nvmes + static_cast<size_t>(hd->index);
     }
-    const size_t i = slot_of[d];
-    if (i < nvmes && node.nvme[i].same_device_as >= 0) slot_of[d] = static_cast<size_t>(node.nvme[i].same_device_as);
   }
   for (const TaskSpec& t : schedule.tasks()) {
     if ((t.op != Op::kRead && t.op != Op::kWrite) || t.bytes == 0) continue;
@@ -123,15 +151,16 @@ StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const Hardwar
   for (size_t i = 0; i < load.size(); ++i) {
     StorageLoad& l = load[i];
     if (l.read_bytes == 0 && l.write_bytes == 0) continue;
-    const double rbw = i < nvmes ? node.nvme[i].read_bw_bytes_per_s : node.remote[i - nvmes].read_bw_bytes_per_s;
-    const double wbw = i < nvmes ? node.nvme[i].write_bw_bytes_per_s : node.remote[i - nvmes].write_bw_bytes_per_s;
+    const size_t k = i % per_node;  // the device on its node
+    const double rbw = k < nvmes ? node.nvme[k].read_bw_bytes_per_s : node.remote[k - nvmes].read_bw_bytes_per_s;
+    const double wbw = k < nvmes ? node.nvme[k].write_bw_bytes_per_s : node.remote[k - nvmes].write_bw_bytes_per_s;
     if ((l.read_bytes > 0 && rbw <= 0) || (l.write_bytes > 0 && wbw <= 0)) {
       return InvalidArgument("hardware '" + node.name + "': " + l.device + " has no " +
                              (l.read_bytes > 0 && rbw <= 0 ? "read" : "write") + " bandwidth for the schedule's I/O");
     }
     const double r = l.read_bytes > 0 ? static_cast<double>(l.read_bytes) / rbw : 0.0;
     const double w = l.write_bytes > 0 ? static_cast<double>(l.write_bytes) / wbw : 0.0;
-    l.seconds = i < nvmes ? r + w : std::max(r, w);
+    l.seconds = k < nvmes ? r + w : std::max(r, w);
     if (l.seconds > bound.seconds) {
       bound.seconds = l.seconds;
       bound.busiest = l.device;

@@ -119,7 +119,7 @@ ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenar
   schedule_.sections.model = models::YamlToJson(YAML::Load(models::LlmToYaml(s.model)));
   schedule_.sections.hardware = models::YamlToJson(YAML::Load(models::HardwareToYaml(s.hardware)));
   schedule_.sections.training = models::YamlToJson(YAML::Load(models::TrainingToYaml(s.training)));
-  Device("host", DeviceKind::kHost);
+  Host(0);
 }
 
 StatusOr<Schedule> ScheduleBuilder::Finish() {
@@ -156,29 +156,51 @@ int32_t ScheduleBuilder::Buffer(const std::string& name, int32_t pool, int64_t s
   return schedule_.AddBuffer({name, pool, size_bytes, persistent});
 }
 
+int32_t ScheduleBuilder::NodeOf(int32_t rank) const { return rank / std::max(1, scenario_.hardware.node.gpu_count); }
+std::string ScheduleBuilder::OnNode(int32_t rank, const std::string& local) const {
+  return models::NodeDeviceName(scenario_.hardware, NodeOf(rank), local);
+}
+std::string ScheduleBuilder::Gpu(int32_t rank) {
+  const int32_t local = scenario_.hardware.nodes > 1 ? rank % std::max(1, scenario_.hardware.node.gpu_count) : rank;
+  std::string name = OnNode(rank, "gpu" + std::to_string(local));
+  Device(name, DeviceKind::kGpu);
+  return name;
+}
+std::string ScheduleBuilder::Host(int32_t rank) {
+  std::string name = OnNode(rank, "host");
+  Device(name, DeviceKind::kHost);
+  return name;
+}
+std::string ScheduleBuilder::Nvme(int32_t rank, int32_t disk) {
+  std::string name = OnNode(rank, "nvme" + std::to_string(disk));
+  Device(name, DeviceKind::kNvme);
+  return name;
+}
+std::string ScheduleBuilder::Remote(int32_t rank, int32_t tier) {
+  std::string name = OnNode(rank, "remote" + std::to_string(tier));
+  Device(name, DeviceKind::kRemote);
+  return name;
+}
+
 int32_t ScheduleBuilder::GpuCompute(int32_t r) {
-  const std::string g = "gpu" + std::to_string(r);
-  Device(g, DeviceKind::kGpu);
+  const std::string g = Gpu(r);
   return Resource(g + ".compute", g);
 }
 int32_t ScheduleBuilder::GpuH2D(int32_t r) {
-  const std::string g = "gpu" + std::to_string(r);
-  Device(g, DeviceKind::kGpu);
+  const std::string g = Gpu(r);
   return Resource(g + ".h2d", g);
 }
 int32_t ScheduleBuilder::GpuD2H(int32_t r) {
-  const std::string g = "gpu" + std::to_string(r);
-  Device(g, DeviceKind::kGpu);
+  const std::string g = Gpu(r);
   return Resource(g + ".d2h", g);
 }
-int32_t ScheduleBuilder::Cpu(int32_t r) { return Resource("cpu.r" + std::to_string(r), "host"); }
+int32_t ScheduleBuilder::Cpu(int32_t r) { return Resource(OnNode(r, "cpu.r" + std::to_string(r)), Host(r)); }
 int32_t ScheduleBuilder::Comm() {
   Device("net", DeviceKind::kNetwork);
   return Resource("dp.comm", "net");
 }
 int32_t ScheduleBuilder::GpuPool(int32_t r) {
-  const std::string g = "gpu" + std::to_string(r);
-  Device(g, DeviceKind::kGpu);
+  const std::string g = Gpu(r);
   return Pool(g + ".hbm", g, scenario_.hardware.node.gpu.hbm_bytes);
 }
 
@@ -344,7 +366,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   } else if (micro_steps > 1 || tied) {  // several contributions to a gradient: accumulate them
     for (int32_t r = 0; r < ranks; ++r) {
       const std::string R = ".r" + std::to_string(r);
-      const int32_t pool = b.Pool("host.pinned.grad_accum" + R, "host", plan.rank_elements * 2);
+      const int32_t pool = b.Pool("host.pinned.grad_accum" + R, b.Host(r), plan.rank_elements * 2);
       accumulator.push_back(b.Buffer("grad.accum" + R, pool, plan.rank_elements * 2, /*persistent=*/true));
     }
   }
@@ -482,7 +504,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             d2h.resource = b.GpuD2H(r);
             d2h.bytes = tu.rank_elements * 2;
             d2h.uses = {accumulator[r], grad_gpu[r]};
-            d2h.tensors = {b.State(StateKind::kGrad16, r, tu.rank_offset, tu.rank_elements, b.Device("host", DeviceKind::kHost))};
+            d2h.tensors = {b.State(StateKind::kGrad16, r, tu.rank_offset, tu.rank_elements, b.HostDevice(r))};
             d2h.deps = {rs_task};
             after_last_contribution(r, plan.tied_unit, &d2h);
             d2h.phase = Phase::kBackward;
@@ -507,7 +529,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             const int32_t grad_tensor =
                 flush ? b.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, b.DeviceOfResource(write_resource)) : kNoIndex;
             const int32_t grad16_tensor =
-                to_accumulator ? b.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b.Device("host", DeviceKind::kHost))
+                to_accumulator ? b.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b.HostDevice(r))
                                : kNoIndex;
             int32_t gbuf = to_accumulator ? accumulator[r] : kNoIndex;
             if (flush && last_micro_step) gbuf = b.Buffer("grad." + id, o.grad_pool[r], gu.rank_elements * 4);
@@ -591,13 +613,13 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   return res;
 }
 
-int32_t PinnedPool(ScheduleBuilder& b, const std::string& name, int64_t capacity_bytes, bool rounding) {
+int32_t PinnedPool(ScheduleBuilder& b, int32_t rank, const std::string& name, int64_t capacity_bytes, bool rounding) {
   int64_t rounded = capacity_bytes;
   if (rounding && capacity_bytes > 0) {
     rounded = 1;
     while (rounded < capacity_bytes) rounded <<= 1;
   }
-  const int32_t pool = b.Pool(name, "host", rounded);
+  const int32_t pool = b.Pool(name, b.Host(rank), rounded);
   if (rounded > capacity_bytes) b.Buffer(name + ".pad", pool, rounded - capacity_bytes, /*persistent=*/true);
   return pool;
 }
@@ -697,7 +719,7 @@ int32_t ResidentRefresh(ScheduleBuilder& b, int32_t rank, const std::string& id,
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o) {
   const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
   b.StateLayout(plan);
-  const int32_t host = b.Device("host", DeviceKind::kHost);
+  const int32_t host = b.HostDevice(o.rank);
   const int32_t gpu = b.GpuDevice(o.rank);
   auto states_at = [&](int64_t begin, int64_t n, int32_t device) {
     return std::vector<int32_t>{b.State(StateKind::kMaster, o.rank, begin, n, device), b.State(StateKind::kAdamM, o.rank, begin, n, device),

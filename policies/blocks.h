@@ -5,6 +5,7 @@
 // the options in which the systems differ.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -65,6 +66,10 @@ struct ModelPlan {
   int32_t tied_unit = -1;
 };
 
+// The ranks on each node (the first node's: ranks fill nodes of hardware.node.gpu_count in
+// order), who share its CPU cores.
+inline int32_t RanksPerNode(const Scenario& s, int32_t ranks) { return std::clamp(ranks, 1, std::max(1, s.hardware.node.gpu_count)); }
+
 // persistence_threshold: tensors with fewer elements stay on the GPU (never fetched).
 // unit_aligned: sub-groups end only at unit boundaries (whole units of at most sub_group_size
 // elements, a larger unit alone), so that a unit's state lies in one sub-group. Needed when
@@ -81,8 +86,9 @@ inline double ComputeTaskFlops(const ParamUnit& unit, bool forward) { return for
 inline int64_t ComputeTaskBytes(const ParamUnit& unit, bool forward) { return unit.compute_bytes * (forward ? 1 : 2); }
 
 // Adds devices, resources, pools, buffers and tasks by name, creating a device or resource on
-// first use. Standard names: gpu{r}, host, nvme{d}, remote{d}, net; resources gpu{r}.compute,
-// gpu{r}.h2d, gpu{r}.d2h, cpu.r{r}, dp.comm; pools gpu{r}.hbm.
+// first use. Standard names (one node): gpu{r}, host, nvme{d}, remote{d}, net; resources
+// gpu{r}.compute, gpu{r}.h2d, gpu{r}.d2h, cpu.r{r}, dp.comm; pools gpu{r}.hbm. On a cluster every
+// device but net, and every resource on one, starts with its node (OnNode).
 class ScheduleBuilder {
  public:
   ScheduleBuilder(const Scenario& s, std::string policy);
@@ -103,7 +109,16 @@ class ScheduleBuilder {
   int32_t Cpu(int32_t rank);
   int32_t Comm();
   int32_t GpuPool(int32_t rank);
-  static std::string Nvme(int32_t disk) { return "nvme" + std::to_string(disk); }
+  // Rank `rank`'s node (ranks fill the nodes, hardware.node.gpu_count each, in order) and the
+  // names of its devices there, each created on first use: models::NodeDeviceName, the bare name
+  // on one node (gpu{r}, host, nvme{d}, remote{t}), node{n}.gpu{local}, node{n}.host, ... on a
+  // cluster. Resources, pools and buffers keep the rank in their names.
+  int32_t NodeOf(int32_t rank) const;
+  std::string OnNode(int32_t rank, const std::string& local) const;
+  std::string Gpu(int32_t rank);
+  std::string Host(int32_t rank);
+  std::string Nvme(int32_t rank, int32_t disk);
+  std::string Remote(int32_t rank, int32_t tier);
 
   // Model state as schedule tensors (docs/schedule-format.md "Tensors"). StateLayout takes the
   // plan's partition once; State returns the tensor for elements [begin, begin + elements) of
@@ -116,7 +131,8 @@ class ScheduleBuilder {
   int32_t DeviceOfResource(int32_t resource) const { return schedule_.resources()[resource].device; }
   int64_t tensor_bytes(int32_t tensor) const { return schedule_.tensors()[tensor].size_bytes; }
   // The device of gpu{rank}, created on first use.
-  int32_t GpuDevice(int32_t rank) { return Device("gpu" + std::to_string(rank), DeviceKind::kGpu); }
+  int32_t GpuDevice(int32_t rank) { return schedule_.FindDevice(Gpu(rank)); }
+  int32_t HostDevice(int32_t rank) { return schedule_.FindDevice(Host(rank)); }
 
   // The validated schedule. A buffer or a task's buffers larger than their pool means the
   // scenario's memory budget is too small for the policy (an error naming the budget); any
@@ -257,7 +273,7 @@ int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vecto
 // rounded up to the next power of two. Adds the pool with the rounded capacity and, when that
 // is larger, a persistent pad buffer of the difference, so that the pool's peak counts the
 // memory really pinned while the usable capacity stays `capacity_bytes`.
-int32_t PinnedPool(ScheduleBuilder& b, const std::string& name, int64_t capacity_bytes, bool rounding);
+int32_t PinnedPool(ScheduleBuilder& b, int32_t rank, const std::string& name, int64_t capacity_bytes, bool rounding);
 
 // The unfused overflow check's temporaries: bytes per gradient element (an isinf and an isnan
 // mask of one byte each alive together: the assumption of docs/policies.md).

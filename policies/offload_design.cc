@@ -110,7 +110,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
       }
     }
   }
-  const int32_t threads = d.cpu_threads > 0 ? d.cpu_threads : std::max(1, s.hardware.node.cpu.cores / ranks);
+  const int32_t threads = d.cpu_threads > 0 ? d.cpu_threads : std::max(1, s.hardware.node.cpu.cores / RanksPerNode(s, ranks));
   int64_t max_subgroup = 0;
   for (const SubGroup& g : plan.subgroups) max_subgroup = std::max(max_subgroup, g.elements);
   int64_t max_partition = 0;
@@ -127,8 +127,10 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   b.Meta("update", d.global_norm_first ? "after the global gradient check"
                                        : "overlapped with backward, no global gradient check (training.loss_scaling none, "
                                          "gradient_clipping 0)");
-  for (int32_t disk = 0; disk < disks; ++disk) b.Device(ScheduleBuilder::Nvme(disk), DeviceKind::kNvme);
-  if (remote) b.Device("remote0", DeviceKind::kRemote);
+  for (int32_t r = 0; r < ranks; ++r) {  // each node's, in the order of their names
+    for (int32_t disk = 0; disk < disks; ++disk) b.Nvme(r, disk);
+    if (remote) b.Remote(r, 0);
+  }
 
   // Placement: unit u of rank r is read from the param disk of its first sub-group, rotated by
   // rank; sub-group g of rank r lives on opt disk (g + r), or on the remote tier.
@@ -148,21 +150,23 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   // Resources. Per rank and disk: the parameter handle and the optimizer read and write
   // handles (DeepSpeed's shape). Tier locks and IOC's shared queue are device-wide, shared by
   // every rank, concurrency 1.
-  auto nvme = [](int32_t disk) { return ScheduleBuilder::Nvme(disk); };
   auto param_io = [&](int32_t r, int32_t disk) {
-    return b.Resource(nvme(disk) + ".r" + std::to_string(r) + ".param", nvme(disk));
+    const std::string nvme = b.Nvme(r, disk);
+    return b.Resource(nvme + ".r" + std::to_string(r) + ".param", nvme);
   };
-  // The queue an optimizer read or write of sub-group g on rank r goes through.
+  // The queue an optimizer read or write of sub-group g on rank r goes through. Tier locks and
+  // the shared queue are per device: every rank of the device's node takes them.
   auto opt_io = [&](int32_t r, int32_t g, bool write) {
     const std::string dir = write ? "write" : "read";
     if (opt_on_remote(g)) {
-      return d.tier_locks ? b.Resource("remote0." + dir, "remote0")
-                          : b.Resource("remote0.r" + std::to_string(r) + "." + dir, "remote0");
+      const std::string remote0 = b.Remote(r, 0);
+      return d.tier_locks ? b.Resource(remote0 + "." + dir, remote0)
+                          : b.Resource(remote0 + ".r" + std::to_string(r) + "." + dir, remote0);
     }
-    const int32_t disk = opt_disk_of_subgroup(r, g);
-    if (d.shared_rw_queue) return b.Resource(nvme(disk) + ".opt", nvme(disk));
-    if (d.tier_locks) return b.Resource(nvme(disk) + "." + dir, nvme(disk));
-    return b.Resource(nvme(disk) + ".r" + std::to_string(r) + ".opt_" + dir, nvme(disk));
+    const std::string nvme = b.Nvme(r, opt_disk_of_subgroup(r, g));
+    if (d.shared_rw_queue) return b.Resource(nvme + ".opt", nvme);
+    if (d.tier_locks) return b.Resource(nvme + "." + dir, nvme);
+    return b.Resource(nvme + ".r" + std::to_string(r) + ".opt_" + dir, nvme);
   };
   auto opt_read_io = [&](int32_t r, int32_t g) { return opt_io(r, g, false); };
   auto opt_write_io = [&](int32_t r, int32_t g) { return opt_io(r, g, true); };
@@ -194,26 +198,26 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
     if (d.params_on_nvme) {
       if (d.class_pools) {
         for (const auto& [cls, elements] : class_max) {
-          class_pool[r][cls] = PinnedPool(b, "host.pinned.param." + cls + R, d.param_buffers * elements * 2, d.pin_rounding);
+          class_pool[r][cls] = PinnedPool(b, r, "host.pinned.param." + cls + R, d.param_buffers * elements * 2, d.pin_rounding);
         }
       } else {
         const int64_t slot = slot_bytes ? slot_bytes : max_partition * 2;
-        param_pool[r] = PinnedPool(b, "host.pinned.param" + R, d.param_buffers * slot, d.pin_rounding);
+        param_pool[r] = PinnedPool(b, r, "host.pinned.param" + R, d.param_buffers * slot, d.pin_rounding);
       }
     }
-    opt_pool[r] = PinnedPool(b, "host.pinned.opt" + R, d.optimizer_buffers * max_subgroup * 4, d.pin_rounding);
+    opt_pool[r] = PinnedPool(b, r, "host.pinned.opt" + R, d.optimizer_buffers * max_subgroup * 4, d.pin_rounding);
     // fp16 parameters on their way out of the optimizer: two sub-groups' worth, exact sizes, or
     // one DeepSpeed chunk.
-    p16_pool[r] = PinnedPool(b, "host.pinned.p16" + R,
+    p16_pool[r] = PinnedPool(b, r, "host.pinned.p16" + R,
                              d.p16_chunk_elements > 0 ? d.p16_chunk_elements * 2 : 2 * max_subgroup * 2, d.pin_rounding);
     grad_pool[r] = d.gradient_path == GradientPath::kKeepInHost
-                       ? PinnedPool(b, "host.pinned.grad" + R, plan.rank_elements * 2, d.pin_rounding)
+                       ? PinnedPool(b, r, "host.pinned.grad" + R, plan.rank_elements * 2, d.pin_rounding)
                        : opt_pool[r];
-    if (cached_elements > 0) cache_pool[r] = PinnedPool(b, "host.pinned.cache" + R, cached_elements * 12, d.pin_rounding);
+    if (cached_elements > 0) cache_pool[r] = PinnedPool(b, r, "host.pinned.cache" + R, cached_elements * 12, d.pin_rounding);
     b.Buffer("gpu.resident" + R, b.GpuPool(r), plan.gpu_resident_bytes, /*persistent=*/true);
     if (!d.params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
     if (d.gpu_window_bytes > 0) {
-      const std::string g = "gpu" + std::to_string(r);
+      const std::string g = b.Gpu(r);
       window_pool.push_back(b.Pool(g + ".window", g, d.gpu_window_bytes));
     }
     b.GpuCompute(r);
@@ -269,7 +273,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
     std::vector<int32_t> temporaries;
     for (int32_t r = 0; d.overflow_temporaries && r < ranks; ++r) {
       const int64_t bytes = plan.rank_elements * kOverflowTemporaryBytesPerElement;
-      const int32_t pool = b.Pool("host.temp.r" + std::to_string(r), "host", bytes);
+      const int32_t pool = b.Pool("host.temp.r" + std::to_string(r), b.Host(r), bytes);
       temporaries.push_back(b.Buffer("overflow_check.r" + std::to_string(r), pool, bytes));
     }
     const int64_t grad_bytes = d.gradient_path == GradientPath::kKeepInHost ? 2 : 4;

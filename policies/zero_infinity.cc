@@ -52,14 +52,12 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     }
   }
   const int32_t threads = static_cast<int32_t>(
-      cpu_threads > 0 ? cpu_threads : std::max<int64_t>(1, s.hardware.node.cpu.cores / ranks));
+      cpu_threads > 0 ? cpu_threads : std::max<int64_t>(1, s.hardware.node.cpu.cores / RanksPerNode(s, ranks)));
   int64_t max_subgroup = 0;
   for (const SubGroup& g : plan.subgroups) max_subgroup = std::max(max_subgroup, g.elements);
 
   ScheduleBuilder b(s, "zero-infinity");
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
-  const std::string nvme = ScheduleBuilder::Nvme(0);
-  b.Device(nvme, DeviceKind::kNvme);
 
   // Per rank: the aio handles (param swapper; optimizer read and write), the pinned pools, the
   // GPU's resident state.
@@ -68,12 +66,13 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
       std::max<int64_t>(optimizer_buffer_count, (pipeline_read || pipeline_write) ? 12 : 4));
   for (int32_t r = 0; r < ranks; ++r) {
     const std::string R = ".r" + std::to_string(r);
+    const std::string nvme = b.Nvme(r, 0);  // DeepSpeed's nvme_path: the rank's node's first disk
     if (params_on_nvme) param_io[r] = b.Resource(nvme + R + ".param", nvme);
     opt_read[r] = b.Resource(nvme + R + ".opt_read", nvme);
     opt_write[r] = b.Resource(nvme + R + ".opt_write", nvme);
-    param_pool[r] = params_on_nvme ? PinnedPool(b, "host.pinned.param" + R, buffer_count * buffer_size * 2, pin_rounding)
-                                   : PinnedPool(b, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
-    opt_pool[r] = PinnedPool(b, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
+    param_pool[r] = params_on_nvme ? PinnedPool(b, r, "host.pinned.param" + R, buffer_count * buffer_size * 2, pin_rounding)
+                                   : PinnedPool(b, r, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
+    opt_pool[r] = PinnedPool(b, r, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
     b.Buffer("gpu.resident" + R, b.GpuPool(r), plan.gpu_resident_bytes, /*persistent=*/true);
     // Without offload_param the rank's fp16 partition lives on its GPU.
     if (!params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
@@ -110,7 +109,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   std::vector<int32_t> temporaries;
   for (int32_t r = 0; overflow_temporaries && r < ranks; ++r) {
     const int64_t bytes = plan.rank_elements * kOverflowTemporaryBytesPerElement;
-    const int32_t pool = b.Pool("host.temp.r" + std::to_string(r), "host", bytes);
+    const int32_t pool = b.Pool("host.temp.r" + std::to_string(r), b.Host(r), bytes);
     temporaries.push_back(b.Buffer("overflow_check.r" + std::to_string(r), pool, bytes));
   }
   const int32_t norm_done = GradientNorm(b, plan, norm_deps, threads, 4, temporaries);

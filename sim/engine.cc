@@ -67,7 +67,7 @@ class Runner {
 
   void OnActivityDone(const sg4::Activity& activity) {
     // Trap 3: a reference dropped inside the completion path crashes the engine; the previous
-    // callback's activity is released here, one callback later.
+    // callback's activities are released here, one callback later.
     retired_.clear();
     const auto id = static_cast<int32_t>(reinterpret_cast<intptr_t>(activity.get_data<void>()));
     TF_CHECK(id >= 0 && id < static_cast<int32_t>(flights_.size()));
@@ -76,19 +76,26 @@ class Runner {
       error_ = Internal("SimGrid activity of task '" + schedule_.tasks()[f.instance.task].id +
                         "' ended in state " + activity.get_state_str());
     }
-    retired_.push_back(std::move(f.activity));
+    if (--f.pending > 0) return;  // the level's comms on other nodes are still under way
     if (f.disk >= 0) --(f.write ? disk_writes_ : disk_reads_)[f.disk];
+    const TaskPlan& p = plan_.tasks[f.instance.task];
+    if (f.level == 0 && p.endpoint >= 0 && p.network_endpoint >= 0) {
+      StartLevel(id, 1);  // a collective's level between the nodes follows the one within
+      return;
+    }
+    for (sg4::ActivityPtr& a : f.activities) retired_.push_back(std::move(a));
+    f.activities.clear();
     free_flights_.push_back(id);
     Finish(f.instance, f.start_s, sg4::Engine::get_clock());
     Pump();
   }
 
-  // The NONLINEAR sharing callback of disk `disk`'s media link: the aggregate bandwidth of the
-  // reads and writes flowing on it now. SimGrid calls it while solving, after every completion
+  // The NONLINEAR sharing callback of disk `disk`'s media link on its node (`slot`: node *
+  // disks per node + disk): the aggregate bandwidth of the reads and writes flowing on it now. SimGrid calls it while solving, after every completion
   // callback of the same date has run and after every comm started at that date has been added,
   // so the counts are current; `n_flows` (SimGrid's own count) checks that.
-  double DiskCapacity(int32_t disk, int n_flows) {
-    const int32_t reads = disk_reads_[disk], writes = disk_writes_[disk];
+  double DiskCapacity(int32_t disk, int32_t slot, int n_flows) {
+    const int32_t reads = disk_reads_[slot], writes = disk_writes_[slot];
     if (reads + writes != n_flows) ++mismatches_;
     const models::NvmeSpec& spec = hw_.node.nvme[disk];
     if (reads + writes == 0) return std::max(spec.read_bw_bytes_per_s, spec.write_bw_bytes_per_s);
@@ -97,10 +104,15 @@ class Runner {
 
  private:
   struct Flight {
-    sg4::ActivityPtr activity;
+    // Its activities so far: one, or a collective's comms, one per node and level; referenced
+    // until the flight ends (trap 3). Those from `unstarted` on wait for Begin.
+    std::vector<sg4::ActivityPtr> activities;
+    size_t unstarted = 0;
+    int32_t pending = 0;  // started or waiting, not complete
+    int32_t level = 0;    // of a collective: 0 within nodes (or the only one), 1 between them
     Instance instance;
     double start_s = 0;
-    int32_t disk = -1;
+    int32_t disk = -1;    // node * disks per node + disk, for the media link's flow counts
     bool write = false;
   };
 
@@ -108,18 +120,24 @@ class Runner {
     return zone->create_host(name, speed)->set_core_count(cores);
   }
 
+  // One node's hosts and links: node n's names start with node{n}. on a cluster.
+  struct NodeHosts {
+    sg4::Host* mem = nullptr;
+    sg4::Host* cpu = nullptr;
+    sg4::Host* ic_sink = nullptr;   // where the node's within-node collectives flow
+    sg4::Host* net_sink = nullptr;  // where its NIC's collective traffic flows
+    sg4::Link* root = nullptr;
+    sg4::Link* nic_rx = nullptr;
+    sg4::Link* nic_tx = nullptr;
+    sg4::Link* ic_bus = nullptr;
+    std::vector<sg4::Link*> media;  // per nvme entry (null for a directory on another's device)
+    std::vector<sg4::Link*> remote_read, remote_write;
+  };
+
   void BuildPlatform() {
     const models::NodeSpec& node = hw_.node;
     using Policy = sg4::Link::SharingPolicy;
-    sg4::NetZone* zone = sg4::create_full_zone(node.name.empty() ? "node" : node.name);
-    mem_ = NewHost(zone, "host.mem", 1);
-    cpu_ = NewHost(zone, "cpu", kExecSpeed, std::max(1, node.cpu.cores));
-    for (int32_t g = 0; g < plan_.gpus; ++g) gpu_.push_back(NewHost(zone, "gpu" + std::to_string(g), kExecSpeed));
-
-    sg4::Link* root = nullptr;
-    if (node.pcie.root_complex_bw_bytes_per_s > 0) {
-      root = zone->create_link("pcie.root", node.pcie.root_complex_bw_bytes_per_s);
-    }
+    sg4::NetZone* zone = sg4::create_full_zone(node.name.empty() ? "cluster" : node.name);
     auto route = [&](sg4::Host* src, sg4::Host* dst, std::initializer_list<sg4::Link*> links) {
       std::vector<sg4::LinkInRoute> hops;
       for (sg4::Link* l : links) {
@@ -127,68 +145,73 @@ class Runner {
       }
       zone->add_route(src->get_netpoint(), dst->get_netpoint(), nullptr, nullptr, hops, false);
     };
+    disk_reads_.assign(static_cast<size_t>(plan_.nodes * plan_.nvmes), 0);
+    disk_writes_.assign(disk_reads_.size(), 0);
+    nodes_.resize(static_cast<size_t>(plan_.nodes));
+    for (int32_t n = 0; n < plan_.nodes; ++n) {
+      NodeHosts& h = nodes_[static_cast<size_t>(n)];
+      const std::string at = plan_.nodes > 1 ? "node" + std::to_string(n) + "." : std::string();
+      h.mem = NewHost(zone, at + "host.mem", 1);
+      h.cpu = NewHost(zone, at + "cpu", kExecSpeed, std::max(1, node.cpu.cores));
+      for (int32_t g = 0; g < plan_.gpus_per_node; ++g) gpu_.push_back(NewHost(zone, at + "gpu" + std::to_string(g), kExecSpeed));
+      if (node.pcie.root_complex_bw_bytes_per_s > 0) h.root = zone->create_link(at + "pcie.root", node.pcie.root_complex_bw_bytes_per_s);
 
-    // GPU copies: one link per direction per GPU (a split-duplex link with h2d != d2h), then
-    // the root complex.
-    for (int32_t g = 0; g < plan_.gpus; ++g) {
-      const std::string name = "gpu" + std::to_string(g);
-      sg4::Link* h2d = nullptr;
-      sg4::Link* d2h = nullptr;
-      if (node.pcie.h2d_bw_bytes_per_s > 0) {
-        h2d = zone->create_link(name + ".h2d", node.pcie.h2d_bw_bytes_per_s);
-        route(mem_, gpu_[g], {root, h2d});
+      // GPU copies: one link per direction per GPU (a split-duplex link with h2d != d2h), then
+      // the root complex.
+      for (int32_t g = 0; g < plan_.gpus_per_node; ++g) {
+        const std::string name = at + "gpu" + std::to_string(g);
+        sg4::Host* gpu = gpu_[static_cast<size_t>(n * plan_.gpus_per_node + g)];
+        if (node.pcie.h2d_bw_bytes_per_s > 0) route(h.mem, gpu, {h.root, zone->create_link(name + ".h2d", node.pcie.h2d_bw_bytes_per_s)});
+        if (node.pcie.d2h_bw_bytes_per_s > 0) route(gpu, h.mem, {zone->create_link(name + ".d2h", node.pcie.d2h_bw_bytes_per_s), h.root});
       }
-      if (node.pcie.d2h_bw_bytes_per_s > 0) {
-        d2h = zone->create_link(name + ".d2h", node.pcie.d2h_bw_bytes_per_s);
-        route(gpu_[g], mem_, {d2h, root});
+
+      // NVMe media: one link shared by reads and writes whose capacity is DiskSharedCapacity of
+      // the flows on it (trap 2: links from a per-device host, never SimGrid's Disk/Io).
+      h.media.assign(static_cast<size_t>(plan_.nvmes), nullptr);
+      for (int32_t d = 0; d < plan_.nvmes; ++d) {
+        const models::NvmeSpec& disk = node.nvme[d];
+        if (disk.same_device_as >= 0) continue;  // its device's link: the routes name that one
+        const double peak = std::max(disk.read_bw_bytes_per_s, disk.write_bw_bytes_per_s);
+        if (peak <= 0) continue;
+        const int32_t slot = n * plan_.nvmes + d;
+        h.media[d] = zone->create_link(at + "nvme" + std::to_string(d) + ".media", peak)
+                         ->set_sharing_policy(Policy::NONLINEAR, [this, d, slot](double, int flows) { return DiskCapacity(d, slot, flows); });
       }
+      h.remote_read.assign(static_cast<size_t>(plan_.remotes), nullptr);
+      h.remote_write.assign(static_cast<size_t>(plan_.remotes), nullptr);
+      for (int32_t r = 0; r < plan_.remotes; ++r) {
+        const models::RemoteTierSpec& tier = node.remote[r];
+        const std::string name = at + "remote" + std::to_string(r);
+        if (tier.read_bw_bytes_per_s > 0) h.remote_read[r] = zone->create_link(name + ".read", tier.read_bw_bytes_per_s);
+        if (tier.write_bw_bytes_per_s > 0) h.remote_write[r] = zone->create_link(name + ".write", tier.write_bw_bytes_per_s);
+      }
+      if (node.nic_bw_bytes_per_s > 0) {
+        h.nic_rx = zone->create_link(at + "nic.rx", node.nic_bw_bytes_per_s);
+        h.nic_tx = zone->create_link(at + "nic.tx", node.nic_bw_bytes_per_s);
+      }
+      h.ic_sink = NewHost(zone, at + "ic.sink", 1);
+      h.net_sink = NewHost(zone, at + "net.sink", 1);
+      if (node.interconnect.bus_bw_bytes_per_s > 0) h.ic_bus = zone->create_link(at + "ic.bus", node.interconnect.bus_bw_bytes_per_s);
     }
 
-    // NVMe media: one link shared by reads and writes whose capacity is DiskSharedCapacity of
-    // the flows on it (trap 2: links from a per-device host, never SimGrid's Disk/Io).
-    disk_reads_.assign(plan_.nvmes, 0);
-    disk_writes_.assign(plan_.nvmes, 0);
-    std::vector<sg4::Link*> media(plan_.nvmes, nullptr);
-    for (int32_t d = 0; d < plan_.nvmes; ++d) {
-      const models::NvmeSpec& disk = node.nvme[d];
-      if (disk.same_device_as >= 0) continue;  // its device's link: the routes name that one
-      const double peak = std::max(disk.read_bw_bytes_per_s, disk.write_bw_bytes_per_s);
-      if (peak <= 0) continue;
-      media[d] = zone->create_link("nvme" + std::to_string(d) + ".media", peak)
-                     ->set_sharing_policy(Policy::NONLINEAR, [this, d](double, int n) { return DiskCapacity(d, n); });
-    }
-    std::vector<sg4::Link*> remote_read(plan_.remotes, nullptr), remote_write(plan_.remotes, nullptr);
-    for (int32_t r = 0; r < plan_.remotes; ++r) {
-      const models::RemoteTierSpec& tier = node.remote[r];
-      const std::string name = "remote" + std::to_string(r);
-      if (tier.read_bw_bytes_per_s > 0) remote_read[r] = zone->create_link(name + ".read", tier.read_bw_bytes_per_s);
-      if (tier.write_bw_bytes_per_s > 0) remote_write[r] = zone->create_link(name + ".write", tier.write_bw_bytes_per_s);
-    }
-    sg4::Link* nic_rx = nullptr;
-    sg4::Link* nic_tx = nullptr;
-    if (node.nic_bw_bytes_per_s > 0) {
-      nic_rx = zone->create_link("nic.rx", node.nic_bw_bytes_per_s);
-      nic_tx = zone->create_link("nic.tx", node.nic_bw_bytes_per_s);
-    }
-    ic_sink_ = NewHost(zone, "ic.sink", 1);
-    sg4::Link* ic_bus = nullptr;
-    if (node.interconnect.bus_bw_bytes_per_s > 0) {
-      ic_bus = zone->create_link("ic.bus", node.interconnect.bus_bw_bytes_per_s);
-    }
-
-    // Endpoints: a host and a private FATPIPE link (the per-flow cap) per class.
+    // Endpoints: a host and a private FATPIPE link (the per-flow cap) per class and node.
     for (const Endpoint& e : plan_.endpoints) {
-      sg4::Host* h = NewHost(zone, e.name, 1);
+      const NodeHosts& h = nodes_[static_cast<size_t>(e.node)];
+      sg4::Host* host = NewHost(zone, e.name, 1);
       sg4::Link* own = zone->create_link(e.name + ".link", e.cap_bw)->set_sharing_policy(Policy::FATPIPE);
-      endpoints_.push_back(h);
+      endpoints_.push_back(host);
       if (e.disk >= 0) {
-        if (e.write) route(mem_, h, {root, media[e.disk], own});
-        else route(h, mem_, {own, media[e.disk], root});
+        if (e.write) route(h.mem, host, {h.root, h.media[e.disk], own});
+        else route(host, h.mem, {own, h.media[e.disk], h.root});
       } else if (e.remote >= 0) {
-        if (e.write) route(mem_, h, {root, nic_tx, remote_write[e.remote], own});
-        else route(h, mem_, {own, remote_read[e.remote], nic_rx, root});
+        if (e.write) route(h.mem, host, {h.root, h.nic_tx, h.remote_write[e.remote], own});
+        else route(host, h.mem, {own, h.remote_read[e.remote], h.nic_rx, h.root});
       } else if (e.collective) {
-        route(h, ic_sink_, {own, ic_bus, plan_.collectives_cross_root ? root : nullptr});
+        route(host, h.ic_sink, {own, h.ic_bus, plan_.collectives_cross_root ? h.root : nullptr});
+      } else if (e.network) {
+        // What the node sends and what it receives, both at once (a pass of a ring or tree); the
+        // network between the NICs is not a bottleneck (a non-blocking fabric).
+        route(host, h.net_sink, {own, h.nic_tx, h.nic_rx});
       }
     }
     zone->seal();
@@ -225,54 +248,92 @@ class Runner {
     f.start_s = now;
     f.disk = -1;
     f.write = false;
+    f.level = 0;
+    f.pending = 0;
+    f.activities.clear();
+    f.unstarted = 0;
     if (p.kind == ActivityKind::kExec) {
       sg4::ExecPtr exec = sg4::Exec::init();
       exec->set_flops_amount(p.amount);
-      exec->set_host(p.on_cpu ? cpu_ : gpu_[p.gpu]);
+      exec->set_host(p.on_cpu ? nodes_[static_cast<size_t>(p.node)].cpu : gpu_[static_cast<size_t>(p.gpu)]);
       if (p.threads > 1) exec->set_thread_count(p.threads);
-      f.activity = exec;
+      f.activities.push_back(exec);
+      f.pending = 1;
       Begin(id);
       return;
     }
-    sg4::Host* src;
-    sg4::Host* dst;
-    double latency_s;
     if (p.gpu >= 0) {
-      src = p.to_device ? mem_ : gpu_[p.gpu];
-      dst = p.to_device ? gpu_[p.gpu] : mem_;
-      latency_s = hw_.node.pcie.latency_s;
-    } else {
-      const Endpoint& e = plan_.endpoints[p.endpoint];
-      src = e.write ? mem_ : endpoints_[p.endpoint];
-      dst = e.collective ? ic_sink_ : (e.write ? endpoints_[p.endpoint] : mem_);
-      latency_s = e.latency_s;
-      if (e.disk >= 0) {
-        f.disk = e.disk;
-        f.write = e.write;
-      }
+      sg4::Host* mem = nodes_[static_cast<size_t>(p.gpu / plan_.gpus_per_node)].mem;
+      sg4::Host* gpu = gpu_[static_cast<size_t>(p.gpu)];
+      Transfer(id, p.to_device ? mem : gpu, p.to_device ? gpu : mem, p.amount, hw_.node.pcie.latency_s);
+      return;
     }
+    const Endpoint& e = plan_.endpoints[static_cast<size_t>(p.endpoint >= 0 ? p.endpoint : p.network_endpoint)];
+    if (e.collective || e.network) {
+      StartLevel(id, p.endpoint >= 0 ? 0 : 1);
+      return;
+    }
+    if (e.disk >= 0) {
+      f.disk = e.node * plan_.nvmes + e.disk;
+      f.write = e.write;
+    }
+    sg4::Host* mem = nodes_[static_cast<size_t>(e.node)].mem;
+    sg4::Host* far = endpoints_[static_cast<size_t>(p.endpoint)];
+    Transfer(id, e.write ? mem : far, e.write ? far : mem, p.amount, e.latency_s);
+  }
+
+  // Flight `id`'s collective comms of `level` on every node taking part, after the level's alpha.
+  void StartLevel(int32_t id, int32_t level) {
+    Flight& f = flights_[id];
+    const TaskPlan& p = plan_.tasks[f.instance.task];
+    f.level = level;
+    const int32_t first = level == 0 ? p.endpoint : p.network_endpoint;
+    const double amount = level == 0 ? p.amount : p.network_amount;
+    for (int32_t n = 0; n < p.nodes; ++n) {
+      const NodeHosts& h = nodes_[static_cast<size_t>(n)];
+      Add(id, endpoints_[static_cast<size_t>(first + n)], level == 0 ? h.ic_sink : h.net_sink, amount);
+    }
+    BeginAfter(id, plan_.endpoints[static_cast<size_t>(first)].latency_s);
+  }
+
+  void Transfer(int32_t id, sg4::Host* src, sg4::Host* dst, double amount, double latency_s) {
+    Add(id, src, dst, amount);
+    BeginAfter(id, latency_s);
+  }
+
+  // A comm of flight `id`, to be started by Begin.
+  void Add(int32_t id, sg4::Host* src, sg4::Host* dst, double amount) {
     // sendto_init(src, dst) does not start the comm (set_source/set_destination would), and
     // Comm::set_rate is ignored on such comms in 3.32: per-flow caps are endpoint links.
     sg4::CommPtr comm = sg4::Comm::sendto_init(src, dst);
-    comm->set_payload_size(static_cast<uint64_t>(std::llround(p.amount)));
-    f.activity = comm;
+    comm->set_payload_size(static_cast<uint64_t>(std::llround(amount)));
+    Flight& f = flights_[id];
+    f.activities.push_back(comm);
+    ++f.pending;
+  }
+
+  // Begins flight `id`'s added comms now or after `latency_s`.
+  void BeginAfter(int32_t id, double latency_s) {
     if (latency_s > 0) {
       // Latency is a delay before the transfer, not a link latency: CM02 weighs each flow's
       // share by its route latency (RTT fairness), which would split a disk or the root complex
       // unevenly between flows of different latencies.
-      simgrid::kernel::timer::Timer::set(now + latency_s, [this, id] { Begin(id); });
+      simgrid::kernel::timer::Timer::set(sg4::Engine::get_clock() + latency_s, [this, id] { Begin(id); });
     } else {
       Begin(id);
     }
   }
 
-  // Starts the SimGrid activity of flight `id`.
+  // Starts flight `id`'s activities not yet started.
   void Begin(int32_t id) {
     Flight& f = flights_[id];
     if (f.disk >= 0) ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
-    f.activity->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
-    ++activities_;
-    f.activity->vetoable_start();
+    for (; f.unstarted < f.activities.size(); ++f.unstarted) {
+      sg4::ActivityPtr& a = f.activities[f.unstarted];
+      a->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
+      ++activities_;
+      a->vetoable_start();
+    }
   }
 
   void Finish(const Instance& inst, double start_s, double end_s) {
@@ -292,15 +353,13 @@ class Runner {
   bool want_progress_;
   int64_t progress_step_ = 1;
 
-  sg4::Host* mem_ = nullptr;
-  sg4::Host* cpu_ = nullptr;
-  sg4::Host* ic_sink_ = nullptr;
-  std::vector<sg4::Host*> gpu_;
+  std::vector<NodeHosts> nodes_;
+  std::vector<sg4::Host*> gpu_;  // over the cluster, node by node
   std::vector<sg4::Host*> endpoints_;
 
   std::vector<Flight> flights_;
   std::vector<int32_t> free_flights_;
-  std::vector<int32_t> disk_reads_, disk_writes_;  // per disk: comms transferring now
+  std::vector<int32_t> disk_reads_, disk_writes_;  // per node and disk: comms transferring now
   std::vector<sg4::ActivityPtr> retired_;
   std::vector<Instance> to_start_;
   bool pumping_ = false;

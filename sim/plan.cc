@@ -1,7 +1,6 @@
 #include "sim/plan.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -11,48 +10,8 @@
 namespace tierflow::sim::internal {
 namespace {
 
-enum class HwKind { kGpu, kHost, kNvme, kRemote, kNet };
-struct HwDevice {
-  HwKind kind;
-  int32_t index = 0;
-};
-
-std::optional<int32_t> ParseIndex(const std::string& name, std::string_view prefix) {
-  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-  const char* begin = name.data() + prefix.size();
-  const char* end = name.data() + name.size();
-  if (*begin == '0' && end - begin > 1) return std::nullopt;  // "gpu01" is not "gpu1"
-  int32_t value = -1;
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc() || ptr != end || value < 0) return std::nullopt;
-  return value;
-}
-
-StatusOr<HwDevice> MapDevice(const std::string& name, const models::HardwareSpec& hw) {
-  const models::NodeSpec& node = hw.node;
-  if (name == "host") return HwDevice{HwKind::kHost, 0};
-  if (name == "net") return HwDevice{HwKind::kNet, 0};
-  struct Family {
-    std::string_view prefix;
-    HwKind kind;
-    int64_t count;
-  };
-  const Family families[] = {{"gpu", HwKind::kGpu, node.gpu_count},
-                             {"nvme", HwKind::kNvme, static_cast<int64_t>(node.nvme.size())},
-                             {"remote", HwKind::kRemote, static_cast<int64_t>(node.remote.size())}};
-  for (const Family& f : families) {
-    if (auto i = ParseIndex(name, f.prefix)) {
-      if (*i >= f.count) {
-        return InvalidArgument("schedule device '" + name + "' does not exist on hardware '" +
-                               node.name + "', which has " + std::to_string(f.count) + " " +
-                               std::string(f.prefix) + " device(s)");
-      }
-      return HwDevice{f.kind, *i};
-    }
-  }
-  return InvalidArgument("schedule device '" + name +
-                         "' names no hardware device (expected gpuN, host, nvmeN, remoteN or net)");
-}
+using models::HardwareDevice;
+using HwKind = models::HardwareDeviceKind;
 
 std::optional<models::Collective> CollectiveOf(Op op) {
   switch (op) {
@@ -68,21 +27,24 @@ std::optional<models::Collective> CollectiveOf(Op op) {
 StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw) {
   const models::NodeSpec& node = hw.node;
   Plan plan;
-  plan.gpus = node.gpu_count;
+  plan.nodes = std::max(1, hw.nodes);
+  plan.gpus_per_node = node.gpu_count;
+  plan.gpus = node.gpu_count * plan.nodes;
   plan.nvmes = static_cast<int32_t>(node.nvme.size());
   plan.remotes = static_cast<int32_t>(node.remote.size());
   plan.collectives_cross_root = node.interconnect.kind == "pcie";
 
-  std::vector<HwDevice> devices;
+  std::vector<HardwareDevice> devices;
   devices.reserve(schedule.devices().size());
   for (const DeviceSpec& d : schedule.devices()) {
-    TF_ASSIGN_OR_RETURN(HwDevice hd, MapDevice(d.name, hw));
+    TF_ASSIGN_OR_RETURN(HardwareDevice hd, models::ParseHardwareDevice(d.name, hw));
     devices.push_back(hd);
   }
 
-  // Endpoints are shared by every task of one class: (kind, device, write, block, depth).
-  std::map<std::tuple<int, int32_t, bool, int64_t, int32_t>, int32_t> endpoint_index;
-  auto endpoint = [&](std::tuple<int, int32_t, bool, int64_t, int32_t> key, Endpoint e) {
+  // Endpoints are shared by every task of one class: (kind, node, device, write, block, depth).
+  using EndpointKey = std::tuple<int, int32_t, int32_t, bool, int64_t, int32_t>;
+  std::map<EndpointKey, int32_t> endpoint_index;
+  auto endpoint = [&](EndpointKey key, Endpoint e) {
     auto [it, inserted] = endpoint_index.emplace(key, static_cast<int32_t>(plan.endpoints.size()));
     if (inserted) plan.endpoints.push_back(std::move(e));
     return it->second;
@@ -96,7 +58,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
     if (IsInstantOp(t.op)) continue;
     const ResourceSpec& res = schedule.resources()[t.resource];
     const std::string& dev_name = schedule.devices()[res.device].name;
-    const HwDevice dev = devices[res.device];
+    const HardwareDevice dev = devices[res.device];
     const std::string who = "task '" + t.id + "' (op " + std::string(OpName(t.op)) +
                             " on resource '" + res.name + "', device '" + dev_name + "')";
     auto need = [&](double value, const char* what) -> Status {
@@ -127,8 +89,9 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           e.latency_s = write ? disk.write_latency_s : disk.read_latency_s;
           // Directories on one device cross its one media link (NvmeSpec::same_device_as).
           e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;
+          e.node = dev.node;
           e.write = write;
-          p.endpoint = endpoint({0, dev.index, write, block, depth}, std::move(e));
+          p.endpoint = endpoint({0, dev.node, dev.index, write, block, depth}, std::move(e));
           p.block_bytes = block;
           p.queue_depth = depth;
         } else if (dev.kind == HwKind::kRemote) {
@@ -140,8 +103,9 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           e.cap_bw = kUnlimitedBw;
           e.latency_s = tier.latency_s;
           e.remote = dev.index;
+          e.node = dev.node;
           e.write = write;
-          p.endpoint = endpoint({1, dev.index, write, 0, 0}, std::move(e));
+          p.endpoint = endpoint({1, dev.node, dev.index, write, 0, 0}, std::move(e));
           p.block_bytes = t.block_bytes;
           p.queue_depth = t.queue_depth;
         } else {
@@ -157,7 +121,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
                                 h2d ? "PCIe h2d bandwidth" : "PCIe d2h bandwidth"));
         if (t.bytes == 0) break;
         p.kind = ActivityKind::kComm;
-        p.gpu = dev.index;
+        p.gpu = dev.node * plan.gpus_per_node + dev.index;
         p.to_device = h2d;
         p.amount = static_cast<double>(t.bytes);
         break;
@@ -167,7 +131,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         const double d = models::ComputeTime(node.gpu, t.flops, static_cast<double>(t.bytes), t.phase);
         if (!(d > 0)) break;
         p.kind = ActivityKind::kExec;
-        p.gpu = dev.index;
+        p.gpu = dev.node * plan.gpus_per_node + dev.index;
         p.amount = d * kExecSpeed;
         break;
       }
@@ -175,26 +139,54 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
       case Op::kReduceScatter:
       case Op::kAllReduce: {
         const models::Collective kind = *CollectiveOf(t.op);
-        const int32_t ranks = t.ranks > 0 ? t.ranks : node.gpu_count * std::max(1, hw.nodes);
-        const double total = models::CollectiveTime(node.interconnect, kind, t.bytes, ranks);
-        if (!(total > 0)) break;
-        TF_RETURN_IF_ERROR(need(node.interconnect.bus_bw_bytes_per_s, "interconnect bus bandwidth"));
-        // The alpha part (the time of an empty message) becomes the latency of the class's
-        // private link; the beta part becomes bytes on the shared interconnect link at busbw,
-        // so that alone the collective takes exactly CollectiveTime().
-        // CollectiveTime is affine in bytes (alpha + beta * bytes) but returns 0 for an empty
-        // message, so alpha is extrapolated from two sizes: alpha = 2 T(b) - T(2b).
-        const double doubled = models::CollectiveTime(node.interconnect, kind, 2 * t.bytes, ranks);
-        const double alpha = std::clamp(2 * total - doubled, 0.0, total);
+        const int32_t ranks = t.ranks > 0 ? t.ranks : plan.gpus;
+        if (ranks > plan.gpus) {
+          return InvalidArgument(who + ": " + std::to_string(ranks) + " ranks, more than the " + std::to_string(plan.gpus) +
+                                 " GPUs of hardware '" + node.name + "'" + (plan.nodes > 1 ? " on " + std::to_string(plan.nodes) + " nodes" : ""));
+        }
+        const models::ClusterCollective levels = models::ClusterCollectiveTime(hw, kind, t.bytes, ranks);
+        if (!(levels.intra_s + levels.inter_s > 0)) break;
         p.kind = ActivityKind::kComm;
-        p.amount = std::max(0.0, total - alpha) * node.interconnect.bus_bw_bytes_per_s;
+        p.nodes = levels.nodes;
         p.record_threads = ranks;  // collective records carry the rank count (docs/trace-format.md)
-        Endpoint e;
-        e.name = "ic." + std::string(OpName(t.op)) + "." + std::to_string(ranks);
-        e.cap_bw = kUnlimitedBw;
-        e.latency_s = alpha;
-        e.collective = true;
-        p.endpoint = endpoint({2, static_cast<int32_t>(kind), false, ranks, 0}, std::move(e));
+        // Each level's alpha part (the time of an empty message) becomes the latency of its
+        // class's private link; the beta part becomes bytes on the shared link (the node's
+        // interconnect, its NIC) at that link's bandwidth, so that alone each level takes exactly
+        // its CollectiveTime. CollectiveTime is affine in bytes (alpha + beta * bytes) but returns
+        // 0 for an empty message, so alpha is extrapolated from two sizes: alpha = 2 T(b) - T(2b).
+        const auto split = [&](double total, double doubled, double bw, double* alpha) {
+          *alpha = std::clamp(2 * total - doubled, 0.0, total);
+          return std::max(0.0, total - *alpha) * bw;
+        };
+        const models::ClusterCollective twice = models::ClusterCollectiveTime(hw, kind, 2 * t.bytes, ranks);
+        // One endpoint of the class per node, consecutive: node n's is the first's + n.
+        const auto per_node = [&](int level, double alpha, const std::string& name) {
+          int32_t first = -1;
+          for (int32_t n = 0; n < levels.nodes; ++n) {
+            Endpoint e;
+            e.name = (plan.nodes > 1 ? "node" + std::to_string(n) + "." : std::string()) + name;
+            e.node = n;
+            e.cap_bw = kUnlimitedBw;
+            e.latency_s = alpha;
+            (level == 2 ? e.collective : e.network) = true;
+            const int32_t at = endpoint({level, n, static_cast<int32_t>(kind), false, ranks, 0}, std::move(e));
+            TF_CHECK(first < 0 || at == first + n);
+            if (first < 0) first = at;
+          }
+          return first;
+        };
+        if (levels.intra_s > 0) {
+          TF_RETURN_IF_ERROR(need(node.interconnect.bus_bw_bytes_per_s, "interconnect bus bandwidth"));
+          double alpha = 0;
+          p.amount = split(levels.intra_s, twice.intra_s, node.interconnect.bus_bw_bytes_per_s, &alpha);
+          p.endpoint = per_node(2, alpha, "ic." + std::string(OpName(t.op)) + "." + std::to_string(ranks));
+        }
+        if (levels.inter_s > 0) {
+          TF_RETURN_IF_ERROR(need(node.nic_bw_bytes_per_s, "NIC bandwidth (nic_bw) between its nodes"));
+          double alpha = 0;
+          p.network_amount = split(levels.inter_s, twice.inter_s, node.nic_bw_bytes_per_s, &alpha);
+          p.network_endpoint = per_node(3, alpha, "net." + std::string(OpName(t.op)) + "." + std::to_string(ranks));
+        }
         break;
       }
       case Op::kOptimizer:
@@ -207,6 +199,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         if (!(d > 0)) break;
         p.kind = ActivityKind::kExec;
         p.on_cpu = true;
+        p.node = dev.node;
         p.threads = threads;
         p.amount = d * kExecSpeed;  // per thread: SimGrid's parallel execs take flops per thread
         break;

@@ -26,11 +26,13 @@ enum class ActivityKind : uint8_t { kInstant, kComm, kExec };
 // one per collective (kind, ranks) class carrying its alpha term.
 struct Endpoint {
   std::string name;      // host name
+  int32_t node = 0;      // whose links the route crosses
   double cap_bw = 0;     // FATPIPE bandwidth of its private link, bytes/s
   double latency_s = 0;  // latency of its private link
   int32_t disk = -1;     // nvme index whose media link the route crosses (its device's first entry), or -1
   int32_t remote = -1;   // remote tier index, or -1
-  bool collective = false;
+  bool collective = false;  // within the node, over its interconnect
+  bool network = false;     // between nodes, over its NIC
   bool write = false;    // towards the device (disk/remote write)
 };
 
@@ -38,10 +40,18 @@ struct TaskPlan {
   ActivityKind kind = ActivityKind::kInstant;
   // Comm: `endpoint` indexes Plan::endpoints; `gpu` >= 0 for h2d/d2h (endpoint unused).
   int32_t endpoint = -1;
-  int32_t gpu = -1;
+  int32_t gpu = -1;        // over the cluster: node * gpus per node + its index on the node
+  int32_t node = 0;        // of an exec on the CPU
   bool to_device = false;  // comm direction: host memory -> device (write, h2d)
   bool on_cpu = false;     // exec on the CPU host; otherwise on gpu
   double amount = 0;       // comm: bytes; exec: seconds * kExecSpeed per thread
+  // A collective over `nodes` nodes is one comm per node and level, the levels one after the
+  // other (models::ClusterCollectiveTime): `endpoint` is node 0's endpoint of the within-node
+  // level, the nodes' next to it; `network_endpoint` likewise for the level between nodes, whose
+  // comms carry `network_amount` bytes each (none on one node).
+  int32_t nodes = 1;
+  int32_t network_endpoint = -1;
+  double network_amount = 0;
   int32_t threads = 1;
   // For the trace record.
   int64_t block_bytes = 0;
@@ -52,7 +62,9 @@ struct TaskPlan {
 struct Plan {
   std::vector<TaskPlan> tasks;  // per schedule task
   std::vector<Endpoint> endpoints;
-  int32_t gpus = 0;
+  int32_t nodes = 1;
+  int32_t gpus_per_node = 0;
+  int32_t gpus = 0;  // over the cluster
   int32_t nvmes = 0;
   int32_t remotes = 0;
   bool collectives_cross_root = false;  // PCIe interconnect: collectives load the root complex

@@ -97,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"zi_serial", {"policy.pipeline_read=false", "policy.pipeline_write=false"}},
                       Case{"zi_accumulation", {"training.gradient_accumulation_steps=2"}},
                       Case{"zi_one_rank", {"training.data_parallel=1", "policy.buffer_size=2e8"}},
-                      Case{"zi_four_disks", {"hardware.preset=a100x4-4nvme"}}),
+                      Case{"zi_four_disks", {"hardware.preset=a100x4-4nvme"}},
+                      Case{"zi_two_nodes", {"hardware.nodes=2", "training.data_parallel=8"}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

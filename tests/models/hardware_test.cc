@@ -8,6 +8,8 @@
 #include <cctype>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tierflow::models {
 namespace {
@@ -183,6 +185,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
     EXPECT_EQ(x.remote[i].latency_s, y.remote[i].latency_s);
   }
   EXPECT_EQ(x.nic_bw_bytes_per_s, y.nic_bw_bytes_per_s);
+  EXPECT_EQ(x.nic_latency_s, y.nic_latency_s);
 }
 
 TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
@@ -290,6 +293,49 @@ TEST(HardwareYamlTest, StructuralErrors) {
   ExpectError("nodes: [", "hardware: not valid YAML");
   // A full description that leaves required fields out fails validation, naming the first one.
   ExpectError("{node: {gpu_count: 1}}", "hardware.node.gpu.hbm must be positive");
+}
+
+// Schedule device names: bare on one node, node{n}. on a cluster, each parsed back to its node,
+// kind and index; a name of no device of the hardware is an error naming it.
+TEST(HardwareDeviceNamesTest, NodeNamesRoundTripAndBadNamesAreNamed) {
+  HardwareSpec hw = Preset("a100x4-4nvme");
+  EXPECT_EQ(NodeDeviceName(hw, 0, "nvme2"), "nvme2");
+  hw.nodes = 3;
+  EXPECT_EQ(NodeDeviceName(hw, 2, "gpu3"), "node2.gpu3");
+  struct Case {
+    const char* name;
+    HardwareDeviceKind kind;
+    int32_t node, index;
+  };
+  for (const Case& c : {Case{"node2.gpu3", HardwareDeviceKind::kGpu, 2, 3}, Case{"node1.nvme3", HardwareDeviceKind::kNvme, 1, 3},
+                        Case{"node0.host", HardwareDeviceKind::kHost, 0, 0}, Case{"gpu1", HardwareDeviceKind::kGpu, 0, 1},
+                        Case{"host", HardwareDeviceKind::kHost, 0, 0}, Case{"net", HardwareDeviceKind::kNet, 0, 0}}) {
+    auto d = ParseHardwareDevice(c.name, hw);
+    ASSERT_TRUE(d.ok()) << c.name << ": " << d.status().ToString();
+    EXPECT_EQ(d->kind, c.kind) << c.name;
+    EXPECT_EQ(d->node, c.node) << c.name;
+    EXPECT_EQ(d->index, c.index) << c.name;
+  }
+  for (const auto& [name, why] : std::vector<std::pair<std::string, std::string>>{
+           {"node3.gpu0", "is on node 3, but the hardware has 3 node(s)"},
+           {"node1.gpu4", "which has 4 gpu device(s) per node"},
+           {"node1.remote0", "which has 0 remote device(s) per node"},
+           {"node01.gpu0", "expected node{N}.{device}"},
+           {"node1", "expected node{N}.{device}"},
+           {"node1.tpu0", "names no hardware device"},
+           {"gpu-1", "names no hardware device"}}) {
+    auto d = ParseHardwareDevice(name, hw);
+    ASSERT_FALSE(d.ok()) << name;
+    EXPECT_NE(d.status().message().find("'" + name + "'"), std::string::npos) << d.status().message();
+    EXPECT_NE(d.status().message().find(why), std::string::npos) << d.status().message();
+  }
+}
+
+TEST(HardwareYamlTest, NicLatencyIsADuration) {
+  auto hw = FromText("{preset: a100x4-1nvme, nodes: 2, node: {nic_latency: 3 us}}");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  EXPECT_DOUBLE_EQ(hw->node.nic_latency_s, 3e-6);
+  ExpectError("{preset: a100x4-1nvme, node: {nic_latency: 3}}", "hardware.node.nic_latency");
 }
 
 TEST(HardwareTest, UnknownPresetIsNotFound) {

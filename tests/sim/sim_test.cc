@@ -57,17 +57,20 @@ double StreamBandwidth(double peak, double latency_s, double block, double depth
 // Builds small schedules by name.
 class Builder {
  public:
-  Builder() {
+  explicit Builder(std::vector<std::string> devices = {"gpu0", "gpu1", "host", "nvme0"}) {
     s.name = "test";
-    for (const char* d : {"gpu0", "gpu1", "host", "nvme0"}) Device(d);
+    for (const std::string& d : devices) Device(d);
   }
   int32_t Device(const std::string& name) {
     int32_t i = s.FindDevice(name);
     if (i != kNoIndex) return i;
-    DeviceKind kind = name.rfind("gpu", 0) == 0    ? DeviceKind::kGpu
-                      : name.rfind("nvme", 0) == 0 ? DeviceKind::kNvme
-                      : name == "net"              ? DeviceKind::kNetwork
-                                                   : DeviceKind::kHost;
+    // A device of node n of a cluster is node{n}.<its name on the node>.
+    const std::string local = name.rfind("node", 0) == 0 ? name.substr(name.find('.') + 1) : name;
+    DeviceKind kind = local.rfind("gpu", 0) == 0      ? DeviceKind::kGpu
+                      : local.rfind("nvme", 0) == 0   ? DeviceKind::kNvme
+                      : local.rfind("remote", 0) == 0 ? DeviceKind::kRemote
+                      : name == "net"                 ? DeviceKind::kNetwork
+                                                      : DeviceKind::kHost;
     return s.AddDevice({name, kind});
   }
   int32_t Resource(const std::string& name, const std::string& device, int32_t concurrency = 1) {
@@ -326,6 +329,121 @@ TEST(SimTest, ComputeOptimizerAndCollectivesTakeTheirModelTimes) {
   EXPECT_EQ(Find(r, "adam").threads, 8);
   const double ring = 2 * (1 * n.interconnect.latency_s + 0.5 * 1e9 / n.interconnect.bus_bw_bytes_per_s);
   EXPECT_REL(Find(r, "ar").end_s, ring);
+}
+
+// ---- Clusters (hardware.nodes > 1) ----
+
+models::HardwareSpec TestCluster(int32_t nodes, int32_t gpus_per_node) {
+  auto hw = TestHardware();
+  hw.nodes = nodes;
+  hw.node.gpu_count = gpus_per_node;
+  hw.node.interconnect = {"nvlink", 10e9, 1e-5};
+  hw.node.nic_bw_bytes_per_s = 5e9;
+  hw.node.nic_latency_s = 2e-5;
+  return hw;
+}
+
+// A collective over ranks on two nodes: the ring within each node (its interconnect), then the
+// ring between the nodes (their NICs), one after the other.
+TEST(SimTest, CollectiveAcrossNodesTakesTheNodeLevelThenTheNetworkLevel) {
+  const auto hw = TestCluster(2, 2);
+  const auto& ic = hw.node.interconnect;
+  const double nic = hw.node.nic_bw_bytes_per_s, nic_alpha = hw.node.nic_latency_s;
+  const double bytes = 1e9;
+  // Two ranks per node, two nodes: each ring has n - 1 = 1 step and moves (n - 1) / n = 1/2.
+  const double intra = ic.latency_s + 0.5 * bytes / ic.bus_bw_bytes_per_s;
+  const double inter = nic_alpha + 0.5 * bytes / nic;
+  for (const Op op : {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter}) {
+    Builder one;
+    one.Resource("dp.comm", "net");
+    one.Task("c", op, "dp.comm", static_cast<int64_t>(bytes)).ranks = 4;
+    SimResult r = MustSimulate(one.s, hw);
+    const double passes = op == Op::kAllReduce ? 2 : 1;
+    EXPECT_REL(Find(r, "c").end_s, passes * (intra + inter)) << OpName(op);
+    EXPECT_EQ(Find(r, "c").threads, 4) << "collective records carry the rank count";
+    const models::Collective kind = op == Op::kAllReduce   ? models::Collective::kAllReduce
+                                    : op == Op::kAllGather ? models::Collective::kAllGather
+                                                           : models::Collective::kReduceScatter;
+    const models::ClusterCollective model = models::ClusterCollectiveTime(hw, kind, static_cast<int64_t>(bytes), 4);
+    EXPECT_EQ(model.nodes, 2);
+    EXPECT_EQ(model.ranks_per_node, 2);
+    EXPECT_REL(model.intra_s + model.inter_s, passes * (intra + inter)) << OpName(op);
+  }
+  // Ranks that fit one node never cross the NICs.
+  Builder local;
+  local.Resource("dp.comm", "net");
+  local.Task("ar", Op::kAllReduce, "dp.comm", static_cast<int64_t>(bytes)).ranks = 2;
+  EXPECT_REL(Find(MustSimulate(local.s, hw), "ar").end_s, 2 * intra);
+}
+
+// A node's NIC carries its remote-tier traffic and its share of collectives between nodes: a
+// remote read on node 1 halves what node 1's NIC gives the collective, and the collective ends
+// when its slowest node does.
+TEST(SimTest, CollectivesBetweenNodesShareTheNicWithTheRemoteTier) {
+  auto hw = TestCluster(2, 1);
+  hw.node.nic_bw_bytes_per_s = 2e9;
+  hw.node.nic_latency_s = 0;
+  hw.node.remote.push_back({"pfs", 4e9, 4e9, 0.0});
+  const double nic = hw.node.nic_bw_bytes_per_s;
+  Builder b(std::vector<std::string>{});
+  b.Resource("dp.comm", "net");
+  b.Resource("node1.remote0.read", "node1.remote0");
+  const double gather = 4e9, read = 2e9;
+  b.Task("ag", Op::kAllGather, "dp.comm", static_cast<int64_t>(gather)).ranks = 2;  // one rank per node
+  b.Task("rd", Op::kRead, "node1.remote0.read", static_cast<int64_t>(read));
+  SimResult r = MustSimulate(b.s, hw);
+  const double per_nic = 0.5 * gather;  // (n - 1) / n of the message through each node's NIC
+  ASSERT_EQ(per_nic, read);             // so both flows on node 1's NIC end together
+  EXPECT_REL(Find(r, "ag").end_s, per_nic / (nic / 2));
+  EXPECT_REL(Find(r, "rd").end_s, read / (nic / 2));
+  Builder alone(std::vector<std::string>{});
+  alone.Resource("dp.comm", "net");
+  alone.Task("ag", Op::kAllGather, "dp.comm", static_cast<int64_t>(gather)).ranks = 2;
+  EXPECT_REL(Find(MustSimulate(alone.s, hw), "ag").end_s, per_nic / nic);
+}
+
+// Each node has its own disks, PCIe and CPU: the same work on two nodes' disks and GPUs runs in
+// parallel, where on one node's disk it shares it.
+TEST(SimTest, EachNodeHasItsOwnDisksGpusAndCpu) {
+  const auto hw = TestCluster(2, 2);
+  const int64_t n = 512 * kMiB;
+  Builder b;
+  for (const std::string node : {"node0.", "node1."}) {
+    b.Resource(node + "nvme0.read", node + "nvme0");
+    b.Resource(node + "gpu1.h2d", node + "gpu1");
+    b.Resource(node + "cpu", node + "host");
+    b.Task(node + "read", Op::kRead, node + "nvme0.read", n);
+    b.Task(node + "copy", Op::kH2D, node + "gpu1.h2d", n);
+    b.Task(node + "adam", Op::kOptimizer, node + "cpu", 400'000'000).ranks = 16;
+  }
+  SimResult r = MustSimulate(b.s, hw);
+  const auto& d = hw.node.nvme[0];
+  const auto& p = hw.node.pcie;
+  const double read = n / StreamBandwidth(d.read_bw_bytes_per_s, d.read_latency_s, kMiB, 8) + d.read_latency_s;
+  const double adam = 1e8 / std::min(16 * hw.node.cpu.adam_elements_per_s_per_core, hw.node.cpu.memory_bw_bytes_per_s / 28.0);
+  for (const std::string node : {"node0.", "node1."}) {
+    EXPECT_REL(Find(r, node + "read").end_s, read) << node;
+    EXPECT_REL(Find(r, node + "copy").end_s, p.latency_s + n / p.h2d_bw_bytes_per_s) << node;
+    EXPECT_REL(Find(r, node + "adam").end_s, adam) << node;
+  }
+}
+
+TEST(SimTest, DeviceOfANodeTheClusterDoesNotHaveIsAnInvalidArgumentNamingIt) {
+  const auto hw = TestCluster(2, 2);
+  for (const char* device : {"node2.nvme0", "node1.gpu2", "node1.nvme1", "nodeX.gpu0", "node01.gpu0"}) {
+    Builder b;
+    b.Device(device);
+    auto r = Simulate(b.s, hw, SimOptions{});
+    ASSERT_FALSE(r.ok()) << device;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << device;
+    EXPECT_NE(r.status().message().find(device), std::string::npos) << r.status().message();
+  }
+  Builder c;
+  c.Resource("dp.comm", "net");
+  c.Task("ar", Op::kAllReduce, "dp.comm", 1 << 20).ranks = 5;
+  auto r = Simulate(c.s, hw, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("5 ranks, more than the 4 GPUs"), std::string::npos) << r.status().message();
 }
 
 // k steps of read -> compute with two buffers: fill + (k - 1) x max(read, compute) + drain.

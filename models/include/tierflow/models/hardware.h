@@ -94,6 +94,7 @@ struct NodeSpec {
   std::vector<NvmeSpec> nvme;
   std::vector<RemoteTierSpec> remote;
   double nic_bw_bytes_per_s = 0;
+  double nic_latency_s = 0;  // alpha per step of a collective between nodes
 };
 
 struct HardwareSpec {
@@ -114,5 +115,21 @@ StatusOr<HardwareSpec> HardwareFromYamlText(std::string_view yaml_text);
 // significant digits, so HardwareFromYamlText(HardwareToYaml(hw)) == hw (what calibrate writes).
 std::string HardwareToYaml(const HardwareSpec& hw);
 Status ValidateHardware(const HardwareSpec& hw);
+
+// ---- Device names (docs/hardware-format.md "Device names") -----------------------------------
+// A schedule names the hardware's devices: on one node gpu{i}, host, nvme{i} and remote{i}; on a
+// cluster (nodes > 1) each device of node n as `node{n}.` and its name on the node (node1.gpu3,
+// node1.nvme0). `net` is the network between ranks. A name without a node is node 0's.
+enum class HardwareDeviceKind { kGpu, kHost, kNvme, kRemote, kNet };
+struct HardwareDevice {
+  HardwareDeviceKind kind = HardwareDeviceKind::kHost;
+  int32_t node = 0;
+  int32_t index = 0;  // within the node: node.nvme[index], node.remote[index], its GPU index
+};
+// `local` (gpu0, host, nvme1, ...) on node `node`: the bare name on one node, else prefixed.
+std::string NodeDeviceName(const HardwareSpec& hw, int32_t node, std::string_view local);
+// InvalidArgument naming the device when it names no device of `hw` (an unknown name, a node or
+// index out of range).
+StatusOr<HardwareDevice> ParseHardwareDevice(std::string_view name, const HardwareSpec& hw);
 
 }  // namespace tierflow::models

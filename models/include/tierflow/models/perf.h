@@ -36,6 +36,22 @@ enum class Collective { kAllGather, kReduceScatter, kAllReduce };
 // (bytes = the full gathered size), twice that for all-reduce. 0 when ranks <= 1.
 double CollectiveTime(const InterconnectSpec& ic, Collective kind, int64_t bytes, int32_t ranks);
 
+// A collective of `ranks` ranks on a cluster, the ranks filling nodes of hw.node.gpu_count GPUs in
+// order: two levels, one after the other (hierarchical, as NCCL's tree and PXN paths and
+// Megatron's two-level collectives): among the ranks of each node over the node's interconnect,
+// and among the nodes over their NICs (nic_bw, nic_latency), each node's NIC carrying its share
+// of the whole message, (nodes - 1) / nodes of it per pass. On one node, inter_s is 0 and intra_s
+// is CollectiveTime over the interconnect.
+struct ClusterCollective {
+  int32_t ranks_per_node = 1;  // on each node taking part (the last may hold fewer: the first's)
+  int32_t nodes = 1;           // nodes taking part
+  double intra_s = 0;          // CollectiveTime(node.interconnect, kind, bytes, ranks_per_node)
+  double inter_s = 0;          // CollectiveTime({nic_bw, nic_latency}, kind, bytes, nodes)
+};
+ClusterCollective ClusterCollectiveTime(const HardwareSpec& hw, Collective kind, int64_t bytes, int32_t ranks);
+// The NICs between nodes as an interconnect: bus bandwidth nic_bw, alpha nic_latency.
+InterconnectSpec NetworkOf(const NodeSpec& node);
+
 // CPU Adam over `elements` fp32 parameters with `threads` threads: compute-bound per core, and
 // bounded by host memory bandwidth at kAdamBytesPerElement bytes moved per element.
 inline constexpr double kAdamBytesPerElement = 28.0;  // read p, g, m, v; write p, m, v (fp32)
