@@ -93,6 +93,11 @@ double RelativeErrorOf(double reference, double value) {
 
 std::string DeviceOfResourceName(const std::string& resource) {
   size_t dot = resource.find('.');
+  // A device of a cluster's node carries the node: "node2.gpu1.compute" -> "node2.gpu1".
+  if (dot != std::string::npos && dot > 4 && resource.compare(0, 4, "node") == 0 &&
+      std::all_of(resource.begin() + 4, resource.begin() + static_cast<std::ptrdiff_t>(dot), [](char c) { return c >= '0' && c <= '9'; })) {
+    dot = resource.find('.', dot + 1);
+  }
   return dot == std::string::npos ? resource : resource.substr(0, dot);
 }
 

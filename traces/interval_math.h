@@ -63,7 +63,8 @@ double SteadyIterationTime(const std::vector<IterationBound>& bounds);
 double RelativeErrorOf(double reference, double value);
 
 // The device a resource belongs to when no schedule says: the part of its name before the
-// first '.', or the whole name ("gpu0.compute" -> "gpu0", "dp" -> "dp").
+// first '.', or the whole name ("gpu0.compute" -> "gpu0", "dp" -> "dp"); a device of a
+// cluster's node keeps its node ("node2.gpu1.compute" -> "node2.gpu1").
 std::string DeviceOfResourceName(const std::string& resource);
 
 // Appends `s` as a JSON string literal (quotes and escapes included).

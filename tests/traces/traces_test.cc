@@ -100,6 +100,22 @@ TEST(SummaryTest, BusyTimeIsTheUnionOfOverlappingIntervals) {
   EXPECT_DOUBLE_EQ(s.span_s, 10.0);
 }
 
+// Without a schedule, a resource's device is its name up to the first '.', a cluster node's
+// device keeping its node.
+TEST(SummaryTest, DeviceFromTheResourceNameKeepsTheNode) {
+  std::vector<TraceRecord> records = {
+      Rec(0, "a", Op::kRead, "node12.nvme0.r50.param", 0, 1, Phase::kForward, 10),
+      Rec(0, "b", Op::kCompute, "node3.gpu1.compute", 0, 1, Phase::kForward),
+      Rec(0, "c", Op::kRead, "nodes.read", 0, 1, Phase::kForward, 10),
+      Rec(0, "d", Op::kAllReduce, "dp.comm", 0, 1, Phase::kStep, 8),
+  };
+  TraceSummary s = Summarize(records, nullptr);
+  EXPECT_EQ(FindResource(s, "node12.nvme0.r50.param").device, "node12.nvme0");
+  EXPECT_EQ(FindResource(s, "node3.gpu1.compute").device, "node3.gpu1");
+  EXPECT_EQ(FindResource(s, "nodes.read").device, "nodes");
+  EXPECT_EQ(FindResource(s, "dp.comm").device, "dp");
+}
+
 TEST(SummaryTest, ExposedTimeIsBusyTimeThatNoComputeHides) {
   std::vector<TraceRecord> records = {
       Rec(0, "c0", Op::kCompute, "gpu0.compute", 0, 4),
