@@ -106,6 +106,7 @@ StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, 
   config.batch = scenario.training.micro_batch_size;
   config.seq = scenario.training.sequence_length;
   config.micro_steps = static_cast<int32_t>(scenario.training.gradient_accumulation_steps);
+  config.ranks = std::max<int32_t>(1, scenario.training.data_parallel);
   config.adam.lr = lr;
   config.dynamic_loss_scaling = scenario.training.loss_scaling == "dynamic";
   config.gradient_clipping = scenario.training.gradient_clipping;

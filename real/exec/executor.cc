@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "tierflow/real/cpu_ops.h"
 #include "tierflow/real/dataset.h"
 #include "run.h"
 
@@ -30,6 +31,10 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
                            ": plan it with training.loss_scaling: none and training.gradient_clipping: 0, or without policy.overlap_optimizer");
   }
   const ParamLayout layout = MakeParamLayout(config.spec.config);
+  if (config.ranks != 1) {
+    return InvalidArgument("tierflow run executes one rank on this host, but training.data_parallel is " + std::to_string(config.ranks) +
+                           " (--in-memory runs that training as one process; a schedule of several ranks needs one process per rank)");
+  }
   for (const TaskSpec& t : schedule.tasks()) {
     if (IsCollectiveOp(t.op) && t.ranks > 1) {
       return InvalidArgument("tierflow run on this host runs one rank; task '" + t.id + "' is a collective of " + std::to_string(t.ranks) +
@@ -101,6 +106,11 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   CpuThreads threads(hw);
   TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config.tokens, config.batch, config.seq, config.data_seed));
   if (config.micro_steps < 1) return InvalidArgument("micro_steps must be >= 1");
+  const int32_t ranks = config.ranks;
+  if (ranks < 1) return InvalidArgument("ranks must be >= 1");
+  if (ranks > 1 && compute != "cpu") {
+    return InvalidArgument("--in-memory with training.data_parallel " + std::to_string(ranks) + " runs on the CPU back-end (--compute cpu)");
+  }
   std::vector<float> master = trainer.InitialMaster();
   std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f), grad(master.size());
   std::vector<uint16_t> p16(master.size());
@@ -109,6 +119,10 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   const bool tied = config.spec.config.tied_embeddings;
   const bool in_bf16 = config.micro_steps > 1 || tied;
   std::vector<uint16_t> grad16(in_bf16 ? master.size() : 0);
+  // With ranks: every rank's gradients of the micro-step summed in rank order (the reduce-scatter),
+  // the tied head's part of the table apart, as the schedule reduces it.
+  std::vector<float> reduced(ranks > 1 ? master.size() : 0);
+  std::vector<float> reduced_tied(ranks > 1 && tied ? static_cast<size_t>(trainer.LayerElements(0)) : 0);
   cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer));
   TF_RETURN_IF_ERROR(model->Load(p16));
@@ -123,19 +137,42 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   for (int64_t i = 0; i < iterations; ++i) {
     it.iteration = i;
     it.micro_steps = micro_steps;
+    it.ranks = ranks;
     it.loss_scale = scaler.scale();
-    it.loss_sum = 0;
+    std::vector<double> rank_loss(static_cast<size_t>(ranks), 0.0);  // each rank's sum over its micro-steps
     cpu::GradCheck total;
     for (int32_t micro = 0; micro < micro_steps; ++micro) {
-      TokenBatch batch = loader.Next();
-      it.tokens = std::move(batch.inputs);
-      it.targets = std::move(batch.targets);
       it.micro_step = micro;
-      for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, model->Layer(l), &it, threads, nullptr));
-      it.loss_sum += it.loss;
-      for (int64_t l = layers; l-- > 0;) {
-        TF_RETURN_IF_ERROR(device->Backward(l, model->Layer(l), model->LayerGrads(l), &it, threads, nullptr));
+      for (int32_t r = 0; r < ranks; ++r) {
+        TokenBatch batch = loader.Next();
+        it.tokens = std::move(batch.inputs);
+        it.targets = std::move(batch.targets);
+        for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(device->Forward(l, model->Layer(l), &it, threads, nullptr));
+        rank_loss[static_cast<size_t>(r)] += it.loss;
+        for (int64_t l = layers; l-- > 0;) {
+          TF_RETURN_IF_ERROR(device->Backward(l, model->Layer(l), model->LayerGrads(l), &it, threads, nullptr));
+        }
+        if (ranks == 1) break;
+        // ((g0 + g1) + g2) + ... in fp32, as SumInRankOrder forms it.
+        const auto n = static_cast<int64_t>(reduced.size());
+        if (r == 0) {
+          std::copy(model->grads(), model->grads() + n, reduced.data());
+        } else {
+          cpu::ResidualAdd(reduced.data(), reduced.data(), model->grads(), n, threads);
+        }
+        if (tied) {
+          const auto nt = static_cast<int64_t>(reduced_tied.size());
+          if (r == 0) std::copy(model->tied_grads(), model->tied_grads() + nt, reduced_tied.data());
+          else cpu::ResidualAdd(reduced_tied.data(), reduced_tied.data(), model->tied_grads(), nt, threads);
+        }
       }
+      // The reduced gradients keep a bf16 model's precision, rounded once after the sum.
+      if (ranks > 1) {
+        cpu::RoundToBf16(reduced.data(), static_cast<int64_t>(reduced.size()), threads);
+        cpu::RoundToBf16(reduced_tied.data(), static_cast<int64_t>(reduced_tied.size()), threads);
+      }
+      const float* grads = ranks > 1 ? reduced.data() : model->grads();
+      const float* tied_grads = ranks > 1 ? reduced_tied.data() : model->tied_grads();
       // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do:
       // one contribution as fp32; with several, the first into bf16 and the others added to it in
       // the order backward made them (the tied head's part of the table first).
@@ -144,7 +181,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
       for (const ParamTensor& pt : trainer.layout().tensors) {
         cpu::GradCheck check;
         if (!in_bf16) {
-          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + pt.offset, model->grads() + pt.offset, pt.elements, false, unscale,
+          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + pt.offset, grads + pt.offset, pt.elements, false, unscale,
                                                      threads, nullptr));
         } else {
           bool first = micro == 0;
@@ -155,8 +192,8 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
             return overwrite ? device->D2HGrad(dst, src, pt.elements, true, unscale, threads, nullptr)
                              : device->D2HGradAccumulate(dst, src, pt.elements, unscale, threads, nullptr);
           };
-          if (tied && pt.offset == trainer.LayerBegin(0)) TF_RETURN_IF_ERROR(add(model->tied_grads()).status());
-          TF_ASSIGN_OR_RETURN(check, add(model->grads() + pt.offset));
+          if (tied && pt.offset == trainer.LayerBegin(0)) TF_RETURN_IF_ERROR(add(tied_grads).status());
+          TF_ASSIGN_OR_RETURN(check, add(grads + pt.offset));
         }
         if (last) total = cpu::CombineGradChecks(total, check);
       }
@@ -172,7 +209,9 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     }
     cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
     TF_RETURN_IF_ERROR(model->Load(p16));
-    const double loss = it.loss_sum / micro_steps;
+    double loss_sum = 0;
+    for (const double l : rank_loss) loss_sum += l;  // in rank order, as an all-reduce would
+    const double loss = loss_sum / (static_cast<double>(micro_steps) * ranks);
     result.loss.push_back(loss);
     result.iteration_end_s.push_back(MonotonicSeconds() - t0);
     if (on_iteration) on_iteration(i, loss);

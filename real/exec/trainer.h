@@ -43,6 +43,7 @@ struct IterationState {
   int64_t iteration = -1;
   int32_t micro_step = -1;   // whose batch tokens and targets hold
   int32_t micro_steps = 1;   // per iteration (gradient accumulation)
+  int32_t ranks = 1;         // data-parallel ranks whose batches the iteration's gradient averages
   std::vector<int32_t> tokens, targets;
   std::vector<std::vector<float>> boundary;  // layer inputs: embedding output, then each decoder's
   std::vector<float> d_x;
@@ -50,8 +51,10 @@ struct IterationState {
   double loss_sum = 0;       // over the iteration's micro-steps so far
   float loss_scale = 1;
   // What the head's backward scales d(loss) by: the iteration's loss is the mean of its
-  // micro-steps' (DeepSpeed divides each micro-step's loss by gradient_accumulation_steps).
-  float BackwardSeed() const { return loss_scale / static_cast<float>(micro_steps); }
+  // micro-steps' over its ranks (DeepSpeed divides each micro-step's loss by
+  // gradient_accumulation_steps and the reduced gradients by the data-parallel world size; the
+  // two divisions are folded into the seed, exact for powers of two).
+  float BackwardSeed() const { return loss_scale / static_cast<float>(micro_steps * ranks); }
 };
 
 class Trainer {

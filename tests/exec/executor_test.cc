@@ -783,6 +783,40 @@ TEST(Executor, MultiRankSchedulesAreRefusedClearly) {
   EXPECT_NE(st.message().find("one rank"), std::string::npos) << st.ToString();
 }
 
+// The data-parallel reference (--in-memory with training.data_parallel N): per micro-step one
+// batch per rank, their gradients summed in rank order and rounded once to bf16. With two
+// contributions that is exactly what accumulating two micro-steps in bf16 does (each sum rounded
+// once, the same batches, the same 1/2 in the backward's seed), so two ranks train to the weights
+// of one rank with two micro-steps, bit for bit; four ranks average the same four batches as four
+// micro-steps (the same first loss) but round once where accumulation rounds three times.
+TEST(Executor, DataParallelReferenceAveragesOneBatchPerRank) {
+  const TrainConfig two_ranks = ConfigFor(LoadTiny({"hardware.node.gpu_count=4", "training.data_parallel=2"}));
+  ASSERT_EQ(two_ranks.ranks, 2);
+  const TrainConfig two_steps = ConfigFor(LoadTiny({"training.gradient_accumulation_steps=2"}));
+  auto dp = RunInMemory(two_ranks, kIterations);
+  auto gas = RunInMemory(two_steps, kIterations);
+  auto one = RunInMemory(ConfigFor(LoadTiny({})), kIterations);
+  ASSERT_TRUE(dp.ok() && gas.ok() && one.ok()) << dp.status().ToString() << gas.status().ToString() << one.status().ToString();
+  EXPECT_EQ(dp->loss, gas->loss);
+  EXPECT_TRUE(SameBits(dp->master, gas->master)) << "two ranks = two micro-steps accumulated in bf16";
+  EXPECT_FALSE(SameBits(dp->master, one->master));
+  EXPECT_NE(dp->loss.front(), one->loss.front()) << "the first loss is the mean over two batches";
+
+  const TrainConfig four_ranks = ConfigFor(LoadTiny({"hardware.node.gpu_count=4", "training.data_parallel=4"}));
+  const TrainConfig four_steps = ConfigFor(LoadTiny({"training.gradient_accumulation_steps=4"}));
+  auto dp4 = RunInMemory(four_ranks, kIterations);
+  auto gas4 = RunInMemory(four_steps, kIterations);
+  ASSERT_TRUE(dp4.ok() && gas4.ok());
+  EXPECT_EQ(dp4->loss.front(), gas4->loss.front()) << "the same four batches from the same weights";
+  EXPECT_FALSE(SameBits(dp4->master, gas4->master)) << "one rounding of the rank sum, not three of accumulation";
+  // Any thread count gives the same weights.
+  TrainConfig one_thread = four_ranks;
+  one_thread.threads = 1;
+  auto dp4_one_thread = RunInMemory(one_thread, kIterations);
+  ASSERT_TRUE(dp4_one_thread.ok());
+  EXPECT_TRUE(SameBits(dp4->master, dp4_one_thread->master));
+}
+
 // Gradient accumulation: the reference sums four micro-steps' gradients in bf16 and averages
 // their losses, which is not one micro-step's training. Every policy with its defaults reproduces
 // it bit for bit — the flushed path (zero-infinity: an accumulator in host memory, flushed once

@@ -28,6 +28,12 @@ struct TrainConfig {
   // summed in bf16 (cpu::AccumulateBf16) and their losses averaged. Scenario
   // training.gradient_accumulation_steps.
   int32_t micro_steps = 1;
+  // Data-parallel ranks (training.data_parallel): each micro-step trains one batch per rank, the
+  // next `ranks` batches of the loader, rank r the r-th; their gradients are summed in rank
+  // order in fp32 and rounded to bf16 (as the reduce-scatter of real/collective sums), the
+  // backward of each starting from loss_scale / (micro_steps x ranks), so that the iteration's
+  // gradient is the mean over its ranks x micro_steps batches, as its loss is.
+  int32_t ranks = 1;
   AdamWConfig adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
   // Dynamic loss scaling (fp16: an overflow skips the step and halves the scale) from
   // initial_loss_scale, or none (bf16: scale 1, every step taken). Scenario training.loss_scaling.
