@@ -2,6 +2,7 @@
 //   probe disk --dir D [--dir D2 ...]   request size x queue depth x op x devices, nccl-tests style
 //   probe copy | compute [SCENARIO] | optimizer | memory   the host-side probes
 //   probe all --dir D [--dir D2 ...] -o DIR [--scenario S]   every probe, bounded, one file each
+//   [mpirun -np N] probe collective   all-gather, reduce-scatter, all-reduce by size, nccl-tests style
 // --compute cuda (copy, compute, all) measures gpu0 on GPU 0, as `run --compute cuda` uses it:
 // the GPU's copies (ProbeGpuCopies) and its layer steps, in the same record conventions.
 // Each writes trace records (--trace FILE, or DIR/<probe>.jsonl for `all`). The disk probe writes
@@ -21,6 +22,7 @@
 #include "inputs.h"
 #include "tierflow/core/units.h"
 #include "tierflow/policies/policy.h"
+#include "tierflow/real/collective_probe.h"
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/host_probes.h"
 #include "tierflow/real/storage.h"
@@ -275,6 +277,75 @@ StatusOr<std::vector<TraceRecord>> RunHostProbe(HostProbe which, const HostArgs&
   return Internal("unknown host probe");
 }
 
+// ---- probe collective ------------------------------------------------------------------------
+
+struct CollectiveArgs {
+  std::string backend = "auto";
+  std::string sizes = "4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB,64MiB";
+  std::string ops = "allgather,reducescatter,allreduce";
+  int reps = 5;
+  std::string trace;
+  bool json = false;
+};
+
+// The back-end `probe collective` and `run` use when none is named: mpi when this process was
+// started by mpirun and the build has MPI, else local (one rank).
+std::string AutoCollectiveBackend() {
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+                            std::getenv("PMIX_RANK") != nullptr;
+  return under_mpirun && real::CollectiveBackends().find("mpi") != std::string::npos ? "mpi" : "local";
+}
+
+Status RunProbeCollective(const CollectiveArgs& a) {
+  real::CollectiveProbeOptions o;
+  auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
+  TF_ASSIGN_OR_RETURN(o.sizes, ParseList<int64_t>(a.sizes, bytes));
+  o.ops.clear();
+  std::stringstream ops(a.ops);
+  for (std::string name; std::getline(ops, name, ',');) {
+    const std::optional<Op> op = OpFromName(name);
+    if (!op || !IsCollectiveOp(*op)) return InvalidArgument("--ops: '" + name + "' is not a collective (allgather, reducescatter, allreduce)");
+    o.ops.push_back(*op);
+  }
+  o.repetitions = a.reps;
+  const std::string backend = a.backend == "auto" ? AutoCollectiveBackend() : a.backend;
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<real::Collective> c, real::OpenCollective(backend));
+  const bool printer = c->rank() == 0;  // every rank measures; rank 0 reports
+  if (printer && !a.json) {
+    std::printf("# probe collective: %d rank(s) over %s, fp32, %d repetition(s) after a warm-up; time = the slowest rank's, median\n",
+                c->ranks(), std::string(c->backend()).c_str(), a.reps);
+    std::printf("%12s %12s %6s %-14s %11s %11s %11s %7s\n", "size", "count", "type", "op", "time", "algbw", "busbw", "#wrong");
+  }
+  TF_ASSIGN_OR_RETURN(real::CollectiveProbeResult result, real::ProbeCollectives(*c, o));
+  if (!printer) return Status::Ok();
+  int64_t wrong = 0;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const real::CollectiveProbeRow& r : result.rows) {
+    wrong += r.wrong;
+    if (a.json) {
+      rows.push_back({{"op", OpName(r.op)}, {"bytes", r.bytes}, {"count", r.count}, {"ranks", r.ranks}, {"time_s", r.time_s},
+                      {"algbw_bytes_per_s", r.algbw}, {"busbw_bytes_per_s", r.busbw}, {"wrong", r.wrong}});
+      continue;
+    }
+    std::printf("%12lld %12lld %6s %-14s %11s %11s %11s %7lld\n", static_cast<long long>(r.bytes), static_cast<long long>(r.count), "float",
+                std::string(OpName(r.op)).c_str(), FormatDuration(r.time_s).c_str(), FormatBandwidth(r.algbw).c_str(),
+                FormatBandwidth(r.busbw).c_str(), static_cast<long long>(r.wrong));
+  }
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["backend"] = c->backend();
+    j["ranks"] = c->ranks();
+    j["rows"] = rows;
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+  if (!a.trace.empty()) {
+    TF_RETURN_IF_ERROR(WriteTraceFile(a.trace, result.records));
+    if (!a.json) std::printf("probe collective: %zu records -> %s\n", result.records.size(), a.trace.c_str());
+  }
+  if (wrong > 0) return DataLoss("probe collective: " + std::to_string(wrong) + " element(s) came out wrong (the #wrong column)");
+  return Status::Ok();
+}
+
 // ---- probe all ---------------------------------------------------------------------------------
 
 struct AllArgs {
@@ -457,7 +528,8 @@ Status RunProbeAll(const AllArgs& a) {
   for (const auto& [name, records] : files) {
     std::printf("  %-10s %6zu records -> %s\n", name.c_str(), records.size(), path_of(name).c_str());
   }
-  std::printf("  %-10s skipped: this build's executor runs one rank (no collective back-end to measure)\n", "collective");
+  std::printf("  %-10s skipped: measure it across ranks with `mpirun -np N tierflow probe collective --trace %s/collective.jsonl`\n",
+              "collective", a.out.c_str());
   std::printf("# done in %.1f s; next: tierflow calibrate %s -o profile.yaml\n", real::MonotonicSeconds() - t0, a.out.c_str());
   return Status::Ok();
 }
@@ -505,6 +577,15 @@ Command MakeProbe(CLI::App& parent) {
   host("memory", "Streaming memory bandwidth (an in-place update, as the optimizer does) by thread count", HostProbe::kMemory)
       ->add_option("--bytes", h->memory, "Bytes of each of the four arrays");
 
+  CLI::App* coll = probe->add_subcommand("collective", "All-gather, reduce-scatter and all-reduce by message size across the ranks (run under mpirun)");
+  auto* ca = Keep<CollectiveArgs>();
+  coll->add_option("--backend", ca->backend, "Collective back-end: auto (mpi under mpirun, else local), local, mpi");
+  coll->add_option("--sizes", ca->sizes, "Message sizes, comma-separated (nccl-tests' size: the gathered size of an all-gather)");
+  coll->add_option("--ops", ca->ops, "Collectives, comma-separated: allgather, reducescatter, allreduce");
+  coll->add_option("--reps", ca->reps, "Measured repetitions per point (after one warm-up)");
+  coll->add_option("--trace", ca->trace, "Write trace records (JSON Lines) for calibration (rank 0)");
+  coll->add_flag("--json", ca->json, "Print JSON instead of the table");
+
   CLI::App* all = probe->add_subcommand("all", "Every probe in a bounded time, one records file each, for tierflow calibrate");
   auto* al = Keep<AllArgs>();
   all->add_option("--dir", al->dirs, "A directory on each disk the runs will use, in --disk order")->required();
@@ -518,8 +599,9 @@ Command MakeProbe(CLI::App& parent) {
   all->add_option("--compute", al->host.compute, "gpu0's device for the copy and compute probes: cpu or cuda (GPU 0)");
   all->add_option("--backend", al->backend, "Storage back-end: auto, uring, posix");
 
-  return Command{probe, [a, h, which, al, disk, all] {
+  return Command{probe, [a, h, which, al, ca, disk, all, coll] {
                    if (disk->parsed()) return RunProbeDisk(*a);
+                   if (coll->parsed()) return RunProbeCollective(*ca);
                    if (all->parsed()) return RunProbeAll(*al);
                    double done = 0;
                    real::HostProbeOptions o = HostOptions(*h, nullptr, &done);
