@@ -1,5 +1,7 @@
 #include "inputs.h"
 
+#include <map>
+
 #include <fstream>
 #include <sstream>
 
@@ -39,9 +41,12 @@ StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const 
   }
   policies::Scenario s;
   s.name = schedule.name;
+  std::map<std::string, std::string> knobs;  // the planner writes each knob set as meta "policy.<knob>"
   for (const auto& [k, v] : schedule.meta) {
     if (k == "policy") s.policy = v;
+    if (k.rfind("policy.", 0) == 0) knobs[k.substr(7)] = v;
   }
+  s.knobs = policies::Knobs(std::move(knobs));
   try {
     auto model = models::LlmFromYaml(YAML::Load(sections.model));
     if (!model.ok()) return model.status().WithContext(path);

@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "json_checked.h"
+#include "tierflow/core/json_checked.h"
 #include "tierflow/core/files.h"
 #include "tierflow/core/schedule.h"
 
@@ -462,7 +462,7 @@ std::string ScheduleToJson(const Schedule& s) {
 }
 
 StatusOr<Schedule> ScheduleFromJson(const std::string& text) {
-  TF_ASSIGN_OR_RETURN(const Json root, internal::ParseJsonChecked(text, "schedule"));
+  TF_ASSIGN_OR_RETURN(const Json root, ParseJsonChecked(text, "schedule"));
   return Parse(root);
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "json_checked.h"
+#include "tierflow/core/json_checked.h"
 
 #include "tierflow/core/files.h"
 
@@ -38,7 +38,7 @@ std::string TraceRecordToJson(const TraceRecord& r) {
 }
 
 StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
-  TF_ASSIGN_OR_RETURN(const Json j, internal::ParseJsonChecked(line, "trace record"));
+  TF_ASSIGN_OR_RETURN(const Json j, ParseJsonChecked(line, "trace record"));
   if (!j.is_object()) return InvalidArgument("trace record: not a JSON object");
   TraceRecord r;
   try {

@@ -1,6 +1,6 @@
-// Private to core/: JSON text parsed at the door — where it is not valid JSON, the byte where
+// JSON text parsed at the door — where it is not valid JSON, the byte where
 // the parser stopped; an object with a key twice refused (the parser would keep the last
-// silently). What the schedule and trace-record readers parse with.
+// silently). What the schedule, trace-record and DeepSpeed-config readers parse with.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,7 +10,7 @@
 
 #include "tierflow/core/status.h"
 
-namespace tierflow::internal {
+namespace tierflow {
 
 // InvalidArgument "<origin>: not valid JSON at byte N: <what the parser expected>" or
 // "<origin>: key 'k' appears twice in one object".
@@ -45,4 +45,4 @@ inline StatusOr<nlohmann::ordered_json> ParseJsonChecked(const std::string& text
   return root;
 }
 
-}  // namespace tierflow::internal
+}  // namespace tierflow

@@ -1,0 +1,316 @@
+// DeepSpeed configs in and out (deepspeed.h). The keys and defaults are DeepSpeed's
+// (deepspeed/runtime/zero/config.py, offload_config.py, runtime/constants.py, swap_tensor
+// aio config); each maps to the zero-infinity knob of the same name in docs/policies.md.
+#include "tierflow/policies/deepspeed.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include "tierflow/core/json_checked.h"
+
+namespace tierflow::policies {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Reads one JSON object, remembering which keys were taken; the rest are reported as ignored.
+class Section {
+ public:
+  Section(const Json* j, std::string path, DeepSpeedImport* out) : j_(j), path_(std::move(path)), out_(out) {}
+
+  std::string Path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  // The value of `key`, or null when absent; "auto" (the HF Trainer fills it at launch) counts as
+  // absent, with a note.
+  const Json* Get(const std::string& key) {
+    taken_.insert(key);
+    if (j_ == nullptr || !j_->contains(key)) return nullptr;
+    const Json& v = (*j_)[key];
+    if (v.is_string() && v.get<std::string>() == "auto") {
+      out_->notes.push_back("ignored: " + Path(key) + " is \"auto\" (the Hugging Face Trainer fills it at launch): the scenario's value stays (--set to change it)");
+      return nullptr;
+    }
+    return &v;
+  }
+  StatusOr<Section> Child(const std::string& key) {
+    const Json* v = Get(key);
+    if (v != nullptr && !v->is_object()) return InvalidArgument(Path(key) + ": expected an object");
+    return Section(v, Path(key), out_);
+  }
+  // A count: an integral number >= min (1e9 written as 1e9 or 1000000000.0 is accepted).
+  StatusOr<std::optional<int64_t>> Int(const std::string& key, int64_t min) {
+    const Json* v = Get(key);
+    if (v == nullptr) return std::optional<int64_t>();
+    if (!v->is_number()) return InvalidArgument(Path(key) + ": expected a number, got " + v->dump());
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9e15) return InvalidArgument(Path(key) + ": " + v->dump() + " is not an integer");
+    if (d < static_cast<double>(min)) return InvalidArgument(Path(key) + ": " + v->dump() + " must be >= " + std::to_string(min));
+    return std::optional<int64_t>(static_cast<int64_t>(d));
+  }
+  StatusOr<std::optional<double>> Number(const std::string& key) {
+    const Json* v = Get(key);
+    if (v == nullptr) return std::optional<double>();
+    if (!v->is_number() || !std::isfinite(v->get<double>())) return InvalidArgument(Path(key) + ": expected a number, got " + v->dump());
+    return std::optional<double>(v->get<double>());
+  }
+  StatusOr<std::optional<bool>> Bool(const std::string& key) {
+    const Json* v = Get(key);
+    if (v == nullptr) return std::optional<bool>();
+    if (!v->is_boolean()) return InvalidArgument(Path(key) + ": expected true or false, got " + v->dump());
+    return std::optional<bool>(v->get<bool>());
+  }
+  StatusOr<std::optional<std::string>> String(const std::string& key) {
+    const Json* v = Get(key);
+    if (v == nullptr) return std::optional<std::string>();
+    if (!v->is_string()) return InvalidArgument(Path(key) + ": expected a string, got " + v->dump());
+    return std::optional<std::string>(v->get<std::string>());
+  }
+  // Takes `key` without mapping it, with the reason.
+  void Ignore(const std::string& key, const std::string& why) {
+    if (Get(key) != nullptr) out_->notes.push_back("ignored: " + Path(key) + ": " + why);
+  }
+  // Every key not taken: ignored, not modelled.
+  void Rest(const std::string& why) {
+    if (j_ == nullptr) return;
+    for (auto it = j_->begin(); it != j_->end(); ++it) {
+      if (taken_.count(it.key()) == 0) out_->notes.push_back("ignored: " + Path(it.key()) + ": " + why);
+    }
+  }
+  bool present() const { return j_ != nullptr; }
+
+ private:
+  const Json* j_;
+  std::string path_;
+  DeepSpeedImport* out_;
+  std::set<std::string> taken_;
+};
+
+std::string Text(int64_t v) { return std::to_string(v); }
+std::string Text(bool v) { return v ? "true" : "false"; }
+
+}  // namespace
+
+namespace {
+
+StatusOr<DeepSpeedImport> Import(const Json& root) {
+  DeepSpeedImport out;
+  out.sets.emplace_back("policy.name", "zero-infinity");
+  auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
+  Section top(&root, "", &out);
+
+  // The batch: micro-batch x accumulation x data-parallel ranks = train_batch_size.
+  TF_ASSIGN_OR_RETURN(auto micro, top.Int("train_micro_batch_size_per_gpu", 1));
+  TF_ASSIGN_OR_RETURN(auto gas, top.Int("gradient_accumulation_steps", 1));
+  TF_ASSIGN_OR_RETURN(auto batch, top.Int("train_batch_size", 1));
+  if (micro) set("training.micro_batch_size", Text(*micro));
+  if (gas) set("training.gradient_accumulation_steps", Text(*gas));
+  if (batch) {
+    const int64_t per_rank = micro.value_or(1) * gas.value_or(1);
+    if (*batch % per_rank != 0) {
+      return (InvalidArgument(fmt::format("train_batch_size {} is not a multiple of train_micro_batch_size_per_gpu x gradient_accumulation_steps = {}",
+                                                *batch, per_rank)));
+    }
+    set("training.data_parallel", Text(*batch / per_rank));
+  }
+  TF_ASSIGN_OR_RETURN(auto clip, top.Number("gradient_clipping"));
+  if (clip && *clip < 0) return (InvalidArgument("gradient_clipping: " + std::to_string(*clip) + " must be >= 0"));
+  if (!clip && !root.contains("gradient_clipping")) {
+    out.notes.push_back("default: gradient_clipping absent: DeepSpeed's default, 1.0 (since DeepSpeed PR 8068; 0 turns it off)");
+    clip = 1.0;
+  }
+  if (clip) set("training.gradient_clipping", fmt::format("{}", *clip));
+
+  // Precision.
+  TF_ASSIGN_OR_RETURN(Section bf16, top.Child("bf16"));
+  TF_ASSIGN_OR_RETURN(Section fp16, top.Child("fp16"));
+  TF_ASSIGN_OR_RETURN(auto bf16_on, bf16.Bool("enabled"));
+  TF_ASSIGN_OR_RETURN(auto fp16_on, fp16.Bool("enabled"));
+  if (bf16_on.value_or(false) && fp16_on.value_or(false)) return (InvalidArgument("bf16.enabled and fp16.enabled are both true: choose one"));
+  if (fp16_on.value_or(false)) {
+    set("training.dtype", "fp16");
+    set("training.loss_scaling", "dynamic");
+    TF_ASSIGN_OR_RETURN(auto scale, fp16.Number("loss_scale"));
+    if (scale && *scale != 0) {
+      return (InvalidArgument(fmt::format("fp16.loss_scale {}: a static loss scale; tierflow scales dynamically (loss_scale 0)", *scale)));
+    }
+    TF_ASSIGN_OR_RETURN(auto power, fp16.Int("initial_scale_power", 0));
+    if (power && *power != 16) out.notes.push_back(fmt::format("ignored: fp16.initial_scale_power {}: tierflow's dynamic scaler starts at 2^16", *power));
+    fp16.Rest("the loss scaler's schedule is DeepSpeed's defaults in tierflow (window 1000, hysteresis 2)");
+  } else if (bf16_on.value_or(false)) {
+    set("training.dtype", "bf16");
+    set("training.loss_scaling", "none");
+    fp16.Rest("fp16 is off");
+  } else {
+    return (InvalidArgument("neither bf16.enabled nor fp16.enabled: tierflow models mixed-precision training (set bf16 or fp16)"));
+  }
+  bf16.Rest("not modelled");
+
+  // ZeRO stage 3 with NVMe offload.
+  TF_ASSIGN_OR_RETURN(Section zero, top.Child("zero_optimization"));
+  if (!zero.present()) return (InvalidArgument("zero_optimization: missing; tierflow's zero-infinity is ZeRO stage 3 with NVMe offload"));
+  TF_ASSIGN_OR_RETURN(auto stage, zero.Int("stage", 0));
+  if (!stage || *stage != 3) {
+    return (InvalidArgument("zero_optimization.stage " + (stage ? std::to_string(*stage) : std::string("absent")) +
+                                  ": tierflow's zero-infinity is ZeRO stage 3 (stages 1 and 2 keep parameters on every GPU)"));
+  }
+  TF_ASSIGN_OR_RETURN(auto sub_group, zero.Int("sub_group_size", 1));
+  if (sub_group) set("policy.sub_group_size", Text(*sub_group));
+  TF_ASSIGN_OR_RETURN(auto persistence, zero.Int("stage3_param_persistence_threshold", 0));
+  if (persistence) set("policy.param_persistence_threshold", Text(*persistence));
+  std::string nvme_path;
+  TF_ASSIGN_OR_RETURN(Section param, zero.Child("offload_param"));
+  TF_ASSIGN_OR_RETURN(auto param_device, param.String("device"));
+  const std::string pdev = param_device.value_or("none");
+  if (pdev == "nvme") {
+    set("policy.offload_param", "nvme");
+    TF_ASSIGN_OR_RETURN(auto path, param.String("nvme_path"));
+    nvme_path = path.value_or("");
+    TF_ASSIGN_OR_RETURN(auto count, param.Int("buffer_count", 1));
+    if (count) set("policy.buffer_count", Text(*count));
+    TF_ASSIGN_OR_RETURN(auto size, param.Int("buffer_size", 1));
+    if (size) set("policy.buffer_size", Text(*size));
+    param.Ignore("max_in_cpu", "not modelled: every parameter partition is on NVMe");
+  } else if (pdev == "none") {
+    set("policy.offload_param", "none");
+  } else {
+    return (InvalidArgument("zero_optimization.offload_param.device '" + pdev + "': zero-infinity keeps parameters on NVMe ('nvme') or on the GPU ('none')" +
+                                  (pdev == "cpu" ? "; parameters in CPU memory are not modelled" : "")));
+  }
+  param.Ignore("pin_memory", "tierflow's buffers are pinned");
+  param.Rest("not modelled");
+  TF_ASSIGN_OR_RETURN(Section opt, zero.Child("offload_optimizer"));
+  TF_ASSIGN_OR_RETURN(auto opt_device, opt.String("device"));
+  if (opt_device.value_or("none") != "nvme") {
+    return (InvalidArgument("zero_optimization.offload_optimizer.device '" + opt_device.value_or("none") +
+                                  "': zero-infinity keeps the optimizer states on NVMe ('nvme')" +
+                                  (opt_device.value_or("") == "cpu" ? "; states in CPU memory (ZeRO-Offload) are not modelled" : "")));
+  }
+  TF_ASSIGN_OR_RETURN(auto opt_path, opt.String("nvme_path"));
+  if (opt_path && !nvme_path.empty() && *opt_path != nvme_path) {
+    return (InvalidArgument("offload_param.nvme_path '" + nvme_path + "' and offload_optimizer.nvme_path '" + *opt_path +
+                                  "' differ: zero-infinity puts both on one disk (nvme0); plan several disks with policy ioc or tierflow"));
+  }
+  TF_ASSIGN_OR_RETURN(auto opt_count, opt.Int("buffer_count", 1));
+  if (opt_count) set("policy.optimizer_buffer_count", Text(*opt_count));
+  TF_ASSIGN_OR_RETURN(auto pipeline_read, opt.Bool("pipeline_read"));
+  if (pipeline_read) set("policy.pipeline_read", Text(*pipeline_read));
+  TF_ASSIGN_OR_RETURN(auto pipeline_write, opt.Bool("pipeline_write"));
+  if (pipeline_write) set("policy.pipeline_write", Text(*pipeline_write));
+  opt.Ignore("pin_memory", "tierflow's buffers are pinned");
+  opt.Rest("not modelled");
+  zero.Rest("not modelled (prefetch and live-parameter limits, bucket sizes and communication overlap are tierflow's own)");
+
+  TF_ASSIGN_OR_RETURN(Section aio, top.Child("aio"));
+  TF_ASSIGN_OR_RETURN(auto block, aio.Int("block_size", 1));
+  if (block) set("policy.block_size", Text(*block) + " B");
+  TF_ASSIGN_OR_RETURN(auto depth, aio.Int("queue_depth", 1));
+  if (depth) set("policy.queue_depth", Text(*depth));
+  aio.Rest("not modelled (one submission stream per handle)");
+
+  TF_ASSIGN_OR_RETURN(Section optimizer, top.Child("optimizer"));
+  TF_ASSIGN_OR_RETURN(auto type, optimizer.String("type"));
+  if (type) {
+    std::string t = *type;
+    for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (t != "adam" && t != "adamw") return (InvalidArgument("optimizer.type '" + *type + "': tierflow's optimizer is (CPU) Adam/AdamW"));
+  }
+  optimizer.Ignore("params", "learning rate and betas are the run's (tierflow run --lr)");
+  optimizer.Rest("not modelled");
+  top.Ignore("scheduler", "the learning-rate schedule does not change the I/O");
+  top.Rest("not modelled");
+  return out;
+}
+
+}  // namespace
+
+StatusOr<DeepSpeedImport> ImportDeepSpeedConfig(const std::string& json_text, const std::string& origin) {
+  TF_ASSIGN_OR_RETURN(const Json root, ParseJsonChecked(json_text, origin));
+  if (!root.is_object()) return InvalidArgument(origin + ": expected a JSON object (a DeepSpeed config)");
+  StatusOr<DeepSpeedImport> out = Import(root);
+  if (!out.ok()) return Status(out.status().code(), origin + ": " + out.status().message());
+  return out;
+}
+
+namespace {
+
+// The zero-infinity knob `name` as DeepSpeed writes it, or its default.
+class KnobReader {
+ public:
+  explicit KnobReader(const Knobs& k) : k_(k) {}
+  StatusOr<int64_t> Int(const char* name, int64_t def) { return k_.Int(name, def); }
+  StatusOr<bool> Bool(const char* name, bool def) { return k_.Bool(name, def); }
+  StatusOr<int64_t> Bytes(const char* name, int64_t def) { return k_.Bytes(name, def); }
+  StatusOr<std::string> String(const char* name, const char* def, std::vector<std::string> allowed) { return k_.String(name, def, allowed); }
+  Knobs& knobs() { return k_; }
+
+ private:
+  Knobs k_;
+};
+
+}  // namespace
+
+StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string& nvme_path, std::vector<std::string>* notes) {
+  if (s.policy != "zero-infinity") {
+    return InvalidArgument("policy '" + s.policy + "' has no DeepSpeed config: DeepSpeed schedules ZeRO-Infinity only (" +
+                           (s.policy == "fuyou" || s.policy == "hitrain" || s.policy == "tierflow"
+                                ? std::string("an update overlapped with backward, GPU prefetch windows, several disks and cached optimizer states are not DeepSpeed's")
+                                : std::string("decoupled all-gathers, several disks, a remote tier and adaptive pinned pools are not DeepSpeed's")) +
+                           "); export a zero-infinity scenario or schedule (tierflow tune --policy zero-infinity)");
+  }
+  KnobReader k(s.knobs);
+  // The defaults are DeepSpeed's, as PlanZeroInfinity reads them.
+  TF_ASSIGN_OR_RETURN(const int64_t buffer_count, k.Int("buffer_count", 5));
+  TF_ASSIGN_OR_RETURN(const int64_t buffer_size, k.Int("buffer_size", 100000000));
+  TF_ASSIGN_OR_RETURN(const int64_t optimizer_buffer_count, k.Int("optimizer_buffer_count", 4));
+  TF_ASSIGN_OR_RETURN(const bool pipeline_read, k.Bool("pipeline_read", false));
+  TF_ASSIGN_OR_RETURN(const bool pipeline_write, k.Bool("pipeline_write", false));
+  TF_ASSIGN_OR_RETURN(const int64_t sub_group_size, k.Int("sub_group_size", 1000000000));
+  TF_ASSIGN_OR_RETURN(const int64_t block_size, k.Bytes("block_size", 1 << 20));
+  TF_ASSIGN_OR_RETURN(const int64_t queue_depth, k.Int("queue_depth", 8));
+  TF_ASSIGN_OR_RETURN(const int64_t persistence, k.Int("param_persistence_threshold", 100000));
+  TF_ASSIGN_OR_RETURN(const int64_t cpu_threads, k.Int("cpu_threads", 0));
+  TF_ASSIGN_OR_RETURN(const std::string offload_param, k.String("offload_param", "nvme", {"nvme", "none"}));
+  TF_ASSIGN_OR_RETURN(const bool pin_rounding, k.Bool("pin_memory_rounding", false));
+  TF_ASSIGN_OR_RETURN(const bool overflow_temporaries, k.Bool("overflow_check_temporaries", false));
+  TF_RETURN_IF_ERROR(k.knobs().Finish("zero-infinity"));
+  if (cpu_threads > 0) notes->push_back(fmt::format("not exported: policy.cpu_threads {}: DeepSpeed's CPU Adam takes the threads of its process", cpu_threads));
+  if (pin_rounding) notes->push_back("not exported: policy.pin_memory_rounding models what DeepSpeed does anyway (PyTorch's caching host allocator)");
+  if (overflow_temporaries) notes->push_back("not exported: policy.overflow_check_temporaries models what DeepSpeed does anyway (its unfused overflow check)");
+
+  const TrainingSetup& t = s.training;
+  Json j;
+  j["train_micro_batch_size_per_gpu"] = t.micro_batch_size;
+  j["gradient_accumulation_steps"] = t.gradient_accumulation_steps;
+  j["train_batch_size"] = t.micro_batch_size * t.gradient_accumulation_steps * std::max<int64_t>(1, t.data_parallel);
+  j["gradient_clipping"] = t.gradient_clipping;
+  if (t.dtype == "fp16") {
+    if (t.loss_scaling != "dynamic") return InvalidArgument("training.dtype fp16 with loss_scaling '" + t.loss_scaling + "': DeepSpeed's fp16 scales the loss (dynamic)");
+    j["fp16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}};
+  } else {
+    if (t.loss_scaling != "none") return InvalidArgument("training.dtype bf16 with loss_scaling '" + t.loss_scaling + "': DeepSpeed's bf16 does not scale the loss");
+    j["bf16"] = {{"enabled", true}};
+  }
+  Json zero;
+  zero["stage"] = 3;
+  zero["sub_group_size"] = sub_group_size;
+  zero["stage3_param_persistence_threshold"] = persistence;
+  if (offload_param == "nvme") {
+    zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", buffer_count}, {"buffer_size", buffer_size}};
+  } else {
+    zero["offload_param"] = {{"device", "none"}};
+  }
+  zero["offload_optimizer"] = {{"device", "nvme"},           {"nvme_path", nvme_path},         {"pin_memory", true},
+                               {"buffer_count", optimizer_buffer_count}, {"pipeline_read", pipeline_read}, {"pipeline_write", pipeline_write}};
+  j["zero_optimization"] = zero;
+  j["aio"] = {{"block_size", block_size}, {"queue_depth", queue_depth}};
+  if (!t.activation_checkpointing) {
+    notes->push_back("not exported: training.activation_checkpointing false: activation checkpointing is the model's (gradient_checkpointing_enable), not DeepSpeed's config");
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tierflow::policies

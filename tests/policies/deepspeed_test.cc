@@ -1,0 +1,146 @@
+// DeepSpeed configs in and out: each key mapped onto the zero-infinity scenario, noted when
+// ignored or taken at DeepSpeed's default, refused with its rule; an exported scenario imports
+// back to the same knobs and training.
+#include "tierflow/policies/deepspeed.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace tierflow::policies {
+namespace {
+
+std::map<std::string, std::string> Sets(const DeepSpeedImport& d) { return {d.sets.begin(), d.sets.end()}; }
+
+bool HasNote(const DeepSpeedImport& d, const std::string& text) {
+  return std::any_of(d.notes.begin(), d.notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
+}
+
+const char* kNvme = R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"},
+                                             "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}})";
+
+DeepSpeedImport ImportOk(const std::string& json) {
+  auto d = ImportDeepSpeedConfig(json, "ds.json");
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return d.ok() ? *d : DeepSpeedImport{};
+}
+
+TEST(DeepSpeedImport, MapsTheBatchPrecisionAndKnobs) {
+  const DeepSpeedImport d = ImportOk(std::string(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+      "train_batch_size": 64, "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "hysteresis": 2},
+      "aio": {"block_size": 2097152, "queue_depth": 32, "thread_count": 2}, )") + kNvme + "}");
+  const auto sets = Sets(d);
+  EXPECT_EQ(d.sets.front().first, "policy.name");
+  EXPECT_EQ(sets.at("policy.name"), "zero-infinity");
+  EXPECT_EQ(sets.at("training.micro_batch_size"), "2");
+  EXPECT_EQ(sets.at("training.gradient_accumulation_steps"), "4");
+  EXPECT_EQ(sets.at("training.data_parallel"), "8") << "64 / (2 x 4)";
+  EXPECT_EQ(sets.at("training.dtype"), "fp16");
+  EXPECT_EQ(sets.at("training.loss_scaling"), "dynamic");
+  EXPECT_EQ(sets.at("policy.block_size"), "2097152 B");
+  EXPECT_EQ(sets.at("policy.queue_depth"), "32");
+  EXPECT_EQ(sets.at("policy.offload_param"), "nvme");
+  EXPECT_EQ(sets.at("training.gradient_clipping"), "1") << "absent: DeepSpeed's default";
+  EXPECT_TRUE(HasNote(d, "default: gradient_clipping absent: DeepSpeed's default, 1.0"));
+  EXPECT_TRUE(HasNote(d, "ignored: fp16.initial_scale_power 12"));
+  EXPECT_TRUE(HasNote(d, "ignored: fp16.hysteresis"));
+  EXPECT_TRUE(HasNote(d, "ignored: aio.thread_count"));
+  EXPECT_FALSE(HasNote(d, "queue_depth")) << "a mapped key is not noted";
+}
+
+TEST(DeepSpeedImport, AutoValuesAndUnknownKeysAreNamedOnceEach) {
+  const DeepSpeedImport d = ImportOk(std::string(R"({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
+      "bf16": {"enabled": true}, "flops_profiler": {"enabled": true}, "comms_logger": {}, )") + kNvme + "}");
+  EXPECT_EQ(Sets(d).count("training.micro_batch_size"), 0u);
+  EXPECT_TRUE(HasNote(d, "ignored: train_micro_batch_size_per_gpu is \"auto\""));
+  EXPECT_TRUE(HasNote(d, "ignored: gradient_clipping is \"auto\""));
+  EXPECT_FALSE(HasNote(d, "default: gradient_clipping")) << "auto is not absent";
+  for (const char* key : {"ignored: flops_profiler:", "ignored: comms_logger:"}) {
+    EXPECT_EQ(std::count_if(d.notes.begin(), d.notes.end(), [&](const std::string& n) { return n.find(key) == 0; }), 1) << key;
+  }
+}
+
+TEST(DeepSpeedImport, RefusesWhatZeroInfinityIsNot) {
+  const std::string nvme = kNvme;
+  const std::string bf16 = R"("bf16": {"enabled": true}, )";
+  struct Case {
+    std::string json, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"[1, 2]", "ds.json: expected a JSON object"},
+           {R"({"bf16": {"enabled": true}})", "zero_optimization: missing"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 1}})", "zero_optimization.stage 1: tierflow's zero-infinity is ZeRO stage 3"},
+           {"{" + nvme + "}", "neither bf16.enabled nor fp16.enabled"},
+           {R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}, )" + nvme + "}", "both true"},
+           {R"({"fp16": {"enabled": true, "loss_scale": 128}, )" + nvme + "}", "fp16.loss_scale 128: a static loss scale"},
+           {"{" + bf16 + R"("train_micro_batch_size_per_gpu": 3, "train_batch_size": 8, )" + nvme + "}",
+            "train_batch_size 8 is not a multiple of train_micro_batch_size_per_gpu x gradient_accumulation_steps = 3"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "nvme"}}})",
+            "offload_param.device 'cpu': zero-infinity keeps parameters on NVMe ('nvme') or on the GPU ('none'); parameters in CPU memory"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
+            "offload_optimizer.device 'cpu': zero-infinity keeps the optimizer states on NVMe ('nvme'); states in CPU memory"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/a"},
+              "offload_optimizer": {"device": "nvme", "nvme_path": "/b"}}})",
+            "offload_param.nvme_path '/a' and offload_optimizer.nvme_path '/b' differ"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "sub_group_size": 1.5, "offload_optimizer": {"device": "nvme"}}})",
+            "zero_optimization.sub_group_size: 1.5 is not an integer"},
+           {"{" + bf16 + R"("optimizer": {"type": "SGD"}, )" + nvme + "}", "optimizer.type 'SGD'"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": []}})", "zero_optimization.offload_optimizer: expected an object"},
+       }) {
+    auto d = ImportDeepSpeedConfig(c.json, "ds.json");
+    ASSERT_FALSE(d.ok()) << c.json;
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(d.status().message().rfind("ds.json: ", 0), 0u) << d.status().message();
+    EXPECT_NE(d.status().message().find(c.message), std::string::npos) << d.status().message();
+  }
+}
+
+TEST(DeepSpeedExport, ImportsBackToTheSameKnobsAndTraining) {
+  auto s = LoadScenarioText(R"(
+name: t
+model: {preset: tiny}
+hardware: {preset: a100x4-1nvme}
+training: {micro_batch_size: 2, gradient_accumulation_steps: 3, data_parallel: 4, gradient_clipping: 0.25}
+policy: {name: zero-infinity, buffer_count: 7, buffer_size: 3e6, sub_group_size: 2e6, pipeline_write: true, block_size: 512 KiB,
+         queue_depth: 4, param_persistence_threshold: 2000, optimizer_buffer_count: 6, cpu_threads: 3}
+)");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<std::string> notes;
+  auto json = ExportDeepSpeedConfig(*s, "/mnt/nvme", &notes);
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("policy.cpu_threads 3"), std::string::npos) << notes[0];
+  const DeepSpeedImport back = ImportOk(*json);
+  for (const std::string& n : back.notes) EXPECT_NE(n.find(".pin_memory: tierflow's buffers are pinned"), std::string::npos) << n;
+  std::vector<std::string> sets;
+  for (const auto& [k, v] : back.sets) sets.push_back(k + "=" + v);
+  sets.push_back("policy.cpu_threads=3");
+  auto again = LoadScenarioText(R"(
+name: t
+model: {preset: tiny}
+hardware: {preset: a100x4-1nvme}
+)", sets);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->training, s->training);
+  for (const auto& [k, v] : s->knobs.values()) {
+    auto it = again->knobs.values().find(k);
+    ASSERT_NE(it, again->knobs.values().end()) << k;
+    Knobs a(std::map<std::string, std::string>{{k, v}}), b(std::map<std::string, std::string>{{k, it->second}});
+    if (k == "block_size") {
+      EXPECT_EQ(*a.Bytes(k, 0), *b.Bytes(k, 0)) << k;
+    } else if (v == "true" || v == "false") {
+      EXPECT_EQ(*a.Bool(k, false), *b.Bool(k, false)) << k;
+    } else {
+      EXPECT_EQ(*a.Number(k, 0), *b.Number(k, 0)) << k << ": " << v << " against " << it->second;
+    }
+  }
+  s->policy = "mlp-offload";
+  auto refused = ExportDeepSpeedConfig(*s, "/mnt/nvme", &notes);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("policy 'mlp-offload' has no DeepSpeed config"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tierflow::policies
