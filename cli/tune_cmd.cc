@@ -1,4 +1,4 @@
-// tierflow tune SCENARIO [--memory-budget host=…,gpu=…] [--policy P]... [-j N] [-n ITER] [-o schedule.json] [--set k=v] [--json]
+// tierflow tune SCENARIO [--memory-budget hardware|baseline|host=…,gpu=…] [--policy P]... [-j N] [-n ITER] [-o schedule.json] [--set k=v] [--json]
 // Searches the policies' knobs with the simulator (docs/tuning.md) and writes the best schedule.
 #include <unistd.h>
 
@@ -40,7 +40,11 @@ Status RunTune(const TuneArgs& a) {
   TF_ASSIGN_OR_RETURN(policies::Scenario scenario, policies::LoadScenarioFile(a.scenario, a.sets));
   sweep::TuneOptions options;
   options.policies = a.policies;
-  if (!a.budget.empty()) {
+  // The question by default: what is fastest on this machine (its GPUs' memory, its DRAM less the
+  // reserve). `baseline`: what is faster within the baseline's own peaks.
+  if (a.budget.empty() || a.budget == "hardware") {
+    options.budget = sweep::HardwareMemoryBudget(scenario.hardware);
+  } else if (a.budget != "baseline") {
     TF_ASSIGN_OR_RETURN(options.budget, sweep::ParseMemoryBudget(a.budget));
   }
   options.iterations = a.iterations;
@@ -71,6 +75,17 @@ Status RunTune(const TuneArgs& a) {
   TF_ASSIGN_OR_RETURN(const models::StorageBound baseline_bound,
                       models::StorageLowerBound(baseline_schedule, scenario.hardware));
   TF_ASSIGN_OR_RETURN(const models::StorageBound best_bound, models::StorageLowerBound(schedule, best_scenario.hardware));
+  // Every literature policy (the ones searched) at its own defaults, beside the winner.
+  std::vector<std::string> names = a.policies.empty() ? policies::PolicyNames() : a.policies;
+  std::vector<sweep::Variation> at_defaults;
+  for (const std::string& name : names) at_defaults.push_back({{"policy={name: " + name + "}"}});
+  sweep::EvaluateOptions eo;
+  eo.iterations = options.iterations;
+  eo.jobs = options.jobs;
+  TF_ASSIGN_OR_RETURN(const std::vector<sweep::Evaluation> defaults, sweep::EvaluateAll(scenario.yaml, a.scenario, at_defaults, eo));
+  auto within = [&](const sweep::Evaluation& e) {
+    return (r.budget.host_bytes <= 0 || e.host_peak_bytes <= r.budget.host_bytes) && (r.budget.gpu_bytes <= 0 || e.gpu_peak_bytes <= r.budget.gpu_bytes);
+  };
   if (a.json) {
     nlohmann::ordered_json j;
     j["scenario"] = scenario.name;
@@ -90,6 +105,21 @@ Status RunTune(const TuneArgs& a) {
     j["infeasible"] = r.infeasible;
     j["over_budget"] = r.over_budget;
     j["notes"] = r.notes;
+    nlohmann::ordered_json lit = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < names.size(); ++i) {
+      const sweep::Evaluation& e = defaults[i];
+      nlohmann::ordered_json p = {{"policy", names[i]}, {"feasible", e.feasible}};
+      if (e.feasible) {
+        p["iteration_s"] = e.iteration_s;
+        p["host_peak_bytes"] = e.host_peak_bytes;
+        p["gpu_peak_bytes"] = e.gpu_peak_bytes;
+        p["within_budget"] = within(e);
+      } else {
+        p["reason"] = e.reason;
+      }
+      lit.push_back(p);
+    }
+    j["policies_at_defaults"] = lit;
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
@@ -105,6 +135,17 @@ Status RunTune(const TuneArgs& a) {
               FormatBytes(static_cast<double>(r.best.host_peak_bytes)).c_str(),
               FormatBytes(static_cast<double>(r.best.gpu_peak_bytes)).c_str(), FormatDuration(best_bound.seconds).c_str());
   std::printf("\nspeedup %.2fx\n", speedup);
+  std::printf("\nat their defaults %-7s %12s %12s %12s %8s %8s\n", "", "iteration", "host peak", "gpu peak", "budget", "vs best");
+  for (size_t i = 0; i < names.size(); ++i) {
+    const sweep::Evaluation& e = defaults[i];
+    if (!e.feasible) {
+      std::printf("  %-24s does not plan or run here: %s\n", names[i].c_str(), e.reason.substr(0, 100).c_str());
+      continue;
+    }
+    std::printf("  %-24s %12s %12s %12s %8s %7.2fx\n", names[i].c_str(), FormatDuration(e.iteration_s).c_str(),
+                FormatBytes(static_cast<double>(e.host_peak_bytes)).c_str(), FormatBytes(static_cast<double>(e.gpu_peak_bytes)).c_str(),
+                within(e) ? "fits" : "over", r.best.iteration_s > 0 ? e.iteration_s / r.best.iteration_s : 0.0);
+  }
   if (r.changes.empty()) {
     std::printf("no change beats the baseline\n");
   } else {
@@ -125,7 +166,7 @@ Command MakeTune(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("tune", "Search policy knobs with the simulator; write the fastest schedule");
   app->add_option("scenario", a->scenario, "Scenario YAML file")->required();
   app->add_option("--memory-budget", a->budget,
-                  "host=SIZE,gpu=SIZE: pinned host (sum of host pools) and per-GPU peaks (default: the baseline's)");
+                  "hardware (default: each GPU's memory, DRAM less cpu.host_reserve per node), baseline (the baseline's own peaks), or host=SIZE,gpu=SIZE");
   app->add_option("--policy", a->policies, "Policy to search (repeatable; default: every policy)")->take_all();
   app->add_option("-j,--jobs", a->jobs, "Worker processes (default: one per core)");
   app->add_option("-n,--iterations", a->iterations, "Iterations simulated per candidate")->capture_default_str();

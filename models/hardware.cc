@@ -55,6 +55,7 @@ Status ApplyCpu(const YAML::Node& node, const std::string& path, CpuSpec* c) {
   FieldReader r(node, path);
   TF_RETURN_IF_ERROR(r.Int32("cores", &c->cores));
   TF_RETURN_IF_ERROR(r.Bytes("host_memory", &c->host_memory_bytes));
+  TF_RETURN_IF_ERROR(r.Bytes("host_reserve", &c->host_reserve_bytes));
   TF_RETURN_IF_ERROR(r.Bandwidth("memory_bw", &c->memory_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.ElementRate("adam_rate_per_core", &c->adam_elements_per_s_per_core));
   TF_RETURN_IF_ERROR(r.Bandwidth("convert_bw_per_core", &c->convert_bytes_per_s_per_core));
@@ -279,6 +280,10 @@ Status ValidateHardware(const HardwareSpec& hw) {
   }
   TF_RETURN_IF_ERROR(
       Positive(static_cast<double>(node.cpu.host_memory_bytes), n + ".cpu.host_memory"));
+  if (node.cpu.host_reserve_bytes >= node.cpu.host_memory_bytes) {
+    return InvalidArgument(n + ".cpu.host_reserve " + std::to_string(node.cpu.host_reserve_bytes) + " B leaves nothing of host_memory " +
+                           std::to_string(node.cpu.host_memory_bytes) + " B to pin");
+  }
   TF_RETURN_IF_ERROR(Positive(node.cpu.memory_bw_bytes_per_s, n + ".cpu.memory_bw"));
   TF_RETURN_IF_ERROR(
       Positive(node.cpu.adam_elements_per_s_per_core, n + ".cpu.adam_rate_per_core"));
@@ -369,6 +374,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
   y += "  cpu:\n";
   y += fmt::format("    cores: {}\n", n.cpu.cores);
   y += fmt::format("    host_memory: {} B\n", n.cpu.host_memory_bytes);
+  if (n.cpu.host_reserve_bytes >= 0) y += fmt::format("    host_reserve: {} B\n", n.cpu.host_reserve_bytes);
   y += fmt::format("    memory_bw: {} B/s\n", Num(n.cpu.memory_bw_bytes_per_s));
   y += fmt::format("    adam_rate_per_core: {} elements/s\n",
                    Num(n.cpu.adam_elements_per_s_per_core));

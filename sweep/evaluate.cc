@@ -247,6 +247,13 @@ StatusOr<MemoryBudget> ParseMemoryBudget(const std::string& text) {
   return budget;
 }
 
+MemoryBudget HardwareMemoryBudget(const models::HardwareSpec& hw) {
+  MemoryBudget b;
+  b.host_bytes = (hw.node.cpu.host_memory_bytes - hw.node.cpu.HostReserveBytes()) * std::max(1, hw.nodes);
+  b.gpu_bytes = hw.node.gpu.hbm_bytes;
+  return b;
+}
+
 std::string MemoryBudgetToString(const MemoryBudget& b) {
   auto one = [](int64_t v) { return v > 0 ? FormatBytes(static_cast<double>(v)) : std::string("unlimited"); };
   return "host " + one(b.host_bytes) + ", gpu " + one(b.gpu_bytes);

@@ -158,6 +158,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.pcie.root_complex_bw_bytes_per_s, y.pcie.root_complex_bw_bytes_per_s);
   EXPECT_EQ(x.cpu.cores, y.cpu.cores);
   EXPECT_EQ(x.cpu.host_memory_bytes, y.cpu.host_memory_bytes);
+  EXPECT_EQ(x.cpu.host_reserve_bytes, y.cpu.host_reserve_bytes);
   EXPECT_EQ(x.cpu.memory_bw_bytes_per_s, y.cpu.memory_bw_bytes_per_s);
   EXPECT_EQ(x.cpu.adam_elements_per_s_per_core, y.cpu.adam_elements_per_s_per_core);
   EXPECT_EQ(x.cpu.convert_bytes_per_s_per_core, y.cpu.convert_bytes_per_s_per_core);
@@ -194,6 +195,7 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.remote.push_back({"pfs \"quoted\": name", 1.0 / 3.0 * 1e9, 0.7e9, 1.1e-3});
     if (hw.node.nvme.size() > 1) hw.node.nvme.back().same_device_as = 0;
     hw.node.nvme[0].read_iops = 1.5e6;
+    hw.node.cpu.host_reserve_bytes = hw.node.cpu.host_memory_bytes / 3;
     hw.node.nvme[0].write_iops = 1.0 / 3.0 * 1e6;
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);

@@ -75,6 +75,10 @@ struct CpuSpec {
   double memory_bw_bytes_per_s = 0;
   double adam_elements_per_s_per_core = 0;  // fp32 Adam, one core
   double convert_bytes_per_s_per_core = 0;  // dtype casts and accumulation on the host
+  // DRAM kept from pinned buffers (the OS, the page cache, the framework): what `tune` may not
+  // pin. -1 (absent): an eighth of host_memory (HostReserveBytes).
+  int64_t host_reserve_bytes = -1;
+  int64_t HostReserveBytes() const { return host_reserve_bytes >= 0 ? host_reserve_bytes : host_memory_bytes / 8; }
 };
 
 struct InterconnectSpec {       // the GPUs' collective path

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tierflow/core/status.h"
+#include "tierflow/models/hardware.h"
 
 namespace tierflow::sweep {
 
@@ -36,6 +37,9 @@ struct MemoryBudget {
 };
 // "host=200 GiB,gpu=70GiB" (either part may be absent; units required).
 StatusOr<MemoryBudget> ParseMemoryBudget(const std::string& text);
+// What the machine has: each GPU's memory, and pinned host memory up to each node's DRAM less
+// its reserve (cpu.host_reserve), summed over the nodes.
+MemoryBudget HardwareMemoryBudget(const models::HardwareSpec& hw);
 std::string MemoryBudgetToString(const MemoryBudget& budget);
 
 struct Variation {

@@ -1,0 +1,42 @@
+# `tierflow tune scenarios/quickstart.yaml` at its default budget (the hardware's memory) finds a
+# schedule at least 1.5x faster than ZeRO-Infinity's defaults and faster than every literature
+# policy at its defaults that fits the same budget, and reports each of them.
+# -DTIERFLOW=... -DSRC=source dir -DWORK=dir
+cmake_minimum_required(VERSION 3.16)  # IN_LIST
+file(MAKE_DIRECTORY ${WORK})
+execute_process(COMMAND ${TIERFLOW} tune ${SRC}/scenarios/quickstart.yaml --json -o ${WORK}/quickstart.tuned.json
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc)
+  message(FATAL_ERROR "tune failed (${rc}):\n${out}${err}")
+endif()
+string(JSON speedup GET "${out}" speedup)
+string(JSON best GET "${out}" best_s)
+string(JSON policy GET "${out}" policy)
+# CMake compares numbers as integers: scale to thousandths.
+string(REGEX REPLACE "^([0-9]+)\\.([0-9][0-9][0-9]).*$" "\\1\\2" speedup_milli "${speedup}")
+if(speedup_milli LESS 1500)
+  message(FATAL_ERROR "tune at the hardware budget: ${speedup}x over zero-infinity's defaults, below 1.5x")
+endif()
+string(JSON n LENGTH "${out}" policies_at_defaults)
+math(EXPR last "${n} - 1")
+set(reported "")
+foreach(i RANGE ${last})
+  string(JSON p GET "${out}" policies_at_defaults ${i} policy)
+  string(JSON feasible GET "${out}" policies_at_defaults ${i} feasible)
+  list(APPEND reported ${p})
+  if(feasible)
+    string(JSON fits GET "${out}" policies_at_defaults ${i} within_budget)
+    string(JSON it GET "${out}" policies_at_defaults ${i} iteration_s)
+    string(REGEX REPLACE "^([0-9]+)\\.([0-9][0-9][0-9]).*$" "\\1\\2" it_milli "${it}")
+    string(REGEX REPLACE "^([0-9]+)\\.([0-9][0-9][0-9]).*$" "\\1\\2" best_milli "${best}")
+    if(fits AND NOT best_milli LESS it_milli)
+      message(FATAL_ERROR "${p} at its defaults (${it} s) fits the budget and is not slower than the tuned best (${best} s)")
+    endif()
+  endif()
+endforeach()
+foreach(p zero-infinity ioc mlp-offload hitrain memascend fuyou tierflow)
+  if(NOT p IN_LIST reported)
+    message(FATAL_ERROR "policy ${p} missing from policies_at_defaults")
+  endif()
+endforeach()
+message(STATUS "tuned ${policy}: ${best} s, ${speedup}x; every literature policy at its defaults reported and slower")
