@@ -50,14 +50,6 @@ StatusOr<std::string> Section(const std::string& key, const std::string& value) 
   return out;
 }
 
-Status CreateParent(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) return IoError("-o '" + path + "': cannot create its directory '" + parent.string() + "': " + ec.message());
-  return Status::Ok();
-}
-
 Status RunImport(const ImportArgs& a) {
   TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.config, "-o"));
   TF_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(a.config, "DeepSpeed config"));
@@ -73,7 +65,6 @@ Status RunImport(const ImportArgs& a) {
   std::string out = "# Imported from " + std::filesystem::path(a.config).filename().string() + " by `tierflow deepspeed import`.\n";
   for (const std::string& n : imported.notes) out += "# " + n + "\n";
   out += scenario.yaml + "\n";
-  TF_RETURN_IF_ERROR(CreateParent(a.output));
   TF_RETURN_IF_ERROR(WriteFileAtomically(a.output, out, "scenario"));
   if (a.json) {
     nlohmann::ordered_json j;
@@ -96,7 +87,6 @@ Status RunExport(const ExportArgs& a) {
   TF_ASSIGN_OR_RETURN(const PlannedInput in, LoadPlannedInput(a.input, a.sets));
   std::vector<std::string> notes;
   TF_ASSIGN_OR_RETURN(const std::string config, policies::ExportDeepSpeedConfig(in.scenario, a.nvme_path, &notes));
-  TF_RETURN_IF_ERROR(CreateParent(a.output));
   TF_RETURN_IF_ERROR(WriteFileAtomically(a.output, config, "DeepSpeed config"));
   if (a.json) {
     nlohmann::ordered_json j;

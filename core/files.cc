@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string>
 
 namespace tierflow {
@@ -42,7 +43,17 @@ StatusOr<std::string> ReadFileToString(const std::string& path, std::string_view
 
 std::string TemporaryPath(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
 
+Status CreateParentDirectories(const std::string& path, std::string_view what) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) return Status::Ok();
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return FromErrno(ec.value(), "create the directory '" + parent.string() + "' of " + Named(what, path));
+  return Status::Ok();
+}
+
 Status WriteFileAtomically(const std::string& path, std::string_view contents, std::string_view what) {
+  TF_RETURN_IF_ERROR(CreateParentDirectories(path, what));
   const std::string tmp = TemporaryPath(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return FromErrno(errno, "write " + Named(what, path) + " (creating '" + tmp + "')");

@@ -90,6 +90,7 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
 }
 
 StatusOr<TraceWriter> TraceWriter::Open(const std::string& path) {
+  TF_RETURN_IF_ERROR(CreateParentDirectories(path, "trace file"));
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return FromErrno(errno, "open trace file '" + path + "'");
   return TraceWriter(f, path);

@@ -1,5 +1,7 @@
 #include "tierflow/traces/chrome_trace.h"
 
+#include "tierflow/core/files.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <fmt/format.h>
@@ -273,6 +275,7 @@ std::string ChromeTraceToString(const std::vector<TraceRecord>& records, const S
 
 Status WriteChromeTrace(const std::string& path, const std::vector<TraceRecord>& records,
                         const Schedule* schedule, const ChromeTraceOptions& options) {
+  TF_RETURN_IF_ERROR(CreateParentDirectories(path, "Chrome trace file"));
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return FromErrno(errno, "open Chrome trace file '" + path + "'");
   int write_errno = 0;

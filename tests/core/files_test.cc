@@ -38,5 +38,22 @@ TEST(Files, WriteFileAtomicallyReplacesWholeAndKeepsTheOldOnFailure) {
   fs::remove_all(dir);
 }
 
+// An output's directories are created; where one cannot be (a file is in the way), the error
+// names that directory and the output.
+TEST(Files, AnOutputCreatesItsDirectories) {
+  std::string tmpl = (fs::temp_directory_path() / "tierflow-files-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(WriteFileAtomically(dir + "/a/b/c.json", "x").ok());
+  EXPECT_EQ(*ReadFileToString(dir + "/a/b/c.json"), "x");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/plain", "file").ok());
+  const Status st = WriteFileAtomically(dir + "/plain/d/e.json", "x", "schedule file");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("create the directory '" + dir + "/plain/d' of schedule file '" + dir + "/plain/d/e.json'"), std::string::npos)
+      << st.ToString();
+  EXPECT_TRUE(CreateParentDirectories("bare-name.json").ok()) << "no directory to create";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tierflow

@@ -18,8 +18,12 @@ namespace tierflow {
 // NotFound when `path` does not exist; the errno's status otherwise, naming `what` and the path.
 StatusOr<std::string> ReadFileToString(const std::string& path, std::string_view what = "file");
 
+// Creates the directories `path` is in, as `mkdir -p` does (an output's parent: `plan -o
+// out/x.json` in a fresh checkout); the errno's status naming the directory and `what` otherwise.
+Status CreateParentDirectories(const std::string& path, std::string_view what = "file");
+
 // Writes `contents` to `path` through TemporaryPath(path), fsync, rename and fsync of the
-// directory.
+// directory; the directories it is in are created first.
 Status WriteFileAtomically(const std::string& path, std::string_view contents, std::string_view what = "file");
 
 // For a file written as a stream (trace records): write it at TemporaryPath(path), then
