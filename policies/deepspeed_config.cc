@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "policies_internal.h"
 #include "tierflow/core/json_checked.h"
 
 namespace tierflow::policies {
@@ -235,24 +236,6 @@ StatusOr<DeepSpeedImport> ImportDeepSpeedConfig(const std::string& json_text, co
   return out;
 }
 
-namespace {
-
-// The zero-infinity knob `name` as DeepSpeed writes it, or its default.
-class KnobReader {
- public:
-  explicit KnobReader(const Knobs& k) : k_(k) {}
-  StatusOr<int64_t> Int(const char* name, int64_t def) { return k_.Int(name, def); }
-  StatusOr<bool> Bool(const char* name, bool def) { return k_.Bool(name, def); }
-  StatusOr<int64_t> Bytes(const char* name, int64_t def) { return k_.Bytes(name, def); }
-  StatusOr<std::string> String(const char* name, const char* def, std::vector<std::string> allowed) { return k_.String(name, def, allowed); }
-  Knobs& knobs() { return k_; }
-
- private:
-  Knobs k_;
-};
-
-}  // namespace
-
 StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string& nvme_path, std::vector<std::string>* notes) {
   if (s.policy != "zero-infinity") {
     return InvalidArgument("policy '" + s.policy + "' has no DeepSpeed config: DeepSpeed schedules ZeRO-Infinity only (" +
@@ -261,25 +244,10 @@ StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string
                                 : std::string("decoupled all-gathers, several disks, a remote tier and adaptive pinned pools are not DeepSpeed's")) +
                            "); export a zero-infinity scenario or schedule (tierflow tune --policy zero-infinity)");
   }
-  KnobReader k(s.knobs);
-  // The defaults are DeepSpeed's, as PlanZeroInfinity reads them.
-  TF_ASSIGN_OR_RETURN(const int64_t buffer_count, k.Int("buffer_count", 5));
-  TF_ASSIGN_OR_RETURN(const int64_t buffer_size, k.Int("buffer_size", 100000000));
-  TF_ASSIGN_OR_RETURN(const int64_t optimizer_buffer_count, k.Int("optimizer_buffer_count", 4));
-  TF_ASSIGN_OR_RETURN(const bool pipeline_read, k.Bool("pipeline_read", false));
-  TF_ASSIGN_OR_RETURN(const bool pipeline_write, k.Bool("pipeline_write", false));
-  TF_ASSIGN_OR_RETURN(const int64_t sub_group_size, k.Int("sub_group_size", 1000000000));
-  TF_ASSIGN_OR_RETURN(const int64_t block_size, k.Bytes("block_size", 1 << 20));
-  TF_ASSIGN_OR_RETURN(const int64_t queue_depth, k.Int("queue_depth", 8));
-  TF_ASSIGN_OR_RETURN(const int64_t persistence, k.Int("param_persistence_threshold", 100000));
-  TF_ASSIGN_OR_RETURN(const int64_t cpu_threads, k.Int("cpu_threads", 0));
-  TF_ASSIGN_OR_RETURN(const std::string offload_param, k.String("offload_param", "nvme", {"nvme", "none"}));
-  TF_ASSIGN_OR_RETURN(const bool pin_rounding, k.Bool("pin_memory_rounding", false));
-  TF_ASSIGN_OR_RETURN(const bool overflow_temporaries, k.Bool("overflow_check_temporaries", false));
-  TF_RETURN_IF_ERROR(k.knobs().Finish("zero-infinity"));
-  if (cpu_threads > 0) notes->push_back(fmt::format("not exported: policy.cpu_threads {}: DeepSpeed's CPU Adam takes the threads of its process", cpu_threads));
-  if (pin_rounding) notes->push_back("not exported: policy.pin_memory_rounding models what DeepSpeed does anyway (PyTorch's caching host allocator)");
-  if (overflow_temporaries) notes->push_back("not exported: policy.overflow_check_temporaries models what DeepSpeed does anyway (its unfused overflow check)");
+  TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs k, ReadZeroInfinityKnobs(s));  // the planner's knobs and defaults
+  if (k.cpu_threads > 0) notes->push_back(fmt::format("not exported: policy.cpu_threads {}: DeepSpeed's CPU Adam takes the threads of its process", k.cpu_threads));
+  if (k.pin_rounding) notes->push_back("not exported: policy.pin_memory_rounding models what DeepSpeed does anyway (PyTorch's caching host allocator)");
+  if (k.overflow_temporaries) notes->push_back("not exported: policy.overflow_check_temporaries models what DeepSpeed does anyway (its unfused overflow check)");
 
   const TrainingSetup& t = s.training;
   Json j;
@@ -296,17 +264,17 @@ StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string
   }
   Json zero;
   zero["stage"] = 3;
-  zero["sub_group_size"] = sub_group_size;
-  zero["stage3_param_persistence_threshold"] = persistence;
-  if (offload_param == "nvme") {
-    zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", buffer_count}, {"buffer_size", buffer_size}};
+  zero["sub_group_size"] = k.sub_group_size;
+  zero["stage3_param_persistence_threshold"] = k.persistence;
+  if (k.params_on_nvme) {
+    zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", k.buffer_count}, {"buffer_size", k.buffer_size}};
   } else {
     zero["offload_param"] = {{"device", "none"}};
   }
   zero["offload_optimizer"] = {{"device", "nvme"},           {"nvme_path", nvme_path},         {"pin_memory", true},
-                               {"buffer_count", optimizer_buffer_count}, {"pipeline_read", pipeline_read}, {"pipeline_write", pipeline_write}};
+                               {"buffer_count", k.optimizer_buffer_count}, {"pipeline_read", k.pipeline_read}, {"pipeline_write", k.pipeline_write}};
   j["zero_optimization"] = zero;
-  j["aio"] = {{"block_size", block_size}, {"queue_depth", queue_depth}};
+  j["aio"] = {{"block_size", k.block_size}, {"queue_depth", k.queue_depth}};
   if (!t.activation_checkpointing) {
     notes->push_back("not exported: training.activation_checkpointing false: activation checkpointing is the model's (gradient_checkpointing_enable), not DeepSpeed's config");
   }

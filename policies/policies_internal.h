@@ -7,6 +7,28 @@
 
 namespace tierflow::policies {
 
+// zero-infinity's knobs under DeepSpeed's names, at DeepSpeed's defaults where unset: what the
+// planner reads and the DeepSpeed export writes (one list, so the two cannot drift apart).
+struct ZeroInfinityKnobs {
+  int64_t buffer_count = 5;                  // offload_param.buffer_count
+  int64_t buffer_size = 100000000;           // offload_param.buffer_size (elements)
+  int64_t optimizer_buffer_count = 4;        // offload_optimizer.buffer_count
+  bool pipeline_read = false;                // offload_optimizer.pipeline_read
+  bool pipeline_write = false;               // offload_optimizer.pipeline_write
+  int64_t sub_group_size = 1000000000;       // zero_optimization.sub_group_size
+  int64_t block_size = 1 << 20;              // aio.block_size (bytes)
+  int64_t queue_depth = 8;                   // aio.queue_depth
+  int64_t persistence = 100000;              // zero_optimization.stage3_param_persistence_threshold
+  int64_t cpu_threads = 0;                   // tierflow's: CPU Adam threads per rank (0: cores / ranks per node)
+  bool params_on_nvme = true;                // offload_param.device nvme (or none)
+  // Host-memory fidelity (off by default so that earlier figures stay comparable; MemAscend's
+  // comparison turns both on, as DeepSpeed really behaves).
+  bool pin_rounding = false;                 // pin_memory_rounding
+  bool overflow_temporaries = false;         // overflow_check_temporaries
+};
+// Every knob of `s` read (an unknown one refused, naming the known), the counts checked.
+StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s);
+
 StatusOr<Schedule> PlanZeroInfinity(const Scenario& s);
 std::vector<KnobChoice> ZeroInfinityTunableKnobs(const Scenario& s);
 StatusOr<Schedule> PlanIoc(const Scenario& s);

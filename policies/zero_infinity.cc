@@ -15,29 +15,38 @@
 
 namespace tierflow::policies {
 
-StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
+StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   Knobs knobs = s.knobs;
+  ZeroInfinityKnobs k;
   // DeepSpeed's names and defaults (offload_param, offload_optimizer, aio, zero_optimization).
-  TF_ASSIGN_OR_RETURN(const int64_t buffer_count, knobs.Int("buffer_count", 5));
-  TF_ASSIGN_OR_RETURN(const int64_t buffer_size, knobs.Int("buffer_size", 100000000));
-  TF_ASSIGN_OR_RETURN(const int64_t optimizer_buffer_count, knobs.Int("optimizer_buffer_count", 4));
-  TF_ASSIGN_OR_RETURN(const bool pipeline_read, knobs.Bool("pipeline_read", false));
-  TF_ASSIGN_OR_RETURN(const bool pipeline_write, knobs.Bool("pipeline_write", false));
-  TF_ASSIGN_OR_RETURN(const int64_t sub_group_size, knobs.Int("sub_group_size", 1000000000));
-  TF_ASSIGN_OR_RETURN(const int64_t block_size, knobs.Bytes("block_size", 1 << 20));
-  TF_ASSIGN_OR_RETURN(const int64_t queue_depth, knobs.Int("queue_depth", 8));
-  TF_ASSIGN_OR_RETURN(const int64_t persistence, knobs.Int("param_persistence_threshold", 100000));
-  TF_ASSIGN_OR_RETURN(const int64_t cpu_threads, knobs.Int("cpu_threads", 0));
+  TF_ASSIGN_OR_RETURN(k.buffer_count, knobs.Int("buffer_count", k.buffer_count));
+  TF_ASSIGN_OR_RETURN(k.buffer_size, knobs.Int("buffer_size", k.buffer_size));
+  TF_ASSIGN_OR_RETURN(k.optimizer_buffer_count, knobs.Int("optimizer_buffer_count", k.optimizer_buffer_count));
+  TF_ASSIGN_OR_RETURN(k.pipeline_read, knobs.Bool("pipeline_read", k.pipeline_read));
+  TF_ASSIGN_OR_RETURN(k.pipeline_write, knobs.Bool("pipeline_write", k.pipeline_write));
+  TF_ASSIGN_OR_RETURN(k.sub_group_size, knobs.Int("sub_group_size", k.sub_group_size));
+  TF_ASSIGN_OR_RETURN(k.block_size, knobs.Bytes("block_size", k.block_size));
+  TF_ASSIGN_OR_RETURN(k.queue_depth, knobs.Int("queue_depth", k.queue_depth));
+  TF_ASSIGN_OR_RETURN(k.persistence, knobs.Int("param_persistence_threshold", k.persistence));
+  TF_ASSIGN_OR_RETURN(k.cpu_threads, knobs.Int("cpu_threads", k.cpu_threads));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
-  const bool params_on_nvme = offload_param == "nvme";
-  // Host-memory fidelity (off by default so that earlier figures stay comparable; MemAscend's
-  // comparison turns both on, as DeepSpeed really behaves).
-  TF_ASSIGN_OR_RETURN(const bool pin_rounding, knobs.Bool("pin_memory_rounding", false));
-  TF_ASSIGN_OR_RETURN(const bool overflow_temporaries, knobs.Bool("overflow_check_temporaries", false));
+  k.params_on_nvme = offload_param == "nvme";
+  TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
+  TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
-  if (buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
-  if (optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
-  if (queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");
+  if (k.buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
+  if (k.optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
+  if (k.queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");
+  return k;
+}
+
+StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
+  TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs knobs, ReadZeroInfinityKnobs(s));
+  const int64_t buffer_count = knobs.buffer_count, buffer_size = knobs.buffer_size, optimizer_buffer_count = knobs.optimizer_buffer_count;
+  const bool pipeline_read = knobs.pipeline_read, pipeline_write = knobs.pipeline_write;
+  const int64_t sub_group_size = knobs.sub_group_size, block_size = knobs.block_size, queue_depth = knobs.queue_depth;
+  const int64_t persistence = knobs.persistence, cpu_threads = knobs.cpu_threads;
+  const bool params_on_nvme = knobs.params_on_nvme, pin_rounding = knobs.pin_rounding, overflow_temporaries = knobs.overflow_temporaries;
   if (s.hardware.node.nvme.empty()) return InvalidArgument("hardware has no NVMe device for zero-infinity's nvme_path");
 
   TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, sub_group_size, persistence));
