@@ -619,10 +619,12 @@ TEST(ChromeTraceTest, WritesAFileAndReportsAnUnwritablePath) {
   bool found = false;
   for (const auto& e : j["traceEvents"]) found |= e["name"] == "t\"quoted\"";
   EXPECT_TRUE(found);
-  std::remove(path.c_str());
-  Status bad = WriteChromeTrace("/nonexistent-dir/x/out.json", records, nullptr);
+  // A path whose directory cannot be made (a file is in the way; a missing directory is created).
+  const std::string under_a_file = path + "/x/out.json";
+  Status bad = WriteChromeTrace(under_a_file, records, nullptr);
   EXPECT_FALSE(bad.ok());
-  EXPECT_NE(bad.message().find("/nonexistent-dir/x/out.json"), std::string::npos);
+  EXPECT_NE(bad.message().find(under_a_file), std::string::npos) << bad.ToString();
+  std::remove(path.c_str());
 }
 
 // ---------------------------------------------------------------------------------------------
