@@ -1,4 +1,4 @@
-// tierflow tune SCENARIO [--memory-budget hardware|baseline|host=…,gpu=…] [--policy P]... [-j N] [-n ITER] [-o schedule.json] [--set k=v] [--json]
+// tierflow tune SCENARIO [--memory-budget hardware|baseline|host=…,gpu=…] [--policy P]... [-j N] [-n ITER] [--rounds R] [-o schedule.json] [--set k=v] [--json]
 // Searches the policies' knobs with the simulator (docs/tuning.md) and writes the best schedule.
 #include <unistd.h>
 
@@ -27,6 +27,7 @@ struct TuneArgs {
   std::vector<std::string> policies;
   int jobs = 0;
   int64_t iterations = 1;
+  int rounds = 12;  // sweep::TuneOptions::max_rounds
   std::string output;
   std::vector<std::string> sets;
   bool json = false;
@@ -48,6 +49,8 @@ Status RunTune(const TuneArgs& a) {
     TF_ASSIGN_OR_RETURN(options.budget, sweep::ParseMemoryBudget(a.budget));
   }
   options.iterations = a.iterations;
+  if (a.rounds < 1) return InvalidArgument("--rounds must be >= 1, got " + std::to_string(a.rounds));
+  options.max_rounds = a.rounds;
   if (a.jobs < 0) return InvalidArgument("-j must be >= 1");
   options.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Progress: an open-ended search, so a status line (stage, evaluations, best) rather than a bar.
@@ -170,6 +173,9 @@ Command MakeTune(CLI::App& parent) {
   app->add_option("--policy", a->policies, "Policy to search (repeatable; default: every policy)")->take_all();
   app->add_option("-j,--jobs", a->jobs, "Worker processes (default: one per core)");
   app->add_option("-n,--iterations", a->iterations, "Iterations simulated per candidate")->capture_default_str();
+  app->add_option("--rounds", a->rounds,
+                  "Coordinate-descent rounds per policy: fewer for a quick look (each round tries every knob, then pairs)")
+      ->capture_default_str();
   app->add_option("-o,--output", a->output, "Schedule file to write (default: <scenario name>.tuned.json)");
   AddSetOption(app, &a->sets);
   app->add_flag("--json", a->json, "Print baseline_s, best_s, schedule and changes as JSON");

@@ -7,7 +7,8 @@ packages=(cmake ninja-build g++ pkg-config
   libsimgrid-dev libboost-graph-dev libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev
   libcli11-dev libfmt-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev fio
   libopenmpi-dev openmpi-bin  # real/collective's mpi back-end
-  gnuplot-nox)  # gnuplot-nox: `tierflow sweep --plot` (pngcairo terminal)
+  gnuplot-nox  # `tierflow sweep --plot` (pngcairo terminal)
+  python3)     # tests/docs/run_examples.py: the README and docs examples, run as written
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
