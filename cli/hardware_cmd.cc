@@ -21,6 +21,7 @@ struct HardwareOptions {
   std::string file;
   bool json = false;
   bool yaml = false;
+  bool list = false;
 };
 
 nlohmann::json ToJson(const models::HardwareSpec& hw) {
@@ -127,6 +128,7 @@ void PrintTable(const models::HardwareSpec& hw) {
 
 Status Run(const HardwareOptions& o) {
   if (o.json && o.yaml) return InvalidArgument("give --json or --yaml, not both");
+  if (o.list && (!o.preset.empty() || !o.file.empty())) return InvalidArgument("--list lists the presets: give it alone");
   if (o.preset.empty() && o.file.empty()) {
     if (o.json) {
       nlohmann::json arr = nlohmann::json::array();
@@ -171,7 +173,8 @@ Command MakeHardwareCommand(CLI::App& parent) {
   HardwareOptions* o = Keep<HardwareOptions>();
   CLI::App* app = parent.add_subcommand(
       "hardware", "List hardware presets, or show one (or a YAML profile) with its numbers");
-  app->add_option("preset", o->preset, "preset name (omit to list them)");
+  app->add_option("preset", o->preset, "preset name (omit, or --list, to list them)");
+  app->add_flag("--list", o->list, "list the presets (as `tierflow model --list`)");
   app->add_option("--file", o->file, "YAML hardware description or calibrated profile");
   app->add_flag("--json", o->json, "print JSON (base units: bytes, seconds, bytes/s, FLOP/s)");
   app->add_flag("--yaml", o->yaml, "print YAML (a preset's text with its source comments)");

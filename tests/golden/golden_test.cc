@@ -47,6 +47,16 @@ Json Figures(const Case& c) {
     if (!rec.resource.empty()) busy[rec.resource] += rec.duration_s();
   }
   for (const auto& [it, end] : iteration_end) j["iteration_end_s"].push_back(end);
+  // Stamped with simulated time, as SimGrid's examples are: when each phase of the last
+  // iteration began and ended (its first task's start, its last task's end).
+  const int64_t last = iteration_end.empty() ? 0 : iteration_end.rbegin()->first;
+  std::map<std::string, std::pair<double, double>> spans;
+  for (const TraceRecord& rec : r->records) {
+    if (rec.iteration != last) continue;
+    auto [it, fresh] = spans.try_emplace(std::string(PhaseName(rec.phase)), rec.start_s, rec.end_s);
+    if (!fresh) it->second = {std::min(it->second.first, rec.start_s), std::max(it->second.second, rec.end_s)};
+  }
+  for (const auto& [phase, span] : spans) j["last_iteration_phase_s"][phase] = {span.first, span.second};
   for (size_t p = 0; p < schedule->pools().size(); ++p) j["pool_peak_bytes"][schedule->pools()[p].name] = r->pool_peak_bytes[p];
   for (const auto& [res, s] : busy) j["request_s"][res] = s;
   return j;
@@ -99,6 +109,21 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"zi_one_rank", {"training.data_parallel=1", "policy.buffer_size=2e8"}},
                       Case{"zi_four_disks", {"hardware.preset=a100x4-4nvme"}},
                       Case{"zi_two_nodes", {"hardware.nodes=2", "training.data_parallel=8"}}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// Every other policy at its defaults on the same scenario (and the knobs that change its
+// structure most), so that a change to any planner shows in its figures.
+INSTANTIATE_TEST_SUITE_P(
+    Policies, Golden,
+    ::testing::Values(Case{"ioc", {"policy={name: ioc}"}},
+                      Case{"ioc_two_disks", {"policy={name: ioc}", "hardware.preset=a100x4-4nvme"}},
+                      Case{"mlp_offload", {"policy={name: mlp-offload, cache: false}",
+                                           "hardware.node.remote=[{name: pfs, read_bw: 6 GB/s, write_bw: 4 GB/s, latency: 1 ms}]"}},
+                      Case{"hitrain", {"policy={name: hitrain}"}},
+                      Case{"memascend", {"policy={name: memascend}"}},
+                      Case{"fuyou", {"policy={name: fuyou}", "training.data_parallel=1"}},
+                      Case{"tierflow", {"policy={name: tierflow}"}},
+                      Case{"tierflow_accumulation", {"policy={name: tierflow}", "training.gradient_accumulation_steps=2"}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace
