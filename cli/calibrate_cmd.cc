@@ -181,7 +181,21 @@ void PrintTable(const calibrate::Calibration& cal, const Inputs& in, const std::
 Status Run(const CalibrateArgs& a) {
   if (a.inputs.empty()) return InvalidArgument("calibrate: give at least one trace file, directory or fio JSON");
   TF_ASSIGN_OR_RETURN(models::HardwareSpec base, LoadBase(a.base));
+  if (!a.output.empty()) {
+    for (const std::string& input : a.inputs) {
+      const size_t eq = input.find('=');
+      TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, eq == std::string::npos ? input : input.substr(eq + 1), "-o"));
+    }
+  }
   TF_ASSIGN_OR_RETURN(Inputs in, LoadInputs(a.inputs));
+  // The simulator's own records measure nothing: a profile fitted to them would only give back
+  // the hardware file they were simulated on.
+  const int64_t measured = std::count_if(in.records.begin(), in.records.end(), [](const TraceRecord& r) { return r.source != "sim"; });
+  if (measured == 0 && in.disk_samples.empty()) {
+    return InvalidArgument("calibrate: the inputs hold no measured records (" + std::to_string(in.records.size()) +
+                           " records, all from the simulator) and no fio output: give the records of probes "
+                           "(tierflow probe all) or of real runs (tierflow run --records)");
+  }
   TF_ASSIGN_OR_RETURN(calibrate::Calibration cal, calibrate::Calibrate(in.records, in.disk_samples, base));
   const std::vector<const calibrate::FitReport*> refused = calibrate::RefusedFits(cal);
   const bool write = !a.output.empty() && (refused.empty() || a.allow_refused);

@@ -9,6 +9,8 @@
 #include <map>
 #include <memory>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "command.h"
@@ -70,11 +72,44 @@ struct TensorSet {
   int64_t bytes = 0;
 };
 
+// Every flag in its range, checked before any tensor is made (a million ranks took minutes).
+Status CheckArgs(const CkptArgs& a) {
+  if (a.ranks < 1 || a.ranks > 65536) return InvalidArgument("--ranks " + std::to_string(a.ranks) + " must be between 1 and 65536");
+  if (a.small_count < 0 || a.large_count < 0 || a.small_count > 1000000 || a.large_count > 1000000) {
+    return InvalidArgument("--small-count and --large-count must be between 0 and 1000000 (got " + std::to_string(a.small_count) +
+                           " and " + std::to_string(a.large_count) + ")");
+  }
+  if (a.queue_depth < 1 || a.queue_depth > 4096) return InvalidArgument("--qd " + std::to_string(a.queue_depth) + " must be between 1 and 4096");
+  if (a.reps < 1) return InvalidArgument("--reps " + std::to_string(a.reps) + " must be at least 1");
+  TF_ASSIGN_OR_RETURN(const int64_t staging, ParseBytes(a.staging, true));
+  TF_ASSIGN_OR_RETURN(const int64_t request, ParseBytes(a.request_size, true));
+  for (const auto& [flag, bytes] : {std::pair{"--staging", staging}, std::pair{"--request-size", request}}) {
+    if (bytes < real::kDirectAlignment || bytes > (int64_t{1} << 30)) {
+      return InvalidArgument(std::string(flag) + " " + FormatBytes(static_cast<double>(bytes)) + " must be between 4 KiB and 1 GiB (whole O_DIRECT blocks)");
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<TensorSet> MakeTensors(const CkptArgs& a) {
+  TF_RETURN_IF_ERROR(CheckArgs(a));
+  // The whole set is held in memory: its size is known before anything is allocated.
+  int64_t total = 0;
+  std::vector<std::vector<std::pair<std::string, int64_t>>> per_rank;
+  for (int32_t r = 0; r < a.ranks; ++r) {
+    TF_ASSIGN_OR_RETURN(auto sizes, TensorSizes(a, r));
+    for (const auto& [name, size] : sizes) total += size;
+    per_rank.push_back(std::move(sizes));
+  }
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  if (memory > 0 && total > memory / 2) {
+    return ResourceExhausted("the tensor set is " + FormatBytes(static_cast<double>(total)) + ", held in memory, and this machine has " +
+                             FormatBytes(static_cast<double>(memory)) + ": at most half of it is used (a smaller --preset, --ranks or counts)");
+  }
   TensorSet s;
   uint64_t x = 0x9E3779B97F4A7C15ull;
   for (int32_t r = 0; r < a.ranks; ++r) {
-    TF_ASSIGN_OR_RETURN(auto sizes, TensorSizes(a, r));
+    auto& sizes = per_rank[static_cast<size_t>(r)];
     for (auto& [name, size] : sizes) {
       s.data.emplace_back(new char[size]);
       char* p = s.data.back().get();
@@ -101,10 +136,7 @@ StatusOr<std::unique_ptr<real::Storage>> StorageFor(const CkptArgs& a, real::Che
 }
 
 StatusOr<real::CheckpointOptions> Options(const CkptArgs& a, real::CheckpointStrategy strategy) {
-  if (a.ranks < 1 || a.ranks > 65536) return InvalidArgument("--ranks " + std::to_string(a.ranks) + " must be between 1 and 65536");
-  if (a.small_count < 0 || a.large_count < 0) {
-    return InvalidArgument("--small-count and --large-count must be >= 0 (got " + std::to_string(a.small_count) + " and " + std::to_string(a.large_count) + ")");
-  }
+  TF_RETURN_IF_ERROR(CheckArgs(a));
   real::CheckpointOptions o;
   o.dirs = a.dirs;
   o.name = a.name;

@@ -123,6 +123,14 @@ StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, 
                                               (data.empty() ? " (the shipped corpus is looked up from the repository root; give --data FILE)" : ""));
   }
   config.tokens = std::move(*tokens);
+  // One batch of windows of sequence + 1 tokens (inputs and the next-token targets), checked
+  // here, before a run touches its disks.
+  const int64_t need = static_cast<int64_t>(config.batch) * (static_cast<int64_t>(config.seq) + 1);
+  if (static_cast<int64_t>(config.tokens.size()) < need) {
+    return InvalidArgument("--data '" + path + "': " + std::to_string(config.tokens.size()) + " tokens, fewer than one batch of " +
+                           std::to_string(config.batch) + " windows of " + std::to_string(config.seq + 1) + " tokens (" +
+                           std::to_string(need) + ")");
+  }
   for (int32_t t : config.tokens) {
     if (t < 0 || t >= config.spec.config.vocab) {
       return InvalidArgument("--data '" + path + "': token id " + std::to_string(t) + " is outside the model's vocabulary of " +

@@ -21,8 +21,27 @@ int main(int argc, char** argv) {
   for (auto factory : tierflow::cli::CommandRegistry()) commands.push_back(factory(app));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // A usage error (an unknown flag, a missing argument, a value of the wrong type): one line in
+    // the form of every other error, naming the verb, exit status 2 as for any invalid argument.
+    std::string verb;
+    for (CLI::App* sub = &app;;) {
+      CLI::App* next = nullptr;
+      for (CLI::App* s : sub->get_subcommands()) {
+        if (s->parsed()) next = s;
+      }
+      if (next == nullptr) break;
+      verb += " " + next->get_name();
+      sub = next;
+    }
+    std::fprintf(stderr, "tierflow%s: error: usage: %s (tierflow%s --help)\n", verb.c_str(), e.what(), verb.c_str());
+    return 2;
   }
   for (auto& c : commands) {
     if (c.app->parsed()) {

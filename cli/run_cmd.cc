@@ -40,8 +40,14 @@ struct RunArgs {
   bool json = false;
 };
 
+// A billion iterations of the smallest model is years; more is a typo.
+constexpr int64_t kMaxIterations = 1000000000;
+
 Status RunRun(const RunArgs& a) {
-  if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
+  if (a.iterations < 1 || a.iterations > kMaxIterations) {
+    return InvalidArgument("--iterations " + std::to_string(a.iterations) + " must be between 1 and " + std::to_string(kMaxIterations));
+  }
+  if (a.in_memory && a.plain_loop) return InvalidArgument("--in-memory ignores the schedule and --plain-loop runs it: give one");
   if (!(a.lr > 0) || !std::isfinite(a.lr)) return InvalidArgument("--lr " + std::to_string(a.lr) + ": the learning rate must be a finite number > 0");
   if (a.threads < 0 || a.threads > kMaxThreads) {
     return InvalidArgument("--threads " + std::to_string(a.threads) + " must be between 0 (every core) and " + std::to_string(kMaxThreads));

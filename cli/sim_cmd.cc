@@ -5,6 +5,7 @@
 #include "command.h"
 #include "inputs.h"
 #include "report.h"
+#include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/policies/policy.h"
 #ifdef TIERFLOW_HAVE_SIMGRID
@@ -91,6 +92,11 @@ Status RunSim(const SimArgs& a) {
   return Unavailable("this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
 #else
   if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
+  for (const auto& [output, flag] : {std::pair{a.records, "--records"}, std::pair{a.trace, "--trace"}}) {
+    if (output.empty()) continue;
+    TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.input, flag));
+    if (!a.profile.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.profile, flag));
+  }
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
   // Every task instance is kept as a trace record: bounded before anything is allocated.
   const int64_t per_iteration = std::max<int64_t>(1, static_cast<int64_t>(in.schedule.tasks().size()));

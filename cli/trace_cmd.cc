@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "command.h"
+#include "tierflow/core/files.h"
 #include "tierflow/core/schedule.h"
 #include "tierflow/core/trace_record.h"
 #include "tierflow/traces/chrome_trace.h"
@@ -62,6 +63,8 @@ Status RunSummary(const TraceOptions& o) {
 }
 
 Status RunChrome(const TraceOptions& o) {
+  for (const std::string& path : o.traces) TF_RETURN_IF_ERROR(RefuseOutputOverInput(o.output_path, path, "-o"));
+  if (!o.schedule_path.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(o.output_path, o.schedule_path, "-o"));
   TF_ASSIGN_OR_RETURN(std::optional<Schedule> schedule, LoadOptionalSchedule(o.schedule_path));
   std::vector<TraceRecord> all;
   std::set<std::string> seen;
@@ -95,6 +98,10 @@ Status RunCompare(const TraceOptions& o) {
   traces::CompareOptions options;
   options.worst_count = o.worst;
   traces::TraceComparison c = traces::Compare(a, b, options);
+  if (c.matched == 0) {
+    return InvalidArgument("'" + o.traces[0] + "' and '" + o.traces[1] +
+                           "' have no task instance in common (same task and iteration): traces of one schedule are compared");
+  }
   Print(o.json ? traces::ComparisonToJson(c) : traces::ComparisonToText(c));
   return Status::Ok();
 }

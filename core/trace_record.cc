@@ -1,13 +1,13 @@
 #include "tierflow/core/trace_record.h"
 
 #include <cmath>
+#include <fstream>
+#include <unordered_map>
 
-#include "tierflow/core/json_checked.h"
+#include <nlohmann/json.hpp>
 
 #include "tierflow/core/files.h"
-
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include "tierflow/core/json_checked.h"
 
 namespace tierflow {
 
@@ -136,6 +136,9 @@ StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("trace file '" + path + "' cannot be opened");
   std::vector<TraceRecord> records;
+  // A record twice (a file appended to itself, two runs' records concatenated) would count its
+  // task twice in every sum: refused, naming both lines.
+  std::unordered_map<std::string, int64_t> first_line;
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
@@ -146,8 +149,18 @@ StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path) {
       return InvalidArgument("trace file '" + path + "' line " + std::to_string(line_no) + ": " +
                              r.status().message());
     }
+    std::string key = r->source + '\x1f' + r->task + '\x1f' + r->resource + '\x1f' + std::to_string(r->iteration);
+    key.append(reinterpret_cast<const char*>(&r->start_s), sizeof(double));
+    key.append(reinterpret_cast<const char*>(&r->end_s), sizeof(double));
+    const auto [it, fresh] = first_line.try_emplace(std::move(key), line_no);
+    if (!fresh) {
+      return InvalidArgument("trace file '" + path + "' line " + std::to_string(line_no) + ": repeats the record of line " +
+                             std::to_string(it->second) + " (task '" + r->task.substr(0, 100) + "', iteration " +
+                             std::to_string(r->iteration) + ")");
+    }
     records.push_back(std::move(r).value());
   }
+  if (records.empty()) return InvalidArgument("trace file '" + path + "' holds no records");
   return records;
 }
 

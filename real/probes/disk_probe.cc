@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -179,6 +180,11 @@ std::vector<int32_t> DeviceCounts(const DiskProbeOptions& o) {
 
 }  // namespace
 
+// Beyond these a point measures the kernel's limits, not the device (a queue depth of 100000
+// ran out of threads and left its file behind).
+constexpr int64_t kMaxProbeBlock = int64_t{64} << 20;
+constexpr int32_t kMaxProbeQueueDepth = 1024;
+
 Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
   if (o.dirs.empty()) return InvalidArgument("probe disk: no --dir given");
   if (o.backend == "memory") return InvalidArgument("probe disk: measures a device; use uring, posix or auto");
@@ -186,6 +192,10 @@ Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
   for (int64_t b : o.block_bytes) {
     if (b < kDirectAlignment || b % kDirectAlignment != 0) {
       return InvalidArgument("probe disk: block size " + std::to_string(b) + " is not a positive multiple of 4 KiB");
+    }
+    if (b > kMaxProbeBlock || b > o.file_bytes) {
+      return InvalidArgument("probe disk: block size " + std::to_string(b) + " is larger than " +
+                             (b > kMaxProbeBlock ? "the largest request probed (64 MiB)" : "the probe file (--file-size)"));
     }
   }
   for (auto& op : o.ops) {
@@ -195,7 +205,9 @@ Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
     if (c < 1 || c > static_cast<int32_t>(o.dirs.size())) return InvalidArgument("probe disk: device count " + std::to_string(c) + " out of range");
   }
   for (int32_t qd : o.queue_depths) {
-    if (qd < 1) return InvalidArgument("probe disk: queue depth " + std::to_string(qd) + " must be at least 1");
+    if (qd < 1 || qd > kMaxProbeQueueDepth) {
+      return InvalidArgument("probe disk: queue depth " + std::to_string(qd) + " must be between 1 and " + std::to_string(kMaxProbeQueueDepth));
+    }
   }
   // A point is the median of its repetitions: none is nothing to take the median of.
   if (o.repetitions < 1) return InvalidArgument("probe disk: --reps " + std::to_string(o.repetitions) + " must be at least 1");
@@ -335,7 +347,12 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
     }
     return Status::Ok();
   };
-  Status st = body();
+  Status st;
+  try {
+    st = body();
+  } catch (const std::exception& e) {  // the files go whatever stopped the probe
+    st = Internal(std::string("probe disk: unexpected ") + e.what());
+  }
   if (!o.keep_files || !st.ok()) {
     for (auto& p : paths) ::unlink(p.c_str());
   }

@@ -23,6 +23,7 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   a.block_bytes = 1 << 20;
   a.queue_depth = 8;
   TraceRecord b = a;
+  b.task = "fwd.L7.r0";
   b.op = Op::kCompute;
   b.flops = 1.5e12;
   b.block_bytes = 0;
@@ -42,6 +43,34 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   EXPECT_EQ(TraceRecordToJson(a).find("device_"), std::string::npos);
   EXPECT_NE(TraceRecordToJson(b).find(R"("device_start_s":0.2,"device_end_s":0.29)"), std::string::npos)
       << TraceRecordToJson(b);
+}
+
+// A record twice would count its task twice in every sum; a file of no records summarises nothing.
+TEST(TraceRecord, RepeatedRecordsAndEmptyFilesAreRefused) {
+  TraceRecord a;
+  a.iteration = 1;
+  a.task = "read.L1";
+  a.op = Op::kRead;
+  a.resource = "nvme0.read";
+  a.start_s = 1;
+  a.end_s = 2;
+  a.source = "real";
+  TraceRecord later = a;
+  later.iteration = 2;  // the same task in the next iteration is another record
+  const auto path = (std::filesystem::temp_directory_path() / "tierflow_trace_record_repeat.jsonl").string();
+  ASSERT_TRUE(WriteTraceFile(path, {a, later, a}).ok());
+  auto back = ReadTraceFile(path);
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(back.status().message().find("line 3: repeats the record of line 1 (task 'read.L1', iteration 1)"), std::string::npos)
+      << back.status().ToString();
+  ASSERT_TRUE(WriteTraceFile(path, {a, later}).ok());
+  EXPECT_TRUE(ReadTraceFile(path).ok());
+  ASSERT_TRUE(WriteTraceFile(path, {}).ok());
+  back = ReadTraceFile(path);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("holds no records"), std::string::npos) << back.status().ToString();
+  std::filesystem::remove(path);
 }
 
 TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {

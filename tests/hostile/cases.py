@@ -1,0 +1,385 @@
+"""The hostile-input cases of run_hostile.py, grouped by verb (one ctest per group).
+
+C(group, name, args, rc, err, files={}, dirs=(), outputs=(), setup=None, timeout=60)
+  args     the command line after `tierflow`; {S} is the checkout, {fx} the fixtures directory;
+           relative paths are in the case's own directory
+  rc       the exit status: 1 (the input is wrong: not found, failed precondition, data loss) or 2
+           (an invalid argument, a usage error)
+  err      a regex stderr must match: it names the thing and the rule
+  files    name -> content (str, bytes, or a function of the fixtures) written before the run
+  dirs     directories made before the run
+  outputs  paths the command may create or change (all others must stay as they were)
+"""
+import json
+import os
+
+FIXTURES = {
+    # name: the tierflow arguments that make it ({out} is its path)
+    "tiny.schedule.json": "plan {S}/scenarios/tiny-cpu.yaml -o {out}",
+    "tiny.sim.jsonl": "sim {S}/scenarios/tiny-cpu.yaml -n 2 --records {out}",
+}
+
+
+class C:
+    def __init__(self, group, name, args, rc, err, files=None, dirs=(), outputs=(), setup=None, timeout=60):
+        self.group, self.name, self.args, self.rc, self.err = group, name, args, rc, err
+        self.files, self.dirs, self.outputs, self.setup, self.timeout = files or {}, dirs, outputs, setup, timeout
+
+
+TINY = "{S}/scenarios/tiny-cpu.yaml"
+SMALL = "{S}/tests/cli/data/small.yaml"
+GOOD = """name: t
+model: {preset: tiny}
+hardware: {preset: cpu-host}
+training: {micro_batch_size: 1, sequence_length: 128, data_parallel: 1}
+policy: {name: zero-infinity}
+"""
+
+
+def scenario(**replace):
+    """GOOD with lines replaced: scenario(training="training: {...}")."""
+    lines = GOOD.split("\n")
+    for key, value in replace.items():
+        lines = [value if l.startswith(key + ":") else l for l in lines]
+    return "\n".join(lines)
+
+
+def schedule(edit):
+    """The tiny schedule fixture, edited by edit(json) -> None."""
+    def make(fx):
+        j = json.loads(fx.text("tiny.schedule.json"))
+        edit(j)
+        return json.dumps(j)
+    return make
+
+
+def records(edit_lines):
+    def make(fx):
+        lines = fx.text("tiny.sim.jsonl").strip().split("\n")
+        return "\n".join(edit_lines(lines)) + "\n"
+    return make
+
+
+def first_task(op):
+    def pick(j):
+        return next(t for t in j["tasks"] if t["op"] == op)
+    return pick
+
+
+CASES = []
+
+
+def add(*a, **k):
+    CASES.append(C(*a, **k))
+
+
+# ---- scenario files (through sim: the loader is shared by plan, sim, run, tune, sweep) ----------
+g = "scenario"
+add(g, "missing_file", "sim nope.yaml", 1, r"nope\.yaml.*(cannot be opened|not found)")
+add(g, "empty_file", "sim s.yaml", 2, r"s\.yaml", files={"s.yaml": ""})
+add(g, "not_yaml", "sim s.yaml", 2, r"s\.yaml.*(YAML|parse)", files={"s.yaml": "model: [preset: tiny\n"})
+add(g, "a_list", "sim s.yaml", 2, r"s\.yaml", files={"s.yaml": "- 1\n- 2\n"})
+add(g, "duplicate_key", "sim s.yaml", 2, r"line 6: key 'policy' appears twice", files={"s.yaml": GOOD + "policy: {name: ioc}\n"})
+add(g, "non_utf8", "sim s.yaml", 2, r"byte \d+ \(0xFF\) is not UTF-8", files={"s.yaml": GOOD.encode() + b"# \xff\xfe\n"})
+add(g, "unknown_top_key", "sim s.yaml", 2, r"unknown key 'polcy'", files={"s.yaml": GOOD + "polcy: {}\n"})
+add(g, "unknown_model", "sim s.yaml", 2, r"unknown model preset 'llama9'", files={"s.yaml": scenario(model="model: {preset: llama9}")})
+add(g, "unknown_hardware", "sim s.yaml", 2, r"unknown hardware preset 'dgx'", files={"s.yaml": scenario(hardware="hardware: {preset: dgx}")})
+add(g, "unknown_policy", "sim s.yaml", 2, r"unknown policy 'zero-five'", files={"s.yaml": scenario(policy="policy: {name: zero-five}")})
+add(g, "unknown_knob", "sim s.yaml", 2, r"bufer_count", files={"s.yaml": scenario(policy="policy: {name: zero-infinity, bufer_count: 4}")})
+add(g, "negative_micro_batch", "sim s.yaml", 2, r"micro_batch_size",
+    files={"s.yaml": scenario(training="training: {micro_batch_size: -1}")})
+add(g, "zero_sequence", "sim s.yaml", 2, r"sequence_length",
+    files={"s.yaml": scenario(training="training: {sequence_length: 0}")})
+add(g, "huge_accumulation", "sim s.yaml", 2, r"gradient_accumulation_steps",
+    files={"s.yaml": scenario(training="training: {gradient_accumulation_steps: 100000}")})
+add(g, "accumulation_past_2_64", "sim s.yaml", 2, r"gradient_accumulation_steps",
+    files={"s.yaml": scenario(training="training: {gradient_accumulation_steps: 18446744073709551617}")})
+add(g, "fractional_ranks", "sim s.yaml", 2, r"data_parallel",
+    files={"s.yaml": scenario(training="training: {data_parallel: 1.5}")})
+add(g, "ranks_past_the_gpus", "sim s.yaml", 2, r"data_parallel 3 exceeds",
+    files={"s.yaml": scenario(training="training: {data_parallel: 3}")})
+add(g, "nan_clipping", "sim s.yaml", 2, r"gradient_clipping",
+    files={"s.yaml": scenario(training="training: {gradient_clipping: .nan}")})
+add(g, "negative_clipping", "sim s.yaml", 2, r"gradient_clipping",
+    files={"s.yaml": scenario(training="training: {gradient_clipping: -1}")})
+add(g, "unknown_dtype", "sim s.yaml", 2, r"dtype",
+    files={"s.yaml": scenario(training="training: {dtype: fp8}")})
+add(g, "string_for_number", "sim s.yaml", 2, r"micro_batch_size",
+    files={"s.yaml": scenario(training="training: {micro_batch_size: many}")})
+add(g, "huge_layers", "sim s.yaml", 2, r"layers",
+    files={"s.yaml": scenario(model="model: {preset: tiny, layers: 100000000000}")})
+add(g, "zero_heads", "sim s.yaml", 2, r"heads",
+    files={"s.yaml": scenario(model="model: {preset: tiny, heads: 0}")})
+add(g, "heads_not_dividing_hidden", "sim s.yaml", 2, r"heads",
+    files={"s.yaml": scenario(model="model: {preset: tiny, heads: 7}")})
+add(g, "tiny_sub_group", "sim s.yaml", 2, r"sub_group_size",
+    files={"s.yaml": scenario(policy="policy: {name: zero-infinity, sub_group_size: 1}")})
+add(g, "negative_buffer_count", "sim s.yaml", 2, r"buffer_count",
+    files={"s.yaml": scenario(policy="policy: {name: zero-infinity, buffer_count: -2}")})
+add(g, "block_size_without_unit", "sim s.yaml", 2, r"block_size",
+    files={"s.yaml": scenario(policy="policy: {name: zero-infinity, block_size: 1048576x}")})
+add(g, "hardware_zero_bandwidth", "sim s.yaml", 2, r"read_bw.*positive",
+    files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {nvme: [{read_bw: 0 GB/s}]}}")})
+add(g, "hardware_absurd_bandwidth", "sim s.yaml", 2, r"read_bw",
+    files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {nvme: [{read_bw: 1e-300 GB/s}]}}")})
+add(g, "hardware_no_unit", "sim s.yaml", 2, r"read_bw.*no unit",
+    files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {nvme: [{read_bw: 7}]}}")})
+add(g, "hardware_efficiency_above_one", "sim s.yaml", 2, r"compute_efficiency",
+    files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {gpu: {compute_efficiency: 1.5}}}")})
+add(g, "hardware_zero_gpus", "sim s.yaml", 2, r"gpu_count",
+    files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {gpu_count: 0}}")})
+add(g, "hardware_negative_nodes", "sim s.yaml", 2, r"nodes",
+    files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, nodes: -1}")})
+add(g, "hardware_not_a_map", "sim s.yaml", 2, r"hardware: expected a map",
+    files={"s.yaml": scenario(hardware="hardware: nohw.yaml")})
+add(g, "set_unknown_key", f"sim {TINY} --set training.micro_batchsize=2", 2, r"micro_batchsize")
+add(g, "set_without_equals", f"sim {TINY} --set training.micro_batch_size", 2, r"--set.*key\.path=value|=")
+add(g, "set_bad_value", f"sim {TINY} --set training.micro_batch_size=-3", 2, r"micro_batch_size")
+add(g, "set_bad_yaml", f"sim {TINY} --set 'policy={{name: ioc'", 2, r"--set|policy")
+add(g, "huge_error_input", "sim s.yaml", 2, r"s\.yaml",
+    files={"s.yaml": GOOD.replace("policy:", "polic" + "y" * 100000 + ":")})
+
+# ---- plan -------------------------------------------------------------------------------------
+g = "plan"
+add(g, "output_is_the_input", "plan s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
+add(g, "failing_plan_keeps_the_output", "plan s.yaml -o out.json", 2, r"zero-five",
+    files={"s.yaml": scenario(policy="policy: {name: zero-five}"), "out.json": "precious\n"})
+add(g, "output_in_a_file", "plan s.yaml -o f/out.json", 1, r"f/out\.json|f:", files={"s.yaml": GOOD, "f": "a file\n"})
+add(g, "schedule_as_input", "plan {fx}/tiny.schedule.json -o x.json", 2, r"scenario|YAML")
+add(g, "fuyou_on_four_ranks", f"plan {SMALL} --set 'policy={{name: fuyou}}' -o x.json", 2, r"fuyou.*one GPU")
+add(g, "mlp_offload_without_remote", f"plan {SMALL} --set 'policy={{name: mlp-offload}}' -o x.json", 2, r"remote tier")
+add(g, "ioc_more_disks_than_hardware", f"plan {TINY} --set policy.name=ioc --set policy.disks=9 -o x.json", 2, r"disks")
+add(g, "memory_budget_too_small", f"plan {TINY} --set hardware.node.gpu.hbm=1KiB -o x.json", 1, r"larger than pool 'gpu0.hbm'")
+
+# ---- schedule files (through sim and run) ------------------------------------------------------
+g = "schedule"
+add(g, "not_json", "sim s.json", 2, r"s\.json.*(JSON|parse).*(line|byte|position)", files={"s.json": "{\"format\": "})
+add(g, "truncated", "sim s.json", 2, r"s\.json.*(line|byte|position)",
+    files={"s.json": lambda fx: fx.text("tiny.schedule.json")[:5000]})
+add(g, "wrong_format", "sim s.json", 2, r"format", files={"s.json": schedule(lambda j: j.update(format="tierflow.schedule/9"))})
+add(g, "duplicate_key", "sim s.json", 2, r"key 'name' appears twice", files={"s.json": lambda fx: fx.text("tiny.schedule.json").replace(
+    '"format"', '"name": "x", "format"', 1)})
+add(g, "non_utf8", "sim s.json", 2, r"s\.json.*byte \d+", files={"s.json": lambda fx: fx.text("tiny.schedule.json").encode().replace(
+    b'"name": "', b'"name": "\xff', 1)})
+add(g, "dangling_dep", "sim s.json", 2, r"no-such-task",
+    files={"s.json": schedule(lambda j: j["tasks"][3].setdefault("deps", []).append("no-such-task"))})
+add(g, "cycle", "sim s.json", 2, r"cycle",
+    files={"s.json": schedule(lambda j: j["tasks"][0].setdefault("deps", []).append(j["tasks"][-1]["id"]))})
+add(g, "duplicate_task", "sim s.json", 2, r"duplicate|twice",
+    files={"s.json": schedule(lambda j: j["tasks"].append(dict(j["tasks"][0])))})
+add(g, "unknown_op", "sim s.json", 2, r"teleport", files={"s.json": schedule(lambda j: j["tasks"][0].update(op="teleport"))})
+add(g, "unknown_resource", "sim s.json", 2, r"warp\.drive",
+    files={"s.json": schedule(lambda j: j["tasks"][0].update(resource="warp.drive"))})
+add(g, "negative_bytes", "sim s.json", 2, r"bytes", files={"s.json": schedule(lambda j: j["tasks"][0].update(bytes=-5))})
+add(g, "bytes_past_2_63", "sim s.json", 2, r"bytes",
+    files={"s.json": lambda fx: schedule(lambda j: j["tasks"][0].update(bytes=123456789))(fx).replace("123456789", "99999999999999999999999", 1)})
+add(g, "string_bytes", "sim s.json", 2, r"bytes", files={"s.json": schedule(lambda j: j["tasks"][0].update(bytes="lots"))})
+add(g, "unknown_tensor", "sim s.json", 2, r"ghost",
+    files={"s.json": schedule(lambda j: first_task("read")(j).update(tensors=["ghost"]))})
+add(g, "unknown_buffer", "sim s.json", 2, r"phantom",
+    files={"s.json": schedule(lambda j: first_task("read")(j).update(allocs=["phantom"]))})
+add(g, "pool_too_small", "sim s.json", 1, r"larger than pool",
+    files={"s.json": schedule(lambda j: [p.update(capacity_bytes=16) for p in j["pools"]])})
+add(g, "negative_window", "sim s.json", 2, r"iteration_window", files={"s.json": schedule(lambda j: j.update(iteration_window=-1))})
+add(g, "no_tasks", "sim s.json", 2, r"task", files={"s.json": schedule(lambda j: j.update(tasks=[]))})
+add(g, "overlapping_tensors", "sim s.json", 2, r"share bytes",
+    files={"s.json": schedule(lambda j: [t.update(offset_bytes=0) for t in j["tensors"] if t.get("device") == "nvme0"])})
+add(g, "unknown_device", "sim s.json", 2, r"nvme7",
+    files={"s.json": schedule(lambda j: j["tensors"][0].update(device="nvme7"))})
+add(g, "unknown_key", "sim s.json", 2, r"colour", files={"s.json": schedule(lambda j: j["tasks"][0].update(colour="red"))})
+add(g, "carried_distance_negative", "sim s.json", 2, r"distance",
+    files={"s.json": schedule(lambda j: next(t for t in j["tasks"] if t.get("carried")).update(
+        carried=[{"task": "step.end", "distance": -1}]))})
+add(g, "run_dangling", "run s.json --disk d", 2, r"no-such-task", dirs=("d",),
+    files={"s.json": schedule(lambda j: j["tasks"][3].setdefault("deps", []).append("no-such-task"))})
+
+# ---- sim ---------------------------------------------------------------------------------------
+g = "sim"
+add(g, "zero_iterations", f"sim {TINY} -n 0", 2, r"iterations|-n")
+add(g, "negative_iterations", f"sim {TINY} -n -4", 2, r"iterations|-n")
+add(g, "huge_iterations", f"sim {TINY} -n 99999999999", 2, r"iterations|-n")
+add(g, "iterations_not_a_number", f"sim {TINY} -n lots", 2, r"-n|iterations")
+add(g, "profile_missing", f"sim {TINY} --profile nope.yaml", 1, r"nope\.yaml")
+add(g, "profile_not_yaml", f"sim {TINY} --profile p.yaml", 2, r"p\.yaml", files={"p.yaml": "nodes: [\n"})
+add(g, "trace_into_a_file", f"sim {TINY} --trace f/t.json", 1, r"f/t\.json|f:", files={"f": "x\n"})
+add(g, "records_onto_the_input", "sim s.yaml --records s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
+add(g, "unknown_flag", f"sim {TINY} --fast", 2, r"--fast")
+add(g, "no_input", "sim", 2, r"input|scenario|required")
+
+# ---- run ---------------------------------------------------------------------------------------
+g = "run"
+DATA = "--data {S}/data/corpus/kjv-genesis.txt"
+add(g, "no_disk", f"run {TINY} {DATA}", 2, r"--disk")
+add(g, "missing_disk_dir", f"run {TINY} --disk nodir {DATA}", 1, r"nodir")
+add(g, "disk_is_a_file", f"run {TINY} --disk f {DATA}", 2, r"'f'|f:|directory", files={"f": "x\n"})
+add(g, "too_many_disks", f"run {TINY} --disk a --disk b --disk c --disk d {DATA}", 2, r"--disk|storage device", dirs=("a", "b", "c", "d"))
+add(g, "unknown_disk_name", f"run {TINY} --disk nvme9=a {DATA}", 2, r"nvme9", dirs=("a",))
+add(g, "same_dir_twice", f"run {TINY} --set policy.name=ioc --disk a --disk a {DATA}", 2, r"'a'", dirs=("a",))
+add(g, "nan_lr", f"run {TINY} --disk d --lr nan {DATA}", 2, r"--lr", dirs=("d",))
+add(g, "negative_lr", f"run {TINY} --disk d --lr -1 {DATA}", 2, r"--lr", dirs=("d",))
+add(g, "inf_lr", f"run {TINY} --disk d --lr inf {DATA}", 2, r"--lr", dirs=("d",))
+add(g, "negative_threads", f"run {TINY} --disk d --threads -3 {DATA}", 2, r"--threads", dirs=("d",))
+add(g, "huge_threads", f"run {TINY} --disk d --threads 100000000 {DATA}", 2, r"--threads", dirs=("d",))
+add(g, "zero_iterations", f"run {TINY} --disk d -n 0 {DATA}", 2, r"-n|iterations", dirs=("d",))
+add(g, "huge_iterations", f"run {TINY} --disk d -n 99999999999 {DATA}", 2, r"-n|iterations", dirs=("d",))
+add(g, "unknown_storage", f"run {TINY} --disk d --storage tape {DATA}", 2, r"tape", dirs=("d",))
+add(g, "unknown_compute", f"run {TINY} --disk d --compute tpu {DATA}", 2, r"tpu", dirs=("d",))
+add(g, "missing_data", f"run {TINY} --disk d --data nodata.txt", 1, r"nodata\.txt", dirs=("d",))
+add(g, "empty_data", f"run {TINY} --disk d --data e.txt", 2, r"e\.txt", dirs=("d",), files={"e.txt": ""})
+add(g, "checkpoint_every_without_dir", f"run {TINY} --disk d --checkpoint-every 1 {DATA}", 2, r"--checkpoint", dirs=("d",))
+add(g, "checkpoint_every_negative", f"run {TINY} --disk d --checkpoint c --checkpoint-every -1 {DATA}", 2, r"--checkpoint-every", dirs=("d", "c"))
+add(g, "resume_without_checkpoint", f"run {TINY} --disk d --resume {DATA}", 2, r"--resume.*--checkpoint|--checkpoint", dirs=("d",))
+add(g, "records_onto_the_scenario", f"run s.yaml --disk d --records s.yaml {DATA}", 2, r"s\.yaml", dirs=("d",), files={"s.yaml": GOOD})
+add(g, "ranks_above_one", f"run {SMALL} --disk d {DATA}", 2, r"rank|data_parallel", dirs=("d",))
+add(g, "gpu_schedule_unknown_kernel", f"run s.json --disk d {DATA}", 2, r"kernel",
+    dirs=("d",), files={"s.json": schedule(lambda j: first_task("compute")(j).update(kernel="fft"))})
+add(g, "in_memory_with_plain_loop", f"run {TINY} --in-memory --plain-loop {DATA}", 2, r"--in-memory|--plain-loop")
+
+# ---- sweep -------------------------------------------------------------------------------------
+g = "sweep"
+SWEEP = f"base: {{S}}/scenarios/tiny-cpu.yaml\ngrid:\n  policy.buffer_count: [2, 4]\n"
+add(g, "missing_file", "sweep nope.yaml", 1, r"nope\.yaml")
+add(g, "no_base", "sweep w.yaml -o o.csv", 2, r"base", files={"w.yaml": "grid: {policy.buffer_count: [2]}\n"})
+add(g, "unknown_key", "sweep w.yaml -o o.csv", 2, r"gird", files={"w.yaml": "base: x.yaml\ngird: {}\n"})
+add(g, "grid_not_lists", "sweep w.yaml -o o.csv", 2, r"grid|list",
+    files={"w.yaml": f"base: {TINY}\ngrid: {{policy.buffer_count: 4}}\n"})
+add(g, "empty_grid_list", "sweep w.yaml -o o.csv", 2, r"grid|empty",
+    files={"w.yaml": f"base: {TINY}\ngrid: {{policy.buffer_count: []}}\n"})
+add(g, "huge_grid", "sweep w.yaml -o o.csv", 2, r"runs|grid|too many",
+    files={"w.yaml": f"base: {TINY}\ngrid:\n" + "".join(f"  policy.k{i}: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n" for i in range(12))})
+add(g, "bad_shard", "sweep w.yaml --shard 8/8 -o o.csv", 2, r"--shard", files={"w.yaml": SWEEP})
+add(g, "shard_garbage", "sweep w.yaml --shard x -o o.csv", 2, r"--shard", files={"w.yaml": SWEEP})
+add(g, "jobs_negative", "sweep w.yaml -j -1 -o o.csv", 2, r"-j", files={"w.yaml": SWEEP})
+add(g, "output_onto_the_sweep", "sweep w.yaml -o w.yaml", 2, r"is the input", files={"w.yaml": SWEEP})
+add(g, "negative_budget", "sweep w.yaml -o o.csv", 2, r"memory_budget|host",
+    files={"w.yaml": f"base: {TINY}\nmemory_budget: {{host: -1 GiB}}\n"})
+add(g, "merge_nothing", "sweep merge -o all.csv", 2, r"merge|input|required")
+add(g, "merge_not_csv", "sweep merge a.csv -o all.csv", 2, r"a\.csv", files={"a.csv": "\x00\x01garbage"})
+add(g, "merge_missing", "sweep merge nope.csv -o all.csv", 1, r"nope\.csv")
+
+# ---- tune --------------------------------------------------------------------------------------
+g = "tune"
+add(g, "schedule_input", "tune {fx}/tiny.schedule.json", 2, r"scenario")
+add(g, "unknown_policy", f"tune {TINY} --policy zero-five", 2, r"zero-five")
+add(g, "bad_budget", f"tune {TINY} --memory-budget lots", 2, r"--memory-budget|lots|budget")
+add(g, "negative_budget", f"tune {TINY} --memory-budget host=-1GiB,gpu=1GiB", 2, r"host|budget")
+add(g, "budget_nothing_fits", f"tune {TINY} --policy zero-infinity --memory-budget host=1KiB,gpu=1KiB -o x.json", 1,
+    r"no configuration fits the memory budget")
+add(g, "jobs_negative", f"tune {TINY} -j -1", 2, r"-j")
+add(g, "iterations_zero", f"tune {TINY} -n 0", 2, r"iterations|-n")
+add(g, "output_onto_the_scenario", "tune s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
+
+# ---- trace files -------------------------------------------------------------------------------
+g = "trace"
+add(g, "summary_missing", "trace summary nope.jsonl", 1, r"nope\.jsonl")
+add(g, "summary_empty", "trace summary e.jsonl", 2, r"e\.jsonl.*(no records|empty)", files={"e.jsonl": ""})
+add(g, "summary_not_json", "trace summary t.jsonl", 2, r"t\.jsonl.*line 2", files={"t.jsonl": lambda fx: fx.text("tiny.sim.jsonl").split("\n")[0] + "\n{oops\n"})
+add(g, "summary_missing_field", "trace summary t.jsonl", 2, r"t\.jsonl.*line 1.*end_s",
+    files={"t.jsonl": records(lambda ls: [json.dumps({k: v for k, v in json.loads(ls[0]).items() if k != "end_s"})] + ls[1:])})
+add(g, "summary_negative_iteration", "trace summary t.jsonl", 2, r"iteration",
+    files={"t.jsonl": records(lambda ls: [json.dumps(dict(json.loads(ls[0]), iteration=-3))] + ls[1:])})
+add(g, "summary_end_before_start", "trace summary t.jsonl", 2, r"end_s|start_s",
+    files={"t.jsonl": records(lambda ls: [json.dumps(dict(json.loads(ls[0]), start_s=5.0, end_s=1.0))] + ls[1:])})
+add(g, "summary_duplicate_record", "trace summary t.jsonl", 2, r"line \d+: repeats the record of line 4",
+    files={"t.jsonl": records(lambda ls: ls + [ls[3]])})
+add(g, "summary_non_utf8", "trace summary t.jsonl", 2, r"t\.jsonl' line 1.*byte \d+",
+    files={"t.jsonl": lambda fx: fx.text("tiny.sim.jsonl").encode().replace(b'"task":"', b'"task":"\xff', 1)})
+add(g, "summary_nan_time", "trace summary t.jsonl", 2, r"start_s|end_s|number",
+    files={"t.jsonl": records(lambda ls: [ls[0].replace('"start_s":', '"start_s":NaN,"x":', 1)] + ls[1:])})
+add(g, "summary_schedule_mismatch", "trace summary {fx}/tiny.sim.jsonl --schedule s.json", 2, r"schedule|task",
+    files={"s.json": lambda fx: open(os.path.join(fx.source, "tests/cli/data/cycle.schedule.json")).read()})
+add(g, "chrome_output_onto_input", "trace chrome t.jsonl -o t.jsonl", 2, r"t\.jsonl",
+    files={"t.jsonl": lambda fx: fx.text("tiny.sim.jsonl")})
+add(g, "compare_missing", "trace compare {fx}/tiny.sim.jsonl nope.jsonl", 1, r"nope\.jsonl")
+add(g, "compare_other_schedule", "trace compare {fx}/tiny.sim.jsonl q.jsonl", 2, r"no task in common|match|common",
+    files={"q.jsonl": records(lambda ls: [json.dumps(dict(json.loads(l), task="other." + json.loads(l)["task"])) for l in ls])})
+add(g, "compare_negative_worst", "trace compare {fx}/tiny.sim.jsonl {fx}/tiny.sim.jsonl --worst -1", 2, r"--worst")
+
+# ---- calibrate ---------------------------------------------------------------------------------
+g = "calibrate"
+add(g, "no_real_records", "calibrate {fx}/tiny.sim.jsonl -o p.yaml", 2, r"no (probe|real)|sim")
+add(g, "missing_input", "calibrate nope.jsonl -o p.yaml", 1, r"nope\.jsonl")
+add(g, "empty_dir", "calibrate d -o p.yaml", 2, r"'d'|no .*jsonl|records", dirs=("d",))
+add(g, "fio_not_json", "calibrate nvme0=f.json -o p.yaml", 2, r"f\.json", files={"f.json": "fio says hi"})
+add(g, "fio_missing_bw", "calibrate nvme0=f.json -o p.yaml", 2, r"f\.json.*read\.runtime: missing",
+    files={"f.json": json.dumps({"jobs": [{"jobname": "read-1m-qd4", "read": {"io_bytes": 1}}]})})
+add(g, "fio_not_fio", "calibrate nvme9=f.json --base cpu-host -o p.yaml", 2, r"f\.json.*not fio",
+    files={"f.json": "{}"})
+add(g, "unknown_base", "calibrate {fx}/tiny.sim.jsonl --base dgx -o p.yaml", 1, r"dgx")
+add(g, "output_onto_input", "calibrate t.jsonl -o t.jsonl", 2, r"t\.jsonl", files={"t.jsonl": lambda fx: fx.text("tiny.sim.jsonl")})
+
+# ---- validate ----------------------------------------------------------------------------------
+g = "validate"
+add(g, "no_profile", f"validate {TINY} --disk d", 2, r"--profile", dirs=("d",))
+add(g, "profile_missing", f"validate {TINY} --profile nope.yaml --disk d", 1, r"nope\.yaml", dirs=("d",))
+add(g, "no_disk", f"validate {TINY} --data {{S}}/data/corpus/kjv-genesis.txt --profile {{S}}/tests/cli/data/cpu-host-1disk.profile.yaml", 2, r"--disk")
+
+# ---- probes ------------------------------------------------------------------------------------
+g = "probe"
+add(g, "disk_zero_reps", "probe disk --dir d --reps 0", 2, r"--reps|repetition", dirs=("d",))
+add(g, "disk_negative_duration", "probe disk --dir d --duration -1", 2, r"measured window must be > 0", dirs=("d",))
+add(g, "disk_missing_dir", "probe disk --dir nodir", 1, r"nodir")
+add(g, "disk_bad_sizes", "probe disk --dir d --sizes 4KiB,lots", 2, r"lots|--sizes", dirs=("d",))
+add(g, "disk_zero_size", "probe disk --dir d --sizes 0", 2, r"--sizes|size", dirs=("d",))
+add(g, "disk_huge_size", "probe disk --dir d --sizes 1PiB", 2, r"--sizes|size|16MiB", dirs=("d",))
+add(g, "disk_huge_qd", "probe disk --dir d --qd 100000", 2, r"--qd|queue depth|128", dirs=("d",))
+add(g, "disk_unknown_op", "probe disk --dir d --ops erase", 2, r"erase", dirs=("d",))
+add(g, "disk_huge_file", "probe disk --dir d --file-size 1EiB", 2, r"'1EiB' has unit 'EiB'", dirs=("d",))
+add(g, "disk_unknown_backend", "probe disk --dir d --backend floppy", 2, r"floppy", dirs=("d",))
+add(g, "copy_zero_reps", "probe copy --reps 0", 2, r"--reps|repetition")
+add(g, "copy_bad_size", "probe copy --sizes -4KiB", 2, r"--sizes|size|negative")
+add(g, "compute_bad_scenario", "probe compute nope.yaml", 1, r"nope\.yaml")
+add(g, "optimizer_zero_elements", "probe optimizer --elements 0", 2, r"element count 0 must be positive")
+add(g, "memory_huge", "probe memory --bytes 1EiB", 2, r"--bytes|EiB")
+add(g, "all_no_out", "probe all --dir d", 2, r"--out|-o", dirs=("d",))
+add(g, "all_out_is_a_file", "probe all --dir d -o f", 2, r"'f'|f:|directory", dirs=("d",), files={"f": "x\n"})
+add(g, "collective_zero_reps", "probe collective --reps 0", 2, r"--reps|repetition")
+add(g, "collective_unknown_backend", "probe collective --backend carrier-pigeon", 2, r"carrier-pigeon")
+add(g, "collective_tiny_size", "probe collective --sizes 1", 2, r"size|4 bytes")
+
+# ---- checkpoints -------------------------------------------------------------------------------
+g = "checkpoint"
+add(g, "save_name_escapes", "checkpoint save --dir d --name ../../x --preset tiny", 2, r"name", dirs=("d",))
+add(g, "save_name_non_utf8", b"checkpoint save --dir d --name \xff --preset tiny".decode("latin-1"), 2, r"name", dirs=("d",))
+add(g, "save_zero_ranks", "checkpoint save --dir d --ranks 0 --preset tiny", 2, r"--ranks", dirs=("d",))
+add(g, "save_huge_ranks", "checkpoint save --dir d --ranks 100000000 --preset tiny", 2, r"--ranks", dirs=("d",))
+add(g, "save_unknown_preset", "checkpoint save --dir d --preset llama9", 1, r"llama9", dirs=("d",))
+add(g, "save_unknown_strategy", "checkpoint save --dir d --strategy zip --preset tiny", 2, r"zip", dirs=("d",))
+add(g, "save_zero_qd", "checkpoint save --dir d --qd 0 --preset tiny", 2, r"--qd|queue depth", dirs=("d",))
+add(g, "save_tiny_staging", "checkpoint save --dir d --staging 1 --preset tiny", 2, r"--staging|staging", dirs=("d",))
+add(g, "save_negative_counts", "checkpoint save --dir d --small-count -1", 2, r"count", dirs=("d",))
+add(g, "load_nothing", "checkpoint load --dir d", 1, r"no committed checkpoint|manifest|not found", dirs=("d",))
+add(g, "load_manifest_not_json", "checkpoint load --dir d --name ck", 1, r"manifest|ck",
+    files={"d/ck.manifest.json": "{not json"})
+bench_dirs = ("d",)
+add(g, "bench_zero_reps", "checkpoint bench --dir d --reps 0", 2, r"--reps|repetition", dirs=bench_dirs)
+
+# ---- DeepSpeed configs ---------------------------------------------------------------------------
+g = "deepspeed"
+DS = "{S}/tests/cli/data/deepspeed/"
+IMPORT = "deepspeed import c.json --model tiny --hardware cpu-host -o o.yaml"
+add(g, "not_json", f"deepspeed import {DS}not_json.json --model tiny --hardware cpu-host -o o.yaml", 2, r"not_json\.json.*(JSON|byte)")
+add(g, "stage_2", f"deepspeed import {DS}stage2.json --model tiny --hardware cpu-host -o o.yaml", 2, r"stage.*3")
+add(g, "unknown_device", f"deepspeed import {DS}unknown_device.json --model tiny --hardware cpu-host -o o.yaml", 2, r"device")
+add(g, "negative_size", f"deepspeed import {DS}negative_size.json --model tiny --hardware cpu-host -o o.yaml", 2, r"negative|size")
+add(g, "a_list", IMPORT, 2, r"c\.json|object", files={"c.json": "[1, 2]"})
+add(g, "duplicate_key", IMPORT, 2, r"key 'stage' appears twice", files={"c.json": '{"zero_optimization": {"stage": 3, "stage": 2}}'})
+add(g, "fp32", IMPORT, 2, r"fp32|bf16|fp16", files={"c.json": '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}'})
+add(g, "batch_not_dividing", IMPORT, 2, r"train_batch_size",
+    files={"c.json": '{"train_batch_size": 3, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, '
+                     '"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}'})
+add(g, "unknown_model", f"deepspeed import {DS}quickstart.ds_config.json --model llama9 --hardware cpu-host -o o.yaml", 2, r"llama9")
+add(g, "export_other_policy", "deepspeed export s.yaml -o c.json", 2, r"ioc|DeepSpeed",
+    files={"s.yaml": scenario(policy="policy: {name: ioc}")})
+add(g, "export_onto_input", "deepspeed export s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
+
+# ---- model and hardware --------------------------------------------------------------------------
+g = "model"
+add(g, "unknown_preset", "model llama9", 1, r"llama9")
+add(g, "file_missing", "model --file nope.yaml", 1, r"nope\.yaml")
+add(g, "file_bad", "model --file m.yaml", 2, r"hidden|m\.yaml", files={"m.yaml": "name: m\nhidden: -1\n"})
+add(g, "seq_negative", "model tiny --seq -5", 2, r"--seq|sequence")
+add(g, "preset_and_file", "model tiny --file m.yaml", 2, r"not both", files={"m.yaml": "name: m\n"})
+add(g, "hardware_unknown", "hardware dgx", 1, r"dgx")
+add(g, "hardware_file_bad", "hardware --file h.yaml", 2, r"h\.yaml|gpu", files={"h.yaml": "preset: cpu-host\nnode: {gpu: {hbm: -1 GiB}}\n"})
+add(g, "hardware_json_and_yaml", "hardware cpu-host --json --yaml", 2, r"not both")
