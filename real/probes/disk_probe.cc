@@ -181,7 +181,7 @@ std::vector<int32_t> DeviceCounts(const DiskProbeOptions& o) {
 }  // namespace
 
 // Beyond these a point measures the kernel's limits, not the device (a queue depth of 100000
-// ran out of threads and left its file behind).
+// failed with "Resource temporarily unavailable" and, by an exception, left its file behind).
 constexpr int64_t kMaxProbeBlock = int64_t{64} << 20;
 constexpr int32_t kMaxProbeQueueDepth = 1024;
 
