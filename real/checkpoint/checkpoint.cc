@@ -521,12 +521,23 @@ StatusOr<CheckpointStats> SaveCheckpoint(Storage& storage, const std::vector<Che
   CheckpointStats stats;
   stats.generation = m.generation;
   stats.tensors = static_cast<int64_t>(tensors.size());
-  if (options.strategy == CheckpointStrategy::kAggregated) {
-    TF_RETURN_IF_ERROR(SaveAggregated(storage, tensors, options, &m, &stats));
-  } else {
-    TF_RETURN_IF_ERROR(SaveFilePerTensor(storage, tensors, options, &m, &stats));
-  }
-  TF_RETURN_IF_ERROR(WriteManifest(storage, options, m));
+  // A save that fails (a full disk, an I/O error) takes its own files away before it returns:
+  // the directories hold the committed checkpoint and nothing else, as before the save. Which
+  // one is committed is read back (a manifest write can fail after its rename, the commit).
+  auto failed = [&](Status st) -> Status {
+    (void)storage.Remove(ManifestPath(options) + ".tmp");
+    auto committed = ReadManifest(storage, options);
+    if (committed.ok()) {
+      (void)RemoveStale(storage, options, &*committed);
+    } else if (committed.status().code() == StatusCode::kNotFound) {
+      (void)RemoveStale(storage, options, nullptr);
+    }  // else the manifest cannot be read now: nothing is removed
+    return st;
+  };
+  Status saved = options.strategy == CheckpointStrategy::kAggregated ? SaveAggregated(storage, tensors, options, &m, &stats)
+                                                                     : SaveFilePerTensor(storage, tensors, options, &m, &stats);
+  if (saved.ok()) saved = WriteManifest(storage, options, m);
+  if (!saved.ok()) return failed(saved);
   // Committed: the previous generation is garbage now.
   TF_RETURN_IF_ERROR(RemoveStale(storage, options, &m));
   stats.duration_s = MonotonicSeconds() - t0;

@@ -1,6 +1,7 @@
 // Checkpoints: both strategies round-trip bit-exactly over several directories on every
 // back-end; a save interrupted at each of its I/Os in turn leaves the previous checkpoint
 // loadable and verified; corruption and injected errors name the tensor or device.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -254,6 +255,59 @@ TEST(CheckpointFaultTest, ACheckpointLeavesItsNeighboursAlone) {
   EXPECT_EQ(LoadAndCompare(*mem, gold, a), "");
   ASSERT_TRUE(RemoveCheckpoint(*mem, plain).ok());
   EXPECT_EQ(LoadAndCompare(*mem, gold, a), "");
+}
+
+// A disk that fills during a save: ENOSPC from the n-th write on (and on every later one), for
+// every n. The process lives on, so the save must clean up itself: right after the error the
+// directories hold the previous checkpoint's files and nothing else (no temporary manifest, no
+// file of the failed generation), and that checkpoint loads.
+TEST(CheckpointFaultTest, ADiskThatFillsLeavesOnlyThePreviousCheckpoint) {
+  for (CheckpointStrategy strategy : {CheckpointStrategy::kAggregated, CheckpointStrategy::kFilePerTensor}) {
+    auto mem = NewMemoryStorage();
+    auto fault = NewFaultInjectingStorage(mem.get());
+    CheckpointOptions o;
+    o.dirs = {"/m/a", "/m/b"};
+    o.strategy = strategy;
+    o.staging_bytes = 1 << 20;
+    Set old_set = MakeSet(3, 2, {100, 5000, 2 << 20, 4096});
+    Set new_set = MakeSet(4, 2, {200, 6000, 3 << 20, 4096, 77});
+    ASSERT_TRUE(SaveCheckpoint(*mem, old_set.tensors, o).ok());
+    std::map<std::string, std::vector<std::string>> before;
+    for (const auto& d : o.dirs) {
+      auto names = mem->List(d);
+      ASSERT_TRUE(names.ok());
+      before[d] = *names;
+      std::sort(before[d].begin(), before[d].end());
+    }
+    int64_t fills = 0;
+    for (int64_t n = 0;; ++n) {
+      fault->ClearRules();
+      FaultRule r;
+      r.ops = static_cast<uint32_t>(FaultOpMask::kWrite);
+      r.error = ENOSPC;
+      r.skip = n;
+      r.count = -1;
+      fault->AddRule(r);
+      const int64_t injected = fault->faults_injected();
+      auto save = SaveCheckpoint(*fault, new_set.tensors, o);
+      fault->ClearRules();
+      if (fault->faults_injected() == injected) {
+        ASSERT_TRUE(save.ok()) << save.status().ToString();
+        break;  // past the last write of a save
+      }
+      ++fills;
+      ASSERT_FALSE(save.ok()) << "a full disk at write " << n << " was not reported";
+      EXPECT_EQ(save.status().code(), StatusCode::kResourceExhausted) << save.status().ToString();
+      ASSERT_EQ(LoadAndCompare(*mem, o, old_set), "") << "full at write " << n << ": the previous checkpoint does not load";
+      for (const auto& d : o.dirs) {
+        auto names = mem->List(d);
+        ASSERT_TRUE(names.ok());
+        std::sort(names->begin(), names->end());
+        EXPECT_EQ(*names, before[d]) << "full at write " << n << ": " << d << " holds other files than the previous checkpoint's";
+      }
+    }
+    EXPECT_GT(fills, 2) << CheckpointStrategyName(strategy);
+  }
 }
 
 TEST(CheckpointFaultTest, InjectedErrorsNameTheDevice) {
