@@ -65,12 +65,23 @@ Status AddFioFile(const std::string& path, int32_t device, Inputs* in) {
   return Status::Ok();
 }
 
+// `nvmeK=FILE.json`: fio output of disk K.
+const std::regex& DeviceFileArg() {
+  static const std::regex kDeviceFile("nvme([0-9]+)=(.+)");
+  return kDeviceFile;
+}
+
+// The file or directory an input argument names.
+std::string InputPath(const std::string& arg) {
+  std::smatch m;
+  return std::regex_match(arg, m, DeviceFileArg()) ? m[2].str() : arg;
+}
+
 StatusOr<Inputs> LoadInputs(const std::vector<std::string>& args) {
   Inputs in;
-  static const std::regex kDeviceFile("nvme([0-9]+)=(.+)");
   for (const std::string& arg : args) {
     std::smatch m;
-    if (std::regex_match(arg, m, kDeviceFile)) {
+    if (std::regex_match(arg, m, DeviceFileArg())) {
       TF_RETURN_IF_ERROR(AddFioFile(m[2].str(), std::stoi(m[1].str()), &in));
       continue;
     }
@@ -182,10 +193,7 @@ Status Run(const CalibrateArgs& a) {
   if (a.inputs.empty()) return InvalidArgument("calibrate: give at least one trace file, directory or fio JSON");
   TF_ASSIGN_OR_RETURN(models::HardwareSpec base, LoadBase(a.base));
   if (!a.output.empty()) {
-    for (const std::string& input : a.inputs) {
-      const size_t eq = input.find('=');
-      TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, eq == std::string::npos ? input : input.substr(eq + 1), "-o"));
-    }
+    for (const std::string& input : a.inputs) TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, InputPath(input), "-o"));
   }
   TF_ASSIGN_OR_RETURN(Inputs in, LoadInputs(a.inputs));
   // The simulator's own records measure nothing: a profile fitted to them would only give back

@@ -123,13 +123,10 @@ StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, 
                                               (data.empty() ? " (the shipped corpus is looked up from the repository root; give --data FILE)" : ""));
   }
   config.tokens = std::move(*tokens);
-  // One batch of windows of sequence + 1 tokens (inputs and the next-token targets), checked
-  // here, before a run touches its disks.
-  const int64_t need = static_cast<int64_t>(config.batch) * (static_cast<int64_t>(config.seq) + 1);
-  if (static_cast<int64_t>(config.tokens.size()) < need) {
-    return InvalidArgument("--data '" + path + "': " + std::to_string(config.tokens.size()) + " tokens, fewer than one batch of " +
-                           std::to_string(config.batch) + " windows of " + std::to_string(config.seq + 1) + " tokens (" +
-                           std::to_string(need) + ")");
+  // Enough for one batch, by the loader's own rule, checked here to name the file, before a run
+  // touches its disks.
+  if (auto loader = real::TokenLoader::Create(config.tokens, config.batch, config.seq, config.data_seed); !loader.ok()) {
+    return Status(loader.status().code(), "--data '" + path + "': " + loader.status().message());
   }
   for (int32_t t : config.tokens) {
     if (t < 0 || t >= config.spec.config.vocab) {

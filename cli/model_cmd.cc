@@ -157,7 +157,9 @@ Status Run(const ModelOptions& o) {
   if (!o.file.empty()) {
     if (!o.preset.empty()) return InvalidArgument("give a preset or --file, not both");
     TF_ASSIGN_OR_RETURN(std::string text, ReadFile(o.file));
-    TF_ASSIGN_OR_RETURN(c, models::LlmFromYamlText(text));
+    auto parsed = models::LlmFromYamlText(text);
+    if (!parsed.ok()) return parsed.status().WithContext("model file '" + o.file + "'");
+    c = std::move(*parsed);
   } else if (!o.preset.empty()) {
     TF_ASSIGN_OR_RETURN(c, models::LlmPreset(o.preset));
   } else {

@@ -18,6 +18,10 @@ Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
   TF_ASSIGN_OR_RETURN(device_, exec::MakeComputeDevice(options_.compute, config_, trainer_));
   window_ = std::max<int64_t>(1, s_.iteration_window);
+  // The data, like the disks, before anything is written (an empty corpus used to be found after
+  // the stores were made).
+  TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config_.tokens, config_.batch, config_.seq, config_.data_seed));
+  loader_ = std::make_unique<TokenLoader>(std::move(loader));
   // Disks: checked before anything is written.
   TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks, options_.disk_root));
   TF_RETURN_IF_ERROR(MakeRootDirs(dirs, options_.disk_root));
@@ -196,8 +200,6 @@ Status Run::Setup() {
   step_decided_.assign(static_cast<size_t>(window_), -1);
   adam_step_.assign(static_cast<size_t>(window_), 0);
   clip_.assign(static_cast<size_t>(window_), 1.0f);
-  TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config_.tokens, config_.batch, config_.seq, config_.data_seed));
-  loader_ = std::make_unique<TokenLoader>(std::move(loader));
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
   updates_at_start_ = updates_;
   run_iterations_ = options_.iterations - base_iteration_;

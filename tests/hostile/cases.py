@@ -75,9 +75,9 @@ def add(*a, **k):
 
 # ---- scenario files (through sim: the loader is shared by plan, sim, run, tune, sweep) ----------
 g = "scenario"
-add(g, "missing_file", "sim nope.yaml", 1, r"nope\.yaml.*(cannot be opened|not found)")
+add(g, "missing_file", "sim nope.yaml", 1, r"scenario file 'nope\.yaml' cannot be opened")
 add(g, "empty_file", "sim s.yaml", 2, r"s\.yaml", files={"s.yaml": ""})
-add(g, "not_yaml", "sim s.yaml", 2, r"s\.yaml.*(YAML|parse)", files={"s.yaml": "model: [preset: tiny\n"})
+add(g, "not_yaml", "sim s.yaml", 2, r"s\.yaml: not valid YAML: .*line 2", files={"s.yaml": "model: [preset: tiny\n"})
 add(g, "a_list", "sim s.yaml", 2, r"s\.yaml", files={"s.yaml": "- 1\n- 2\n"})
 add(g, "duplicate_key", "sim s.yaml", 2, r"line 6: key 'policy' appears twice", files={"s.yaml": GOOD + "policy: {name: ioc}\n"})
 add(g, "non_utf8", "sim s.yaml", 2, r"byte \d+ \(0xFF\) is not UTF-8", files={"s.yaml": GOOD.encode() + b"# \xff\xfe\n"})
@@ -133,9 +133,9 @@ add(g, "hardware_negative_nodes", "sim s.yaml", 2, r"nodes",
 add(g, "hardware_not_a_map", "sim s.yaml", 2, r"hardware: expected a map",
     files={"s.yaml": scenario(hardware="hardware: nohw.yaml")})
 add(g, "set_unknown_key", f"sim {TINY} --set training.micro_batchsize=2", 2, r"micro_batchsize")
-add(g, "set_without_equals", f"sim {TINY} --set training.micro_batch_size", 2, r"--set.*key\.path=value|=")
+add(g, "set_without_equals", f"sim {TINY} --set training.micro_batch_size", 2, r"--set 'training\.micro_batch_size': expected key\.path=value")
 add(g, "set_bad_value", f"sim {TINY} --set training.micro_batch_size=-3", 2, r"micro_batch_size")
-add(g, "set_bad_yaml", f"sim {TINY} --set 'policy={{name: ioc'", 2, r"--set|policy")
+add(g, "set_bad_yaml", f"sim {TINY} --set 'policy={{name: ioc'", 2, r"--set 'policy=\{name: ioc': yaml-cpp: error")
 add(g, "huge_error_input", "sim s.yaml", 2, r"s\.yaml",
     files={"s.yaml": GOOD.replace("policy:", "polic" + "y" * 100000 + ":")})
 
@@ -144,8 +144,8 @@ g = "plan"
 add(g, "output_is_the_input", "plan s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
 add(g, "failing_plan_keeps_the_output", "plan s.yaml -o out.json", 2, r"zero-five",
     files={"s.yaml": scenario(policy="policy: {name: zero-five}"), "out.json": "precious\n"})
-add(g, "output_in_a_file", "plan s.yaml -o f/out.json", 1, r"f/out\.json|f:", files={"s.yaml": GOOD, "f": "a file\n"})
-add(g, "schedule_as_input", "plan {fx}/tiny.schedule.json -o x.json", 2, r"scenario|YAML")
+add(g, "output_in_a_file", "plan s.yaml -o f/out.json", 1, r"create the directory 'f' of schedule file 'f/out\.json': Not a directory", files={"s.yaml": GOOD, "f": "a file\n"})
+add(g, "schedule_as_input", "plan {fx}/tiny.schedule.json -o x.json", 2, r"plan takes a scenario \(YAML\), not a schedule")
 add(g, "fuyou_on_four_ranks", f"plan {SMALL} --set 'policy={{name: fuyou}}' -o x.json", 2, r"fuyou.*one GPU")
 add(g, "mlp_offload_without_remote", f"plan {SMALL} --set 'policy={{name: mlp-offload}}' -o x.json", 2, r"remote tier")
 add(g, "ioc_more_disks_than_hardware", f"plan {TINY} --set policy.name=ioc --set policy.disks=9 -o x.json", 2, r"disks")
@@ -153,8 +153,8 @@ add(g, "memory_budget_too_small", f"plan {TINY} --set hardware.node.gpu.hbm=1KiB
 
 # ---- schedule files (through sim and run) ------------------------------------------------------
 g = "schedule"
-add(g, "not_json", "sim s.json", 2, r"s\.json.*(JSON|parse).*(line|byte|position)", files={"s.json": "{\"format\": "})
-add(g, "truncated", "sim s.json", 2, r"s\.json.*(line|byte|position)",
+add(g, "not_json", "sim s.json", 2, r"s\.json: schedule: not valid JSON at byte 12", files={"s.json": "{\"format\": "})
+add(g, "truncated", "sim s.json", 2, r"s\.json: schedule: not valid JSON at byte \d+",
     files={"s.json": lambda fx: fx.text("tiny.schedule.json")[:5000]})
 add(g, "wrong_format", "sim s.json", 2, r"format", files={"s.json": schedule(lambda j: j.update(format="tierflow.schedule/9"))})
 add(g, "duplicate_key", "sim s.json", 2, r"key 'name' appears twice", files={"s.json": lambda fx: fx.text("tiny.schedule.json").replace(
@@ -165,7 +165,7 @@ add(g, "dangling_dep", "sim s.json", 2, r"no-such-task",
     files={"s.json": schedule(lambda j: j["tasks"][3].setdefault("deps", []).append("no-such-task"))})
 add(g, "cycle", "sim s.json", 2, r"cycle",
     files={"s.json": schedule(lambda j: j["tasks"][0].setdefault("deps", []).append(j["tasks"][-1]["id"]))})
-add(g, "duplicate_task", "sim s.json", 2, r"duplicate|twice",
+add(g, "duplicate_task", "sim s.json", 2, r"task '[^']+' is defined twice",
     files={"s.json": schedule(lambda j: j["tasks"].append(dict(j["tasks"][0])))})
 add(g, "unknown_op", "sim s.json", 2, r"teleport", files={"s.json": schedule(lambda j: j["tasks"][0].update(op="teleport"))})
 add(g, "unknown_resource", "sim s.json", 2, r"warp\.drive",
@@ -195,24 +195,24 @@ add(g, "run_dangling", "run s.json --disk d", 2, r"no-such-task", dirs=("d",),
 
 # ---- sim ---------------------------------------------------------------------------------------
 g = "sim"
-add(g, "zero_iterations", f"sim {TINY} -n 0", 2, r"iterations|-n")
-add(g, "negative_iterations", f"sim {TINY} -n -4", 2, r"iterations|-n")
-add(g, "huge_iterations", f"sim {TINY} -n 99999999999", 2, r"iterations|-n")
-add(g, "iterations_not_a_number", f"sim {TINY} -n lots", 2, r"-n|iterations")
+add(g, "zero_iterations", f"sim {TINY} -n 0", 2, r"--iterations must be >= 1")
+add(g, "negative_iterations", f"sim {TINY} -n -4", 2, r"--iterations must be >= 1")
+add(g, "huge_iterations", f"sim {TINY} -n 99999999999", 2, r"--iterations 99999999999: \d+ tasks per iteration would make more than")
+add(g, "iterations_not_a_number", f"sim {TINY} -n lots", 2, r"usage: Could not convert: --iterations = lots")
 add(g, "profile_missing", f"sim {TINY} --profile nope.yaml", 1, r"nope\.yaml")
 add(g, "profile_not_yaml", f"sim {TINY} --profile p.yaml", 2, r"p\.yaml", files={"p.yaml": "nodes: [\n"})
-add(g, "trace_into_a_file", f"sim {TINY} --trace f/t.json", 1, r"f/t\.json|f:", files={"f": "x\n"})
+add(g, "trace_into_a_file", f"sim {TINY} --trace f/t.json", 1, r"create the directory 'f' of Chrome trace file 'f/t\.json'", files={"f": "x\n"})
 add(g, "records_onto_the_input", "sim s.yaml --records s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
 add(g, "unknown_flag", f"sim {TINY} --fast", 2, r"--fast")
-add(g, "no_input", "sim", 2, r"input|scenario|required")
+add(g, "no_input", "sim", 2, r"usage: input is required")
 
 # ---- run ---------------------------------------------------------------------------------------
 g = "run"
 DATA = "--data {S}/data/corpus/kjv-genesis.txt"
 add(g, "no_disk", f"run {TINY} {DATA}", 2, r"--disk")
 add(g, "missing_disk_dir", f"run {TINY} --disk nodir {DATA}", 1, r"nodir")
-add(g, "disk_is_a_file", f"run {TINY} --disk f {DATA}", 2, r"'f'|f:|directory", files={"f": "x\n"})
-add(g, "too_many_disks", f"run {TINY} --disk a --disk b --disk c --disk d {DATA}", 2, r"--disk|storage device", dirs=("a", "b", "c", "d"))
+add(g, "disk_is_a_file", f"run {TINY} --disk f {DATA}", 2, r"--disk 'f' \(nvme0\): not a directory", files={"f": "x\n"})
+add(g, "too_many_disks", f"run {TINY} --disk a --disk b --disk c --disk d {DATA}", 2, r"--disk 'b': the schedule has only 1 storage device", dirs=("a", "b", "c", "d"))
 add(g, "unknown_disk_name", f"run {TINY} --disk nvme9=a {DATA}", 2, r"nvme9", dirs=("a",))
 add(g, "same_dir_twice", f"run {TINY} --set policy.name=ioc --disk a --disk a {DATA}", 2, r"'a'", dirs=("a",))
 add(g, "nan_lr", f"run {TINY} --disk d --lr nan {DATA}", 2, r"--lr", dirs=("d",))
@@ -220,20 +220,20 @@ add(g, "negative_lr", f"run {TINY} --disk d --lr -1 {DATA}", 2, r"--lr", dirs=("
 add(g, "inf_lr", f"run {TINY} --disk d --lr inf {DATA}", 2, r"--lr", dirs=("d",))
 add(g, "negative_threads", f"run {TINY} --disk d --threads -3 {DATA}", 2, r"--threads", dirs=("d",))
 add(g, "huge_threads", f"run {TINY} --disk d --threads 100000000 {DATA}", 2, r"--threads", dirs=("d",))
-add(g, "zero_iterations", f"run {TINY} --disk d -n 0 {DATA}", 2, r"-n|iterations", dirs=("d",))
-add(g, "huge_iterations", f"run {TINY} --disk d -n 99999999999 {DATA}", 2, r"-n|iterations", dirs=("d",))
+add(g, "zero_iterations", f"run {TINY} --disk d -n 0 {DATA}", 2, r"--iterations 0 must be between 1 and 1000000000", dirs=("d",))
+add(g, "huge_iterations", f"run {TINY} --disk d -n 99999999999 {DATA}", 2, r"--iterations 99999999999 must be between 1 and 1000000000", dirs=("d",))
 add(g, "unknown_storage", f"run {TINY} --disk d --storage tape {DATA}", 2, r"tape", dirs=("d",))
 add(g, "unknown_compute", f"run {TINY} --disk d --compute tpu {DATA}", 2, r"tpu", dirs=("d",))
 add(g, "missing_data", f"run {TINY} --disk d --data nodata.txt", 1, r"nodata\.txt", dirs=("d",))
 add(g, "empty_data", f"run {TINY} --disk d --data e.txt", 2, r"e\.txt", dirs=("d",), files={"e.txt": ""})
 add(g, "checkpoint_every_without_dir", f"run {TINY} --disk d --checkpoint-every 1 {DATA}", 2, r"--checkpoint", dirs=("d",))
 add(g, "checkpoint_every_negative", f"run {TINY} --disk d --checkpoint c --checkpoint-every -1 {DATA}", 2, r"--checkpoint-every", dirs=("d", "c"))
-add(g, "resume_without_checkpoint", f"run {TINY} --disk d --resume {DATA}", 2, r"--resume.*--checkpoint|--checkpoint", dirs=("d",))
+add(g, "resume_without_checkpoint", f"run {TINY} --disk d --resume {DATA}", 2, r"--resume need --checkpoint DIR", dirs=("d",))
 add(g, "records_onto_the_scenario", f"run s.yaml --disk d --records s.yaml {DATA}", 2, r"s\.yaml", dirs=("d",), files={"s.yaml": GOOD})
-add(g, "ranks_above_one", f"run {SMALL} --disk d {DATA}", 2, r"rank|data_parallel", dirs=("d",))
+add(g, "ranks_above_one", f"run {SMALL} --disk d {DATA}", 2, r"executes one rank on this host, but training\.data_parallel is 4", dirs=("d",))
 add(g, "gpu_schedule_unknown_kernel", f"run s.json --disk d {DATA}", 2, r"kernel",
     dirs=("d",), files={"s.json": schedule(lambda j: first_task("compute")(j).update(kernel="fft"))})
-add(g, "in_memory_with_plain_loop", f"run {TINY} --in-memory --plain-loop {DATA}", 2, r"--in-memory|--plain-loop")
+add(g, "in_memory_with_plain_loop", f"run {TINY} --in-memory --plain-loop {DATA}", 2, r"--in-memory ignores the schedule and --plain-loop runs it")
 
 # ---- sweep -------------------------------------------------------------------------------------
 g = "sweep"
@@ -241,19 +241,19 @@ SWEEP = f"base: {{S}}/scenarios/tiny-cpu.yaml\ngrid:\n  policy.buffer_count: [2,
 add(g, "missing_file", "sweep nope.yaml", 1, r"nope\.yaml")
 add(g, "no_base", "sweep w.yaml -o o.csv", 2, r"base", files={"w.yaml": "grid: {policy.buffer_count: [2]}\n"})
 add(g, "unknown_key", "sweep w.yaml -o o.csv", 2, r"gird", files={"w.yaml": "base: x.yaml\ngird: {}\n"})
-add(g, "grid_not_lists", "sweep w.yaml -o o.csv", 2, r"grid|list",
+add(g, "grid_not_lists", "sweep w.yaml -o o.csv", 2, r"grid\.policy\.buffer_count: expected a list of values",
     files={"w.yaml": f"base: {TINY}\ngrid: {{policy.buffer_count: 4}}\n"})
-add(g, "empty_grid_list", "sweep w.yaml -o o.csv", 2, r"grid|empty",
+add(g, "empty_grid_list", "sweep w.yaml -o o.csv", 2, r"grid\.policy\.buffer_count: empty list of values",
     files={"w.yaml": f"base: {TINY}\ngrid: {{policy.buffer_count: []}}\n"})
-add(g, "huge_grid", "sweep w.yaml -o o.csv", 2, r"runs|grid|too many",
+add(g, "huge_grid", "sweep w.yaml -o o.csv", 2, r"more than 10 million runs",
     files={"w.yaml": f"base: {TINY}\ngrid:\n" + "".join(f"  policy.k{i}: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n" for i in range(12))})
 add(g, "bad_shard", "sweep w.yaml --shard 8/8 -o o.csv", 2, r"--shard", files={"w.yaml": SWEEP})
 add(g, "shard_garbage", "sweep w.yaml --shard x -o o.csv", 2, r"--shard", files={"w.yaml": SWEEP})
 add(g, "jobs_negative", "sweep w.yaml -j -1 -o o.csv", 2, r"-j", files={"w.yaml": SWEEP})
 add(g, "output_onto_the_sweep", "sweep w.yaml -o w.yaml", 2, r"is the input", files={"w.yaml": SWEEP})
-add(g, "negative_budget", "sweep w.yaml -o o.csv", 2, r"memory_budget|host",
+add(g, "negative_budget", "sweep w.yaml -o o.csv", 2, r"memory_budget: .*size '-1 GiB' is negative",
     files={"w.yaml": f"base: {TINY}\nmemory_budget: {{host: -1 GiB}}\n"})
-add(g, "merge_nothing", "sweep merge -o all.csv", 2, r"merge|input|required")
+add(g, "merge_nothing", "sweep merge -o all.csv", 2, r"sweep merge: error: usage: csv is required")
 add(g, "merge_not_csv", "sweep merge a.csv -o all.csv", 2, r"a\.csv", files={"a.csv": "\x00\x01garbage"})
 add(g, "merge_missing", "sweep merge nope.csv -o all.csv", 1, r"nope\.csv")
 
@@ -261,45 +261,45 @@ add(g, "merge_missing", "sweep merge nope.csv -o all.csv", 1, r"nope\.csv")
 g = "tune"
 add(g, "schedule_input", "tune {fx}/tiny.schedule.json", 2, r"scenario")
 add(g, "unknown_policy", f"tune {TINY} --policy zero-five", 2, r"zero-five")
-add(g, "bad_budget", f"tune {TINY} --memory-budget lots", 2, r"--memory-budget|lots|budget")
-add(g, "negative_budget", f"tune {TINY} --memory-budget host=-1GiB,gpu=1GiB", 2, r"host|budget")
+add(g, "bad_budget", f"tune {TINY} --memory-budget lots", 2, r"--memory-budget 'lots': expected host=SIZE,gpu=SIZE")
+add(g, "negative_budget", f"tune {TINY} --memory-budget host=-1GiB,gpu=1GiB", 2, r"--memory-budget host: size '-1GiB' is negative")
 add(g, "budget_nothing_fits", f"tune {TINY} --policy zero-infinity --memory-budget host=1KiB,gpu=1KiB -o x.json", 1,
     r"no configuration fits the memory budget")
 add(g, "jobs_negative", f"tune {TINY} -j -1", 2, r"-j")
-add(g, "iterations_zero", f"tune {TINY} -n 0", 2, r"iterations|-n")
+add(g, "iterations_zero", f"tune {TINY} -n 0", 2, r"iterations must be >= 1")
 add(g, "output_onto_the_scenario", "tune s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
 
 # ---- trace files -------------------------------------------------------------------------------
 g = "trace"
 add(g, "summary_missing", "trace summary nope.jsonl", 1, r"nope\.jsonl")
-add(g, "summary_empty", "trace summary e.jsonl", 2, r"e\.jsonl.*(no records|empty)", files={"e.jsonl": ""})
+add(g, "summary_empty", "trace summary e.jsonl", 2, r"trace file 'e\.jsonl' holds no records", files={"e.jsonl": ""})
 add(g, "summary_not_json", "trace summary t.jsonl", 2, r"t\.jsonl.*line 2", files={"t.jsonl": lambda fx: fx.text("tiny.sim.jsonl").split("\n")[0] + "\n{oops\n"})
 add(g, "summary_missing_field", "trace summary t.jsonl", 2, r"t\.jsonl.*line 1.*end_s",
     files={"t.jsonl": records(lambda ls: [json.dumps({k: v for k, v in json.loads(ls[0]).items() if k != "end_s"})] + ls[1:])})
 add(g, "summary_negative_iteration", "trace summary t.jsonl", 2, r"iteration",
     files={"t.jsonl": records(lambda ls: [json.dumps(dict(json.loads(ls[0]), iteration=-3))] + ls[1:])})
-add(g, "summary_end_before_start", "trace summary t.jsonl", 2, r"end_s|start_s",
+add(g, "summary_end_before_start", "trace summary t.jsonl", 2, r"line 1: end_s is before start_s",
     files={"t.jsonl": records(lambda ls: [json.dumps(dict(json.loads(ls[0]), start_s=5.0, end_s=1.0))] + ls[1:])})
 add(g, "summary_duplicate_record", "trace summary t.jsonl", 2, r"line \d+: repeats the record of line 4",
     files={"t.jsonl": records(lambda ls: ls + [ls[3]])})
 add(g, "summary_non_utf8", "trace summary t.jsonl", 2, r"t\.jsonl' line 1.*byte \d+",
     files={"t.jsonl": lambda fx: fx.text("tiny.sim.jsonl").encode().replace(b'"task":"', b'"task":"\xff', 1)})
-add(g, "summary_nan_time", "trace summary t.jsonl", 2, r"start_s|end_s|number",
+add(g, "summary_nan_time", "trace summary t.jsonl", 2, r"line 1: trace record: not valid JSON at byte \d+",
     files={"t.jsonl": records(lambda ls: [ls[0].replace('"start_s":', '"start_s":NaN,"x":', 1)] + ls[1:])})
-add(g, "summary_schedule_mismatch", "trace summary {fx}/tiny.sim.jsonl --schedule s.json", 2, r"schedule|task",
+add(g, "summary_cyclic_schedule", "trace summary {fx}/tiny.sim.jsonl --schedule s.json", 2, r"s\.json: task 'a' is on a dependency cycle",
     files={"s.json": lambda fx: open(os.path.join(fx.source, "tests/cli/data/cycle.schedule.json")).read()})
 add(g, "chrome_output_onto_input", "trace chrome t.jsonl -o t.jsonl", 2, r"t\.jsonl",
     files={"t.jsonl": lambda fx: fx.text("tiny.sim.jsonl")})
 add(g, "compare_missing", "trace compare {fx}/tiny.sim.jsonl nope.jsonl", 1, r"nope\.jsonl")
-add(g, "compare_other_schedule", "trace compare {fx}/tiny.sim.jsonl q.jsonl", 2, r"no task in common|match|common",
+add(g, "compare_other_schedule", "trace compare {fx}/tiny.sim.jsonl q.jsonl", 2, r"have no task instance in common",
     files={"q.jsonl": records(lambda ls: [json.dumps(dict(json.loads(l), task="other." + json.loads(l)["task"])) for l in ls])})
 add(g, "compare_negative_worst", "trace compare {fx}/tiny.sim.jsonl {fx}/tiny.sim.jsonl --worst -1", 2, r"--worst")
 
 # ---- calibrate ---------------------------------------------------------------------------------
 g = "calibrate"
-add(g, "no_real_records", "calibrate {fx}/tiny.sim.jsonl -o p.yaml", 2, r"no (probe|real)|sim")
+add(g, "no_real_records", "calibrate {fx}/tiny.sim.jsonl -o p.yaml", 2, r"no measured records \(\d+ records, all from the simulator\)")
 add(g, "missing_input", "calibrate nope.jsonl -o p.yaml", 1, r"nope\.jsonl")
-add(g, "empty_dir", "calibrate d -o p.yaml", 2, r"'d'|no .*jsonl|records", dirs=("d",))
+add(g, "empty_dir", "calibrate d -o p.yaml", 2, r"directory 'd' holds no \*\.jsonl trace files", dirs=("d",))
 add(g, "fio_not_json", "calibrate nvme0=f.json -o p.yaml", 2, r"f\.json", files={"f.json": "fio says hi"})
 add(g, "fio_missing_bw", "calibrate nvme0=f.json -o p.yaml", 2, r"f\.json.*read\.runtime: missing",
     files={"f.json": json.dumps({"jobs": [{"jobname": "read-1m-qd4", "read": {"io_bytes": 1}}]})})
@@ -316,26 +316,26 @@ add(g, "no_disk", f"validate {TINY} --data {{S}}/data/corpus/kjv-genesis.txt --p
 
 # ---- probes ------------------------------------------------------------------------------------
 g = "probe"
-add(g, "disk_zero_reps", "probe disk --dir d --reps 0", 2, r"--reps|repetition", dirs=("d",))
+add(g, "disk_zero_reps", "probe disk --dir d --reps 0", 2, r"probe disk: --reps 0 must be at least 1", dirs=("d",))
 add(g, "disk_negative_duration", "probe disk --dir d --duration -1", 2, r"measured window must be > 0", dirs=("d",))
 add(g, "disk_missing_dir", "probe disk --dir nodir", 1, r"nodir")
-add(g, "disk_bad_sizes", "probe disk --dir d --sizes 4KiB,lots", 2, r"lots|--sizes", dirs=("d",))
-add(g, "disk_zero_size", "probe disk --dir d --sizes 0", 2, r"--sizes|size", dirs=("d",))
-add(g, "disk_huge_size", "probe disk --dir d --sizes 1PiB", 2, r"--sizes|size|16MiB", dirs=("d",))
-add(g, "disk_huge_qd", "probe disk --dir d --qd 100000", 2, r"--qd|queue depth|128", dirs=("d",))
+add(g, "disk_bad_sizes", "probe disk --dir d --sizes 4KiB,lots", 2, r"'lots' is not a size", dirs=("d",))
+add(g, "disk_zero_size", "probe disk --dir d --sizes 0", 2, r"block size 0 is not a positive multiple of 4 KiB", dirs=("d",))
+add(g, "disk_huge_size", "probe disk --dir d --sizes 1PiB", 2, r"larger than the largest request probed \(64 MiB\)", dirs=("d",))
+add(g, "disk_huge_qd", "probe disk --dir d --qd 100000", 2, r"queue depth 100000 must be between 1 and 1024", dirs=("d",))
 add(g, "disk_unknown_op", "probe disk --dir d --ops erase", 2, r"erase", dirs=("d",))
 add(g, "disk_huge_file", "probe disk --dir d --file-size 1EiB", 2, r"'1EiB' has unit 'EiB'", dirs=("d",))
 add(g, "disk_unknown_backend", "probe disk --dir d --backend floppy", 2, r"floppy", dirs=("d",))
-add(g, "copy_zero_reps", "probe copy --reps 0", 2, r"--reps|repetition")
-add(g, "copy_bad_size", "probe copy --sizes -4KiB", 2, r"--sizes|size|negative")
+add(g, "copy_zero_reps", "probe copy --reps 0", 2, r"probe copy: repetitions must be at least 1")
+add(g, "copy_bad_size", "probe copy --sizes -4KiB", 2, r"size '-4KiB' is negative")
 add(g, "compute_bad_scenario", "probe compute nope.yaml", 1, r"nope\.yaml")
 add(g, "optimizer_zero_elements", "probe optimizer --elements 0", 2, r"element count 0 must be positive")
-add(g, "memory_huge", "probe memory --bytes 1EiB", 2, r"--bytes|EiB")
-add(g, "all_no_out", "probe all --dir d", 2, r"--out|-o", dirs=("d",))
-add(g, "all_out_is_a_file", "probe all --dir d -o f", 2, r"'f'|f:|directory", dirs=("d",), files={"f": "x\n"})
-add(g, "collective_zero_reps", "probe collective --reps 0", 2, r"--reps|repetition")
+add(g, "memory_huge", "probe memory --bytes 1EiB", 2, r"'1EiB' has unit 'EiB'")
+add(g, "all_no_out", "probe all --dir d", 2, r"probe all: error: usage: --out is required", dirs=("d",))
+add(g, "all_out_is_a_file", "probe all --dir d -o f", 2, r"-o 'f': cannot create the directory", dirs=("d",), files={"f": "x\n"})
+add(g, "collective_zero_reps", "probe collective --reps 0", 2, r"probe collective: --reps 0 must be at least 1")
 add(g, "collective_unknown_backend", "probe collective --backend carrier-pigeon", 2, r"carrier-pigeon")
-add(g, "collective_tiny_size", "probe collective --sizes 1", 2, r"size|4 bytes")
+add(g, "collective_tiny_size", "probe collective --sizes 1", 2, r"size 1 B is below one fp32 element per rank")
 
 # ---- checkpoints -------------------------------------------------------------------------------
 g = "checkpoint"
@@ -345,31 +345,31 @@ add(g, "save_zero_ranks", "checkpoint save --dir d --ranks 0 --preset tiny", 2, 
 add(g, "save_huge_ranks", "checkpoint save --dir d --ranks 100000000 --preset tiny", 2, r"--ranks", dirs=("d",))
 add(g, "save_unknown_preset", "checkpoint save --dir d --preset llama9", 1, r"llama9", dirs=("d",))
 add(g, "save_unknown_strategy", "checkpoint save --dir d --strategy zip --preset tiny", 2, r"zip", dirs=("d",))
-add(g, "save_zero_qd", "checkpoint save --dir d --qd 0 --preset tiny", 2, r"--qd|queue depth", dirs=("d",))
-add(g, "save_tiny_staging", "checkpoint save --dir d --staging 1 --preset tiny", 2, r"--staging|staging", dirs=("d",))
+add(g, "save_zero_qd", "checkpoint save --dir d --qd 0 --preset tiny", 2, r"--qd 0 must be between 1 and 4096", dirs=("d",))
+add(g, "save_tiny_staging", "checkpoint save --dir d --staging 1 --preset tiny", 2, r"--staging 1\.00 B must be between 4 KiB and 1 GiB", dirs=("d",))
 add(g, "save_negative_counts", "checkpoint save --dir d --small-count -1", 2, r"count", dirs=("d",))
-add(g, "load_nothing", "checkpoint load --dir d", 1, r"no committed checkpoint|manifest|not found", dirs=("d",))
-add(g, "load_manifest_not_json", "checkpoint load --dir d --name ck", 1, r"manifest|ck",
+add(g, "load_nothing", "checkpoint load --dir d", 1, r"checkpoint 'ckpt': no manifest 'd/ckpt\.manifest\.json'", dirs=("d",))
+add(g, "load_manifest_not_json", "checkpoint load --dir d --name ck", 1, r"checkpoint manifest 'd/ck\.manifest\.json': not a tierflow\.checkpoint/1 document",
     files={"d/ck.manifest.json": "{not json"})
 bench_dirs = ("d",)
-add(g, "bench_zero_reps", "checkpoint bench --dir d --reps 0", 2, r"--reps|repetition", dirs=bench_dirs)
+add(g, "bench_zero_reps", "checkpoint bench --dir d --reps 0", 2, r"--reps 0 must be at least 1", dirs=bench_dirs)
 
 # ---- DeepSpeed configs ---------------------------------------------------------------------------
 g = "deepspeed"
 DS = "{S}/tests/cli/data/deepspeed/"
 IMPORT = "deepspeed import c.json --model tiny --hardware cpu-host -o o.yaml"
-add(g, "not_json", f"deepspeed import {DS}not_json.json --model tiny --hardware cpu-host -o o.yaml", 2, r"not_json\.json.*(JSON|byte)")
+add(g, "not_json", f"deepspeed import {DS}not_json.json --model tiny --hardware cpu-host -o o.yaml", 2, r"not_json\.json: not valid JSON at byte 35")
 add(g, "stage_2", f"deepspeed import {DS}stage2.json --model tiny --hardware cpu-host -o o.yaml", 2, r"stage.*3")
 add(g, "unknown_device", f"deepspeed import {DS}unknown_device.json --model tiny --hardware cpu-host -o o.yaml", 2, r"device")
-add(g, "negative_size", f"deepspeed import {DS}negative_size.json --model tiny --hardware cpu-host -o o.yaml", 2, r"negative|size")
-add(g, "a_list", IMPORT, 2, r"c\.json|object", files={"c.json": "[1, 2]"})
+add(g, "negative_size", f"deepspeed import {DS}negative_size.json --model tiny --hardware cpu-host -o o.yaml", 2, r"offload_param\.buffer_size: -5")
+add(g, "a_list", IMPORT, 2, r"c\.json: expected a JSON object", files={"c.json": "[1, 2]"})
 add(g, "duplicate_key", IMPORT, 2, r"key 'stage' appears twice", files={"c.json": '{"zero_optimization": {"stage": 3, "stage": 2}}'})
-add(g, "fp32", IMPORT, 2, r"fp32|bf16|fp16", files={"c.json": '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}'})
+add(g, "fp32", IMPORT, 2, r"neither bf16\.enabled nor fp16\.enabled", files={"c.json": '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}'})
 add(g, "batch_not_dividing", IMPORT, 2, r"train_batch_size",
     files={"c.json": '{"train_batch_size": 3, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, '
                      '"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}'})
 add(g, "unknown_model", f"deepspeed import {DS}quickstart.ds_config.json --model llama9 --hardware cpu-host -o o.yaml", 2, r"llama9")
-add(g, "export_other_policy", "deepspeed export s.yaml -o c.json", 2, r"ioc|DeepSpeed",
+add(g, "export_other_policy", "deepspeed export s.yaml -o c.json", 2, r"policy 'ioc' has no DeepSpeed config",
     files={"s.yaml": scenario(policy="policy: {name: ioc}")})
 add(g, "export_onto_input", "deepspeed export s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
 
@@ -377,9 +377,9 @@ add(g, "export_onto_input", "deepspeed export s.yaml -o s.yaml", 2, r"s\.yaml", 
 g = "model"
 add(g, "unknown_preset", "model llama9", 1, r"llama9")
 add(g, "file_missing", "model --file nope.yaml", 1, r"nope\.yaml")
-add(g, "file_bad", "model --file m.yaml", 2, r"hidden|m\.yaml", files={"m.yaml": "name: m\nhidden: -1\n"})
-add(g, "seq_negative", "model tiny --seq -5", 2, r"--seq|sequence")
+add(g, "file_bad", "model --file m.yaml", 2, r"model file 'm\.yaml': model\.hidden: must be positive, got -1", files={"m.yaml": "name: m\nhidden: -1\n"})
+add(g, "seq_negative", "model tiny --seq -5", 2, r"--seq must be positive")
 add(g, "preset_and_file", "model tiny --file m.yaml", 2, r"not both", files={"m.yaml": "name: m\n"})
 add(g, "hardware_unknown", "hardware dgx", 1, r"dgx")
-add(g, "hardware_file_bad", "hardware --file h.yaml", 2, r"h\.yaml|gpu", files={"h.yaml": "preset: cpu-host\nnode: {gpu: {hbm: -1 GiB}}\n"})
+add(g, "hardware_file_bad", "hardware --file h.yaml", 2, r"hardware file 'h\.yaml': hardware\.node\.gpu\.hbm: size '-1 GiB' is negative", files={"h.yaml": "preset: cpu-host\nnode: {gpu: {hbm: -1 GiB}}\n"})
 add(g, "hardware_json_and_yaml", "hardware cpu-host --json --yaml", 2, r"not both")
