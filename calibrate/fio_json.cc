@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "tierflow/calibrate/fio.h"
+#include "tierflow/core/json_checked.h"
 
 namespace tierflow::calibrate {
 namespace {
@@ -78,11 +79,11 @@ StatusOr<std::vector<DiskSample>> DiskSamplesFromFioJson(std::string_view json_t
     const std::string name =
         job.contains("jobname") && job["jobname"].is_string() ? job["jobname"].get<std::string>() : "";
     if (!name.empty()) at += " ('" + name + "')";
-    if (job.contains("error") && job["error"].is_number() && job["error"].get<int64_t>() != 0) {
-      return InvalidArgument(at + ".error: fio reports error " + std::to_string(job["error"].get<int64_t>()));
+    if (job.contains("error") && job["error"].is_number() && job["error"] != 0) {
+      return InvalidArgument(at + ".error: fio reports error " + job["error"].dump().substr(0, 40));
     }
     if (job.contains("groupid") && job["groupid"].is_number_integer()) {
-      const int64_t group = job["groupid"].get<int64_t>();
+      TF_ASSIGN_OR_RETURN(const int64_t group, JsonInteger<int64_t>(job["groupid"], at + ".groupid"));
       auto [it, fresh] = group_job.emplace(group, name);
       if (!fresh) {
         return InvalidArgument(at + ".groupid: jobs '" + it->second + "' and '" + name + "' share group " +

@@ -18,6 +18,7 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
   j["scenario"] = facts.scenario;
   j["policy"] = facts.policy;
   j["iterations"] = facts.iterations;
+  if (facts.summarised_iterations > 0) j["summarised_iterations"] = facts.summarised_iterations;
   j["iteration_s"] = summary.mean_iteration_s;
   std::vector<double> per_iteration;
   for (const auto& it : summary.iterations) per_iteration.push_back(it.time_s);
@@ -77,7 +78,12 @@ std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json&
   add("%s  (policy %s, %lld iterations)\n", r["scenario"].get<std::string>().c_str(),
       r["policy"].get<std::string>().c_str(), static_cast<long long>(r["iterations"].get<int64_t>()));
   const double it = r["iteration_s"].get<double>();
-  add("\niteration time   %s (steady state)\n", FormatDuration(it).c_str());
+  if (r.contains("summarised_iterations")) {
+    add("\niteration time   %s (steady state of the last %lld iterations)\n", FormatDuration(it).c_str(),
+        static_cast<long long>(r["summarised_iterations"].get<int64_t>()));
+  } else {
+    add("\niteration time   %s (steady state)\n", FormatDuration(it).c_str());
+  }
   const auto& ph = r["phases"];
   for (const char* k : {"forward_s", "backward_s", "step_s"}) {
     const double v = ph[k].get<double>();

@@ -20,11 +20,15 @@ struct RunFacts {  // what the executor knows beyond the records
   int64_t tasks = 0;                     // instances executed
   double wall_s = 0;
   std::string tasks_key = "tasks_simulated";
+  // > 0: the records are those of the last this many iterations only (a long real run keeps no
+  // more), and the report says so (summarised_iterations).
+  int64_t summarised_iterations = 0;
 };
 
 // Keys: iteration_s (steady-state mean), iterations_s, phases {forward_s, backward_s, step_s}
 // (steady-state mean span of each phase), resources {name: {busy_s, utilization, exposed_s,
-// bytes_per_s}}, peak_bytes {pool: bytes}, critical_path_s {op: seconds}, <tasks_key>, wall_s.
+// bytes_per_s}}, peak_bytes {pool: bytes}, critical_path_s {op: seconds}, <tasks_key>, wall_s, and
+// summarised_iterations when RunFacts has it.
 nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<TraceRecord>& records,
                                    const RunFacts& facts);
 // The same report as readable tables.

@@ -4,6 +4,7 @@
 // emulated in host memory, state offloaded to the --disk directories as the schedule says.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "command.h"
 #include "inputs.h"
@@ -42,6 +43,9 @@ struct RunArgs {
 
 // A billion iterations of the smallest model is years; more is a typo.
 constexpr int64_t kMaxIterations = 1000000000;
+// The iterations whose trace records a run keeps for its report and --trace timeline: a long
+// run's memory stays flat, and --records streams every record to its file as the run goes.
+constexpr int64_t kReportIterations = 32;
 
 Status RunRun(const RunArgs& a) {
   if (a.iterations < 1 || a.iterations > kMaxIterations) {
@@ -64,6 +68,7 @@ Status RunRun(const RunArgs& a) {
     std::fflush(stdout);
   };
   real::RunResult result;
+  std::optional<TraceWriter> records_out;  // put in place only when the run succeeds
   if (a.in_memory) {
     TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss, a.compute));
   } else {
@@ -79,7 +84,14 @@ Status RunRun(const RunArgs& a) {
     options.checkpoint_every = a.checkpoint_every;
     options.resume = a.resume;
     options.exit_after_tasks = a.exit_after_tasks;
+    options.keep_iterations = kReportIterations;
+    if (!a.records.empty()) {
+      TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(a.records));
+      records_out.emplace(std::move(w));
+      options.on_record = [&](const TraceRecord& r) { return records_out->Write(r); };
+    }
     TF_ASSIGN_OR_RETURN(result, real::RunSchedule(in.schedule, config, options));
+    if (records_out) TF_RETURN_IF_ERROR(records_out->Close());
   }
   RunFacts facts;
   facts.scenario = in.scenario.name;
@@ -89,6 +101,7 @@ Status RunRun(const RunArgs& a) {
   facts.tasks = result.tasks;
   facts.wall_s = result.wall_s;
   facts.tasks_key = "tasks_executed";
+  if (a.iterations > kReportIterations) facts.summarised_iterations = kReportIterations;
   nlohmann::ordered_json report;
   if (a.in_memory) {
     report["iteration_s"] = traces::SteadyIterationTime(result.iteration_end_s, 0.0);  // ends from the run's start
@@ -107,7 +120,7 @@ Status RunRun(const RunArgs& a) {
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
-  if (!a.records.empty()) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result.records));
+  if (!a.records.empty() && a.in_memory) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result.records));
   if (!a.trace.empty()) TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, result.records, &in.schedule));
   if (a.json) {
     std::printf("%s\n", report.dump(2).c_str());
@@ -125,7 +138,10 @@ Status RunRun(const RunArgs& a) {
               a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");
   std::printf("ran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
               FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
-  if (!a.trace.empty()) std::printf("timeline: %s (open in ui.perfetto.dev)\n", a.trace.c_str());
+  if (!a.trace.empty()) {
+    const std::string which = facts.summarised_iterations > 0 ? "the last " + std::to_string(facts.summarised_iterations) + " iterations; " : "";
+    std::printf("timeline: %s (%sopen in ui.perfetto.dev)\n", a.trace.c_str(), which.c_str());
+  }
   return Status::Ok();
 }
 

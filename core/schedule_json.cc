@@ -45,7 +45,9 @@ class Fields {
     if (!j_.contains(key)) return required ? Missing(key) : Status::Ok();
     const Json& v = j_.at(key);
     if (!v.is_number_integer()) return WrongType(key, "an integer");
-    *out = v.get<Int>();
+    auto value = JsonInteger<Int>(v, what_ + ": key '" + key + "'");
+    if (!value.ok()) return value.status();
+    *out = *value;
     return Status::Ok();
   }
   Status Number(const char* key, double* out) const {
@@ -229,7 +231,8 @@ StatusOr<Schedule> Parse(const Json& root) {
       if (!shape.is_array()) return InvalidArgument(owner + ": key 'shape' must be a list of integers");
       for (const Json& d : shape) {
         if (!d.is_number_integer()) return InvalidArgument(owner + ": key 'shape' must be a list of integers");
-        t.shape.push_back(d.get<int64_t>());
+        TF_ASSIGN_OR_RETURN(const int64_t dim, JsonInteger<int64_t>(d, owner + ": a 'shape' entry"));
+        t.shape.push_back(dim);
       }
     }
     TF_RETURN_IF_ERROR(f.Integer("rank", &t.rank, false));

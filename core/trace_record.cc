@@ -37,6 +37,14 @@ std::string TraceRecordToJson(const TraceRecord& r) {
   return j.dump();
 }
 
+namespace {
+template <typename T>
+Status Integer(const Json& v, const char* key, T* out) {
+  TF_ASSIGN_OR_RETURN(*out, JsonInteger<T>(v, key));
+  return Status::Ok();
+}
+}  // namespace
+
 StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
   TF_ASSIGN_OR_RETURN(const Json j, ParseJsonChecked(line, "trace record"));
   if (!j.is_object()) return InvalidArgument("trace record: not a JSON object");
@@ -45,27 +53,27 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
     for (auto it = j.begin(); it != j.end(); ++it) {
       const std::string& key = it.key();
       const Json& v = it.value();
-      if (key == "iteration") r.iteration = v.get<int64_t>();
+      if (key == "iteration") TF_RETURN_IF_ERROR(Integer<int64_t>(v, "iteration", &r.iteration));
       else if (key == "task") r.task = v.get<std::string>();
       else if (key == "op") {
         auto op = OpFromName(v.get<std::string>());
         if (!op) return InvalidArgument("unknown op '" + v.get<std::string>() + "'");
         r.op = *op;
       } else if (key == "resource") r.resource = v.get<std::string>();
-      else if (key == "layer") r.layer = v.get<int32_t>();
+      else if (key == "layer") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "layer", &r.layer));
       else if (key == "phase") {
         auto phase = PhaseFromName(v.get<std::string>());
         if (!phase) return InvalidArgument("unknown phase '" + v.get<std::string>() + "'");
         r.phase = *phase;
-      } else if (key == "bytes") r.bytes = v.get<int64_t>();
+      } else if (key == "bytes") TF_RETURN_IF_ERROR(Integer<int64_t>(v, "bytes", &r.bytes));
       else if (key == "flops") r.flops = v.get<double>();
       else if (key == "start_s") r.start_s = v.get<double>();
       else if (key == "end_s") r.end_s = v.get<double>();
       else if (key == "source") r.source = v.get<std::string>();
-      else if (key == "block_bytes") r.block_bytes = v.get<int64_t>();
-      else if (key == "queue_depth") r.queue_depth = v.get<int32_t>();
-      else if (key == "threads") r.threads = v.get<int32_t>();
-      else if (key == "tasks") r.tasks = v.get<int32_t>();
+      else if (key == "block_bytes") TF_RETURN_IF_ERROR(Integer<int64_t>(v, "block_bytes", &r.block_bytes));
+      else if (key == "queue_depth") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "queue_depth", &r.queue_depth));
+      else if (key == "threads") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "threads", &r.threads));
+      else if (key == "tasks") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "tasks", &r.tasks));
       else if (key == "device_start_s") r.device_start_s = v.get<double>();
       else if (key == "device_end_s") r.device_end_s = v.get<double>();
       else return InvalidArgument("unknown key '" + key + "'");
@@ -91,27 +99,34 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
 
 StatusOr<TraceWriter> TraceWriter::Open(const std::string& path) {
   TF_RETURN_IF_ERROR(CreateParentDirectories(path, "trace file"));
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return FromErrno(errno, "open trace file '" + path + "'");
-  return TraceWriter(f, path);
+  std::string tmp = TemporaryPath(path);
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) return FromErrno(errno, "open trace file '" + tmp + "'");
+  return TraceWriter(f, path, std::move(tmp));
 }
 
-TraceWriter::TraceWriter(TraceWriter&& o) noexcept : file_(o.file_), path_(std::move(o.path_)) {
+TraceWriter::TraceWriter(TraceWriter&& o) noexcept : file_(o.file_), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)) {
   o.file_ = nullptr;
 }
 
 TraceWriter& TraceWriter::operator=(TraceWriter&& o) noexcept {
   if (this != &o) {
-    if (file_) std::fclose(file_);
+    Abandon();
     file_ = o.file_;
     path_ = std::move(o.path_);
+    tmp_ = std::move(o.tmp_);
     o.file_ = nullptr;
   }
   return *this;
 }
 
-TraceWriter::~TraceWriter() {
-  if (file_) std::fclose(file_);
+TraceWriter::~TraceWriter() { Abandon(); }
+
+void TraceWriter::Abandon() {
+  if (!file_) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  std::remove(tmp_.c_str());
 }
 
 Status TraceWriter::Write(const TraceRecord& record) {
@@ -119,22 +134,32 @@ Status TraceWriter::Write(const TraceRecord& record) {
   std::string line = TraceRecordToJson(record);
   line.push_back('\n');
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) {
-    return FromErrno(errno, "write trace file '" + path_ + "'");
+    const Status st = FromErrno(errno, "write trace file '" + path_ + "' (the previous file, if any, is kept)");
+    Abandon();
+    return st;
   }
   return Status::Ok();
 }
 
 Status TraceWriter::Close() {
-  if (!file_) return Status::Ok();
-  int rc = std::fclose(file_);
+  if (!file_) return FailedPrecondition("trace writer for '" + path_ + "' is closed");
+  const int rc = std::fclose(file_);
   file_ = nullptr;
-  if (rc != 0) return FromErrno(errno, "close trace file '" + path_ + "'");
-  return Status::Ok();
+  if (rc != 0) {
+    const Status st = FromErrno(errno, "close trace file '" + path_ + "' (the previous file, if any, is kept)");
+    std::remove(tmp_.c_str());
+    return st;
+  }
+  return ReplaceWith(tmp_, path_, "trace file");
 }
 
 StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("trace file '" + path + "' cannot be opened");
+  return ReadTraceStream(in, path);
+}
+
+StatusOr<std::vector<TraceRecord>> ReadTraceStream(std::istream& in, const std::string& path) {
   std::vector<TraceRecord> records;
   // A record twice (a file appended to itself, two runs' records concatenated) would count its
   // task twice in every sum: refused, naming both lines.
@@ -166,17 +191,9 @@ StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path) {
 
 Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& records) {
   // Streamed (a sim of many iterations has millions of records), then put in place whole.
-  const std::string tmp = TemporaryPath(path);
-  Status st = [&]() -> Status {
-    TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(tmp));
-    for (const auto& r : records) TF_RETURN_IF_ERROR(w.Write(r));
-    return w.Close();
-  }();
-  if (!st.ok()) {
-    std::remove(tmp.c_str());
-    return st.WithContext("trace file '" + path + "' (the previous file, if any, is kept)");
-  }
-  return ReplaceWith(tmp, path, "trace file");
+  TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(path));
+  for (const auto& r : records) TF_RETURN_IF_ERROR(w.Write(r));
+  return w.Close();
 }
 
 TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration, double start_s, double end_s,

@@ -47,10 +47,10 @@ class Section {
     const Json* v = Get(key);
     if (v == nullptr) return std::optional<int64_t>();
     if (!v->is_number()) return InvalidArgument(Path(key) + ": expected a number, got " + v->dump());
-    const double d = v->get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9e15) return InvalidArgument(Path(key) + ": " + v->dump() + " is not an integer");
-    if (d < static_cast<double>(min)) return InvalidArgument(Path(key) + ": " + v->dump() + " must be >= " + std::to_string(min));
-    return std::optional<int64_t>(static_cast<int64_t>(d));
+    const StatusOr<int64_t> i = JsonInteger<int64_t>(*v, Path(key));
+    if (!i.ok()) return InvalidArgument(Path(key) + ": " + v->dump() + " is not an integer");
+    if (*i < min) return InvalidArgument(Path(key) + ": " + v->dump() + " must be >= " + std::to_string(min));
+    return std::optional<int64_t>(*i);
   }
   StatusOr<std::optional<double>> Number(const std::string& key) {
     const Json* v = Get(key);

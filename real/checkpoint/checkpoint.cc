@@ -10,6 +10,7 @@
 #include <set>
 
 #include "../store/aligned_buffer.h"
+#include "tierflow/core/json_checked.h"
 #include "tierflow/real/checksum.h"
 #include "tierflow/real/pinned_arena.h"
 
@@ -104,19 +105,32 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
   if (!exists) return NotFound("checkpoint '" + o.name + "': no manifest '" + path + "'");
   TF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(storage, path));
   json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "tierflow.checkpoint/1") {
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != "tierflow.checkpoint/1") {
     return DataLoss("checkpoint manifest '" + path + "': not a tierflow.checkpoint/1 document");
   }
   Manifest m;
+  // Integers through the one checked reader (a float or a number past the field's width is
+  // damage, named); a wrong type throws json's type_error, caught below.
+  auto integer = [&](const json& v, const std::string& what, auto* out) -> Status {
+    auto value = JsonInteger<std::remove_pointer_t<decltype(out)>>(v, what);
+    if (!value.ok()) return DataLoss("checkpoint manifest '" + path + "': " + value.status().message());
+    *out = *value;
+    return Status::Ok();
+  };
   try {
-    m.generation = j.at("generation");
+    TF_RETURN_IF_ERROR(integer(j.at("generation"), "generation", &m.generation));
     m.strategy = j.at("strategy");
-    if (j.at("devices").get<int64_t>() != static_cast<int64_t>(o.dirs.size())) {
-      return InvalidArgument("checkpoint '" + path + "' spans " + std::to_string(j.at("devices").get<int64_t>()) +
-                             " directories; " + std::to_string(o.dirs.size()) + " given");
+    int64_t devices = 0;
+    TF_RETURN_IF_ERROR(integer(j.at("devices"), "devices", &devices));
+    if (devices != static_cast<int64_t>(o.dirs.size())) {
+      return InvalidArgument("checkpoint '" + path + "' spans " + std::to_string(devices) + " directories; " +
+                             std::to_string(o.dirs.size()) + " given");
     }
     for (auto& f : j.at("files")) {
-      m.paths.push_back({f.at("device"), f.at("name")});
+      int32_t device = 0;
+      TF_RETURN_IF_ERROR(integer(f.at("device"), "a file's device", &device));
+      if (device < 0 || device >= static_cast<int32_t>(o.dirs.size())) return DataLoss("checkpoint manifest '" + path + "': a file's device is " + std::to_string(device));
+      m.paths.push_back({device, f.at("name")});
       const Status named = CheckManifestFile(m.paths.back().second);
       if (!named.ok()) return DataLoss("checkpoint manifest '" + path + "': " + named.message());
     }
@@ -124,13 +138,17 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
       CheckpointEntry e;
       e.name = t.at("name");
       e.dtype = t.at("dtype");
-      e.rank = t.at("rank");
-      e.size_bytes = t.at("size_bytes");
+      const std::string who = "tensor '" + e.name.substr(0, 100) + "': ";
+      TF_RETURN_IF_ERROR(integer(t.at("rank"), who + "rank", &e.rank));
+      TF_RETURN_IF_ERROR(integer(t.at("size_bytes"), who + "size_bytes", &e.size_bytes));
       if (!ParseChecksum(t.at("checksum"), &e.crc32c)) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': bad checksum");
-      e.device = t.at("device");
+      TF_RETURN_IF_ERROR(integer(t.at("device"), who + "device", &e.device));
       e.file = t.at("file");
-      e.offset_bytes = t.at("offset_bytes");
+      TF_RETURN_IF_ERROR(integer(t.at("offset_bytes"), who + "offset_bytes", &e.offset_bytes));
       if (e.device < 0 || e.device >= static_cast<int32_t>(o.dirs.size())) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': bad device");
+      if (e.size_bytes < 0 || e.offset_bytes < 0 || e.rank < 0) {
+        return DataLoss("checkpoint manifest '" + path + "': " + who + "size_bytes, offset_bytes and rank must be >= 0");
+      }
       const Status named = CheckManifestFile(e.file);
       if (!named.ok()) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': " + named.message());
       m.entries.push_back(e);

@@ -20,6 +20,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,11 @@ class Run {
   // A job whose work succeeded: its finish, its trace record (ending now), the buffers it frees.
   void Finish(Job& job, const TaskSpec& t);
   Status IterationDone(int64_t iteration);
+  // The record window (RunOptions::keep_iterations, on_record): hands every record of an
+  // iteration below `below` to on_record and drops it; the rest stay in completion order.
+  Status HandOnRecords(int64_t below);
+  // At the run's end: the window cut to its last keep_iterations, every record handed on.
+  Status FinishRecords();
   Status Setup();
   // Host-homed state (master, adam_m, adam_v kept in host memory across iterations: cached
   // sub-groups) lives in the persistent host buffer that the tasks naming it use, packed in the
@@ -229,6 +235,11 @@ class Run {
   int64_t run_iterations_ = 0;                         // iterations this run executes
   std::vector<float> initial_[3];                      // master, adam_m, adam_v from a checkpoint
   int64_t tasks_done_ = 0;
+  // Iterations completed, for the record window (RunOptions::keep_iterations): every iteration
+  // below done_below_ is done; done_above_ holds those done out of order above it.
+  int64_t done_below_ = 0;
+  std::set<int64_t> done_above_;
+  int64_t records_below_ = 0;                          // records of earlier iterations are handed on
   std::unique_ptr<TokenLoader> loader_;
   EventQueue events_;
   std::vector<Job> jobs_;

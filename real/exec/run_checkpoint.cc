@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tierflow/core/json_checked.h"
 #include "tierflow/real/checkpoint.h"
 
 namespace tierflow::real::exec {
@@ -55,11 +56,12 @@ Status Run::LoadCheckpointIfAny() {
   if (j.is_discarded() || !j.is_object()) return DataLoss(who + " is unreadable");
   // Field by field: a value of the wrong type or out of range is damage, named, not a crash.
   auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t* out) -> Status {
-    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < lo || j[key].get<int64_t>() > hi) {
+    const auto value = j.contains(key) && j[key].is_number_integer() ? JsonInteger<int64_t>(j[key], key) : InvalidArgument(key);
+    if (!value.ok() || *value < lo || *value > hi) {
       return DataLoss(who + ": '" + key + "' is " + (j.contains(key) ? j[key].dump().substr(0, 40) : "missing") + ", not an integer in [" +
                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
     }
-    *out = j[key].get<int64_t>();
+    *out = *value;
     return Status::Ok();
   };
   int64_t done = 0, updates = 0, good_steps = 0;

@@ -58,12 +58,44 @@ Status Run::IterationDone(int64_t iteration) {
     updates_ = updates_at_start_ + iteration + 1;
     norms_[static_cast<size_t>(iteration % window_)].by_begin.clear();
   }
+  done_above_.insert(iteration);
+  while (!done_above_.empty() && *done_above_.begin() == done_below_) {
+    done_above_.erase(done_above_.begin());
+    ++done_below_;
+  }
+  // Records are dropped in batches of keep_iterations iterations, so each is moved at most twice.
+  const int64_t keep = options_.keep_iterations;
+  if (keep > 0 && done_below_ - keep >= records_below_ + keep) TF_RETURN_IF_ERROR(HandOnRecords(done_below_ - keep));
   const double loss = Iter(iteration).loss_sum / micro_steps_;  // the mean over its micro-steps
   result_.loss.push_back(loss);
   if (options_.on_iteration) options_.on_iteration(base_iteration_ + iteration, loss);
   const int64_t done = base_iteration_ + iteration + 1;
   if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty() && done % options_.checkpoint_every == 0) {
     return SaveTrainingCheckpoint(iteration);
+  }
+  return Status::Ok();
+}
+
+Status Run::HandOnRecords(int64_t below) {
+  std::vector<TraceRecord>& records = result_.records;
+  size_t kept = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (records[i].iteration < below) {
+      if (options_.on_record) TF_RETURN_IF_ERROR(options_.on_record(records[i]));
+    } else {
+      if (kept != i) records[kept] = std::move(records[i]);
+      ++kept;
+    }
+  }
+  records.resize(kept);
+  records_below_ = std::max(records_below_, below);
+  return Status::Ok();
+}
+
+Status Run::FinishRecords() {
+  if (options_.keep_iterations > 0) TF_RETURN_IF_ERROR(HandOnRecords(run_iterations_ - options_.keep_iterations));
+  if (options_.on_record) {
+    for (const TraceRecord& r : result_.records) TF_RETURN_IF_ERROR(options_.on_record(r));
   }
   return Status::Ok();
 }
@@ -105,6 +137,7 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
   result_.tasks = run_iterations_ * static_cast<int64_t>(order.size());
   result_.gpu_memory = device_->memory_peak();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
+  TF_RETURN_IF_ERROR(FinishRecords());
   return std::move(result_);
 }
 
@@ -177,6 +210,7 @@ StatusOr<RunResult> Run::Execute() {
   for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
   result_.gpu_memory = device_->memory_peak();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
+  TF_RETURN_IF_ERROR(FinishRecords());
   return std::move(result_);
 }
 

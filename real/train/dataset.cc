@@ -69,7 +69,10 @@ StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path) {
   if (!in) return NotFound("cannot open token file '" + path + "'");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  return ParseTokenFile(buffer.str(), path);
+}
+
+StatusOr<std::vector<int32_t>> ParseTokenFile(std::string_view bytes, const std::string& path) {
   const std::string what = "token file '" + path + "'";
   if (bytes.size() < 1024) return DataLoss(what + ": shorter than the 1024-byte header");
   int32_t header[3];

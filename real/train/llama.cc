@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tierflow/core/json_checked.h"
 #include "tierflow/real/cpu_ops.h"
 
 namespace tierflow::real {
@@ -49,7 +50,7 @@ StatusOr<LlamaSpec> LlamaSpecFromHfConfig(std::string_view json_text, std::strin
     if (!j[key].is_number_integer()) {
       return InvalidArgument("'" + where + "': '" + key + "' must be an integer");
     }
-    *out = j[key].get<int64_t>();
+    TF_ASSIGN_OR_RETURN(*out, JsonInteger<int64_t>(j[key], "'" + where + "': '" + key + "'"));
     return Status::Ok();
   };
   auto get_number = [&](const char* key, double* out) -> Status {
@@ -101,9 +102,12 @@ StatusOr<LlamaSpec> LlamaSpecFromHfConfig(std::string_view json_text, std::strin
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     return InvalidArgument("'" + where + "': rope_scaling is not supported");
   }
-  if (j.contains("head_dim") && j["head_dim"].is_number_integer() && c.heads > 0 &&
-      j["head_dim"].get<int64_t>() * c.heads != c.hidden) {
-    return InvalidArgument("'" + where + "': head_dim * num_attention_heads != hidden_size");
+  if (j.contains("head_dim") && !j["head_dim"].is_null() && c.heads > 0) {
+    int64_t head_dim = 0;
+    TF_RETURN_IF_ERROR(get_int("head_dim", &head_dim, false));
+    if (head_dim != c.hidden / c.heads || c.hidden % c.heads != 0) {
+      return InvalidArgument("'" + where + "': head_dim * num_attention_heads != hidden_size");
+    }
   }
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(spec).WithContext("'" + where + "'"));
   return spec;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tierflow/core/json_checked.h"
 #include "tierflow/real/adamw.h"
 
 namespace tierflow::real {
@@ -117,15 +118,21 @@ StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const std::s
     if (!DtypeFromName(t["dtype"].get<std::string>(), &info.dtype)) {
       return InvalidArgument(where + ": unsupported dtype '" + t["dtype"].get<std::string>() + "'");
     }
+    // Every count through the checked reader; the shape's product (saturated, not overflowed) at
+    // most the data's bytes, so that elements() x dtype size below cannot overflow.
+    int64_t elements = 1;
     for (const auto& d : t["shape"]) {
-      if (!d.is_number_unsigned()) return InvalidArgument(where + ": shape entries must be >= 0");
-      info.shape.push_back(d.get<int64_t>());
+      auto dim = d.is_number_unsigned() ? JsonInteger<int64_t>(d, where + ": a shape entry") : InvalidArgument(where + ": shape entries must be >= 0");
+      if (!dim.ok()) return dim.status();
+      info.shape.push_back(*dim);
+      if (__builtin_mul_overflow(elements, *dim, &elements)) elements = std::numeric_limits<int64_t>::max();
     }
+    if (elements > data_size) return DataLoss(where + ": the shape holds more elements than the file has data bytes");
     for (const auto& o : t["data_offsets"]) {
       if (!o.is_number_unsigned()) return InvalidArgument(where + ": data_offsets must be >= 0");
     }
-    info.begin = t["data_offsets"][0].get<int64_t>();
-    info.end = t["data_offsets"][1].get<int64_t>();
+    TF_ASSIGN_OR_RETURN(info.begin, JsonInteger<int64_t>(t["data_offsets"][0], where + ": data_offsets[0]"));
+    TF_ASSIGN_OR_RETURN(info.end, JsonInteger<int64_t>(t["data_offsets"][1], where + ": data_offsets[1]"));
     if (info.begin > info.end || info.end > data_size) {
       return DataLoss(where + ": data_offsets [" + std::to_string(info.begin) + ", " +
                       std::to_string(info.end) + ") outside the " + std::to_string(data_size) +

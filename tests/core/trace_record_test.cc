@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
+
+#include "tierflow/core/json_checked.h"
 
 namespace tierflow {
 namespace {
@@ -100,6 +104,38 @@ TEST(TraceRecord, BadLinesAreRejectedWithTheReason) {
   auto backwards = TraceRecordFromJson(R"({"device_start_s":2,"device_end_s":1})");
   ASSERT_FALSE(backwards.ok());
   EXPECT_NE(backwards.status().message().find("device_end_s is before device_start_s"), std::string::npos);
+}
+
+// Counts go through JsonInteger: a number past the field's width, a fraction or a non-number is
+// refused with the field, the range and the value as written, never cast (2e22 into an int64 is
+// undefined behaviour; 2^64 - 1 would wrap to -1).
+TEST(TraceRecord, CountsOutOfTheirWidthAreRefusedNotCast) {
+  EXPECT_EQ(TraceRecordFromJson(R"({"bytes":2e22})").status().message(),
+            "bytes must be an integer from -9223372036854775808 to 9223372036854775807, not 2e+22");
+  EXPECT_EQ(TraceRecordFromJson(R"({"iteration":18446744073709551615})").status().message(),
+            "iteration must be an integer from -9223372036854775808 to 9223372036854775807, not 18446744073709551615");
+  EXPECT_EQ(TraceRecordFromJson(R"({"threads":2147483648})").status().message(),
+            "threads must be an integer from -2147483648 to 2147483647, not 2147483648");
+  EXPECT_EQ(TraceRecordFromJson(R"({"layer":1.5})").status().message(), "layer must be an integer from -2147483648 to 2147483647, not 1.5");
+  EXPECT_EQ(TraceRecordFromJson(R"({"bytes":1e99999})").status().message(), "trace record: not valid JSON: number overflow parsing '1e99999'");
+  auto written_as_float = TraceRecordFromJson(R"({"iteration":0,"task":"a","op":"read","start_s":0,"end_s":1,"bytes":1e6})");
+  ASSERT_TRUE(written_as_float.ok()) << written_as_float.status().ToString();
+  EXPECT_EQ(written_as_float->bytes, 1000000);
+}
+
+TEST(JsonInteger, TakesExactlyTheIntegersTheTypeHolds) {
+  using Json = nlohmann::ordered_json;
+  EXPECT_EQ(*JsonInteger<int64_t>(Json(-9223372036854775807LL - 1), "n"), INT64_MIN);
+  EXPECT_EQ(*JsonInteger<int64_t>(Json(-9.223372036854775808e18), "n"), INT64_MIN);  // -2^63 as a float: exact
+  EXPECT_FALSE(JsonInteger<int64_t>(Json(9.223372036854775808e18), "n").ok());       // 2^63: one past the end
+  EXPECT_EQ(*JsonInteger<int32_t>(Json(2147483647), "n"), 2147483647);
+  EXPECT_FALSE(JsonInteger<int32_t>(Json(2147483648.0), "n").ok());
+  EXPECT_FALSE(JsonInteger<int32_t>(Json(-2147483649LL), "n").ok());
+  EXPECT_FALSE(JsonInteger<int64_t>(Json(std::nan("")), "n").ok());
+  EXPECT_FALSE(JsonInteger<int64_t>(Json("12"), "n").ok());
+  EXPECT_FALSE(JsonInteger<int64_t>(Json(true), "n").ok());
+  EXPECT_EQ(JsonInteger<int64_t>(Json::parse(std::string(300, '9')), "count").status().message().substr(0, 95),
+            "count must be an integer from -9223372036854775808 to 9223372036854775807, not 1e+300");
 }
 
 }  // namespace

@@ -390,6 +390,52 @@ TEST(Executor, ACheckpointThatCannotBeWrittenStopsTheRunNamingIt) {
   EXPECT_NE(run.status().message().find("Input/output error"), std::string::npos) << run.status().ToString();
 }
 
+// A long run keeps the records of its last keep_iterations iterations only, and hands every
+// record to on_record exactly once: the same records a run that keeps all of them returns. An
+// error from on_record stops the run with it.
+TEST(Executor, TheRecordWindowKeepsTheLastIterationsAndHandsOnEveryRecordOnce) {
+  const policies::Scenario zi = LoadTiny({});
+  const Schedule schedule = PlanOrDie(zi);
+  const TrainConfig config = ConfigFor(zi);
+  constexpr int64_t kRun = 7, kKeep = 2;
+  auto key = [](const TraceRecord& r) { return std::make_tuple(r.iteration, r.task, r.op, r.resource); };
+  using Key = decltype(key(TraceRecord{}));
+  TempDir all_root("window-all");
+  RunOptions options;
+  options.iterations = kRun;
+  options.disk_root = all_root.str();
+  auto all = RunSchedule(schedule, config, options);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  std::vector<Key> every;
+  for (const TraceRecord& r : all->records) every.push_back(key(r));
+  std::sort(every.begin(), every.end());
+  ASSERT_EQ(static_cast<int64_t>(every.size()), kRun * static_cast<int64_t>(schedule.tasks().size()));
+
+  TempDir window_root("window");
+  options.disk_root = window_root.str();
+  options.keep_iterations = kKeep;
+  std::vector<Key> handed;
+  options.on_record = [&](const TraceRecord& r) {
+    handed.push_back(key(r));
+    return Status::Ok();
+  };
+  auto windowed = RunSchedule(schedule, config, options);
+  ASSERT_TRUE(windowed.ok()) << windowed.status().ToString();
+  std::sort(handed.begin(), handed.end());
+  EXPECT_EQ(handed, every);  // each once: sorted lists of distinct instances are equal
+  EXPECT_EQ(static_cast<int64_t>(windowed->records.size()), kKeep * static_cast<int64_t>(schedule.tasks().size()));
+  for (const TraceRecord& r : windowed->records) EXPECT_GE(r.iteration, kRun - kKeep) << r.task;
+  EXPECT_TRUE(SameBits(windowed->master, all->master));
+
+  TempDir failing_root("window-fail");
+  options.disk_root = failing_root.str();
+  int64_t calls = 0;
+  options.on_record = [&](const TraceRecord&) { return ++calls == 10 ? Internal("the records file is full") : Status::Ok(); };
+  auto failed = RunSchedule(schedule, config, options);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("the records file is full"), std::string::npos) << failed.status().ToString();
+}
+
 // A directory another run (or checkpoint, or probe) holds is refused with the holder's pid,
 // before anything in it is truncated; once the holder lets go, the run goes ahead.
 TEST(Executor, ADirectoryInUseIsRefusedNamingItsHolder) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -59,10 +60,11 @@ TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration
 TraceRecord ProbeRecord(std::string task, Op op, std::string resource, int64_t repetition, int64_t bytes,
                         double start_s, double end_s);
 
-// Appends records to a JSON Lines file.
+// Writes a JSON Lines file of records as a stream, put in place whole: records go to
+// TemporaryPath(path) (files.h) and Close() renames it over `path`. Destroyed before a successful
+// Close (an error, an early return), it removes the temporary file and `path` is left as it was.
 class TraceWriter {
  public:
-  // Opens (truncates) `path`.
   static StatusOr<TraceWriter> Open(const std::string& path);
   TraceWriter(TraceWriter&& other) noexcept;
   TraceWriter& operator=(TraceWriter&& other) noexcept;
@@ -72,15 +74,19 @@ class TraceWriter {
   Status Close();
 
  private:
-  TraceWriter(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+  TraceWriter(std::FILE* file, std::string path, std::string tmp)
+      : file_(file), path_(std::move(path)), tmp_(std::move(tmp)) {}
+  void Abandon();  // closes and removes the temporary file
   std::FILE* file_ = nullptr;
-  std::string path_;
+  std::string path_, tmp_;
 };
 
 std::string TraceRecordToJson(const TraceRecord& record);
 StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line);
 // Reads every record of a JSON Lines file; an error names the file and line.
 StatusOr<std::vector<TraceRecord>> ReadTraceFile(const std::string& path);
+// The same from a stream; `path` names it in errors.
+StatusOr<std::vector<TraceRecord>> ReadTraceStream(std::istream& in, const std::string& path);
 Status WriteTraceFile(const std::string& path, const std::vector<TraceRecord>& records);
 
 }  // namespace tierflow

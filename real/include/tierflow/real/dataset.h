@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tierflow/core/status.h"
@@ -30,6 +31,8 @@ inline constexpr int32_t kTokenFileMagicU32 = 20240801;
 Status WriteTokenFile(const std::string& path, const std::vector<int32_t>& tokens,
                       bool wide_tokens = false);
 StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path);
+// The same from a file's bytes already in memory; `path` names it in errors.
+StatusOr<std::vector<int32_t>> ParseTokenFile(std::string_view bytes, const std::string& path);
 
 struct TokenBatch {
   std::vector<int32_t> inputs;   // [batch * seq], row b * seq + t

@@ -62,10 +62,19 @@ struct RunOptions {
   int64_t exit_after_tasks = 0;
   // Called on the calling thread after each iteration completes, with its loss.
   std::function<void(int64_t iteration, double loss)> on_iteration;
+  // Trace records held, so that a long run's memory stays flat: with keep_iterations > 0,
+  // RunResult::records ends with the records of the last keep_iterations iterations only (the
+  // run drops older ones as it goes, in batches). With on_record, every record is handed over once,
+  // in completion order, on the calling thread: as it leaves that window, or at the run's end;
+  // an error it returns ends the run with that error.
+  int64_t keep_iterations = 0;  // 0: every record
+  std::function<Status(const TraceRecord&)> on_record;
 };
 
 struct RunResult {
-  std::vector<TraceRecord> records;        // one per instance, source "real", times from run start
+  // One per instance, source "real", times from run start; the last RunOptions::keep_iterations
+  // iterations' only, when that is set.
+  std::vector<TraceRecord> records;
   std::vector<double> loss;                // per iteration run now (from first_iteration)
   int64_t first_iteration = 0;             // > 0 when resumed from a checkpoint
   std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The test suite under the sanitizers, each in its own build directory:
+#   asan: everything built with gcc's AddressSanitizer and UndefinedBehaviorSanitizer
+#         (build-asan/), and every test run there; any report fails its test.
+#   tsan: the executor, the storage back-ends, checkpoints and the collectives built with
+#         ThreadSanitizer (build-tsan/), and their tests run there.
+# Usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...]   (default all; e.g. `asan -LE slow`)
+# CUDA is left out of both (nothing here can run it, and nvcc code is not instrumented).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-all}
+shift || true
+root=$(pwd)
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0"
+# Open MPI's own run-time, not ours, under a sanitizer: its shared-memory transport and its
+# progress threads are not instrumented; the collective tests use TCP between ranks.
+export OMPI_MCA_btl="self,tcp"
+
+configure() {  # DIR FLAGS
+  local dir=$1 flags=$2
+  if [ ! -f "$dir/build.ninja" ]; then
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIERFLOW_WERROR=OFF \
+      -DTIERFLOW_CUDA=OFF -DTIERFLOW_BUILD_BENCH=OFF \
+      -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
+      -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >/dev/null
+  fi
+}
+
+if [ "$which" = asan ] || [ "$which" = all ]; then
+  configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+  cmake --build build-asan -j "$(nproc)"
+  (cd build-asan && ctest --output-on-failure -j "$(nproc)" "$@")
+fi
+if [ "$which" = tsan ] || [ "$which" = all ]; then
+  configure build-tsan "-fsanitize=thread -fno-omit-frame-pointer"
+  # The suites of the threaded code: the executor (dispatch thread, workers, CPU threads), the
+  # storage back-ends (io_uring and posix completions), checkpoints, training math on CPU threads,
+  # the collectives. Only their programs are built (gpu ones are absent without CUDA).
+  suites=$(ninja -C build-tsan -t targets all | sed -n 's/^\(\(exec\|real\|train\)_[a-z_]*test\): phony$/\1/p')
+  cmake --build build-tsan -j "$(nproc)" --target $suites
+  (cd build-tsan && ctest --output-on-failure -j "$(nproc)" -R "^($(echo $suites | tr ' ' '|'))[.]" "$@")
+fi
