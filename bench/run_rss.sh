@@ -16,7 +16,7 @@ $tf run scenarios/tiny-cpu.yaml -n "$n" --disk-root "$disk" --records "$work/rec
 pid=$!
 # One sample a second: the iterations printed so far, and VmRSS in KiB.
 while kill -0 "$pid" 2>/dev/null; do
-  rss=$(sed -n 's/^VmRSS: *\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2>/dev/null || true)
+  rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
   done_its=$(grep -c '^iteration' "$work/out.txt" || true)
   [ -n "$rss" ] && echo "$done_its $rss" >>"$work/rss.txt"
   sleep 1

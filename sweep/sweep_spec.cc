@@ -125,7 +125,10 @@ StatusOr<SweepSpec> LoadSweepText(const std::string& yaml, const std::string& or
         if (!it->second.IsSequence()) return InvalidArgument(origin + ": grid." + key + ": expected a list of values");
         if (it->second.size() == 0) return InvalidArgument(origin + ": grid." + key + ": empty list of values");
         std::vector<std::string> values;
-        for (const YAML::Node& v : it->second) values.push_back(ValueText(v));
+        // Held by value: it->second is a member of the iterator's temporary proxy, which a
+        // range-for over it outlives (ASan: stack-use-after-scope).
+        const YAML::Node list = it->second;
+        for (const YAML::Node& v : list) values.push_back(ValueText(v));
         grid.emplace_back(key, std::move(values));
       }
     }

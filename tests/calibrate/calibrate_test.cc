@@ -363,7 +363,8 @@ TEST(CalibrateRoundTripTest, RecoversAnIopsLimit) {
 // Two devices of the truth's first kind probed alone, then together getting `together` x one.
 StatusOr<Calibration> CalibrateTogether(double together) {
   Noise noise(0.02);
-  const models::NvmeSpec& disk = Truth().node.nvme[0];
+  const models::HardwareSpec truth = Truth();  // held: a reference into the temporary dangled (ASan)
+  const models::NvmeSpec& disk = truth.node.nvme[0];
   std::vector<TraceRecord> r;
   for (int d : {0, 1}) testing::AddDiskSweep(disk, d, kBlocks, kDepths, 1, noise, &r);
   testing::AddJointWindows(disk, disk, together, 3, noise, &r);

@@ -253,6 +253,12 @@ TEST(Sweep, CsvIsTheSameWhateverTheJobsAndParallelism) {
   std::vector<std::string> csvs;
   for (int jobs : {1, 3}) {
     for (Parallelism p : {Parallelism::kWorkerProcesses, Parallelism::kThreads}) {
+#if defined(__SANITIZE_ADDRESS__)
+      // Threads that each fork a simulation: under GCC 12's AddressSanitizer a child can inherit
+      // the allocator's lock held by another thread and wait on it forever (glibc's malloc is
+      // fork-safe, ASan's is not). The other three variants still run under scripts/sanitize.sh.
+      if (p == Parallelism::kThreads && jobs > 1) continue;
+#endif
       EvaluateOptions eo;
       eo.jobs = jobs;
       eo.parallelism = p;
