@@ -31,10 +31,13 @@ def at(it):  # the last sample taken at or before `it` iterations
 base = at(warmup)
 print(f"{n} iterations, {records} records streamed, {len(samples)} samples of VmRSS")
 for q in (0, 0.25, 0.5, 0.75, 1.0):
-    it = warmup + int(q * (n - warmup))
+    it = min(n - 1, warmup + int(q * (n - warmup)))
     s = at(it)
     print(f"  after {s[0]:5d} iterations: RSS {s[1] / 1024:8.1f} MiB")
-last = samples[-1]
+# While training: the samples up to the last iteration printed (the run frees its buffers after).
+running = [s for s in samples if warmup <= s[0] < n]
+last = at(n - 1)
 growth = (last[1] - base[1]) / max(1, last[0] - base[0])
-print(f"growth after warm-up: {growth:.2f} KiB per iteration ({(last[1] - base[1]) / 1024:.1f} MiB over {last[0] - base[0]} iterations)")
+print(f"growth after warm-up: {growth:.2f} KiB per iteration ({(last[1] - base[1]) / 1024:.1f} MiB over {last[0] - base[0]} iterations); "
+      f"largest RSS while training after warm-up {max(s[1] for s in running) / 1024:.1f} MiB")
 PY
