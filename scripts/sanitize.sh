@@ -5,7 +5,8 @@
 #   tsan: the executor's and the storage back-ends' suites (with checkpoints and directory locks)
 #         built with ThreadSanitizer (build-tsan/), and run there.
 # Usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...]   (default all; e.g. `asan -LE slow`)
-# A test that runs past 15 minutes (a hang) fails. CUDA is left out of both (nothing here can run it, and nvcc code is not instrumented).
+# A test that runs past 15 minutes (a hang) fails. CUDA is left out of both (nothing here can run
+# it, and nvcc code is not instrumented).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
