@@ -15,6 +15,7 @@
 
 #include "command.h"
 #include "inputs.h"
+#include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/models/llm.h"
 #include "tierflow/real/checkpoint.h"
@@ -30,6 +31,7 @@ struct CkptArgs {
   std::string name = "ckpt";
   std::string backend = "auto";
   std::string preset;
+  std::string model_file;                     // a YAML model ({preset: NAME, overrides} or all dims)
   int ranks = 1;
   int small_count = 2000;
   int large_count = 12;
@@ -37,14 +39,25 @@ struct CkptArgs {
   std::string request_size = "8MiB";
   int queue_depth = 16;
   std::string staging = "32MiB";
+  std::string align = "4KiB";                 // aggregated: tensor offsets in a file
+  bool buffered = false;                      // aggregated: through the page cache, not O_DIRECT
+  bool no_coalesce = false;                   // aggregated save: one request (or more) per tensor
   bool json = false;
   bool keep = false;
 };
 
 // Per-rank tensor sizes: a preset's shards, or the default size distribution.
 StatusOr<std::vector<std::pair<std::string, int64_t>>> TensorSizes(const CkptArgs& a, int32_t rank) {
-  if (!a.preset.empty()) {
-    TF_ASSIGN_OR_RETURN(models::LlmConfig model, models::LlmPreset(a.preset));
+  if (!a.preset.empty() || !a.model_file.empty()) {
+    models::LlmConfig model;
+    if (!a.model_file.empty()) {
+      TF_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(a.model_file, "model file"));
+      auto parsed = models::LlmFromYamlText(text);
+      if (!parsed.ok()) return parsed.status().WithContext("model file '" + a.model_file + "'");
+      model = *parsed;
+    } else {
+      TF_ASSIGN_OR_RETURN(model, models::LlmPreset(a.preset));
+    }
     std::vector<std::pair<std::string, int64_t>> sizes;
     const std::string R = ".r" + std::to_string(rank);
     for (const models::LayerInfo& layer : models::Layers(model)) {
@@ -65,6 +78,12 @@ StatusOr<std::vector<std::pair<std::string, int64_t>>> TensorSizes(const CkptArg
   return real::DefaultCheckpointSizes(d, rank);
 }
 
+// A tensor's element type: a shard's by its suffix; the default set's are raw bytes.
+std::string DtypeOf(const CkptArgs& a, const std::string& name) {
+  if (a.preset.empty() && a.model_file.empty()) return "u8";
+  return name.ends_with(".bf16") ? "bf16" : "fp32";
+}
+
 // The tensors' bytes (deterministic, incompressible-ish) and their descriptors.
 struct TensorSet {
   std::vector<std::unique_ptr<char[]>> data;
@@ -82,6 +101,13 @@ Status CheckArgs(const CkptArgs& a) {
   }
   if (a.queue_depth < 1 || a.queue_depth > 4096) return InvalidArgument("--qd " + std::to_string(a.queue_depth) + " must be between 1 and 4096");
   if (a.reps < 1) return InvalidArgument("--reps " + std::to_string(a.reps) + " must be at least 1");
+  if (!a.preset.empty() && !a.model_file.empty()) return InvalidArgument("give --preset or --model, not both");
+  TF_ASSIGN_OR_RETURN(const int64_t align, ParseBytes(a.align, true));
+  if (align < 1 || align > (int64_t{1} << 30)) return InvalidArgument("--align " + a.align + " must be between 1 B and 1 GiB");
+  if (!a.buffered && a.no_coalesce && align % real::kDirectAlignment != 0) {
+    return InvalidArgument("--no-coalesce with O_DIRECT writes each tensor as its own requests, which start at its offset: --align " + a.align +
+                           " must be a multiple of 4 KiB (or add --buffered)");
+  }
   TF_ASSIGN_OR_RETURN(const int64_t staging, ParseBytes(a.staging, true));
   TF_ASSIGN_OR_RETURN(const int64_t request, ParseBytes(a.request_size, true));
   for (const auto& [flag, bytes] : {std::pair{"--staging", staging}, std::pair{"--request-size", request}}) {
@@ -119,7 +145,7 @@ StatusOr<TensorSet> MakeTensors(const CkptArgs& a) {
         std::memcpy(p + i, &x, 8);
       }
       for (; i < size; ++i) p[i] = static_cast<char>(x >> (i % 8));
-      s.tensors.push_back(real::CheckpointTensor{name, "bf16", r, p, size});
+      s.tensors.push_back(real::CheckpointTensor{name, DtypeOf(a, name), r, p, size});
       s.bytes += size;
     }
   }
@@ -141,6 +167,9 @@ StatusOr<real::CheckpointOptions> Options(const CkptArgs& a, real::CheckpointStr
   o.name = a.name;
   o.strategy = strategy;
   TF_ASSIGN_OR_RETURN(o.staging_bytes, ParseBytes(a.staging, true));
+  TF_ASSIGN_OR_RETURN(o.align_bytes, ParseBytes(a.align, true));
+  o.direct = !a.buffered;
+  o.coalesce = !a.no_coalesce;
   return o;
 }
 
@@ -178,6 +207,26 @@ Status Load(const CkptArgs& a) {
   return Status::Ok();
 }
 
+// The tensor set that save and bench would use, without making it: for peers that save the same
+// tensors (bench/checkpoint_peers.py).
+Status Tensors(const CkptArgs& a) {
+  TF_RETURN_IF_ERROR(CheckArgs(a));
+  nlohmann::json out = nlohmann::json::array();
+  int64_t total = 0, count = 0;
+  for (int32_t r = 0; r < a.ranks; ++r) {
+    TF_ASSIGN_OR_RETURN(auto sizes, TensorSizes(a, r));
+    for (const auto& [name, size] : sizes) {
+      total += size;
+      ++count;
+      if (a.json) out.push_back({{"name", name}, {"rank", r}, {"dtype", DtypeOf(a, name)}, {"size_bytes", size}});
+      else std::printf("%d %s %s %lld\n", r, DtypeOf(a, name).c_str(), name.c_str(), static_cast<long long>(size));
+    }
+  }
+  if (a.json) std::printf("%s\n", out.dump().c_str());
+  else std::printf("# %lld tensors, %s over %d rank(s)\n", static_cast<long long>(count), FormatBytes(static_cast<double>(total)).c_str(), a.ranks);
+  return Status::Ok();
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -202,6 +251,7 @@ Status Bench(const CkptArgs& a) {
   }
   // Pinned staging kept across repetitions, as a training job keeps it.
   TF_ASSIGN_OR_RETURN(int64_t staging_bytes, ParseBytes(a.staging, true));
+  TF_ASSIGN_OR_RETURN(const int64_t request_bytes, ParseBytes(a.request_size, true));
   real::ArenaOptions ao;
   ao.allow_unlocked = true;
   TF_ASSIGN_OR_RETURN(auto arena, real::PinnedArena::Create(4 * staging_bytes, ao));
@@ -235,7 +285,9 @@ Status Bench(const CkptArgs& a) {
     double wm = Median(w), rm = Median(r);
     out.push_back({{"strategy", real::CheckpointStrategyName(strategy)}, {"bytes", last.bytes}, {"tensors", last.tensors},
                    {"files", last.files}, {"write_bytes_per_s", wm}, {"read_bytes_per_s", rm}, {"direct", last.direct},
-                   {"backend", storage->name()}});
+                   {"backend", storage->name()}, {"coalesce", o.coalesce}, {"align_bytes", o.align_bytes}, {"requests", last.requests},
+                   {"request_bytes", request_bytes}, {"queue_depth", a.queue_depth}, {"reps", a.reps},
+                   {"write_bytes_per_s_all", w}, {"read_bytes_per_s_all", r}});
     if (!a.json) {
       std::printf(" %16s %8lld %12lld %10.3f %10.3f %8lld %8s\n", real::CheckpointStrategyName(strategy),
                   static_cast<long long>(last.tensors), static_cast<long long>(last.bytes), wm / 1e9, rm / 1e9,
@@ -257,16 +309,23 @@ Command MakeCheckpoint(CLI::App& parent) {
     s->add_option("--name", a->name, "Checkpoint name");
     s->add_option("--backend", a->backend, "Storage back-end for aggregated I/O: auto, uring, posix");
     s->add_option("--preset", a->preset, "Model preset whose per-rank ZeRO-3 shards to save (bf16 parameters, fp32 master, Adam m and v; held in memory)");
+    s->add_option("--model", a->model_file, "YAML model file ({preset: NAME, overrides} or all dims) whose shards to save, as --preset");
     s->add_option("--ranks", a->ranks, "Ranks (one file per rank per device)");
     s->add_option("--small-count", a->small_count, "Small tensors per rank (4 KiB - 256 KiB, log-uniform)");
     s->add_option("--large-count", a->large_count, "Large tensors per rank (16 - 64 MiB)");
     s->add_option("--request-size", a->request_size, "Largest I/O request");
     s->add_option("--qd", a->queue_depth, "Queue depth per device");
     s->add_option("--staging", a->staging, "Size of one pinned staging buffer");
+    s->add_flag("--buffered", a->buffered, "Aggregated files through the page cache, not O_DIRECT");
+  };
+  auto writes = [&](CLI::App* s) {
+    s->add_option("--align", a->align, "Aggregated: alignment of tensor offsets in a file (default 4KiB)");
+    s->add_flag("--no-coalesce", a->no_coalesce, "Aggregated: write every tensor as its own request(s), not packed into staging-sized ones");
   };
   CLI::App* save = ck->add_subcommand("save", "Save the tensor set atomically");
   common(save);
   save->add_option("--strategy", a->strategy, "aggregated or file-per-tensor");
+  writes(save);
   save->callback([which] { *which = "save"; });
   CLI::App* load = ck->add_subcommand("load", "Load the committed checkpoint and verify every checksum");
   common(load);
@@ -274,12 +333,22 @@ Command MakeCheckpoint(CLI::App& parent) {
   CLI::App* bench = ck->add_subcommand("bench", "Save and load with each strategy; median bandwidths");
   common(bench);
   bench->add_option("--strategy", a->bench_strategy, "aggregated, file-per-tensor or both");
+  writes(bench);
+  CLI::App* tensors = ck->add_subcommand("tensors", "List the tensor set save and bench use (rank, dtype, name, bytes), for peers to save the same");
+  tensors->add_option("--preset", a->preset, "Model preset whose per-rank ZeRO-3 shards to list");
+  tensors->add_option("--model", a->model_file, "YAML model file, as --preset");
+  tensors->add_option("--ranks", a->ranks, "Ranks");
+  tensors->add_option("--small-count", a->small_count, "Small tensors per rank (the default set)");
+  tensors->add_option("--large-count", a->large_count, "Large tensors per rank (the default set)");
+  tensors->add_flag("--json", a->json, "Print JSON: [{name, rank, dtype, size_bytes}]");
+  tensors->callback([which] { *which = "tensors"; });
   bench->add_option("--reps", a->reps, "Repetitions");
   bench->add_flag("--json", a->json, "Print JSON");
   bench->add_flag("--keep", a->keep, "Keep the benchmark checkpoints");
   return Command{ck, [a, which]() -> Status {
                    if (*which == "save") return Save(*a);
                    if (*which == "load") return Load(*a);
+                   if (*which == "tensors") return Tensors(*a);
                    return Bench(*a);
                  }};
 }

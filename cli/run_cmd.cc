@@ -2,6 +2,7 @@
 //              [--records out.jsonl] [--data FILE] [--in-memory] [--json]
 // Runs a schedule for real (real/exec): fine-tunes the scenario's model on the CPU with gpu0
 // emulated in host memory, state offloaded to the --disk directories as the schedule says.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -46,6 +47,28 @@ constexpr int64_t kMaxIterations = 1000000000;
 // The iterations whose trace records a run keeps for its report and --trace timeline: a long
 // run's memory stays flat, and --records streams every record to its file as the run goes.
 constexpr int64_t kReportIterations = 32;
+
+// What the run's checkpoints cost: how many, their size, and the median of each part (the
+// states gathered from their homes, then the atomic save), with the save's bandwidth.
+std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>& list, const std::string& dir) {
+  auto median = [&](auto field) {
+    std::vector<double> v;
+    for (const auto& c : list) v.push_back(field(c));
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double gather = median([](const auto& c) { return c.gather_s; });
+  const double save = median([](const auto& c) { return c.save_s; });
+  const double total = median([](const auto& c) { return c.gather_s + c.save_s; });
+  const double bytes = static_cast<double>(list.back().bytes);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "checkpoints: %zu saved to %s, %s each; median %s with training paused (gathering the states %s, "
+                "saving %s: %s, %s per GB)\n",
+                list.size(), dir.c_str(), FormatBytes(bytes).c_str(), FormatDuration(total).c_str(), FormatDuration(gather).c_str(),
+                FormatDuration(save).c_str(), FormatBandwidth(bytes / save).c_str(), FormatDuration(total / (bytes / 1e9)).c_str());
+  return line;
+}
 
 Status RunRun(const RunArgs& a) {
   if (a.iterations < 1 || a.iterations > kMaxIterations) {
@@ -115,6 +138,13 @@ Status RunRun(const RunArgs& a) {
     report["buffered_io_bytes"] = result.buffered_io_bytes;
     report["buffered_disks"] = result.buffered_disks;
   }
+  if (!result.checkpoints.empty()) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& c : result.checkpoints) {
+      list.push_back({{"iterations_done", c.iterations_done}, {"gather_s", c.gather_s}, {"save_s", c.save_s}, {"bytes", c.bytes}});
+    }
+    report["checkpoints"] = list;
+  }
   report["gpu_memory_peak_bytes"] = result.gpu_memory.allocated;
   report["gpu_memory_reserved_peak_bytes"] = result.gpu_memory.reserved;
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
@@ -133,6 +163,7 @@ Status RunRun(const RunArgs& a) {
   }
   const std::string buffered = BufferedIoNote(result.direct_io_bytes, result.buffered_io_bytes, result.buffered_disks);
   if (!buffered.empty()) std::printf("\n%s", buffered.c_str());
+  if (!result.checkpoints.empty()) std::printf("\n%s", CheckpointNote(result.checkpoints, a.checkpoint).c_str());
   std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
               FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),
               a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");

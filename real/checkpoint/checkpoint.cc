@@ -338,6 +338,10 @@ Status SaveAggregated(Storage& storage, const std::vector<CheckpointTensor>& ten
                       Manifest* m, CheckpointStats* stats) {
   const int32_t ndev = static_cast<int32_t>(o.dirs.size());
   const int64_t align = std::max<int64_t>(1, o.align_bytes);
+  if (o.direct && !o.coalesce && align % kDirectAlignment != 0) {
+    return InvalidArgument("checkpoint save '" + o.name + "': uncoalesced O_DIRECT writes start at each tensor, so align_bytes must be a multiple of " +
+                           std::to_string(kDirectAlignment) + " (got " + std::to_string(align) + "); or write through the page cache");
+  }
   // Assign tensors to (rank, device) files: per rank, each tensor to the device with the fewest
   // bytes so far (largest first, for balance); keep the input order within a file.
   std::map<std::pair<int32_t, int32_t>, FilePlan> plans;
@@ -371,14 +375,14 @@ Status SaveAggregated(Storage& storage, const std::vector<CheckpointTensor>& ten
     const int64_t slot = stager.slot_bytes();
     std::vector<std::pair<FileId, std::string>> open_files;  // (id, tmp path)
     for (auto& [key, p] : plans) {
-      p.size_bytes = AlignUp(p.size_bytes, kDirectAlignment);
+      if (o.direct) p.size_bytes = AlignUp(p.size_bytes, kDirectAlignment);
       p.name = o.name + "-g" + std::to_string(m->generation) + ".rank" + std::to_string(p.rank) + ".dev" +
                std::to_string(p.device) + ".tfckpt";
       std::string tmp = o.dirs[p.device] + "/" + p.name + ".tmp";
       OpenOptions oo;
       oo.device = p.device;
       oo.create = oo.truncate = true;
-      oo.direct = true;
+      oo.direct = o.direct;
       oo.direct_fallback = true;
       auto f = storage.Open(tmp, oo);
       if (!f.ok()) { st = f.status(); break; }
@@ -392,8 +396,10 @@ Status SaveAggregated(Storage& storage, const std::vector<CheckpointTensor>& ten
       auto buf = stager.Current();
       if (!buf.ok()) { st = buf.status(); break; }
       char* b = *buf;
+      // O_DIRECT requests are whole blocks (the file's tail padded with zeros); buffered ones
+      // are the bytes themselves.
       auto flush = [&](int64_t upto) -> Status {
-        int64_t len = AlignUp(upto - flushed, kDirectAlignment);
+        int64_t len = o.direct ? AlignUp(upto - flushed, kDirectAlignment) : upto - flushed;
         std::memset(b + (upto - flushed), 0, len - (upto - flushed));
         TF_RETURN_IF_ERROR(stager.Flush(f->id, flushed, len, what));
         flushed += len;
@@ -430,6 +436,7 @@ Status SaveAggregated(Storage& storage, const std::vector<CheckpointTensor>& ten
           file_pos += n;
           if (file_pos - flushed == slot) st = flush(file_pos);
         }
+        if (st.ok() && !o.coalesce && file_pos > flushed) st = flush(file_pos);  // the tensor's own request
         e.crc32c = crc;
         m->entries.push_back(e);
         stats->bytes += t.size_bytes;
@@ -442,6 +449,7 @@ Status SaveAggregated(Storage& storage, const std::vector<CheckpointTensor>& ten
     Status drained = stager.Drain();
     if (st.ok()) st = drained;
     stats->files = static_cast<int64_t>(open_files.size());
+    stats->requests = stager.ios();
     // Durability, then final names.
     for (auto& [id, tmp] : open_files) {
       if (st.ok()) st = storage.Sync(id);
@@ -493,7 +501,7 @@ Status SaveFilePerTensor(Storage& storage, const std::vector<CheckpointTensor>& 
     Status c = storage.Close(id);
     if (st.ok()) st = c;
   }
-  stats->files = static_cast<int64_t>(open_files.size());
+  stats->files = stats->requests = static_cast<int64_t>(open_files.size());
   TF_RETURN_IF_ERROR(st);
   for (int32_t d = 0; d < ndev; ++d) {
     TF_RETURN_IF_ERROR(storage.SyncDir(o.dirs[d] + "/" + dir_name + ".tmp"));
@@ -599,6 +607,7 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
       stats.bytes += e.size_bytes;
       stats.file_bytes += e.size_bytes;
       ++stats.files;
+      ++stats.requests;
     }
     stats.duration_s = MonotonicSeconds() - t0;
     return stats;
@@ -625,7 +634,7 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
     std::string path = options.dirs[key.first] + "/" + key.second;
     OpenOptions oo;
     oo.device = key.first;
-    oo.direct = true;
+    oo.direct = options.direct;
     oo.direct_fallback = true;
     oo.read_only = true;
     auto f = storage.Open(path, oo);
@@ -650,7 +659,8 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
     size_t cursor = 0;  // first entry not yet fully consumed
     auto submit = [&](int64_t c) -> Status {
       int64_t off = c * slot;
-      int64_t len = AlignUp(std::min(slot, file_size - off), kDirectAlignment);
+      int64_t len = std::min(slot, file_size - off);
+      if (f->direct) len = AlignUp(len, kDirectAlignment);
       IoRequest r{IoOp::kRead, f->id, off, len, bufs[c % bufs.size()].data(), static_cast<uint64_t>(c)};
       return storage.Submit({&r, 1}, &q);
     };
@@ -699,6 +709,7 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
       received += static_cast<int64_t>(q.Wait(&done, 1));
     }
     (void)storage.Close(f->id);
+    stats.requests += next_submit;
     if (!st.ok()) break;
     stats.files++;
     for (auto* e : entries) stats.bytes += e->size_bytes;

@@ -89,6 +89,7 @@ Status Run::LoadCheckpointIfAny() {
 // After `iteration` (of this run) completes: its updated states are at version iteration + 1 in
 // their homes; they, the step and the loss scaler are saved atomically.
 Status Run::SaveTrainingCheckpoint(int64_t iteration) {
+  const double t0 = MonotonicSeconds();
   std::vector<float> state[3];
   for (int k = 0; k < 3; ++k) TF_RETURN_IF_ERROR(ReadState(kMaster + k, iteration + 1, &state[k]).WithContext("checkpoint"));
   // Nothing replaces good state with bad: a diverged run stops here, and the last committed
@@ -108,6 +109,7 @@ Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   j["good_steps"] = scaler_.good_steps();
   j["micro_steps"] = micro_steps_;
   const std::string meta = j.dump();
+  const double gathered = MonotonicSeconds();
   std::vector<CheckpointTensor> tensors;
   for (int k = 0; k < 3; ++k) tensors.push_back({KindName(kMaster + k), "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
   tensors.push_back({"meta", "u8", 0, meta.data(), static_cast<int64_t>(meta.size())});
@@ -116,6 +118,7 @@ Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   o.name = kCheckpointName;
   auto stats = SaveCheckpoint(*io_, tensors, o);
   if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
+  result_.checkpoints.push_back({base_iteration_ + iteration + 1, gathered - t0, MonotonicSeconds() - gathered, stats->bytes});
   return Status::Ok();
 }
 

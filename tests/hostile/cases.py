@@ -353,6 +353,14 @@ add(g, "load_manifest_not_json", "checkpoint load --dir d --name ck", 1, r"check
     files={"d/ck.manifest.json": "{not json"})
 bench_dirs = ("d",)
 add(g, "bench_zero_reps", "checkpoint bench --dir d --reps 0", 2, r"--reps 0 must be at least 1", dirs=bench_dirs)
+add(g, "bench_uncoalesced_direct_unaligned", "checkpoint bench --dir d --no-coalesce --align 64", 2,
+    r"--no-coalesce with O_DIRECT .* --align 64 must be a multiple of 4 KiB \(or add --buffered\)", dirs=bench_dirs)
+add(g, "save_zero_align", "checkpoint save --dir d --align 0 --preset tiny", 2, r"--align 0 must be between 1 B and 1 GiB", dirs=("d",))
+add(g, "save_preset_and_model", "checkpoint save --dir d --preset tiny --model m.yaml", 2, r"give --preset or --model, not both",
+    dirs=("d",), files={"m.yaml": "preset: tiny\n"})
+add(g, "tensors_model_missing", "checkpoint tensors --model nothere.yaml", 1, r"model file 'nothere\.yaml'")
+add(g, "tensors_model_bad_key", "checkpoint tensors --model m.yaml", 2, r"model file 'm\.yaml': model\.hidden_size: unknown key",
+    files={"m.yaml": "preset: tiny\nhidden_size: 5\n"})
 
 # ---- DeepSpeed configs ---------------------------------------------------------------------------
 g = "deepspeed"

@@ -97,6 +97,57 @@ TEST_P(CheckpointTest, SaveLoadRoundTripAndReplace) {
   TF_ASSERT_OK(RemoveCheckpoint(*storage_, opts_));
 }
 
+// The write shapes of the checkpoint study's matrix (docs/checkpoint-study.md): O_DIRECT or the
+// page cache, coalesced or one request per tensor, tensors 4 KiB-aligned or packed; each
+// round-trips, and each does what it says.
+class CheckpointShapeTest : public CheckpointTest {};
+
+TEST_P(CheckpointShapeTest, EveryWriteShapeRoundTrips) {
+  const std::vector<int64_t> sizes = {1, 4095, 4096, 5000, 300000, 3 << 20, 17, 70000};
+  Set set = MakeSet(3, 2, sizes);
+  struct Shape {
+    bool direct, coalesce;
+    int64_t align;
+  };
+  int64_t coalesced_requests = 0;
+  for (const Shape& shape : {Shape{true, true, 4096}, Shape{false, true, 64}, Shape{true, false, 4096}, Shape{false, false, 1},
+                             Shape{true, true, 64}, Shape{true, false, 8192}, Shape{false, false, 4096}}) {
+    SCOPED_TRACE("direct " + std::to_string(shape.direct) + " coalesce " + std::to_string(shape.coalesce) + " align " + std::to_string(shape.align));
+    CheckpointOptions o = opts_;
+    o.direct = shape.direct;
+    o.coalesce = shape.coalesce;
+    o.align_bytes = shape.align;
+    auto saved = SaveCheckpoint(*storage_, set.tensors, o);
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    EXPECT_EQ(LoadAndCompare(*storage_, o, set), "");
+    if (!shape.direct) {
+      EXPECT_FALSE(saved->direct) << "buffered files are never O_DIRECT";
+    }
+    if (shape.coalesce && shape.direct && shape.align == 4096) coalesced_requests = saved->requests;
+    // Uncoalesced: every tensor ends a request (the 3 MiB one spans several 1 MiB staging slots).
+    if (!shape.coalesce) {
+      EXPECT_GE(saved->requests, static_cast<int64_t>(set.tensors.size()) + 2 * 2);
+    }
+  }
+  EXPECT_GT(coalesced_requests, 0);
+  EXPECT_LT(coalesced_requests, static_cast<int64_t>(set.tensors.size())) << "small tensors share requests when coalesced";
+  // O_DIRECT requests that start at each tensor need 4 KiB-aligned tensors.
+  CheckpointOptions o = opts_;
+  o.coalesce = false;
+  o.align_bytes = 64;
+  auto refused = SaveCheckpoint(*storage_, set.tensors, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("align_bytes must be a multiple of 4096"), std::string::npos) << refused.status().ToString();
+  EXPECT_EQ(LoadAndCompare(*storage_, opts_, set), "") << "the refused save kept the committed checkpoint";
+  TF_ASSERT_OK(RemoveCheckpoint(*storage_, opts_));
+}
+
+INSTANTIATE_TEST_SUITE_P(Aggregated, CheckpointShapeTest,
+                         ::testing::Values(Param{"uring", CheckpointStrategy::kAggregated}, Param{"posix", CheckpointStrategy::kAggregated},
+                                           Param{"memory", CheckpointStrategy::kAggregated}),
+                         [](const auto& info) { return info.param.backend; });
+
 INSTANTIATE_TEST_SUITE_P(
     All, CheckpointTest,
     ::testing::Values(Param{"uring", CheckpointStrategy::kAggregated}, Param{"posix", CheckpointStrategy::kAggregated},

@@ -47,6 +47,14 @@ struct CheckpointOptions {
   std::string name = "ckpt";
   CheckpointStrategy strategy = CheckpointStrategy::kAggregated;
   int64_t align_bytes = 4096;             // aggregated: tensor offsets in a file
+  // aggregated: data files go O_DIRECT (where the file system allows it; padded to whole 4 KiB
+  // blocks) or, false, through the page cache (exact lengths). Save and load alike.
+  bool direct = true;
+  // aggregated save: the byte stream goes out in staging-sized requests, small tensors packed
+  // together; false: every tensor is its own request(s) (the uncoalesced small writes of a
+  // framework that writes tensor by tensor). Uncoalesced O_DIRECT needs align_bytes a multiple of
+  // 4 KiB (each request starts a tensor). Loads always read whole staging-sized chunks.
+  bool coalesce = true;
   int64_t staging_bytes = 32 << 20;       // aggregated: size of one staging buffer
   int32_t staging_buffers = 4;            // aggregated: buffers in flight + the one being filled
   // Optional: staging slots kept across saves and loads (as a training job keeps its pinned
@@ -61,6 +69,7 @@ struct CheckpointStats {
   int64_t bytes = 0;          // tensor payload
   int64_t file_bytes = 0;     // bytes written or read including padding
   int64_t files = 0;
+  int64_t requests = 0;       // data I/O requests issued (aggregated; file-per-tensor: files)
   double duration_s = 0;
   bool direct = false;        // whether O_DIRECT was in effect for the data files
 };

@@ -99,6 +99,17 @@ struct RunResult {
   // that is not aligned as O_DIRECT needs. Empty when every disk is O_DIRECT.
   std::vector<std::string> buffered_disks;
   std::vector<float> master;               // the final fp32 master weights, ParamLayout order
+  // Each training checkpoint this run saved (RunOptions::checkpoint_every), in order: the
+  // iterations done at it, the seconds spent gathering the states from their homes (disk reads
+  // for offloaded states), the seconds of the atomic save (written, fsynced, committed), and its
+  // payload bytes. The dispatch loop starts nothing new meanwhile: training is paused.
+  struct CheckpointTiming {
+    int64_t iterations_done = 0;
+    double gather_s = 0;
+    double save_s = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<CheckpointTiming> checkpoints;
 };
 
 // The model and training set-up a schedule needs and the run supports: one rank, one micro-step,
