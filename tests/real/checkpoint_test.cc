@@ -122,6 +122,7 @@ TEST_P(CheckpointShapeTest, EveryWriteShapeRoundTrips) {
     EXPECT_EQ(LoadAndCompare(*storage_, o, set), "");
     if (!shape.direct) {
       EXPECT_FALSE(saved->direct) << "buffered files are never O_DIRECT";
+      EXPECT_EQ(LoadAndCompare(*storage_, opts_, set), "") << "an O_DIRECT load of the unpadded file";
     }
     if (shape.coalesce && shape.direct && shape.align == 4096) coalesced_requests = saved->requests;
     // Uncoalesced: every tensor ends a request (the 3 MiB one spans several 1 MiB staging slots).
