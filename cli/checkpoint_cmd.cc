@@ -247,6 +247,9 @@ Status Bench(const CkptArgs& a) {
     std::printf("# tierflow checkpoint bench: %zu tensors, %s, %d rank(s), %zu dir(s), %d repetitions (median)\n",
                 set.tensors.size(), FormatBytes(static_cast<double>(set.bytes)).c_str(), a.ranks, a.dirs.size(), a.reps);
     std::printf("# write = save incl. fsync, renames and manifest; read = load incl. checksum verification, page cache dropped\n");
+    std::printf("# aggregated: %s, %s, tensor offsets aligned to %s, requests of at most %s, %d in flight\n",
+                a.buffered ? "through the page cache" : "O_DIRECT", a.no_coalesce ? "a request per tensor" : "coalesced",
+                a.align.c_str(), a.request_size.c_str(), a.queue_depth);
     std::printf("#%16s %8s %12s %10s %10s %8s %8s\n", "strategy", "tensors", "bytes", "write GB/s", "read GB/s", "files", "direct");
   }
   // Pinned staging kept across repetitions, as a training job keeps it.
