@@ -61,13 +61,9 @@ std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>&
   const double save = median([](const auto& c) { return c.save_s; });
   const double total = median([](const auto& c) { return c.gather_s + c.save_s; });
   const double bytes = static_cast<double>(list.back().bytes);
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "checkpoints: %zu saved to %s, %s each; median %s with training paused (gathering the states %s, "
-                "saving %s: %s, %s per GB)\n",
-                list.size(), dir.c_str(), FormatBytes(bytes).c_str(), FormatDuration(total).c_str(), FormatDuration(gather).c_str(),
-                FormatDuration(save).c_str(), FormatBandwidth(bytes / save).c_str(), FormatDuration(total / (bytes / 1e9)).c_str());
-  return line;
+  return "checkpoints: " + std::to_string(list.size()) + " saved to " + dir + ", " + FormatBytes(bytes) + " each; median " +
+         FormatDuration(total) + " with training paused (gathering the states " + FormatDuration(gather) + ", saving " +
+         FormatDuration(save) + ": " + FormatBandwidth(bytes / save) + ", " + FormatDuration(total / (bytes / 1e9)) + " per GB)\n";
 }
 
 Status RunRun(const RunArgs& a) {
