@@ -192,6 +192,11 @@ def main():
     no_mpi = ("this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then rebuild)" if args.no_mpi
               else None if shutil.which("mpirun") else "mpirun is not installed (apt-get install openmpi-bin)")
 
+    # A build configured without benchmarks (TIERFLOW_BUILD_BENCH=OFF: the sanitizer builds) has
+    # none to list; any other build must have every one.
+    cache = os.path.join(build, "CMakeCache.txt")
+    benches_built = not (os.path.exists(cache) and re.search(r"^TIERFLOW_BUILD_BENCH:BOOL=OFF$", open(cache).read(), re.M))
+
     env = dict(os.environ)
     # mpirun as root (containers, CI) and with more ranks than cores.
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -228,6 +233,10 @@ def main():
             if re.match(r"^mpirun\b", command) and no_mpi:
                 skipped += 1
                 print(f"SKIP {where}: {ex.command}\n     ({no_mpi})")
+                continue
+            if re.match(r"^\./build/bench/", command) and not benches_built:
+                skipped += 1
+                print(f"SKIP {where}: {ex.command}\n     (this build has no benchmarks: TIERFLOW_BUILD_BENCH=OFF, as in the sanitizer builds)")
                 continue
             shown = command if command == ex.command else f"{command}\n     (from: {ex.command}; {'; '.join(reasons)})"
             if args.list:
