@@ -1,5 +1,6 @@
 #include "inputs.h"
 
+#include <cstdlib>
 #include <map>
 
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "tierflow/models/training.h"
 #include "tierflow/models/yaml_tree.h"
 #include "tierflow/policies/policy.h"
+#include "tierflow/real/collective.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/tokenizer.h"
 
@@ -73,6 +75,12 @@ StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const 
                            std::to_string(s.hardware.node.gpu_count * s.hardware.nodes) + " GPUs of the hardware");
   }
   return s;
+}
+
+std::string AutoCollectiveBackend() {
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+                            std::getenv("PMIX_RANK") != nullptr;
+  return under_mpirun && real::CollectiveBackends().find("mpi") != std::string::npos ? "mpi" : "local";
 }
 
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets) {

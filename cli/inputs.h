@@ -34,6 +34,10 @@ void AddSetOption(CLI::App* app, std::vector<std::string>* sets);
 // Loads a scenario (and plans it) or a schedule. --set applies to scenarios; on a schedule file
 // it is an error (the schedule is already planned), except for hardware.* keys, which re-target
 // the stored scenario's hardware.
+// The collective back-end `probe collective` and `run` use when none is named: mpi when this
+// process was started by mpirun and the build has MPI, else local (one rank).
+std::string AutoCollectiveBackend();
+
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets);
 // What a schedule file trains, on what and how, from its typed sections (model and hardware
 // required, training optional: the defaults), with `sets` (hardware.* only) applied to its

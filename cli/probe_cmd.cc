@@ -288,14 +288,6 @@ struct CollectiveArgs {
   bool json = false;
 };
 
-// The back-end `probe collective` and `run` use when none is named: mpi when this process was
-// started by mpirun and the build has MPI, else local (one rank).
-std::string AutoCollectiveBackend() {
-  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-                            std::getenv("PMIX_RANK") != nullptr;
-  return under_mpirun && real::CollectiveBackends().find("mpi") != std::string::npos ? "mpi" : "local";
-}
-
 Status RunProbeCollective(const CollectiveArgs& a) {
   real::CollectiveProbeOptions o;
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };

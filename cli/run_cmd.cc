@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <optional>
 
 #include "command.h"
@@ -13,6 +15,7 @@
 #include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/real/checksum.h"
+#include "tierflow/real/collective.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/summary.h"
@@ -80,10 +83,31 @@ Status RunRun(const RunArgs& a) {
   for (const auto& [flag, output] : {std::pair<const char*, std::string>{"--records", a.records}, {"--trace", a.trace}}) {
     if (!output.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.input, flag));
   }
-  TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
-  TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, a.lr, a.threads));
+  // Several ranks: one process per rank under mpirun, each running its part of the schedule;
+  // rank 0 reports (docs/executor.md "Many ranks"). What every rank finds wrong before the run
+  // (its inputs, the rank count) rank 0 says, once.
+  std::unique_ptr<real::Collective> comm;
+  if (!a.in_memory && AutoCollectiveBackend() != "local") {
+    TF_ASSIGN_OR_RETURN(comm, real::OpenCollective(AutoCollectiveBackend()));
+  }
+  auto before_run = [&](Status st) {
+    if (!st.ok() && comm != nullptr && comm->rank() != 0) std::exit(1);
+    return st;
+  };
+  auto in_or = LoadPlannedInput(a.input, a.sets);
+  TF_RETURN_IF_ERROR(before_run(in_or.status()));
+  PlannedInput in = std::move(in_or).value();
+  auto config_or = MakeTrainConfig(in.scenario, a.data, a.lr, a.threads);
+  TF_RETURN_IF_ERROR(before_run(config_or.status()));
+  real::TrainConfig config = std::move(config_or).value();
+  if (comm != nullptr && comm->ranks() != config.ranks) {
+    return before_run(InvalidArgument(a.input + " trains on " + std::to_string(config.ranks) + " ranks (training.data_parallel), but mpirun started " +
+                                      std::to_string(comm->ranks()) + " processes: run it with mpirun -np " + std::to_string(config.ranks)));
+  }
+  const bool reports = comm == nullptr || comm->rank() == 0;
   auto print_loss = [&](int64_t iteration, double loss) {
-    if (!a.json) std::printf("iteration %4lld  loss %.6f\n", static_cast<long long>(iteration), loss);
+    if (a.json || !reports) return;
+    std::printf("iteration %4lld  loss %.6f%s\n", static_cast<long long>(iteration), loss, comm != nullptr ? "  (rank 0's batches)" : "");
     std::fflush(stdout);
   };
   real::RunResult result;
@@ -104,13 +128,21 @@ Status RunRun(const RunArgs& a) {
     options.resume = a.resume;
     options.exit_after_tasks = a.exit_after_tasks;
     options.keep_iterations = kReportIterations;
-    if (!a.records.empty()) {
+    options.collective = comm.get();
+    if (!a.records.empty() && reports) {
       TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(a.records));
       records_out.emplace(std::move(w));
       options.on_record = [&](const TraceRecord& r) { return records_out->Write(r); };
     }
-    TF_ASSIGN_OR_RETURN(result, real::RunSchedule(in.schedule, config, options));
+    StatusOr<real::RunResult> run = real::RunSchedule(in.schedule, config, options);
+    if (!run.ok() && comm != nullptr) {  // the other ranks would wait for this one forever
+      std::fprintf(stderr, "tierflow run: error: rank %d of %d: %s\n", comm->rank(), comm->ranks(), run.status().ToString().c_str());
+      std::fflush(stderr);
+      comm->Abort(1);
+    }
+    TF_ASSIGN_OR_RETURN(result, std::move(run));
     if (records_out) TF_RETURN_IF_ERROR(records_out->Close());
+    if (!reports) return Status::Ok();  // rank 0 reports every rank's weights and losses
   }
   RunFacts facts;
   facts.scenario = in.scenario.name;

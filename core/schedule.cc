@@ -200,6 +200,16 @@ Status Schedule::Validate() const {
     for (int32_t x : t.tensors) {
       if (!in_range(x, tensors_.size())) return InvalidArgument(who + ": tensor out of range");
     }
+    if (t.rank < kEveryRank) return InvalidArgument(who + ": rank must be >= 0 (or absent: every rank)");
+    if (t.rank != kEveryRank && (IsCollectiveOp(t.op) || t.op == Op::kBarrier)) {
+      return InvalidArgument(who + ": a " + std::string(OpName(t.op)) + " runs on every rank, so it has no rank");
+    }
+    for (int32_t x : t.tensors) {
+      if (t.rank != kEveryRank && tensors_[x].rank != t.rank) {
+        return InvalidArgument(who + " runs on rank " + std::to_string(t.rank) + " but names tensor " + Quote(tensors_[x].name) + " of rank " +
+                               std::to_string(tensors_[x].rank));
+      }
+    }
     for (int32_t d : t.deps) {
       if (!in_range(d, tasks_.size())) return InvalidArgument(who + ": dep names no task");
       if (d == i) return InvalidArgument(who + ": depends on itself");

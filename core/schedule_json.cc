@@ -266,7 +266,7 @@ StatusOr<Schedule> Parse(const Json& root) {
     const std::string owner = "task " + Q(ids[i]);
     Fields f(*section[i], owner);
     TF_RETURN_IF_ERROR(f.CheckKnownKeys({"id", "op", "resource", "kernel", "bytes", "flops", "block_bytes", "queue_depth",
-                                         "ranks", "tensors", "allocs", "uses", "frees", "deps", "carried", "priority",
+                                         "ranks", "rank", "tensors", "allocs", "uses", "frees", "deps", "carried", "priority",
                                          "phase", "layer", "micro_step"}));
     TaskSpec t;
     t.id = ids[i];
@@ -289,6 +289,7 @@ StatusOr<Schedule> Parse(const Json& root) {
     TF_RETURN_IF_ERROR(f.Integer("block_bytes", &t.block_bytes, false));
     TF_RETURN_IF_ERROR(f.Integer("queue_depth", &t.queue_depth, false));
     TF_RETURN_IF_ERROR(f.Integer("ranks", &t.ranks, false));
+    TF_RETURN_IF_ERROR(f.Integer("rank", &t.rank, false));
     std::vector<std::string> names;
     TF_RETURN_IF_ERROR(f.StringList("tensors", &names));
     for (const auto& n : names) {
@@ -439,6 +440,7 @@ std::string ScheduleToJson(const Schedule& s) {
     if (t.block_bytes) j["block_bytes"] = t.block_bytes;
     if (t.queue_depth) j["queue_depth"] = t.queue_depth;
     if (t.ranks) j["ranks"] = t.ranks;
+    if (t.rank != kEveryRank) j["rank"] = t.rank;
     if (!t.tensors.empty()) j["tensors"] = NameList(t.tensors, s.tensors());
     if (!t.allocs.empty()) j["allocs"] = NameList(t.allocs, s.buffers());
     if (!t.uses.empty()) j["uses"] = NameList(t.uses, s.buffers());

@@ -260,6 +260,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       TaskSpec t;
       t.id = "read." + id;
       t.op = Op::kRead;
+      t.rank = r;
       t.resource = o.read_resource_of ? o.read_resource_of(r, u) : o.read_resource[r];
       t.bytes = part_bytes;
       t.block_bytes = o.block_bytes;
@@ -307,6 +308,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       TaskSpec h2d;
       h2d.id = "h2d." + id;
       h2d.op = Op::kH2D;
+      h2d.rank = r;
       h2d.resource = b.GpuH2D(r);
       h2d.bytes = unit.rank_elements * 2;
       h2d.allocs = {full};
@@ -440,6 +442,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           TaskSpec c;
           c.id = std::string(fwd ? "fwd." : "bwd.") + unit.name + "." + fo.tag.substr(1) + ".r" + std::to_string(r);
           c.op = Op::kCompute;
+          c.rank = r;
           c.kernel = fwd ? Kernel::kForward : Kernel::kBackward;
           c.resource = b.GpuCompute(r);
           c.flops = ComputeTaskFlops(unit, fwd);
@@ -480,8 +483,10 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           continue;
         }
         std::vector<std::vector<int32_t>> layer_d2h(ranks);  // per rank: the layer's d2h so far
-        // The reduce-scatter of one unit's gradients `name` (of `gu`), after the layer's backward.
-        auto reduce_scatter = [&](const std::string& name, const ParamUnit& gu) {
+        // The reduce-scatter of unit `gu_index`'s gradients `name`, after the layer's backward. It
+        // names every rank's param16 partition of the unit: the elements each rank keeps the sum of.
+        auto reduce_scatter = [&](const std::string& name, int32_t gu_index) {
+          const ParamUnit& gu = plan.units[gu_index];
           TaskSpec rs;
           rs.id = "reducescatter." + name;
           rs.op = Op::kReduceScatter;
@@ -490,17 +495,21 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           rs.ranks = ranks;
           rs.deps = res.last_compute;
           rs.uses = grad_gpu;
+          for (int32_t r = 0; r < ranks; ++r) {
+            rs.tensors.push_back(b.State(StateKind::kParam16, r, gu.rank_offset, gu.rank_elements, ParamHome(b, plan, fo, r, gu_index)));
+          }
           rs.phase = Phase::kBackward;
           rs.layer = unit.layer;
           return b.Task(std::move(rs));
         };
         if (tied_head) {  // the head's part of the table's gradient leaves first; the embedding's is added to it
           const ParamUnit& tu = plan.units[plan.tied_unit];
-          const int32_t rs_task = reduce_scatter(tu.name + ".head." + fo.tag, tu);
+          const int32_t rs_task = reduce_scatter(tu.name + ".head." + fo.tag, plan.tied_unit);
           for (int32_t r = 0; r < ranks; ++r) {
             TaskSpec d2h;
             d2h.id = "d2h.grad." + tu.name + ".head." + fo.tag + ".r" + std::to_string(r);
             d2h.op = Op::kD2H;
+            d2h.rank = r;
             d2h.resource = b.GpuD2H(r);
             d2h.bytes = tu.rank_elements * 2;
             d2h.uses = {accumulator[r], grad_gpu[r]};
@@ -517,7 +526,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         }
         for (int32_t lu : layer_units) {
           const ParamUnit& gu = plan.units[lu];
-          const int32_t rs_task = reduce_scatter(gu.name + "." + fo.tag, gu);
+          const int32_t rs_task = reduce_scatter(gu.name + "." + fo.tag, lu);
           for (int32_t r = 0; r < ranks; ++r) {
             const std::string id = gu.name + "." + fo.tag + ".r" + std::to_string(r);
             // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else
@@ -536,6 +545,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             TaskSpec d2h;
             d2h.id = "d2h.grad." + id;
             d2h.op = Op::kD2H;
+            d2h.rank = r;
             d2h.resource = b.GpuD2H(r);
             d2h.bytes = grad_bytes;
             if (to_accumulator) d2h.uses = {accumulator[r]};
@@ -561,6 +571,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
               TaskSpec widen;
               widen.id = "convert.grad." + id;
               widen.op = Op::kConvert;
+              widen.rank = r;
               widen.kernel = Kernel::kBf16ToFp32;
               widen.resource = b.Cpu(r);
               widen.bytes = gu.rank_elements * 6;
@@ -576,6 +587,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             TaskSpec w;
             w.id = "write.grad." + id;
             w.op = Op::kWrite;
+            w.rank = r;
             w.resource = write_resource;
             w.bytes = gu.rank_elements * 4;  // the fp32 gradients
             w.block_bytes = o.block_bytes;
@@ -631,6 +643,7 @@ int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vecto
     TaskSpec norm;
     norm.id = "step.norm.r" + std::to_string(r);
     norm.op = Op::kConvert;
+    norm.rank = r;
     norm.kernel = Kernel::kOverflowCheckAndNorm;
     norm.resource = b.Cpu(r);
     norm.bytes = plan.rank_elements * host_bytes_per_element;
@@ -652,6 +665,26 @@ int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vecto
   norm_reduce.deps = norms;
   norm_reduce.phase = Phase::kStep;
   return b.Task(std::move(norm_reduce));
+}
+
+int32_t GatherResident(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& refreshes) {
+  if (plan.ranks < 2 || refreshes.empty()) return kNoIndex;
+  TaskSpec gather;
+  gather.id = "allgather.p16res";
+  gather.op = Op::kAllGather;
+  gather.resource = b.Comm();
+  gather.ranks = plan.ranks;
+  for (int32_t r = 0; r < plan.ranks; ++r) {
+    for (const ParamUnit& u : plan.units) {
+      if (!u.gpu_resident) continue;
+      gather.tensors.push_back(b.State(StateKind::kParam16, r, u.rank_offset, u.rank_elements, b.GpuDevice(r)));
+      gather.bytes += u.rank_elements * 2;
+    }
+  }
+  if (gather.tensors.empty()) return kNoIndex;
+  gather.deps = refreshes;
+  gather.phase = Phase::kStep;
+  return b.Task(std::move(gather));
 }
 
 std::vector<int32_t> SubGroupsOfUnit(const ModelPlan& plan, int32_t unit) {
@@ -705,6 +738,7 @@ int32_t ResidentRefresh(ScheduleBuilder& b, int32_t rank, const std::string& id,
   TaskSpec h2d;
   h2d.id = id;
   h2d.op = Op::kH2D;
+  h2d.rank = rank;
   h2d.resource = b.GpuH2D(rank);
   for (int32_t t : tensors) h2d.bytes += b.tensor_bytes(t);
   h2d.uses = {buffer};
@@ -779,6 +813,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       TaskSpec rs;
       rs.id = "read.states" + G;
       rs.op = Op::kRead;
+      rs.rank = o.rank;
       rs.resource = o.read_resource[g];
       rs.bytes = 3 * n * 4;
       rs.tensors = home_states;
@@ -797,6 +832,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       TaskSpec rg;
       rg.id = "read.grad" + G;
       rg.op = Op::kRead;
+      rg.rank = o.rank;
       rg.resource = o.read_resource[g];
       rg.bytes = n * 4;
       rg.tensors = {b.State(StateKind::kGrad, o.rank, first, n, b.DeviceOfResource(o.read_resource[g]))};
@@ -811,6 +847,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       TaskSpec cg;
       cg.id = "convert.grad" + G;
       cg.op = Op::kConvert;
+      cg.rank = o.rank;
       cg.kernel = Kernel::kBf16ToFp32;
       cg.resource = b.Cpu(o.rank);
       cg.bytes = n * 6;  // reads bf16, writes fp32
@@ -827,6 +864,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     TaskSpec adam;
     adam.id = "adam" + G;
     adam.op = Op::kOptimizer;
+    adam.rank = o.rank;
     adam.kernel = Kernel::kAdam;
     adam.resource = b.Cpu(o.rank);
     adam.bytes = n * 4;
@@ -852,6 +890,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         TaskSpec conv;
         conv.id = "convert.p16" + C;
         conv.op = Op::kConvert;
+        conv.rank = o.rank;
         conv.kernel = Kernel::kFp32ToBf16;
         conv.resource = b.Cpu(o.rank);
         conv.bytes = chunk * 4;
@@ -870,6 +909,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         TaskSpec pw;
         pw.id = "write.p16" + C;
         pw.op = Op::kWrite;
+        pw.rank = o.rank;
         pw.resource = o.param_write_resource[g];
         pw.bytes = bytes_of(offloaded);
         io(pw);
@@ -878,7 +918,11 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         pw.tensors = offloaded;
         pw.deps = {conv_task};
         pw.phase = Phase::kStep;
-        if (!resident.empty()) pw.deps.push_back(ResidentRefresh(b, o.rank, "h2d.p16res" + C, slot, resident, conv_task));
+        if (!resident.empty()) {
+          const int32_t refresh = ResidentRefresh(b, o.rank, "h2d.p16res" + C, slot, resident, conv_task);
+          res.resident_refreshes.push_back(refresh);
+          pw.deps.push_back(refresh);
+        }
         param_writes.push_back(b.Task(std::move(pw)));
       }
       param_done = param_writes.back();
@@ -887,6 +931,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       TaskSpec conv;
       conv.id = "convert.p16" + G;
       conv.op = Op::kConvert;
+      conv.rank = o.rank;
       conv.kernel = Kernel::kFp32ToBf16;
       conv.resource = b.Cpu(o.rank);
       conv.bytes = n * 4;
@@ -911,20 +956,27 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       if (!to_gpu) {
         out.id = "write.p16" + G;
         out.op = Op::kWrite;
+        out.rank = o.rank;
         out.resource = o.param_write_resource[g];
         out.bytes = bytes_of(offloaded);
         out.tensors = offloaded;
         io(out);
         out.priority = o.isolate_reads_first ? nsub + static_cast<int32_t>(pos) : 0;
-        if (!resident.empty()) out.deps.push_back(ResidentRefresh(b, o.rank, "h2d.p16res" + G, p16, resident, conv_task));
+        if (!resident.empty()) {
+          const int32_t refresh = ResidentRefresh(b, o.rank, "h2d.p16res" + G, p16, resident, conv_task);
+          res.resident_refreshes.push_back(refresh);
+          out.deps.push_back(refresh);
+        }
       } else {
         out.id = "h2d.p16" + G;
         out.op = Op::kH2D;
+        out.rank = o.rank;
         out.resource = b.GpuH2D(o.rank);
         out.bytes = n * 2;
         out.tensors = std::move(converted);  // every converted range: all of them live on the GPU
       }
       param_done = b.Task(std::move(out));
+      if (to_gpu) res.resident_refreshes.push_back(param_done);
     }
     res.param_done[g] = param_done;
     int32_t write_states = kNoIndex;
@@ -932,6 +984,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       TaskSpec ws;
       ws.id = "write.states" + G;
       ws.op = Op::kWrite;
+      ws.rank = o.rank;
       ws.resource = o.write_resource[g];
       ws.bytes = 3 * n * 4;
       ws.tensors = states_at(first, n, b.DeviceOfResource(o.write_resource[g]));

@@ -334,9 +334,21 @@ struct SweepResult {
   std::vector<int32_t> write_states;   // per sub-group (kNoIndex when cached and not written)
   std::vector<int32_t> param_done;     // per sub-group: its fp16 parameters are written / on the GPU
   std::vector<int32_t> adam;           // per sub-group
+  // The h2d copies of updated GPU-resident parameters (the resident units'; with kToGpu the
+  // whole partition's), in order.
+  std::vector<int32_t> resident_refreshes;
 };
 
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o);
+
+// With several ranks each refreshes only its own partition of the GPU-resident units after its
+// update (`refreshes`, every rank's: SweepResult::resident_refreshes); this one all-gather of
+// every rank's partition of each resident unit, after all of them, makes the units whole on every
+// GPU again, as DeepSpeed re-gathers its persistent parameters after the step. The next
+// iteration's computes of resident units must wait for it. kNoIndex with one rank or no
+// resident unit. (Partitions kept on the GPU without parameter offload are gathered unit by unit
+// as they are fetched.)
+int32_t GatherResident(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& refreshes);
 
 // The sub-groups a unit's partition overlaps (indices into plan.subgroups).
 std::vector<int32_t> SubGroupsOfUnit(const ModelPlan& plan, int32_t unit);

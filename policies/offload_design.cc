@@ -280,7 +280,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
     norm_done = GradientNorm(b, plan, norm_deps, threads, grad_bytes, temporaries);
   }
 
-  std::vector<int32_t> step_tails;
+  std::vector<int32_t> step_tails, refreshes;
   std::vector<std::vector<int32_t>> param_done(ranks);
   for (int32_t r = 0; r < ranks; ++r) {
     SweepOptions so;
@@ -322,9 +322,13 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
     so.threads = threads;
     SweepResult sweep = OptimizerSweep(b, plan, so);
     step_tails.insert(step_tails.end(), sweep.tails.begin(), sweep.tails.end());
+    refreshes.insert(refreshes.end(), sweep.resident_refreshes.begin(), sweep.resident_refreshes.end());
     param_done[r] = sweep.param_done;
   }
   step_end_spec.deps = step_tails;
+  // Each rank refreshed its own part of the resident units; the step ends with them whole again.
+  const int32_t gathered = GatherResident(b, plan, refreshes);
+  if (gathered != kNoIndex) step_end_spec.deps.push_back(gathered);
   const int32_t step_end = b.Task(std::move(step_end_spec));
   for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});
   if (d.blocking_step || !d.params_on_nvme) {

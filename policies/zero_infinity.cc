@@ -123,7 +123,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   }
   const int32_t norm_done = GradientNorm(b, plan, norm_deps, threads, 4, temporaries);
 
-  std::vector<int32_t> step_tails;
+  std::vector<int32_t> step_tails, refreshes;
   const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
   for (int32_t r = 0; r < ranks; ++r) {
     SweepOptions so;
@@ -147,8 +147,12 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     so.threads = threads;
     SweepResult sweep = OptimizerSweep(b, plan, so);
     step_tails.insert(step_tails.end(), sweep.tails.begin(), sweep.tails.end());
+    refreshes.insert(refreshes.end(), sweep.resident_refreshes.begin(), sweep.resident_refreshes.end());
   }
   step_end_spec.deps = step_tails;
+  // Each rank refreshed its own part of the resident units; the step ends with them whole again.
+  const int32_t gathered = GatherResident(b, plan, refreshes);
+  if (gathered != kNoIndex) step_end_spec.deps.push_back(gathered);
   const int32_t step_end = b.Task(std::move(step_end_spec));
   for (int32_t read : passes.reads) b.task(read).carried.push_back({step_end, 1});
   for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});

@@ -141,6 +141,8 @@ class MpiCollective : public Collective {
     return Status::Ok();
   }
 
+  void Abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
+
  private:
   std::function<void(const std::vector<char>&)> Summer(void* recv, int64_t count, ElementType type, int bytes) const {
     const int ranks = ranks_;

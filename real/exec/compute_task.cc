@@ -11,10 +11,19 @@ namespace tierflow::real::exec {
 Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration) {
   // Every parameter it names must be on the GPU, where it reads (ParamsOnGpu), at this
   // iteration's version: the updates of iterations 0 .. iteration - 1.
+  // With several ranks a task names its rank's partition of a unit; the whole unit must be there.
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = T(ti);
     if (KindOf(ts.kind) != kParam16) continue;
-    TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, ts.element_offset, Elements(ts)).status());
+    if (space_.ranks() == 1) {
+      TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, ts.element_offset, Elements(ts)).status());
+      continue;
+    }
+    for (int64_t at = ts.element_offset; at < ts.element_offset + Elements(ts);) {
+      const RankSpace::Unit& u = space_.UnitAt(at);
+      TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, u.global, u.n).status());
+      at = u.local + u.part;
+    }
   }
   if (!math_task_[static_cast<size_t>(task)]) return Status::Ok();
   IterationState* it = &Iter(iteration);
@@ -38,7 +47,8 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
                                     std::to_string(next_batch_ / micro_steps_));
         }
         ++next_batch_;
-        TokenBatch batch = loader_->Next();
+        TokenBatch batch = NextBatch();
+        it->ranks = space_.ranks();
         it->tokens = std::move(batch.inputs);
         it->targets = std::move(batch.targets);
         if (it->iteration != iteration) it->loss_sum = 0;
@@ -99,6 +109,15 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
     if (table_n > 0) pieces.push_back({kGrad, trainer_.LayerBegin(0), table_n, n * 4, GradVersion(iteration, micro)});
   };
   return Status::Ok();
+}
+
+TokenBatch Run::NextBatch() {
+  TokenBatch mine = loader_->Next();  // rank 0's
+  for (int32_t r = 1; r < space_.ranks(); ++r) {
+    TokenBatch batch = loader_->Next();
+    if (r == space_.rank()) mine = std::move(batch);
+  }
+  return mine;
 }
 
 }  // namespace tierflow::real::exec

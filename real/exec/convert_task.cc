@@ -19,21 +19,22 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
       if (begin != at) break;
       at += part.first;
     }
-    if (at != trainer_.layout().total) {
+    if (at != space_.local_total()) {
       return FailedPrecondition(Who(t, iteration) + " finishes the gradient norm, but the gradients from element " + std::to_string(at) +
                                 " on have not left the GPU yet: a dependency is missing");
     }
+    // This rank's gradients, checked tensor by tensor as they left the GPU, combined in element
+    // order; with several ranks the all-reduce of the check combines every rank's and decides.
     job.finish = [this, slot, iteration] {
       NormAccumulator& norm = norms_[slot];
       cpu::GradCheck total;
       for (const auto& entry : norm.by_begin) total = cpu::CombineGradChecks(total, entry.second.second);
-      const bool update = scaler_.Update(total.finite);
-      step_decided_[slot] = update ? 1 : 0;
-      clip_[slot] = cpu::ClipCoefficient(total, config_.gradient_clipping);
-      if (update) ++updates_;
-      adam_step_[slot] = updates_;
       norm.by_begin.clear();
-      next_norm_iteration_ = iteration + 1;
+      if (comm_ != nullptr) {
+        norm_partial_[slot] = total;
+      } else {
+        DecideStep(slot, iteration, total);
+      }
     };
     return Status::Ok();
   }
@@ -104,6 +105,15 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
   }
   TF_CHECK(false);  // CheckTaskContracts admits no other convert kernel
   return Status::Ok();
+}
+
+void Run::DecideStep(size_t slot, int64_t iteration, const cpu::GradCheck& total) {
+  const bool update = scaler_.Update(total.finite);
+  step_decided_[slot] = update ? 1 : 0;
+  clip_[slot] = cpu::ClipCoefficient(total, config_.gradient_clipping);
+  if (update) ++updates_;
+  adam_step_[slot] = updates_;
+  next_norm_iteration_ = iteration + 1;
 }
 
 }  // namespace tierflow::real::exec

@@ -23,7 +23,10 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     };
     std::vector<Copy> copies;
     std::vector<Piece> placed;                                    // into `gpu`
-    std::vector<std::pair<const TensorSpec*, int64_t>> refreshed;  // at the resident home
+    struct Refreshed {
+      int64_t begin, n, version;  // model elements at the resident home
+    };
+    std::vector<Refreshed> refreshed;
     int64_t packed = 0;
     for (int32_t ti : t.tensors) {
       const TensorSpec& ts = T(ti);
@@ -38,16 +41,21 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
           return InvalidArgument(Who(t, iteration) + ": " + Range(ts) + " does not fit GPU buffer '" + s_.buffers()[static_cast<size_t>(gpu)].name + "'");
         }
         copies.push_back({Buf(gpu).data + packed, src, n * 2});
-        placed.push_back({kind, ts.element_offset, n, packed, p.version});
+        // With several ranks, this rank's partition, for the all-gather to make whole.
+        placed.push_back({space_.ranks() == 1 ? kind : kParam16Part, ts.element_offset, n, packed, p.version});
         packed += n * 2;
         continue;
       }
-      const ResidentRun* r = ResidentAt(ts.element_offset);
-      if (r == nullptr || ts.element_offset + n > r->begin + r->n) {
-        return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but it names no GPU buffer for it and it has no GPU-resident home");
+      // The resident home holds the model's elements: this rank's part of each unit (all of it
+      // with one rank).
+      for (const RankSpace::Segment& seg : space_.Segments(ts.element_offset, n)) {
+        const ResidentRun* r = ResidentAt(seg.global);
+        if (r == nullptr || seg.global + seg.n > r->begin + r->n) {
+          return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " to the GPU, but it names no GPU buffer for it and it has no GPU-resident home");
+        }
+        copies.push_back({r->data + (seg.global - r->begin) * 2, src + (seg.local - ts.element_offset) * 2, seg.n * 2});
+        refreshed.push_back({seg.global, seg.n, p.version});
       }
-      copies.push_back({r->data + (ts.element_offset - r->begin) * 2, src, n * 2});
-      refreshed.push_back({&ts, p.version});
     }
     job.work = [this, copies, span = &job.device_span] {
       for (const Copy& c : copies) {
@@ -59,7 +67,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     };
     job.finish = [this, gpu, placed, refreshed] {
       for (const Piece& p : placed) Place(gpu, p);
-      for (const auto& [ts, v] : refreshed) resident_versions_.Set(ts->element_offset, ts->element_offset + Elements(*ts), v);
+      for (const Refreshed& r : refreshed) resident_versions_.Set(r.begin, r.begin + r.n, r.version);
     };
     return Status::Ok();
   }
@@ -85,11 +93,15 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     const int64_t n = Elements(ts);
     // The layer's fp32 gradients, in a GPU buffer it uses (the backward that computed them
     // allocated it).
+    // With several ranks, this rank's part of the unit, which the reduce-scatter reduced there.
+    const std::vector<RankSpace::Segment> at = space_.Segments(ts.element_offset, n);
+    if (at.size() != 1) return InvalidArgument(Who(t, iteration) + " copies " + Range(ts) + ", which is not within one partition of a tensor of the model");
+    const int64_t global = at[0].global;
     const float* src = nullptr;
     int64_t v = Versions::kNever;
     for (int32_t b : t.uses) {
       if (!HoldsGpuMemory(b)) continue;
-      const Span p = FindSpan(b, kGrad, ts.element_offset, n);
+      const Span p = FindSpan(b, kGrad, global, n);
       if (p.data == nullptr) continue;
       src = reinterpret_cast<const float*>(p.data);
       v = p.version;
@@ -104,9 +116,9 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
     // Contributions to a range, in order: per micro-step, the tied head's part of the table (a
     // range outside the d2h's own layer), then the range's own. The first of the iteration
     // overwrites; every other adds to the one before, which the buffer must hold.
-    const bool partial = t.layer >= 0 && !trainer_.InLayer(t.layer, ts.element_offset, n);
-    const bool after_partial = !partial && trainer_.TiedHead(trainer_.layer_count() - 1) && trainer_.InLayer(0, ts.element_offset, n);
-    if (partial && !(trainer_.TiedHead(t.layer) && trainer_.InLayer(0, ts.element_offset, n))) {
+    const bool partial = t.layer >= 0 && !trainer_.InLayer(t.layer, global, n);
+    const bool after_partial = !partial && trainer_.TiedHead(trainer_.layer_count() - 1) && trainer_.InLayer(0, global, n);
+    if (partial && !(trainer_.TiedHead(t.layer) && trainer_.InLayer(0, global, n))) {
       return InvalidArgument(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, which is not in its layer " + std::to_string(t.layer) +
                              " (only the tied head copies the embedding table's gradient)");
     }

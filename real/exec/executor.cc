@@ -31,14 +31,25 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
                            ": plan it with training.loss_scaling: none and training.gradient_clipping: 0, or without policy.overlap_optimizer");
   }
   const ParamLayout layout = MakeParamLayout(config.spec.config);
-  if (config.ranks != 1) {
-    return InvalidArgument("tierflow run executes one rank on this host, but training.data_parallel is " + std::to_string(config.ranks) +
-                           " (--in-memory runs that training as one process; a schedule of several ranks needs one process per rank)");
+  const int32_t ranks = config.ranks;
+  if (ranks < 1) return InvalidArgument("training.data_parallel must be >= 1");
+  if (ranks > 1) {
+    TF_RETURN_IF_ERROR(exec::RankSpace::Make(layout, 0, ranks).status());
+    if (config.spec.config.tied_embeddings) {
+      return InvalidArgument("the model ties its embeddings (tied_embeddings), which tierflow run trains on one rank only (training.data_parallel is " +
+                             std::to_string(ranks) + ")");
+    }
+    bool norm_reduce = false;
+    for (const TaskSpec& t : schedule.tasks()) norm_reduce = norm_reduce || (t.op == Op::kAllReduce && t.tensors.empty());
+    if (HasGlobalCheck(schedule) && !norm_reduce) {
+      return InvalidArgument("schedule '" + schedule.name + "' checks the gradients of " + std::to_string(ranks) +
+                             " ranks but has no all-reduce of the check: plan it again with this tierflow");
+    }
   }
   for (const TaskSpec& t : schedule.tasks()) {
-    if (IsCollectiveOp(t.op) && t.ranks > 1) {
-      return InvalidArgument("tierflow run on this host runs one rank; task '" + t.id + "' is a collective of " + std::to_string(t.ranks) +
-                             " ranks (set training.data_parallel: 1)");
+    if (IsCollectiveOp(t.op) && t.ranks != ranks) {
+      return InvalidArgument("task '" + t.id + "' is a collective of " + std::to_string(t.ranks) + " ranks, but training.data_parallel is " +
+                             std::to_string(ranks));
     }
     if (t.op == Op::kCompute && t.resource != kNoIndex && schedule.resources()[static_cast<size_t>(t.resource)].concurrency != 1) {
       return InvalidArgument("resource '" + schedule.resources()[static_cast<size_t>(t.resource)].name + "': a compute resource of concurrency 1 is required");
@@ -78,10 +89,13 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
       return InvalidArgument("schedule '" + schedule.name + "' has no d2h of the tied head's part of the embedding table's gradient: plan it for this model (tied embeddings)");
     }
   }
+  const int64_t partition = layout.total / ranks;  // each rank's elements
   for (const TensorSpec& ts : schedule.tensors()) {
-    if (ts.rank != 0) return InvalidArgument("tensor '" + ts.name + "': rank " + std::to_string(ts.rank) + " (tierflow run runs rank 0 only)");
-    if (ts.element_offset + ts.size_bytes / StateKindBytes(ts.kind) > layout.total) {
-      return InvalidArgument("tensor '" + ts.name + "': its range is outside the model's " + std::to_string(layout.total) + " parameters");
+    if (ts.rank < 0 || ts.rank >= ranks) {
+      return InvalidArgument("tensor '" + ts.name + "': rank " + std::to_string(ts.rank) + ", but training.data_parallel is " + std::to_string(ranks));
+    }
+    if (ts.element_offset + ts.size_bytes / StateKindBytes(ts.kind) > partition) {
+      return InvalidArgument("tensor '" + ts.name + "': its range is outside the " + std::to_string(partition) + " parameters of a rank's partition");
     }
   }
   if (schedule.tensors().empty()) {
@@ -92,7 +106,23 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
 
 StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& config, const RunOptions& options) {
   if (options.iterations < 1) return InvalidArgument("iterations must be >= 1");
-  Run run(schedule, config, options);
+  Collective* comm = options.collective;
+  const int32_t ranks = comm == nullptr ? 1 : comm->ranks();
+  if (ranks != config.ranks) {
+    return InvalidArgument("schedule '" + schedule.name + "' trains on " + std::to_string(config.ranks) + " ranks (training.data_parallel), but this run has " +
+                           std::to_string(ranks) + (config.ranks > 1 ? ": start one process per rank, mpirun -np " + std::to_string(config.ranks) : std::string()));
+  }
+  if (ranks == 1) {
+    Run run(schedule, config, options, *exec::RankSpace::Make(MakeParamLayout(config.spec.config), 0, 1), nullptr);
+    return run.Execute();
+  }
+  TF_RETURN_IF_ERROR(CheckRunnable(schedule, config));
+  if (options.compute != "cpu") return InvalidArgument("tierflow run over " + std::to_string(ranks) + " ranks runs on the CPU back-end (--compute cpu)");
+  if (options.plain_loop) return InvalidArgument("--plain-loop runs one rank");
+  if (!options.checkpoint_dir.empty()) return InvalidArgument("--checkpoint: tierflow run saves checkpoints of one rank only");
+  TF_ASSIGN_OR_RETURN(exec::RankSpace space, exec::RankSpace::Make(MakeParamLayout(config.spec.config), comm->rank(), ranks));
+  TF_ASSIGN_OR_RETURN(Schedule part, exec::RankPart(schedule, comm->rank()));
+  Run run(part, config, options, std::move(space), comm);
   return run.Execute();
 }
 

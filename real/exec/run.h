@@ -10,6 +10,7 @@
 //   run_buffers.cc    finding state in buffers, buffer memory
 //   run_loop.cc       the dispatch loop, Start and Finish, reading state back
 //   run_checkpoint.cc the run's checkpoints
+//   collective_task.cc allgather, reducescatter, allreduce over the ranks (ranks.h)
 //   task_contracts.cc what each op asks of a task, checked when the schedule is loaded
 // A new op is one Prepare* in its own file, its case in Run::Start and its rules in
 // CheckTaskContracts.
@@ -33,6 +34,7 @@
 #include "tierflow/real/storage.h"
 #include "block_cache.h"
 #include "compute_device.h"
+#include "ranks.h"
 #include "run_state.h"
 #include "run_workers.h"
 #include "trainer.h"
@@ -73,10 +75,14 @@ struct NormAccumulator {
 
 class Run {
  public:
-  Run(const Schedule& s, const TrainConfig& config, const RunOptions& options)
+  // `s` is the part of the schedule this rank runs (RankPart; the whole schedule with one rank),
+  // `space` where its partition lies in the model, `comm` the ranks' collectives (null: one rank).
+  Run(const Schedule& s, const TrainConfig& config, const RunOptions& options, RankSpace space, Collective* comm)
       : s_(s),
         config_(config),
         options_(options),
+        space_(std::move(space)),
+        comm_(comm),
         trainer_(config),
         scaler_(ScalerFor(config)),
         global_check_(HasGlobalCheck(s)),
@@ -97,6 +103,7 @@ class Run {
             }) {}
   // Buffers still held (a run that failed) go back; no work is in flight by then.
   ~Run() {
+    engine_.reset();
     workers_.clear();
     for (BufferState& b : buffers_) ReleaseBuffer(b);
     if (device_ && resident_block_ != nullptr) device_->Free(resident_block_);
@@ -127,6 +134,18 @@ class Run {
   Status PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t iteration);
   Status PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration);
   Status PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration);
+  // Collectives over several ranks (collective_task.cc); nothing to do with one rank.
+  Status PrepareCollective(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareAllGather(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareReduceScatter(const TaskSpec& t, Job& job, int64_t iteration);
+  Status PrepareNormAllReduce(const TaskSpec& t, Job& job, int64_t iteration);
+  // The step's decision from the iteration's global gradient check (overflow, clip factor).
+  void DecideStep(size_t slot, int64_t iteration, const cpu::GradCheck& total);
+  // At the run's end, over every rank: the master weights in the model's order and the losses
+  // (the mean over ranks and micro-steps), as one process training the global batch reports them.
+  Status GatherRanks();
+  // The batch of the next micro-step: the loader's next `ranks` batches, this rank's of them.
+  TokenBatch NextBatch();
   // State `kind` (master, adam_m, adam_v) from its homes on disk and in host memory, every element
   // at `version`.
   Status ReadState(int kind, int64_t version, std::vector<float>* out);
@@ -196,6 +215,11 @@ class Run {
   const Schedule& s_;
   const TrainConfig& config_;
   const RunOptions& options_;
+  const RankSpace space_;
+  Collective* comm_;                              // null with one rank
+  std::unique_ptr<CommEngine> engine_;             // with several ranks
+  std::vector<cpu::GradCheck> norm_partial_;       // per window slot: this rank's part of the check
+  std::vector<double> loss_sums_;                  // per iteration run: this rank's, over micro-steps
   Trainer trainer_;                               // layout, initial weights, activations
   std::unique_ptr<exec::ComputeDevice> device_;   // gpu0 (RunOptions::compute)
   LossScaler scaler_;

@@ -32,9 +32,16 @@ Status Run::Start(const Instance& inst, size_t job_index) {
     case Op::kCompute: st = PrepareCompute(t, inst.task, job, inst.iteration); break;
     case Op::kOptimizer: st = PrepareOptimizer(t, job, inst.iteration); break;
     case Op::kConvert: st = PrepareConvert(t, job, inst.iteration); break;
-    default: break;  // collectives of one rank, alloc, free, barrier: nothing to do
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+    case Op::kAllReduce: st = PrepareCollective(t, job, inst.iteration); break;
+    default: break;  // alloc, free, barrier: nothing to do
   }
   TF_RETURN_IF_ERROR(st);
+  if (engine_ != nullptr && IsCollectiveOp(t.op)) {  // in the order every rank runs them
+    engine_->Post(inst.task, inst.iteration, job_index, job.work ? job.work : [] { return Status::Ok(); });
+    return Status::Ok();
+  }
   if (!job.work || t.resource == kNoIndex) {
     if (job.work) TF_RETURN_IF_ERROR(job.work());
     events_.Push({job_index, Status::Ok()});
@@ -68,6 +75,7 @@ Status Run::IterationDone(int64_t iteration) {
   if (keep > 0 && done_below_ - keep >= records_below_ + keep) TF_RETURN_IF_ERROR(HandOnRecords(done_below_ - keep));
   const double loss = Iter(iteration).loss_sum / micro_steps_;  // the mean over its micro-steps
   result_.loss.push_back(loss);
+  loss_sums_.push_back(Iter(iteration).loss_sum);
   if (options_.on_iteration) options_.on_iteration(base_iteration_ + iteration, loss);
   const int64_t done = base_iteration_ + iteration + 1;
   if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty() && done % options_.checkpoint_every == 0) {
@@ -144,6 +152,7 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
 StatusOr<RunResult> Run::Execute() {
   TF_RETURN_IF_ERROR(Setup());
   if (options_.plain_loop) return ExecutePlainLoop();
+  if (comm_ != nullptr) engine_ = std::make_unique<CommEngine>(comm_, &events_);
   Dispatcher d(s_, run_iterations_);
   t0_ = MonotonicSeconds();
   std::vector<Instance> to_start;
@@ -204,18 +213,44 @@ StatusOr<RunResult> Run::Execute() {
     }
   }
   busy += MonotonicSeconds() - busy_from;
+  if (engine_ != nullptr) engine_->Finish();  // every collective has run
   result_.wall_s = MonotonicSeconds() - t0_;
   result_.dispatch_busy_s = busy;
   result_.tasks = d.completed();
   for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
   result_.gpu_memory = device_->memory_peak();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
+  if (comm_ != nullptr) TF_RETURN_IF_ERROR(GatherRanks());
   TF_RETURN_IF_ERROR(FinishRecords());
   return std::move(result_);
 }
 
+Status Run::GatherRanks() {
+  const int ranks = comm_->ranks();
+  const int64_t local = space_.local_total();
+  std::vector<float> all(static_cast<size_t>(local * ranks));
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(result_.master.data(), all.data(), local, ElementType::kFloat32)));
+  std::vector<float> master(static_cast<size_t>(trainer_.layout().total));
+  for (const RankSpace::Unit& u : space_.units()) {
+    for (int q = 0; q < ranks; ++q) {
+      std::copy_n(all.data() + q * local + u.local, u.part, master.data() + u.global + q * u.part);
+    }
+  }
+  result_.master = std::move(master);
+  // The loss of each iteration: every rank's sum over its micro-steps, added in rank order.
+  const auto n = static_cast<int64_t>(loss_sums_.size());
+  std::vector<double> sums(static_cast<size_t>(n * ranks));
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(loss_sums_.data(), sums.data(), 2 * n, ElementType::kFloat32)));  // doubles as words
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int q = 0; q < ranks; ++q) sum += sums[static_cast<size_t>(q * n + i)];
+    result_.loss[static_cast<size_t>(i)] = sum / (static_cast<double>(micro_steps_) * ranks);
+  }
+  return Status::Ok();
+}
+
 Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
-  master->assign(static_cast<size_t>(trainer_.layout().total), 0.0f);
+  master->assign(static_cast<size_t>(space_.local_total()), 0.0f);
   Versions got;
   CompletionQueue done;
   std::vector<std::pair<char*, const TensorSpec*>> reads;
@@ -252,7 +287,7 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     std::memcpy(master->data() + ts.element_offset, span.data, static_cast<size_t>(ts.size_bytes));
     got.Set(ts.element_offset, ts.element_offset + n, 1);
   }
-  if (got.Get(0, trainer_.layout().total) != 1) {
+  if (got.Get(0, space_.local_total()) != 1) {
     return FailedPrecondition(std::string("some of ") + KindName(kind) + " is not at version " + std::to_string(version) +
                               " in host memory or on any disk (" + std::to_string(base_iteration_ + version) + " iterations)");
   }

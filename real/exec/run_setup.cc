@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "tierflow/real/dir_lock.h"
@@ -31,8 +32,13 @@ Status Run::Setup() {
   }
   for (DiskDir& d : dirs) d.required_bytes = need[static_cast<size_t>(s_.FindDevice(d.device))];
   TF_RETURN_IF_ERROR(CheckDiskDirs(dirs));
-  // Each directory is this run's alone (dir_lock.h), taken before its store is truncated.
+  // Each directory is this run's alone (dir_lock.h), taken before its store is truncated. With
+  // several ranks, rank 0 holds the locks and makes the stores the ranks share; the others open
+  // them only after it has (the barrier below), so a run that finds a directory taken touches
+  // nothing of it on any rank.
+  const bool leader = comm_ == nullptr || comm_->rank() == 0;
   for (const DiskDir& d : dirs) {
+    if (!leader) break;
     TF_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(d.dir, "--disk '" + d.dir + "' (" + d.device + ")"));
     locks_.push_back(std::move(lock));
   }
@@ -70,43 +76,48 @@ Status Run::Setup() {
   }
   disk_of_device_.assign(s_.devices().size(), DiskFile{});
   home_.resize(s_.devices().size());
-  for (size_t i = 0; i < dirs.size(); ++i) {
-    const int32_t dev = s_.FindDevice(dirs[i].device);
-    const std::string path = dirs[i].dir + "/tierflow-run.store";
-    OpenOptions o;
-    o.device = static_cast<int32_t>(i);
-    o.create = true;
-    o.truncate = true;
-    o.direct = true;
-    o.direct_fallback = true;
-    TF_ASSIGN_OR_RETURN(OpenFile direct, io_->Open(path, o));
-    OpenOptions ob = o;
-    ob.truncate = false;
-    ob.direct = false;
-    TF_ASSIGN_OR_RETURN(OpenFile buffered, io_->Open(path, ob));
-    DiskFile& f = disk_of_device_[static_cast<size_t>(dev)];
-    f.direct = direct.id;
-    f.buffered = buffered.id;
-    f.alignment = direct.alignment;
-    std::string why;
-    if (!direct.direct) {
-      why = "its file system refuses O_DIRECT";
-    } else if (f.alignment > kDirectAlignment) {  // host blocks are kDirectAlignment-aligned
-      why = "its O_DIRECT needs " + std::to_string(f.alignment) + "-byte alignment, more than host blocks have (" +
-            std::to_string(kDirectAlignment) + ")";
-    } else {
-      for (const TensorSpec& ts : s_.tensors()) {
-        if (ts.device != dev || (IsAligned(ts.offset_bytes, f.alignment) && IsAligned(ts.size_bytes, f.alignment))) continue;
-        why = "tensor '" + ts.name + "' (bytes " + std::to_string(ts.offset_bytes) + " + " + std::to_string(ts.size_bytes) +
-              ") is not aligned to the " + std::to_string(f.alignment) + " bytes its O_DIRECT needs";
-        break;
+  // The ranks share each store, each at its own tensors' bytes: rank 0 makes them first.
+  for (int pass = 0; pass < 2; ++pass) {
+    if (comm_ != nullptr && pass == 1) TF_RETURN_IF_ERROR(comm_->Barrier());
+    if ((pass == 0) != leader) continue;
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      const int32_t dev = s_.FindDevice(dirs[i].device);
+      const std::string path = dirs[i].dir + "/tierflow-run.store";
+      OpenOptions o;
+      o.device = static_cast<int32_t>(i);
+      o.create = leader;
+      o.truncate = leader;
+      o.direct = true;
+      o.direct_fallback = true;
+      TF_ASSIGN_OR_RETURN(OpenFile direct, io_->Open(path, o));
+      OpenOptions ob = o;
+      ob.truncate = false;
+      ob.direct = false;
+      TF_ASSIGN_OR_RETURN(OpenFile buffered, io_->Open(path, ob));
+      DiskFile& f = disk_of_device_[static_cast<size_t>(dev)];
+      f.direct = direct.id;
+      f.buffered = buffered.id;
+      f.alignment = direct.alignment;
+      std::string why;
+      if (!direct.direct) {
+        why = "its file system refuses O_DIRECT";
+      } else if (f.alignment > kDirectAlignment) {  // host blocks are kDirectAlignment-aligned
+        why = "its O_DIRECT needs " + std::to_string(f.alignment) + "-byte alignment, more than host blocks have (" +
+              std::to_string(kDirectAlignment) + ")";
+      } else {
+        for (const TensorSpec& ts : s_.tensors()) {
+          if (ts.device != dev || (IsAligned(ts.offset_bytes, f.alignment) && IsAligned(ts.size_bytes, f.alignment))) continue;
+          why = "tensor '" + ts.name + "' (bytes " + std::to_string(ts.offset_bytes) + " + " + std::to_string(ts.size_bytes) +
+                ") is not aligned to the " + std::to_string(f.alignment) + " bytes its O_DIRECT needs";
+          break;
+        }
       }
-    }
-    f.direct_all = why.empty();
-    if (!f.direct_all) result_.buffered_disks.push_back(dirs[i].device + ": " + why);
-    if (dirs[i].required_bytes > 0) {
-      Status st = io_->Allocate(direct.id, dirs[i].required_bytes);
-      if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
+      f.direct_all = why.empty();
+      if (!f.direct_all) result_.buffered_disks.push_back(dirs[i].device + ": " + why);
+      if (dirs[i].required_bytes > 0) {
+        Status st = io_->Allocate(direct.id, dirs[i].required_bytes);
+        if (!st.ok()) return Status(st.code(), "--disk '" + dirs[i].dir + "' (" + dirs[i].device + "): " + st.message());
+      }
     }
   }
   // Buffers in a GPU pool are gpu0 memory, from the compute device when the dispatcher admits
@@ -137,10 +148,33 @@ Status Run::Setup() {
   // The GPU-resident parameters' home: one block of gpu0 memory, within the persistent GPU
   // buffers (DeepSpeed's persistent parameters; every partition when parameters stay on the GPU).
   {
+    // In the model's elements. With several ranks a unit the step's all-gather names is whole
+    // there (its other parts gathered after each update); of any other (parameters kept on the
+    // GPU as partitions, gathered as they are fetched) this rank's part.
+    std::set<int64_t> whole;  // units, by their part's first local element
+    for (const TaskSpec& t : s_.tasks()) {
+      if (t.op != Op::kAllGather || t.phase != Phase::kStep) continue;
+      for (int32_t ti : t.tensors) {
+        for (int64_t at = T(ti).element_offset; at < T(ti).element_offset + Elements(T(ti));) {
+          const RankSpace::Unit& u = space_.UnitAt(at);
+          whole.insert(u.local);
+          at = u.local + u.part;
+        }
+      }
+    }
     std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end)
     for (const TensorSpec& ts : s_.tensors()) {
       if (KindOf(ts.kind) == kParam16 && s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kGpu) {
-        ranges.push_back({ts.element_offset, ts.element_offset + Elements(ts)});
+        if (space_.ranks() == 1) {
+          ranges.push_back({ts.element_offset, ts.element_offset + Elements(ts)});
+          continue;
+        }
+        for (int64_t at = ts.element_offset; at < ts.element_offset + Elements(ts);) {
+          const RankSpace::Unit& u = space_.UnitAt(at);
+          const int64_t begin = whole.count(u.local) ? u.global : u.global + space_.rank() * u.part;
+          ranges.push_back({begin, begin + (whole.count(u.local) ? u.n : u.part)});
+          at = u.local + u.part;
+        }
       }
     }
     std::sort(ranges.begin(), ranges.end());
@@ -200,6 +234,7 @@ Status Run::Setup() {
   step_decided_.assign(static_cast<size_t>(window_), -1);
   adam_step_.assign(static_cast<size_t>(window_), 0);
   clip_.assign(static_cast<size_t>(window_), 1.0f);
+  norm_partial_.assign(static_cast<size_t>(window_), cpu::GradCheck{});
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
   updates_at_start_ = updates_;
   run_iterations_ = options_.iterations - base_iteration_;
@@ -207,7 +242,7 @@ Status Run::Setup() {
     return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
                               " iterations; ask for more than that");
   }
-  for (int64_t i = 0; i < base_iteration_ * micro_steps_; ++i) loader_->Next();  // the batches already trained on
+  for (int64_t i = 0; i < base_iteration_ * micro_steps_ * space_.ranks(); ++i) loader_->Next();  // the batches already trained on
   result_.first_iteration = base_iteration_;
   return InitialiseStores();
 }
@@ -251,13 +286,20 @@ Status Run::BindHostHomes() {
 // Writes the initial state to every disk home the schedule names (version 0), into the host
 // homes, and sets the GPU's bf16 parameters.
 Status Run::InitialiseStores() {
-  const std::vector<float> master = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
-  std::vector<uint16_t> p16(master.size());
-  for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
-  for (const ResidentRun& r : resident_) {
-    TF_RETURN_IF_ERROR(device_->H2D(r.data, p16.data() + r.begin, r.n * 2, nullptr));
+  const std::vector<float> model = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
+  std::vector<uint16_t> model16(model.size());
+  for (size_t i = 0; i < model.size(); ++i) model16[i] = Fp32ToBf16(model[i]);
+  for (const ResidentRun& r : resident_) {  // the model's elements: whole units on every rank
+    TF_RETURN_IF_ERROR(device_->H2D(r.data, model16.data() + r.begin, r.n * 2, nullptr));
     resident_versions_.Set(r.begin, r.begin + r.n, 0);
   }
+  // This rank's partition, in its own element space (the model's with one rank).
+  std::vector<float> master(static_cast<size_t>(space_.local_total()));
+  for (const RankSpace::Segment& seg : space_.Segments(0, space_.local_total())) {
+    std::copy_n(model.data() + seg.global, seg.n, master.data() + seg.local);
+  }
+  std::vector<uint16_t> p16(master.size());
+  for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
   const std::vector<float> zeros(master.size(), 0.0f);
   auto initial = [&](int kind, int64_t begin) -> const void* {
     const std::vector<float>& moment = kind == kAdamM ? initial_[1] : initial_[2];

@@ -20,6 +20,10 @@ namespace tierflow::real::exec {
 
 // The core's StateKind as an index, for per-kind arrays (kMaster + k is a moment's index).
 enum Kind : int { kParam16, kGrad16, kGrad, kMaster, kAdamM, kAdamV, kKindCount };
+// In a GPU buffer of a run of several ranks: the rank's partition of a unit's parameters, copied
+// there by an h2d and not yet all-gathered (in the rank's element space; kParam16 pieces of GPU
+// buffers are whole units in the model's, which computes read).
+inline constexpr int kParam16Part = kKindCount;
 static_assert(kKindCount == kStateKindCount && static_cast<int>(StateKind::kAdamV) == kAdamV);
 
 inline int KindOf(StateKind kind) { return static_cast<int>(kind); }

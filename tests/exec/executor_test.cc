@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
 #include "tierflow/real/checkpoint.h"
+#include "tierflow/real/collective.h"
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/storage.h"
@@ -822,11 +824,62 @@ TEST(Executor, ADiskThatFillsUpStopsTheRunWithTheTaskNamed) {
   EXPECT_NE(run.status().message().find("No space left"), std::string::npos) << run.status().ToString();
 }
 
-TEST(Executor, MultiRankSchedulesAreRefusedClearly) {
-  const policies::Scenario zi = LoadTiny({"training.data_parallel=2", "hardware.preset=a100x4-1nvme"});
-  const Status st = CheckRunnable(PlanOrDie(zi), ConfigFor(zi));
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("one rank"), std::string::npos) << st.ToString();
+// Each rank's part of one schedule on a local group of ranks (threads of this process, the
+// collectives' fake: tests/real collective_test checks the MPI back-end against it bit for bit).
+std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainConfig& config, const std::string& root, int64_t iterations) {
+  std::vector<std::unique_ptr<Collective>> group = MakeLocalGroup(config.ranks);
+  std::vector<StatusOr<RunResult>> results(group.size(), Internal("not run"));
+  TrainConfig one_thread = config;  // the ranks share this host's cores
+  one_thread.threads = 1;
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < group.size(); ++r) {
+    threads.emplace_back([&, r] {
+      RunOptions options;
+      options.iterations = iterations;
+      options.disk_root = root;
+      options.collective = group[r].get();
+      results[r] = RunSchedule(schedule, one_thread, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+// Several ranks train to the weights and losses of one process training the global batch (the
+// data-parallel reference), bit for bit, under the policies whose partitions go to disk.
+TEST(Executor, RanksTrainToTheDataParallelReference) {
+  for (const int ranks : {2, 4}) {
+    for (const std::string policy : {"zero-infinity", "ioc", "mlp-offload"}) {
+      if (ranks == 4 && policy != "zero-infinity") continue;  // the 4-rank runs of the others: mpirun (cli tests)
+      const std::string label = policy + " on " + std::to_string(ranks) + " ranks";
+      const policies::Scenario s = LoadTiny({"policy.name=" + policy, "hardware.node.gpu_count=4", "training.data_parallel=" + std::to_string(ranks)});
+      const TrainConfig config = ConfigFor(s);
+      auto reference = RunInMemory(config, kIterations);
+      ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+      TempDir root("ranks");
+      const auto results = RunRanks(PlanOrDie(s), config, root.str(), kIterations);
+      for (size_t r = 0; r < results.size(); ++r) {
+        ASSERT_TRUE(results[r].ok()) << label << ", rank " << r << ": " << results[r].status().ToString();
+        EXPECT_EQ(results[r]->loss, reference->loss) << label << ", rank " << r;
+        EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << label << ", rank " << r;
+      }
+    }
+  }
+}
+
+TEST(Executor, RankCountsMustAgree) {
+  const policies::Scenario two = LoadTiny({"training.data_parallel=2", "hardware.node.gpu_count=2"});
+  TempDir d("rank-count");
+  RunOptions options;
+  options.disk_root = d.str();
+  auto one_process = RunSchedule(PlanOrDie(two), ConfigFor(two), options);
+  ASSERT_FALSE(one_process.ok());
+  EXPECT_NE(one_process.status().message().find("mpirun -np 2"), std::string::npos) << one_process.status().ToString();
+  std::vector<std::unique_ptr<Collective>> three = MakeLocalGroup(3);
+  options.collective = three[0].get();
+  auto mismatch = RunSchedule(PlanOrDie(two), ConfigFor(two), options);
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.status().message().find("this run has 3"), std::string::npos) << mismatch.status().ToString();
 }
 
 // The data-parallel reference (--in-memory with training.data_parallel N): per micro-step one

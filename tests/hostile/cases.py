@@ -230,7 +230,7 @@ add(g, "checkpoint_every_without_dir", f"run {TINY} --disk d --checkpoint-every 
 add(g, "checkpoint_every_negative", f"run {TINY} --disk d --checkpoint c --checkpoint-every -1 {DATA}", 2, r"--checkpoint-every", dirs=("d", "c"))
 add(g, "resume_without_checkpoint", f"run {TINY} --disk d --resume {DATA}", 2, r"--resume need --checkpoint DIR", dirs=("d",))
 add(g, "records_onto_the_scenario", f"run s.yaml --disk d --records s.yaml {DATA}", 2, r"s\.yaml", dirs=("d",), files={"s.yaml": GOOD})
-add(g, "ranks_above_one", f"run {SMALL} --disk d {DATA}", 2, r"executes one rank on this host, but training\.data_parallel is 4", dirs=("d",))
+add(g, "ranks_above_one", f"run {SMALL} --disk d {DATA}", 2, r"trains on 4 ranks \(training\.data_parallel\), but this run has 1: start one process per rank, mpirun -np 4", dirs=("d",))
 add(g, "gpu_schedule_unknown_kernel", f"run s.json --disk d {DATA}", 2, r"kernel",
     dirs=("d",), files={"s.json": schedule(lambda j: first_task("compute")(j).update(kernel="fft"))})
 add(g, "in_memory_with_plain_loop", f"run {TINY} --in-memory --plain-loop {DATA}", 2, r"--in-memory ignores the schedule and --plain-loop runs it")

@@ -84,6 +84,8 @@ struct CarriedDep {
 inline constexpr int64_t kDefaultBlockBytes = 1 << 20;
 inline constexpr int32_t kDefaultQueueDepth = 8;
 
+inline constexpr int32_t kEveryRank = -1;
+
 struct TaskSpec {
   std::string id;
   Op op = Op::kBarrier;
@@ -94,6 +96,11 @@ struct TaskSpec {
   int64_t block_bytes = 0;      // I/O request size, 0 = kDefaultBlockBytes (IoBlockBytes)
   int32_t queue_depth = 0;      // I/O requests in flight for this task, 0 = kDefaultQueueDepth
   int32_t ranks = 0;            // participants of a collective; threads of an optimizer task
+  // The data-parallel rank that runs it; kEveryRank for a collective or a barrier (each rank
+  // takes part) and for tasks of a schedule that does not say (one rank). A task of a rank names
+  // only tensors of that rank. `tierflow run` over several ranks executes on rank r the tasks of
+  // rank r and every collective (docs/schedule-format.md "Ranks").
+  int32_t rank = kEveryRank;
   std::vector<int32_t> tensors; // model state it reads or writes
   std::vector<int32_t> allocs;  // buffers it allocates when it starts
   std::vector<int32_t> uses;    // buffers it reads or writes

@@ -60,6 +60,10 @@ class Collective {
   virtual StatusOr<std::unique_ptr<Pending>> Broadcast(void* buf, int64_t bytes, int root) = 0;
   // Returns when every rank has called it.
   virtual Status Barrier() = 0;
+  // This rank cannot go on: stops every rank's process at once (mpi: MPI_Abort, which mpirun
+  // reports naming this rank), so that none waits for it forever. The local group's ranks share
+  // one process: nothing (they return their errors).
+  virtual void Abort(int /*code*/) {}
 };
 
 // Issues and waits: the blocking form of any operation above.

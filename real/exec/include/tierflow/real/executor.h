@@ -27,6 +27,7 @@
 #include "tierflow/core/schedule.h"
 #include "tierflow/core/status.h"
 #include "tierflow/core/trace_record.h"
+#include "tierflow/real/collective.h"
 #include "tierflow/real/storage.h"
 #include "tierflow/real/train_config.h"
 
@@ -69,6 +70,11 @@ struct RunOptions {
   // an error it returns ends the run with that error.
   int64_t keep_iterations = 0;  // 0: every record
   std::function<Status(const TraceRecord&)> on_record;
+  // Several ranks (training.data_parallel > 1): this process's rank of them, whose collectives
+  // (collective.h: mpi under mpirun, or a local group of ranks on threads) it runs. Each rank
+  // runs its part of the schedule; the result's master weights and losses are every rank's
+  // (docs/executor.md "Many ranks"). Null: one rank.
+  Collective* collective = nullptr;
 };
 
 struct RunResult {
@@ -112,10 +118,10 @@ struct RunResult {
   std::vector<CheckpointTiming> checkpoints;
 };
 
-// The model and training set-up a schedule needs and the run supports: one rank, one micro-step,
-// a compute resource of concurrency 1, param16 units matching the model's layout, and a global
-// gradient check (an overflow_check_and_norm task) wherever the training's math needs one
-// (dynamic loss scaling, clipping). InvalidArgument naming the first unsupported thing.
+// The model and training set-up a schedule needs and the run supports: the training's ranks and
+// micro-steps, a compute resource of concurrency 1, param16 units matching the model's layout,
+// and a global gradient check (an overflow_check_and_norm task) wherever the training's math
+// needs one (dynamic loss scaling, clipping). InvalidArgument naming the first unsupported thing.
 Status CheckRunnable(const Schedule& schedule, const TrainConfig& config);
 
 // Runs `options.iterations` iterations of `schedule`. Errors: CheckRunnable's, the disk checks

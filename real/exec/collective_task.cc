@@ -1,0 +1,229 @@
+// Collective tasks (run.h) over several ranks, each run by the rank's CommEngine in the order
+// every rank agrees on (ranks.h). With one rank they move nothing: the partition is the whole.
+//   allgather      the units whose partitions it names become whole: in the GPU buffer the h2d
+//                  copied this rank's partition into, or that it allocates when the partition is
+//                  kept on the GPU (the fetch); at the GPU-resident home (in the step, after the
+//                  refresh of the resident units)
+//   reducescatter  the units whose partitions it names: each rank keeps, in the layer's gradient
+//                  buffer at its own part, the sum in rank order of every rank's gradients (fp32,
+//                  then rounded once to bf16, as a bf16 model's reduced gradients are)
+//   allreduce      the global gradient check: every rank's part combined in rank order decides
+//                  the step (its overflow check, norm and clip factor)
+// Bytes move through host memory: gpu0 is emulated there (RunSchedule refuses another device
+// with several ranks).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "tierflow/real/cpu_ops.h"
+#include "run.h"
+
+namespace tierflow::real::exec {
+
+Status Run::PrepareCollective(const TaskSpec& t, Job& job, int64_t iteration) {
+  if (comm_ == nullptr) return Status::Ok();
+  switch (t.op) {
+    case Op::kAllGather: return PrepareAllGather(t, job, iteration);
+    case Op::kReduceScatter: return PrepareReduceScatter(t, job, iteration);
+    case Op::kAllReduce: return PrepareNormAllReduce(t, job, iteration);
+    default: return Status::Ok();
+  }
+}
+
+namespace {
+
+// One unit made whole: this rank's part at `mine` (bf16), the whole unit written at `whole`.
+struct Gathered {
+  const RankSpace::Unit* unit;
+  const char* mine;
+  char* whole;
+};
+
+// All-gathers `units` in one call: this rank's parts packed side by side, every rank's packed
+// alike, then each unit's parts laid out in rank order.
+Status GatherUnits(Collective& comm, const std::vector<Gathered>& units) {
+  int64_t per_rank = 0;
+  for (const Gathered& g : units) per_rank += g.unit->part;
+  std::vector<uint16_t> send(static_cast<size_t>(per_rank)), recv(static_cast<size_t>(per_rank * comm.ranks()));
+  int64_t at = 0;
+  for (const Gathered& g : units) {
+    std::memcpy(send.data() + at, g.mine, static_cast<size_t>(g.unit->part * 2));
+    at += g.unit->part;
+  }
+  TF_RETURN_IF_ERROR(Complete(comm.AllGather(send.data(), recv.data(), per_rank, ElementType::kBf16)));
+  at = 0;
+  for (const Gathered& g : units) {
+    for (int q = 0; q < comm.ranks(); ++q) {
+      std::memcpy(g.whole + q * g.unit->part * 2, recv.data() + q * per_rank + at, static_cast<size_t>(g.unit->part * 2));
+    }
+    at += g.unit->part;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Run::PrepareAllGather(const TaskSpec& t, Job& job, int64_t iteration) {
+  // The units it names, each whole parts of this rank's space.
+  struct Part {
+    const TensorSpec* ts;
+    const RankSpace::Unit* unit;
+  };
+  std::vector<Part> parts;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    for (int64_t at = ts.element_offset; at < ts.element_offset + Elements(ts);) {
+      const RankSpace::Unit& u = space_.UnitAt(at);
+      if (at != u.local || at + u.part > ts.element_offset + Elements(ts)) {
+        return InvalidArgument(Who(t, iteration) + " gathers " + Range(ts) + ", which is not whole partitions of the model's tensors");
+      }
+      parts.push_back({&ts, &u});
+      at += u.part;
+    }
+  }
+  auto gathered = std::make_shared<std::vector<Gathered>>();
+  if (t.phase == Phase::kStep) {
+    // After the step: each rank refreshed its own part at the resident home; the units become
+    // whole there at the version of that part.
+    int64_t version = Versions::kNever;
+    for (const Part& p : parts) {
+      const int64_t mine = p.unit->global + space_.rank() * p.unit->part;
+      const ResidentRun* r = ResidentAt(p.unit->global);
+      if (r == nullptr || p.unit->global + p.unit->n > r->begin + r->n) {
+        return FailedPrecondition(Who(t, iteration) + " gathers " + Range(*p.ts) + " at the GPU-resident home, which does not hold its units");
+      }
+      const int64_t v = resident_versions_.Get(mine, mine + p.unit->part);
+      if (version == Versions::kNever) version = v;
+      if (v != version || v != iteration + 1) {
+        return FailedPrecondition(Who(t, iteration) + " gathers resident parameters at " + VersionText(v) + ", expected version " +
+                                  std::to_string(iteration + 1) + " (after this iteration's update): a dependency on their refresh is missing");
+      }
+      char* whole = r->data + (p.unit->global - r->begin) * 2;
+      gathered->push_back({p.unit, whole + space_.rank() * p.unit->part * 2, whole});
+    }
+    job.work = [this, gathered] { return GatherUnits(*comm_, *gathered); };
+    job.finish = [this, gathered, version] {
+      for (const Gathered& g : *gathered) resident_versions_.Set(g.unit->global, g.unit->global + g.unit->n, version);
+    };
+    return Status::Ok();
+  }
+  // The fetch: this rank's partitions in the GPU buffer it uses, where the h2d put them, or at
+  // their GPU-resident home (parameters kept on the GPU); the units made whole in that buffer,
+  // side by side in the order named.
+  const int32_t gpu = GpuBufferOf(t);
+  if (gpu == kNoIndex) return InvalidArgument(Who(t, iteration) + ": an all-gather of fetched parameters names no GPU buffer it gathers into");
+  int64_t need = 0;
+  for (const Part& p : parts) need += p.unit->n * 2;
+  if (need > Buf(gpu).size) {
+    return InvalidArgument(Who(t, iteration) + ": the whole units (" + std::to_string(need) + " bytes) do not fit GPU buffer '" +
+                           s_.buffers()[static_cast<size_t>(gpu)].name + "'");
+  }
+  // The parts are copied out before any unit is written (GatherUnits packs them first), so a
+  // unit written over a later one's part loses nothing.
+  std::vector<Piece> whole;
+  int64_t offset = 0;
+  for (const Part& p : parts) {
+    Span held = FindSpan(gpu, kParam16Part, p.unit->local, p.unit->part);
+    if (held.data == nullptr && s_.devices()[static_cast<size_t>(p.ts->device)].kind == DeviceKind::kGpu) {
+      const int64_t mine = p.unit->global + space_.rank() * p.unit->part;
+      const ResidentRun* r = ResidentAt(mine);
+      if (r != nullptr && mine + p.unit->part <= r->begin + r->n) held = {r->data + (mine - r->begin) * 2, resident_versions_.Get(mine, mine + p.unit->part)};
+    }
+    if (held.data == nullptr || held.version != iteration) {
+      return FailedPrecondition(Who(t, iteration) + " gathers " + Range(*p.ts) + ", but GPU buffer '" + s_.buffers()[static_cast<size_t>(gpu)].name +
+                                "' holds " + (held.data == nullptr ? std::string("none of it") : VersionText(held.version)) +
+                                " of this rank's partition, not version " + std::to_string(iteration) + ": a dependency on its h2d is missing");
+    }
+    gathered->push_back({p.unit, held.data, Buf(gpu).data + offset});
+    whole.push_back({kParam16, p.unit->global, p.unit->n, offset, held.version});
+    offset += p.unit->n * 2;
+  }
+  job.work = [this, gathered] { return GatherUnits(*comm_, *gathered); };
+  job.finish = [this, gpu, whole] {
+    Buf(gpu).pieces.clear();
+    for (const Piece& p : whole) Buf(gpu).pieces.push_back(p);
+  };
+  return Status::Ok();
+}
+
+Status Run::PrepareReduceScatter(const TaskSpec& t, Job& job, int64_t iteration) {
+  // The layer's gradients in the GPU buffer it uses (what the backward wrote), of this
+  // micro-step; each unit it names reduced into this rank's part of it there.
+  struct Reduced {
+    const RankSpace::Unit* unit;
+    float* whole;
+  };
+  auto units = std::make_shared<std::vector<Reduced>>();
+  const int64_t want = GradVersion(iteration, t.micro_step);
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = T(ti);
+    const RankSpace::Unit& u = space_.UnitAt(ts.element_offset);
+    if (ts.element_offset != u.local || Elements(ts) != u.part) {
+      return InvalidArgument(Who(t, iteration) + " reduces " + Range(ts) + ", which is not one partition of a tensor of the model");
+    }
+    float* whole = nullptr;
+    for (int32_t b : t.uses) {
+      if (!HoldsGpuMemory(b)) continue;
+      const Span p = FindSpan(b, kGrad, u.global, u.n);
+      if (p.data == nullptr) continue;
+      if (p.version != want) {
+        return FailedPrecondition(Who(t, iteration) + " reduces gradients of " + GradVersionText(p.version) + ", not " + GradVersionText(want) +
+                                  ": it runs before the backward that computes them");
+      }
+      whole = reinterpret_cast<float*>(p.data);
+      break;
+    }
+    if (whole == nullptr) return FailedPrecondition(Who(t, iteration) + " reduces " + Range(ts) + "'s gradients, but no GPU buffer it uses holds them");
+    units->push_back({&u, whole});
+  }
+  CpuThreads* threads = &ThreadsOf(t.resource);
+  job.work = [this, units, threads] {
+    // Block q of what is sent is rank q's to keep: every unit's q-th part, side by side.
+    const int ranks = comm_->ranks(), me = comm_->rank();
+    int64_t per_rank = 0;
+    for (const Reduced& r : *units) per_rank += r.unit->part;
+    std::vector<float> send(static_cast<size_t>(per_rank * ranks)), recv(static_cast<size_t>(per_rank));
+    for (int q = 0; q < ranks; ++q) {
+      int64_t at = q * per_rank;
+      for (const Reduced& r : *units) {
+        std::memcpy(send.data() + at, r.whole + q * r.unit->part, static_cast<size_t>(r.unit->part * 4));
+        at += r.unit->part;
+      }
+    }
+    TF_RETURN_IF_ERROR(Complete(comm_->ReduceScatter(send.data(), recv.data(), per_rank, ElementType::kFloat32)));
+    int64_t at = 0;
+    for (const Reduced& r : *units) {
+      float* own = r.whole + me * r.unit->part;
+      std::memcpy(own, recv.data() + at, static_cast<size_t>(r.unit->part * 4));
+      cpu::RoundToBf16(own, r.unit->part, *threads);
+      at += r.unit->part;
+    }
+    return Status::Ok();
+  };
+  return Status::Ok();
+}
+
+Status Run::PrepareNormAllReduce(const TaskSpec& t, Job& job, int64_t iteration) {
+  if (!global_check_) return Status::Ok();
+  const size_t slot = static_cast<size_t>(iteration % window_);
+  if (next_norm_iteration_ != iteration || step_decided_[slot] != -1) {
+    return FailedPrecondition(Who(t, iteration) + ": the all-reduce of the gradient check runs before this rank's check of iteration " +
+                              std::to_string(iteration) + " finished");
+  }
+  auto total = std::make_shared<cpu::GradCheck>();
+  const cpu::GradCheck mine = norm_partial_[slot];
+  job.work = [this, total, mine] {
+    // Every rank's (finite, sum of squares), combined in rank order.
+    const double send[2] = {mine.finite ? 1.0 : 0.0, mine.sum_sq};
+    std::vector<double> recv(static_cast<size_t>(2 * comm_->ranks()));
+    TF_RETURN_IF_ERROR(Complete(comm_->AllGather(send, recv.data(), 4, ElementType::kFloat32)));  // 2 doubles as 4 words
+    for (int q = 0; q < comm_->ranks(); ++q) {
+      *total = cpu::CombineGradChecks(*total, cpu::GradCheck{recv[2 * q] != 0.0, recv[2 * q + 1]});
+    }
+    return Status::Ok();
+  };
+  job.finish = [this, slot, iteration, total] { DecideStep(slot, iteration, *total); };
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec

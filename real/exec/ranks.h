@@ -1,0 +1,98 @@
+// The ranks of a run (run.h, docs/executor.md "Many ranks"): the part of a schedule one rank
+// executes, where a rank's partition of the parameters lies in the model, and the one order in
+// which every rank issues its collectives.
+//
+// Thread safety: RankPart and RankSpace are values. A CommEngine owns one thread that runs every
+// collective of its rank; Post may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tierflow/core/schedule.h"
+#include "tierflow/real/collective.h"
+#include "tierflow/real/llama.h"
+#include "run_workers.h"
+
+namespace tierflow::real::exec {
+
+// What rank `rank` executes of a schedule of several ranks: the tasks of that rank and every
+// collective and barrier, the collectives naming only its own tensors and buffers; its tensors;
+// the buffers its tasks name (and the persistent buffers of their pools); every device, so that
+// --disk maps alike on every rank. A dependency on another rank's task is dropped: what one rank
+// needs of another comes through a collective, which completes on every rank together. The
+// collectives' resources admit every collective at once: the CommEngine orders and serialises
+// them. InvalidArgument when a task other than a collective or barrier says no rank.
+StatusOr<Schedule> RankPart(const Schedule& schedule, int32_t rank);
+
+// Where rank `rank`'s flat partition (the schedule's element space: unit after unit, each unit's
+// part of elements / ranks) lies in the model's flat parameters (ParamLayout order): rank r holds
+// elements [r * part, (r + 1) * part) of every tensor. With one rank the two spaces are one.
+class RankSpace {
+ public:
+  // InvalidArgument when a tensor of the model does not split into `ranks` equal parts.
+  static StatusOr<RankSpace> Make(const ParamLayout& layout, int32_t rank, int32_t ranks);
+
+  int32_t rank() const { return rank_; }
+  int32_t ranks() const { return ranks_; }
+  int64_t local_total() const { return local_total_; }
+
+  struct Unit {
+    int64_t global = 0;  // the model tensor's first element
+    int64_t n = 0;       // its elements
+    int64_t local = 0;   // its part's first element in the rank's space
+    int64_t part = 0;    // n / ranks
+  };
+  // The model tensor whose part holds local element `at` (at < local_total()).
+  const Unit& UnitAt(int64_t at) const;
+  struct Segment {
+    int64_t local = 0, global = 0, n = 0;
+  };
+  // Local [begin, begin + n) as runs of the model's elements, in order (one run with one rank).
+  std::vector<Segment> Segments(int64_t begin, int64_t n) const;
+  // The rank's own elements of the model, as local and global runs (one per tensor).
+  const std::vector<Unit>& units() const { return units_; }
+
+ private:
+  int32_t rank_ = 0, ranks_ = 1;
+  int64_t local_total_ = 0;
+  std::vector<Unit> units_;  // by local (and global) order
+};
+
+// Runs every collective of a rank on one thread, in one order on every rank: rank 0 runs them in
+// the order they are posted to it (ready there) and first broadcasts which one it is; every
+// other rank waits for that announcement, then for that instance to be posted there, and runs it.
+// So ranks whose dispatchers make collectives ready in different orders never issue mismatched
+// operations. A work's status goes to `events` as its job's event.
+class CommEngine {
+ public:
+  CommEngine(Collective* comm, EventQueue* events);
+  // Rank 0 announces the end (every collective has run); every rank's thread stops.
+  ~CommEngine();
+  void Post(int32_t task, int64_t iteration, size_t job, std::function<Status()> work);
+  // Rank 0: after its last collective. Joins the thread (other ranks: after the announcement).
+  void Finish();
+
+ private:
+  struct Item {
+    size_t job = 0;
+    std::function<Status()> work;
+  };
+  void Loop();
+  Collective* comm_;
+  EventQueue* events_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::pair<int32_t, int64_t>, Item>> queue_;  // rank 0: posted order
+  std::map<std::pair<int32_t, int64_t>, Item> posted_;               // other ranks
+  bool finishing_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tierflow::real::exec
