@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +19,7 @@
 #include "inputs.h"
 #include "report.h"
 #include "tierflow/core/units.h"
+#include "tierflow/real/collective.h"
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/disk_set.h"
 #include "tierflow/real/executor.h"
@@ -55,19 +59,42 @@ Status RunValidate(const ValidateArgs& a) {
     return InvalidArgument("--iterations must be >= 3 (the first is warm-up and the last drains alone; the mean needs one between)");
   }
   if (a.repeats < 1) return InvalidArgument("--repeats must be >= 1");
-  TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
-  TF_ASSIGN_OR_RETURN(models::HardwareSpec profile, LoadHardwareFile(a.profile));
+  // Several ranks: one process per rank under mpirun, as `run` (docs/executor.md "Many ranks");
+  // every rank runs the real runs, rank 0 compares every rank's records with sim's and reports.
+  std::unique_ptr<real::Collective> comm;
+  if (AutoCollectiveBackend() != "local") {
+    TF_ASSIGN_OR_RETURN(comm, real::OpenCollective(AutoCollectiveBackend()));
+  }
+  const bool reports = comm == nullptr || comm->rank() == 0;
+  auto before_run = [&](Status st) {
+    if (!st.ok() && !reports) std::exit(1);  // every rank finds it; rank 0 says it, once
+    return st;
+  };
+  auto in_or = LoadPlannedInput(a.input, a.sets);
+  TF_RETURN_IF_ERROR(before_run(in_or.status()));
+  PlannedInput in = std::move(in_or).value();
+  auto profile_or = LoadHardwareFile(a.profile);
+  TF_RETURN_IF_ERROR(before_run(profile_or.status()));
+  models::HardwareSpec profile = std::move(profile_or).value();
 
   // Simulate first: a profile that does not fit the schedule (a device it lacks) fails in
   // seconds, before the real run.
   sim::SimOptions so;
   so.iterations = a.iterations;
   auto simulated = sim::Simulate(in.schedule, profile, so);
-  if (!simulated.ok()) return simulated.status().WithContext("sim with profile '" + a.profile + "'");
+  if (!simulated.ok()) return before_run(simulated.status().WithContext("sim with profile '" + a.profile + "'"));
 
-  TF_ASSIGN_OR_RETURN(real::TrainConfig config, MakeTrainConfig(in.scenario, a.data, 1e-3f, 0));
+  auto config_or = MakeTrainConfig(in.scenario, a.data, 1e-3f, 0);
+  TF_RETURN_IF_ERROR(before_run(config_or.status()));
+  const real::TrainConfig config = std::move(config_or).value();
+  if (comm != nullptr && comm->ranks() != config.ranks) {
+    return before_run(InvalidArgument(a.input + " trains on " + std::to_string(config.ranks) + " ranks (training.data_parallel), but mpirun started " +
+                                      std::to_string(comm->ranks()) + " processes: run it with mpirun -np " + std::to_string(config.ranks)));
+  }
   // The directory of each storage device, as the run maps them (its I/O scheduler is reported).
-  TF_ASSIGN_OR_RETURN(const std::vector<real::DiskDir> dirs, real::DiskDirsForSchedule(in.schedule, a.disks, a.disk_root));
+  auto dirs_or = real::DiskDirsForSchedule(in.schedule, a.disks, a.disk_root);
+  TF_RETURN_IF_ERROR(before_run(dirs_or.status()));
+  const std::vector<real::DiskDir> dirs = std::move(dirs_or).value();
   // A shared machine slows whole runs by bursts of other load: run `repeats` times and compare
   // with the run of median steady-state iteration time (each run starts from the same weights).
   struct RealRun {
@@ -77,25 +104,33 @@ Status RunValidate(const ValidateArgs& a) {
     std::vector<std::string> buffered_disks;
   };
   std::vector<RealRun> runs;
-  Progress progress("running", static_cast<double>(a.iterations * a.repeats));
+  std::optional<Progress> progress;
+  if (reports) progress.emplace("running", static_cast<double>(a.iterations * a.repeats));
   for (int32_t rep = 0; rep < a.repeats; ++rep) {
     real::RunOptions ro;
     ro.iterations = a.iterations;
     ro.disks = a.disks;
     ro.disk_root = a.disk_root;
     ro.storage = a.storage;
+    ro.collective = comm.get();
     ro.on_iteration = [&](int64_t iteration, double) {
-      progress.Update(static_cast<double>(rep * a.iterations + iteration + 1));
+      if (progress) progress->Update(static_cast<double>(rep * a.iterations + iteration + 1));
     };
     auto ran = real::RunSchedule(in.schedule, config, ro);
+    if (!ran.ok() && comm != nullptr) {  // the other ranks would wait for this one forever
+      std::fprintf(stderr, "tierflow validate: error: rank %d of %d: %s\n", comm->rank(), comm->ranks(), ran.status().ToString().c_str());
+      std::fflush(stderr);
+      comm->Abort(1);
+    }
     if (!ran.ok()) {
-      progress.Finish();
+      if (progress) progress->Finish();
       return ran.status().WithContext("real run");
     }
     const double mean = traces::Summarize(ran->records, nullptr).mean_iteration_s;
     runs.push_back({mean, std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes, ran->buffered_disks});
   }
-  progress.Finish();
+  if (!reports) return Status::Ok();  // rank 0 has every rank's records
+  progress->Finish();
   std::vector<double> real_times;
   for (const RealRun& r : runs) real_times.push_back(r.mean_iteration_s);
   std::sort(runs.begin(), runs.end(), [](const RealRun& x, const RealRun& y) { return x.mean_iteration_s < y.mean_iteration_s; });

@@ -30,6 +30,7 @@ std::string TraceRecordToJson(const TraceRecord& r) {
   if (r.queue_depth) j["queue_depth"] = r.queue_depth;
   if (r.threads) j["threads"] = r.threads;
   if (r.tasks) j["tasks"] = r.tasks;
+  if (r.rank >= 0) j["rank"] = r.rank;
   if (r.device_start_s != 0 || r.device_end_s != 0) {
     j["device_start_s"] = r.device_start_s;
     j["device_end_s"] = r.device_end_s;
@@ -74,6 +75,7 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
       else if (key == "queue_depth") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "queue_depth", &r.queue_depth));
       else if (key == "threads") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "threads", &r.threads));
       else if (key == "tasks") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "tasks", &r.tasks));
+      else if (key == "rank") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "rank", &r.rank));
       else if (key == "device_start_s") r.device_start_s = v.get<double>();
       else if (key == "device_end_s") r.device_end_s = v.get<double>();
       else return InvalidArgument("unknown key '" + key + "'");
@@ -89,6 +91,7 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
   if (!(r.flops >= 0) || !std::isfinite(r.flops)) return InvalidArgument("flops must be finite and >= 0");
   if (r.block_bytes < 0 || r.queue_depth < 0 || r.threads < 0 || r.layer < -1) return InvalidArgument("block_bytes, queue_depth and threads must be >= 0, layer >= -1");
   if (r.tasks < 0) return InvalidArgument("tasks is negative");
+  if (j.contains("rank") && r.rank < 0) return InvalidArgument("rank is negative");
   if (j.contains("device_start_s") != j.contains("device_end_s")) return InvalidArgument("device_start_s and device_end_s go together");
   if (r.device_end_s < r.device_start_s) return InvalidArgument("device_end_s is before device_start_s");
   for (const char* key : {"iteration", "task", "op", "start_s", "end_s"}) {
@@ -216,6 +219,7 @@ TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration
     r.queue_depth = IoQueueDepth(t);
   }
   if (t.op == Op::kOptimizer || t.op == Op::kConvert || IsCollectiveOp(t.op)) r.threads = threads;
+  r.rank = t.rank;
   return r;
 }
 

@@ -211,9 +211,18 @@ bool Emit(const std::vector<TraceRecord>& records, const Schedule* schedule,
   std::map<std::string, std::vector<size_t>> by_source;
   for (size_t i = 0; i < records.size(); ++i) by_source[records[i].source].push_back(i);
 
+  // Records of several ranks (a run under mpirun, gathered): one process, a track group, per rank
+  // and source, the rank's resources its tracks; sim's collectives, which stand for every rank's,
+  // in a group of their own.
+  std::set<int32_t> ranks;
+  for (const TraceRecord& r : records) {
+    if (r.rank >= 0) ranks.insert(r.rank);
+  }
+  const bool ranked = ranks.size() > 1;
+  auto group = [&](const TraceRecord& r) { return r.rank >= 0 ? "rank " + std::to_string(r.rank) : std::string("every rank"); };
   for (const auto& [source, indices] : by_source) {
     // Declare the schedule's devices and resources first, so tracks follow schedule order.
-    if (schedule) {
+    if (schedule && !ranked) {
       for (const ResourceSpec& rs : schedule->resources()) {
         layout.Thread(source, layout.DeviceOfResource(rs.name), rs.name, 0);
       }
@@ -231,12 +240,11 @@ bool Emit(const std::vector<TraceRecord>& records, const Schedule* schedule,
     for (size_t i : order) {
       const TraceRecord& r = records[i];
       if (r.resource.empty() && !options.instant_ops) continue;
-      Lanes& lanes = lanes_of[r.resource];
+      Lanes& lanes = lanes_of[ranked ? group(r) + "/" + r.resource : r.resource];
       int32_t lane = lanes.Take(r.start_s, r.end_s);
       if (lane == static_cast<int32_t>(lanes.tracks.size())) {
-        lanes.tracks.push_back(
-            r.resource.empty() ? layout.Thread(source, kScheduleProcess, kInstantTrack, lane)
-                               : layout.Thread(source, layout.DeviceOfResource(r.resource), r.resource, lane));
+        const std::string process = ranked ? group(r) : r.resource.empty() ? kScheduleProcess : layout.DeviceOfResource(r.resource);
+        lanes.tracks.push_back(layout.Thread(source, process, r.resource.empty() ? kInstantTrack : r.resource, lane));
       }
       WriteRecord(r, lanes.tracks[lane], &out);
     }

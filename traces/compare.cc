@@ -16,24 +16,54 @@ namespace {
 struct Key {
   int64_t iteration;
   std::string_view task;
+  int32_t rank;
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
-    return std::hash<std::string_view>()(k.task) ^ (static_cast<uint64_t>(k.iteration) * 0x9E3779B97F4A7C15ULL);
+    return std::hash<std::string_view>()(k.task) ^ (static_cast<uint64_t>(k.iteration) * 0x9E3779B97F4A7C15ULL) ^
+           (static_cast<uint64_t>(k.rank + 1) * 0xC2B2AE3D27D4EB4FULL);
   }
 };
+Key KeyOf(const TraceRecord& r) { return {r.iteration, r.task, r.rank}; }
 
 std::string Describe(const TraceRecord& r) {
-  return "iteration " + std::to_string(r.iteration) + " task '" + r.task + "'";
+  return "iteration " + std::to_string(r.iteration) + " task '" + r.task + "'" + (r.rank >= 0 ? " of rank " + std::to_string(r.rank) : "");
+}
+
+// `x` with each record of no rank (sim's record of a collective, which stands for every rank's; a
+// file of records written before records had ranks) made one copy per rank that `other` has
+// records of that instance for, so that it is compared with each.
+std::vector<TraceRecord> ForEachRank(const std::vector<TraceRecord>& x, const std::vector<TraceRecord>& other) {
+  std::map<std::pair<int64_t, std::string_view>, std::vector<int32_t>> ranks;
+  for (const TraceRecord& r : other) {
+    if (r.rank >= 0) ranks[{r.iteration, r.task}].push_back(r.rank);
+  }
+  std::vector<TraceRecord> out;
+  out.reserve(x.size());
+  for (const TraceRecord& r : x) {
+    auto it = r.rank < 0 ? ranks.find({r.iteration, r.task}) : ranks.end();
+    if (it == ranks.end()) {
+      out.push_back(r);
+      continue;
+    }
+    for (int32_t rank : it->second) {
+      out.push_back(r);
+      out.back().rank = rank;
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
 double RelativeError(double reference, double value) { return internal::RelativeErrorOf(reference, value); }
 
-TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<TraceRecord>& b,
+TraceComparison Compare(const std::vector<TraceRecord>& a_in, const std::vector<TraceRecord>& b_in,
                         const CompareOptions& options) {
+  // Records match by (iteration, task, rank): every rank's records are compared.
+  const std::vector<TraceRecord> a = ForEachRank(a_in, b_in);
+  const std::vector<TraceRecord> b = ForEachRank(b_in, a_in);
   TraceComparison c;
   c.a_records = static_cast<int64_t>(a.size());
   c.b_records = static_cast<int64_t>(b.size());
@@ -41,7 +71,7 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
   std::unordered_map<Key, size_t, KeyHash> a_index;
   a_index.reserve(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    if (!a_index.emplace(Key{a[i].iteration, a[i].task}, i).second) {
+    if (!a_index.emplace(KeyOf(a[i]), i).second) {
       ++c.a_unmatched;  // a duplicate instance in a can match nothing
       if (static_cast<int32_t>(c.a_unmatched_examples.size()) < options.example_count) {
         c.a_unmatched_examples.push_back(Describe(a[i]) + " (duplicate)");
@@ -58,7 +88,7 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
   std::vector<Diff> diffs;
   diffs.reserve(std::min(a.size(), b.size()));
   for (size_t j = 0; j < b.size(); ++j) {
-    auto it = a_index.find(Key{b[j].iteration, b[j].task});
+    auto it = a_index.find(KeyOf(b[j]));
     if (it == a_index.end() || a_used[it->second]) {
       ++c.b_unmatched;
       if (static_cast<int32_t>(c.b_unmatched_examples.size()) < options.example_count) {
@@ -84,7 +114,7 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
     diffs.push_back({std::fabs(db - da), i, j});
   }
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a_used[i] || a_index.at(Key{a[i].iteration, a[i].task}) != i) continue;  // dups counted
+    if (a_used[i] || a_index.at(KeyOf(a[i])) != i) continue;  // dups counted
     ++c.a_unmatched;
     if (static_cast<int32_t>(c.a_unmatched_examples.size()) < options.example_count) {
       c.a_unmatched_examples.push_back(Describe(a[i]));
@@ -134,13 +164,13 @@ TraceComparison Compare(const std::vector<TraceRecord>& a, const std::vector<Tra
 std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& records) {
   std::vector<TraceRecord> out;
   out.reserve(records.size());
-  std::map<std::tuple<std::string, int64_t, int32_t, int>, size_t> group;  // -> index in out
+  std::map<std::tuple<std::string, int64_t, int32_t, int, int32_t>, size_t> group;  // -> index in out (a rank's own)
   for (const TraceRecord& r : records) {
     if (r.op != Op::kCompute || r.layer < 0) {
       out.push_back(r);
       continue;
     }
-    auto [it, inserted] = group.try_emplace({r.source, r.iteration, r.layer, static_cast<int>(r.phase)}, out.size());
+    auto [it, inserted] = group.try_emplace({r.source, r.iteration, r.layer, static_cast<int>(r.phase), r.rank}, out.size());
     if (inserted) {
       TraceRecord g = r;
       g.task = "compute." + std::string(PhaseName(r.phase)) + ".layer" + std::to_string(r.layer);

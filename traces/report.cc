@@ -207,7 +207,7 @@ std::string SummaryToJson(const TraceSummary& s) {
 
 std::string ComparisonToText(const TraceComparison& c) {
   std::string out = fmt::format(
-      "a: {} records, b: {} records; matched {} on (iteration, task); unmatched: {} in a, {} in b\n",
+      "a: {} records, b: {} records; matched {} on (iteration, task, rank); unmatched: {} in a, {} in b\n",
       c.a_records, c.b_records, c.matched, c.a_unmatched, c.b_unmatched);
   out += fmt::format("steady-state mean iteration time: a {}, b {}, error {}  (error = (b - a) / a)\n\n",
                      Dur(c.a_mean_iteration_s), Dur(c.b_mean_iteration_s), SignedPercent(c.mean_iteration_rel_error));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 namespace tierflow::real::exec {
 
@@ -39,7 +40,11 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   }
   TF_RETURN_IF_ERROR(st);
   if (engine_ != nullptr && IsCollectiveOp(t.op)) {  // in the order every rank runs them
-    engine_->Post(inst.task, inst.iteration, job_index, job.work ? job.work : [] { return Status::Ok(); });
+    // Its record starts when the engine runs it, not while it waits for its turn.
+    engine_->Post(inst.task, inst.iteration, job_index, [this, job_index, work = std::move(job.work)] {
+      jobs_[job_index].start_s = MonotonicSeconds() - t0_;
+      return work ? work() : Status::Ok();
+    });
     return Status::Ok();
   }
   if (!job.work || t.resource == kNoIndex) {
@@ -71,8 +76,9 @@ Status Run::IterationDone(int64_t iteration) {
     ++done_below_;
   }
   // Records are dropped in batches of keep_iterations iterations, so each is moved at most twice.
+  // With several ranks every record stays until the run's end, when the ranks' are gathered.
   const int64_t keep = options_.keep_iterations;
-  if (keep > 0 && done_below_ - keep >= records_below_ + keep) TF_RETURN_IF_ERROR(HandOnRecords(done_below_ - keep));
+  if (keep > 0 && comm_ == nullptr && done_below_ - keep >= records_below_ + keep) TF_RETURN_IF_ERROR(HandOnRecords(done_below_ - keep));
   const double loss = Iter(iteration).loss_sum / micro_steps_;  // the mean over its micro-steps
   result_.loss.push_back(loss);
   loss_sums_.push_back(Iter(iteration).loss_sum);
@@ -122,6 +128,7 @@ void Run::Finish(Job& job, const TaskSpec& t) {
     r.device_start_s = job.device_span.start_s - t0_;
     r.device_end_s = job.device_span.end_s - t0_;
   }
+  if (comm_ != nullptr) r.rank = comm_->rank();  // this rank's view of a collective, too
   result_.records.push_back(std::move(r));
   for (int32_t b : t.frees) GiveBuffer(Buf(b));
   job.sink.reset();
@@ -152,8 +159,11 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
 StatusOr<RunResult> Run::Execute() {
   TF_RETURN_IF_ERROR(Setup());
   if (options_.plain_loop) return ExecutePlainLoop();
-  if (comm_ != nullptr) engine_ = std::make_unique<CommEngine>(comm_, &events_);
   Dispatcher d(s_, run_iterations_);
+  if (comm_ != nullptr) {
+    TF_RETURN_IF_ERROR(comm_->Barrier());  // the ranks' clocks start together
+    engine_ = std::make_unique<CommEngine>(comm_, &events_);  // from now on the only user of comm_ until it finishes
+  }
   t0_ = MonotonicSeconds();
   std::vector<Instance> to_start;
   Status failure;
@@ -246,6 +256,25 @@ Status Run::GatherRanks() {
     for (int q = 0; q < ranks; ++q) sum += sums[static_cast<size_t>(q * n + i)];
     result_.loss[static_cast<size_t>(i)] = sum / (static_cast<double>(micro_steps_) * ranks);
   }
+  // Every rank's trace records, rank after rank: JSON lines, sizes first.
+  std::string mine;
+  for (const TraceRecord& r : result_.records) mine += TraceRecordToJson(r) + "\n";
+  if (mine.size() % 2) mine += '\n';  // gathered as 2-byte words
+  const int64_t size = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(ranks));
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(&size, sizes.data(), 2, ElementType::kFloat32)));  // an int64 as 2 words
+  const int64_t most = *std::max_element(sizes.begin(), sizes.end());
+  mine.resize(static_cast<size_t>(most), '\n');
+  std::string text(static_cast<size_t>(most * ranks), '\0');
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(mine.data(), text.data(), most / 2, ElementType::kBf16)));
+  std::vector<TraceRecord> records;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '\0') continue;
+    TF_ASSIGN_OR_RETURN(TraceRecord r, TraceRecordFromJson(line));
+    records.push_back(std::move(r));
+  }
+  result_.records = std::move(records);
   return Status::Ok();
 }
 

@@ -2,7 +2,10 @@
 # NP under POLICY trains to the weights and losses of the one-process reference (--in-memory with
 # the same data_parallel), bit for bit; and mpirun with another process count is one error, from
 # rank 0, before anything is written.
-#   -DTIERFLOW=... -DMPIEXEC=... -DSCENARIO=... -DCORPUS=... -DPOLICY=... -DNP=... -DWORK=dir
+# With -DSIM=ON the run's records (every rank's, gathered by rank 0) line up with sim's of the same
+# schedule, every record of every rank matched; with -DDEATH=ON a rank that dies mid-run stops the
+# others: mpirun ends, naming it, instead of hanging.
+#   -DTIERFLOW=... -DMPIEXEC=... -DSCENARIO=... -DCORPUS=... -DPOLICY=... -DNP=... -DWORK=dir [-DSIM=ON] [-DDEATH=ON]
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/disks)
 set(sets --set policy.name=${POLICY} --set hardware.node.gpu_count=4 --set training.data_parallel=${NP}
@@ -15,7 +18,7 @@ if(rc)
   message(FATAL_ERROR "--in-memory failed: ${reference}${err}")
 endif()
 execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 3 --threads 1 --data ${CORPUS}
-                        --disk-root ${WORK}/disks --json
+                        --disk-root ${WORK}/disks --records ${WORK}/real.jsonl --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE ranks ERROR_VARIABLE err TIMEOUT 600)
 if(rc)
   message(FATAL_ERROR "mpirun -np ${NP} failed (${rc}): ${ranks}${err}")
@@ -43,4 +46,43 @@ endif()
 file(GLOB written ${WORK}/wrong/*)
 if(written)
   message(FATAL_ERROR "mpirun -np ${wrong} wrote ${written} before refusing")
+endif()
+
+if(SIM)
+  execute_process(COMMAND ${TIERFLOW} sim ${SCENARIO} ${sets} -n 3 --records ${WORK}/sim.jsonl
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc)
+    message(FATAL_ERROR "sim failed: ${out}${err}")
+  endif()
+  execute_process(COMMAND ${TIERFLOW} trace compare ${WORK}/real.jsonl ${WORK}/sim.jsonl --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE compared ERROR_VARIABLE err)
+  if(rc)
+    message(FATAL_ERROR "trace compare failed: ${compared}${err}")
+  endif()
+  file(STRINGS ${WORK}/real.jsonl real_lines)
+  list(LENGTH real_lines real_count)
+  file(STRINGS ${WORK}/real.jsonl rank1_lines REGEX "\"rank\":1[,}]")
+  list(LENGTH rank1_lines rank1_count)
+  string(JSON matched GET "${compared}" matched)
+  string(JSON a_unmatched GET "${compared}" a_unmatched)
+  string(JSON b_unmatched GET "${compared}" b_unmatched)
+  if(rank1_count EQUAL 0 OR NOT matched EQUAL real_count OR NOT a_unmatched EQUAL 0 OR NOT b_unmatched EQUAL 0)
+    message(FATAL_ERROR "${real_count} real records (${rank1_count} of rank 1): ${matched} matched with sim's, ${a_unmatched} and ${b_unmatched} unmatched")
+  endif()
+  message(STATUS "${real_count} records of ${NP} ranks, every one matched with sim's")
+endif()
+
+if(DEATH)
+  file(MAKE_DIRECTORY ${WORK}/death)
+  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 50 --threads 1 --data ${CORPUS}
+                          --disk-root ${WORK}/death --exit-after-tasks 400 --exit-rank 1
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+  # Open MPI names the process that exited as [[job,1],rank].
+  if(rc EQUAL 0 OR rc MATCHES "timeout" OR NOT "${out}${err}" MATCHES "(rank 1|\\[\\[[0-9]+,[0-9]+\\],1\\])")
+    message(FATAL_ERROR "rank 1 exited mid-run: mpirun ended with ${rc}: ${out}${err}")
+  endif()
+  if("${out}" MATCHES "iteration   49")
+    message(FATAL_ERROR "rank 0 trained to the end without rank 1: ${out}")
+  endif()
+  message(STATUS "rank 1 died mid-run: mpirun stopped the job (${rc})")
 endif()

@@ -44,6 +44,10 @@ struct TraceRecord {
   // waiting, synchronising). Both 0 when there is no such span (host work, the emulated GPU, sim).
   double device_start_s = 0;
   double device_end_s = 0;
+  // The data-parallel rank whose record it is: its task's rank (TaskSpec::rank); a real run of
+  // several ranks also gives each rank's record of a collective its rank. -1: none (sim's record of
+  // a collective, which stands for every rank's; a probe).
+  int32_t rank = -1;
 
   double duration_s() const { return end_s - start_s; }
   bool operator==(const TraceRecord&) const = default;

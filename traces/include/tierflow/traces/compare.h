@@ -1,6 +1,7 @@
 // Comparison of two runs of one schedule, task instance by task instance: sim against real,
-// or one real run against another. Records are matched on (iteration, task). Trace `a` is the
-// reference: every relative error is (b - a) / a. docs/trace-format.md ("Comparison") defines
+// or one real run against another. Records are matched on (iteration, task, rank): a record of
+// no rank (sim's of a collective, which stands for every rank's) is compared with each rank's
+// record of that instance. Trace `a` is the reference: every relative error is (b - a) / a. docs/trace-format.md ("Comparison") defines
 // each figure.
 //
 // Cost: O(n) hashing plus a partial sort for the worst tasks.
