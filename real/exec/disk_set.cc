@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -71,7 +72,10 @@ Status Probe(const std::string& dir, const std::string& name) {
     return FailedPrecondition(FromErrno(err, name + ": not writable (" + step + ")").message());
   };
   if (::access(dir.c_str(), W_OK | X_OK) != 0) return fail(errno, "access W_OK");
-  const std::string probe = dir + "/.tierflow-disk-probe-" + std::to_string(::getpid());
+  // Unique per process and per check: ranks of one run that share a directory (threads of one
+  // process in tests, or processes) check it at once.
+  static std::atomic<int64_t> checks{0};
+  const std::string probe = dir + "/.tierflow-disk-probe-" + std::to_string(::getpid()) + "-" + std::to_string(checks.fetch_add(1));
   const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) return fail(errno, "creating probe file '" + probe + "'");
   const char byte = 0;

@@ -97,6 +97,31 @@ TEST(ScheduleFile, MicroStepsRoundTripAndCount) {
   EXPECT_EQ(ErrorOf(json), "invalid argument: task 'fwd': block_bytes, queue_depth, ranks and micro_step must be >= 0");
 }
 
+// A task's rank: round-trips, absent means every rank; a collective or barrier has none, and a
+// rank's task names only tensors of its rank.
+TEST(ScheduleFile, TaskRanksRoundTripAndAreChecked) {
+  std::string json = kValid;
+  json.replace(json.find(R"("layer": 0})"), 11, R"("layer": 0, "rank": 0})");
+  auto with = ScheduleFromJson(json);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(with->tasks()[with->FindTask("fwd")].rank, 0);
+  EXPECT_EQ(with->tasks()[with->FindTask("read")].rank, kEveryRank);
+  EXPECT_NE(ScheduleToJson(*with).find(R"("rank":0)"), std::string::npos);
+  auto again = ScheduleFromJson(ScheduleToJson(*with));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *with);
+
+  std::string negative = kValid;
+  negative.replace(negative.find(R"("layer": 0})"), 11, R"("layer": 0, "rank": -2})");
+  EXPECT_EQ(ErrorOf(negative), "invalid argument: task 'fwd': rank must be >= 0 (or absent: every rank)");
+  std::string barrier = kValid;
+  barrier.replace(barrier.find(R"("op": "free")"), 12, R"("op": "barrier", "rank": 1)");
+  EXPECT_EQ(ErrorOf(barrier), "invalid argument: task 'done': a barrier runs on every rank, so it has no rank");
+  std::string other = kValid;  // tensor 'w' is rank 0's
+  other.replace(other.find(R"("block_bytes": 4096)"), 19, R"("block_bytes": 4096, "rank": 1)");
+  EXPECT_EQ(ErrorOf(other), "invalid argument: task 'read' runs on rank 1 but names tensor 'w' of rank 0");
+}
+
 TEST(ScheduleFile, RejectsMalformedFilesWithOneClearError) {
   // Where the text stops being JSON, and a key given twice (the parser would keep the last).
   EXPECT_EQ(ErrorOf("{"), "invalid argument: schedule: not valid JSON at byte 2: expected string literal");

@@ -35,6 +35,7 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   b.tasks = 9;  // a compute probe's layer sample
   b.device_start_s = 0.2;  // its work's span on the GPU
   b.device_end_s = 0.29;
+  b.rank = 1;  // a record of rank 1 of several
   auto path = (std::filesystem::temp_directory_path() / "tierflow_trace_record_test.jsonl").string();
   ASSERT_TRUE(WriteTraceFile(path, {a, b}).ok());
   auto back = ReadTraceFile(path);
@@ -45,6 +46,11 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   std::filesystem::remove(path);
   // Optional keys are written only when set: a record without a GPU-side span has no such keys.
   EXPECT_EQ(TraceRecordToJson(a).find("device_"), std::string::npos);
+  EXPECT_EQ(TraceRecordToJson(a).find("rank"), std::string::npos);  // no rank: not written
+  EXPECT_NE(TraceRecordToJson(b).find(R"("rank":1)"), std::string::npos);
+  std::string negative = TraceRecordToJson(b);
+  negative.replace(negative.find(R"("rank":1)"), 8, R"("rank":-1)");
+  EXPECT_FALSE(TraceRecordFromJson(negative).ok());
   EXPECT_NE(TraceRecordToJson(b).find(R"("device_start_s":0.2,"device_end_s":0.29)"), std::string::npos)
       << TraceRecordToJson(b);
 }

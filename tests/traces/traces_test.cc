@@ -710,6 +710,35 @@ TEST(CompareTest, ErrorsMatchAnIndependentComputation) {
   }
 }
 
+// Records of several ranks match by rank; sim's record of a collective (no rank) stands for every
+// rank's and is compared with each.
+TEST(CompareTest, EveryRankIsMatched) {
+  auto ranked = [](TraceRecord r, int32_t rank) {
+    r.rank = rank;
+    return r;
+  };
+  const std::vector<TraceRecord> real = {
+      ranked(Rec(0, "h2d.u.r0", Op::kH2D, "gpu0.h2d", 0, 1, Phase::kForward, 0, "real"), 0),
+      ranked(Rec(0, "h2d.u.r1", Op::kH2D, "gpu1.h2d", 0, 2, Phase::kForward, 0, "real"), 1),
+      ranked(Rec(0, "allgather.u", Op::kAllGather, "dp.comm", 2, 3, Phase::kForward, 0, "real"), 0),
+      ranked(Rec(0, "allgather.u", Op::kAllGather, "dp.comm", 2, 4, Phase::kForward, 0, "real"), 1)};
+  const std::vector<TraceRecord> sim = {ranked(Rec(0, "h2d.u.r0", Op::kH2D, "gpu0.h2d", 0, 1), 0),
+                                        ranked(Rec(0, "h2d.u.r1", Op::kH2D, "gpu1.h2d", 0, 1), 1),
+                                        Rec(0, "allgather.u", Op::kAllGather, "dp.comm", 1, 2)};
+  for (const bool real_first : {true, false}) {
+    const TraceComparison c = real_first ? Compare(real, sim) : Compare(sim, real);
+    EXPECT_EQ(c.matched, 4);
+    EXPECT_EQ(c.a_unmatched, 0);
+    EXPECT_EQ(c.b_unmatched, 0);
+  }
+  // A rank's record never stands for another's.
+  std::vector<TraceRecord> one_rank = sim;
+  one_rank[2].rank = 0;
+  const TraceComparison c = Compare(real, one_rank);
+  EXPECT_EQ(c.matched, 3);
+  EXPECT_EQ(c.a_unmatched, 1);
+}
+
 TEST(CompareTest, RelativeErrorEdgeCases) {
   EXPECT_DOUBLE_EQ(RelativeError(2.0, 3.0), 0.5);
   EXPECT_DOUBLE_EQ(RelativeError(0.0, 0.0), 0.0);
