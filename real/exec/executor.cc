@@ -164,6 +164,12 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   int64_t updates = 0;
   const int64_t layers = trainer.layer_count();
   const int32_t micro_steps = config.micro_steps;
+  // The parts each tensor's gradient check is taken in: the ranks' partitions, where every tensor
+  // splits into them (as tierflow run over several ranks needs), else the whole tensor.
+  int32_t split = ranks;
+  for (const ParamTensor& pt : trainer.layout().tensors) {
+    if (pt.elements % ranks != 0) split = 1;
+  }
   for (int64_t i = 0; i < iterations; ++i) {
     it.iteration = i;
     it.micro_steps = micro_steps;
@@ -208,24 +214,34 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
       // the order backward made them (the tied head's part of the table first).
       const bool last = micro + 1 == micro_steps;
       const float unscale = 1.0f / it.loss_scale;
+      // With ranks, each rank's part of a tensor is checked on its own and a rank's checks are
+      // combined in tensor order, then the ranks' in rank order, as the ranks' d2h copies and the
+      // all-reduce of the check do (the values are the same; only the norm's additions group so).
+      std::vector<cpu::GradCheck> partial(static_cast<size_t>(split));
       for (const ParamTensor& pt : trainer.layout().tensors) {
-        cpu::GradCheck check;
-        if (!in_bf16) {
-          TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + pt.offset, grads + pt.offset, pt.elements, false, unscale,
-                                                     threads, nullptr));
-        } else {
-          bool first = micro == 0;
-          auto add = [&](const float* src) -> StatusOr<cpu::GradCheck> {
-            uint16_t* dst = grad16.data() + pt.offset;
-            const bool overwrite = first;
-            first = false;
-            return overwrite ? device->D2HGrad(dst, src, pt.elements, true, unscale, threads, nullptr)
-                             : device->D2HGradAccumulate(dst, src, pt.elements, unscale, threads, nullptr);
-          };
-          if (tied && pt.offset == trainer.LayerBegin(0)) TF_RETURN_IF_ERROR(add(tied_grads).status());
-          TF_ASSIGN_OR_RETURN(check, add(grads + pt.offset));
+        const int64_t n = pt.elements / split;
+        for (int32_t q = 0; q < split; ++q) {
+          const int64_t at = pt.offset + q * n;
+          cpu::GradCheck check;
+          if (!in_bf16) {
+            TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + at, grads + at, n, false, unscale, threads, nullptr));
+          } else {
+            bool first = micro == 0;
+            auto add = [&](const float* src) -> StatusOr<cpu::GradCheck> {
+              uint16_t* dst = grad16.data() + at;
+              const bool overwrite = first;
+              first = false;
+              return overwrite ? device->D2HGrad(dst, src, n, true, unscale, threads, nullptr)
+                               : device->D2HGradAccumulate(dst, src, n, unscale, threads, nullptr);
+            };
+            if (tied && pt.offset == trainer.LayerBegin(0)) TF_RETURN_IF_ERROR(add(tied_grads + q * n).status());
+            TF_ASSIGN_OR_RETURN(check, add(grads + at));
+          }
+          if (last) partial[static_cast<size_t>(q)] = cpu::CombineGradChecks(partial[static_cast<size_t>(q)], check);
         }
-        if (last) total = cpu::CombineGradChecks(total, check);
+      }
+      if (last) {
+        for (const cpu::GradCheck& p : partial) total = cpu::CombineGradChecks(total, p);
       }
     }
     if (in_bf16) {

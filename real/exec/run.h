@@ -142,7 +142,8 @@ class Run {
   // The step's decision from the iteration's global gradient check (overflow, clip factor).
   void DecideStep(size_t slot, int64_t iteration, const cpu::GradCheck& total);
   // At the run's end, over every rank: the master weights in the model's order and the losses
-  // (the mean over ranks and micro-steps), as one process training the global batch reports them.
+  // (the mean over ranks and micro-steps), as one process training the global batch reports them;
+  // the instances executed and the trace records of every rank.
   Status GatherRanks();
   // The batch of the next micro-step: the loader's next `ranks` batches, this rank's of them.
   TokenBatch NextBatch();

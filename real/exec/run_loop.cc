@@ -256,6 +256,11 @@ Status Run::GatherRanks() {
     for (int q = 0; q < ranks; ++q) sum += sums[static_cast<size_t>(q * n + i)];
     result_.loss[static_cast<size_t>(i)] = sum / (static_cast<double>(micro_steps_) * ranks);
   }
+  // The instances every rank executed.
+  std::vector<int64_t> tasks(static_cast<size_t>(ranks));
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(&result_.tasks, tasks.data(), 2, ElementType::kFloat32)));  // an int64 as 2 words
+  result_.tasks = 0;
+  for (const int64_t n : tasks) result_.tasks += n;
   // Every rank's trace records, rank after rank: JSON lines, sizes first.
   std::string mine;
   for (const TraceRecord& r : result_.records) mine += TraceRecordToJson(r) + "\n";
