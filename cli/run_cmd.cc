@@ -41,7 +41,8 @@ struct RunArgs {
   int64_t checkpoint_every = 0;
   bool resume = false;
   int64_t exit_after_tasks = 0;
-  int32_t exit_rank = -1;  // with several ranks: only this one exits (-1: every rank)
+  int64_t fail_io_after = -1;  // testing: the I/O operation after this many fails (EIO)
+  int32_t exit_rank = -1;  // with several ranks: only this one exits or fails (-1: every rank)
   std::vector<std::string> sets;
   bool json = false;
 };
@@ -127,7 +128,13 @@ Status RunRun(const RunArgs& a) {
     options.checkpoint_dir = a.checkpoint;
     options.checkpoint_every = a.checkpoint_every;
     options.resume = a.resume;
-    options.exit_after_tasks = comm != nullptr && a.exit_rank >= 0 && comm->rank() != a.exit_rank ? 0 : a.exit_after_tasks;
+    const bool spared = comm != nullptr && a.exit_rank >= 0 && comm->rank() != a.exit_rank;
+    options.exit_after_tasks = spared ? 0 : a.exit_after_tasks;
+    if (a.fail_io_after >= 0 && !spared) {
+      real::FaultRule io_error;
+      io_error.skip = a.fail_io_after;
+      options.faults.push_back(io_error);
+    }
     options.keep_iterations = kReportIterations;
     options.collective = comm.get();
     if (!a.records.empty() && reports) {
@@ -227,7 +234,9 @@ Command MakeRun(CLI::App& parent) {
   app->add_flag("--resume", a->resume, "Start from the committed checkpoint in --checkpoint, if any; -n is the total to reach");
   app->add_option("--exit-after-tasks", a->exit_after_tasks, "Testing: exit at once (as if killed) after N task completions")
       ->group("");
-  app->add_option("--exit-rank", a->exit_rank, "Testing: under mpirun, only this rank exits after --exit-after-tasks")->group("");
+  app->add_option("--fail-io-after", a->fail_io_after, "Testing: the I/O operation after N fails with EIO")->group("");
+  app->add_option("--exit-rank", a->exit_rank, "Testing: under mpirun, only this rank exits or fails (--exit-after-tasks, --fail-io-after)")
+      ->group("");
   app->add_flag("--plain-loop", a->plain_loop,
                 "Run the schedule's tasks one at a time in topological order, without the dispatcher (its overhead's baseline)");
   AddSetOption(app, &a->sets);

@@ -159,6 +159,13 @@ void CommEngine::Finish() {
   thread_.join();
 }
 
+void CommEngine::Fail() {
+  std::lock_guard<std::mutex> lock(mu_);
+  failed_ = true;
+  finishing_ = true;
+  cv_.notify_all();
+}
+
 void CommEngine::Loop() {
   for (;;) {
     std::array<int64_t, 2> next{-1, -1};  // (task, iteration); -1: the end
@@ -183,7 +190,8 @@ void CommEngine::Loop() {
     if (comm_->rank() != 0) {
       std::unique_lock<std::mutex> lock(mu_);
       const std::pair<int32_t, int64_t> key{static_cast<int32_t>(next[0]), next[1]};
-      cv_.wait(lock, [&] { return posted_.count(key) > 0; });
+      cv_.wait(lock, [&] { return failed_ || posted_.count(key) > 0; });
+      if (posted_.count(key) == 0) return;  // failed: it will never be posted here
       item = std::move(posted_[key]);
       posted_.erase(key);
     }

@@ -78,6 +78,10 @@ class CommEngine {
   void Post(int32_t task, int64_t iteration, size_t job, std::function<Status()> work);
   // Rank 0: after its last collective. Joins the thread (other ranks: after the announcement).
   void Finish();
+  // This rank's run failed: its thread stops at the next collective announced that this rank has
+  // not posted, instead of waiting for it forever, so that the run can return its error (and the
+  // process abort the job, docs/executor.md "Many ranks").
+  void Fail();
 
  private:
   struct Item {
@@ -92,6 +96,7 @@ class CommEngine {
   std::deque<std::pair<std::pair<int32_t, int64_t>, Item>> queue_;  // rank 0: posted order
   std::map<std::pair<int32_t, int64_t>, Item> posted_;               // other ranks
   bool finishing_ = false;
+  bool failed_ = false;
   std::thread thread_;
 };
 

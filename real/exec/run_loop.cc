@@ -164,6 +164,14 @@ StatusOr<RunResult> Run::Execute() {
     TF_RETURN_IF_ERROR(comm_->Barrier());  // the ranks' clocks start together
     engine_ = std::make_unique<CommEngine>(comm_, &events_);  // from now on the only user of comm_ until it finishes
   }
+  // Whatever ends the run early, the engine must not wait for collectives this rank will not post.
+  struct FailUnlessFinished {
+    CommEngine* engine;
+    bool finished = false;
+    ~FailUnlessFinished() {
+      if (engine != nullptr && !finished) engine->Fail();
+    }
+  } on_failure{engine_.get()};
   t0_ = MonotonicSeconds();
   std::vector<Instance> to_start;
   Status failure;
@@ -224,6 +232,7 @@ StatusOr<RunResult> Run::Execute() {
   }
   busy += MonotonicSeconds() - busy_from;
   if (engine_ != nullptr) engine_->Finish();  // every collective has run
+  on_failure.finished = true;
   result_.wall_s = MonotonicSeconds() - t0_;
   result_.dispatch_busy_s = busy;
   result_.tasks = d.completed();

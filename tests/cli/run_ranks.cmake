@@ -85,4 +85,14 @@ if(DEATH)
     message(FATAL_ERROR "rank 0 trained to the end without rank 1: ${out}")
   endif()
   message(STATUS "rank 1 died mid-run: mpirun stopped the job (${rc})")
+  # A rank whose run fails (an I/O error) says so, naming itself, and stops the others.
+  file(REMOVE_RECURSE ${WORK}/death)
+  file(MAKE_DIRECTORY ${WORK}/death)
+  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 50 --threads 1 --data ${CORPUS}
+                          --disk-root ${WORK}/death --fail-io-after 300 --exit-rank 1
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+  if(rc EQUAL 0 OR rc MATCHES "timeout" OR NOT err MATCHES "tierflow run: error: rank 1 of ${NP}: [^\n]*I/O error")
+    message(FATAL_ERROR "rank 1's I/O failed mid-run: mpirun ended with ${rc}: ${out}${err}")
+  endif()
+  message(STATUS "rank 1's I/O failed mid-run: it said so and the job stopped (${rc})")
 endif()
