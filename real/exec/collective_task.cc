@@ -72,14 +72,11 @@ Status Run::PrepareAllGather(const TaskSpec& t, Job& job, int64_t iteration) {
   std::vector<Part> parts;
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = T(ti);
-    for (int64_t at = ts.element_offset; at < ts.element_offset + Elements(ts);) {
-      const RankSpace::Unit& u = space_.UnitAt(at);
-      if (at != u.local || at + u.part > ts.element_offset + Elements(ts)) {
-        return InvalidArgument(Who(t, iteration) + " gathers " + Range(ts) + ", which is not whole partitions of the model's tensors");
-      }
-      parts.push_back({&ts, &u});
-      at += u.part;
+    const std::vector<const RankSpace::Unit*> units = space_.UnitsIn(ts.element_offset, Elements(ts));
+    if (units.front()->local != ts.element_offset || units.back()->local + units.back()->part != ts.element_offset + Elements(ts)) {
+      return InvalidArgument(Who(t, iteration) + " gathers " + Range(ts) + ", which is not whole partitions of the model's tensors");
     }
+    for (const RankSpace::Unit* u : units) parts.push_back({&ts, u});
   }
   auto gathered = std::make_shared<std::vector<Gathered>>();
   if (t.phase == Phase::kStep) {

@@ -19,10 +19,8 @@ Status Run::PrepareCompute(const TaskSpec& t, int32_t task, Job& job, int64_t it
       TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, ts.element_offset, Elements(ts)).status());
       continue;
     }
-    for (int64_t at = ts.element_offset; at < ts.element_offset + Elements(ts);) {
-      const RankSpace::Unit& u = space_.UnitAt(at);
-      TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, u.global, u.n).status());
-      at = u.local + u.part;
+    for (const RankSpace::Unit* u : space_.UnitsIn(ts.element_offset, Elements(ts))) {
+      TF_RETURN_IF_ERROR(ParamsOnGpu(t, iteration, u->global, u->n).status());
     }
   }
   if (!math_task_[static_cast<size_t>(task)]) return Status::Ok();

@@ -124,6 +124,16 @@ const RankSpace::Unit& RankSpace::UnitAt(int64_t at) const {
   return *std::prev(it);
 }
 
+std::vector<const RankSpace::Unit*> RankSpace::UnitsIn(int64_t begin, int64_t n) const {
+  std::vector<const Unit*> out;
+  for (int64_t at = begin; at < begin + n;) {
+    const Unit& u = UnitAt(at);
+    out.push_back(&u);
+    at = u.local + u.part;
+  }
+  return out;
+}
+
 std::vector<RankSpace::Segment> RankSpace::Segments(int64_t begin, int64_t n) const {
   if (ranks_ == 1) return {{begin, begin, n}};
   std::vector<Segment> out;

@@ -51,6 +51,8 @@ class RankSpace {
   };
   // The model tensor whose part holds local element `at` (at < local_total()).
   const Unit& UnitAt(int64_t at) const;
+  // The model tensors whose parts local [begin, begin + n) touches, in order (n > 0).
+  std::vector<const Unit*> UnitsIn(int64_t begin, int64_t n) const;
   struct Segment {
     int64_t local = 0, global = 0, n = 0;
   };

@@ -155,11 +155,7 @@ Status Run::Setup() {
     for (const TaskSpec& t : s_.tasks()) {
       if (t.op != Op::kAllGather || t.phase != Phase::kStep) continue;
       for (int32_t ti : t.tensors) {
-        for (int64_t at = T(ti).element_offset; at < T(ti).element_offset + Elements(T(ti));) {
-          const RankSpace::Unit& u = space_.UnitAt(at);
-          whole.insert(u.local);
-          at = u.local + u.part;
-        }
+        for (const RankSpace::Unit* u : space_.UnitsIn(T(ti).element_offset, Elements(T(ti)))) whole.insert(u->local);
       }
     }
     std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end)
@@ -169,11 +165,10 @@ Status Run::Setup() {
           ranges.push_back({ts.element_offset, ts.element_offset + Elements(ts)});
           continue;
         }
-        for (int64_t at = ts.element_offset; at < ts.element_offset + Elements(ts);) {
-          const RankSpace::Unit& u = space_.UnitAt(at);
-          const int64_t begin = whole.count(u.local) ? u.global : u.global + space_.rank() * u.part;
-          ranges.push_back({begin, begin + (whole.count(u.local) ? u.n : u.part)});
-          at = u.local + u.part;
+        for (const RankSpace::Unit* u : space_.UnitsIn(ts.element_offset, Elements(ts))) {
+          const bool all = whole.count(u->local) > 0;
+          const int64_t begin = all ? u->global : u->global + space_.rank() * u->part;
+          ranges.push_back({begin, begin + (all ? u->n : u->part)});
         }
       }
     }
