@@ -83,6 +83,12 @@ std::string AutoCollectiveBackend() {
   return under_mpirun && real::CollectiveBackends().find("mpi") != std::string::npos ? "mpi" : "local";
 }
 
+Status CheckProcessCount(const real::Collective* comm, int32_t ranks, const std::string& input) {
+  if (comm == nullptr || comm->ranks() == ranks) return Status::Ok();
+  return InvalidArgument(input + " trains on " + std::to_string(ranks) + " ranks (training.data_parallel), but mpirun started " +
+                         std::to_string(comm->ranks()) + " processes: run it with mpirun -np " + std::to_string(ranks));
+}
+
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets) {
   PlannedInput in;
   if (EndsWith(path, ".json")) {

@@ -12,6 +12,7 @@
 #include "tierflow/core/schedule.h"
 #include "tierflow/models/hardware.h"
 #include "tierflow/policies/scenario.h"
+#include "tierflow/real/collective.h"
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
 
@@ -37,6 +38,9 @@ void AddSetOption(CLI::App* app, std::vector<std::string>* sets);
 // The collective back-end `probe collective` and `run` use when none is named: mpi when this
 // process was started by mpirun and the build has MPI, else local (one rank).
 std::string AutoCollectiveBackend();
+// Under mpirun (`comm` not null), one process per rank of `input`'s training.data_parallel
+// `ranks`: InvalidArgument naming both counts and the mpirun line otherwise.
+Status CheckProcessCount(const real::Collective* comm, int32_t ranks, const std::string& input);
 
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets);
 // What a schedule file trains, on what and how, from its typed sections (model and hardware

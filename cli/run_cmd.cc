@@ -102,10 +102,7 @@ Status RunRun(const RunArgs& a) {
   auto config_or = MakeTrainConfig(in.scenario, a.data, a.lr, a.threads);
   TF_RETURN_IF_ERROR(before_run(config_or.status()));
   real::TrainConfig config = std::move(config_or).value();
-  if (comm != nullptr && comm->ranks() != config.ranks) {
-    return before_run(InvalidArgument(a.input + " trains on " + std::to_string(config.ranks) + " ranks (training.data_parallel), but mpirun started " +
-                                      std::to_string(comm->ranks()) + " processes: run it with mpirun -np " + std::to_string(config.ranks)));
-  }
+  TF_RETURN_IF_ERROR(before_run(CheckProcessCount(comm.get(), config.ranks, a.input)));
   const bool reports = comm == nullptr || comm->rank() == 0;
   auto print_loss = [&](int64_t iteration, double loss) {
     if (a.json || !reports) return;

@@ -87,10 +87,7 @@ Status RunValidate(const ValidateArgs& a) {
   auto config_or = MakeTrainConfig(in.scenario, a.data, 1e-3f, 0);
   TF_RETURN_IF_ERROR(before_run(config_or.status()));
   const real::TrainConfig config = std::move(config_or).value();
-  if (comm != nullptr && comm->ranks() != config.ranks) {
-    return before_run(InvalidArgument(a.input + " trains on " + std::to_string(config.ranks) + " ranks (training.data_parallel), but mpirun started " +
-                                      std::to_string(comm->ranks()) + " processes: run it with mpirun -np " + std::to_string(config.ranks)));
-  }
+  TF_RETURN_IF_ERROR(before_run(CheckProcessCount(comm.get(), config.ranks, a.input)));
   // The directory of each storage device, as the run maps them (its I/O scheduler is reported).
   auto dirs_or = real::DiskDirsForSchedule(in.schedule, a.disks, a.disk_root);
   TF_RETURN_IF_ERROR(before_run(dirs_or.status()));
