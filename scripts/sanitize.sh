@@ -23,7 +23,10 @@ export OMPI_MCA_btl="self,tcp"
 configure() {  # DIR FLAGS
   local dir=$1 flags=$2
   if [ ! -f "$dir/build.ninja" ]; then
+    # -g1: line tables for the reports' stacks, without the full debug info that makes these
+    # builds (every file instrumented) take most of CI's time.
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIERFLOW_WERROR=OFF \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
       -DTIERFLOW_CUDA=OFF -DTIERFLOW_BUILD_BENCH=OFF -DTIERFLOW_SLOW_TIMEOUT=5400 \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
       -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" >/dev/null
@@ -34,7 +37,11 @@ configure() {  # DIR FLAGS
 if [ "$which" = asan ] || [ "$which" = all ]; then
   configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
   cmake --build build-asan -j "$(nproc)"
-  (cd build-asan && ctest --output-on-failure --timeout 900 -j "$(nproc)" "$@")
+  # Every tunable knob's every value through the executor takes 8 minutes under ASan:
+  # ASAN_ALL=1 runs it too; by default the random knob combinations drive the same paths.
+  askip=(-E "^exec_policy_property_test[.]EverySchedule[.]EachTunableKnobValueRunsOrIsRefusedAtPlanTime\$")
+  if [ "${ASAN_ALL:-0}" = 1 ]; then askip=(); fi
+  (cd build-asan && ctest --output-on-failure --timeout 900 -j "$(nproc)" "${askip[@]}" "$@")
 fi
 if [ "$which" = tsan ] || [ "$which" = all ]; then
   configure build-tsan "-fsanitize=thread -fno-omit-frame-pointer"
@@ -55,7 +62,8 @@ if [ "$which" = tsan ] || [ "$which" = all ]; then
   # collectives, the shared store) runs; the other policies and four ranks take the same paths.
   ranks="ioc_2|mlp_offload_2|zero_infinity_clipped_2|zero_infinity_4"
   # With them, a test may take up to an hour (TiedEmbeddings... took 18 min, two at a time).
-  skip=(-E "^exec_executor_test[.]Executor([.]($long)|/Ranks[.]TrainToTheDataParallelReference/($ranks))\$")
+  # (ctest names a parameterised case "NAME  # GetParam() = ...": the case ends at a space.)
+  skip=(-E "^exec_executor_test[.]Executor([.]($long)\$|/Ranks[.]TrainToTheDataParallelReference/($ranks)( |\$))")
   timeout=900
   if [ "${TSAN_ALL:-0}" = 1 ]; then skip=(); timeout=3600; fi
   (cd build-tsan && ctest --output-on-failure --timeout "$timeout" -j "$(nproc)" -R "^($(echo $suites | tr ' ' '|'))[.]" "${skip[@]}" "$@")

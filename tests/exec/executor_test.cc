@@ -857,6 +857,9 @@ struct RanksCase {
   bool clipped;
 };
 
+// ctest's name of a case ends "# GetParam() = " and this.
+void PrintTo(const RanksCase& c, std::ostream* os) { *os << c.name; }
+
 class Ranks : public ::testing::TestWithParam<RanksCase> {};
 
 TEST_P(Ranks, TrainToTheDataParallelReference) {
