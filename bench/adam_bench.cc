@@ -21,6 +21,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "median_reporter.h"
 #include "tierflow/real/adamw.h"
 
 namespace tierflow::real {
@@ -95,21 +96,6 @@ void BM_OverflowCheckAndNorm(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * g_elements);
 }
 
-// Keeps the median bytes/s of each benchmark to print the ratio at the end.
-class MedianReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.run_type == Run::RT_Aggregate && run.aggregate_name == "median") {
-        auto it = run.counters.find("bytes_per_second");
-        if (it != run.counters.end()) median_bytes_per_s[run.run_name.function_name] = it->second;
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-  std::map<std::string, double> median_bytes_per_s;
-};
-
 }  // namespace
 }  // namespace tierflow::real
 
@@ -136,9 +122,9 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&new_argc, args.data());
   std::printf("threads %d, elements %lld per array\n", g_threads,
               static_cast<long long>(g_elements));
-  MedianReporter reporter;
+  tierflow::bench::MedianReporter reporter("bytes_per_second");
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  const auto& med = reporter.median_bytes_per_s;
+  const auto& med = reporter.median;
   if (med.count("triad") && med.count("adamw")) {
     const double triad = med.at("triad");
     std::printf("\n%-26s %12s %14s %8s\n", "kernel", "GB/s", "Gelem/s", "vs triad");

@@ -48,6 +48,8 @@ RULES = [
      "the overhead benchmark with 2 iterations and 1 repeat instead of 20 and 3"),
     (r"^bench/checkpoint_peers\.sh\b.*", None,
      "installs PyTorch, TorchSnapshot and DeepSpeed (several GB) into a venv of its own: a benchmark's peers, never a test's dependency"),
+    (r"^bench/train_peers\.sh\b.*", None,
+     "installs PyTorch, DeepSpeed and transformers (several GB) into a venv of its own and trains with each for minutes: a benchmark's peers, never a test's dependency"),
     (r"^python3 bench/checkpoint_matrix\.py\b.*", None,
      "13 configurations x 3 repetitions of a 1.2 GB checkpoint and fio: a benchmark of minutes (its flags are tested by the CLI tests)"),
     (r"^(\./build/bench/\w+_bench)$", r"\1 --benchmark_list_tests=true",

@@ -1,6 +1,8 @@
-// CPU reference kernels. Inner loops are written so GCC vectorises them without -ffast-math:
-// reductions keep 8 independent partial sums combined in a fixed tree, and axpy-style loops have
-// no reduction at all. Work is split over output rows or columns only, never over a reduction.
+// CPU reference kernels. The matrix products (linear layers, attention's q k^T, probs v and their
+// gradients) are Gemm's (cpu_gemm.h: fused multiply-adds in order of the reduction, at the
+// GEMM's rate). The other loops are written so GCC vectorises them without -ffast-math:
+// reductions keep 8 independent partial sums combined in a fixed tree. Work is split over output
+// rows or columns only, never over a reduction.
 #include "tierflow/real/cpu_ops.h"
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "tierflow/core/status.h"
+#include "tierflow/real/cpu_gemm.h"
 
 namespace tierflow::real::cpu {
 namespace {
@@ -25,10 +28,11 @@ inline T Dot(const T* __restrict a, const T* __restrict b, int64_t n) {
   return s;
 }
 
-// y[i] += alpha * x[i].
-template <typename T>
-inline void Axpy(T* __restrict y, T alpha, const T* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+// A pool of one thread (the caller), for products inside a loop the caller's pool already runs
+// in parallel.
+CpuThreads& Serial() {
+  thread_local CpuThreads one(1);
+  return one;
 }
 
 // Grain sizes: enough work per chunk that a wake-up (a few microseconds) is worth it.
@@ -111,35 +115,17 @@ void RmsNormBackward(T* dx, T* dw, const T* dout, const T* x, const T* w, const 
 template <typename T>
 void LinearForward(T* out, const T* x, const T* w, int64_t n_rows, int64_t in, int64_t out_dim,
                    CpuThreads& threads) {
-  threads.ParallelFor(n_rows, RowGrain(in * out_dim), [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      const T* xr = x + n * in;
-      T* o = out + n * out_dim;
-      for (int64_t j = 0; j < out_dim; ++j) o[j] = Dot(xr, w + j * in, in);
-    }
-  });
+  // out[n, o] = sum_i x[n, i] W[o, i]: B is W read transposed.
+  Gemm<T>(n_rows, out_dim, in, {x, in, 1}, {w, 1, in}, out, out_dim, false, threads);
 }
 
 template <typename T>
 void LinearBackward(T* dx, T* dw, const T* dout, const T* x, const T* w, int64_t n_rows,
                     int64_t in, int64_t out_dim, CpuThreads& threads) {
-  if (dx != nullptr) {
-    threads.ParallelFor(n_rows, RowGrain(in * out_dim), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) {
-        const T* g = dout + n * out_dim;
-        T* d = dx + n * in;
-        for (int64_t j = 0; j < out_dim; ++j) Axpy(d, g[j], w + j * in, in);
-      }
-    });
-  }
-  if (dw != nullptr) {
-    threads.ParallelFor(out_dim, RowGrain(in * n_rows), [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        T* d = dw + j * in;
-        for (int64_t n = 0; n < n_rows; ++n) Axpy(d, dout[n * out_dim + j], x + n * in, in);
-      }
-    });
-  }
+  // dx[n, i] += sum_o dout[n, o] W[o, i]; dw[o, i] += sum_n dout[n, o] x[n, i] (A is dout read
+  // transposed).
+  if (dx != nullptr) Gemm<T>(n_rows, in, out_dim, {dout, out_dim, 1}, {w, in, 1}, dx, in, true, threads);
+  if (dw != nullptr) Gemm<T>(out_dim, in, n_rows, {dout, 1, out_dim}, {x, in, 1}, dw, in, true, threads);
 }
 
 template <typename T>
@@ -210,15 +196,19 @@ void AttentionForward(T* out, T* probs, const T* q, const T* k, const T* v, int6
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads;
       const int64_t h = bh % heads;
-      const int64_t kvh = h / group;
+      const T* qh = q + b * seq * q_stride + h * head_dim;
+      const T* kh = k + b * seq * kv_stride + (h / group) * head_dim;
+      const T* vh = v + b * seq * kv_stride + (h / group) * head_dim;
+      // The whole square of q k^T (the products above the diagonal are computed and masked:
+      // cheaper at the GEMM's rate than the triangle at a dot product's), then a causal softmax
+      // per row, then out = probs v (the zeros above the diagonal add nothing).
       T* p_head = probs + bh * seq * seq;
+      Gemm<T>(seq, seq, head_dim, {qh, q_stride, 1}, {kh, 1, kv_stride}, p_head, seq, false, Serial());
       for (int64_t t = 0; t < seq; ++t) {
-        const T* qt = q + (b * seq + t) * q_stride + h * head_dim;
         T* p = p_head + t * seq;
         T max_score = -INFINITY;
         for (int64_t s = 0; s <= t; ++s) {
-          const T* ks = k + (b * seq + s) * kv_stride + kvh * head_dim;
-          p[s] = Dot(qt, ks, head_dim) * scale;
+          p[s] *= scale;
           max_score = std::max(max_score, p[s]);
         }
         T sum = 0;
@@ -229,12 +219,9 @@ void AttentionForward(T* out, T* probs, const T* q, const T* k, const T* v, int6
         const T inv_sum = static_cast<T>(1) / sum;
         for (int64_t s = 0; s <= t; ++s) p[s] *= inv_sum;
         for (int64_t s = t + 1; s < seq; ++s) p[s] = 0;
-        T* o = out + (b * seq + t) * q_stride + h * head_dim;
-        std::fill_n(o, head_dim, static_cast<T>(0));
-        for (int64_t s = 0; s <= t; ++s) {
-          Axpy(o, p[s], v + (b * seq + s) * kv_stride + kvh * head_dim, head_dim);
-        }
       }
+      Gemm<T>(seq, head_dim, seq, {p_head, seq, 1}, {vh, kv_stride, 1}, out + b * seq * q_stride + h * head_dim,
+              q_stride, false, Serial());
     }
   });
 }
@@ -249,30 +236,39 @@ void AttentionBackward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* 
   const int64_t kv_stride = kv_heads * head_dim;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   threads.ParallelFor(batch * kv_heads, [&](int64_t begin, int64_t end) {
-    std::vector<T> dscore(static_cast<size_t>(seq));
+    std::vector<T> dscore(static_cast<size_t>(seq * seq));
     for (int64_t bk = begin; bk < end; ++bk) {
       const int64_t b = bk / kv_heads;
       const int64_t kvh = bk % kv_heads;
+      const int64_t kv_offset = b * seq * kv_stride + kvh * head_dim;
+      // The query heads sharing this kv head add into dk and dv one after another, in order.
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         const T* p_head = probs + (b * heads + h) * seq * seq;
+        const int64_t q_offset = b * seq * q_stride + h * head_dim;
+        const T* g = dout + q_offset;
+        // dv[s] += sum_t probs[t, s] g[t] (probs read transposed; zero above the diagonal).
+        if (dv != nullptr) {
+          Gemm<T>(seq, head_dim, seq, {p_head, 1, seq}, {g, q_stride, 1}, dv + kv_offset, kv_stride, true, Serial());
+        }
+        // dprob[t, s] = g[t] . v[s]; dscore = probs * (dprob - sum_s probs * dprob) * scale.
+        T* ds = dscore.data();
+        Gemm<T>(seq, seq, head_dim, {g, q_stride, 1}, {v + kv_offset, 1, kv_stride}, ds, seq, false, Serial());
         for (int64_t t = 0; t < seq; ++t) {
           const T* p = p_head + t * seq;
-          const T* g = dout + (b * seq + t) * q_stride + h * head_dim;
-          // dprob[s] = g . v[s]; dscore = p * (dprob - sum_s p * dprob).
+          T* d = ds + t * seq;
           T weighted = 0;
-          for (int64_t s = 0; s <= t; ++s) {
-            const int64_t kv_row = (b * seq + s) * kv_stride + kvh * head_dim;
-            if (dv != nullptr) Axpy(dv + kv_row, p[s], g, head_dim);
-            dscore[s] = Dot(g, v + kv_row, head_dim);
-            weighted += p[s] * dscore[s];
-          }
-          for (int64_t s = 0; s <= t; ++s) dscore[s] = p[s] * (dscore[s] - weighted) * scale;
-          const int64_t q_row = (b * seq + t) * q_stride + h * head_dim;
-          for (int64_t s = 0; s <= t; ++s) {
-            const int64_t kv_row = (b * seq + s) * kv_stride + kvh * head_dim;
-            if (dq != nullptr) Axpy(dq + q_row, dscore[s], k + kv_row, head_dim);
-            if (dk != nullptr) Axpy(dk + kv_row, dscore[s], q + q_row, head_dim);
-          }
+          for (int64_t s = 0; s <= t; ++s) weighted += p[s] * d[s];
+          for (int64_t s = 0; s <= t; ++s) d[s] = p[s] * (d[s] - weighted) * scale;
+          for (int64_t s = t + 1; s < seq; ++s) d[s] = 0;
+        }
+        // dq[t] += sum_s dscore[t, s] k[s]; dk[s] += sum_t dscore[t, s] q[t].
+        if (dq != nullptr) {
+          Gemm<T>(seq, head_dim, seq, {ds, seq, 1}, {k + kv_offset, kv_stride, 1}, dq + q_offset, q_stride, true,
+                  Serial());
+        }
+        if (dk != nullptr) {
+          Gemm<T>(seq, head_dim, seq, {ds, 1, seq}, {q + q_offset, q_stride, 1}, dk + kv_offset, kv_stride, true,
+                  Serial());
         }
       }
     }

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""tierflow's training against PyTorch and DeepSpeed on the same host, model and data.
+
+Systems (each a fresh process per run; rounds interleave them A B C A B C ...):
+  pytorch      Hugging Face LlamaForCausalLM in fp32, torch.optim.AdamW, everything in memory
+  deepspeed    the same model under DeepSpeed ZeRO-3 with both offloads on NVMe (its CPU
+               accelerator; the config is `tierflow deepspeed export` of the scenario's
+               zero-infinity plan, so both run the same knobs)
+  in-memory    tierflow run --in-memory (the reference loop, no schedule)
+  zero-infinity  tierflow run with the scenario's zero-infinity schedule
+  tuned        tierflow run with the schedule `tierflow tune` found for the scenario
+
+Each run trains ITERATIONS iterations of one micro-batch of SEQ byte tokens of the corpus and
+reports the median of its steady-state iteration times (the first two iterations left out, as
+tierflow's own iteration_s); the table gives each system's median over rounds and its ratio to
+the first system named in --ratio-to. PyTorch and DeepSpeed take their own initial weights and
+batches (the same shapes, the same corpus): their loss curves are printed beside tierflow's to
+show that each trains the model, not to match them bit for bit.
+
+  train_peers.py --tierflow build/cli/tierflow --scenario scenarios/tiny-cpu.yaml --dir DIR
+                 [--iterations 8] [--rounds 3] [--threads 2] [--systems a,b,...] [--json FILE]
+Run through bench/train_peers.sh, which makes the virtual environment.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CORPUS = os.path.join(ROOT, "data", "corpus", "kjv-genesis.txt")
+WARMUP = 2  # iterations left out of the median (tierflow's steady state leaves out the same)
+
+
+def model_of(tierflow, scenario):
+    """The scenario's model as tierflow resolves it (its preset with the scenario's overrides:
+    `tierflow model --file` of the scenario's model section) and its sequence length."""
+    import yaml
+    doc = yaml.safe_load(open(scenario))
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(doc["model"], f)
+    try:
+        out = subprocess.run([tierflow, "model", "--file", f.name, "--json"], check=True, capture_output=True,
+                             text=True).stdout
+    finally:
+        os.unlink(f.name)
+    return json.loads(out), int(doc.get("training", {}).get("sequence_length", 128))
+
+
+# ---------------------------------------------------------------- workers (one run each) ------
+
+
+def batches(seq, iterations, seed):
+    """Random windows of seq + 1 bytes of the corpus: (inputs, targets) per iteration."""
+    import torch
+    data = torch.frombuffer(bytearray(open(CORPUS, "rb").read()), dtype=torch.uint8).long()
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(iterations):
+        start = int(torch.randint(0, data.numel() - seq - 1, (1,), generator=g))
+        window = data[start:start + seq + 1]
+        yield window[:-1].unsqueeze(0), window[1:].unsqueeze(0)
+
+
+def hf_model(model):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(hidden_size=model["hidden"], intermediate_size=model["ffn"],
+                         num_hidden_layers=model["layers"], num_attention_heads=model["heads"],
+                         num_key_value_heads=model["kv_heads"], vocab_size=model["vocab"],
+                         max_position_embeddings=model["max_seq"], rms_norm_eps=1e-5,
+                         rope_theta=10000.0, tie_word_embeddings=model["tied_embeddings"],
+                         attention_bias=False, mlp_bias=False, hidden_act="silu")
+    config._attn_implementation = "eager"
+    return LlamaForCausalLM(config)
+
+
+def loss_of(net, inputs, targets):
+    import torch
+    logits = net(input_ids=inputs).logits
+    return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+
+
+def worker_pytorch(args, model):
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    net = hf_model(model)
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    times, losses = [], []
+    for inputs, targets in batches(args.seq, args.iterations, 0):
+        t0 = time.perf_counter()
+        loss = loss_of(net, inputs, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss))
+    return times, losses
+
+
+def worker_deepspeed(args, model):
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                 ("MASTER_PORT", str(29500 + os.getpid() % 1000))):
+        os.environ.setdefault(k, v)
+    import torch
+    import deepspeed
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    config = json.load(open(args.ds_config))
+    config["optimizer"] = {"type": "AdamW", "params": {"lr": args.lr, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                        "weight_decay": 0.0}}
+    config["steps_per_print"] = 1 << 30
+    config["wall_clock_breakdown"] = False
+    deepspeed.init_distributed(dist_backend="gloo")
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        net = hf_model(model)
+    engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+    times, losses = [], []
+    for inputs, targets in batches(args.seq, args.iterations, 0):
+        t0 = time.perf_counter()
+        loss = loss_of(engine, inputs, targets)
+        engine.backward(loss)
+        engine.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss))
+    return times, losses
+
+
+def worker(args):
+    model = json.loads(args.model_json)
+    times, losses = (worker_pytorch if args.system == "pytorch" else worker_deepspeed)(args, model)
+    steady = times[WARMUP:] if len(times) > WARMUP else times
+    print(json.dumps({"iteration_s": statistics.median(steady), "times": times, "loss": losses}))
+
+
+# ---------------------------------------------------------------- driver ----------------------
+
+
+def run_tierflow(args, system, target, disk):
+    cmd = [args.tierflow, "run", target, "-n", str(args.iterations), "--threads", str(args.threads),
+           "--lr", str(args.lr), "--data", CORPUS, "--json"]
+    if system == "in-memory":
+        cmd.append("--in-memory")
+    else:
+        cmd += ["--disk-root", disk]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    return {"iteration_s": r["iteration_s"], "loss": r.get("losses", r.get("loss"))}
+
+
+def run_python(args, system, model, ds_config):
+    cmd = [sys.executable, __file__, "--worker", system, "--model-json", json.dumps(model), "--seq", str(args.seq),
+           "--iterations", str(args.iterations), "--threads", str(args.threads), "--lr", str(args.lr)]
+    if ds_config:
+        cmd += ["--ds-config", ds_config]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"train_peers: {system} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", choices=["pytorch", "deepspeed"], help=argparse.SUPPRESS)
+    ap.add_argument("--model-json", help=argparse.SUPPRESS)
+    ap.add_argument("--ds-config", help=argparse.SUPPRESS)
+    ap.add_argument("--seq", type=int, default=128, help=argparse.SUPPRESS)
+    ap.add_argument("--tierflow", default=os.path.join(ROOT, "build", "cli", "tierflow"))
+    ap.add_argument("--scenario", default=os.path.join(ROOT, "scenarios", "tiny-cpu.yaml"))
+    ap.add_argument("--dir", help="scratch directory for the disks (default: a temporary one)")
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--systems", default="pytorch,deepspeed,in-memory,zero-infinity,tuned")
+    ap.add_argument("--ratio-to", default="deepspeed,pytorch")
+    ap.add_argument("--json", help="write every run's figures here")
+    args = ap.parse_args()
+    if args.worker:
+        args.system = args.worker
+        return worker(args)
+
+    systems = args.systems.split(",")
+    work = args.dir or tempfile.mkdtemp(prefix="tierflow-peers-")
+    os.makedirs(work, exist_ok=True)
+    model, args.seq = model_of(args.tierflow, args.scenario)
+    ds_config = None
+    if "deepspeed" in systems:
+        nvme = os.path.join(work, "deepspeed-nvme")
+        os.makedirs(nvme, exist_ok=True)
+        ds_config = os.path.join(work, "ds_config.json")
+        subprocess.run([args.tierflow, "deepspeed", "export", args.scenario, "--nvme-path", nvme, "-o", ds_config],
+                       check=True, capture_output=True)
+    tuned = None
+    if "tuned" in systems:
+        tuned = os.path.join(work, "tuned.json")
+        print(f"tuning {args.scenario} ...", flush=True)
+        subprocess.run([args.tierflow, "tune", args.scenario, "-o", tuned], check=True, capture_output=True)
+    runs = {s: [] for s in systems}
+    for r in range(args.rounds):
+        for s in systems:
+            disk = os.path.join(work, "disks-" + s)
+            os.makedirs(disk, exist_ok=True)
+            if s in ("pytorch", "deepspeed"):
+                res = run_python(args, s, model, ds_config)
+            else:
+                res = run_tierflow(args, s, tuned if s == "tuned" else args.scenario, disk)
+            runs[s].append(res)
+            print(f"round {r + 1}/{args.rounds}  {s:<14} {1000 * res['iteration_s']:9.1f} ms/iteration", flush=True)
+    med = {s: statistics.median(x["iteration_s"] for x in runs[s]) for s in systems}
+    refs = [s for s in args.ratio_to.split(",") if s in med]
+    name = os.path.basename(args.scenario)
+    print(f"\n{name}: {args.iterations} iterations, median over {args.rounds} interleaved rounds, "
+          f"{args.threads} threads")
+    print(f"{'system':<16}{'ms/iteration':>14}" + "".join(f"{'vs ' + r:>16}" for r in refs)
+          + "   loss first -> last")
+    for s in systems:
+        loss = runs[s][0]["loss"] or []
+        curve = f"{loss[0]:.3f} -> {loss[-1]:.3f}" if isinstance(loss, list) and loss else ""
+        print(f"{s:<16}{1000 * med[s]:>14.1f}" + "".join(f"{med[s] / med[r]:>15.3f}x" for r in refs) + f"   {curve}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"scenario": args.scenario, "iterations": args.iterations, "threads": args.threads,
+                       "median_s": med, "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
