@@ -16,6 +16,10 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, deepspe
   python3 -m venv "$venv"
   "$venv/bin/pip" install --progress-bar off torch torchsnapshot-nightly numpy deepspeed transformers safetensors pyyaml
 fi
+if [ ! -e /usr/include/libaio.h ]; then
+  echo "train_peers.sh: DeepSpeed's NVMe offload (its async_io op) needs libaio-dev: apt-get install libaio-dev" >&2
+  exit 1
+fi
 mkdir -p .cache/train-peers
 "$venv/bin/python" bench/train_peers.py --tierflow ./build/cli/tierflow --scenario "$scenario" --rounds "$rounds" \
   --iterations "$iterations" --dir .cache/train-peers "$@"
