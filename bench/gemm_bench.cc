@@ -19,17 +19,11 @@
 #include <benchmark/benchmark.h>
 
 #include "median_reporter.h"
+#include "gemm_bench_eigen.h"  // GemmLayout; EigenGemm is linked only with TIERFLOW_BENCH_EIGEN
 #include "tierflow/real/cpu_gemm.h"
-#ifdef TIERFLOW_BENCH_EIGEN
-#include "gemm_bench_eigen.h"
-#endif
 
 namespace tierflow::bench {
 namespace {
-
-#ifndef TIERFLOW_BENCH_EIGEN
-enum class GemmLayout { kForward, kInputGrad, kWeightGrad };
-#endif
 
 struct Shape {
   const char* name;

@@ -11,8 +11,8 @@ Systems (each a fresh process per run; rounds interleave them A B C A B C ...):
   tuned        tierflow run with the schedule `tierflow tune` found for the scenario
 
 Each run trains ITERATIONS iterations of one micro-batch of SEQ byte tokens of the corpus and
-reports the median of its steady-state iteration times (the first two iterations left out, as
-tierflow's own iteration_s); the table gives each system's median over rounds and its ratio to
+reports its steady-state iteration time as tierflow's iteration_s defines it (docs/trace-format.md:
+the mean of the iterations that are neither the first nor the last); the table gives each system's median over rounds and its ratio to
 the first system named in --ratio-to. PyTorch and DeepSpeed take their own initial weights and
 batches (the same shapes, the same corpus): their loss curves are printed beside tierflow's to
 show that each trains the model, not to match them bit for bit.
@@ -33,7 +33,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CORPUS = os.path.join(ROOT, "data", "corpus", "kjv-genesis.txt")
-WARMUP = 2  # iterations left out of the median (tierflow's steady state leaves out the same)
 
 
 def model_of(tierflow, scenario):
@@ -134,8 +133,8 @@ def worker_deepspeed(args, model):
 def worker(args):
     model = json.loads(args.model_json)
     times, losses = (worker_pytorch if args.system == "pytorch" else worker_deepspeed)(args, model)
-    steady = times[WARMUP:] if len(times) > WARMUP else times
-    print(json.dumps({"iteration_s": statistics.median(steady), "times": times, "loss": losses}))
+    steady = times[1:-1] if len(times) >= 3 else times  # tierflow's steady state: not the first, not the last
+    print(json.dumps({"iteration_s": statistics.mean(steady), "times": times, "loss": losses}))
 
 
 # ---------------------------------------------------------------- driver ----------------------
@@ -150,7 +149,7 @@ def run_tierflow(args, system, target, disk):
         cmd += ["--disk-root", disk]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
-    return {"iteration_s": r["iteration_s"], "loss": r.get("losses", r.get("loss"))}
+    return {"iteration_s": r["iteration_s"], "loss": r["loss"]}
 
 
 def run_python(args, system, model, ds_config):
