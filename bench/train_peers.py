@@ -2,10 +2,16 @@
 """tierflow's training against PyTorch and DeepSpeed on the same host, model and data.
 
 Systems (each a fresh process per run; rounds interleave them A B C A B C ...):
-  pytorch      Hugging Face LlamaForCausalLM in fp32, torch.optim.AdamW, everything in memory
+  pytorch      Hugging Face LlamaForCausalLM in fp32, torch.optim.AdamW, everything in memory;
+               each decoder layer recomputed in the backward when the scenario checkpoints
+               activations (training.activation_checkpointing), as every system here then does
+  pytorch-no-ckpt  the same without recomputation, whatever the scenario says (PyTorch at its
+               fastest, with every layer's activations kept)
   deepspeed    the same model under DeepSpeed ZeRO-3 with both offloads on NVMe (its CPU
                accelerator; the config is `tierflow deepspeed export` of the scenario's
-               zero-infinity plan, so both run the same knobs)
+               zero-infinity plan, so both run the same knobs, bf16 included)
+  deepspeed-fp32  the same with bf16 off: PyTorch's bf16 matrix products have no fast path on a
+               CPU without AVX-512 BF16 or AMX, so on such a host this is DeepSpeed at its fastest
   in-memory    tierflow run --in-memory (the reference loop, no schedule)
   zero-infinity  tierflow run with the scenario's zero-infinity schedule
   tuned        tierflow run with the schedule `tierflow tune` found for the scenario
@@ -37,7 +43,8 @@ CORPUS = os.path.join(ROOT, "data", "corpus", "kjv-genesis.txt")
 
 def model_of(tierflow, scenario):
     """The scenario's model as tierflow resolves it (its preset with the scenario's overrides:
-    `tierflow model --file` of the scenario's model section) and its sequence length."""
+    `tierflow model --file` of the scenario's model section), its sequence length and whether it
+    checkpoints activations."""
     import yaml
     doc = yaml.safe_load(open(scenario))
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -47,7 +54,9 @@ def model_of(tierflow, scenario):
                              text=True).stdout
     finally:
         os.unlink(f.name)
-    return json.loads(out), int(doc.get("training", {}).get("sequence_length", 128))
+    training = doc.get("training", {})
+    return (json.loads(out), int(training.get("sequence_length", 128)),
+            bool(training.get("activation_checkpointing", False)))
 
 
 # ---------------------------------------------------------------- workers (one run each) ------
@@ -64,7 +73,7 @@ def batches(seq, iterations, seed):
         yield window[:-1].unsqueeze(0), window[1:].unsqueeze(0)
 
 
-def hf_model(model):
+def hf_model(model, checkpointing):
     from transformers import LlamaConfig, LlamaForCausalLM
     config = LlamaConfig(hidden_size=model["hidden"], intermediate_size=model["ffn"],
                          num_hidden_layers=model["layers"], num_attention_heads=model["heads"],
@@ -73,7 +82,11 @@ def hf_model(model):
                          rope_theta=10000.0, tie_word_embeddings=model["tied_embeddings"],
                          attention_bias=False, mlp_bias=False, hidden_act="silu")
     config._attn_implementation = "eager"
-    return LlamaForCausalLM(config)
+    net = LlamaForCausalLM(config)
+    if checkpointing:  # as the scenario trains: each decoder layer's forward recomputed in the backward
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    net.train()
+    return net
 
 
 def loss_of(net, inputs, targets):
@@ -86,7 +99,7 @@ def worker_pytorch(args, model):
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    net = hf_model(model)
+    net = hf_model(model, args.checkpointing and args.system != "pytorch-no-ckpt")
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     times, losses = [], []
     for inputs, targets in batches(args.seq, args.iterations, 0):
@@ -114,10 +127,12 @@ def worker_deepspeed(args, model):
                                                         "weight_decay": 0.0}}
     config["steps_per_print"] = 1 << 30
     config["wall_clock_breakdown"] = False
+    if args.system == "deepspeed-fp32":
+        config["bf16"] = {"enabled": False}
     deepspeed.init_distributed(dist_backend="gloo")
     # Built whole and partitioned by initialize(): zero.Init's patched tensor constructors trip
     # torch 2.15's dynamo polyfills (a signature mismatch), and the bench's models fit in memory.
-    net = hf_model(model)
+    net = hf_model(model, args.checkpointing)
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
     times, losses = [], []
     for inputs, targets in batches(args.seq, args.iterations, 0):
@@ -132,7 +147,7 @@ def worker_deepspeed(args, model):
 
 def worker(args):
     model = json.loads(args.model_json)
-    times, losses = (worker_pytorch if args.system == "pytorch" else worker_deepspeed)(args, model)
+    times, losses = (worker_pytorch if args.system.startswith("pytorch") else worker_deepspeed)(args, model)
     steady = times[1:-1] if len(times) >= 3 else times  # tierflow's steady state: not the first, not the last
     print(json.dumps({"iteration_s": statistics.mean(steady), "times": times, "loss": losses}))
 
@@ -154,7 +169,8 @@ def run_tierflow(args, system, target, disk):
 
 def run_python(args, system, model, ds_config):
     cmd = [sys.executable, __file__, "--worker", system, "--model-json", json.dumps(model), "--seq", str(args.seq),
-           "--iterations", str(args.iterations), "--threads", str(args.threads), "--lr", str(args.lr)]
+           "--iterations", str(args.iterations), "--threads", str(args.threads), "--lr", str(args.lr),
+           "--checkpointing", str(int(args.checkpointing))]
     if ds_config:
         cmd += ["--ds-config", ds_config]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(args.threads))
@@ -166,10 +182,11 @@ def run_python(args, system, model, ds_config):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--worker", choices=["pytorch", "deepspeed"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["pytorch", "pytorch-no-ckpt", "deepspeed", "deepspeed-fp32"], help=argparse.SUPPRESS)
     ap.add_argument("--model-json", help=argparse.SUPPRESS)
     ap.add_argument("--ds-config", help=argparse.SUPPRESS)
     ap.add_argument("--seq", type=int, default=128, help=argparse.SUPPRESS)
+    ap.add_argument("--checkpointing", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--tierflow", default=os.path.join(ROOT, "build", "cli", "tierflow"))
     ap.add_argument("--scenario", default=os.path.join(ROOT, "scenarios", "tiny-cpu.yaml"))
     ap.add_argument("--dir", help="scratch directory for the disks (default: a temporary one)")
@@ -177,8 +194,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--systems", default="pytorch,deepspeed,in-memory,zero-infinity,tuned")
-    ap.add_argument("--ratio-to", default="deepspeed,pytorch")
+    ap.add_argument("--systems", default="pytorch,pytorch-no-ckpt,deepspeed,deepspeed-fp32,in-memory,zero-infinity,tuned")
+    ap.add_argument("--ratio-to", default="deepspeed,deepspeed-fp32,pytorch")
     ap.add_argument("--json", help="write every run's figures here")
     args = ap.parse_args()
     if args.worker:
@@ -186,11 +203,15 @@ def main():
         return worker(args)
 
     systems = args.systems.split(",")
+    known = ("pytorch", "pytorch-no-ckpt", "deepspeed", "deepspeed-fp32", "in-memory", "zero-infinity", "tuned")
+    for s in systems:
+        if s not in known:
+            raise SystemExit(f"train_peers: --systems: unknown system '{s}' (known: {', '.join(known)})")
     work = args.dir or tempfile.mkdtemp(prefix="tierflow-peers-")
     os.makedirs(work, exist_ok=True)
-    model, args.seq = model_of(args.tierflow, args.scenario)
+    model, args.seq, args.checkpointing = model_of(args.tierflow, args.scenario)
     ds_config = None
-    if "deepspeed" in systems:
+    if "deepspeed" in systems or "deepspeed-fp32" in systems:
         nvme = os.path.join(work, "deepspeed-nvme")
         os.makedirs(nvme, exist_ok=True)
         ds_config = os.path.join(work, "ds_config.json")
@@ -206,7 +227,7 @@ def main():
         for s in systems:
             disk = os.path.join(work, "disks-" + s)
             os.makedirs(disk, exist_ok=True)
-            if s in ("pytorch", "deepspeed"):
+            if s in ("pytorch", "pytorch-no-ckpt", "deepspeed", "deepspeed-fp32"):
                 res = run_python(args, s, model, ds_config)
             else:
                 res = run_tierflow(args, s, tuned if s == "tuned" else args.scenario, disk)

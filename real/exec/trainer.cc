@@ -49,6 +49,7 @@ Trainer::Trainer(const TrainConfig& config) : config_(config), layout_(MakeParam
 void Trainer::EmulateGpu() {
   if (ws_) return;
   w32_.resize(static_cast<size_t>(layout_.total));
+  widened_in_.assign(static_cast<size_t>(layer_count()), -1);
   ws_ = std::make_unique<LlamaWorkspace<float>>(config_.spec, config_.batch, config_.seq);
 }
 
@@ -66,8 +67,11 @@ void Trainer::PrepareIteration(IterationState* it) const {
   it->d_x.resize(rows * hidden);
 }
 
-void Trainer::Widen(int64_t layer, const std::vector<ParamRange>& params, CpuThreads& threads) {
+void Trainer::Widen(int64_t layer, const std::vector<ParamRange>& params, int64_t iteration, CpuThreads& threads) {
   TF_CHECK(CheckStepParams(layer, params).ok());
+  int64_t& widened = widened_in_[static_cast<size_t>(layer)];
+  if (iteration >= 0 && widened == iteration) return;
+  widened = iteration;
   for (const ParamRange& r : params) {
     cpu::Bf16ToFp32(w32_.data() + r.begin, static_cast<const uint16_t*>(r.data), r.n, threads);
   }
@@ -81,7 +85,7 @@ const float* Trainer::LmHead() const {
 
 void Trainer::Forward(int64_t layer, const std::vector<ParamRange>& params, IterationState* it, CpuThreads& threads) {
   const int64_t L = config_.spec.config.layers;
-  Widen(layer, params, threads);
+  Widen(layer, params, it->iteration, threads);
   if (layer == 0) {
     EmbedForward(config_.spec, w32_.data(), it->tokens.data(), it->boundary[0].data(), *ws_, threads);
   } else if (layer <= L) {
@@ -98,7 +102,7 @@ void Trainer::Forward(int64_t layer, const std::vector<ParamRange>& params, Iter
 void Trainer::Backward(int64_t layer, const std::vector<ParamRange>& params, float* grad, IterationState* it,
                        CpuThreads& threads) {
   const int64_t L = config_.spec.config.layers;
-  Widen(layer, params, threads);
+  Widen(layer, params, it->iteration, threads);
   std::fill(grad, grad + StepGradElements(layer), 0.0f);
   if (layer == 0) {
     EmbedBackward(config_.spec, grad, it->tokens.data(), it->d_x.data(), *ws_, threads);

@@ -95,12 +95,17 @@ class Trainer {
                 CpuThreads& threads);
 
  private:
-  void Widen(int64_t layer, const std::vector<ParamRange>& params, CpuThreads& threads);
+  // Widens the step's parameters into w32_, unless `iteration` (>= 0) is the one the layer's were
+  // last widened in: a layer's parameters cannot change between its forward and its backward
+  // (every micro-step and rank of an iteration computes with the same weights, the update comes
+  // after), so the backward and later micro-steps reuse what the first forward widened.
+  void Widen(int64_t layer, const std::vector<ParamRange>& params, int64_t iteration, CpuThreads& threads);
   const float* LmHead() const;
 
   TrainConfig config_;
   ParamLayout layout_;
   std::vector<float> w32_;  // fp32 working weights, widened from the layer's parameters per step
+  std::vector<int64_t> widened_in_;  // per layer: the iteration its w32_ was widened in, or -1
   std::unique_ptr<LlamaWorkspace<float>> ws_;
 };
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -145,8 +146,68 @@ Kernel<double> ChooseKernel<double>() {
   return KernelPortable<double>;
 }
 
+#ifdef TF_GEMM_X86
+// Eight steps of a panel from eight rows that each hold them contiguously: rows[r][c] (r, c < 8)
+// goes to dst[c * dst_step + r]. The stores go in order of c, 8 floats each, so with dst_step 6
+// each store's last two (rows[6], rows[7]) are overwritten by the next: a 6-row panel passes its
+// last row twice as rows 6 and 7 and keeps 2 floats of slack after the panel's last step.
+__attribute__((target("avx2"))) void Transpose8(const float* const* rows, float* dst, int64_t dst_step) {
+  const __m256 r0 = _mm256_loadu_ps(rows[0]), r1 = _mm256_loadu_ps(rows[1]);
+  const __m256 r2 = _mm256_loadu_ps(rows[2]), r3 = _mm256_loadu_ps(rows[3]);
+  const __m256 r4 = _mm256_loadu_ps(rows[4]), r5 = _mm256_loadu_ps(rows[5]);
+  const __m256 r6 = _mm256_loadu_ps(rows[6]), r7 = _mm256_loadu_ps(rows[7]);
+  // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves exchanged.
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst + 0 * dst_step, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + 1 * dst_step, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * dst_step, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * dst_step, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * dst_step, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * dst_step, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * dst_step, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * dst_step, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+// Whether packing may transpose eight steps at a time (floats, on AVX2): steps p .. p + 7 of the
+// given rows are contiguous in each. Packing moves values only, so it never changes a bit.
+template <typename T>
+bool FastTranspose() {
+#ifdef TF_GEMM_X86
+  if constexpr (std::is_same_v<T, float>) return CpuHasAvx2Fma();
+#endif
+  return false;
+}
+
+// Steps [0, kc) of `lanes` rows (src[r][p], contiguous in p) into dst[p * step + r]; lanes is 6
+// (A, step 6) or 8 (half a B panel, step 16). Returns the first step left for the caller.
+template <typename T>
+int64_t PackTransposed(const T* const* src, int lanes, int64_t kc, T* dst, int64_t step) {
+#ifdef TF_GEMM_X86
+  if constexpr (std::is_same_v<T, float>) {
+    const float* rows[8];
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+      for (int r = 0; r < 8; ++r) rows[r] = src[std::min(r, lanes - 1)] + p;
+      Transpose8(rows, dst + p * step, step);
+    }
+    return p;
+  }
+#endif
+  (void)src, (void)lanes, (void)dst, (void)step;
+  return 0;
+}
+
 // Packs rows [i0, i0 + rows) x depth [p0, p0 + kc) of A into 6-row panels: panel q, step p holds
-// A[i0 + 6q + r, p0 + p] at [q * kc * 6 + p * 6 + r], zero past the rows.
+// A[i0 + 6q + r, p0 + p] at [q * kc * 6 + p * 6 + r], zero past the rows. `out` has 2 values of
+// slack after the last panel (PackTransposed's stores).
 template <typename T>
 void PackA(MatrixView<T> a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, T* out) {
   for (int64_t q = 0; q * kMr < rows; ++q) {
@@ -155,6 +216,14 @@ void PackA(MatrixView<T> a, int64_t i0, int64_t rows, int64_t p0, int64_t kc, T*
     if (a.row_stride == 1 && valid == kMr) {  // A read transposed: a step's 6 values are contiguous
       const T* src = a.data + (i0 + q * kMr) + p0 * a.col_stride;
       for (int64_t p = 0; p < kc; ++p) std::memcpy(panel + p * kMr, src + p * a.col_stride, sizeof(T) * kMr);
+      continue;
+    }
+    if (a.col_stride == 1 && valid == kMr && FastTranspose<T>()) {  // rows of A contiguous: 6 x 8 blocks
+      const T* src[kMr];
+      for (int r = 0; r < kMr; ++r) src[r] = a.data + (i0 + q * kMr + r) * a.row_stride + p0;
+      for (int64_t p = PackTransposed(src, kMr, kc, panel, kMr); p < kc; ++p) {
+        for (int r = 0; r < kMr; ++r) panel[p * kMr + r] = src[r][p];
+      }
       continue;
     }
     // Step by step, the rows side by side: the writes are sequential (row by row, they would
@@ -184,6 +253,14 @@ void PackB(MatrixView<T> b, int64_t p0, int64_t kc, int64_t j0, int64_t cols, T*
     }
     const T* src[kNr];
     for (int j = 0; j < valid; ++j) src[j] = b.data + p0 * b.row_stride + (j0 + q * kNr + j) * b.col_stride;
+    if (b.row_stride == 1 && valid == kNr && FastTranspose<T>()) {  // columns of B contiguous: 8 x 8 blocks
+      int64_t done = PackTransposed(src, 8, kc, panel, kNr);
+      PackTransposed(src + 8, 8, kc, panel + 8, kNr);
+      for (; done < kc; ++done) {
+        for (int j = 0; j < kNr; ++j) panel[done * kNr + j] = src[j][done];
+      }
+      continue;
+    }
     for (int64_t p = 0; p < kc; ++p) {
       T* dst = panel + p * kNr;
       for (int j = 0; j < valid; ++j) dst[j] = src[j][p * b.row_stride];
@@ -215,7 +292,7 @@ void Tile(Kernel<T> kernel, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int6
   const int64_t b_panels = CeilDiv(cols, kNr);
   PackBuffers<T>& buf = ThreadBuffers<T>();
   const int64_t depth = std::min(k, kKc);
-  buf.a.resize(static_cast<size_t>(a_panels * kMr * depth));
+  buf.a.resize(static_cast<size_t>(a_panels * kMr * depth + 2));  // + PackA's slack
   buf.b.resize(static_cast<size_t>(b_panels * kNr * depth));
   for (int64_t p0 = 0; p0 < k; p0 += kKc) {
     const int64_t kc = std::min(kKc, k - p0);
