@@ -23,6 +23,14 @@ the first system named in --ratio-to. PyTorch and DeepSpeed take their own initi
 batches (the same shapes, the same corpus): their loss curves are printed beside tierflow's to
 show that each trains the model, not to match them bit for bit.
 
+With in-memory in the systems, each offloaded tierflow run is set against its resource lower
+bound: the busier of the CPU (the in-memory run of the same round: the same math on the same
+cores, no I/O) and the disk (the bytes the run's records read and write per steady-state
+iteration, reads and writes not overlapping, each at the best rate the disk showed: the best
+sequential rate `tierflow probe disk` measures in the run's directory just before and just after
+it, or any of the run's own tasks of 16 MiB or more, whichever is higher). This host's disk moves
+by 4x over minutes, hence the probes around every run.
+
   train_peers.py --tierflow build/cli/tierflow --scenario scenarios/tiny-cpu.yaml --dir DIR
                  [--iterations 8] [--rounds 3] [--threads 2] [--systems a,b,...] [--json FILE]
 Run through bench/train_peers.sh, which makes the virtual environment.
@@ -155,16 +163,59 @@ def worker(args):
 # ---------------------------------------------------------------- driver ----------------------
 
 
+def disk_peaks(args, disk):
+    """The disk's best sequential read and write rates now (bytes/s), by `tierflow probe disk` in
+    the run's own directory: 1 and 4 MiB requests at queue depths 8 and 32, the best of each op."""
+    out = subprocess.run([args.tierflow, "probe", "disk", "--dir", disk, "--sizes", "1MiB,4MiB", "--qd", "8,32",
+                          "--ops", "read,write", "--devices", "1", "--file-size", "1GiB", "--duration", "1",
+                          "--warmup", "0.2", "--reps", "1", "--json"], check=True, capture_output=True, text=True).stdout
+    best = {}
+    for r in json.loads(out)["results"]:
+        best[r["op"]] = max(best.get(r["op"], 0.0), r["bytes_per_s"])
+    return best
+
+
+def disk_bytes(records, iterations):
+    """Bytes read and written per steady-state iteration (neither the first nor the last), over
+    every disk directory of the run (they lie on one device in this bench), and the best rate
+    any of the run's read and write tasks of 16 MiB or more reached."""
+    per, best = {}, {"read": 0.0, "write": 0.0}
+    with open(records) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("op") in ("read", "write"):
+                it = per.setdefault(r["iteration"], {"read": 0, "write": 0})
+                it[r["op"]] += r.get("bytes", 0)
+                took = r["end_s"] - r["start_s"]
+                if r.get("bytes", 0) >= 16 << 20 and took > 0:
+                    best[r["op"]] = max(best[r["op"]], r["bytes"] / took)
+    steady = [per.get(i, {"read": 0, "write": 0}) for i in range(1, iterations - 1)] or list(per.values())
+    return {op: statistics.mean(x[op] for x in steady) if steady else 0 for op in ("read", "write")}, best
+
+
 def run_tierflow(args, system, target, disk):
     cmd = [args.tierflow, "run", target, "-n", str(args.iterations), "--threads", str(args.threads),
            "--lr", str(args.lr), "--data", CORPUS, "--json"]
+    records = os.path.join(disk, "records.jsonl")
     if system == "in-memory":
         cmd.append("--in-memory")
     else:
-        cmd += ["--disk-root", disk]
+        cmd += ["--disk-root", os.path.join(disk, "run"), "--records", records]
+        os.makedirs(os.path.join(disk, "run"), exist_ok=True)
+    peaks = disk_peaks(args, disk) if system != "in-memory" else None
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
-    return {"iteration_s": r["iteration_s"], "loss": r["loss"]}
+    res = {"iteration_s": r["iteration_s"], "loss": r["loss"]}
+    if peaks is not None:
+        after = disk_peaks(args, disk)
+        moved, seen = disk_bytes(records, args.iterations)
+        peaks = {op: max(peaks.get(op, 0.0), after.get(op, 0.0), seen[op]) for op in ("read", "write")}
+        res["disk_bytes"] = moved
+        res["disk_peak_bytes_per_s"] = peaks
+        # Reads and writes not overlapping, each at the best rate this disk showed around and in
+        # the run: the probes just before and after it, and its own tasks.
+        res["disk_bound_s"] = sum(moved[op] / peaks[op] for op in ("read", "write") if moved[op] > 0)
+    return res
 
 
 def run_python(args, system, model, ds_config):
@@ -234,6 +285,19 @@ def main():
             runs[s].append(res)
             print(f"round {r + 1}/{args.rounds}  {s:<14} {1000 * res['iteration_s']:9.1f} ms/iteration", flush=True)
     med = {s: statistics.median(x["iteration_s"] for x in runs[s]) for s in systems}
+    # Each offloaded run's resource lower bound: the busier of the CPU (the in-memory run of the same
+    # round: the same math with no I/O on the same cores) and the disk (its bytes at the probed peaks).
+    bounds = {}
+    if "in-memory" in systems:
+        for s in ("zero-infinity", "tuned"):
+            if s not in systems:
+                continue
+            ratios = []
+            for run, ref in zip(runs[s], runs["in-memory"]):
+                run["cpu_bound_s"] = ref["iteration_s"]
+                run["bound_s"] = max(ref["iteration_s"], run.get("disk_bound_s", 0.0))
+                ratios.append(run["iteration_s"] / run["bound_s"])
+            bounds[s] = statistics.median(ratios)
     refs = [s for s in args.ratio_to.split(",") if s in med]
     name = os.path.basename(args.scenario)
     print(f"\n{name}: {args.iterations} iterations, median over {args.rounds} interleaved rounds, "
@@ -244,10 +308,16 @@ def main():
         loss = runs[s][0]["loss"] or []
         curve = f"{loss[0]:.3f} -> {loss[-1]:.3f}" if isinstance(loss, list) and loss else ""
         print(f"{s:<16}{1000 * med[s]:>14.1f}" + "".join(f"{med[s] / med[r]:>15.3f}x" for r in refs) + f"   {curve}")
+    for s, ratio in bounds.items():
+        last = runs[s][-1]
+        moved = last.get("disk_bytes", {"read": 0, "write": 0})
+        print(f"{s}: {ratio:.2f}x its resource lower bound (median over rounds; last round: cpu "
+              f"{1000 * last['cpu_bound_s']:.1f} ms, disk {1000 * last.get('disk_bound_s', 0.0):.1f} ms for "
+              f"{moved['read'] / 1e6:.0f} MB read + {moved['write'] / 1e6:.0f} MB written per iteration)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"scenario": args.scenario, "iterations": args.iterations, "threads": args.threads,
-                       "median_s": med, "runs": runs}, f, indent=1)
+                       "median_s": med, "bound_ratio": bounds, "runs": runs}, f, indent=1)
 
 
 if __name__ == "__main__":
