@@ -149,13 +149,15 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
     it.targets[i] = token(rng);
   }
   it.loss_scale = 1.0f;
-  it.iteration = 0;
   const int32_t record_threads = o.compute == "cpu" ? nthreads : 0;
   const int64_t layers = trainer.layer_count();
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
   const std::string task = "probe.compute." + label;
   for (int32_t rep = -1; rep < o.repetitions; ++rep) {
+    // Each repetition an iteration of its own, so its forward steps widen the layer's bf16
+    // weights and its backward steps reuse them, as a run's do (Trainer::Widen).
+    it.iteration = rep + 1;
     auto time = [&](int64_t layer, bool forward) -> Status {
       exec::DeviceSpan span;
       const double start = MonotonicSeconds();

@@ -48,9 +48,10 @@ struct Shape {
 };
 
 // Shapes at and around the kernel's blocks (6 rows, 16 columns), a slice (256), the tiles (144
-// rows, 256 columns) and the model's products (128 rows of 256..2048).
+// rows, 256 columns), the model's products (128 rows of 256..2048), and one whose 3 column tiles
+// the 2-thread pool narrows to 4 (GemmWith's balancing).
 const Shape kShapes[] = {{1, 1, 1},     {5, 15, 7},     {6, 16, 256},  {7, 17, 257},   {13, 33, 600},
-                         {145, 257, 3}, {128, 256, 64}, {150, 200, 300}};
+                         {145, 257, 3}, {128, 256, 64}, {150, 200, 300}, {20, 600, 40}};
 
 template <typename T>
 void CheckEveryLayout() {
