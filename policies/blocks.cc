@@ -17,7 +17,7 @@ bool IsLinearWeight(const models::TensorShape& t) { return t.shape.size() == 2; 
 }  // namespace
 
 StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold,
-                                  bool unit_aligned) {
+                                  SubGroupRule rule) {
   if (sub_group_size <= 0) return InvalidArgument("policy.sub_group_size must be > 0");
   ModelPlan plan;
   plan.ranks = std::max(1, s.training.data_parallel);
@@ -78,7 +78,7 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
     if (u.gpu_resident) resident_params += u.elements;
   }
   plan.rank_elements = offset;
-  if (unit_aligned) {
+  if (rule == SubGroupRule::kUnitsAtMost) {
     for (const ParamUnit& u : plan.units) {
       if (u.rank_elements == 0) continue;
       SubGroup* last = plan.subgroups.empty() ? nullptr : &plan.subgroups.back();
@@ -88,6 +88,16 @@ StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int
         plan.subgroups.push_back({u.rank_offset, u.rank_elements});
       }
     }
+  } else if (rule == SubGroupRule::kDeepSpeed) {
+    SubGroup open{0, 0};
+    for (const ParamUnit& u : plan.units) {
+      open.elements += u.rank_elements;
+      if (open.elements >= sub_group_size) {
+        plan.subgroups.push_back(open);
+        open = {open.begin + open.elements, 0};
+      }
+    }
+    if (open.elements > 0) plan.subgroups.push_back(open);
   } else {
     const int64_t step = IoAlignedStep(sub_group_size);
     // Each sub-group is several tasks per iteration: bounded before they are built.
@@ -234,6 +244,7 @@ int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int6
 
 int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions& o, int32_t rank, int32_t unit) {
   if (plan.units[unit].gpu_resident || o.params_on_gpu) return b.GpuDevice(rank);
+  if (o.InHost(unit)) return b.HostDevice(rank);
   return b.DeviceOfResource(o.read_resource_of ? o.read_resource_of(rank, unit) : o.read_resource[rank]);
 }
 
@@ -250,8 +261,8 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     f.unit = u;
     for (int32_t r = 0; r < ranks; ++r) {
       f.param_tensor.push_back(b.State(StateKind::kParam16, r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, o, r, u)));
-      if (o.params_on_gpu) {
-        f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU
+      if (o.params_on_gpu || o.InHost(u)) {
+        f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU or in host memory
         continue;
       }
       const std::string id = unit.name + "." + o.tag + ".r" + std::to_string(r);
@@ -303,7 +314,8 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       // As DeepSpeed's all-gather: the full buffer is allocated first and the rank's partition
       // copied into its slice of it (here by the h2d, from the pinned slot), so the GPU memory
       // the h2d writes is the pool's from the start.
-      const int32_t slot = f.gathered_buffer[r];
+      const bool in_host = o.InHost(f.unit);
+      const int32_t slot = in_host ? o.host_param_buffer[r] : f.gathered_buffer[r];
       const int32_t full = b.Buffer("gathered." + id, full_pool, unit.elements * 2);
       TaskSpec h2d;
       h2d.id = "h2d." + id;
@@ -314,14 +326,14 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       h2d.allocs = {full};
       h2d.uses = {slot};
       h2d.tensors = {f.param_tensor[r]};
-      h2d.deps = {f.reads[r]};
+      if (!in_host) h2d.deps = {f.reads[r]};
       if ((*last_h2d)[r] != kNoIndex) h2d.deps.push_back((*last_h2d)[r]);
       h2d.phase = o.phase;
       h2d.layer = unit.layer;
       (*last_h2d)[r] = b.Task(std::move(h2d));
       f.admit.push_back((*last_h2d)[r]);
       gather.deps.push_back((*last_h2d)[r]);
-      gather.frees.push_back(slot);
+      if (!in_host) gather.frees.push_back(slot);
       gather.uses.push_back(full);
       gathered.push_back(full);
     }
@@ -405,6 +417,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           staged[fo.slot_pool_of ? fo.slot_pool_of(rank, f.unit) : fo.slot_pool[r]].emplace_back(f.reads[r], f.allgather);
         }
         res.gathers.push_back(f.allgather);
+        if (fo.InHost(f.unit)) res.host_fetches.insert(res.host_fetches.end(), f.admit.begin(), f.admit.end());
       }
       // Every unit is computed, GPU-resident ones too. A layer's gradients are final only after
       // the backward of its last unit in pass order (activation checkpointing recomputes the
@@ -535,13 +548,16 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             const int64_t grad_bytes = gu.rank_elements * (to_accumulator ? 2 : 4);
             const int32_t write_resource =
                 !flush ? kNoIndex : o.grad_write_resource_of ? o.grad_write_resource_of(r, lu) : o.grad_write_resource[r];
+            // Kept in host memory: in the rank's persistent fp32 buffer, never written.
+            const bool keep = flush && !o.grad_in_host.empty() && o.grad_in_host[static_cast<size_t>(lu)];
             const int32_t grad_tensor =
-                flush ? b.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, b.DeviceOfResource(write_resource)) : kNoIndex;
+                flush ? b.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, keep ? b.HostDevice(r) : b.DeviceOfResource(write_resource))
+                      : kNoIndex;
             const int32_t grad16_tensor =
                 to_accumulator ? b.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b.HostDevice(r))
                                : kNoIndex;
             int32_t gbuf = to_accumulator ? accumulator[r] : kNoIndex;
-            if (flush && last_micro_step) gbuf = b.Buffer("grad." + id, o.grad_pool[r], gu.rank_elements * 4);
+            if (flush && last_micro_step) gbuf = keep ? o.host_grad_buffer[r] : b.Buffer("grad." + id, o.grad_pool[r], gu.rank_elements * 4);
             TaskSpec d2h;
             d2h.id = "d2h.grad." + id;
             d2h.op = Op::kD2H;
@@ -549,6 +565,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             d2h.resource = b.GpuD2H(r);
             d2h.bytes = grad_bytes;
             if (to_accumulator) d2h.uses = {accumulator[r]};
+            else if (keep) d2h.uses = {gbuf};
             else d2h.allocs = {gbuf};
             d2h.uses.push_back(grad_gpu[r]);
             d2h.tensors = {to_accumulator ? grad16_tensor : grad_tensor};
@@ -576,13 +593,22 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
               widen.resource = b.Cpu(r);
               widen.bytes = gu.rank_elements * 6;
               widen.ranks = o.cpu_threads;
-              widen.allocs = {gbuf};
-              widen.uses = {accumulator[r]};
+              if (keep) {
+                widen.uses = {accumulator[r], gbuf};
+              } else {
+                widen.allocs = {gbuf};
+                widen.uses = {accumulator[r]};
+              }
               widen.tensors = {grad16_tensor};
               widen.deps = {d2h_task};
               widen.phase = Phase::kBackward;
               widen.layer = gu.layer;
               write_after = b.Task(std::move(widen));
+            }
+            if (keep) {  // what the step waits for: the widened sums, when there are micro-steps
+              if (write_after != d2h_task) res.grad_writes[r].push_back(write_after);
+              res.grad_ready[r][lu] = write_after;
+              continue;
             }
             TaskSpec w;
             w.id = "write.grad." + id;
@@ -710,22 +736,27 @@ std::vector<std::vector<int32_t>> SubGroupGradientDeps(const ModelPlan& plan, co
 
 namespace {
 
-// The parameter elements [begin, begin + n) of a rank split where GPU residency changes: runs of
-// resident and of offloaded units.
+// Where a unit's bf16 partition lives while the optimizer updates it.
+enum class ParamHomeKind { kDisk, kGpu, kHost };
+
+// The parameter elements [begin, begin + n) of a rank split where their home changes: runs of
+// GPU-resident units, of units kept in host memory and of units on a disk.
 struct ParamRun {
   int64_t begin, elements;
-  bool resident;
+  ParamHomeKind home;
 };
-std::vector<ParamRun> ParamRuns(const ModelPlan& plan, int64_t begin, int64_t n) {
+std::vector<ParamRun> ParamRuns(const ModelPlan& plan, const std::vector<bool>& in_host, int64_t begin, int64_t n) {
   std::vector<ParamRun> runs;
   const int64_t end = begin + n;
-  for (const ParamUnit& u : plan.units) {
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const ParamUnit& u = plan.units[i];
     const int64_t b = std::max(begin, u.rank_offset), e = std::min(end, u.rank_offset + u.rank_elements);
     if (b >= e) continue;
-    if (!runs.empty() && runs.back().resident == u.gpu_resident && runs.back().begin + runs.back().elements == b) {
+    const ParamHomeKind home = u.gpu_resident ? ParamHomeKind::kGpu : !in_host.empty() && in_host[i] ? ParamHomeKind::kHost : ParamHomeKind::kDisk;
+    if (!runs.empty() && runs.back().home == home && runs.back().begin + runs.back().elements == b) {
       runs.back().elements += e - b;
     } else {
-      runs.push_back({b, e - b, u.gpu_resident});
+      runs.push_back({b, e - b, home});
     }
   }
   return runs;
@@ -760,11 +791,16 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
                                 b.State(StateKind::kAdamV, o.rank, begin, n, device)};
   };
   // The updated bf16 parameters [begin, begin + n): offloaded runs to `device`, resident runs
-  // to the GPU. Returns (offloaded tensors, resident tensors, offloaded bytes).
+  // to the GPU, runs kept in host memory to the host. Returns (offloaded, resident, host).
+  struct P16Tensors {
+    std::vector<int32_t> offloaded, resident, in_host;
+  };
   auto p16_tensors = [&](int64_t begin, int64_t n, int32_t device) {
-    std::pair<std::vector<int32_t>, std::vector<int32_t>> t;
-    for (const ParamRun& run : ParamRuns(plan, begin, n)) {
-      (run.resident ? t.second : t.first).push_back(b.State(StateKind::kParam16, o.rank, run.begin, run.elements, run.resident ? gpu : device));
+    P16Tensors t;
+    for (const ParamRun& run : ParamRuns(plan, o.param_in_host, begin, n)) {
+      const int32_t home = run.home == ParamHomeKind::kGpu ? gpu : run.home == ParamHomeKind::kHost ? host : device;
+      const int32_t tensor = b.State(StateKind::kParam16, o.rank, run.begin, run.elements, home);
+      (run.home == ParamHomeKind::kGpu ? t.resident : run.home == ParamHomeKind::kHost ? t.in_host : t.offloaded).push_back(tensor);
     }
     return t;
   };
@@ -797,7 +833,8 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         cached ? states_at(first, n, host) : states_at(first, n, b.DeviceOfResource(o.read_resource[g]));
     const int32_t states = cached ? b.Buffer("states" + G, o.cache_pool, 3 * n * 4, /*persistent=*/true)
                                   : b.Buffer("states" + G, o.opt_pool, 3 * n * 4);
-    const int32_t grad = b.Buffer("gradin" + G, o.opt_pool, n * 4);
+    const bool grad_host32 = !o.grads_in_host32.empty() && o.grads_in_host32[g];
+    const int32_t grad = grad_host32 ? o.host_grad32_buffer : b.Buffer("gradin" + G, o.opt_pool, n * 4);
     // Serial: after the previous sub-group is done. Pipelined: as soon as the previous
     // sub-group's reads are done.
     std::vector<int32_t> read_deps;
@@ -820,15 +857,18 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       io(rs);
       // With gradients in host memory the states' read also reserves the fp32 gradient buffer,
       // so that read-ahead can never take the space a converted gradient needs (deadlock).
-      rs.allocs = o.grads_on_nvme ? std::vector<int32_t>{states} : std::vector<int32_t>{states, grad};
+      rs.allocs = o.grads_on_nvme || grad_host32 ? std::vector<int32_t>{states} : std::vector<int32_t>{states, grad};
       rs.phase = Phase::kStep;
       rs.priority = static_cast<int32_t>(pos);
       rs.deps = read_deps;
       read_states = b.Task(std::move(rs));
       res.read_states[g] = read_states;
     }
-    int32_t grad_task;
-    if (o.grads_on_nvme) {
+    int32_t grad_task;  // after which the sub-group's fp32 gradients are in `grad`
+    if (grad_host32) {
+      grad_task = read_states;  // already there: the update waits for its states only
+      if (!cached) prev_read_end = read_states;
+    } else if (o.grads_on_nvme) {
       TaskSpec rg;
       rg.id = "read.grad" + G;
       rg.op = Op::kRead;
@@ -870,9 +910,9 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     adam.bytes = n * 4;
     adam.ranks = o.threads;
     adam.uses = {states, grad};
-    adam.frees = {grad};
+    if (!grad_host32) adam.frees = {grad};
     adam.tensors = home_states;
-    adam.deps = {grad_task};
+    adam.deps = grad_task != kNoIndex ? std::vector<int32_t>{grad_task} : read_deps;
     if (o.adam_waits_param_write && prev_param_write != kNoIndex) adam.deps.push_back(prev_param_write);
     adam.phase = Phase::kStep;
     const int32_t adam_task = b.Task(std::move(adam));
@@ -880,12 +920,35 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     int32_t param_done = kNoIndex;
     int32_t last_convert = kNoIndex;  // the conversions read the master weights from `states`
     if (o.param_path == ParamUpdatePath::kChunkedBlocking) {
-      // fp32 -> fp16 through the parameter swapper's slots, each written with a blocking wait.
-      std::vector<int32_t> param_writes;
+      // Parameters kept in host memory are updated in place: one conversion into the rank's
+      // flat buffer (DeepSpeed copies the sub-group's fp32 weights into its CPU flat buffer, or
+      // each such parameter's partition).
+      const P16Tensors all = p16_tensors(first, n, b.DeviceOfResource(o.param_write_resource[g]));
+      int32_t host_convert = kNoIndex;
+      if (!all.in_host.empty()) {
+        TaskSpec conv;
+        conv.id = "convert.p16" + G;
+        conv.op = Op::kConvert;
+        conv.rank = o.rank;
+        conv.kernel = Kernel::kFp32ToBf16;
+        conv.resource = b.Cpu(o.rank);
+        for (int32_t t : all.in_host) conv.bytes += b.tensor_bytes(t) * 2;  // the fp32 weights read
+        conv.ranks = o.threads;
+        conv.uses = {states, o.host_param_buffer};
+        conv.tensors = all.in_host;
+        conv.deps = {adam_task};
+        conv.phase = Phase::kStep;
+        host_convert = last_convert = b.Task(std::move(conv));
+      }
+      // The rest, fp32 -> fp16 through the parameter swapper's slots, each chunk on a disk
+      // written with a blocking wait; resident ones copied to the GPU from the slot.
+      std::vector<int32_t> chunk_ends;
       const int64_t step = IoAlignedStep(o.chunk_elements);
       for (int64_t c0 = 0, c = 0; c0 < n; c0 += step, ++c) {
         const int64_t chunk = std::min(step, n - c0);
         const std::string C = G + ".c" + std::to_string(c);
+        const P16Tensors part = p16_tensors(first + c0, chunk, b.DeviceOfResource(o.param_write_resource[g]));
+        if (part.offloaded.empty() && part.resident.empty()) continue;
         const int32_t slot = b.Buffer("p16" + C, o.param_pool, o.chunk_elements * 2);
         TaskSpec conv;
         conv.id = "convert.p16" + C;
@@ -893,39 +956,44 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         conv.rank = o.rank;
         conv.kernel = Kernel::kFp32ToBf16;
         conv.resource = b.Cpu(o.rank);
-        conv.bytes = chunk * 4;
+        conv.bytes = (bytes_of(part.offloaded) + bytes_of(part.resident)) * 2;
         conv.ranks = o.threads;
         conv.allocs = {slot};
         conv.uses = {states};
-        const auto [offloaded, resident] =
-            p16_tensors(first + c0, chunk, b.DeviceOfResource(o.param_write_resource[g]));
-        conv.tensors = offloaded;
-        conv.tensors.insert(conv.tensors.end(), resident.begin(), resident.end());
+        conv.tensors = part.offloaded;
+        conv.tensors.insert(conv.tensors.end(), part.resident.begin(), part.resident.end());
         conv.deps = {adam_task};
-        if (!param_writes.empty()) conv.deps.push_back(param_writes.back());
+        if (!chunk_ends.empty()) conv.deps.push_back(chunk_ends.back());
         conv.phase = Phase::kStep;
         const int32_t conv_task = b.Task(std::move(conv));
         last_convert = conv_task;
+        int32_t refresh = kNoIndex;
+        if (!part.resident.empty()) {
+          refresh = ResidentRefresh(b, o.rank, "h2d.p16res" + C, slot, part.resident, conv_task);
+          res.resident_refreshes.push_back(refresh);
+        }
+        if (part.offloaded.empty()) {  // nothing to write: the refresh ends the chunk
+          b.task(refresh).frees = {slot};
+          chunk_ends.push_back(refresh);
+          continue;
+        }
         TaskSpec pw;
         pw.id = "write.p16" + C;
         pw.op = Op::kWrite;
         pw.rank = o.rank;
         pw.resource = o.param_write_resource[g];
-        pw.bytes = bytes_of(offloaded);
+        pw.bytes = bytes_of(part.offloaded);
         io(pw);
         pw.uses = {slot};
         pw.frees = {slot};
-        pw.tensors = offloaded;
+        pw.tensors = part.offloaded;
         pw.deps = {conv_task};
+        if (refresh != kNoIndex) pw.deps.push_back(refresh);
         pw.phase = Phase::kStep;
-        if (!resident.empty()) {
-          const int32_t refresh = ResidentRefresh(b, o.rank, "h2d.p16res" + C, slot, resident, conv_task);
-          res.resident_refreshes.push_back(refresh);
-          pw.deps.push_back(refresh);
-        }
-        param_writes.push_back(b.Task(std::move(pw)));
+        chunk_ends.push_back(b.Task(std::move(pw)));
       }
-      param_done = param_writes.back();
+      param_done = !chunk_ends.empty() ? chunk_ends.back() : host_convert;
+      if (host_convert != kNoIndex && !chunk_ends.empty()) b.task(param_done).deps.push_back(host_convert);
     } else {
       const int32_t p16 = b.Buffer("p16" + G, o.param_pool, n * 2);  // exact size
       TaskSpec conv;
@@ -939,8 +1007,10 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       conv.allocs = {p16};
       conv.uses = {states};
       const bool to_gpu = o.param_path == ParamUpdatePath::kToGpu;
-      const auto [offloaded, resident] =
-          p16_tensors(first, n, to_gpu ? gpu : b.DeviceOfResource(o.param_write_resource[g]));
+      const P16Tensors split = p16_tensors(first, n, to_gpu ? gpu : b.DeviceOfResource(o.param_write_resource[g]));
+      TF_CHECK(split.in_host.empty());  // parameters kept in host memory: kChunkedBlocking only
+      const std::vector<int32_t>& offloaded = split.offloaded;
+      const std::vector<int32_t>& resident = split.resident;
       std::vector<int32_t> converted = offloaded;
       converted.insert(converted.end(), resident.begin(), resident.end());
       conv.tensors = converted;

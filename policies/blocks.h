@@ -70,14 +70,24 @@ struct ModelPlan {
 // order), who share its CPU cores.
 inline int32_t RanksPerNode(const Scenario& s, int32_t ranks) { return std::clamp(ranks, 1, std::max(1, s.hardware.node.gpu_count)); }
 
+// How a rank's flat parameter partition is cut into optimizer sub-groups.
+enum class SubGroupRule {
+  // Pieces of IoAlignedStep(sub_group_size) elements, cut anywhere (inside a unit too).
+  kFlat,
+  // Whole units of at most sub_group_size elements, a larger unit alone: a unit's state lies in
+  // one sub-group. Needed when sub-groups are placed on different devices: a unit's reads and
+  // gradient writes go to one device, which must be the one its sub-group's update reads from.
+  kUnitsAtMost,
+  // DeepSpeed's (_create_fp16_sub_groups in runtime/zero/stage3.py): whole units appended in
+  // order, a group closed once it holds at least sub_group_size elements (so a group may be
+  // larger than sub_group_size), the last one with the last unit; one group when sub_group_size
+  // is at least the partition.
+  kDeepSpeed,
+};
+
 // persistence_threshold: tensors with fewer elements stay on the GPU (never fetched).
-// unit_aligned: sub-groups end only at unit boundaries (whole units of at most sub_group_size
-// elements, a larger unit alone), so that a unit's state lies in one sub-group. Needed when
-// sub-groups are placed on different devices: a unit's reads and gradient writes go to one
-// device, which must be the one its sub-group's update reads from. DeepSpeed cuts the flat
-// partition at sub_group_size regardless (unit_aligned false), here IoAlignedStep(sub_group_size).
 StatusOr<ModelPlan> MakeModelPlan(const Scenario& s, int64_t sub_group_size, int64_t persistence_threshold,
-                                  bool unit_aligned = false);
+                                  SubGroupRule rule = SubGroupRule::kFlat);
 
 // What a unit's compute task of one phase is charged: its FLOPs and the bytes it touches (the
 // roofline's memory side; backward reads and writes twice the forward's). The compute probe
@@ -185,6 +195,12 @@ struct FetchOptions {
   // ring, the reads of one disk can fill it with later units while the unit the in-order
   // all-gathers need next still waits on another disk (a deadlock). Must be >= coupled_reads.
   int32_t slot_ring = 0;
+  // Per unit (empty = none): the partition is kept in host memory, never on a disk (DeepSpeed's
+  // offload_param.max_in_cpu, and its swap minimum). No read and no slot: the h2d copies it from
+  // host_param_buffer[rank], the rank's persistent flat bf16 buffer (docs/schedule-format.md).
+  std::vector<bool> in_host;
+  std::vector<int32_t> host_param_buffer;  // per rank
+  bool InHost(int32_t unit) const { return !in_host.empty() && in_host[static_cast<size_t>(unit)]; }
 };
 
 struct FetchedUnit {
@@ -192,14 +208,15 @@ struct FetchedUnit {
   std::vector<int32_t> param_tensor;       // per rank: the param16 partition at its home
   int32_t allgather = kNoIndex;            // the task after which the full unit is on every GPU
   std::vector<int32_t> gathered_buffer;    // per rank, in the GPU pool; the layer's last compute frees it
-  std::vector<int32_t> reads;              // per rank (kNoIndex when resident)
+  std::vector<int32_t> reads;              // per rank (empty when kept in host memory)
   // Per rank: the task that allocates the gathered buffer (the h2d; the all-gather when the
   // partition stays on the GPU). In fetch order, these are the GPU pool's admissions.
   std::vector<int32_t> admit;
 };
 
 // Where rank r's bf16 partition of unit u lives: the GPU for resident units and
-// params_on_gpu, else the device of its read resource.
+// params_on_gpu, the host for units kept there (FetchOptions::in_host), else the device of its
+// read resource.
 int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions& o, int32_t rank, int32_t unit);
 
 // Emits read -> h2d per rank and one all-gather per unit, in `order` (indices into plan.units),
@@ -239,6 +256,12 @@ struct PassOptions {
   // pass's gathers never take the memory an earlier pass still needs (needed when gathers are
   // bounded by memory rather than by reads: parameters on the GPU, a GPU prefetch window).
   bool chain_passes = false;
+  // kFlushToNvme, per unit (empty = none): the fp32 gradient partition stays in host memory,
+  // copied by its d2h into host_grad_buffer[rank], the rank's persistent flat fp32 buffer, and
+  // never written (DeepSpeed keeps a gradient below its swap minimum, and every gradient of a
+  // sub-group whose states it does not swap, in memory).
+  std::vector<bool> grad_in_host;
+  std::vector<int32_t> host_grad_buffer;  // per rank
 };
 
 struct PassResult {
@@ -256,6 +279,9 @@ struct PassResult {
   // Computes of GPU-resident units: their parameters are refreshed by the previous iteration's
   // update, so each must carry a dep on it (as parameter reads do).
   std::vector<int32_t> resident_computes;
+  // The h2d copies of partitions kept in host memory (FetchOptions::in_host), which the previous
+  // iteration's update rewrites in place: each must carry a dep on it too.
+  std::vector<int32_t> host_fetches;
 };
 
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o);
@@ -313,6 +339,15 @@ struct SweepOptions {
   int32_t opt_pool = kNoIndex;            // pinned buffers of states and gradients in flight
   bool grads_on_nvme = true;              // read.grad from the sub-group's read resource
   int32_t host_grad_buffer = kNoIndex;    // else: convert.grad bf16 -> fp32 from this buffer
+  // Per sub-group (empty = none): its fp32 gradients are in host memory already, in
+  // host_grad32_buffer (PassOptions::grad_in_host): no read.grad, adam uses that buffer.
+  std::vector<bool> grads_in_host32;
+  int32_t host_grad32_buffer = kNoIndex;
+  // Per unit (empty = none): the bf16 partition is kept in host memory (FetchOptions::in_host),
+  // in host_param_buffer: kChunkedBlocking converts it there in place, one task per sub-group,
+  // with no slot and no write.
+  std::vector<bool> param_in_host;
+  int32_t host_param_buffer = kNoIndex;
   std::vector<int32_t> first_deps;        // the first swap-in waits for these (norm, flushed grads)
   std::vector<int32_t> pipelined_read_deps;  // every pipelined read also waits for these
   std::vector<std::vector<int32_t>> ready_deps;  // per sub-group: its gradients are final

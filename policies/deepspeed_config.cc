@@ -174,7 +174,8 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
     if (count) set("policy.buffer_count", Text(*count));
     TF_ASSIGN_OR_RETURN(auto size, param.Int("buffer_size", 1));
     if (size) set("policy.buffer_size", Text(*size));
-    param.Ignore("max_in_cpu", "not modelled: every parameter partition is on NVMe");
+    TF_ASSIGN_OR_RETURN(auto in_cpu, param.Int("max_in_cpu", 0));
+    if (in_cpu) set("policy.max_in_cpu", Text(*in_cpu));
   } else if (pdev == "none") {
     set("policy.offload_param", "none");
   } else {
@@ -267,7 +268,8 @@ StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string
   zero["sub_group_size"] = k.sub_group_size;
   zero["stage3_param_persistence_threshold"] = k.persistence;
   if (k.params_on_nvme) {
-    zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", k.buffer_count}, {"buffer_size", k.buffer_size}};
+    zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", k.buffer_count}, {"buffer_size", k.buffer_size},
+                             {"max_in_cpu", k.max_in_cpu}};
   } else {
     zero["offload_param"] = {{"device", "none"}};
   }

@@ -97,7 +97,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
 
   // Sub-groups placed on several devices must not split a unit (MakeModelPlan).
   const bool spread = d.param_disks.size() > 1 || d.opt_disks.size() > 1 || d.remote_ratio > 0;
-  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, d.sub_group_size, d.persistence_threshold, spread));
+  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, d.sub_group_size, d.persistence_threshold, spread ? SubGroupRule::kUnitsAtMost : SubGroupRule::kFlat));
   const int32_t ranks = plan.ranks;
   const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
   if (d.slot_elements > 0 && d.params_on_nvme) {

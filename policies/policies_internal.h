@@ -1,6 +1,9 @@
 // The generators, one per policy file; Plan() dispatches on the scenario's policy name.
 #pragma once
 
+#include <vector>
+
+#include "blocks.h"
 #include "tierflow/core/schedule.h"
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
@@ -21,6 +24,7 @@ struct ZeroInfinityKnobs {
   int64_t persistence = 100000;              // zero_optimization.stage3_param_persistence_threshold
   int64_t cpu_threads = 0;                   // tierflow's: CPU Adam threads per rank (0: cores / ranks per node)
   bool params_on_nvme = true;                // offload_param.device nvme (or none)
+  int64_t max_in_cpu = 1000000000;           // offload_param.max_in_cpu (elements)
   // Host-memory fidelity (off by default so that earlier figures stay comparable; MemAscend's
   // comparison turns both on, as DeepSpeed really behaves).
   bool pin_rounding = false;                 // pin_memory_rounding
@@ -28,6 +32,22 @@ struct ZeroInfinityKnobs {
 };
 // Every knob of `s` read (an unknown one refused, naming the known), the counts checked.
 StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s);
+
+// What DeepSpeed keeps in host memory rather than on its NVMe path, per rank (the same on every
+// rank), from its code (docs/policies.md cites each rule): the parameters of the sub-groups that
+// fit in offload_param.max_in_cpu and every partition below the swap minimum, max(1 MiB,
+// aio.block_size); the optimizer states of a sub-group below the swap minimum; the gradients of
+// such a sub-group, and each parameter's gradient below it.
+struct DeepSpeedPlacement {
+  std::vector<bool> param_in_host;           // per unit (offload_param nvme)
+  std::vector<bool> grad_in_host;            // per unit: its fp32 gradient is never written
+  std::vector<bool> states_in_host;          // per sub-group: never read nor written
+  std::vector<bool> subgroup_grads_in_host;  // per sub-group: all of its gradients in host memory
+  int64_t host_param_elements = 0;           // the flat bf16 buffer's span: the last kept unit's end
+  int64_t host_grad_elements = 0;            // the flat fp32 gradient buffer's span, likewise
+  int64_t host_state_elements = 0;           // the sub-groups whose states stay in host memory
+};
+DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityKnobs& k);
 
 StatusOr<Schedule> PlanZeroInfinity(const Scenario& s);
 std::vector<KnobChoice> ZeroInfinityTunableKnobs(const Scenario& s);

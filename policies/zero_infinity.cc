@@ -1,5 +1,11 @@
 // zero-infinity: DeepSpeed ZeRO-3 with parameters and optimizer states on NVMe, as DeepSpeed
 // actually schedules it (../shared/reference/offload-systems.md §1), weaknesses included:
+//  - sub-groups of whole parameters, each closed once it holds sub_group_size elements;
+//  - what DeepSpeed keeps off the disk: the parameters of the sub-groups that fit in
+//    offload_param.max_in_cpu elements and every partition below the swap minimum
+//    (max(1 MiB, aio.block_size)) stay in a pinned flat host buffer, the optimizer states of a
+//    sub-group below it stay in host memory, and so does a gradient below it (or of such a
+//    sub-group);
 //  - one nvme_path: every rank's parameters, gradients and optimizer states on nvme0;
 //  - parameter partitions read into `buffer_count` pinned slots of `buffer_size` elements each
 //    (every slot sized for the largest partition), the read-ahead bounded by free slots;
@@ -31,13 +37,76 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(k.cpu_threads, knobs.Int("cpu_threads", k.cpu_threads));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   k.params_on_nvme = offload_param == "nvme";
+  TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu));
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
   if (k.buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
   if (k.optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
   if (k.queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");
+  if (k.max_in_cpu < 0) return InvalidArgument("policy.max_in_cpu must be >= 0");
+  if (k.block_size < 1) return InvalidArgument("policy.block_size must be > 0");
   return k;
+}
+
+DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityKnobs& k) {
+  DeepSpeedPlacement p;
+  const size_t nunits = plan.units.size(), nsub = plan.subgroups.size();
+  p.param_in_host.assign(nunits, false);
+  p.grad_in_host.assign(nunits, false);
+  p.states_in_host.assign(nsub, false);
+  p.subgroup_grads_in_host.assign(nsub, false);
+  // The swap minimum of both swappers (partitioned_param_swapper.py, optimizer_utils.py).
+  const int64_t min_aio_bytes = std::max<int64_t>(int64_t{1} << 20, k.block_size);
+  // The fp32 gradient's part that is a multiple of the swapper's alignment (1024 bytes per aio
+  // thread, one thread here) is swapped when large enough; the remainder stays in memory
+  // (_adjust_for_misaligned_lengths). tierflow writes the remainder with the rest.
+  const int64_t grad_alignment = 1024 / 4;
+  // The flat pinned buffer of offload_param's parameters in host memory: the whole partition,
+  // or max_in_cpu elements of it (_create_param_groups_fp16_flat_cpu_memory); a sub-group whose
+  // end is within it keeps its parameters there (_create_fp16_partitions_with_defragmentation).
+  const int64_t flat_cpu = std::min(plan.rank_elements, k.max_in_cpu);
+  std::vector<int32_t> group_of(nunits, -1);
+  for (size_t g = 0; g < nsub; ++g) {
+    const SubGroup& sg = plan.subgroups[g];
+    p.states_in_host[g] = sg.elements * 4 < min_aio_bytes;  // _swappable_optimizer_subgroup
+    for (size_t u = 0; u < nunits; ++u) {
+      const ParamUnit& unit = plan.units[u];
+      if (unit.rank_offset >= sg.begin && unit.rank_offset < sg.begin + sg.elements) group_of[u] = static_cast<int32_t>(g);
+    }
+  }
+  int64_t param_end = 0, grad_end = 0;
+  for (size_t u = 0; u < nunits; ++u) {
+    const ParamUnit& unit = plan.units[u];
+    if (unit.rank_elements == 0 || group_of[u] < 0) continue;
+    const SubGroup& sg = plan.subgroups[static_cast<size_t>(group_of[u])];
+    const int64_t end = unit.rank_offset + unit.rank_elements;
+    if (!unit.gpu_resident && (sg.begin + sg.elements <= flat_cpu || unit.rank_elements * 2 < min_aio_bytes)) {
+      p.param_in_host[u] = true;
+      param_end = std::max(param_end, end);
+    }
+    const int64_t swapped = unit.rank_elements / grad_alignment * grad_alignment;
+    p.grad_in_host[u] = p.states_in_host[static_cast<size_t>(group_of[u])] || swapped * 4 < min_aio_bytes;
+  }
+  // A sub-group's gradients are read back as one piece: they stay in host memory only if all of
+  // its parameters' do (DeepSpeed reads the swapped ones and copies the others; a sub-group
+  // that mixes both has all of its gradients written here, the difference docs/policies.md
+  // states).
+  for (size_t g = 0; g < nsub; ++g) {
+    bool all = true;
+    for (size_t u = 0; u < nunits; ++u) {
+      if (group_of[u] == static_cast<int32_t>(g) && !p.grad_in_host[u]) all = false;
+    }
+    p.subgroup_grads_in_host[g] = all;
+    if (p.states_in_host[g]) p.host_state_elements += plan.subgroups[g].elements;
+  }
+  for (size_t u = 0; u < nunits; ++u) {
+    p.grad_in_host[u] = group_of[u] >= 0 && p.subgroup_grads_in_host[static_cast<size_t>(group_of[u])];
+    if (p.grad_in_host[u]) grad_end = std::max(grad_end, plan.units[u].rank_offset + plan.units[u].rank_elements);
+  }
+  p.host_param_elements = param_end;
+  p.host_grad_elements = grad_end;
+  return p;
 }
 
 StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
@@ -49,10 +118,12 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   const bool params_on_nvme = knobs.params_on_nvme, pin_rounding = knobs.pin_rounding, overflow_temporaries = knobs.overflow_temporaries;
   if (s.hardware.node.nvme.empty()) return InvalidArgument("hardware has no NVMe device for zero-infinity's nvme_path");
 
-  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, sub_group_size, persistence));
+  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, sub_group_size, persistence, SubGroupRule::kDeepSpeed));
   const int32_t ranks = plan.ranks;
-  for (const ParamUnit& u : plan.units) {
-    if (params_on_nvme && !u.gpu_resident && u.rank_elements > buffer_size) {
+  const DeepSpeedPlacement place = PlaceLikeDeepSpeed(plan, knobs);
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const ParamUnit& u = plan.units[i];
+    if (params_on_nvme && !u.gpu_resident && !place.param_in_host[i] && u.rank_elements > buffer_size) {
       // DeepSpeed asserts here too; users raise buffer_size and pay for it in every slot.
       return InvalidArgument("policy.buffer_size: the partition of '" + u.name + "' has " +
                              std::to_string(u.rank_elements) + " elements, more than buffer_size " +
@@ -71,6 +142,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   // Per rank: the aio handles (param swapper; optimizer read and write), the pinned pools, the
   // GPU's resident state.
   std::vector<int32_t> param_io(ranks), opt_read(ranks), opt_write(ranks), param_pool(ranks), opt_pool(ranks);
+  std::vector<int32_t> host_params(ranks, kNoIndex), host_grads(ranks, kNoIndex), host_states(ranks, kNoIndex);
   const int32_t opt_slots = static_cast<int32_t>(
       std::max<int64_t>(optimizer_buffer_count, (pipeline_read || pipeline_write) ? 12 : 4));
   for (int32_t r = 0; r < ranks; ++r) {
@@ -82,6 +154,17 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     param_pool[r] = params_on_nvme ? PinnedPool(b, r, "host.pinned.param" + R, buffer_count * buffer_size * 2, pin_rounding)
                                    : PinnedPool(b, r, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
     opt_pool[r] = PinnedPool(b, r, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
+    // What DeepSpeed keeps in host memory (PlaceLikeDeepSpeed): the pinned flat buffer of the
+    // parameters kept there, the gradients it does not swap, the states of sub-groups it does not.
+    if (place.host_param_elements > 0) {
+      const int32_t pool = PinnedPool(b, r, "host.pinned.p16flat" + R, place.host_param_elements * 2, pin_rounding);
+      host_params[r] = b.Buffer("p16.host" + R, pool, place.host_param_elements * 2, /*persistent=*/true);
+    }
+    if (place.host_grad_elements > 0) {
+      const int32_t pool = b.Pool("host.grad" + R, b.Host(r), place.host_grad_elements * 4);
+      host_grads[r] = b.Buffer("grad.host" + R, pool, place.host_grad_elements * 4, /*persistent=*/true);
+    }
+    if (place.host_state_elements > 0) host_states[r] = b.Pool("host.states" + R, b.Host(r), place.host_state_elements * 12);
     b.Buffer("gpu.resident" + R, b.GpuPool(r), plan.gpu_resident_bytes, /*persistent=*/true);
     // Without offload_param the rank's fp16 partition lives on its GPU.
     if (!params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
@@ -110,6 +193,14 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.queue_depth = static_cast<int32_t>(queue_depth);
   po.cpu_threads = threads;
   po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
+  if (params_on_nvme && place.host_param_elements > 0) {
+    po.fetch.in_host = place.param_in_host;
+    po.fetch.host_param_buffer = host_params;
+  }
+  if (place.host_grad_elements > 0) {
+    po.grad_in_host = place.grad_in_host;
+    po.host_grad_buffer = host_grads;
+  }
   PassResult passes = TrainingPasses(b, plan, po);
 
   // Step. The global gradient norm needs every rank's gradients: backward must end first.
@@ -145,6 +236,18 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     so.block_bytes = block_size;
     so.queue_depth = static_cast<int32_t>(queue_depth);
     so.threads = threads;
+    if (place.host_state_elements > 0) {
+      so.cached = place.states_in_host;  // never read nor written
+      so.cache_pool = host_states[r];
+    }
+    if (place.host_grad_elements > 0) {
+      so.grads_in_host32 = place.subgroup_grads_in_host;
+      so.host_grad32_buffer = host_grads[r];
+    }
+    if (params_on_nvme && place.host_param_elements > 0) {
+      so.param_in_host = place.param_in_host;
+      so.host_param_buffer = host_params[r];
+    }
     SweepResult sweep = OptimizerSweep(b, plan, so);
     step_tails.insert(step_tails.end(), sweep.tails.begin(), sweep.tails.end());
     refreshes.insert(refreshes.end(), sweep.resident_refreshes.begin(), sweep.resident_refreshes.end());
@@ -156,6 +259,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   const int32_t step_end = b.Task(std::move(step_end_spec));
   for (int32_t read : passes.reads) b.task(read).carried.push_back({step_end, 1});
   for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});
+  for (int32_t h : passes.host_fetches) b.task(h).carried.push_back({step_end, 1});
   // Without parameter offload nothing is read: the first all-gather waits for the step instead.
   if (!params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});
 

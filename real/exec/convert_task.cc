@@ -39,10 +39,12 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     return Status::Ok();
   }
   if (t.kernel == Kernel::kFp32ToBf16) {
-    const int32_t out = t.allocs.empty() ? kNoIndex : t.allocs[0];
-    TF_CHECK(out != kNoIndex);  // CheckTaskContracts
+    // Into the buffer it allocates, packed in list order; a tensor kept in host memory in place,
+    // at its home (CheckTaskContracts).
+    const int32_t alloc = t.allocs.empty() ? kNoIndex : t.allocs[0];
     struct Conv {
       const float* src;
+      int32_t out;
       int64_t offset, begin, n, version;
     };
     std::vector<Conv> convs;
@@ -58,18 +60,27 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
         return FailedPrecondition(Who(t, iteration) + " converts master weights at " + VersionText(version) + ", expected version " +
                                   std::to_string(iteration + 1) + " (after this iteration's update)");
       }
-      convs.push_back({src, packed, ts.element_offset, n, version});
+      const auto [home, at] = host_home_[static_cast<size_t>(ti)];
+      if (home != kNoIndex) {
+        convs.push_back({src, home, at, ts.element_offset, n, version});
+        continue;
+      }
+      TF_CHECK(alloc != kNoIndex);  // CheckTaskContracts
+      if (packed + ts.size_bytes > Buf(alloc).size) {
+        return InvalidArgument(Who(t, iteration) + ": its output does not fit buffer '" + s_.buffers()[static_cast<size_t>(alloc)].name + "'");
+      }
+      convs.push_back({src, alloc, packed, ts.element_offset, n, version});
       packed += ts.size_bytes;
     }
-    if (packed > Buf(out).size) return InvalidArgument(Who(t, iteration) + ": its output does not fit buffer '" + s_.buffers()[static_cast<size_t>(out)].name + "'");
     CpuThreads* threads = &ThreadsOf(t.resource);
-    char* base = Buf(out).data;
-    job.work = [convs, threads, base] {
-      for (const Conv& c : convs) cpu::Fp32ToBf16(reinterpret_cast<uint16_t*>(base + c.offset), c.src, c.n, *threads);
+    std::vector<char*> dst;
+    for (const Conv& c : convs) dst.push_back(Buf(c.out).data + c.offset);
+    job.work = [convs, dst, threads] {
+      for (size_t i = 0; i < convs.size(); ++i) cpu::Fp32ToBf16(reinterpret_cast<uint16_t*>(dst[i]), convs[i].src, convs[i].n, *threads);
       return Status::Ok();
     };
-    job.finish = [this, convs, out] {
-      for (const Conv& c : convs) Buf(out).pieces.push_back({kParam16, c.begin, c.n, c.offset, c.version});
+    job.finish = [this, convs] {
+      for (const Conv& c : convs) Place(c.out, {kParam16, c.begin, c.n, c.offset, c.version});
     };
     return Status::Ok();
   }
@@ -92,15 +103,19 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
       if (out == kNoIndex && b != src_buf) out = b;
     }
     if (out == kNoIndex || Buf(out).size < n * 4) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 has no fp32 output buffer of " + std::to_string(n * 4) + " bytes");
+    // Into a staging buffer from its start; into a persistent one (the rank's flat fp32
+    // gradients kept in host memory) at the element offset.
+    const int64_t at = s_.buffers()[static_cast<size_t>(out)].persistent ? ts.element_offset * 4 : 0;
+    if (Buf(out).size < at + n * 4) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32's output does not fit buffer '" + s_.buffers()[static_cast<size_t>(out)].name + "'");
     const uint16_t* src = reinterpret_cast<const uint16_t*>(p.data);
-    float* dst = reinterpret_cast<float*>(Buf(out).data);
+    float* dst = reinterpret_cast<float*>(Buf(out).data + at);
     CpuThreads* threads = &ThreadsOf(t.resource);
     job.work = [src, dst, n, threads] {
       cpu::Bf16ToFp32(dst, src, n, *threads);
       return Status::Ok();
     };
     const int64_t begin = ts.element_offset;
-    job.finish = [this, out, begin, n, version = FinalGrad(iteration)] { Place(out, {kGrad, begin, n, 0, version}); };
+    job.finish = [this, out, begin, n, at, version = FinalGrad(iteration)] { Place(out, {kGrad, begin, n, at, version}); };
     return Status::Ok();
   }
   TF_CHECK(false);  // CheckTaskContracts admits no other convert kernel

@@ -245,15 +245,50 @@ Status Run::Setup() {
 Status Run::BindHostHomes() {
   host_home_.assign(s_.tensors().size(), {kNoIndex, 0});
   std::vector<int64_t> packed(s_.buffers().size(), 0);
+  auto on_host = [&](const TensorSpec& ts) { return s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kHost; };
+  // Parameters kept in host memory: each rank's lie in one flat buffer, the persistent host
+  // buffer their h2d copies use; every task that names them (the fetch's collectives and
+  // computes, the update's conversion) finds them there at their element offset.
+  std::map<int32_t, int32_t> flat_params;  // rank -> buffer
+  for (const TaskSpec& t : s_.tasks()) {
+    if (t.op != Op::kH2D) continue;
+    for (int32_t ti : t.tensors) {
+      const TensorSpec& ts = T(ti);
+      if (KindOf(ts.kind) != kParam16 || !on_host(ts)) continue;
+      int32_t home = kNoIndex;
+      for (int32_t b : t.uses) {
+        if (s_.buffers()[static_cast<size_t>(b)].persistent && !OnGpu(b)) home = b;
+      }
+      if (home == kNoIndex) return InvalidArgument("task '" + t.id + "' copies " + Range(ts) + " kept in host memory, but uses no persistent host buffer that keeps it");
+      const auto [it, added] = flat_params.emplace(ts.rank, home);
+      if (!added && it->second != home) {
+        return InvalidArgument("task '" + t.id + "' keeps " + Range(ts) + " in buffer '" + s_.buffers()[static_cast<size_t>(home)].name + "', another task rank " +
+                               std::to_string(ts.rank) + "'s parameters in '" + s_.buffers()[static_cast<size_t>(it->second)].name +
+                               "': a rank's parameters kept in host memory have one buffer");
+      }
+    }
+  }
   for (const TaskSpec& t : s_.tasks()) {
     for (int32_t ti : t.tensors) {
       const TensorSpec& ts = T(ti);
       const int kind = KindOf(ts.kind);
       // Gradients in host memory are placed by the d2h copies that write them (at their element
       // offset in the rank's flat buffer), not bound here.
-      if (s_.devices()[static_cast<size_t>(ts.device)].kind != DeviceKind::kHost || kind == kGrad || kind == kGrad16) continue;
+      if (!on_host(ts) || kind == kGrad || kind == kGrad16) continue;
       int32_t home = kNoIndex;
+      if (kind == kParam16) {
+        const auto it = flat_params.find(ts.rank);
+        // The fetch's collectives and computes name the unit but read it on the GPU (another
+        // rank's, with several, is not this rank's to bind).
+        if (it == flat_params.end() && t.op != Op::kConvert) continue;
+        if (it == flat_params.end()) {
+          return InvalidArgument("task '" + t.id + "' names " + Range(ts) + " kept in host memory, but no h2d copies rank " + std::to_string(ts.rank) +
+                                 "'s parameters from a persistent host buffer");
+        }
+        home = it->second;
+      }
       for (int32_t b : t.uses) {
+        if (home != kNoIndex) break;
         if (s_.buffers()[static_cast<size_t>(b)].persistent && !OnGpu(b)) {
           home = b;
           break;
@@ -264,11 +299,16 @@ Status Run::BindHostHomes() {
       }
       auto& bound = host_home_[static_cast<size_t>(ti)];
       if (bound.first == kNoIndex) {
-        if (packed[static_cast<size_t>(home)] + ts.size_bytes > s_.buffers()[static_cast<size_t>(home)].size_bytes) {
+        // param16 lies in the rank's flat buffer at its element offset (tensors of overlapping
+        // ranges, a unit's and a sub-group's, then name the same bytes); other state is packed
+        // in the order the tasks first name it.
+        const bool flat = kind == kParam16;
+        const int64_t at = flat ? ts.element_offset * 2 : packed[static_cast<size_t>(home)];
+        if (at + ts.size_bytes > s_.buffers()[static_cast<size_t>(home)].size_bytes) {
           return InvalidArgument("task '" + t.id + "': the host-memory state it names does not fit buffer '" + s_.buffers()[static_cast<size_t>(home)].name + "'");
         }
-        bound = {home, packed[static_cast<size_t>(home)]};
-        packed[static_cast<size_t>(home)] += ts.size_bytes;
+        bound = {home, at};
+        if (!flat) packed[static_cast<size_t>(home)] += ts.size_bytes;
       } else if (bound.first != home) {
         return InvalidArgument("task '" + t.id + "' keeps " + Range(ts) + " in buffer '" + s_.buffers()[static_cast<size_t>(home)].name +
                                "', another task in '" + s_.buffers()[static_cast<size_t>(bound.first)].name + "': host-memory state has one home");

@@ -75,7 +75,16 @@ Status CheckTaskContracts(const Schedule& s) {
         break;
       }
       case Op::kConvert:
-        if (t.kernel == Kernel::kFp32ToBf16 && t.allocs.empty()) return InvalidArgument(who + ": fp32_to_bf16 allocates no output buffer");
+        if (t.kernel == Kernel::kFp32ToBf16) {
+          // Parameters kept in host memory are converted in place, at their home; the others
+          // into the buffer it allocates.
+          for (int32_t i : t.tensors) {
+            if (tensor(i).kind != StateKind::kParam16) return InvalidArgument(who + ": fp32_to_bf16 names " + names(tensor(i)) + "; it writes param16 only");
+            if (DeviceOf(s, tensor(i).device) != DeviceKind::kHost && t.allocs.empty()) {
+              return InvalidArgument(who + ": fp32_to_bf16 allocates no output buffer for " + names(tensor(i)) + ", which is not kept in host memory");
+            }
+          }
+        }
         if (t.kernel == Kernel::kBf16ToFp32 && (t.tensors.size() != 1 || tensor(t.tensors[0]).kind != StateKind::kGrad16)) {
           return InvalidArgument(who + ": bf16_to_fp32 names one grad16 tensor, the sub-group's gradients it widens");
         }

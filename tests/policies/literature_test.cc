@@ -279,7 +279,8 @@ TEST(PolicyKnobs, SplitOnOneDiskAndMemAscendsIgnoredBufferSizeAreRefused) {
 // — fall on 4 KiB even where sub_group_size and buffer_size are not multiples of 2048 elements,
 // so a model whose per-rank partitions are such multiples (hidden 4096 over two ranks) has every
 // tensor on a disk or the remote tier start and end on 4 KiB: O_DIRECT where a file system needs
-// 4 KiB (docs/policies.md "I/O alignment"). DeepSpeed's sub-groups stay within sub_group_size.
+// 4 KiB (docs/policies.md "I/O alignment"). zero-infinity's sub-groups end where units end, as
+// DeepSpeed's do (zero_infinity_test).
 TEST(PolicyLayout, EveryStoredTensorOfA4KiBModelIsOn4KiB) {
   for (const char* policy : {"zero-infinity", "ioc", "mlp-offload", "memascend", "hitrain", "fuyou", "tierflow"}) {
     std::vector<std::string> sets = {std::string("policy.name=") + policy, "model.hidden=4096", "model.ffn=4096",
@@ -295,9 +296,6 @@ TEST(PolicyLayout, EveryStoredTensorOfA4KiBModelIsOn4KiB) {
       ++stored;
       EXPECT_EQ(t.offset_bytes % 4096, 0) << policy << ": " << t.name << " at " << t.offset_bytes;
       EXPECT_EQ(t.size_bytes % 4096, 0) << policy << ": " << t.name << " of " << t.size_bytes << " bytes";
-      if (t.kind == StateKind::kMaster && name == "zero-infinity") {  // the others cut between units
-        EXPECT_LE(t.shape[0], 3000000) << policy << ": " << t.name;
-      }
     }
     EXPECT_GT(stored, 0) << policy;
   }

@@ -1,7 +1,11 @@
 // zero-infinity's defining behaviours, pinned on a small model: the coupling of all-gathers to
-// unrelated NVMe reads, DeepSpeed's slot sizing, the serial or pipelined optimizer swapper, and
-// the blocking step.
+// unrelated NVMe reads, DeepSpeed's slot sizing, the serial or pipelined optimizer swapper, the
+// blocking step, DeepSpeed's sub-groups and what it keeps off the disk. The model's partitions
+// are 1 MiB of bf16 and more (DeepSpeed's swap minimum) and max_in_cpu is 0, so that its
+// parameters are on NVMe.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "../core/test_schedules.h"
 #include "tierflow/policies/policy.h"
@@ -11,10 +15,10 @@ namespace {
 
 const char* kSmall = R"(
 name: small
-model: {preset: tiny, layers: 2, hidden: 512, ffn: 1024, heads: 4, kv_heads: 4, vocab: 1024}
+model: {preset: tiny, layers: 2, hidden: 1024, ffn: 2048, heads: 8, kv_heads: 8, vocab: 1024}
 hardware: {preset: a100x4-1nvme}
 training: {micro_batch_size: 1, sequence_length: 128, data_parallel: 2}
-policy: {name: zero-infinity, buffer_size: 1e6, sub_group_size: 2e6, param_persistence_threshold: 1000}
+policy: {name: zero-infinity, buffer_size: 2e6, sub_group_size: 2e6, param_persistence_threshold: 2000, max_in_cpu: 0}
 )";
 
 Schedule PlanOrDie(const std::vector<std::string>& sets = {}) {
@@ -35,14 +39,14 @@ bool DependsOn(const Schedule& s, const std::string& task, const std::string& de
   return false;
 }
 
-// The GPU's persistent buffer in closed form (hidden h 512, ffn f 1024, 4 heads a, vocab V 1024,
+// The GPU's persistent buffer in closed form (hidden h 1024, ffn f 2048, 8 heads a, vocab V 1024,
 // 2 layers L, 128 tokens T of sequence s 128, bf16): the five norms (below the persistence
 // threshold), and per token each layer's input (2h), one layer's full activations while it is
 // recomputed (2 x (4h + 4h + 3f + a s): norms in and out, q, k, v, the attention output, the MLP
 // and the softmax) and the head's logits (2V); without checkpointing, every layer's full
 // activations instead.
 TEST(ZeroInfinity, TheGpuBufferHoldsTheActivationsAtTheTrainingSequence) {
-  const int64_t h = 512, f = 1024, a = 4, V = 1024, L = 2, T = 128, s = 128;
+  const int64_t h = 1024, f = 2048, a = 8, V = 1024, L = 2, T = 128, s = 128;
   const int64_t norms = 5 * h * 2, full = 2 * (8 * h + 3 * f + a * s);
   for (const bool ckpt : {true, false}) {
     const Schedule sched = PlanOrDie({std::string("training.activation_checkpointing=") + (ckpt ? "true" : "false")});
@@ -75,15 +79,15 @@ TEST(ZeroInfinity, AllGatherWaitsForReadsOfOtherParameters) {
 TEST(ZeroInfinity, SlotsAreSizedByBufferSizeAndBoundTheReadAhead) {
   Schedule s = PlanOrDie({"policy.buffer_count=3"});
   const PoolSpec& pool = s.pools()[s.FindPool("host.pinned.param.r0")];
-  EXPECT_EQ(pool.capacity_bytes, 3 * 1000000 * 2);
+  EXPECT_EQ(pool.capacity_bytes, 3 * 2000000 * 2);
   // Every slot costs buffer_size elements whatever the partition (DeepSpeed's slot pool).
   const BufferSpec& slot = s.buffers()[s.FindBuffer("slot.model.layers.0.self_attn.q_proj.weight.f0.r0")];
-  EXPECT_EQ(slot.size_bytes, 1000000 * 2);
+  EXPECT_EQ(slot.size_bytes, 2000000 * 2);
   std::map<std::string, double> durations;
   for (const TaskSpec& t : s.tasks()) durations[t.id] = 1.0;
   auto r = testing::RunTimed(s, 1, durations);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  EXPECT_EQ(r.peaks[s.FindPool("host.pinned.param.r0")], 3 * 1000000 * 2);
+  EXPECT_EQ(r.peaks[s.FindPool("host.pinned.param.r0")], 3 * 2000000 * 2);
 }
 
 TEST(ZeroInfinity, PartitionLargerThanBufferSizeIsRejectedLikeDeepSpeed) {
@@ -130,6 +134,80 @@ TEST(ZeroInfinity, StepIsBlockingAndTheNextIterationWaitsForIt) {
   auto r = testing::RunTimed(s, 2, d);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_GE(r.at("read.model.embed_tokens.weight.f0.r0", 1).start, r.at("step.end", 0).end);
+}
+
+int64_t OpBytes(const Schedule& s, Op op, const std::string& prefix = "") {
+  int64_t sum = 0;
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op == op && t.id.rfind(prefix, 0) == 0) sum += t.bytes;
+  }
+  return sum;
+}
+
+// _create_fp16_sub_groups: whole parameters in order, a group closed once it holds at least
+// sub_group_size elements. Per rank: the embedding, the layer's input norm (512, GPU-resident
+// but in the flat partition all the same), q, k and v (524,288 each) reach 2e6 together; then o,
+// the second norm, gate and up (2 x 1,048,576) close the next.
+TEST(ZeroInfinity, SubGroupsAreWholeParametersClosedOnceTheyReachTheSize) {
+  const Schedule s = PlanOrDie();
+  const int32_t sg0 = s.FindTask("adam.sg0.r0"), sg1 = s.FindTask("adam.sg1.r0");
+  ASSERT_NE(sg0, kNoIndex);
+  ASSERT_NE(sg1, kNoIndex);
+  EXPECT_EQ(s.tasks()[sg0].bytes, (4 * 524288 + 512) * 4);
+  EXPECT_EQ(s.tasks()[sg1].bytes, (524288 + 512 + 2 * 1048576) * 4);
+  // sub_group_size above the partition: one group of all of it.
+  const Schedule one = PlanOrDie({"policy.sub_group_size=1e9"});
+  EXPECT_NE(one.FindTask("adam.sg0.r0"), kNoIndex);
+  EXPECT_EQ(one.FindTask("adam.sg1.r0"), kNoIndex);
+}
+
+// With DeepSpeed's default max_in_cpu (1e9 elements) a partition this small keeps every
+// parameter in a pinned flat host buffer: nothing of them is read or written, the h2d copies
+// from that buffer (after the previous step) and the update converts into it in place.
+TEST(ZeroInfinity, MaxInCpuKeepsTheParametersInHostMemory) {
+  const Schedule s = PlanOrDie({"policy.max_in_cpu=1e9"});
+  EXPECT_EQ(OpBytes(s, Op::kRead, "read.model."), 0);
+  EXPECT_EQ(OpBytes(s, Op::kWrite, "write.p16"), 0);
+  const int32_t host = s.FindBuffer("p16.host.r0");
+  ASSERT_NE(host, kNoIndex);
+  const TaskSpec& h2d = s.tasks()[s.FindTask("h2d.model.embed_tokens.weight.f0.r0")];
+  EXPECT_EQ(h2d.uses, std::vector<int32_t>{host});
+  ASSERT_EQ(h2d.carried.size(), 1u);
+  EXPECT_EQ(h2d.carried[0].task, s.FindTask("step.end"));
+  const TaskSpec& conv = s.tasks()[s.FindTask("convert.p16.sg0.r0")];
+  EXPECT_TRUE(conv.allocs.empty());
+  EXPECT_NE(std::find(conv.uses.begin(), conv.uses.end(), host), conv.uses.end());
+  // The states and gradients (1 MiB and more each) still go to the disk.
+  EXPECT_GT(OpBytes(s, Op::kRead, "read.states"), 0);
+  EXPECT_GT(OpBytes(s, Op::kWrite, "write.grad"), 0);
+  // max_in_cpu covering only the first sub-group (2,097,152 elements) keeps its parameters
+  // in host memory and sends the rest to the disk.
+  const Schedule part = PlanOrDie({"policy.max_in_cpu=3000000"});
+  EXPECT_EQ(part.FindTask("read.model.embed_tokens.weight.f0.r0"), kNoIndex);
+  EXPECT_NE(part.FindTask("read.model.layers.0.self_attn.o_proj.weight.f0.r0"), kNoIndex);
+}
+
+// Below the swap minimum, max(1 MiB, aio block size), DeepSpeed swaps nothing (at it, it does:
+// this model's 1 MiB partitions go to the disk at the default block size). With 8 MiB blocks,
+// the sub-groups' states (8 MiB and more) are still swapped, but every gradient (2 or 4 MiB)
+// and parameter partition stays in host memory; with one parameter a sub-group, no sub-group's
+// states reach 8 MiB either, and nothing touches the disk.
+TEST(ZeroInfinity, TheSwapMinimumKeepsSmallTensorsOffTheDisk) {
+  const Schedule s = PlanOrDie({"policy.block_size=8 MiB"});
+  EXPECT_EQ(OpBytes(s, Op::kRead, "read.model."), 0);
+  EXPECT_EQ(OpBytes(s, Op::kWrite, "write.grad"), 0);
+  EXPECT_EQ(OpBytes(s, Op::kRead, "read.grad"), 0);
+  EXPECT_NE(s.FindTask("read.states.sg0.r0"), kNoIndex);  // 8,390,656 bytes of each state
+  EXPECT_GT(OpBytes(s, Op::kRead, "read.states"), 0);
+  const int32_t grads = s.FindBuffer("grad.host.r0");
+  ASSERT_NE(grads, kNoIndex);
+  const TaskSpec& adam = s.tasks()[s.FindTask("adam.sg0.r0")];
+  EXPECT_NE(std::find(adam.uses.begin(), adam.uses.end(), grads), adam.uses.end());
+
+  const Schedule none = PlanOrDie({"policy.block_size=8 MiB", "policy.sub_group_size=1"});
+  EXPECT_EQ(OpBytes(none, Op::kRead), 0);
+  EXPECT_EQ(OpBytes(none, Op::kWrite), 0);
+  EXPECT_NE(none.FindTask("adam.sg0.r0"), kNoIndex);
 }
 
 TEST(ZeroInfinity, UnknownKnobIsAnError) {

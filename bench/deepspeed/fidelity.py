@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""zero-infinity against DeepSpeed itself: the bytes each moves to and from the disk.
+
+For a scenario and a list of knob settings, each setting:
+  1. `tierflow plan SCENARIO --set ...`: the zero-infinity schedule; its read and write tasks'
+     bytes are what tierflow moves per iteration (sim and run move exactly these);
+  2. `tierflow deepspeed export` of that schedule: the same knobs as a DeepSpeed config;
+  3. DeepSpeed ZeRO-3 with both offloads on NVMe (its CPU accelerator, one rank over gloo) trains
+     the scenario's model (Hugging Face LlamaForCausalLM built from tierflow's shapes) for
+     ITERATIONS iterations on the corpus, counting every byte its swappers hand to the aio handle
+     (deepspeed.runtime.swap_tensor.utils.swap_in_tensors / swap_out_tensors, wrapped), and the
+     process's block I/O (/proc/self/io) as a cross-check.
+Steady state: the iterations but the first two (DeepSpeed creates Adam's moments at the first
+step, so its first swap-in reads the master weights only) and the last. The table gives the
+bytes read and written per iteration by each, and tierflow's error against DeepSpeed.
+
+  fidelity.py --tierflow build/cli/tierflow --scenario scenarios/tiny-cpu.yaml --dir DIR
+              [--setting NAME:key=value,key=value ...] [--iterations 6] [--json FILE]
+Run through bench/deepspeed/run.sh, which makes the virtual environment (bench/train_peers.sh's).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import train_peers  # noqa: E402  (the model, the corpus batches and the loss, shared with that bench)
+
+DEFAULT_SETTINGS = ["defaults:", "no-param-offload:offload_param=none", "small-sub-groups:sub_group_size=100000",
+                    "optimizer-buffers-8:optimizer_buffer_count=8", "params-on-nvme:max_in_cpu=0"]
+
+
+def proc_io():
+    io = {}
+    with open("/proc/self/io") as f:
+        for line in f:
+            k, v = line.split(":")
+            io[k.strip()] = int(v)
+    return io
+
+
+def worker(args):
+    """One DeepSpeed run: per iteration its time, loss and the bytes its swappers read and wrote."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                 ("MASTER_PORT", str(29500 + os.getpid() % 1000))):
+        os.environ.setdefault(k, v)
+    import torch
+    import deepspeed
+    moved = {"read": 0, "write": 0}
+
+    def counted(fn, op):
+        def wrapper(handle, buffers, paths):
+            for b in buffers:
+                moved[op] += b.numel() * b.element_size()
+            return fn(handle, buffers, paths)
+        return wrapper
+
+    # Every module that imported the two functions by name gets the counting ones.
+    import importlib
+    for name in ("utils", "async_swapper", "optimizer_utils", "partitioned_optimizer_swapper",
+                 "partitioned_param_swapper", "pipelined_optimizer_swapper"):
+        mod = importlib.import_module("deepspeed.runtime.swap_tensor." + name)
+        if hasattr(mod, "swap_in_tensors"):
+            mod.swap_in_tensors = counted(mod.swap_in_tensors, "read")
+        if hasattr(mod, "swap_out_tensors"):
+            mod.swap_out_tensors = counted(mod.swap_out_tensors, "write")
+    model = json.loads(args.model_json)
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    config = json.load(open(args.ds_config))
+    config["optimizer"] = {"type": "AdamW", "params": {"lr": args.lr, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}}
+    config["steps_per_print"] = 1 << 30
+    config["bf16"] = {"enabled": False}  # fp32 math: PyTorch's bf16 products have no fast path on this CPU
+    deepspeed.init_distributed(dist_backend="gloo")
+    net = train_peers.hf_model(model, args.checkpointing)
+    engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+    rows = []
+    for inputs, targets in train_peers.batches(args.seq, args.iterations, 0):
+        before, io0, t0 = dict(moved), proc_io(), time.perf_counter()
+        loss = train_peers.loss_of(engine, inputs, targets)
+        engine.backward(loss)
+        engine.step()
+        io1 = proc_io()
+        rows.append({"s": time.perf_counter() - t0, "loss": float(loss), "read": moved["read"] - before["read"],
+                     "write": moved["write"] - before["write"], "io_read": io1["read_bytes"] - io0["read_bytes"],
+                     "io_write": io1["write_bytes"] - io0["write_bytes"]})
+    print(json.dumps(rows))
+
+
+def schedule_bytes(path):
+    """Bytes of the schedule's read and write tasks: what one iteration moves."""
+    doc = json.load(open(path))
+    out = {"read": 0, "write": 0}
+    for t in doc["tasks"]:
+        if t.get("op") in out:
+            out[t["op"]] += int(t.get("bytes", 0))
+    return out
+
+
+def run_setting(args, model, seq, checkpointing, name, sets):
+    work = os.path.join(args.dir, name)
+    os.makedirs(os.path.join(work, "nvme"), exist_ok=True)
+    plan = os.path.join(work, "plan.json")
+    set_args = [a for kv in sets for a in ("--set", "policy." + kv)]
+    subprocess.run([args.tierflow, "plan", args.scenario, "-o", plan] + set_args, check=True, capture_output=True)
+    ds_config = os.path.join(work, "ds_config.json")
+    subprocess.run([args.tierflow, "deepspeed", "export", plan, "--nvme-path", os.path.join(work, "nvme"), "-o", ds_config],
+                   check=True, capture_output=True)
+    sim = json.loads(subprocess.run([args.tierflow, "sim", plan, "-n", "3", "--json"], check=True, capture_output=True,
+                                    text=True).stdout)
+    cmd = [sys.executable, __file__, "--worker", "--model-json", json.dumps(model), "--seq", str(seq), "--iterations",
+           str(args.iterations), "--threads", str(args.threads), "--lr", str(args.lr), "--checkpointing",
+           str(int(checkpointing)), "--ds-config", ds_config]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"fidelity: DeepSpeed ({name}) failed:\n{proc.stderr[-3000:]}")
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    steady = rows[2:-1] or rows[-1:]
+    ds = {k: statistics.mean(r[k] for r in steady) for k in ("read", "write", "io_read", "io_write", "s")}
+    return {"setting": name, "sets": sets, "tierflow": schedule_bytes(plan), "deepspeed": ds, "iterations": rows,
+            "sim_iteration_s": sim.get("iteration_s")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model-json", help=argparse.SUPPRESS)
+    ap.add_argument("--ds-config", help=argparse.SUPPRESS)
+    ap.add_argument("--seq", type=int, default=128, help=argparse.SUPPRESS)
+    ap.add_argument("--checkpointing", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--tierflow", default=os.path.join(train_peers.ROOT, "build", "cli", "tierflow"))
+    ap.add_argument("--scenario", default=os.path.join(train_peers.ROOT, "scenarios", "tiny-cpu.yaml"))
+    ap.add_argument("--dir", required=False, help="scratch directory (DeepSpeed's nvme_path lies in it)")
+    ap.add_argument("--setting", action="append", help="NAME:key=value,key=value (policy knobs); repeatable")
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--json", help="write every setting's figures here")
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    if not args.dir:
+        raise SystemExit("fidelity: --dir is required")
+    model, seq, checkpointing = train_peers.model_of(args.tierflow, args.scenario)
+    results = []
+    for spec in args.setting or DEFAULT_SETTINGS:
+        name, _, kvs = spec.partition(":")
+        sets = [kv for kv in kvs.split(",") if kv]
+        r = run_setting(args, model, seq, checkpointing, name, sets)
+        results.append(r)
+        tf, ds = r["tierflow"], r["deepspeed"]
+        print(f"{name:<22} read  tierflow {tf['read'] / 1e6:9.2f} MB  DeepSpeed {ds['read'] / 1e6:9.2f} MB"
+              f" (block I/O {ds['io_read'] / 1e6:9.2f})  error {err(tf['read'], ds['read'])}", flush=True)
+        print(f"{'':<22} write tierflow {tf['write'] / 1e6:9.2f} MB  DeepSpeed {ds['write'] / 1e6:9.2f} MB"
+              f" (block I/O {ds['io_write'] / 1e6:9.2f})  error {err(tf['write'], ds['write'])}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"scenario": args.scenario, "results": results}, f, indent=1)
+
+
+def err(ours, theirs):
+    if theirs == 0:
+        return "exact" if ours == 0 else "n/a (DeepSpeed moves none)"
+    return f"{100.0 * (ours - theirs) / theirs:+.2f} %"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
