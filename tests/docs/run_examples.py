@@ -50,6 +50,8 @@ RULES = [
      "installs PyTorch, TorchSnapshot and DeepSpeed (several GB) into a venv of its own: a benchmark's peers, never a test's dependency"),
     (r"^bench/train_peers\.sh\b.*", None,
      "installs PyTorch, DeepSpeed and transformers (several GB) into a venv of its own and trains with each for minutes: a benchmark's peers, never a test's dependency"),
+    (r"^bench/deepspeed/run\.sh\b.*", None,
+     "installs PyTorch, DeepSpeed and transformers into bench/train_peers.sh's venv and trains with DeepSpeed for minutes per knob setting: a benchmark's peer, never a test's dependency"),
     (r"^python3 bench/checkpoint_matrix\.py\b.*", None,
      "13 configurations x 3 repetitions of a 1.2 GB checkpoint and fio: a benchmark of minutes (its flags are tested by the CLI tests)"),
     (r"^(\./build/bench/\w+_bench)$", r"\1 --benchmark_list_tests=true",
