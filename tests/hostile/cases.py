@@ -113,7 +113,7 @@ add(g, "zero_heads", "sim s.yaml", 2, r"heads",
 add(g, "heads_not_dividing_hidden", "sim s.yaml", 2, r"heads",
     files={"s.yaml": scenario(model="model: {preset: tiny, heads: 7}")})
 add(g, "tiny_sub_group", "sim s.yaml", 2, r"sub_group_size",
-    files={"s.yaml": scenario(policy="policy: {name: zero-infinity, sub_group_size: 1}")})
+    files={"s.yaml": scenario(policy="policy: {name: zero-infinity, sub_group_size: 0}")})
 add(g, "negative_buffer_count", "sim s.yaml", 2, r"buffer_count",
     files={"s.yaml": scenario(policy="policy: {name: zero-infinity, buffer_count: -2}")})
 add(g, "block_size_without_unit", "sim s.yaml", 2, r"block_size",

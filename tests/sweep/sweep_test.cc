@@ -210,7 +210,7 @@ TEST(Sweep, InfeasibleRunsAreRowsWithTheReason) {
       "memory_budget: {host: 9 GiB}\n"
       "runs:\n"
       "  - {}\n"
-      "  - {policy.buffer_size: 1000}\n"            // a partition larger than a slot
+      "  - {policy.buffer_size: 1000, policy.max_in_cpu: 0}\n"  // a partition on NVMe larger than a slot
       "  - {policy.bufer_count: 3}\n"               // a knob the policy does not read
       "  - {policy.pipeline_read: false, policy.pipeline_write: false, policy.buffer_count: 8, policy.sub_group_size: 5e8}\n");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
