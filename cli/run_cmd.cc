@@ -17,6 +17,8 @@
 #include "tierflow/real/checksum.h"
 #include "tierflow/real/collective.h"
 #include "tierflow/real/executor.h"
+#include "tierflow/real/llama.h"
+#include "tierflow/real/safetensors.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/summary.h"
 
@@ -31,6 +33,7 @@ struct RunArgs {
   std::string trace;
   std::string records;
   std::string data;
+  std::string init;  // safetensors file of the initial weights (Hugging Face names)
   std::string storage = "auto";
   std::string compute = "cpu";
   int threads = 0;
@@ -102,6 +105,13 @@ Status RunRun(const RunArgs& a) {
   auto config_or = MakeTrainConfig(in.scenario, a.data, a.lr, a.threads);
   TF_RETURN_IF_ERROR(before_run(config_or.status()));
   real::TrainConfig config = std::move(config_or).value();
+  if (!a.init.empty()) {  // the initial weights of another system (a Hugging Face checkpoint), not our own
+    auto file = real::SafetensorsFile::Open(a.init);
+    TF_RETURN_IF_ERROR(before_run(file.status().WithContext("--init")));
+    const real::ParamLayout layout = real::MakeParamLayout(config.spec.config);
+    config.initial_weights.assign(static_cast<size_t>(layout.total), 0.0f);
+    TF_RETURN_IF_ERROR(before_run(real::LoadLlamaWeights(*file, layout, config.initial_weights.data()).WithContext("--init")));
+  }
   TF_RETURN_IF_ERROR(before_run(CheckProcessCount(comm.get(), config.ranks, a.input)));
   const bool reports = comm == nullptr || comm->rank() == 0;
   auto print_loss = [&](int64_t iteration, double loss) {
@@ -219,6 +229,7 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("-n,--iterations", a->iterations, "Training iterations")->capture_default_str();
   app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
   app->add_option("--records", a->records, "Write the trace records (JSON Lines, the format of sim --records)");
+  app->add_option("--init", a->init, "Initial weights: a safetensors file of the model's tensors under their Hugging Face names (default: tierflow's own initialisation)");
   app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
   app->add_option("--compute", a->compute, "Where gpu0 is: cpu (emulated in host memory) or cuda (GPU 0; a build with CUDA)")

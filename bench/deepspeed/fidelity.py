@@ -10,6 +10,12 @@ For a scenario and a list of knob settings, each setting:
      ITERATIONS iterations on the corpus, counting every byte its swappers hand to the aio handle
      (deepspeed.runtime.swap_tensor.utils.swap_in_tensors / swap_out_tensors, wrapped), and the
      process's block I/O (/proc/self/io) as a cross-check.
+With --losses, the first setting also compares the loss curves: DeepSpeed's initial weights (the
+Hugging Face model as built, saved to safetensors) are tierflow's too (`tierflow run --init`), and
+DeepSpeed trains on tierflow's batches (its TokenLoader: windows of SEQ + 1 byte tokens, shuffled
+by splitmix64 with the data seed, replayed here) with tierflow's AdamW (betas 0.9 and 0.95, eps
+1e-8, no weight decay); DeepSpeed runs once in fp32 and once in bf16 (the exported config's,
+bf16 parameters as tierflow's), and each curve is set against tierflow's run of the plan.
 Steady state: the iterations but the first two (DeepSpeed creates Adam's moments at the first
 step, so its first swap-in reads the master weights only) and the last. The table gives the
 bytes read and written per iteration by each, and tierflow's error against DeepSpeed.
@@ -43,6 +49,40 @@ def proc_io():
     return io
 
 
+def tierflow_batches(seq, iterations, batch=1, seed=1):
+    """tierflow's TokenLoader (real/train/dataset.cc) replayed: the corpus's bytes as tokens, cut
+    into (n - 1) // seq windows whose order a splitmix64-driven Fisher-Yates shuffles per epoch."""
+    import torch
+    tokens = open(train_peers.CORPUS, "rb").read()
+    windows = (len(tokens) - 1) // seq
+    mask = (1 << 64) - 1
+    order, epoch, cursor = [], 0, 0
+
+    def shuffle(epoch):
+        order = list(range(windows))
+        state = (seed ^ ((0x9e3779b97f4a7c15 * (epoch + 1)) & mask)) & mask
+        for i in range(windows, 1, -1):
+            state = (state + 0x9e3779b97f4a7c15) & mask
+            z = state
+            z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & mask
+            z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & mask
+            z ^= z >> 31
+            j = z % i
+            order[i - 1], order[j] = order[j], order[i - 1]
+        return order
+
+    order = shuffle(0)
+    for _ in range(iterations):
+        if cursor + batch > windows:
+            epoch += 1
+            order, cursor = shuffle(epoch), 0
+        rows = [order[cursor + r] * seq for r in range(batch)]
+        cursor += batch
+        x = torch.tensor([list(tokens[s:s + seq]) for s in rows], dtype=torch.long)
+        y = torch.tensor([list(tokens[s + 1:s + seq + 1]) for s in rows], dtype=torch.long)
+        yield x, y
+
+
 def worker(args):
     """One DeepSpeed run: per iteration its time, loss and the bytes its swappers read and wrote."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -73,14 +113,19 @@ def worker(args):
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     config = json.load(open(args.ds_config))
-    config["optimizer"] = {"type": "AdamW", "params": {"lr": args.lr, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}}
+    # tierflow's AdamW (real/include/tierflow/real/train_config.h).
+    config["optimizer"] = {"type": "AdamW", "params": {"lr": args.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}}
     config["steps_per_print"] = 1 << 30
-    config["bf16"] = {"enabled": False}  # fp32 math: PyTorch's bf16 products have no fast path on this CPU
+    if args.precision == "fp32":  # PyTorch's bf16 products have no fast path on a CPU without AVX-512 BF16 or AMX
+        config["bf16"] = {"enabled": False}
     deepspeed.init_distributed(dist_backend="gloo")
     net = train_peers.hf_model(model, args.checkpointing)
+    if args.init_out:  # the weights DeepSpeed starts from, for tierflow run --init
+        from safetensors.torch import save_file
+        save_file({k: v.detach().float().contiguous() for k, v in net.state_dict().items()}, args.init_out)
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
     rows = []
-    for inputs, targets in train_peers.batches(args.seq, args.iterations, 0):
+    for inputs, targets in tierflow_batches(args.seq, args.iterations):
         before, io0, t0 = dict(moved), proc_io(), time.perf_counter()
         loss = train_peers.loss_of(engine, inputs, targets)
         engine.backward(loss)
@@ -102,6 +147,41 @@ def schedule_bytes(path):
     return out
 
 
+def run_deepspeed(args, model, seq, checkpointing, ds_config, name, precision="fp32", init_out=None):
+    cmd = [sys.executable, __file__, "--worker", "--model-json", json.dumps(model), "--seq", str(seq), "--iterations",
+           str(args.iterations), "--threads", str(args.threads), "--lr", str(args.lr), "--checkpointing",
+           str(int(checkpointing)), "--ds-config", ds_config, "--precision", precision]
+    if init_out:
+        cmd += ["--init-out", init_out]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"DeepSpeed ({name}, {precision}) failed: " + proc.stderr.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compare_losses(args, model, seq, checkpointing, r):
+    """DeepSpeed in fp32 and in bf16 from the same weights and batches as `tierflow run` of the plan."""
+    work = os.path.join(args.dir, r["setting"])
+    init = os.path.join(work, "init.safetensors")
+    curves = {}
+    for precision in ("fp32", "bf16"):
+        rows = run_deepspeed(args, model, seq, checkpointing, os.path.join(work, "ds_config.json"), r["setting"], precision,
+                             init if precision == "fp32" else None)
+        curves["deepspeed-" + precision] = [x["loss"] for x in rows]
+    disks = os.path.join(work, "tierflow-disks")
+    os.makedirs(disks, exist_ok=True)
+    out = subprocess.run([args.tierflow, "run", os.path.join(work, "plan.json"), "--disk-root", disks, "-n", str(args.iterations),
+                          "--threads", str(args.threads), "--lr", str(args.lr), "--data", train_peers.CORPUS, "--init", init,
+                          "--json"], check=True, capture_output=True, text=True).stdout
+    curves["tierflow"] = json.loads(out)["loss"]
+    for k in ("deepspeed-fp32", "deepspeed-bf16"):
+        worst = max(abs(a - b) / abs(b) for a, b in zip(curves["tierflow"], curves[k]))
+        print(f"loss {k:<15} " + " ".join(f"{x:.5f}" for x in curves[k]) + f"   worst relative difference to tierflow {worst:.2e}")
+    print(f"loss {'tierflow':<15} " + " ".join(f"{x:.5f}" for x in curves["tierflow"]))
+    return curves
+
+
 def run_setting(args, model, seq, checkpointing, name, sets):
     work = os.path.join(args.dir, name)
     os.makedirs(os.path.join(work, "nvme"), exist_ok=True)
@@ -113,14 +193,7 @@ def run_setting(args, model, seq, checkpointing, name, sets):
                    check=True, capture_output=True)
     sim = json.loads(subprocess.run([args.tierflow, "sim", plan, "-n", "3", "--json"], check=True, capture_output=True,
                                     text=True).stdout)
-    cmd = [sys.executable, __file__, "--worker", "--model-json", json.dumps(model), "--seq", str(seq), "--iterations",
-           str(args.iterations), "--threads", str(args.threads), "--lr", str(args.lr), "--checkpointing",
-           str(int(checkpointing)), "--ds-config", ds_config]
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(args.threads))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(f"fidelity: DeepSpeed ({name}) failed:\n{proc.stderr[-3000:]}")
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = run_deepspeed(args, model, seq, checkpointing, ds_config, name)
     steady = rows[2:-1] or rows[-1:]
     ds = {k: statistics.mean(r[k] for r in steady) for k in ("read", "write", "io_read", "io_write", "s")}
     return {"setting": name, "sets": sets, "tierflow": schedule_bytes(plan), "deepspeed": ds, "iterations": rows,
@@ -134,6 +207,9 @@ def main():
     ap.add_argument("--ds-config", help=argparse.SUPPRESS)
     ap.add_argument("--seq", type=int, default=128, help=argparse.SUPPRESS)
     ap.add_argument("--checkpointing", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    ap.add_argument("--init-out", help=argparse.SUPPRESS)
+    ap.add_argument("--losses", action="store_true", help="also compare the loss curves (the first setting)")
     ap.add_argument("--tierflow", default=os.path.join(train_peers.ROOT, "build", "cli", "tierflow"))
     ap.add_argument("--scenario", default=os.path.join(train_peers.ROOT, "scenarios", "tiny-cpu.yaml"))
     ap.add_argument("--dir", required=False, help="scratch directory (DeepSpeed's nvme_path lies in it)")
@@ -152,7 +228,14 @@ def main():
     for spec in args.setting or DEFAULT_SETTINGS:
         name, _, kvs = spec.partition(":")
         sets = [kv for kv in kvs.split(",") if kv]
-        r = run_setting(args, model, seq, checkpointing, name, sets)
+        try:
+            r = run_setting(args, model, seq, checkpointing, name, sets)
+        except RuntimeError as e:  # DeepSpeed refusing a configuration is a result too
+            print(f"{name:<22} {e}", flush=True)
+            results.append({"setting": name, "sets": sets, "error": str(e)})
+            continue
+        if args.losses and not results:
+            r["losses"] = compare_losses(args, model, seq, checkpointing, r)
         results.append(r)
         tf, ds = r["tierflow"], r["deepspeed"]
         print(f"{name:<22} read  tierflow {tf['read'] / 1e6:9.2f} MB  DeepSpeed {ds['read'] / 1e6:9.2f} MB"

@@ -54,6 +54,10 @@ void Trainer::EmulateGpu() {
 }
 
 std::vector<float> Trainer::InitialMaster() const {
+  if (!config_.initial_weights.empty()) {
+    TF_CHECK(static_cast<int64_t>(config_.initial_weights.size()) == layout_.total);  // the caller loaded them for this layout
+    return config_.initial_weights;
+  }
   std::vector<float> master(static_cast<size_t>(layout_.total));
   InitLlamaParams(layout_, master.data(), config_.init_seed);
   return master;

@@ -79,7 +79,7 @@ class Trainer {
   // tied head by ranges covering the embedding table.
   Status CheckStepParams(int64_t layer, const std::vector<ParamRange>& params) const;
 
-  // The initial fp32 parameters (InitLlamaParams with config.init_seed).
+  // The initial fp32 parameters: config.initial_weights, else InitLlamaParams with config.init_seed.
   std::vector<float> InitialMaster() const;
   // Allocates the emulated GPU's working state (the fp32 working weights and the workspace,
   // about 4 bytes per parameter); Forward and Backward need it. Idempotent.

@@ -43,6 +43,9 @@ struct TrainConfig {
   // Scenario training.gradient_clipping.
   double gradient_clipping = 0;
   uint64_t init_seed = 1234;        // InitLlamaParams
+  // The initial fp32 parameters in the layout's order (MakeParamLayout: a safetensors file read
+  // with LoadLlamaWeights, `tierflow run --init`); empty = InitLlamaParams with init_seed.
+  std::vector<float> initial_weights;
   uint64_t data_seed = 1;           // TokenLoader's shuffle
   std::vector<int32_t> tokens;      // the training corpus, already tokenized
   int threads = 0;                  // compute threads, 0 = the hardware's
