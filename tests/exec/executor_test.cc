@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,8 @@
 #include "tierflow/real/collective.h"
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
+#include "tierflow/real/llama.h"
+#include "tierflow/real/safetensors.h"
 #include "tierflow/real/storage.h"
 #include "tierflow/real/tokenizer.h"
 #include "tiny_run.h"
@@ -1030,6 +1033,34 @@ TEST(Executor, MicroStepsThatDifferFromTheTrainingSetUpAreRefused) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("2 micro-steps per iteration"), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("gradient_accumulation_steps is 3"), std::string::npos) << st.ToString();
+}
+
+// Initial weights from a safetensors file under Hugging Face names (tierflow run --init: another
+// system's starting point, bench/deepspeed/fidelity.py's) train as the same weights initialised
+// here: a file of the weights seed 99 makes gives the weights and losses of init_seed 99, and
+// the file's other tensors are ignored.
+TEST(Executor, InitialWeightsFromASafetensorsFileTrainAsTheirOwn) {
+  TrainConfig seeded = ConfigFor(LoadTiny({}));
+  seeded.init_seed = 99;
+  const ParamLayout layout = MakeParamLayout(seeded.spec.config);
+  std::vector<float> weights(static_cast<size_t>(layout.total));
+  InitLlamaParams(layout, weights.data(), 99);
+  const std::string path = ::testing::TempDir() + "/tierflow-init-test.safetensors";
+  ASSERT_TRUE(SaveLlamaWeights(path, layout, weights.data(), StDtype::kF32).ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  TrainConfig loaded = ConfigFor(LoadTiny({}));
+  loaded.initial_weights.assign(weights.size(), 0.0f);
+  ASSERT_TRUE(LoadLlamaWeights(*file, layout, loaded.initial_weights.data()).ok());
+  std::remove(path.c_str());
+  auto a = RunInMemory(seeded, 2), b = RunInMemory(loaded, 2);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+  EXPECT_TRUE(SameBits(a->master, b->master));
+  EXPECT_EQ(a->loss, b->loss);
+  TrainConfig other = ConfigFor(LoadTiny({}));  // init_seed 1234: not the file's weights
+  auto c = RunInMemory(other, 2);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(a->loss.front(), c->loss.front());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ C(group, name, args, rc, err, files={}, dirs=(), outputs=(), setup=None, timeout
 """
 import json
 import os
+import struct
 
 FIXTURES = {
     # name: the tierflow arguments that make it ({out} is its path)
@@ -230,6 +231,21 @@ add(g, "checkpoint_every_without_dir", f"run {TINY} --disk d --checkpoint-every 
 add(g, "checkpoint_every_negative", f"run {TINY} --disk d --checkpoint c --checkpoint-every -1 {DATA}", 2, r"--checkpoint-every", dirs=("d", "c"))
 add(g, "resume_without_checkpoint", f"run {TINY} --disk d --resume {DATA}", 2, r"--resume need --checkpoint DIR", dirs=("d",))
 add(g, "records_onto_the_scenario", f"run s.yaml --disk d --records s.yaml {DATA}", 2, r"s\.yaml", dirs=("d",), files={"s.yaml": GOOD})
+
+
+def safetensors(header, payload=b""):
+    """A safetensors file: its JSON header's length (8 bytes, little-endian), the header, the data."""
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + payload
+
+
+add(g, "init_missing", f"run {TINY} --disk d --init none.safetensors {DATA}", 1, r"--init: cannot open safetensors 'none\.safetensors'", dirs=("d",))
+add(g, "init_not_safetensors", f"run {TINY} --disk d --init w.safetensors {DATA}", 1, r"--init: safetensors 'w\.safetensors'", dirs=("d",),
+    files={"w.safetensors": "not a safetensors file\n"})
+add(g, "init_without_the_model", f"run {TINY} --disk d --init w.safetensors {DATA}", 1, r"--init: .*model\.embed_tokens\.weight", dirs=("d",),
+    files={"w.safetensors": safetensors({})})
+add(g, "init_wrong_shape", f"run {TINY} --disk d --init w.safetensors {DATA}", 2, r"--init: .*model\.embed_tokens\.weight.*shape", dirs=("d",),
+    files={"w.safetensors": safetensors({"model.embed_tokens.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, bytes(16))})
 add(g, "ranks_above_one", f"run {SMALL} --disk d {DATA}", 2, r"trains on 4 ranks \(training\.data_parallel\), but this run has 1: start one process per rank, mpirun -np 4", dirs=("d",))
 add(g, "gpu_schedule_unknown_kernel", f"run s.json --disk d {DATA}", 2, r"kernel",
     dirs=("d",), files={"s.json": schedule(lambda j: first_task("compute")(j).update(kernel="fft"))})
