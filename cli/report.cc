@@ -41,6 +41,21 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
     pj[keys[p]] = n ? sum / static_cast<double>(n) : 0.0;
   }
   j["phases"] = pj;
+  // The same phases as DeepSpeed's timers cut them (back to back) and the overlap those hide:
+  // means over the same steady-state iterations.
+  nlohmann::ordered_json tj, oj;
+  for (int p = 0; p < 3; ++p) {
+    double timer = 0, overlap = 0;
+    for (size_t i = steady.first; i < steady.end; ++i) {
+      timer += summary.iterations[i].timer_s[static_cast<int>(phases[p])];
+      overlap += summary.iterations[i].overlap_s[static_cast<int>(phases[p])];
+    }
+    const double n = static_cast<double>(steady.end - steady.first);
+    tj[keys[p]] = n > 0 ? timer / n : 0.0;
+    oj[keys[p]] = n > 0 ? overlap / n : 0.0;
+  }
+  j["timer_phases"] = tj;
+  j["phase_overlap"] = oj;
   nlohmann::ordered_json rj = nlohmann::ordered_json::object();
   for (const auto& r : summary.resources) {
     nlohmann::ordered_json e;
@@ -89,6 +104,14 @@ std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json&
     const double v = ph[k].get<double>();
     add("  %-14s %12s  %5.1f%%\n", std::string(k, std::strlen(k) - 2).c_str(), FormatDuration(v).c_str(),
         it > 0 ? 100 * v / it : 0.0);
+  }
+  if (r.contains("timer_phases")) {
+    const auto& tp = r["timer_phases"];
+    const auto& ov = r["phase_overlap"];
+    add("  as DeepSpeed's timers cut them: forward %s, backward %s, step %s (overlap they hide: %s, %s, %s)\n",
+        FormatDuration(tp["forward_s"].get<double>()).c_str(), FormatDuration(tp["backward_s"].get<double>()).c_str(),
+        FormatDuration(tp["step_s"].get<double>()).c_str(), FormatDuration(ov["forward_s"].get<double>()).c_str(),
+        FormatDuration(ov["backward_s"].get<double>()).c_str(), FormatDuration(ov["step_s"].get<double>()).c_str());
   }
   // Resources, busiest first.
   std::vector<std::pair<std::string, nlohmann::ordered_json>> res;

@@ -240,7 +240,13 @@ TraceSummary Summarize(const std::vector<TraceRecord>& records, const Schedule* 
     iteration_pos.emplace(it.iteration, k);
   }
   summary.mean_iteration_s = internal::SteadyIterationTime(bounds);
-  std::vector<IntervalUnion> phase_busy(bounds.size() * kPhaseCount, IntervalUnion(false));
+  std::vector<IntervalUnion> phase_busy(bounds.size() * kPhaseCount, IntervalUnion(true));
+  // Per iteration, rank 0's segments of forward and backward GPU work in time order (timer_s).
+  struct Segment {
+    Phase phase;
+    double start_s, end_s;
+  };
+  std::vector<std::vector<Segment>> segments(bounds.size());
 
   // One sweep in start order feeds every union.
   IntervalUnion compute_busy(true), other_busy(true);
@@ -256,16 +262,40 @@ TraceSummary Summarize(const std::vector<TraceRecord>& records, const Schedule* 
       ph.end_s = std::max(ph.end_s, r.end_s);  // starts arrive in order
     }
     phase_busy[k * kPhaseCount + static_cast<int>(r.phase)].Add(r.start_s, r.end_s);
+    if (r.rank <= 0 && (r.phase == Phase::kForward || r.phase == Phase::kBackward)) {
+      std::vector<Segment>& segs = segments[k];
+      const bool gradient_out = r.phase == Phase::kBackward && (r.op == Op::kReduceScatter || r.op == Op::kD2H);
+      if (r.op == Op::kCompute && (segs.empty() || segs.back().phase != r.phase)) {
+        segs.push_back({r.phase, r.start_s, r.end_s});
+      } else if ((r.op == Op::kCompute || gradient_out) && !segs.empty() && segs.back().phase == r.phase) {
+        segs.back().end_s = std::max(segs.back().end_s, r.end_s);
+      }
+    }
     if (resource_of[i] == kNoIndex) continue;
     ResourceState& st = resources[resource_of[i]];
     st.busy.Add(r.start_s, r.end_s);
     (st.summary.is_compute ? compute_busy : other_busy).Add(r.start_s, r.end_s);
   }
   for (size_t k = 0; k < bounds.size(); ++k) {
+    IterationSummary& it = summary.iterations[k];
+    // The timers: each segment from where the one before ended (the iteration's start for the
+    // first) to its own end; the step from the last one's end to the iteration's end.
+    std::array<std::vector<Interval>, kPhaseCount> windows;
+    double at = it.start_s;
+    for (const Segment& seg : segments[k]) {
+      const double end = std::min(std::max(at, seg.end_s), it.end_s);
+      it.timer_s[static_cast<int>(seg.phase)] += end - at;
+      if (end > at) windows[static_cast<int>(seg.phase)].push_back({at, end});
+      at = end;
+    }
+    it.timer_s[static_cast<int>(Phase::kStep)] += it.end_s - at;
+    if (it.end_s > at) windows[static_cast<int>(Phase::kStep)].push_back({at, it.end_s});
     for (int p = 0; p < kPhaseCount; ++p) {
-      PhaseSpan& ph = summary.iterations[k].phases[p];
+      PhaseSpan& ph = it.phases[p];
       ph.span_s = ph.end_s - ph.start_s;
-      ph.busy_s = phase_busy[k * kPhaseCount + p].length_s();
+      IntervalUnion& busy = phase_busy[k * kPhaseCount + p];
+      ph.busy_s = busy.length_s();
+      it.overlap_s[p] = std::max(0.0, ph.busy_s - internal::IntersectionLength(busy.Finish(), windows[p]));
     }
   }
   summary.compute_busy_s = compute_busy.length_s();

@@ -116,6 +116,53 @@ TEST(SummaryTest, DeviceFromTheResourceNameKeepsTheNode) {
   EXPECT_EQ(FindResource(s, "dp.comm").device, "dp");
 }
 
+// DeepSpeed's timers cut the iteration back to back at rank 0's GPU work: forward to its last
+// forward compute, backward to its last backward compute or gradient copy, the step to the end.
+// Here forward [0, 1], backward to the d2h's end 3.5, the step [3.5, 6]; the backward's disk
+// write [3, 5] runs 1.5 s past its timer (the overlap it hides), and a read of the next
+// iteration's kind during forward [0.5, 2] spills 1 s past forward's.
+TEST(SummaryTest, TimerPhasesAreBackToBackAndTheOverlapIsShownApart) {
+  std::vector<TraceRecord> records = {
+      Rec(0, "rd", Op::kRead, "nvme0.read", 0.5, 2, Phase::kForward, 10),
+      Rec(0, "f", Op::kCompute, "gpu0.compute", 0, 1, Phase::kForward),
+      Rec(0, "b", Op::kCompute, "gpu0.compute", 1, 3, Phase::kBackward),
+      Rec(0, "w", Op::kWrite, "nvme0.write", 3, 5, Phase::kBackward, 10),
+      Rec(0, "g", Op::kD2H, "gpu0.d2h", 3, 3.5, Phase::kBackward, 10),
+      Rec(0, "s", Op::kOptimizer, "cpu.r0", 3.5, 6, Phase::kStep),
+  };
+  const TraceSummary s = Summarize(records, nullptr);
+  ASSERT_EQ(s.iterations.size(), 1u);
+  const IterationSummary& it = s.iterations[0];
+  EXPECT_DOUBLE_EQ(it.timer_s[static_cast<int>(Phase::kForward)], 1.0);
+  EXPECT_DOUBLE_EQ(it.timer_s[static_cast<int>(Phase::kBackward)], 2.5);
+  EXPECT_DOUBLE_EQ(it.timer_s[static_cast<int>(Phase::kStep)], 2.5);
+  EXPECT_DOUBLE_EQ(it.overlap_s[static_cast<int>(Phase::kForward)], 1.0);
+  EXPECT_DOUBLE_EQ(it.overlap_s[static_cast<int>(Phase::kBackward)], 1.5);
+  EXPECT_DOUBLE_EQ(it.overlap_s[static_cast<int>(Phase::kStep)], 0.0);
+  // The spans overlap: backward's runs from 1 to 5.
+  EXPECT_DOUBLE_EQ(it.phase(Phase::kBackward).span_s, 4.0);
+}
+
+// With micro-steps each forward and backward call is a timer segment of its own, summed per
+// phase as DeepSpeed's timers sum its calls; another rank's work does not cut them.
+TEST(SummaryTest, TimerPhasesSumTheMicroStepsOfRankZero) {
+  std::vector<TraceRecord> records = {
+      Rec(0, "f0", Op::kCompute, "gpu0.compute", 0, 1, Phase::kForward),
+      Rec(0, "b0", Op::kCompute, "gpu0.compute", 1, 2, Phase::kBackward),
+      Rec(0, "f1", Op::kCompute, "gpu0.compute", 2, 3.5, Phase::kForward),
+      Rec(0, "b1", Op::kCompute, "gpu0.compute", 3.5, 4, Phase::kBackward),
+      Rec(0, "s", Op::kOptimizer, "cpu.r0", 4, 7, Phase::kStep),
+  };
+  TraceRecord other = Rec(0, "f1.r1", Op::kCompute, "gpu1.compute", 1.5, 1.6, Phase::kForward);
+  other.rank = 1;
+  records.push_back(other);
+  const TraceSummary s = Summarize(records, nullptr);
+  const IterationSummary& it = s.iterations[0];
+  EXPECT_DOUBLE_EQ(it.timer_s[static_cast<int>(Phase::kForward)], 2.5);
+  EXPECT_DOUBLE_EQ(it.timer_s[static_cast<int>(Phase::kBackward)], 1.5);
+  EXPECT_DOUBLE_EQ(it.timer_s[static_cast<int>(Phase::kStep)], 3.0);
+}
+
 TEST(SummaryTest, ExposedTimeIsBusyTimeThatNoComputeHides) {
   std::vector<TraceRecord> records = {
       Rec(0, "c0", Op::kCompute, "gpu0.compute", 0, 4),

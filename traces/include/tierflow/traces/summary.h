@@ -37,6 +37,15 @@ struct IterationSummary {
   double period_s = 0; // end_s - end_s of the previous iteration found; 0 for the first
   std::array<PhaseSpan, kPhaseCount> phases;  // indexed by static_cast<int>(Phase)
   const PhaseSpan& phase(Phase p) const { return phases[static_cast<int>(p)]; }
+  // The phases as DeepSpeed's engine times them (docs/trace-format.md "Phases"): back to back,
+  // summing to time_s. Rank 0's GPU work cuts the iteration: a forward segment ends with its last
+  // forward compute, a backward one with its last backward compute, reduce-scatter or gradient
+  // copy; the time to each segment's end goes to its phase, the rest of the iteration to the
+  // step. Indexed like `phases`.
+  std::array<double, kPhaseCount> timer_s{};
+  // Per phase: the busy time of its records (every resource and rank) outside its own timer's
+  // segments, the overlap with other phases that the back-to-back timers hide.
+  std::array<double, kPhaseCount> overlap_s{};
 };
 
 struct ResourceSummary {
