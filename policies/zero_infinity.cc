@@ -6,8 +6,6 @@
 //    (max(1 MiB, aio.block_size)) stay in a pinned flat host buffer, the optimizer states of a
 //    sub-group below it stay in host memory, and so does a gradient below it (or of such a
 //    sub-group);
-//  - gathered parameters on each GPU bounded by stage3_max_live_parameters (the prefetch
-//    coordinator's budget), a layer's own always admitted;
 //  - one nvme_path: every rank's parameters, gradients and optimizer states on nvme0;
 //  - parameter partitions read into `buffer_count` pinned slots of `buffer_size` elements each
 //    (every slot sized for the largest partition), the read-ahead bounded by free slots;
@@ -18,8 +16,6 @@
 //    order: swap in states, swap in gradients, CPU Adam, fp16 copy and blocking parameter write,
 //    swap out states — serial, or pipelined with pipeline_read / pipeline_write;
 //  - step() is synchronous: the next iteration starts after the last write.
-#include <map>
-
 #include "blocks.h"
 #include "policies_internal.h"
 
@@ -42,7 +38,6 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   k.params_on_nvme = offload_param == "nvme";
   TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu));
-  TF_ASSIGN_OR_RETURN(k.max_live_parameters, knobs.Int("max_live_parameters", k.max_live_parameters));
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
@@ -50,7 +45,6 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   if (k.optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
   if (k.queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");
   if (k.max_in_cpu < 0) return InvalidArgument("policy.max_in_cpu must be >= 0");
-  if (k.max_live_parameters < 1) return InvalidArgument("policy.max_live_parameters must be >= 1");
   if (k.block_size < 1) return InvalidArgument("policy.block_size must be > 0");
   return k;
 }
@@ -148,18 +142,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   // Per rank: the aio handles (param swapper; optimizer read and write), the pinned pools, the
   // GPU's resident state.
   std::vector<int32_t> param_io(ranks), opt_read(ranks), opt_write(ranks), param_pool(ranks), opt_pool(ranks);
-  std::vector<int32_t> host_params(ranks, kNoIndex), host_grads(ranks, kNoIndex), host_states(ranks, kNoIndex), live(ranks);
-  // The gathered parameters a GPU holds at once: DeepSpeed's coordinator prefetches only while
-  // the available parameters stay within stage3_max_live_parameters (fetch_sub_module), but the
-  // module it runs next is gathered whatever that says, so a layer's own always fit.
-  int64_t live_bytes = knobs.max_live_parameters * 2;
-  {
-    std::map<int32_t, int64_t> layer_bytes;
-    for (const ParamUnit& u : plan.units) {
-      if (!u.gpu_resident) layer_bytes[u.layer] += u.elements * 2;
-    }
-    for (const auto& [layer, bytes] : layer_bytes) live_bytes = std::max(live_bytes, bytes);
-  }
+  std::vector<int32_t> host_params(ranks, kNoIndex), host_grads(ranks, kNoIndex), host_states(ranks, kNoIndex);
   const int32_t opt_slots = static_cast<int32_t>(
       std::max<int64_t>(optimizer_buffer_count, (pipeline_read || pipeline_write) ? 12 : 4));
   for (int32_t r = 0; r < ranks; ++r) {
@@ -183,7 +166,6 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     }
     if (place.host_state_elements > 0) host_states[r] = b.Pool("host.states" + R, b.Host(r), place.host_state_elements * 12);
     b.Buffer("gpu.resident" + R, b.GpuPool(r), plan.gpu_resident_bytes, /*persistent=*/true);
-    live[r] = b.Pool(b.Gpu(r) + ".live_params", b.Gpu(r), live_bytes);
     // Without offload_param the rank's fp16 partition lives on its GPU.
     if (!params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
     b.GpuCompute(r);
@@ -210,8 +192,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.block_bytes = block_size;
   po.queue_depth = static_cast<int32_t>(queue_depth);
   po.cpu_threads = threads;
-  po.chain_passes = !params_on_nvme;  // gathers bounded by memory, not reads: keep passes in order
-  po.fetch.gather_pool = live;
+  po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
   if (params_on_nvme && place.host_param_elements > 0) {
     po.fetch.in_host = place.param_in_host;
     po.fetch.host_param_buffer = host_params;

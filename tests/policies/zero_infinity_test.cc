@@ -210,28 +210,6 @@ TEST(ZeroInfinity, TheSwapMinimumKeepsSmallTensorsOffTheDisk) {
   EXPECT_NE(none.FindTask("adam.sg0.r0"), kNoIndex);
 }
 
-// stage3_max_live_parameters bounds the gathered parameters a GPU holds (their own pool), but a
-// layer's own are always admitted: 3e6 elements is below one layer's 10,485,760 (q, k, v, o of
-// 1024 x 1024, gate, up, down of 1024 x 2048), so the pool holds one layer, and the parameters
-// (in host memory: nothing paces their fetch but this) are gathered no further ahead than that.
-TEST(ZeroInfinity, MaxLiveParametersBoundTheGatheredParameters) {
-  const Schedule roomy = PlanOrDie({"policy.max_in_cpu=1e9"});
-  const Schedule tight = PlanOrDie({"policy.max_in_cpu=1e9", "policy.max_live_parameters=3e6"});
-  const int32_t pool = tight.FindPool("gpu0.live_params");
-  ASSERT_NE(pool, kNoIndex);
-  EXPECT_EQ(tight.pools()[pool].capacity_bytes, 10485760 * 2);
-  EXPECT_EQ(roomy.pools()[roomy.FindPool("gpu0.live_params")].capacity_bytes, int64_t{2000000000});
-  auto timed = [](const Schedule& s) {
-    std::map<std::string, double> d;
-    for (const TaskSpec& t : s.tasks()) d[t.id] = t.op == Op::kCompute ? 1.0 : 0.01;
-    return testing::RunTimed(s, 2, d);
-  };
-  auto a = timed(roomy), b = timed(tight);
-  ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status.ToString() << b.status.ToString();
-  EXPECT_LE(b.peaks[pool], 10485760 * 2);
-  EXPECT_GT(a.peaks[roomy.FindPool("gpu0.live_params")], b.peaks[pool]);
-}
-
 TEST(ZeroInfinity, UnknownKnobIsAnError) {
   auto scenario = LoadScenarioText(kSmall, {"policy.bufer_count=3"}, "small.yaml");
   ASSERT_TRUE(scenario.ok());
