@@ -779,6 +779,19 @@ int32_t ResidentRefresh(ScheduleBuilder& b, int32_t rank, const std::string& id,
   return b.Task(std::move(h2d));
 }
 
+// A task of the rank's CPU: a conversion or the optimizer, on `threads` threads, in the step.
+TaskSpec CpuStepTask(ScheduleBuilder& b, std::string id, Op op, Kernel kernel, int32_t rank, int32_t threads) {
+  TaskSpec t;
+  t.id = std::move(id);
+  t.op = op;
+  t.rank = rank;
+  t.kernel = kernel;
+  t.resource = b.Cpu(rank);
+  t.ranks = threads;
+  t.phase = Phase::kStep;
+  return t;
+}
+
 }  // namespace
 
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o) {
@@ -884,37 +897,23 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       grad_task = b.Task(std::move(rg));
       prev_read_end = grad_task;
     } else {
-      TaskSpec cg;
-      cg.id = "convert.grad" + G;
-      cg.op = Op::kConvert;
-      cg.rank = o.rank;
-      cg.kernel = Kernel::kBf16ToFp32;
-      cg.resource = b.Cpu(o.rank);
+      TaskSpec cg = CpuStepTask(b, "convert.grad" + G, Op::kConvert, Kernel::kBf16ToFp32, o.rank, o.threads);
       cg.bytes = n * 6;  // reads bf16, writes fp32
-      cg.ranks = o.threads;
       if (cached) cg.allocs = {grad};
       cg.uses = {o.host_grad_buffer};
       if (!cached) cg.uses.push_back(grad);  // reserved by the states' read
       cg.tensors = {b.State(StateKind::kGrad16, o.rank, first, n, host)};
       cg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
-      cg.phase = Phase::kStep;
       grad_task = b.Task(std::move(cg));
       if (!cached) prev_read_end = read_states;
     }
-    TaskSpec adam;
-    adam.id = "adam" + G;
-    adam.op = Op::kOptimizer;
-    adam.rank = o.rank;
-    adam.kernel = Kernel::kAdam;
-    adam.resource = b.Cpu(o.rank);
+    TaskSpec adam = CpuStepTask(b, "adam" + G, Op::kOptimizer, Kernel::kAdam, o.rank, o.threads);
     adam.bytes = n * 4;
-    adam.ranks = o.threads;
     adam.uses = {states, grad};
     if (!grad_host32) adam.frees = {grad};
     adam.tensors = home_states;
     adam.deps = grad_task != kNoIndex ? std::vector<int32_t>{grad_task} : read_deps;
     if (o.adam_waits_param_write && prev_param_write != kNoIndex) adam.deps.push_back(prev_param_write);
-    adam.phase = Phase::kStep;
     const int32_t adam_task = b.Task(std::move(adam));
     res.adam[g] = adam_task;
     int32_t param_done = kNoIndex;
@@ -926,18 +925,11 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       const P16Tensors all = p16_tensors(first, n, b.DeviceOfResource(o.param_write_resource[g]));
       int32_t host_convert = kNoIndex;
       if (!all.in_host.empty()) {
-        TaskSpec conv;
-        conv.id = "convert.p16" + G;
-        conv.op = Op::kConvert;
-        conv.rank = o.rank;
-        conv.kernel = Kernel::kFp32ToBf16;
-        conv.resource = b.Cpu(o.rank);
+        TaskSpec conv = CpuStepTask(b, "convert.p16" + G, Op::kConvert, Kernel::kFp32ToBf16, o.rank, o.threads);
         for (int32_t t : all.in_host) conv.bytes += b.tensor_bytes(t) * 2;  // the fp32 weights read
-        conv.ranks = o.threads;
         conv.uses = {states, o.host_param_buffer};
         conv.tensors = all.in_host;
         conv.deps = {adam_task};
-        conv.phase = Phase::kStep;
         host_convert = last_convert = b.Task(std::move(conv));
       }
       // The rest, fp32 -> fp16 through the parameter swapper's slots, each chunk on a disk
@@ -950,21 +942,14 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         const P16Tensors part = p16_tensors(first + c0, chunk, b.DeviceOfResource(o.param_write_resource[g]));
         if (part.offloaded.empty() && part.resident.empty()) continue;
         const int32_t slot = b.Buffer("p16" + C, o.param_pool, o.chunk_elements * 2);
-        TaskSpec conv;
-        conv.id = "convert.p16" + C;
-        conv.op = Op::kConvert;
-        conv.rank = o.rank;
-        conv.kernel = Kernel::kFp32ToBf16;
-        conv.resource = b.Cpu(o.rank);
+        TaskSpec conv = CpuStepTask(b, "convert.p16" + C, Op::kConvert, Kernel::kFp32ToBf16, o.rank, o.threads);
         conv.bytes = (bytes_of(part.offloaded) + bytes_of(part.resident)) * 2;
-        conv.ranks = o.threads;
         conv.allocs = {slot};
         conv.uses = {states};
         conv.tensors = part.offloaded;
         conv.tensors.insert(conv.tensors.end(), part.resident.begin(), part.resident.end());
         conv.deps = {adam_task};
         if (!chunk_ends.empty()) conv.deps.push_back(chunk_ends.back());
-        conv.phase = Phase::kStep;
         const int32_t conv_task = b.Task(std::move(conv));
         last_convert = conv_task;
         int32_t refresh = kNoIndex;
@@ -996,14 +981,8 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       if (host_convert != kNoIndex && !chunk_ends.empty()) b.task(param_done).deps.push_back(host_convert);
     } else {
       const int32_t p16 = b.Buffer("p16" + G, o.param_pool, n * 2);  // exact size
-      TaskSpec conv;
-      conv.id = "convert.p16" + G;
-      conv.op = Op::kConvert;
-      conv.rank = o.rank;
-      conv.kernel = Kernel::kFp32ToBf16;
-      conv.resource = b.Cpu(o.rank);
+      TaskSpec conv = CpuStepTask(b, "convert.p16" + G, Op::kConvert, Kernel::kFp32ToBf16, o.rank, o.threads);
       conv.bytes = n * 4;
-      conv.ranks = o.threads;
       conv.allocs = {p16};
       conv.uses = {states};
       const bool to_gpu = o.param_path == ParamUpdatePath::kToGpu;
@@ -1015,7 +994,6 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       converted.insert(converted.end(), resident.begin(), resident.end());
       conv.tensors = converted;
       conv.deps = {adam_task};
-      conv.phase = Phase::kStep;
       const int32_t conv_task = b.Task(std::move(conv));
       last_convert = conv_task;
       TaskSpec out;
