@@ -18,7 +18,10 @@ by splitmix64 with the data seed, replayed here) with tierflow's AdamW (betas 0.
 bf16 parameters as tierflow's), and each curve is set against tierflow's run of the plan.
 Steady state: the iterations but the first two (DeepSpeed creates Adam's moments at the first
 step, so its first swap-in reads the master weights only) and the last. The table gives the
-bytes read and written per iteration by each, and tierflow's error against DeepSpeed.
+bytes read and written per iteration by each, and tierflow's error against DeepSpeed; and
+DeepSpeed's iteration time with its three calls (forward, backward, step: its timers' phases)
+beside `tierflow sim`'s prediction of the plan and its phases cut the same way (timer_phases),
+on the scenario's hardware or a calibrated --profile.
 
   fidelity.py --tierflow build/cli/tierflow --scenario scenarios/tiny-cpu.yaml --dir DIR
               [--setting NAME:key=value,key=value ...] [--iterations 6] [--json FILE]
@@ -126,12 +129,17 @@ def worker(args):
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
     rows = []
     for inputs, targets in tierflow_batches(args.seq, args.iterations):
+        # Its engine's three calls, one after the other: the phases as its own timers cut them.
         before, io0, t0 = dict(moved), proc_io(), time.perf_counter()
         loss = train_peers.loss_of(engine, inputs, targets)
+        t1 = time.perf_counter()
         engine.backward(loss)
+        t2 = time.perf_counter()
         engine.step()
+        t3 = time.perf_counter()
         io1 = proc_io()
-        rows.append({"s": time.perf_counter() - t0, "loss": float(loss), "read": moved["read"] - before["read"],
+        rows.append({"s": t3 - t0, "forward_s": t1 - t0, "backward_s": t2 - t1, "step_s": t3 - t2,
+                     "loss": float(loss), "read": moved["read"] - before["read"],
                      "write": moved["write"] - before["write"], "io_read": io1["read_bytes"] - io0["read_bytes"],
                      "io_write": io1["write_bytes"] - io0["write_bytes"]})
     print(json.dumps(rows))
@@ -191,13 +199,14 @@ def run_setting(args, model, seq, checkpointing, name, sets):
     ds_config = os.path.join(work, "ds_config.json")
     subprocess.run([args.tierflow, "deepspeed", "export", plan, "--nvme-path", os.path.join(work, "nvme"), "-o", ds_config],
                    check=True, capture_output=True)
-    sim = json.loads(subprocess.run([args.tierflow, "sim", plan, "-n", "3", "--json"], check=True, capture_output=True,
-                                    text=True).stdout)
+    sim_cmd = [args.tierflow, "sim", plan, "-n", "4", "--json"] + (["--profile", args.profile] if args.profile else [])
+    sim = json.loads(subprocess.run(sim_cmd, check=True, capture_output=True, text=True).stdout)
     rows = run_deepspeed(args, model, seq, checkpointing, ds_config, name)
     steady = rows[2:-1] or rows[-1:]
-    ds = {k: statistics.mean(r[k] for r in steady) for k in ("read", "write", "io_read", "io_write", "s")}
+    ds = {k: statistics.mean(r[k] for r in steady)
+          for k in ("read", "write", "io_read", "io_write", "s", "forward_s", "backward_s", "step_s")}
     return {"setting": name, "sets": sets, "tierflow": schedule_bytes(plan), "deepspeed": ds, "iterations": rows,
-            "sim_iteration_s": sim.get("iteration_s")}
+            "sim_iteration_s": sim.get("iteration_s"), "sim_timer_phases": sim.get("timer_phases")}
 
 
 def main():
@@ -210,6 +219,7 @@ def main():
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     ap.add_argument("--init-out", help=argparse.SUPPRESS)
     ap.add_argument("--losses", action="store_true", help="also compare the loss curves (the first setting)")
+    ap.add_argument("--profile", help="a calibrated hardware profile for tierflow sim's prediction of the iteration")
     ap.add_argument("--tierflow", default=os.path.join(train_peers.ROOT, "build", "cli", "tierflow"))
     ap.add_argument("--scenario", default=os.path.join(train_peers.ROOT, "scenarios", "tiny-cpu.yaml"))
     ap.add_argument("--dir", required=False, help="scratch directory (DeepSpeed's nvme_path lies in it)")
@@ -242,6 +252,11 @@ def main():
               f" (block I/O {ds['io_read'] / 1e6:9.2f})  error {err(tf['read'], ds['read'])}", flush=True)
         print(f"{'':<22} write tierflow {tf['write'] / 1e6:9.2f} MB  DeepSpeed {ds['write'] / 1e6:9.2f} MB"
               f" (block I/O {ds['io_write'] / 1e6:9.2f})  error {err(tf['write'], ds['write'])}", flush=True)
+        tp = r.get("sim_timer_phases") or {}
+        print(f"{'':<22} time  DeepSpeed {ds['s']:.3f} s (forward {ds['forward_s']:.3f}, backward {ds['backward_s']:.3f},"
+              f" step {ds['step_s']:.3f})  tierflow sim {r['sim_iteration_s']:.3f} s (forward {tp.get('forward_s', 0):.3f},"
+              f" backward {tp.get('backward_s', 0):.3f}, step {tp.get('step_s', 0):.3f})  error {err(r['sim_iteration_s'], ds['s'])}",
+              flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"scenario": args.scenario, "results": results}, f, indent=1)
