@@ -156,7 +156,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     opt_pool[r] = PinnedPool(b, r, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
     // What DeepSpeed keeps in host memory (PlaceLikeDeepSpeed): the pinned flat buffer of the
     // parameters kept there, the gradients it does not swap, the states of sub-groups it does not.
-    if (place.host_param_elements > 0) {
+    if (params_on_nvme && place.host_param_elements > 0) {
       const int32_t pool = PinnedPool(b, r, "host.pinned.p16flat" + R, place.host_param_elements * 2, pin_rounding);
       host_params[r] = b.Buffer("p16.host" + R, pool, place.host_param_elements * 2, /*persistent=*/true);
     }
