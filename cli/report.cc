@@ -27,33 +27,28 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
   const traces::SteadyRange steady = traces::SteadyIterations(summary.iterations.size());
   const char* keys[] = {"forward_s", "backward_s", "step_s"};
   const Phase phases[] = {Phase::kForward, Phase::kBackward, Phase::kStep};
-  nlohmann::ordered_json pj;
+  // Each also as DeepSpeed's timers cut it (back to back) and the overlap those hide, over the
+  // same iterations.
+  nlohmann::ordered_json pj, tj, oj;
   for (int p = 0; p < 3; ++p) {
-    double sum = 0;
-    size_t n = 0;
+    const int k = static_cast<int>(phases[p]);
+    double span = 0, timer = 0, overlap = 0;
+    size_t present = 0;
     for (size_t i = steady.first; i < steady.end; ++i) {
-      const auto& span = summary.iterations[i].phases[static_cast<int>(phases[p])];
-      if (span.present) {
-        sum += span.span_s;
-        ++n;
+      const traces::IterationSummary& it = summary.iterations[i];
+      if (it.phases[k].present) {
+        span += it.phases[k].span_s;
+        ++present;
       }
-    }
-    pj[keys[p]] = n ? sum / static_cast<double>(n) : 0.0;
-  }
-  j["phases"] = pj;
-  // The same phases as DeepSpeed's timers cut them (back to back) and the overlap those hide:
-  // means over the same steady-state iterations.
-  nlohmann::ordered_json tj, oj;
-  for (int p = 0; p < 3; ++p) {
-    double timer = 0, overlap = 0;
-    for (size_t i = steady.first; i < steady.end; ++i) {
-      timer += summary.iterations[i].timer_s[static_cast<int>(phases[p])];
-      overlap += summary.iterations[i].overlap_s[static_cast<int>(phases[p])];
+      timer += it.timer_s[k];
+      overlap += it.overlap_s[k];
     }
     const double n = static_cast<double>(steady.end - steady.first);
+    pj[keys[p]] = present ? span / static_cast<double>(present) : 0.0;
     tj[keys[p]] = n > 0 ? timer / n : 0.0;
     oj[keys[p]] = n > 0 ? overlap / n : 0.0;
   }
+  j["phases"] = pj;
   j["timer_phases"] = tj;
   j["phase_overlap"] = oj;
   nlohmann::ordered_json rj = nlohmann::ordered_json::object();

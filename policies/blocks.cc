@@ -932,9 +932,11 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         conv.deps = {adam_task};
         host_convert = last_convert = b.Task(std::move(conv));
       }
-      // The rest, fp32 -> fp16 through the parameter swapper's slots, each chunk on a disk
-      // written with a blocking wait; resident ones copied to the GPU from the slot.
+      // Then the rest, fp32 -> fp16 through the parameter swapper's slots, each chunk on a disk
+      // written with a blocking wait, resident ones copied to the GPU from the slot (DeepSpeed's
+      // _partitioned_params_swap_out copies the parameters it keeps, then swaps out the others).
       std::vector<int32_t> chunk_ends;
+      if (host_convert != kNoIndex) chunk_ends.push_back(host_convert);
       const int64_t step = IoAlignedStep(o.chunk_elements);
       for (int64_t c0 = 0, c = 0; c0 < n; c0 += step, ++c) {
         const int64_t chunk = std::min(step, n - c0);
@@ -977,8 +979,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
         pw.phase = Phase::kStep;
         chunk_ends.push_back(b.Task(std::move(pw)));
       }
-      param_done = !chunk_ends.empty() ? chunk_ends.back() : host_convert;
-      if (host_convert != kNoIndex && !chunk_ends.empty()) b.task(param_done).deps.push_back(host_convert);
+      param_done = chunk_ends.back();
     } else {
       const int32_t p16 = b.Buffer("p16" + G, o.param_pool, n * 2);  // exact size
       TaskSpec conv = CpuStepTask(b, "convert.p16" + G, Op::kConvert, Kernel::kFp32ToBf16, o.rank, o.threads);

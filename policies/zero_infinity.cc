@@ -52,10 +52,10 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
 DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityKnobs& k) {
   DeepSpeedPlacement p;
   const size_t nunits = plan.units.size(), nsub = plan.subgroups.size();
+  if (nsub == 0) return p;  // a model of no parameters
   p.param_in_host.assign(nunits, false);
   p.grad_in_host.assign(nunits, false);
   p.states_in_host.assign(nsub, false);
-  p.subgroup_grads_in_host.assign(nsub, false);
   // The swap minimum of both swappers (partitioned_param_swapper.py, optimizer_utils.py).
   const int64_t min_aio_bytes = std::max<int64_t>(int64_t{1} << 20, k.block_size);
   // The fp32 gradient's part that is a multiple of the swapper's alignment (1024 bytes per aio
@@ -66,42 +66,35 @@ DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityK
   // or max_in_cpu elements of it (_create_param_groups_fp16_flat_cpu_memory); a sub-group whose
   // end is within it keeps its parameters there (_create_fp16_partitions_with_defragmentation).
   const int64_t flat_cpu = std::min(plan.rank_elements, k.max_in_cpu);
-  std::vector<int32_t> group_of(nunits, -1);
-  for (size_t g = 0; g < nsub; ++g) {
-    const SubGroup& sg = plan.subgroups[g];
-    p.states_in_host[g] = sg.elements * 4 < min_aio_bytes;  // _swappable_optimizer_subgroup
-    for (size_t u = 0; u < nunits; ++u) {
-      const ParamUnit& unit = plan.units[u];
-      if (unit.rank_offset >= sg.begin && unit.rank_offset < sg.begin + sg.elements) group_of[u] = static_cast<int32_t>(g);
-    }
+  // DeepSpeed's sub-groups are whole units in order (SubGroupRule::kDeepSpeed): one walk finds
+  // each unit's.
+  std::vector<size_t> group_of(nunits, 0);
+  for (size_t u = 0, g = 0; u < nunits; ++u) {
+    while (g + 1 < nsub && plan.units[u].rank_offset >= plan.subgroups[g].begin + plan.subgroups[g].elements) ++g;
+    group_of[u] = g;
   }
+  for (size_t g = 0; g < nsub; ++g) {
+    p.states_in_host[g] = plan.subgroups[g].elements * 4 < min_aio_bytes;  // _swappable_optimizer_subgroup
+    if (p.states_in_host[g]) p.host_state_elements += plan.subgroups[g].elements;
+  }
+  // A sub-group's gradients are read back as one piece: they stay in host memory only if every
+  // one of its parameters' would (DeepSpeed reads the swapped ones and copies the others; a
+  // sub-group that mixes both has all of its gradients written here, the difference
+  // docs/policies.md states).
+  p.subgroup_grads_in_host.assign(nsub, true);
   int64_t param_end = 0, grad_end = 0;
   for (size_t u = 0; u < nunits; ++u) {
     const ParamUnit& unit = plan.units[u];
-    if (unit.rank_elements == 0 || group_of[u] < 0) continue;
-    const SubGroup& sg = plan.subgroups[static_cast<size_t>(group_of[u])];
-    const int64_t end = unit.rank_offset + unit.rank_elements;
+    const SubGroup& sg = plan.subgroups[group_of[u]];
     if (!unit.gpu_resident && (sg.begin + sg.elements <= flat_cpu || unit.rank_elements * 2 < min_aio_bytes)) {
       p.param_in_host[u] = true;
-      param_end = std::max(param_end, end);
+      param_end = std::max(param_end, unit.rank_offset + unit.rank_elements);
     }
     const int64_t swapped = unit.rank_elements / grad_alignment * grad_alignment;
-    p.grad_in_host[u] = p.states_in_host[static_cast<size_t>(group_of[u])] || swapped * 4 < min_aio_bytes;
-  }
-  // A sub-group's gradients are read back as one piece: they stay in host memory only if all of
-  // its parameters' do (DeepSpeed reads the swapped ones and copies the others; a sub-group
-  // that mixes both has all of its gradients written here, the difference docs/policies.md
-  // states).
-  for (size_t g = 0; g < nsub; ++g) {
-    bool all = true;
-    for (size_t u = 0; u < nunits; ++u) {
-      if (group_of[u] == static_cast<int32_t>(g) && !p.grad_in_host[u]) all = false;
-    }
-    p.subgroup_grads_in_host[g] = all;
-    if (p.states_in_host[g]) p.host_state_elements += plan.subgroups[g].elements;
+    if (!p.states_in_host[group_of[u]] && swapped * 4 >= min_aio_bytes) p.subgroup_grads_in_host[group_of[u]] = false;
   }
   for (size_t u = 0; u < nunits; ++u) {
-    p.grad_in_host[u] = group_of[u] >= 0 && p.subgroup_grads_in_host[static_cast<size_t>(group_of[u])];
+    p.grad_in_host[u] = p.subgroup_grads_in_host[group_of[u]];
     if (p.grad_in_host[u]) grad_end = std::max(grad_end, plan.units[u].rank_offset + plan.units[u].rank_elements);
   }
   p.host_param_elements = param_end;

@@ -103,9 +103,7 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
       if (out == kNoIndex && b != src_buf) out = b;
     }
     if (out == kNoIndex || Buf(out).size < n * 4) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32 has no fp32 output buffer of " + std::to_string(n * 4) + " bytes");
-    // Into a staging buffer from its start; into a persistent one (the rank's flat fp32
-    // gradients kept in host memory) at the element offset.
-    const int64_t at = s_.buffers()[static_cast<size_t>(out)].persistent ? ts.element_offset * 4 : 0;
+    const int64_t at = WriteOffset(out, kGrad, ts.element_offset, 0);
     if (Buf(out).size < at + n * 4) return InvalidArgument(Who(t, iteration) + ": bf16_to_fp32's output does not fit buffer '" + s_.buffers()[static_cast<size_t>(out)].name + "'");
     const uint16_t* src = reinterpret_cast<const uint16_t*>(p.data);
     float* dst = reinterpret_cast<float*>(Buf(out).data + at);

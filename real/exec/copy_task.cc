@@ -111,10 +111,7 @@ Status Run::PrepareCopy(const TaskSpec& t, Job& job, int64_t iteration) {
       return FailedPrecondition(Who(t, iteration) + " copies " + Range(ts) + " off the GPU, where the GPU buffers it uses hold " + GradVersionText(v) +
                                 "'s, not " + GradVersionText(GradVersion(iteration, micro)) + "'s: it runs before the backward that computes it");
     }
-    // Kept in host memory (a persistent buffer): at the element offset in the rank's flat
-    // buffer, bf16 or fp32; else packed into the staging buffer.
-    const bool flat = kind == kGrad16 || s_.buffers()[static_cast<size_t>(buffer)].persistent;
-    const int64_t offset = flat ? ts.element_offset * KindBytes(kind) : packed;
+    const int64_t offset = WriteOffset(buffer, kind, ts.element_offset, packed);
     if (offset + ts.size_bytes > Buf(buffer).size) return InvalidArgument(Who(t, iteration) + ": gradients do not fit buffer '" + s_.buffers()[static_cast<size_t>(buffer)].name + "'");
     // Contributions to a range, in order: per micro-step, the tied head's part of the table (a
     // range outside the d2h's own layer), then the range's own. The first of the iteration

@@ -194,6 +194,13 @@ class Run {
   void SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version);
   // Places kind [begin, begin + n) at `offset` of `buffer`, replacing what held any of it.
   void Place(int32_t buffer, const Piece& piece);
+  // Where a task writes kind starting at `begin` into host buffer `buffer`: a persistent buffer
+  // keeps the rank's state of that kind in host memory, each element at its own offset (bf16
+  // gradients are always there); a staging buffer at `packed`, where the task packs its tensors.
+  int64_t WriteOffset(int32_t buffer, int kind, int64_t begin, int64_t packed) const {
+    const bool flat = kind == kGrad16 || s_.buffers()[static_cast<size_t>(buffer)].persistent;
+    return flat ? begin * KindBytes(kind) : packed;
+  }
   bool OnGpu(int32_t buffer) const { return buffers_[static_cast<size_t>(buffer)].on_gpu; }
   // A buffer that holds gpu0 memory while allocated: in a GPU pool and not persistent (persistent
   // GPU buffers stand for the device's own memory and the resident home: see Setup).

@@ -165,6 +165,10 @@ TEST(ZeroInfinity, SubGroupsAreWholeParametersClosedOnceTheyReachTheSize) {
 // parameter in a pinned flat host buffer: nothing of them is read or written, the h2d copies
 // from that buffer (after the previous step) and the update converts into it in place.
 TEST(ZeroInfinity, MaxInCpuKeepsTheParametersInHostMemory) {
+  // The control: with max_in_cpu 0 (this file's scenario) the same task names move bytes.
+  const Schedule disk = PlanOrDie();
+  ASSERT_GT(OpBytes(disk, Op::kRead, "read.model."), 0);
+  ASSERT_GT(OpBytes(disk, Op::kWrite, "write.p16"), 0);
   const Schedule s = PlanOrDie({"policy.max_in_cpu=1e9"});
   EXPECT_EQ(OpBytes(s, Op::kRead, "read.model."), 0);
   EXPECT_EQ(OpBytes(s, Op::kWrite, "write.p16"), 0);
@@ -193,6 +197,10 @@ TEST(ZeroInfinity, MaxInCpuKeepsTheParametersInHostMemory) {
 // and parameter partition stays in host memory; with one parameter a sub-group, no sub-group's
 // states reach 8 MiB either, and nothing touches the disk.
 TEST(ZeroInfinity, TheSwapMinimumKeepsSmallTensorsOffTheDisk) {
+  const Schedule disk = PlanOrDie();  // the control, at 1 MiB blocks
+  ASSERT_GT(OpBytes(disk, Op::kRead, "read.model."), 0);
+  ASSERT_GT(OpBytes(disk, Op::kWrite, "write.grad"), 0);
+  ASSERT_GT(OpBytes(disk, Op::kRead, "read.grad"), 0);
   const Schedule s = PlanOrDie({"policy.block_size=8 MiB"});
   EXPECT_EQ(OpBytes(s, Op::kRead, "read.model."), 0);
   EXPECT_EQ(OpBytes(s, Op::kWrite, "write.grad"), 0);
