@@ -15,6 +15,10 @@ Systems (each a fresh process per run; rounds interleave them A B C A B C ...):
   in-memory    tierflow run --in-memory (the reference loop, no schedule)
   zero-infinity  tierflow run with the scenario's zero-infinity schedule
   tuned        tierflow run with the schedule `tierflow tune` found for the scenario
+  overlapped   tierflow run with the tierflow policy keeping the optimizer states on the disk: the
+               update overlapped with backward, the states read ahead, the bf16 parameters in
+               (emulated) GPU memory, one disk, the scenario's sub_group_size (an SSD-offloaded
+               schedule for a CPU-only host, where `tuned` keeps every state in memory)
 
 Each run trains ITERATIONS iterations of one micro-batch of SEQ byte tokens of the corpus and
 reports its steady-state iteration time as tierflow's iteration_s defines it (docs/trace-format.md:
@@ -193,10 +197,24 @@ def disk_bytes(records, iterations):
     return {op: statistics.mean(x[op] for x in steady) if steady else 0 for op in ("read", "write")}, best
 
 
+def overlapped_policy(scenario):
+    """The `overlapped` system's policy section: tierflow with the states on one disk, the update
+    overlapped with backward and the states read ahead, at the scenario's sub_group_size."""
+    import yaml
+    policy = yaml.safe_load(open(scenario)).get("policy", {})
+    knobs = {"name": "tierflow", "overlap_optimizer": "true", "read_ahead": "true", "offload_param": "none",
+             "disks": "1"}
+    if "sub_group_size" in policy:
+        knobs["sub_group_size"] = str(policy["sub_group_size"])
+    return "policy={" + ", ".join(f"{k}: {v}" for k, v in knobs.items()) + "}"
+
+
 def run_tierflow(args, system, target, disk):
     cmd = [args.tierflow, "run", target, "-n", str(args.iterations), "--threads", str(args.threads),
            "--lr", str(args.lr), "--data", CORPUS, "--json"]
     records = os.path.join(disk, "records.jsonl")
+    if system == "overlapped":
+        cmd += ["--set", overlapped_policy(args.scenario)]
     if system == "in-memory":
         cmd.append("--in-memory")
     else:
@@ -245,7 +263,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--systems", default="pytorch,pytorch-no-ckpt,deepspeed,deepspeed-fp32,in-memory,zero-infinity,tuned")
+    ap.add_argument("--systems", default="pytorch,pytorch-no-ckpt,deepspeed,deepspeed-fp32,in-memory,zero-infinity,tuned,overlapped")
     ap.add_argument("--ratio-to", default="deepspeed,deepspeed-fp32,pytorch")
     ap.add_argument("--json", help="write every run's figures here")
     args = ap.parse_args()
@@ -254,7 +272,8 @@ def main():
         return worker(args)
 
     systems = args.systems.split(",")
-    known = ("pytorch", "pytorch-no-ckpt", "deepspeed", "deepspeed-fp32", "in-memory", "zero-infinity", "tuned")
+    known = ("pytorch", "pytorch-no-ckpt", "deepspeed", "deepspeed-fp32", "in-memory", "zero-infinity", "tuned",
+             "overlapped")
     for s in systems:
         if s not in known:
             raise SystemExit(f"train_peers: --systems: unknown system '{s}' (known: {', '.join(known)})")
@@ -289,7 +308,7 @@ def main():
     # round: the same math with no I/O on the same cores) and the disk (its bytes at the probed peaks).
     bounds = {}
     if "in-memory" in systems:
-        for s in ("zero-infinity", "tuned"):
+        for s in ("zero-infinity", "tuned", "overlapped"):
             if s not in systems:
                 continue
             ratios = []

@@ -796,6 +796,7 @@ TaskSpec CpuStepTask(ScheduleBuilder& b, std::string id, Op op, Kernel kernel, i
 
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o) {
   const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
+  TF_CHECK(!o.read_ahead || o.pipeline_read);
   b.StateLayout(plan);
   const int32_t host = b.HostDevice(o.rank);
   const int32_t gpu = b.GpuDevice(o.rank);
@@ -835,6 +836,9 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
   };
   std::vector<int32_t> prev_done = o.first_deps;
   int32_t prev_read_end = kNoIndex, prev_param_write = kNoIndex;
+  // Read-ahead: the first states' read, and the last task in update order that takes a buffer
+  // from the optimizer pool (a read, or a cached sub-group's gradient task).
+  int32_t first_read = kNoIndex, last_take = kNoIndex;
   std::vector<int32_t> cached_writes;  // (g, write) of cached sub-groups still written back
   for (size_t pos = 0; pos < o.order.size(); ++pos) {
     const int32_t g = o.order[pos];
@@ -849,15 +853,28 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     const bool grad_host32 = !o.grads_in_host32.empty() && o.grads_in_host32[g];
     const int32_t grad = grad_host32 ? o.host_grad32_buffer : b.Buffer("gradin" + G, o.opt_pool, n * 4);
     // Serial: after the previous sub-group is done. Pipelined: as soon as the previous
-    // sub-group's reads are done.
-    std::vector<int32_t> read_deps;
+    // sub-group's reads are done. `gate` is what the update itself waits for (the global check,
+    // flushed gradients, the sub-group's gradients final); without read-ahead the reads wait
+    // for it too, with it only the gradient's task and Adam do.
+    std::vector<int32_t> chain, gate;
     if (o.pipeline_read && prev_read_end != kNoIndex) {
-      read_deps = {prev_read_end};
-      read_deps.insert(read_deps.end(), o.pipelined_read_deps.begin(), o.pipelined_read_deps.end());
+      chain = {prev_read_end};
+      gate = o.pipelined_read_deps;
+    } else if (o.read_ahead) {
+      gate = prev_done;  // the first read: nothing before it in this iteration
     } else {
-      read_deps = prev_done;
+      chain = prev_done;
     }
-    if (!o.ready_deps.empty()) read_deps.insert(read_deps.end(), o.ready_deps[g].begin(), o.ready_deps[g].end());
+    if (o.read_ahead && pos > 0) gate.insert(gate.end(), o.first_deps.begin(), o.first_deps.end());
+    if (!o.ready_deps.empty()) gate.insert(gate.end(), o.ready_deps[g].begin(), o.ready_deps[g].end());
+    std::vector<int32_t> read_deps = chain;
+    if (!o.read_ahead) read_deps.insert(read_deps.end(), gate.begin(), gate.end());
+    // What the gradient's task (or Adam, when the gradient is in place) waits for beyond its read.
+    const std::vector<int32_t> update_gate = o.read_ahead ? gate : std::vector<int32_t>{};
+    auto with_gate = [&](std::vector<int32_t> deps) {
+      deps.insert(deps.end(), update_gate.begin(), update_gate.end());
+      return deps;
+    };
     int32_t read_states = kNoIndex;
     if (!cached) {
       TaskSpec rs;
@@ -868,14 +885,17 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       rs.bytes = 3 * n * 4;
       rs.tensors = home_states;
       io(rs);
-      // With gradients in host memory the states' read also reserves the fp32 gradient buffer,
-      // so that read-ahead can never take the space a converted gradient needs (deadlock).
-      rs.allocs = o.grads_on_nvme || grad_host32 ? std::vector<int32_t>{states} : std::vector<int32_t>{states, grad};
+      // With gradients in host memory (or read ahead) the states' read also reserves the fp32
+      // gradient buffer, so that read-ahead can never take the space a gradient needs (deadlock).
+      const bool reserve_grad = !grad_host32 && (!o.grads_on_nvme || o.read_ahead);
+      rs.allocs = reserve_grad ? std::vector<int32_t>{states, grad} : std::vector<int32_t>{states};
       rs.phase = Phase::kStep;
       rs.priority = static_cast<int32_t>(pos);
       rs.deps = read_deps;
       read_states = b.Task(std::move(rs));
       res.read_states[g] = read_states;
+      if (first_read == kNoIndex) first_read = read_states;
+      last_take = read_states;
     }
     int32_t grad_task;  // after which the sub-group's fp32 gradients are in `grad`
     if (grad_host32) {
@@ -890,12 +910,18 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       rg.bytes = n * 4;
       rg.tensors = {b.State(StateKind::kGrad, o.rank, first, n, b.DeviceOfResource(o.read_resource[g]))};
       io(rg);
-      rg.allocs = {grad};
-      rg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
+      if (cached || !o.read_ahead) {
+        rg.allocs = {grad};
+      } else {
+        rg.uses = {grad};  // reserved by the states' read
+      }
+      rg.deps = with_gate(cached ? read_deps : std::vector<int32_t>{read_states});
       rg.phase = Phase::kStep;
       rg.priority = static_cast<int32_t>(pos);
       grad_task = b.Task(std::move(rg));
-      prev_read_end = grad_task;
+      if (cached) last_take = grad_task;
+      // Read-ahead chains the states' reads only: the gradient's read waits for the gate.
+      prev_read_end = o.read_ahead && !cached ? read_states : grad_task;
     } else {
       TaskSpec cg = CpuStepTask(b, "convert.grad" + G, Op::kConvert, Kernel::kBf16ToFp32, o.rank, o.threads);
       cg.bytes = n * 6;  // reads bf16, writes fp32
@@ -903,8 +929,9 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       cg.uses = {o.host_grad_buffer};
       if (!cached) cg.uses.push_back(grad);  // reserved by the states' read
       cg.tensors = {b.State(StateKind::kGrad16, o.rank, first, n, host)};
-      cg.deps = cached ? read_deps : std::vector<int32_t>{read_states};
+      cg.deps = with_gate(cached ? read_deps : std::vector<int32_t>{read_states});
       grad_task = b.Task(std::move(cg));
+      if (cached) last_take = grad_task;
       if (!cached) prev_read_end = read_states;
     }
     TaskSpec adam = CpuStepTask(b, "adam" + G, Op::kOptimizer, Kernel::kAdam, o.rank, o.threads);
@@ -913,6 +940,7 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     if (!grad_host32) adam.frees = {grad};
     adam.tensors = home_states;
     adam.deps = grad_task != kNoIndex ? std::vector<int32_t>{grad_task} : read_deps;
+    if (grad_host32) adam.deps = with_gate(adam.deps);
     if (o.adam_waits_param_write && prev_param_write != kNoIndex) adam.deps.push_back(prev_param_write);
     const int32_t adam_task = b.Task(std::move(adam));
     res.adam[g] = adam_task;
@@ -1056,6 +1084,13 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
     prev_done = o.pipeline_write ? std::vector<int32_t>{param_done} : std::vector<int32_t>{done};
     if (write_states != kNoIndex && !o.semi_async_writes) res.tails.push_back(write_states);
     res.tails.push_back(param_done);
+  }
+  // Read-ahead: the next iteration's first read waits until this one's last buffer of the pool
+  // is taken, so that the pool is taken in update order across iterations (a next iteration's
+  // read holding the buffers this iteration's last sub-groups need would deadlock: their update
+  // comes before the next iteration's gradients).
+  if (o.read_ahead && first_read != kNoIndex && first_read != last_take) {
+    b.task(first_read).carried.push_back({last_take, 1});
   }
   return res;
 }

@@ -351,6 +351,11 @@ struct SweepOptions {
   std::vector<int32_t> first_deps;        // the first swap-in waits for these (norm, flushed grads)
   std::vector<int32_t> pipelined_read_deps;  // every pipelined read also waits for these
   std::vector<std::vector<int32_t>> ready_deps;  // per sub-group: its gradients are final
+  // Read-ahead (needs pipeline_read): the states' reads wait only for the previous read, in
+  // update order across iterations, and for pinned memory; the waits above (first_deps,
+  // pipelined_read_deps, ready_deps) hold the gradient's read or conversion and Adam instead.
+  // The read reserves the fp32 gradient buffer too, so read-ahead cannot starve a gradient.
+  bool read_ahead = false;
   ParamUpdatePath param_path = ParamUpdatePath::kChunkedBlocking;
   bool adam_waits_param_write = true;     // DeepSpeed: the blocking fp16 write ends the sub-group
   bool states_after_params = true;        // DeepSpeed: states are swapped out after the fp16 write

@@ -288,6 +288,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
     so.order = order;
     so.pipeline_read = d.pipeline_read;
     so.pipeline_write = d.pipeline_write;
+    so.read_ahead = d.read_ahead_states;
     so.isolate_reads_first = d.isolate_reads_first;
     so.semi_async_writes = d.semi_async_writes;
     for (int32_t g = 0; g < nsub; ++g) {

@@ -42,6 +42,7 @@ struct OffloadDesign {
   bool descending_order = false;   // update the last sub-groups first (their gradients are final first)
   bool pipeline_read = false;
   bool pipeline_write = false;
+  bool read_ahead_states = false;  // states read as soon as pinned memory admits (SweepOptions::read_ahead)
   bool isolate_reads_first = false;
   bool semi_async_writes = false;
   int32_t cached_per_path = 0;     // the last sub-groups of each path stay in host memory

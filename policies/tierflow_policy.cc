@@ -4,6 +4,8 @@
 //  - exact-size, per-class pinned pools without rounding and a fused overflow check (MemAscend);
 //  - the update pipelined with read/write isolation on a device-wide queue per disk, semi-
 //    asynchronous write-back of states and fp16 parameters (IOC);
+//  - the states read ahead of the update as far as the optimizer's pinned buffers admit, during
+//    the forward and backward passes;
 //  - every NVMe disk striped (or split), a remote tier for every ratio-th sub-group when the
 //    hardware has one, one reader and one writer per tier (MLP-Offload);
 //  - bf16 gradients kept in host memory (MLP-Offload, Fuyou) and, optionally, the optimizer
@@ -30,6 +32,7 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const bool isolate, knobs.Bool("isolate_reads", true));
   TF_ASSIGN_OR_RETURN(const bool locks, knobs.Bool("tier_locks", false));
   TF_ASSIGN_OR_RETURN(const bool semi_async, knobs.Bool("semi_async_writeback", true));
+  TF_ASSIGN_OR_RETURN(d.read_ahead_states, knobs.Bool("read_ahead", true));
   TF_ASSIGN_OR_RETURN(d.gpu_window_bytes, knobs.Bytes("prefetch_window", 0));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   TF_RETURN_IF_ERROR(knobs.Finish("tierflow"));
@@ -65,6 +68,7 @@ std::vector<KnobChoice> TierflowTunableKnobs(const Scenario& s) {
                                {"sub_group_size", {"1e8", "5e8", "1e9"}},
                                {"queue_depth", {"8", "32", "128"}},
                                {"overlap_optimizer", {"false", "true"}},
+                               {"read_ahead", {"false", "true"}},
                                {"host_gradients", {"false", "true"}},
                                {"isolate_reads", {"false", "true"}},
                                {"cached_sub_groups", {"0", "2", "4", "8"}},

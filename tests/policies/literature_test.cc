@@ -182,6 +182,63 @@ TEST(HiTrain, AnUpdateStartsWhileBackwardStillRuns) {
   EXPECT_GE(zi_update, zi_backward) << "zero-infinity: updates wait for the whole backward";
 }
 
+// When the first read of optimizer states starts, and when backward ends, in one simulated
+// iteration with compute long enough for reads to overlap it.
+std::pair<double, double> BackwardEndAndFirstStatesRead(const Schedule& s) {
+  auto durations = UnitDurations(s);
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op == Op::kCompute) durations[t.id] = 1.0;
+  }
+  auto r = testing::RunTimed(s, 1, durations);
+  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  double backward_end = 0, first_read = 1e300;
+  for (const auto& [key, span] : r.spans) {
+    const TaskSpec& t = s.tasks()[s.FindTask(key.first)];
+    if (t.op == Op::kCompute && t.phase == Phase::kBackward) backward_end = std::max(backward_end, span.end);
+    if (t.id.rfind("read.states.", 0) == 0) first_read = std::min(first_read, span.start);
+  }
+  return {backward_end, first_read};
+}
+
+TEST(Tierflow, StatesAreReadAheadOfTheUpdate) {
+  // With read-ahead (the default) the states stream in while forward and backward run, whether
+  // the update waits for the global check or overlaps backward; without it a read waits until
+  // its sub-group's update may start: after the whole backward when the global check comes first.
+  for (const std::string overlap : {"false", "true"}) {
+    const auto [ahead_backward, ahead_read] = BackwardEndAndFirstStatesRead(
+        PlanOrDie({"policy.name=tierflow", "policy.buffer_size=null", "policy.overlap_optimizer=" + overlap}));
+    EXPECT_LT(ahead_read, ahead_backward) << "overlap_optimizer " << overlap;
+  }
+  const auto [backward, read] = BackwardEndAndFirstStatesRead(
+      PlanOrDie({"policy.name=tierflow", "policy.buffer_size=null", "policy.read_ahead=false"}));
+  EXPECT_GE(read, backward) << "read_ahead false: the reads wait for the global check";
+}
+
+TEST(Tierflow, ReadAheadTakesThePoolInUpdateOrderAcrossIterations) {
+  // Room for two sub-groups in the optimizer pool, cached sub-groups last in update order (their
+  // gradient buffers come from the same pool): if the next iteration's reads could take the pool
+  // before this iteration's last sub-groups have their buffers, those could wait for the next
+  // iteration's updates, which wait for them (a deadlock, when the timing falls that way). The
+  // first read of an iteration carries a dependency on the last take of the one before, and
+  // three iterations complete, with and without the overlapped update.
+  for (const std::string overlap : {"false", "true"}) {
+    const Schedule s = PlanOrDie({"policy.name=tierflow", "policy.buffer_size=null", "policy.optimizer_buffer_count=8",
+                                  "policy.cached_sub_groups=2", "policy.overlap_optimizer=" + overlap});
+    auto durations = UnitDurations(s);
+    for (const TaskSpec& t : s.tasks()) {
+      if (t.op == Op::kCompute) durations[t.id] = 1.0;  // the first updates end long before backward does
+    }
+    auto r = testing::RunTimed(s, 3, durations);
+    EXPECT_TRUE(r.status.ok()) << "overlap_optimizer " << overlap << ": " << r.status.ToString();
+    int carried = 0;
+    for (const TaskSpec& t : s.tasks()) {
+      if (t.id.rfind("read.states.", 0) != 0) continue;
+      for (const CarriedDep& c : t.carried) carried += s.tasks()[c.task].id.rfind("convert.grad.", 0) == 0 ? 1 : 0;
+    }
+    EXPECT_EQ(carried, 2) << "each rank's first read waits for its last cached sub-group's gradient buffer";
+  }
+}
+
 TEST(Tierflow, TierLocksOrderTheRemoteTierAlsoWithIsolatedNvmeQueues) {
   // Two ranks, a remote tier. Isolation (on by default) gives NVMe one device-wide queue; the
   // tier locks must still give the remote tier one reader and one writer for both ranks.
