@@ -167,7 +167,7 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
     const bool window = r->task.rfind("probe.disk.", 0) == 0;
     // The memory fit is itself a median over repetitions (its spread is what it reports).
     // Windows of several devices at once stay whole too (their records are read as one window).
-    if (r->source != "probe" || r->task == "probe.disk.mix" || r->task.rfind("probe.memory", 0) == 0 ||
+    if (r->source != "probe" || r->task == "probe.disk.mix" || r->task == "probe.disk.rw" || r->task.rfind("probe.memory", 0) == 0 ||
         (window && r->threads > 1)) {
       kept.push_back(r);
       continue;

@@ -30,10 +30,11 @@ struct StreamObs {
 // Reads and writes that shared one device for one window.
 struct MixedObs {
   int64_t block = 0;
-  int32_t qd = 0;
+  int32_t qd = 0;         // in flight on the device; a probe.disk.rw window: per stream
   double read_bytes = 0;  // or bytes/s (fio); only ratios and the aggregate rate matter
   double write_bytes = 0;
   double seconds = 1;
+  int32_t streams = 0;    // a probe.disk.rw window: its reader + writer streams; else 0
 };
 
 // One window of the disk probe that drove several devices at once (one op, one shape).
@@ -83,6 +84,7 @@ bool FittedDirection(int32_t d, bool write, const Context& c) {
 struct DeviceData {
   std::vector<StreamObs> read, write;
   std::vector<MixedObs> mixed;
+  std::vector<MixedObs> by_streams;  // probe.disk.rw windows
 };
 
 double StreamBandwidth(double peak, double latency, double iops, int64_t block, int32_t qd) {
@@ -240,6 +242,18 @@ bool FitStream(const std::string& model, const std::string& dir, const std::vect
   return ok;
 }
 
+// efficiency = observed aggregate x (r / R' + w / W'), R' and W' the fitted streams at the
+// window's request size and the requests it kept in flight on the device.
+double MixedWindowEfficiency(const models::NvmeSpec& disk, const MixedObs& m) {
+  const double total = m.read_bytes + m.write_bytes;
+  const double r = m.read_bytes / total, w = m.write_bytes / total;
+  const double aggregate = total / m.seconds;
+  const int32_t inflight = m.qd * std::max(m.streams, 1);
+  const double read_bw = models::DiskReadBandwidth(disk, m.block, inflight);
+  const double write_bw = models::DiskWriteBandwidth(disk, m.block, inflight);
+  return aggregate * (r / read_bw + w / write_bw);
+}
+
 void FitMixed(const std::string& model, const std::string& device, const std::vector<MixedObs>& obs,
               bool streams_fitted, const CalibrateOptions& o, models::NvmeSpec* disk, std::vector<FitReport>* reports) {
   if (obs.empty()) {
@@ -269,16 +283,8 @@ void FitMixed(const std::string& model, const std::string& device, const std::ve
     reports->push_back(rep);
     return;
   }
-  // efficiency = observed aggregate x (r / R' + w / W'), R' and W' the fitted streams at (block, qd).
   std::vector<double> eff;
-  for (const MixedObs& m : obs) {
-    const double total = m.read_bytes + m.write_bytes;
-    const double r = m.read_bytes / total, w = m.write_bytes / total;
-    const double aggregate = total / m.seconds;
-    const double read_bw = models::DiskReadBandwidth(*disk, m.block, m.qd);
-    const double write_bw = models::DiskWriteBandwidth(*disk, m.block, m.qd);
-    eff.push_back(aggregate * (r / read_bw + w / write_bw));
-  }
+  for (const MixedObs& m : obs) eff.push_back(MixedWindowEfficiency(*disk, m));
   double rel_se = 0;
   const double median = MedianFit(eff, o, "efficiency", &rep, &rel_se);
   double value = median;
@@ -296,6 +302,74 @@ void FitMixed(const std::string& model, const std::string& device, const std::ve
   const std::string spread = DeterminedRule("mixed_efficiency", rel_se, "repeat the mixed windows", o);
   if (!spread.empty()) reasons.push_back(spread);
   if (Conclude(&rep, reasons)) disk->mixed_efficiency = value;
+  reports->push_back(rep);
+}
+
+// The mixed efficiency per stream count, from probe.disk.rw windows (readers and writers at
+// once): per count, the median of the windows' efficiencies (clamped to 1), as FitMixed; a count
+// whose median is undetermined is left out, and the fit needs one determined count at least.
+void FitMixedByStreams(const std::string& model, const std::string& device, const std::vector<MixedObs>& obs,
+                       bool streams_fitted, const CalibrateOptions& o, models::NvmeSpec* disk,
+                       std::vector<FitReport>* reports) {
+  if (obs.empty()) {
+    reports->push_back(NoData(model, "probe.disk.rw windows (probe disk --ops rw --streams R:W,...)"));
+    return;
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.samples = static_cast<int64_t>(obs.size());
+  std::map<int32_t, std::vector<double>> by_count;
+  for (const MixedObs& m : obs) {
+    if (streams_fitted) by_count[m.streams].push_back(MixedWindowEfficiency(*disk, m));
+  }
+  int32_t smin = obs[0].streams, smax = smin;
+  for (const MixedObs& m : obs) {
+    smin = std::min(smin, m.streams);
+    smax = std::max(smax, m.streams);
+  }
+  rep.data_range = fmt::format("streams {}", RangeText(smin, smax, [](double v) { return fmt::format("{:.0f}", v); }));
+  if (!streams_fitted) {
+    Conclude(&rep, {fmt::format("needs fitted {0}.read and {0}.write (the harmonic mix is relative to them)", device)});
+    reports->push_back(rep);
+    return;
+  }
+  std::vector<std::pair<int32_t, double>> points;
+  std::vector<std::string> left_out, clamped;
+  double ss = 0, worst = 0;
+  for (const auto& [count, eff] : by_count) {
+    const double median = Median(eff);
+    const double n = static_cast<double>(eff.size());
+    double mean = 0, var = 0;
+    for (double e : eff) mean += e / n;
+    for (double e : eff) {
+      var += (e - mean) * (e - mean);
+      const double rel = (median - e) / e;
+      ss += rel * rel;
+      worst = std::max(worst, std::fabs(rel));
+    }
+    const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0;
+    const double rel_se = n > 1 ? std::max(1.2533 * sd / std::sqrt(n) / median, o.min_residual_sd / std::sqrt(n)) : 1.0;
+    const std::string name = fmt::format("streams {}", count);
+    if (n < 2 || !DeterminedRule(name, rel_se, "", o).empty()) {
+      left_out.push_back(fmt::format("{} ({} window{}, relative standard error {:.2f})", count, eff.size(),
+                                     eff.size() == 1 ? "" : "s", rel_se));
+      continue;
+    }
+    const double value = std::min(median, 1.0);
+    if (median > 1) clamped.push_back(fmt::format("{} ({:.3f})", count, median));
+    rep.params.push_back({name, value, rel_se, "", true});
+    points.emplace_back(count, value);
+  }
+  rep.rms_rel_residual = std::sqrt(ss / static_cast<double>(obs.size()));
+  rep.max_rel_residual = worst;
+  rep.condition_number = 1;
+  std::string note;
+  if (!left_out.empty()) note += "left out stream counts without a determined median: " + fmt::format("{}", fmt::join(left_out, ", "));
+  if (!clamped.empty()) note += std::string(note.empty() ? "" : "; ") + "clamped to 1: " + fmt::format("{}", fmt::join(clamped, ", "));
+  rep.note = note;
+  std::vector<std::string> reasons;
+  if (points.empty()) reasons.push_back("no stream count has two windows or more with a determined median: repeat the rw windows (--reps)");
+  if (Conclude(&rep, reasons)) disk->mixed_efficiency_by_streams = points;
   reports->push_back(rep);
 }
 
@@ -386,7 +460,8 @@ void FitDisks(const Context& c) {
       continue;
     }
     const bool stream = r->task == "probe.disk.read" || r->task == "probe.disk.write";
-    const bool mix = r->task == "probe.disk.mix";
+    const bool rw = r->task == "probe.disk.rw";
+    const bool mix = r->task == "probe.disk.mix" || rw;
     if (!stream && !mix) continue;
     if (r->threads > 1) {
       // Several devices driven at once: not the single-device model, but whether they share one.
@@ -414,11 +489,12 @@ void FitDisks(const Context& c) {
       m.block = r->block_bytes;
       m.qd = r->queue_depth;
       m.seconds = r->duration_s();
+      if (rw) m.streams += std::max(r->tasks, 1);  // the read record's readers, the write record's writers
       (is_read ? m.read_bytes : m.write_bytes) += static_cast<double>(r->bytes);
     }
   }
   for (const auto& [key, m] : windows) {
-    if (m.read_bytes > 0 && m.write_bytes > 0) data[std::get<0>(key)].mixed.push_back(m);
+    if (m.read_bytes > 0 && m.write_bytes > 0) (m.streams > 0 ? data[std::get<0>(key)].by_streams : data[std::get<0>(key)].mixed).push_back(m);
   }
   int64_t contended = 0;
   for (auto& [dev, group] : run_io) {
@@ -486,6 +562,9 @@ void FitDisks(const Context& c) {
     const bool write_ok = FitStream(device + ".write", "write", dd.write, c.options, &disk.write_bw_bytes_per_s,
                                     &disk.write_latency_s, &disk.write_iops, c.reports);
     FitMixed(device + ".mixed", device, dd.mixed, read_ok && write_ok, c.options, &disk, c.reports);
+    if (!dd.by_streams.empty()) {
+      FitMixedByStreams(device + ".mixed_streams", device, dd.by_streams, read_ok && write_ok, c.options, &disk, c.reports);
+    }
   }
   FitSharedDevices(joint, c);
 }

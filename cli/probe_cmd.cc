@@ -8,6 +8,7 @@
 // Each writes trace records (--trace FILE, or DIR/<probe>.jsonl for `all`). The disk probe writes
 // only one file inside each given directory and removes it.
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -59,6 +60,7 @@ struct ProbeArgs {
   std::string sizes = "4KiB,64KiB,1MiB,16MiB";
   std::string qds = "1,8,32,128";
   std::string ops = "read,write,mix";
+  std::string streams = "1:1,2:2,4:4";
   std::string devices;
   std::string file_size = "1GiB";
   double duration_s = 1.0;
@@ -79,6 +81,20 @@ Status RunProbeDisk(const ProbeArgs& a) {
   TF_ASSIGN_OR_RETURN(o.block_bytes, ParseList<int64_t>(a.sizes, bytes));
   TF_ASSIGN_OR_RETURN(o.queue_depths, ParseList<int32_t>(a.qds, ParseInt));
   TF_ASSIGN_OR_RETURN(o.ops, ParseList<std::string>(a.ops, word));
+  // READERS:WRITERS, each a count >= 0 (0:2 is writers alone); the probe checks the sum.
+  auto pair = [](const std::string& s) -> StatusOr<std::pair<int32_t, int32_t>> {
+    const Status bad = InvalidArgument("--streams: '" + s + "' is not READERS:WRITERS (e.g. 2:2)");
+    const size_t colon = s.find(':');
+    if (colon == std::string::npos) return bad;
+    int32_t readers = 0, writers = 0;
+    const char* end = s.data() + s.size();
+    const auto r = std::from_chars(s.data(), s.data() + colon, readers);
+    const auto w = std::from_chars(s.data() + colon + 1, end, writers);
+    if (r.ec != std::errc() || r.ptr != s.data() + colon || w.ec != std::errc() || w.ptr != end) return bad;
+    return std::make_pair(readers, writers);
+  };
+  using StreamPair = std::pair<int32_t, int32_t>;
+  TF_ASSIGN_OR_RETURN(o.streams, ParseList<StreamPair>(a.streams, pair));
   if (!a.devices.empty()) {
     TF_ASSIGN_OR_RETURN(o.device_counts, ParseList<int32_t>(a.devices, ParseInt));
   }
@@ -112,10 +128,17 @@ Status RunProbeDisk(const ProbeArgs& a) {
     j["dirs"] = o.dirs;
     nlohmann::json list = nlohmann::json::array();
     for (auto& r : *results) {
-      list.push_back({{"op", r.op}, {"block_bytes", r.block_bytes}, {"queue_depth", r.queue_depth}, {"devices", r.devices},
-                      {"bytes_per_s", r.bytes_per_s}, {"bytes_per_s_min", r.bytes_per_s_min},
-                      {"bytes_per_s_max", r.bytes_per_s_max}, {"iops", r.iops}, {"p50_latency_s", r.p50_latency_s},
-                      {"p99_latency_s", r.p99_latency_s}, {"wrong", r.wrong}});
+      nlohmann::json point = {{"op", r.op}, {"block_bytes", r.block_bytes}, {"queue_depth", r.queue_depth}, {"devices", r.devices},
+                              {"bytes_per_s", r.bytes_per_s}, {"bytes_per_s_min", r.bytes_per_s_min},
+                              {"bytes_per_s_max", r.bytes_per_s_max}, {"iops", r.iops}, {"p50_latency_s", r.p50_latency_s},
+                              {"p99_latency_s", r.p99_latency_s}, {"wrong", r.wrong}};
+      if (r.op == "rw") {
+        point["readers"] = r.readers;
+        point["writers"] = r.writers;
+        point["read_bytes_per_s"] = r.read_bytes_per_s;
+        point["write_bytes_per_s"] = r.write_bytes_per_s;
+      }
+      list.push_back(point);
     }
     j["results"] = list;
     std::printf("%s\n", j.dump(1).c_str());
@@ -383,6 +406,12 @@ Status RunProbeAll(const AllArgs& a) {
   joint.device_counts = {static_cast<int32_t>(a.dirs.size())};
   joint.keep_files = true;
   d.keep_files = true;  // each directory's file is filled once and serves all of its steps
+  real::DiskProbeOptions rw = d;
+  rw.ops = {"rw"};
+  rw.block_bytes = {int64_t{1} << 20};
+  rw.queue_depths = {8};
+  rw.streams = {{1, 1}, {2, 2}, {4, 4}};
+  rw.device_counts = {1};
   const bool several = a.dirs.size() > 1;
   TF_RETURN_IF_ERROR(real::CheckDiskProbeOptions(d).WithContext("probe all"));
   fs::create_directories(a.out, ec);
@@ -414,6 +443,19 @@ Status RunProbeAll(const AllArgs& a) {
                          return trace;
                        }});
     }
+    // Reader and writer streams at once (1 MiB, each stream depth 8): the mixed efficiency per
+    // stream count (calibrate's nvmeD.mixed_streams).
+    steps.push_back({"disk", "disk nvme" + std::to_string(i) + " rw",
+                     [&, i](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
+                       real::DiskProbeOptions one = rw;
+                       one.dirs = {a.dirs[i]};
+                       std::vector<TraceRecord> trace;
+                       TF_RETURN_IF_ERROR(real::RunDiskProbe(one, &trace, [&](const real::DiskProbeResult&) {
+                                            if (o.progress) o.progress("disk point");
+                                          }).status().WithContext("--dir '" + a.dirs[i] + "'"));
+                       for (TraceRecord& r : trace) r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
+                       return trace;
+                     }});
   }
   if (several) {  // devices numbered in --dir order, as above
     steps.push_back({"disk", "disk all at once", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
@@ -456,7 +498,8 @@ Status RunProbeAll(const AllArgs& a) {
 
   const double joint_points = several ? static_cast<double>(joint.ops.size()) : 0.0;
   const double disk_points =
-      static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points;
+      static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points +
+      static_cast<double>(rw.streams.size() * a.dirs.size());
   std::printf("# tierflow probe all: %zu disk dir(s); gpu0 on %s; compute on %s (batch %lld, sequence %lld and shorter); "
               "records -> %s/\n",
               a.dirs.size(), a.host.compute == "cpu" ? "the CPU (emulated)" : "GPU 0 (cuda)", compute_scenario.model.name.c_str(),
@@ -534,7 +577,8 @@ Command MakeProbe(CLI::App& parent) {
   disk->add_option("--dir", a->dirs, "A directory on the device to probe (repeat for several devices)")->required();
   disk->add_option("--sizes", a->sizes, "Request sizes, comma-separated (4KiB..16MiB)");
   disk->add_option("--qd", a->qds, "Queue depths, comma-separated (1..128)");
-  disk->add_option("--ops", a->ops, "Operations: read, write, mix (70% read / 30% write)");
+  disk->add_option("--ops", a->ops, "Operations: read, write, mix (70% read / 30% write), rw (reader and writer streams at once)");
+  disk->add_option("--streams", a->streams, "For op rw: READERS:WRITERS stream counts, comma-separated (each stream --qd deep; default 1:1,2:2,4:4)");
   disk->add_option("--devices", a->devices, "How many of the directories at once, comma-separated (default: 1 and all)");
   disk->add_option("--file-size", a->file_size, "Size of the probe file in each directory");
   disk->add_option("--duration", a->duration_s, "Seconds per repetition");

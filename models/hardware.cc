@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <string>
@@ -81,6 +82,23 @@ Status ApplyNvme(const YAML::Node& node, const std::string& path, NvmeSpec* d) {
   TF_RETURN_IF_ERROR(r.Fraction("read_iops", &d->read_iops));
   TF_RETURN_IF_ERROR(r.Fraction("write_iops", &d->write_iops));
   TF_RETURN_IF_ERROR(r.Fraction("mixed_efficiency", &d->mixed_efficiency));
+  if (r.Has("mixed_efficiency_by_streams")) {
+    const std::string key = r.KeyPath("mixed_efficiency_by_streams");
+    const YAML::Node points = r.Child("mixed_efficiency_by_streams");
+    if (!points.IsMap()) return InvalidArgument(key + ": expected a map of stream count to efficiency, e.g. {2: 0.9, 8: 0.8}");
+    d->mixed_efficiency_by_streams.clear();
+    for (const auto& kv : points) {
+      const std::string n_text = kv.first.Scalar(), e_text = kv.second.IsScalar() ? kv.second.Scalar() : internal::Describe(kv.second);
+      int32_t n = 0;
+      const auto [end, ec] = std::from_chars(n_text.data(), n_text.data() + n_text.size(), n);
+      if (ec != std::errc() || end != n_text.data() + n_text.size() || n < 2) {
+        return InvalidArgument(key + ": '" + n_text + "' is not a stream count of 2 or more");
+      }
+      if (!kv.second.IsScalar() || !internal::IsBareNumber(e_text)) return InvalidArgument(key + "." + n_text + ": '" + e_text + "' is not a number");
+      d->mixed_efficiency_by_streams.emplace_back(n, std::stod(e_text));
+    }
+    std::sort(d->mixed_efficiency_by_streams.begin(), d->mixed_efficiency_by_streams.end());
+  }
   if (r.Has("same_device_as")) {
     std::string other;
     TF_RETURN_IF_ERROR(r.String("same_device_as", &other));
@@ -306,6 +324,13 @@ Status ValidateHardware(const HardwareSpec& hw) {
     TF_RETURN_IF_ERROR(Positive(d.read_bw_bytes_per_s, p + ".read_bw"));
     TF_RETURN_IF_ERROR(Positive(d.write_bw_bytes_per_s, p + ".write_bw"));
     TF_RETURN_IF_ERROR(InUnitInterval(d.mixed_efficiency, p + ".mixed_efficiency"));
+    for (size_t k = 0; k < d.mixed_efficiency_by_streams.size(); ++k) {
+      const auto& [streams, efficiency] = d.mixed_efficiency_by_streams[k];
+      TF_RETURN_IF_ERROR(InUnitInterval(efficiency, p + ".mixed_efficiency_by_streams." + std::to_string(streams)));
+      if (k > 0 && d.mixed_efficiency_by_streams[k - 1].first == streams) {
+        return InvalidArgument(p + ".mixed_efficiency_by_streams: stream count " + std::to_string(streams) + " given twice");
+      }
+    }
     if (d.read_latency_s < 0 || d.write_latency_s < 0) {
       return InvalidArgument(p + ": latencies must not be negative");
     }
@@ -397,6 +422,13 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
     if (d.read_iops > 0) y += fmt::format("      read_iops: {}\n", Num(d.read_iops));
     if (d.write_iops > 0) y += fmt::format("      write_iops: {}\n", Num(d.write_iops));
     y += fmt::format("      mixed_efficiency: {}\n", Num(d.mixed_efficiency));
+    if (!d.mixed_efficiency_by_streams.empty()) {
+      std::string points;
+      for (const auto& [streams, efficiency] : d.mixed_efficiency_by_streams) {
+        points += (points.empty() ? "" : ", ") + std::to_string(streams) + ": " + Num(efficiency);
+      }
+      y += "      mixed_efficiency_by_streams: {" + points + "}\n";
+    }
     if (d.same_device_as >= 0) y += fmt::format("      same_device_as: nvme{}\n", d.same_device_as);
   }
   y += n.remote.empty() ? "  remote: []\n" : "  remote:\n";

@@ -1,3 +1,4 @@
+#include <cmath>
 #include "tierflow/models/perf.h"
 
 #include <algorithm>
@@ -59,7 +60,21 @@ double DiskSharedCapacity(const NvmeSpec& disk, int32_t reads, int32_t writes) {
   const double r = static_cast<double>(reads) / total;
   const double w = static_cast<double>(writes) / total;
   const double harmonic = 1.0 / (r / disk.read_bw_bytes_per_s + w / disk.write_bw_bytes_per_s);
-  return harmonic * disk.mixed_efficiency;
+  return harmonic * MixedEfficiency(disk, reads + writes);
+}
+
+double MixedEfficiency(const NvmeSpec& disk, int32_t streams) {
+  const auto& points = disk.mixed_efficiency_by_streams;
+  if (points.empty()) return disk.mixed_efficiency;
+  if (streams <= points.front().first) return points.front().second;
+  if (streams >= points.back().first) return points.back().second;
+  size_t i = 1;
+  while (points[i].first < streams) ++i;
+  const auto& [n0, e0] = points[i - 1];
+  const auto& [n1, e1] = points[i];
+  const double t = (std::log2(static_cast<double>(streams)) - std::log2(static_cast<double>(n0))) /
+                   (std::log2(static_cast<double>(n1)) - std::log2(static_cast<double>(n0)));
+  return e0 + t * (e1 - e0);
 }
 
 double CopyTime(const PcieSpec& pcie, bool host_to_device, int64_t bytes, bool pinned) {

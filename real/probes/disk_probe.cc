@@ -55,6 +55,7 @@ struct Slot {
   char* buf = nullptr;
   IoOp op = IoOp::kRead;
   int64_t offset = 0;
+  int32_t stream = -1;  // op "rw": the slot's stream (its op fixed), whose stretch of the file it walks
 };
 
 // Keeps `slots.size()` requests in flight without a thread hand-off: each completion is
@@ -68,10 +69,13 @@ class ClosedLoop final : public CompletionSink {
     std::vector<double> latencies;
   };
 
+  // `streams` > 0 (op "rw"): every slot has its stream and op set; stream k walks blocks
+  // [k, k + 1) * blocks_in_file / streams of each device's file.
   ClosedLoop(Storage& storage, std::vector<Slot>& slots, const std::vector<FileId>& files, const std::string& op,
-             int64_t block, int64_t blocks_in_file, bool random, int32_t devices)
+             int64_t block, int64_t blocks_in_file, bool random, int32_t devices, int32_t streams = 0)
       : storage_(storage), slots_(slots), files_(files), op_(op), block_(block), blocks_(blocks_in_file),
-        random_(random), next_block_(devices, 0), devices_(devices), rng_(42) {}
+        random_(random), next_block_(static_cast<size_t>(devices) * std::max(streams, 1), 0), devices_(devices),
+        streams_(streams), rng_(42) {}
 
   Status Start() {
     std::vector<IoRequest> batch;
@@ -142,8 +146,15 @@ class ClosedLoop final : public CompletionSink {
  private:
   IoRequest Prepare(size_t i) {
     Slot& s = slots_[i];
-    s.op = op_ == "read" ? IoOp::kRead : op_ == "write" ? IoOp::kWrite : (rng_() % 10 < 7 ? IoOp::kRead : IoOp::kWrite);
-    int64_t blk = random_ ? static_cast<int64_t>(rng_() % blocks_) : next_block_[s.device]++ % blocks_;
+    int64_t blk;
+    if (streams_ > 0) {
+      const int64_t per = std::max<int64_t>(1, blocks_ / streams_), first = s.stream * per;
+      int64_t& next = next_block_[static_cast<size_t>(s.stream) * devices_ + s.device];
+      blk = first + (random_ ? static_cast<int64_t>(rng_() % per) : next++ % per);
+    } else {
+      s.op = op_ == "read" ? IoOp::kRead : op_ == "write" ? IoOp::kWrite : (rng_() % 10 < 7 ? IoOp::kRead : IoOp::kWrite);
+      blk = random_ ? static_cast<int64_t>(rng_() % blocks_) : next_block_[s.device]++ % blocks_;
+    }
     s.offset = blk * block_;
     if (s.op == IoOp::kWrite) Stamp(s.buf, s.offset, block_);
     return IoRequest{s.op, files_[s.device], s.offset, block_, s.buf, i};
@@ -157,6 +168,7 @@ class ClosedLoop final : public CompletionSink {
   bool random_;
   std::vector<int64_t> next_block_;
   int32_t devices_;
+  int32_t streams_;
   std::mt19937_64 rng_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -199,7 +211,18 @@ Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
     }
   }
   for (auto& op : o.ops) {
-    if (op != "read" && op != "write" && op != "mix") return InvalidArgument("probe disk: unknown op '" + op + "' (read, write, mix)");
+    if (op != "read" && op != "write" && op != "mix" && op != "rw") {
+      return InvalidArgument("probe disk: unknown op '" + op + "' (read, write, mix, rw)");
+    }
+    if (op != "rw") continue;
+    if (o.streams.empty()) return InvalidArgument("probe disk: op rw needs at least one readers:writers pair (--streams)");
+    for (const auto& [readers, writers] : o.streams) {
+      const std::string pair = std::to_string(readers) + ":" + std::to_string(writers);
+      if (readers < 0 || writers < 0 || readers + writers < 1 || readers + writers > kMaxProbeStreams) {
+        return InvalidArgument("probe disk: streams " + pair + ": readers and writers must be >= 0, together 1.." +
+                               std::to_string(kMaxProbeStreams));
+      }
+    }
   }
   for (int32_t c : DeviceCounts(o)) {
     if (c < 1 || c > static_cast<int32_t>(o.dirs.size())) return InvalidArgument("probe disk: device count " + std::to_string(c) + " out of range");
@@ -252,13 +275,18 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
     }
     for (int32_t ndev : counts) {
       for (const std::string& opname : o.ops) {
+       const std::vector<std::pair<int32_t, int32_t>> pairs =
+           opname == "rw" ? o.streams : std::vector<std::pair<int32_t, int32_t>>{{0, 0}};
+       for (const auto& [readers, writers] : pairs) {
+        const int32_t streams = readers + writers;  // 0 unless "rw"
         for (int64_t block : o.block_bytes) {
           for (int32_t qd : o.queue_depths) {
-            if (block * qd > file_bytes) continue;  // documented: buffers would exceed the file
+            const int64_t inflight = static_cast<int64_t>(qd) * std::max(streams, 1);
+            if (block * inflight > file_bytes) continue;  // documented: buffers would exceed the file
             StorageOptions so;
-            so.queue_depth = qd;
+            so.queue_depth = static_cast<int32_t>(inflight);
             so.request_bytes = block;
-            so.threads = qd;
+            so.threads = static_cast<int32_t>(inflight);
             auto storage_or = NewStorage(o.backend, so);
             if (!storage_or.ok()) return storage_or.status();
             Storage& storage = **storage_or;
@@ -269,22 +297,28 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
               TF_ASSIGN_OR_RETURN(OpenFile f, storage.Open(paths[d], oo));
               files.push_back(f.id);
             }
-            AlignedBuffer buffers(block * qd * ndev);
-            if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * qd * ndev) + " bytes");
+            AlignedBuffer buffers(block * inflight * ndev);
+            if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * inflight * ndev) + " bytes");
             (void)storage.RegisterMemory(buffers.data(), buffers.size_bytes());
-            std::vector<Slot> slots(static_cast<size_t>(qd) * ndev);
+            std::vector<Slot> slots(static_cast<size_t>(inflight) * ndev);
             for (size_t i = 0; i < slots.size(); ++i) {
               slots[i].device = static_cast<int32_t>(i % ndev);
               slots[i].buf = buffers.data() + static_cast<int64_t>(i) * block;
+              if (streams > 0) {  // qd * ndev slots per stream, readers first
+                slots[i].stream = static_cast<int32_t>(i / (static_cast<size_t>(qd) * ndev));
+                slots[i].op = slots[i].stream < readers ? IoOp::kRead : IoOp::kWrite;
+              }
             }
-            ClosedLoop loop(storage, slots, files, opname, block, file_bytes / block, o.random, ndev);
+            ClosedLoop loop(storage, slots, files, opname, block, file_bytes / block, o.random, ndev, streams);
             DiskProbeResult res;
             res.op = opname;
+            res.readers = readers;
+            res.writers = writers;
             res.block_bytes = block;
             res.queue_depth = qd;
             res.devices = ndev;
             res.backend = storage.name();
-            std::vector<double> bws, iops, lat;
+            std::vector<double> bws, iops, lat, read_bws, write_bws;
             TF_RETURN_IF_ERROR(loop.Start());
             for (int32_t rep = -1; rep < o.repetitions; ++rep) {  // rep -1 is the warm-up
               const double start = MonotonicSeconds();
@@ -297,6 +331,13 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
               if (rep < 0) continue;
               double window = stop - start;
               bws.push_back(static_cast<double>(w.bytes) / window);
+              double read_bytes = 0, write_bytes = 0;
+              for (int32_t d = 0; d < ndev; ++d) {
+                read_bytes += static_cast<double>(w.dev_read[static_cast<size_t>(d)]);
+                write_bytes += static_cast<double>(w.dev_write[static_cast<size_t>(d)]);
+              }
+              read_bws.push_back(read_bytes / window);
+              write_bws.push_back(write_bytes / window);
               iops.push_back(static_cast<double>(w.ios) / window);
               res.bytes += w.bytes;
               res.wrong += w.wrong;
@@ -322,6 +363,7 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
                     r.block_bytes = block;
                     r.queue_depth = qd;
                     r.threads = ndev;
+                    if (streams > 0) r.tasks = op == IoOp::kRead ? readers : writers;  // concurrent streams of the op
                     trace->push_back(r);
                   }
                 }
@@ -337,12 +379,19 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
             res.bytes_per_s_min = bws.front();
             res.bytes_per_s_max = bws.back();
             res.iops = iops[iops.size() / 2];
+            if (streams > 0) {
+              std::sort(read_bws.begin(), read_bws.end());
+              std::sort(write_bws.begin(), write_bws.end());
+              res.read_bytes_per_s = read_bws[read_bws.size() / 2];
+              res.write_bytes_per_s = write_bws[write_bws.size() / 2];
+            }
             res.p50_latency_s = Percentile(lat, 0.50);
             res.p99_latency_s = Percentile(lat, 0.99);
             results.push_back(res);
             if (progress) progress(res);
           }
         }
+       }
       }
     }
     return Status::Ok();
@@ -406,13 +455,15 @@ std::string FormatDiskProbeTable(const std::vector<DiskProbeResult>& results, bo
   std::string out;
   char line[256];
   if (header) {
-    std::snprintf(line, sizeof line, "#%11s %5s %5s %4s %9s %9s %9s %10s %10s %10s %7s\n", "size(B)", "qd", "op", "dev",
+    std::snprintf(line, sizeof line, "#%11s %5s %7s %4s %9s %9s %9s %10s %10s %10s %7s\n", "size(B)", "qd", "op", "dev",
                   "GB/s", "min", "max", "IOPS", "p50(us)", "p99(us)", "#wrong");
     out += line;
   }
   for (auto& r : results) {
-    std::snprintf(line, sizeof line, " %11" PRId64 " %5d %5s %4d %9.3f %9.3f %9.3f %10.0f %10.1f %10.1f %7" PRId64 "\n",
-                  r.block_bytes, r.queue_depth, r.op.c_str(), r.devices, r.bytes_per_s / 1e9, r.bytes_per_s_min / 1e9,
+    // An "rw" point is named by its streams, e.g. 2r2w (queue depth per stream).
+    const std::string op = r.op == "rw" ? std::to_string(r.readers) + "r" + std::to_string(r.writers) + "w" : r.op;
+    std::snprintf(line, sizeof line, " %11" PRId64 " %5d %7s %4d %9.3f %9.3f %9.3f %10.0f %10.1f %10.1f %7" PRId64 "\n",
+                  r.block_bytes, r.queue_depth, op.c_str(), r.devices, r.bytes_per_s / 1e9, r.bytes_per_s_min / 1e9,
                   r.bytes_per_s_max / 1e9, r.iops, r.p50_latency_s * 1e6, r.p99_latency_s * 1e6, r.wrong);
     out += line;
   }

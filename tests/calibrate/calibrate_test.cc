@@ -643,6 +643,41 @@ TEST(CalibrateTest, MixedEfficiencyAboveOneIsClampedAndSaid) {
   EXPECT_NE(f->note.find("clamped to 1"), std::string::npos) << f->note;
 }
 
+// The mixed efficiency as a function of how many streams read and write at once: windows of
+// 1+1, 2+2, 4+4 and 8+8 streams whose efficiency falls with the count (and whose reads take 60 %
+// of the bytes, not half) give one point per count, written to mixed_efficiency_by_streams;
+// the coin-toss mix's mixed_efficiency is fitted apart and unchanged by them.
+TEST(CalibrateTest, MixedEfficiencyIsFittedPerStreamCount) {
+  const models::NvmeSpec disk = Truth().node.nvme[0];
+  const std::map<int32_t, double> truth = {{2, 0.9}, {4, 0.8}, {8, 0.7}, {16, 0.55}};
+  Noise noise(0.01);
+  std::vector<TraceRecord> r;
+  testing::AddDiskSweep(disk, 0, kBlocks, kDepths, 1, noise, &r);
+  testing::AddMixedWindows(disk, 0, 1 << 20, {4, 8, 16, 32}, 2, noise, &r);
+  testing::AddStreamWindows(disk, 0, {{1, 1}, {2, 2}, {4, 4}, {8, 8}}, 8, [&](int32_t n) { return truth.at(n); }, 0.6, 3,
+                            noise, &r);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  const FitReport* f = Find(*cal, "nvme0.mixed_streams");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  const auto& points = cal->profile.node.nvme[0].mixed_efficiency_by_streams;
+  ASSERT_EQ(points.size(), truth.size());
+  for (const auto& [streams, efficiency] : points) {
+    ExpectWithin(efficiency, truth.at(streams), kRatioTol, "streams " + std::to_string(streams));
+  }
+  ExpectWithin(cal->profile.node.nvme[0].mixed_efficiency, disk.mixed_efficiency, kRatioTol, "mixed_efficiency");
+  // A count seen in one window only has no determined median: left out, and said.
+  std::vector<TraceRecord> once = r;
+  testing::AddStreamWindows(disk, 0, {{16, 16}}, 8, [](int32_t) { return 0.5; }, 0.6, 1, noise, &once, 40000);
+  auto cal2 = Calibrate(once, {}, Base());
+  ASSERT_TRUE(cal2.ok());
+  EXPECT_EQ(cal2->profile.node.nvme[0].mixed_efficiency_by_streams.size(), truth.size());
+  EXPECT_NE(Find(*cal2, "nvme0.mixed_streams")->note.find("left out stream counts without a determined median: 32"),
+            std::string::npos)
+      << Find(*cal2, "nvme0.mixed_streams")->note;
+}
+
 TEST(CalibrateTest, BaseThatDoesNotValidateIsAnError) {
   models::HardwareSpec base = Base();
   base.node.cpu.cores = 0;

@@ -1,6 +1,7 @@
 # `tierflow probe all` end to end on two directories, at tiny sizes: every probe writes its
-# record file; compute is sampled before the first step and after each (11 slices with two
-# directories: 3 operations x 2 directories, all at once, copy, optimizer, memory), as the
+# record file; compute is sampled before the first step and after each (13 slices with two
+# directories: 3 operations and the reader/writer streams x 2 directories, all at once, copy,
+# optimizer, memory), as the
 # slice index in `iteration`; the disk probe leaves no file behind; calibrate reads the lot.
 #   -DTIERFLOW=... -DWORK=<scratch dir>
 file(REMOVE_RECURSE ${WORK})
@@ -17,12 +18,16 @@ foreach(name compute disk copy optimizer memory)
     message(FATAL_ERROR "probe all wrote no ${name}.jsonl:\n${out}")
   endif()
 endforeach()
-if(NOT "${out}" MATCHES "compute 11 of 11")
-  message(FATAL_ERROR "compute is not sampled 11 times:\n${out}")
+if(NOT "${out}" MATCHES "compute 13 of 13")
+  message(FATAL_ERROR "compute is not sampled 13 times:\n${out}")
 endif()
 file(READ ${WORK}/traces/compute.jsonl compute)
-if(NOT "${compute}" MATCHES "\"iteration\":10," OR "${compute}" MATCHES "\"iteration\":11,")
-  message(FATAL_ERROR "compute.jsonl does not carry slices 0..10 in iteration")
+if(NOT "${compute}" MATCHES "\"iteration\":12," OR "${compute}" MATCHES "\"iteration\":13,")
+  message(FATAL_ERROR "compute.jsonl does not carry slices 0..12 in iteration")
+endif()
+file(READ ${WORK}/traces/disk.jsonl disk)
+if(NOT "${disk}" MATCHES "\"task\":\"probe.disk.rw\"")
+  message(FATAL_ERROR "disk.jsonl has no reader/writer stream windows (probe.disk.rw)")
 endif()
 if(NOT "${compute}" MATCHES "\"tasks\":9}")
   message(FATAL_ERROR "compute.jsonl: a decoder layer's record does not stand for its 9 tasks")

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tierflow/core/trace_record.h"
@@ -120,6 +122,39 @@ inline void AddMixedWindows(const models::NvmeSpec& disk, int device, int64_t bl
         rec.block_bytes = block;
         rec.queue_depth = qd;
         rec.threads = 1;
+        out->push_back(rec);
+      }
+      t += 1.25;
+    }
+  }
+}
+
+// Reader and writer streams at once (`probe disk --ops rw`): per (readers, writers) pair and
+// repetition, one 1 s window of 1 MiB requests, each stream `qd` deep; the aggregate is
+// `efficiency(readers + writers)` x the harmonic mix, at that byte split, of the single streams
+// at the requests in flight; the reads take `read_share` of the bytes. Windows start at `t`, 1.25 s
+// apart (a window is known by its device, repetition, start and end).
+inline void AddStreamWindows(const models::NvmeSpec& disk, int device, const std::vector<std::pair<int32_t, int32_t>>& pairs,
+                             int32_t qd, const std::function<double(int32_t)>& efficiency, double read_share, int reps,
+                             Noise& noise, std::vector<TraceRecord>* out, double t = 30000) {
+  for (int rep = 0; rep < reps; ++rep) {
+    for (const auto& [readers, writers] : pairs) {
+      const int32_t inflight = qd * (readers + writers);
+      const double r = read_share, w = 1 - read_share;
+      const double harmonic = 1.0 / (r / models::DiskReadBandwidth(disk, 1 << 20, inflight) +
+                                     w / models::DiskWriteBandwidth(disk, 1 << 20, inflight));
+      const double aggregate = efficiency(readers + writers) * harmonic * noise.Factor();
+      for (bool read : {true, false}) {
+        TraceRecord rec = Probe("probe.disk.rw", read ? Op::kRead : Op::kWrite,
+                                "nvme" + std::to_string(device) + (read ? ".read" : ".write"),
+                                static_cast<int64_t>(aggregate * (read ? r : w)), 0);
+        rec.iteration = rep;
+        rec.start_s = t;
+        rec.end_s = t + 1.0;
+        rec.block_bytes = 1 << 20;
+        rec.queue_depth = qd;
+        rec.threads = 1;
+        rec.tasks = read ? readers : writers;
         out->push_back(rec);
       }
       t += 1.25;

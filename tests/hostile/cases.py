@@ -339,6 +339,8 @@ add(g, "disk_bad_sizes", "probe disk --dir d --sizes 4KiB,lots", 2, r"'lots' is 
 add(g, "disk_zero_size", "probe disk --dir d --sizes 0", 2, r"block size 0 is not a positive multiple of 4 KiB", dirs=("d",))
 add(g, "disk_huge_size", "probe disk --dir d --sizes 1PiB", 2, r"larger than the largest request probed \(64 MiB\)", dirs=("d",))
 add(g, "disk_huge_qd", "probe disk --dir d --qd 100000", 2, r"queue depth 100000 must be between 1 and 1024", dirs=("d",))
+add(g, "disk_streams_not_a_pair", "probe disk --dir d --ops rw --streams 2", 2, r"--streams: '2' is not READERS:WRITERS", dirs=("d",))
+add(g, "disk_streams_none", "probe disk --dir d --ops rw --streams 0:0", 2, r"streams 0:0: readers and writers must be >= 0, together 1..64", dirs=("d",))
 add(g, "disk_unknown_op", "probe disk --dir d --ops erase", 2, r"erase", dirs=("d",))
 add(g, "disk_huge_file", "probe disk --dir d --file-size 1EiB", 2, r"'1EiB' has unit 'EiB'", dirs=("d",))
 add(g, "disk_unknown_backend", "probe disk --dir d --backend floppy", 2, r"floppy", dirs=("d",))

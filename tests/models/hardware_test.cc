@@ -175,6 +175,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
     EXPECT_EQ(x.nvme[i].write_latency_s, y.nvme[i].write_latency_s);
     EXPECT_EQ(x.nvme[i].mixed_efficiency, y.nvme[i].mixed_efficiency);
     EXPECT_EQ(x.nvme[i].same_device_as, y.nvme[i].same_device_as);
+    EXPECT_EQ(x.nvme[i].mixed_efficiency_by_streams, y.nvme[i].mixed_efficiency_by_streams);
     EXPECT_EQ(x.nvme[i].read_iops, y.nvme[i].read_iops);
     EXPECT_EQ(x.nvme[i].write_iops, y.nvme[i].write_iops);
   }
@@ -197,6 +198,7 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.nvme[0].read_iops = 1.5e6;
     hw.node.cpu.host_reserve_bytes = hw.node.cpu.host_memory_bytes / 3;
     hw.node.nvme[0].write_iops = 1.0 / 3.0 * 1e6;
+    hw.node.nvme[0].mixed_efficiency_by_streams = {{2, 0.9}, {8, 1.0 / 3.0}};
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;
@@ -216,6 +218,28 @@ TEST(HardwareYamlTest, SameDeviceAsNamesAnEarlierUnsharedEntry) {
        "hardware.node.nvme[1].same_device_as: 'disk0' is not nvme<N> (or none)"},
       {"{preset: cpu-host, node: {nvme: [{}, {same_device_as: nvme0}, {same_device_as: nvme1}]}}",
        "hardware.node.nvme[2].same_device_as: nvme1 itself shares nvme0's device; name nvme0"},
+  };
+  for (const auto& [text, message] : bad) {
+    auto r = FromText(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().ToString();
+  }
+}
+
+TEST(HardwareYamlTest, MixedEfficiencyByStreamsIsAMapOfCountsToFractions) {
+  auto hw = FromText("{preset: cpu-host, node: {nvme: [{mixed_efficiency_by_streams: {8: 0.7, 2: 0.9}}, {}]}}");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  EXPECT_EQ(hw->node.nvme[0].mixed_efficiency_by_streams, (std::vector<std::pair<int32_t, double>>{{2, 0.9}, {8, 0.7}}));
+  EXPECT_TRUE(hw->node.nvme[1].mixed_efficiency_by_streams.empty());
+  const std::pair<const char*, const char*> bad[] = {
+      {"{preset: cpu-host, node: {nvme: [{mixed_efficiency_by_streams: [0.9]}, {}]}}",
+       "hardware.node.nvme[0].mixed_efficiency_by_streams: expected a map of stream count to efficiency"},
+      {"{preset: cpu-host, node: {nvme: [{mixed_efficiency_by_streams: {1: 0.9}}, {}]}}",
+       "hardware.node.nvme[0].mixed_efficiency_by_streams: '1' is not a stream count of 2 or more"},
+      {"{preset: cpu-host, node: {nvme: [{mixed_efficiency_by_streams: {2: fast}}, {}]}}",
+       "hardware.node.nvme[0].mixed_efficiency_by_streams.2: 'fast' is not a number"},
+      {"{preset: cpu-host, node: {nvme: [{mixed_efficiency_by_streams: {2: 1.5}}, {}]}}",
+       "hardware.node.nvme[0].mixed_efficiency_by_streams.2 must be in (0, 1], got 1.5"},
   };
   for (const auto& [text, message] : bad) {
     auto r = FromText(text);

@@ -95,6 +95,19 @@ TEST(PerfDiskTest, SharedCapacityIsTheHarmonicMixWithEfficiency) {
   ExpectRel(DiskSharedCapacity(e, 5, 3), 7e9);
 }
 
+TEST(PerfDiskTest, MixedEfficiencyByStreamsIsLinearInLog2OfTheCount) {
+  NvmeSpec d = Disk();
+  EXPECT_EQ(MixedEfficiency(d, 6), 0.8);  // no points: mixed_efficiency whatever the count
+  d.mixed_efficiency_by_streams = {{2, 0.9}, {8, 0.6}};
+  EXPECT_DOUBLE_EQ(MixedEfficiency(d, 2), 0.9);
+  EXPECT_DOUBLE_EQ(MixedEfficiency(d, 4), 0.75);  // halfway in log2 between 2 and 8
+  EXPECT_DOUBLE_EQ(MixedEfficiency(d, 8), 0.6);
+  EXPECT_DOUBLE_EQ(MixedEfficiency(d, 32), 0.6);  // beyond the points: the nearest
+  // Two readers and two writers: the harmonic mix at the efficiency of 4 streams.
+  ExpectRel(DiskSharedCapacity(d, 2, 2), 0.75 / (0.5 / 7e9 + 0.5 / 4e9));
+  EXPECT_DOUBLE_EQ(DiskSharedCapacity(d, 4, 0), 7e9);  // one direction only: its peak, no mixing
+}
+
 GpuSpec Gpu() {
   GpuSpec g;
   g.peak_flops = 300e12;

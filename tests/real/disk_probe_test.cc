@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 namespace tierflow::real {
 namespace {
@@ -18,6 +20,65 @@ TEST(DiskProbeOptions, ZeroRepetitionsOrAnEmptyWindowAreRefused) {
   o.repetitions = 1;
   o.duration_s = 0;
   EXPECT_FALSE(CheckDiskProbeOptions(o).ok());
+}
+
+TEST(DiskProbeOptions, ReaderAndWriterStreamCountsAreChecked) {
+  DiskProbeOptions o;
+  o.dirs = {std::filesystem::temp_directory_path().string()};
+  o.ops = {"rw"};
+  EXPECT_TRUE(CheckDiskProbeOptions(o).ok()) << CheckDiskProbeOptions(o).ToString();
+  for (const auto& [readers, writers] : std::vector<std::pair<int32_t, int32_t>>{{0, 0}, {-1, 2}, {40, 40}}) {
+    o.streams = {{1, 1}, {readers, writers}};
+    const std::string pair = std::to_string(readers) + ":" + std::to_string(writers);
+    EXPECT_EQ(CheckDiskProbeOptions(o).message(),
+              "probe disk: streams " + pair + ": readers and writers must be >= 0, together 1..64");
+  }
+  o.streams.clear();
+  EXPECT_EQ(CheckDiskProbeOptions(o).message(), "probe disk: op rw needs at least one readers:writers pair (--streams)");
+  o.ops = {"read"};  // the counts matter to "rw" only
+  EXPECT_TRUE(CheckDiskProbeOptions(o).ok());
+}
+
+// One reader and two writer streams at once on a real file: each direction's rate is measured
+// and verified (#wrong counts reads whose pattern does not match), the window's records name the
+// streams of each direction, and the point's rate is the two directions' sum.
+TEST(DiskProbe, ReaderAndWriterStreamsAreMeasuredApart) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-rw";
+  std::filesystem::create_directories(dir);
+  DiskProbeOptions o;
+  o.dirs = {dir.string()};
+  o.ops = {"rw"};
+  o.streams = {{1, 2}};
+  o.block_bytes = {64 << 10};
+  o.queue_depths = {2};
+  o.device_counts = {1};
+  o.file_bytes = 16 << 20;
+  o.warmup_s = 0.02;
+  o.duration_s = 0.1;
+  o.repetitions = 1;
+  o.backend = "posix";
+  std::vector<TraceRecord> trace;
+  auto results = RunDiskProbe(o, &trace);
+  ASSERT_TRUE(results.ok()) << results.status().ToString();
+  ASSERT_EQ(results->size(), 1u);
+  const DiskProbeResult& r = results->front();
+  EXPECT_EQ(r.op, "rw");
+  EXPECT_EQ(r.readers, 1);
+  EXPECT_EQ(r.writers, 2);
+  EXPECT_EQ(r.wrong, 0);
+  EXPECT_GT(r.read_bytes_per_s, 0);
+  EXPECT_GT(r.write_bytes_per_s, 0);
+  EXPECT_DOUBLE_EQ(r.bytes_per_s, r.read_bytes_per_s + r.write_bytes_per_s);  // one repetition: no medians apart
+  ASSERT_EQ(trace.size(), 2u);
+  for (const TraceRecord& t : trace) {
+    EXPECT_EQ(t.task, "probe.disk.rw");
+    EXPECT_EQ(t.queue_depth, 2);
+    EXPECT_EQ(t.tasks, t.op == Op::kRead ? 1 : 2) << t.resource;
+    EXPECT_EQ(t.resource, t.op == Op::kRead ? "nvme0.read" : "nvme0.write");
+    EXPECT_GT(t.bytes, 0);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the probe file is removed";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(IoScheduler, TheActiveOneIsTheBracketedName) {

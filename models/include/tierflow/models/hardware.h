@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tierflow/core/status.h"
@@ -44,7 +45,8 @@ struct PcieSpec {
 // (small requests: the device's or the host's per-request cost caps the rate whatever the depth):
 //   bw(block, qd) = min(peak, qd * block / (latency + block / peak), iops * block)
 // and concurrent reads and writes share the device as
-//   1 / mixed = r / read_peak + w / write_peak, scaled by mixed_efficiency.
+//   1 / mixed = r / read_peak + w / write_peak, scaled by mixed_efficiency, or, where measured,
+// by mixed_efficiency_by_streams at the number of streams reading and writing at once.
 struct NvmeSpec {
   std::string name;
   int64_t capacity_bytes = 0;
@@ -55,6 +57,12 @@ struct NvmeSpec {
   double read_iops = 0;   // requests per second at most; 0 = no limit
   double write_iops = 0;
   double mixed_efficiency = 1.0;  // aggregate under mixed traffic / the harmonic mix
+  // (streams, efficiency) points, streams >= 2 ascending, efficiency in (0, 1]: the mixed
+  // efficiency as a function of how many streams read and write the device at once
+  // (`probe disk --ops rw`, fitted by calibrate). Between points linear in log2(streams), beyond
+  // them the nearest point's value. Empty: mixed_efficiency whatever the count.
+  // YAML: `mixed_efficiency_by_streams: {2: 0.88, 8: 0.80}`.
+  std::vector<std::pair<int32_t, double>> mixed_efficiency_by_streams;
   // >= 0: this entry is another directory (partition, file system) on the device of entry
   // nvme<same_device_as>, an earlier entry that shares with none: the two share one media link
   // and its mixed-traffic model (the first entry's), each keeping its own Little's-law curve.

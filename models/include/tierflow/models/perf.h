@@ -27,6 +27,9 @@ double DiskWriteBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t que
 // Aggregate device bandwidth when `reads` read streams and `writes` write streams share it
 // (each stream gets an equal share); equals the read or write peak when the other count is 0.
 double DiskSharedCapacity(const NvmeSpec& disk, int32_t reads, int32_t writes);
+// The mixed efficiency of `streams` concurrent streams (NvmeSpec::mixed_efficiency_by_streams,
+// else mixed_efficiency).
+double MixedEfficiency(const NvmeSpec& disk, int32_t streams);
 
 // Host<->GPU copy of `bytes` (pinned or pageable), including latency.
 double CopyTime(const PcieSpec& pcie, bool host_to_device, int64_t bytes, bool pinned);

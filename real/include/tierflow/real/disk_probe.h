@@ -1,6 +1,6 @@
 // The disk probe: measures what the storage back-end gets from each directory's device as a
-// function of request size, queue depth, operation (read, write, a 70/30 read/write mix) and the
-// number of devices driven at once — nccl-tests style: warm-up, repetitions, median and spread,
+// function of request size, queue depth, operation (read, write, a 70/30 read/write mix, or
+// separate reader and writer streams at once) and the number of devices driven at once — nccl-tests style: warm-up, repetitions, median and spread,
 // and a correctness column (#wrong: reads whose 4 KiB block headers do not match the pattern
 // written, plus failed requests). It writes one file per directory
 // (`tierflow-probe-<pid>.dat`), only there, and removes it when done (also on error).
@@ -27,6 +27,10 @@ struct DiskProbeOptions {
   std::vector<int64_t> block_bytes = {4 << 10, 64 << 10, 1 << 20, 16 << 20};
   std::vector<int32_t> queue_depths = {1, 8, 32, 128};
   std::vector<std::string> ops = {"read", "write", "mix"};  // mix: 70 % reads, 30 % writes
+  // Op "rw": per (readers, writers) pair, that many reader and writer streams at once, each its
+  // own sequential stream of queue-depth requests over its own stretch of the file (what a
+  // schedule's concurrent read and write tasks on one device are).
+  std::vector<std::pair<int32_t, int32_t>> streams = {{1, 1}, {2, 2}, {4, 4}};
   std::vector<int32_t> device_counts;  // how many of dirs at once; empty: 1 and dirs.size()
   int64_t file_bytes = int64_t{1} << 30;
   double warmup_s = 0.25;
@@ -43,8 +47,15 @@ struct DiskProbeOptions {
 // The probe's file in `dir` for this process.
 std::string ProbeFilePath(const std::string& dir);
 
+// Most streams of one "rw" point: readers + writers.
+inline constexpr int32_t kMaxProbeStreams = 64;
+
 struct DiskProbeResult {
   std::string op;
+  int32_t readers = 0;          // op "rw": reader and writer streams (each queue_depth deep)
+  int32_t writers = 0;
+  double read_bytes_per_s = 0;  // op "rw": medians over repetitions of each direction's rate
+  double write_bytes_per_s = 0;
   int64_t block_bytes = 0;
   int32_t queue_depth = 0;
   int32_t devices = 0;
@@ -61,12 +72,14 @@ struct DiskProbeResult {
 
 // InvalidArgument naming the first option RunDiskProbe cannot take (no directory, the memory
 // back-end, a file under 16 MiB, a block size that is not a positive multiple of 4 KiB, an
-// unknown op, a device count out of range, a queue depth below 1); nothing is touched.
+// unknown op, a device count out of range, a queue depth below 1, "rw" stream counts that are
+// negative, none or more than kMaxProbeStreams); nothing is touched.
 Status CheckDiskProbeOptions(const DiskProbeOptions& options);
 
 // Runs the sweep (CheckDiskProbeOptions first). `progress` (optional) gets each result as it is
 // measured. Trace records (one
-// per device, op and repetition, source "probe") are appended to `trace` when non-null.
+// per device, op and repetition, source "probe") are appended to `trace` when non-null; an "rw"
+// window's read record has `tasks` = its reader streams, its write record the writer streams.
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& options, std::vector<TraceRecord>* trace,
                                                     const std::function<void(const DiskProbeResult&)>& progress = {});
 
