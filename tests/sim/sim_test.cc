@@ -186,27 +186,32 @@ TEST(SimTest, TwoDirectoriesOnOneDeviceShareItsMediaLink) {
 }
 
 TEST(SimTest, ReadAndWriteShareTheSsdAsDiskSharedCapacity) {
-  const auto hw = TestHardware();
-  Builder b;
-  b.Resource("nvme0.read", "nvme0");
-  b.Resource("nvme0.write", "nvme0");
-  const double n = 1e9;
-  b.Task("r", Op::kRead, "nvme0.read", static_cast<int64_t>(n));
-  b.Task("w", Op::kWrite, "nvme0.write", static_cast<int64_t>(n));
-  SimResult r = MustSimulate(b.s, hw);
-  const auto& d = hw.node.nvme[0];
-  // Mixed capacity: harmonic mean of the peaks weighted by the stream mix, times the
-  // efficiency (models/hardware.h), split equally between the two streams.
-  const double mixed = d.mixed_efficiency / (0.5 / d.read_bw_bytes_per_s + 0.5 / d.write_bw_bytes_per_s);
-  EXPECT_REL(models::DiskSharedCapacity(d, 1, 1), mixed);
-  // The write's latency (20 us) ends first: alone until the read's (100 us) ends.
-  const double t_w = d.write_latency_s, t_r = d.read_latency_s;
-  const double w_alone = (t_r - t_w) * d.write_bw_bytes_per_s;
-  const double w_done = t_r + (n - w_alone) / (mixed / 2);                   // write finishes first
-  const double r_done = w_done + (n - (w_done - t_r) * mixed / 2) / d.read_bw_bytes_per_s;
-  EXPECT_REL(Find(r, "w").end_s, w_done);
-  EXPECT_REL(Find(r, "r").end_s, r_done);
-  EXPECT_EQ(r.disk_sharing_mismatches, 0);
+  // As measured per stream count too (mixed_efficiency_by_streams: 2 streams here).
+  for (const bool by_streams : {false, true}) {
+    auto hw = TestHardware();
+    if (by_streams) hw.node.nvme[0].mixed_efficiency_by_streams = {{2, 0.5}, {8, 0.25}};
+    Builder b;
+    b.Resource("nvme0.read", "nvme0");
+    b.Resource("nvme0.write", "nvme0");
+    const double n = 1e9;
+    b.Task("r", Op::kRead, "nvme0.read", static_cast<int64_t>(n));
+    b.Task("w", Op::kWrite, "nvme0.write", static_cast<int64_t>(n));
+    SimResult r = MustSimulate(b.s, hw);
+    const auto& d = hw.node.nvme[0];
+    // Mixed capacity: harmonic mean of the peaks weighted by the stream mix, times the
+    // efficiency (models/hardware.h), split equally between the two streams.
+    const double efficiency = by_streams ? 0.5 : d.mixed_efficiency;
+    const double mixed = efficiency / (0.5 / d.read_bw_bytes_per_s + 0.5 / d.write_bw_bytes_per_s);
+    EXPECT_REL(models::DiskSharedCapacity(d, 1, 1), mixed);
+    // The write's latency (20 us) ends first: alone until the read's (100 us) ends.
+    const double t_w = d.write_latency_s, t_r = d.read_latency_s;
+    const double w_alone = (t_r - t_w) * d.write_bw_bytes_per_s;
+    const double w_done = t_r + (n - w_alone) / (mixed / 2);                   // write finishes first
+    const double r_done = w_done + (n - (w_done - t_r) * mixed / 2) / d.read_bw_bytes_per_s;
+    EXPECT_REL(Find(r, "w").end_s, w_done);
+    EXPECT_REL(Find(r, "r").end_s, r_done);
+    EXPECT_EQ(r.disk_sharing_mismatches, 0);
+  }
 }
 
 TEST(SimTest, CopiesAndNvmeDmaShareTheRootComplex) {
