@@ -411,7 +411,6 @@ Status RunProbeAll(const AllArgs& a) {
   rw.block_bytes = {int64_t{1} << 20};
   rw.queue_depths = {8};
   rw.streams = {{1, 1}, {2, 2}, {4, 4}};
-  rw.device_counts = {1};
   const bool several = a.dirs.size() > 1;
   TF_RETURN_IF_ERROR(real::CheckDiskProbeOptions(d).WithContext("probe all"));
   fs::create_directories(a.out, ec);
@@ -427,35 +426,28 @@ Status RunProbeAll(const AllArgs& a) {
   };
   HostArgs host = a.host;
   std::vector<Step> steps;
+  // Directory i alone under `options` (one op), its records named nvme<i>.
+  auto one_dir = [&](size_t i, real::DiskProbeOptions options) {
+    options.dirs = {a.dirs[i]};
+    options.device_counts = {1};
+    return [&, i, options](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
+      std::vector<TraceRecord> trace;
+      TF_RETURN_IF_ERROR(real::RunDiskProbe(options, &trace, [&](const real::DiskProbeResult&) {
+                           if (o.progress) o.progress("disk point");
+                         }).status().WithContext("--dir '" + a.dirs[i] + "'"));
+      for (TraceRecord& r : trace) r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
+      return trace;
+    };
+  };
   for (size_t i = 0; i < a.dirs.size(); ++i) {
     for (const std::string& op : d.ops) {
-      steps.push_back({"disk", "disk nvme" + std::to_string(i) + " " + op,
-                       [&, i, op](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
-                         real::DiskProbeOptions one = d;
-                         one.dirs = {a.dirs[i]};
-                         one.ops = {op};
-                         one.device_counts = {1};
-                         std::vector<TraceRecord> trace;
-                         TF_RETURN_IF_ERROR(real::RunDiskProbe(one, &trace, [&](const real::DiskProbeResult&) {
-                                              if (o.progress) o.progress("disk point");
-                                            }).status().WithContext("--dir '" + a.dirs[i] + "'"));
-                         for (TraceRecord& r : trace) r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
-                         return trace;
-                       }});
+      real::DiskProbeOptions one = d;
+      one.ops = {op};
+      steps.push_back({"disk", "disk nvme" + std::to_string(i) + " " + op, one_dir(i, one)});
     }
     // Reader and writer streams at once (1 MiB, each stream depth 8): the mixed efficiency per
     // stream count (calibrate's nvmeD.mixed_streams).
-    steps.push_back({"disk", "disk nvme" + std::to_string(i) + " rw",
-                     [&, i](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
-                       real::DiskProbeOptions one = rw;
-                       one.dirs = {a.dirs[i]};
-                       std::vector<TraceRecord> trace;
-                       TF_RETURN_IF_ERROR(real::RunDiskProbe(one, &trace, [&](const real::DiskProbeResult&) {
-                                            if (o.progress) o.progress("disk point");
-                                          }).status().WithContext("--dir '" + a.dirs[i] + "'"));
-                       for (TraceRecord& r : trace) r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
-                       return trace;
-                     }});
+    steps.push_back({"disk", "disk nvme" + std::to_string(i) + " rw", one_dir(i, rw)});
   }
   if (several) {  // devices numbered in --dir order, as above
     steps.push_back({"disk", "disk all at once", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {

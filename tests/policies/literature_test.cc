@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -155,20 +156,26 @@ TEST(MemAscend, ClassPoolsAreSizedExactlyAndBoundThePinnedPeak) {
 
 // In one timed iteration: when the backward pass ends (its last compute) and when the first
 // optimizer update starts.
-std::pair<double, double> BackwardEndAndFirstUpdate(const Schedule& s) {
+// When backward ends, and when the first task `is_first` picks starts, in one simulated
+// iteration with compute long enough for the step to overlap backward.
+std::pair<double, double> BackwardEndAndFirstStart(const Schedule& s, const std::function<bool(const TaskSpec&)>& is_first) {
   auto durations = UnitDurations(s);
   for (const TaskSpec& t : s.tasks()) {
     if (t.op == Op::kCompute) durations[t.id] = 1.0;  // backward long enough to overlap
   }
   auto r = testing::RunTimed(s, 1, durations);
   EXPECT_TRUE(r.status.ok()) << r.status.ToString();
-  double backward_end = 0, first_update = 1e300;
+  double backward_end = 0, first = 1e300;
   for (const auto& [key, span] : r.spans) {
     const TaskSpec& t = s.tasks()[s.FindTask(key.first)];
     if (t.op == Op::kCompute && t.phase == Phase::kBackward) backward_end = std::max(backward_end, span.end);
-    if (t.op == Op::kOptimizer) first_update = std::min(first_update, span.start);
+    if (is_first(t)) first = std::min(first, span.start);
   }
-  return {backward_end, first_update};
+  return {backward_end, first};
+}
+
+std::pair<double, double> BackwardEndAndFirstUpdate(const Schedule& s) {
+  return BackwardEndAndFirstStart(s, [](const TaskSpec& t) { return t.op == Op::kOptimizer; });
 }
 
 TEST(HiTrain, AnUpdateStartsWhileBackwardStillRuns) {
@@ -182,22 +189,8 @@ TEST(HiTrain, AnUpdateStartsWhileBackwardStillRuns) {
   EXPECT_GE(zi_update, zi_backward) << "zero-infinity: updates wait for the whole backward";
 }
 
-// When the first read of optimizer states starts, and when backward ends, in one simulated
-// iteration with compute long enough for reads to overlap it.
 std::pair<double, double> BackwardEndAndFirstStatesRead(const Schedule& s) {
-  auto durations = UnitDurations(s);
-  for (const TaskSpec& t : s.tasks()) {
-    if (t.op == Op::kCompute) durations[t.id] = 1.0;
-  }
-  auto r = testing::RunTimed(s, 1, durations);
-  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
-  double backward_end = 0, first_read = 1e300;
-  for (const auto& [key, span] : r.spans) {
-    const TaskSpec& t = s.tasks()[s.FindTask(key.first)];
-    if (t.op == Op::kCompute && t.phase == Phase::kBackward) backward_end = std::max(backward_end, span.end);
-    if (t.id.rfind("read.states.", 0) == 0) first_read = std::min(first_read, span.start);
-  }
-  return {backward_end, first_read};
+  return BackwardEndAndFirstStart(s, [](const TaskSpec& t) { return t.id.rfind("read.states.", 0) == 0; });
 }
 
 TEST(Tierflow, StatesAreReadAheadOfTheUpdate) {
