@@ -127,9 +127,29 @@ def worker(args):
         from safetensors.torch import save_file
         save_file({k: v.detach().float().contiguous() for k, v in net.state_dict().items()}, args.init_out)
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+    # The step's parts, timed around the ZeRO-3 optimizer's own methods (stage3.py step(): per
+    # sub-group the states' swap-in, Adam, the fp16 parameters put back, the states' swap-out);
+    # the rest of the step (its norm and overflow check, partitioning, bookkeeping) is step_s less them.
+    parts = {}
+
+    def timed(fn, part):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                parts[part] = parts.get(part, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    for method, part in (("_optimizer_states_and_gradient_swap_in", "swap_in_s"), ("_optimizer_step", "adam_s"),
+                         ("_reassign_or_swap_out_partitioned_parameters", "params_out_s"),
+                         ("_optimizer_states_and_gradient_swap_out", "swap_out_s")):
+        if hasattr(engine.optimizer, method):
+            setattr(engine.optimizer, method, timed(getattr(engine.optimizer, method), part))
     rows = []
     for inputs, targets in tierflow_batches(args.seq, args.iterations):
         # Its engine's three calls, one after the other: the phases as its own timers cut them.
+        parts.clear()
         before, io0, t0 = dict(moved), proc_io(), time.perf_counter()
         loss = train_peers.loss_of(engine, inputs, targets)
         t1 = time.perf_counter()
@@ -141,7 +161,7 @@ def worker(args):
         rows.append({"s": t3 - t0, "forward_s": t1 - t0, "backward_s": t2 - t1, "step_s": t3 - t2,
                      "loss": float(loss), "read": moved["read"] - before["read"],
                      "write": moved["write"] - before["write"], "io_read": io1["read_bytes"] - io0["read_bytes"],
-                     "io_write": io1["write_bytes"] - io0["write_bytes"]})
+                     "io_write": io1["write_bytes"] - io0["write_bytes"], "step_parts": dict(parts)})
     print(json.dumps(rows))
 
 
@@ -205,8 +225,13 @@ def run_setting(args, model, seq, checkpointing, name, sets):
     steady = rows[2:-1] or rows[-1:]
     ds = {k: statistics.mean(r[k] for r in steady)
           for k in ("read", "write", "io_read", "io_write", "s", "forward_s", "backward_s", "step_s")}
+    ds["step_parts"] = {k: statistics.mean(r["step_parts"].get(k, 0.0) for r in steady)
+                        for k in ("swap_in_s", "adam_s", "params_out_s", "swap_out_s")}
+    # sim's critical path per iteration by op (its 4 iterations'), beside the step's parts.
+    critical = {op: s / 4 for op, s in (sim.get("critical_path_s") or {}).items()}
     return {"setting": name, "sets": sets, "tierflow": schedule_bytes(plan), "deepspeed": ds, "iterations": rows,
-            "sim_iteration_s": sim.get("iteration_s"), "sim_timer_phases": sim.get("timer_phases")}
+            "sim_iteration_s": sim.get("iteration_s"), "sim_timer_phases": sim.get("timer_phases"),
+            "sim_critical_path_s": critical}
 
 
 def main():
@@ -257,6 +282,11 @@ def main():
               f" step {ds['step_s']:.3f})  tierflow sim {r['sim_iteration_s']:.3f} s (forward {tp.get('forward_s', 0):.3f},"
               f" backward {tp.get('backward_s', 0):.3f}, step {tp.get('step_s', 0):.3f})  error {err(r['sim_iteration_s'], ds['s'])}",
               flush=True)
+        sp, cp = ds["step_parts"], r.get("sim_critical_path_s") or {}
+        print(f"{'':<22} step  DeepSpeed swap-in {sp['swap_in_s']:.3f}, Adam {sp['adam_s']:.3f}, params out "
+              f"{sp['params_out_s']:.3f}, swap-out {sp['swap_out_s']:.3f}, rest {ds['step_s'] - sum(sp.values()):.3f} s"
+              f"  tierflow sim critical path: read {cp.get('read', 0):.3f}, optimizer {cp.get('optimizer', 0):.3f},"
+              f" convert {cp.get('convert', 0):.3f}, write {cp.get('write', 0):.3f} s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"scenario": args.scenario, "results": results}, f, indent=1)

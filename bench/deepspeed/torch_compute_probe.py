@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""The compute of a scenario's model as PyTorch runs it, as trace records `tierflow calibrate` fits.
+
+`tierflow probe compute` times tierflow's own CPU kernels; DeepSpeed drives PyTorch's. To predict
+DeepSpeed's iteration, the profile's compute side must be PyTorch's: this script times the Hugging
+Face LlamaForCausalLM of the scenario (built as bench/train_peers.py builds it: fp32, each decoder
+layer recomputed in the backward when the scenario checkpoints activations) for one forward and
+one backward of the whole model at each sequence length tierflow's compute probe uses, and writes
+one record per pass in the records' format: the FLOPs, bytes and task count are those of
+tierflow's own probe records of the same pass summed over its layers (what the simulator charges
+the schedule's compute tasks), the time is PyTorch's. Its records replace `probe all`'s
+compute.jsonl; the disk, copy, optimizer and memory records stay tierflow's. PyTorch's kernels
+beat the `cpu-host` preset's peak_flops on a 2-core AVX2 host (calibrate refuses an efficiency of
+1.35 there, naming peak_flops): calibrate such records with a --base that states the CPU's real
+peak.
+
+  torch_compute_probe.py --tierflow build/cli/tierflow --scenario scenarios/small-cpu.yaml
+                         --out DIR/compute.jsonl [--reps 3] [--threads 2]
+Run with the bench's virtual environment (bench/train_peers.sh makes it).
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import train_peers  # noqa: E402
+
+
+def tierflow_passes(tierflow, scenario, threads):
+    """tierflow's compute probe of the scenario: per (sequence length, phase) the sums of its
+    layer records' flops, bytes and tasks."""
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "compute.jsonl")
+        subprocess.run([tierflow, "probe", "compute", scenario, "--reps", "1", "--threads", str(threads), "--trace", trace],
+                       check=True, capture_output=True)
+        sums = collections.defaultdict(lambda: {"flops": 0.0, "bytes": 0, "tasks": 0, "layers": set()})
+        for line in open(trace):
+            r = json.loads(line)
+            if r["iteration"] != 0:
+                continue
+            seq = int(r["task"].rsplit(".s", 1)[1])
+            s = sums[(seq, r["phase"])]
+            if r["layer"] in s["layers"]:
+                continue
+            s["layers"].add(r["layer"])
+            s["flops"] += r["flops"]
+            s["bytes"] += r["bytes"]
+            s["tasks"] += r.get("tasks", 1) or 1
+    return sums
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tierflow", default=os.path.join(os.path.dirname(HERE), "..", "build", "cli", "tierflow"))
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--out", required=True, help="trace records (JSON Lines) to write")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model, _, checkpointing = train_peers.model_of(args.tierflow, args.scenario)
+    passes = tierflow_passes(args.tierflow, args.scenario, args.threads)
+    net = train_peers.hf_model(model, checkpointing)
+    records = []
+    for seq in sorted({s for s, _ in passes}):
+        inputs = torch.randint(0, model["vocab"], (1, seq))
+        targets = torch.randint(0, model["vocab"], (1, seq))
+        for rep in range(-1, args.reps):  # rep -1 warms up
+            t0 = time.perf_counter()
+            loss = train_peers.loss_of(net, inputs, targets)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            net.zero_grad(set_to_none=True)
+            if rep < 0:
+                continue
+            for phase, start, end in (("forward", t0, t1), ("backward", t1, t2)):
+                s = passes[(seq, phase)]
+                records.append({"iteration": rep, "task": f"probe.compute.torch.b1.s{seq}", "op": "compute",
+                                "resource": "gpu0.compute", "layer": -1, "phase": phase, "bytes": s["bytes"],
+                                "flops": s["flops"], "start_s": start, "end_s": end, "source": "probe",
+                                "threads": args.threads, "tasks": s["tasks"]})
+            print(f"s{seq} rep {rep}: forward {1000 * (t1 - t0):.1f} ms, backward {1000 * (t2 - t1):.1f} ms", flush=True)
+    with open(args.out, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    print(f"{len(records)} records -> {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
