@@ -1074,7 +1074,10 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
       ws.priority = o.isolate_reads_first ? nsub + static_cast<int32_t>(pos) : 0;
       write_states = b.Task(std::move(ws));
       res.write_states[g] = write_states;
-      if (o.semi_async_writes && read_states != kNoIndex) b.task(read_states).carried.push_back({write_states, 1});
+      // The next iteration's read of the same states waits for this write: with semi-async
+      // write-back instead of the step, and with read-ahead because the read no longer waits for
+      // anything of its own iteration that comes after the step.
+      if ((o.semi_async_writes || o.read_ahead) && read_states != kNoIndex) b.task(read_states).carried.push_back({write_states, 1});
       // A cached sub-group's states are updated in place: the next update waits for the write.
       if (cached) b.task(adam_task).carried.push_back({write_states, 1});
     }

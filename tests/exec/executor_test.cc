@@ -194,6 +194,10 @@ TEST(Executor, CachedStatesOverlapAndGpuResidentParametersReproduceTheInMemoryWe
       {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.cached_sub_groups=2"},
       {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.overlap_optimizer=true"},
       {"policy.name=tierflow", "policy.offload_param=none"},
+      // States read ahead without semi-asynchronous write-back: the next iteration's read must
+      // still wait for this one's write (it read stale states once), and with gradients on disk.
+      {"policy.name=tierflow", "policy.semi_async_writeback=false", "policy.overlap_optimizer=true"},
+      {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.host_gradients=false"},
       {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.cached_sub_groups=2", "policy.overlap_optimizer=true",
        "policy.offload_param=none", "policy.host_gradients=false"},
       {"policy.name=mlp-offload", "policy.sub_group_size=1e6", "policy.cache_mode=alternate", "policy.offload_param=nvme"},
