@@ -52,6 +52,8 @@ RULES = [
      "installs PyTorch, DeepSpeed and transformers (several GB) into a venv of its own and trains with each for minutes: a benchmark's peers, never a test's dependency"),
     (r"^bench/deepspeed/run\.sh\b.*", None,
      "installs PyTorch, DeepSpeed and transformers into bench/train_peers.sh's venv and trains with DeepSpeed for minutes per knob setting: a benchmark's peer, never a test's dependency"),
+    (r"^bench/deepspeed/torch_compute_probe\.py\b.*", None,
+     "runs in bench/train_peers.sh's venv (PyTorch and transformers, several GB): a benchmark's peer, never a test's dependency"),
     (r"^python3 bench/checkpoint_matrix\.py\b.*", None,
      "13 configurations x 3 repetitions of a 1.2 GB checkpoint and fio: a benchmark of minutes (its flags are tested by the CLI tests)"),
     (r"^(\./build/bench/\w+_bench)$", r"\1 --benchmark_list_tests=true",
