@@ -49,27 +49,43 @@ struct JointWindow {
 // A median over windows taken as a one-parameter fit: writes each window's residual against it
 // (rms, max) and the spread of `what` into `rep`; returns the median and, in `rel_se`, its relative
 // standard error (sqrt(pi/2) times that of the mean, normal errors; floored like every fit's).
-double MedianFit(const std::vector<double>& v, const CalibrateOptions& o, const std::string& what, FitReport* rep,
-                 double* rel_se) {
-  const double median = Median(v);
+// A median taken as a fit: the model at the median against each sample, and the median's
+// relative standard error (1.2533 sd / sqrt(n) / median, at least min_residual_sd / sqrt(n)).
+struct MedianStats {
+  double median = 0, rel_se = 0;
+  double sum_sq_rel = 0, worst_rel = 0;  // of (median - e) / e over the samples
+  double lo = 0, hi = 0;
+};
+
+MedianStats MedianOf(const std::vector<double>& v, const CalibrateOptions& o) {
+  MedianStats m;
+  m.median = Median(v);
   const double n = static_cast<double>(v.size());
-  double mean = 0, ss = 0, worst = 0, var = 0;
+  double mean = 0, var = 0;
   for (double e : v) mean += e / n;
   for (double e : v) {
-    const double rel = (median - e) / e;  // the model at the median against this window
-    ss += rel * rel;
-    worst = std::max(worst, std::fabs(rel));
+    const double rel = (m.median - e) / e;  // the model at the median against this window
+    m.sum_sq_rel += rel * rel;
+    m.worst_rel = std::max(m.worst_rel, std::fabs(rel));
     var += (e - mean) * (e - mean);
   }
-  rep->rms_rel_residual = std::sqrt(ss / n);
-  rep->max_rel_residual = worst;
-  rep->condition_number = 1;
   const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0;
-  *rel_se = std::max(1.2533 * sd / std::sqrt(n) / median, o.min_residual_sd / std::sqrt(n));
+  m.rel_se = std::max(1.2533 * sd / std::sqrt(n) / m.median, o.min_residual_sd / std::sqrt(n));
   const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  rep->data_range +=
-      fmt::format("; {} {} (spread)", what, RangeText(*lo, *hi, [](double x) { return fmt::format("{:.3f}", x); }));
-  return median;
+  m.lo = *lo;
+  m.hi = *hi;
+  return m;
+}
+
+double MedianFit(const std::vector<double>& v, const CalibrateOptions& o, const std::string& what, FitReport* rep,
+                 double* rel_se) {
+  const MedianStats m = MedianOf(v, o);
+  rep->rms_rel_residual = std::sqrt(m.sum_sq_rel / static_cast<double>(v.size()));
+  rep->max_rel_residual = m.worst_rel;
+  rep->condition_number = 1;
+  *rel_se = m.rel_se;
+  rep->data_range += fmt::format("; {} {} (spread)", what, RangeText(m.lo, m.hi, [](double x) { return fmt::format("{:.3f}", x); }));
+  return m.median;
 }
 
 // Whether this calibration fitted device `d`'s stream in that direction (its report says so).
@@ -337,20 +353,14 @@ void FitMixedByStreams(const std::string& model, const std::string& device, cons
   std::vector<std::string> left_out, clamped;
   double ss = 0, worst = 0;
   for (const auto& [count, eff] : by_count) {
-    const double median = Median(eff);
-    const double n = static_cast<double>(eff.size());
-    double mean = 0, var = 0;
-    for (double e : eff) mean += e / n;
-    for (double e : eff) {
-      var += (e - mean) * (e - mean);
-      const double rel = (median - e) / e;
-      ss += rel * rel;
-      worst = std::max(worst, std::fabs(rel));
-    }
-    const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0;
-    const double rel_se = n > 1 ? std::max(1.2533 * sd / std::sqrt(n) / median, o.min_residual_sd / std::sqrt(n)) : 1.0;
+    const MedianStats m = MedianOf(eff, o);
+    ss += m.sum_sq_rel;
+    worst = std::max(worst, m.worst_rel);
+    const double median = m.median;
+    // One window has no spread to judge its median by.
+    const double rel_se = eff.size() > 1 ? m.rel_se : 1.0;
     const std::string name = fmt::format("streams {}", count);
-    if (n < 2 || !DeterminedRule(name, rel_se, "", o).empty()) {
+    if (eff.size() < 2 || !DeterminedRule(name, rel_se, "", o).empty()) {
       left_out.push_back(fmt::format("{} ({} window{}, relative standard error {:.2f})", count, eff.size(),
                                      eff.size() == 1 ? "" : "s", rel_se));
       continue;

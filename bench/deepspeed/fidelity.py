@@ -219,7 +219,8 @@ def run_setting(args, model, seq, checkpointing, name, sets):
     ds_config = os.path.join(work, "ds_config.json")
     subprocess.run([args.tierflow, "deepspeed", "export", plan, "--nvme-path", os.path.join(work, "nvme"), "-o", ds_config],
                    check=True, capture_output=True)
-    sim_cmd = [args.tierflow, "sim", plan, "-n", "4", "--json"] + (["--profile", args.profile] if args.profile else [])
+    sim_iterations = 4
+    sim_cmd = [args.tierflow, "sim", plan, "-n", str(sim_iterations), "--json"] + (["--profile", args.profile] if args.profile else [])
     sim = json.loads(subprocess.run(sim_cmd, check=True, capture_output=True, text=True).stdout)
     rows = run_deepspeed(args, model, seq, checkpointing, ds_config, name)
     steady = rows[2:-1] or rows[-1:]
@@ -227,8 +228,8 @@ def run_setting(args, model, seq, checkpointing, name, sets):
           for k in ("read", "write", "io_read", "io_write", "s", "forward_s", "backward_s", "step_s")}
     ds["step_parts"] = {k: statistics.mean(r["step_parts"].get(k, 0.0) for r in steady)
                         for k in ("swap_in_s", "adam_s", "params_out_s", "swap_out_s")}
-    # sim's critical path per iteration by op (its 4 iterations'), beside the step's parts.
-    critical = {op: s / 4 for op, s in (sim.get("critical_path_s") or {}).items()}
+    # sim's critical path per iteration by op (over its iterations), beside the step's parts.
+    critical = {op: s / sim_iterations for op, s in (sim.get("critical_path_s") or {}).items()}
     return {"setting": name, "sets": sets, "tierflow": schedule_bytes(plan), "deepspeed": ds, "iterations": rows,
             "sim_iteration_s": sim.get("iteration_s"), "sim_timer_phases": sim.get("timer_phases"),
             "sim_critical_path_s": critical}
