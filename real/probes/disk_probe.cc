@@ -240,6 +240,125 @@ Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+
+// One point of the sweep: `inflight` requests of `block` bytes per device on the first `ndev`
+// probe files (slots of `streams` streams, readers first, when op is "rw"), a warm-up and
+// o.repetitions windows; its trace records appended to `trace` when non-null.
+StatusOr<DiskProbeResult> MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& paths, int64_t file_bytes,
+                                       const std::string& opname, int32_t readers, int32_t writers, int32_t ndev,
+                                       int64_t block, int32_t qd, std::vector<TraceRecord>* trace) {
+  const int32_t streams = readers + writers;  // 0 unless "rw"
+  const int64_t inflight = static_cast<int64_t>(qd) * std::max(streams, 1);
+  StorageOptions so;
+  so.queue_depth = static_cast<int32_t>(inflight);
+  so.request_bytes = block;
+  so.threads = static_cast<int32_t>(inflight);
+  auto storage_or = NewStorage(o.backend, so);
+  if (!storage_or.ok()) return storage_or.status();
+  Storage& storage = **storage_or;
+  std::vector<FileId> files;
+  for (int32_t d = 0; d < ndev; ++d) {
+    OpenOptions oo;
+    oo.device = d;
+    TF_ASSIGN_OR_RETURN(OpenFile f, storage.Open(paths[d], oo));
+    files.push_back(f.id);
+  }
+  AlignedBuffer buffers(block * inflight * ndev);
+  if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * inflight * ndev) + " bytes");
+  (void)storage.RegisterMemory(buffers.data(), buffers.size_bytes());
+  std::vector<Slot> slots(static_cast<size_t>(inflight) * ndev);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    slots[i].device = static_cast<int32_t>(i % ndev);
+    slots[i].buf = buffers.data() + static_cast<int64_t>(i) * block;
+    if (streams > 0) {  // qd * ndev slots per stream, readers first
+      slots[i].stream = static_cast<int32_t>(i / (static_cast<size_t>(qd) * ndev));
+      slots[i].op = slots[i].stream < readers ? IoOp::kRead : IoOp::kWrite;
+    }
+  }
+  ClosedLoop loop(storage, slots, files, opname, block, file_bytes / block, o.random, ndev, streams);
+  DiskProbeResult res;
+  res.op = opname;
+  res.readers = readers;
+  res.writers = writers;
+  res.block_bytes = block;
+  res.queue_depth = qd;
+  res.devices = ndev;
+  res.backend = storage.name();
+  std::vector<double> bws, iops, lat, read_bws, write_bws;
+  TF_RETURN_IF_ERROR(loop.Start());
+  for (int32_t rep = -1; rep < o.repetitions; ++rep) {  // rep -1 is the warm-up
+    const double start = MonotonicSeconds();
+    const double stop = start + (rep >= 0 ? o.duration_s : o.warmup_s);
+    loop.OpenWindow(start, stop);
+    std::this_thread::sleep_for(std::chrono::duration<double>(stop - MonotonicSeconds()));
+    // Completions stamped inside the window may still be on their way to the sink.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ClosedLoop::Window w = loop.CloseWindow();
+    if (rep < 0) continue;
+    double window = stop - start;
+    bws.push_back(static_cast<double>(w.bytes) / window);
+    double read_bytes = 0, write_bytes = 0;
+    for (int32_t d = 0; d < ndev; ++d) {
+      read_bytes += static_cast<double>(w.dev_read[static_cast<size_t>(d)]);
+      write_bytes += static_cast<double>(w.dev_write[static_cast<size_t>(d)]);
+    }
+    read_bws.push_back(read_bytes / window);
+    write_bws.push_back(write_bytes / window);
+    iops.push_back(static_cast<double>(w.ios) / window);
+    res.bytes += w.bytes;
+    res.wrong += w.wrong;
+    lat.insert(lat.end(), w.latencies.begin(), w.latencies.end());
+    if (trace != nullptr) {
+      for (int32_t d = 0; d < ndev; ++d) {
+        for (IoOp op : {IoOp::kRead, IoOp::kWrite}) {
+          int64_t b = (op == IoOp::kRead ? w.dev_read : w.dev_write)[d];
+          // A window of several devices names each, even one that got nothing (a
+          // device shared unfairly): the aggregate is what tells one device from two.
+          const bool window_op = (opname == "read" && op == IoOp::kRead) || (opname == "write" && op == IoOp::kWrite);
+          if (b == 0 && !(ndev > 1 && window_op)) continue;
+          TraceRecord r;
+          r.iteration = rep;
+          r.task = "probe.disk." + opname;
+          r.op = op == IoOp::kRead ? Op::kRead : Op::kWrite;
+          r.resource = "nvme" + std::to_string(d) + "." + IoOpName(op);
+          r.phase = Phase::kOther;
+          r.bytes = b;
+          r.start_s = start;
+          r.end_s = stop;
+          r.source = "probe";
+          r.block_bytes = block;
+          r.queue_depth = qd;
+          r.threads = ndev;
+          if (streams > 0) r.tasks = op == IoOp::kRead ? readers : writers;  // concurrent streams of the op
+          trace->push_back(r);
+        }
+      }
+    }
+  }
+  Status stopped = loop.Stop();  // waits for everything in flight
+  storage.UnregisterMemory(buffers.data());
+  for (FileId f : files) (void)storage.Close(f);
+  TF_RETURN_IF_ERROR(stopped);
+  std::sort(bws.begin(), bws.end());
+  std::sort(iops.begin(), iops.end());
+  res.bytes_per_s = bws[bws.size() / 2];
+  res.bytes_per_s_min = bws.front();
+  res.bytes_per_s_max = bws.back();
+  res.iops = iops[iops.size() / 2];
+  if (streams > 0) {
+    std::sort(read_bws.begin(), read_bws.end());
+    std::sort(write_bws.begin(), write_bws.end());
+    res.read_bytes_per_s = read_bws[read_bws.size() / 2];
+    res.write_bytes_per_s = write_bws[write_bws.size() / 2];
+  }
+  res.p50_latency_s = Percentile(lat, 0.50);
+  res.p99_latency_s = Percentile(lat, 0.99);
+  return res;
+}
+
+}  // namespace
+
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
                                                     const std::function<void(const DiskProbeResult&)>& progress) {
   TF_RETURN_IF_ERROR(CheckDiskProbeOptions(o));
@@ -278,115 +397,11 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
         const std::vector<std::pair<int32_t, int32_t>> pairs =
             opname == "rw" ? o.streams : std::vector<std::pair<int32_t, int32_t>>{{0, 0}};
         for (const auto& [readers, writers] : pairs) {
-          const int32_t streams = readers + writers;  // 0 unless "rw"
           for (int64_t block : o.block_bytes) {
             for (int32_t qd : o.queue_depths) {
-              const int64_t inflight = static_cast<int64_t>(qd) * std::max(streams, 1);
+              const int64_t inflight = static_cast<int64_t>(qd) * std::max(readers + writers, 1);
               if (block * inflight > file_bytes) continue;  // documented: buffers would exceed the file
-              StorageOptions so;
-              so.queue_depth = static_cast<int32_t>(inflight);
-              so.request_bytes = block;
-              so.threads = static_cast<int32_t>(inflight);
-              auto storage_or = NewStorage(o.backend, so);
-              if (!storage_or.ok()) return storage_or.status();
-              Storage& storage = **storage_or;
-              std::vector<FileId> files;
-              for (int32_t d = 0; d < ndev; ++d) {
-                OpenOptions oo;
-                oo.device = d;
-                TF_ASSIGN_OR_RETURN(OpenFile f, storage.Open(paths[d], oo));
-                files.push_back(f.id);
-              }
-              AlignedBuffer buffers(block * inflight * ndev);
-              if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * inflight * ndev) + " bytes");
-              (void)storage.RegisterMemory(buffers.data(), buffers.size_bytes());
-              std::vector<Slot> slots(static_cast<size_t>(inflight) * ndev);
-              for (size_t i = 0; i < slots.size(); ++i) {
-                slots[i].device = static_cast<int32_t>(i % ndev);
-                slots[i].buf = buffers.data() + static_cast<int64_t>(i) * block;
-                if (streams > 0) {  // qd * ndev slots per stream, readers first
-                  slots[i].stream = static_cast<int32_t>(i / (static_cast<size_t>(qd) * ndev));
-                  slots[i].op = slots[i].stream < readers ? IoOp::kRead : IoOp::kWrite;
-                }
-              }
-              ClosedLoop loop(storage, slots, files, opname, block, file_bytes / block, o.random, ndev, streams);
-              DiskProbeResult res;
-              res.op = opname;
-              res.readers = readers;
-              res.writers = writers;
-              res.block_bytes = block;
-              res.queue_depth = qd;
-              res.devices = ndev;
-              res.backend = storage.name();
-              std::vector<double> bws, iops, lat, read_bws, write_bws;
-              TF_RETURN_IF_ERROR(loop.Start());
-              for (int32_t rep = -1; rep < o.repetitions; ++rep) {  // rep -1 is the warm-up
-                const double start = MonotonicSeconds();
-                const double stop = start + (rep >= 0 ? o.duration_s : o.warmup_s);
-                loop.OpenWindow(start, stop);
-                std::this_thread::sleep_for(std::chrono::duration<double>(stop - MonotonicSeconds()));
-                // Completions stamped inside the window may still be on their way to the sink.
-                std::this_thread::sleep_for(std::chrono::milliseconds(5));
-                ClosedLoop::Window w = loop.CloseWindow();
-                if (rep < 0) continue;
-                double window = stop - start;
-                bws.push_back(static_cast<double>(w.bytes) / window);
-                double read_bytes = 0, write_bytes = 0;
-                for (int32_t d = 0; d < ndev; ++d) {
-                  read_bytes += static_cast<double>(w.dev_read[static_cast<size_t>(d)]);
-                  write_bytes += static_cast<double>(w.dev_write[static_cast<size_t>(d)]);
-                }
-                read_bws.push_back(read_bytes / window);
-                write_bws.push_back(write_bytes / window);
-                iops.push_back(static_cast<double>(w.ios) / window);
-                res.bytes += w.bytes;
-                res.wrong += w.wrong;
-                lat.insert(lat.end(), w.latencies.begin(), w.latencies.end());
-                if (trace != nullptr) {
-                  for (int32_t d = 0; d < ndev; ++d) {
-                    for (IoOp op : {IoOp::kRead, IoOp::kWrite}) {
-                      int64_t b = (op == IoOp::kRead ? w.dev_read : w.dev_write)[d];
-                      // A window of several devices names each, even one that got nothing (a
-                      // device shared unfairly): the aggregate is what tells one device from two.
-                      const bool window_op = (opname == "read" && op == IoOp::kRead) || (opname == "write" && op == IoOp::kWrite);
-                      if (b == 0 && !(ndev > 1 && window_op)) continue;
-                      TraceRecord r;
-                      r.iteration = rep;
-                      r.task = "probe.disk." + opname;
-                      r.op = op == IoOp::kRead ? Op::kRead : Op::kWrite;
-                      r.resource = "nvme" + std::to_string(d) + "." + IoOpName(op);
-                      r.phase = Phase::kOther;
-                      r.bytes = b;
-                      r.start_s = start;
-                      r.end_s = stop;
-                      r.source = "probe";
-                      r.block_bytes = block;
-                      r.queue_depth = qd;
-                      r.threads = ndev;
-                      if (streams > 0) r.tasks = op == IoOp::kRead ? readers : writers;  // concurrent streams of the op
-                      trace->push_back(r);
-                    }
-                  }
-                }
-              }
-              Status stopped = loop.Stop();  // waits for everything in flight
-              storage.UnregisterMemory(buffers.data());
-              for (FileId f : files) (void)storage.Close(f);
-              TF_RETURN_IF_ERROR(stopped);
-              std::sort(bws.begin(), bws.end());
-              std::sort(iops.begin(), iops.end());
-              res.bytes_per_s = bws[bws.size() / 2];
-              res.bytes_per_s_min = bws.front();
-              res.bytes_per_s_max = bws.back();
-              res.iops = iops[iops.size() / 2];
-              if (streams > 0) {
-                std::sort(read_bws.begin(), read_bws.end());
-                std::sort(write_bws.begin(), write_bws.end());
-                res.read_bytes_per_s = read_bws[read_bws.size() / 2];
-                res.write_bytes_per_s = write_bws[write_bws.size() / 2];
-              }
-              res.p50_latency_s = Percentile(lat, 0.50);
-              res.p99_latency_s = Percentile(lat, 0.99);
+              TF_ASSIGN_OR_RETURN(DiskProbeResult res, MeasurePoint(o, paths, file_bytes, opname, readers, writers, ndev, block, qd, trace));
               results.push_back(res);
               if (progress) progress(res);
             }
