@@ -262,6 +262,14 @@ struct PassOptions {
   // sub-group whose states it does not swap, in memory).
   std::vector<bool> grad_in_host;
   std::vector<int32_t> host_grad_buffer;  // per rank
+  // Gradients reduced in buckets (DeepSpeed's reduce_bucket_size, elements): a unit's gradient
+  // joins the bucket once its layer's backward has run; when it would take the bucket past this
+  // size, the bucket's reduce-scatters, d2h copies and writes are issued first (after the
+  // backward computed so far), and whatever is left is issued after the pass's last layer
+  // (DeepSpeed's independent_gradient_partition_epilogue). The layers' GPU gradients stay
+  // allocated until their bucket is issued. 0: each layer's gradients are issued after its own
+  // backward.
+  int64_t reduce_bucket_elements = 0;
 };
 
 struct PassResult {

@@ -161,6 +161,8 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
   TF_ASSIGN_OR_RETURN(auto sub_group, zero.Int("sub_group_size", 1));
   if (sub_group) set("policy.sub_group_size", Text(*sub_group));
   TF_ASSIGN_OR_RETURN(auto persistence, zero.Int("stage3_param_persistence_threshold", 0));
+  TF_ASSIGN_OR_RETURN(auto bucket, zero.Int("reduce_bucket_size", 1));
+  if (bucket) set("policy.reduce_bucket_size", Text(*bucket));
   if (persistence) set("policy.param_persistence_threshold", Text(*persistence));
   std::string nvme_path;
   TF_ASSIGN_OR_RETURN(Section param, zero.Child("offload_param"));
@@ -204,7 +206,7 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
   if (pipeline_write) set("policy.pipeline_write", Text(*pipeline_write));
   opt.Ignore("pin_memory", "tierflow's buffers are pinned");
   opt.Rest("not modelled");
-  zero.Rest("not modelled (prefetch and live-parameter limits, bucket sizes and communication overlap are tierflow's own)");
+  zero.Rest("not modelled (prefetch and live-parameter limits, the all-gather bucket and communication overlap are tierflow's own)");
 
   TF_ASSIGN_OR_RETURN(Section aio, top.Child("aio"));
   TF_ASSIGN_OR_RETURN(auto block, aio.Int("block_size", 1));
@@ -267,6 +269,7 @@ StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string
   zero["stage"] = 3;
   zero["sub_group_size"] = k.sub_group_size;
   zero["stage3_param_persistence_threshold"] = k.persistence;
+  zero["reduce_bucket_size"] = k.reduce_bucket_size;
   if (k.params_on_nvme) {
     zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", k.buffer_count}, {"buffer_size", k.buffer_size},
                              {"max_in_cpu", k.max_in_cpu}};

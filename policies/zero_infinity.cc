@@ -11,7 +11,9 @@
 //    (every slot sized for the largest partition), the read-ahead bounded by free slots;
 //  - the all-gather of a parameter waits for ALL reads outstanding on the rank's aio handle;
 //  - all-gathers issued one at a time in module order;
-//  - backward: reduce-scatter, fp32 gradient partition to a pinned buffer, async write to NVMe;
+//  - backward: gradients reduced in buckets of reduce_bucket_size elements (a bucket issued when
+//    the next gradient would overfill it, the rest after backward), then per unit the
+//    reduce-scatter, the fp32 gradient partition to a pinned buffer and an async write to NVMe;
 //  - step: gradient norm over all groups (after backward ends), then per sub-group in ascending
 //    order: swap in states, swap in gradients, CPU Adam, fp16 copy and blocking parameter write,
 //    swap out states — serial, or pipelined with pipeline_read / pipeline_write;
@@ -38,6 +40,7 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   k.params_on_nvme = offload_param == "nvme";
   TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu));
+  TF_ASSIGN_OR_RETURN(k.reduce_bucket_size, knobs.Int("reduce_bucket_size", k.reduce_bucket_size));
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
@@ -46,6 +49,7 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   if (k.queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");
   if (k.max_in_cpu < 0) return InvalidArgument("policy.max_in_cpu must be >= 0");
   if (k.block_size < 1) return InvalidArgument("policy.block_size must be > 0");
+  if (k.reduce_bucket_size < 1) return InvalidArgument("policy.reduce_bucket_size must be >= 1 (elements)");
   return k;
 }
 
@@ -185,6 +189,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.block_bytes = block_size;
   po.queue_depth = static_cast<int32_t>(queue_depth);
   po.cpu_threads = threads;
+  po.reduce_bucket_elements = knobs.reduce_bucket_size;
   po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
   if (params_on_nvme && place.host_param_elements > 0) {
     po.fetch.in_host = place.param_in_host;

@@ -147,7 +147,13 @@ def worker(args):
         if hasattr(engine.optimizer, method):
             setattr(engine.optimizer, method, timed(getattr(engine.optimizer, method), part))
     rows = []
-    for inputs, targets in tierflow_batches(args.seq, args.iterations):
+    profiler = None
+    if args.python_profile:  # where DeepSpeed's own time goes: its steady iterations under cProfile
+        import cProfile
+        profiler = cProfile.Profile()
+    for i, (inputs, targets) in enumerate(tierflow_batches(args.seq, args.iterations)):
+        if profiler and i == 2:
+            profiler.enable()
         # Its engine's three calls, one after the other: the phases as its own timers cut them.
         parts.clear()
         before, io0, t0 = dict(moved), proc_io(), time.perf_counter()
@@ -162,6 +168,9 @@ def worker(args):
                      "loss": float(loss), "read": moved["read"] - before["read"],
                      "write": moved["write"] - before["write"], "io_read": io1["read_bytes"] - io0["read_bytes"],
                      "io_write": io1["write_bytes"] - io0["write_bytes"], "step_parts": dict(parts)})
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(args.python_profile)
     print(json.dumps(rows))
 
 
@@ -244,6 +253,7 @@ def main():
     ap.add_argument("--checkpointing", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     ap.add_argument("--init-out", help=argparse.SUPPRESS)
+    ap.add_argument("--python-profile", help=argparse.SUPPRESS)
     ap.add_argument("--losses", action="store_true", help="also compare the loss curves (the first setting)")
     ap.add_argument("--profile", help="a calibrated hardware profile for tierflow sim's prediction of the iteration")
     ap.add_argument("--tierflow", default=os.path.join(train_peers.ROOT, "build", "cli", "tierflow"))

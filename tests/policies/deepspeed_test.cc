@@ -104,7 +104,7 @@ model: {preset: tiny}
 hardware: {preset: a100x4-1nvme}
 training: {micro_batch_size: 2, gradient_accumulation_steps: 3, data_parallel: 4, gradient_clipping: 0.25}
 policy: {name: zero-infinity, buffer_count: 7, buffer_size: 3e6, sub_group_size: 2e6, pipeline_write: true, block_size: 512 KiB,
-         queue_depth: 4, param_persistence_threshold: 2000, optimizer_buffer_count: 6, cpu_threads: 3}
+         queue_depth: 4, param_persistence_threshold: 2000, optimizer_buffer_count: 6, cpu_threads: 3, reduce_bucket_size: 3e7}
 )");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   std::vector<std::string> notes;

@@ -136,6 +136,50 @@ TEST(ZeroInfinity, StepIsBlockingAndTheNextIterationWaitsForIt) {
   EXPECT_GE(r.at("read.model.embed_tokens.weight.f0.r0", 1).start, r.at("step.end", 0).end);
 }
 
+// Gradients are reduced in buckets of reduce_bucket_size elements (stage3.py
+// reduce_independent_p_g_buckets_and_remove_grads): at DeepSpeed's 5e8 the model's 23 M
+// elements make one bucket, reduced, copied and written only after the whole backward (the
+// epilogue); with buckets smaller than a layer, the first layer's gradients leave while the next
+// layer's backward runs. The reduce-scatter reads the whole bucket, so a bucket larger than the
+// GPU pool is refused when planned, naming the task and the pool.
+TEST(ZeroInfinity, GradientsAreReducedInDeepSpeedsBuckets) {
+  const auto timed = [](const Schedule& s) {
+    std::map<std::string, double> d;
+    for (const TaskSpec& t : s.tasks()) d[t.id] = 1.0;
+    return testing::RunTimed(s, 1, d);
+  };
+  const auto last_backward = [](const Schedule& s, const testing::RunResult& r) {
+    double end = 0;
+    for (const TaskSpec& t : s.tasks()) {
+      if (t.op == Op::kCompute && t.phase == Phase::kBackward) end = std::max(end, r.at(t.id).end);
+    }
+    return end;
+  };
+  const std::string first = "reducescatter.model.layers.1.mlp.down_proj.weight.b0";
+  const Schedule whole = PlanOrDie();
+  auto r = timed(whole);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  const double backward_end = last_backward(whole, r);
+  for (const TaskSpec& t : whole.tasks()) {
+    if (t.op == Op::kReduceScatter) EXPECT_GE(r.at(t.id).start, backward_end) << t.id;
+  }
+  const Schedule split = PlanOrDie({"policy.reduce_bucket_size=1e6"});
+  auto q = timed(split);
+  ASSERT_TRUE(q.status.ok()) << q.status.ToString();
+  EXPECT_LT(q.at(first).end, last_backward(split, q));
+  EXPECT_LT(q.at("write.grad.model.layers.1.mlp.down_proj.weight.b0.r0").end, last_backward(split, q));
+
+  auto tight = LoadScenarioText(kSmall, {"hardware.node.gpu.hbm=80MiB"}, "small.yaml");
+  ASSERT_TRUE(tight.ok());
+  auto refused = Plan(*tight);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("task 'reducescatter."), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("'gpu0.hbm'"), std::string::npos) << refused.status().message();
+  auto fits = LoadScenarioText(kSmall, {"hardware.node.gpu.hbm=80MiB", "policy.reduce_bucket_size=1e6"}, "small.yaml");
+  ASSERT_TRUE(fits.ok());
+  EXPECT_TRUE(Plan(*fits).ok()) << Plan(*fits).status().ToString();
+}
+
 int64_t OpBytes(const Schedule& s, Op op, const std::string& prefix = "") {
   int64_t sum = 0;
   for (const TaskSpec& t : s.tasks()) {
