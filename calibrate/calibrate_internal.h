@@ -54,6 +54,20 @@ void SetDiagnostics(const FitResult& fit, FitReport* report);
 // Returns true when fitted.
 bool Conclude(FitReport* report, const std::vector<std::string>& reasons);
 FitReport NoData(const std::string& model, const std::string& what_feeds_it);
+
+// A median taken as a fit: the model at the median against each sample, and the median's
+// relative standard error (1.2533 sd / sqrt(n) / median, at least min_residual_sd / sqrt(n)).
+struct MedianStats {
+  double median = 0, rel_se = 0;
+  double sum_sq_rel = 0, worst_rel = 0;  // of (median - e) / e over the samples
+  double lo = 0, hi = 0;
+};
+MedianStats MedianOf(const std::vector<double>& v, const CalibrateOptions& o);
+// A median over windows taken as a one-parameter fit: writes each window's residual against it
+// (rms, max) and the spread of `what` into `rep`; returns the median and, in `rel_se`, its relative
+// standard error (sqrt(pi/2) times that of the mean, normal errors; floored like every fit's).
+double MedianFit(const std::vector<double>& v, const CalibrateOptions& o, const std::string& what, FitReport* rep,
+                 double* rel_se);
 FitReport RefusedReport(const std::string& model, const std::string& reason);
 
 // Formatting for reasons and ranges.

@@ -14,48 +14,6 @@
 #include "tierflow/models/perf.h"
 
 namespace tierflow::calibrate::internal {
-namespace {
-
-// One observation of one stream: a steady-state bandwidth (probe window, fio job), or the
-// duration of one run task of `bytes`.
-struct StreamObs {
-  int64_t block = 0;
-  int32_t qd = 0;
-  int64_t bytes = 0;
-  double observed = 0;  // bytes/s, or seconds when `duration`
-  bool duration = false;
-  double ImpliedBw() const { return duration ? static_cast<double>(bytes) / observed : observed; }
-};
-
-// Reads and writes that shared one device for one window.
-struct MixedObs {
-  int64_t block = 0;
-  int32_t qd = 0;         // in flight on the device; a probe.disk.rw window: per stream
-  double read_bytes = 0;  // or bytes/s (fio); only ratios and the aggregate rate matter
-  double write_bytes = 0;
-  double seconds = 1;
-  int32_t streams = 0;    // a probe.disk.rw window: its reader + writer streams; else 0
-};
-
-// One window of the disk probe that drove several devices at once (one op, one shape).
-struct JointWindow {
-  bool write = false;
-  int64_t block = 0;
-  int32_t qd = 0;
-  double seconds = 0;
-  std::map<int32_t, double> bytes;  // per device
-};
-
-// A median over windows taken as a one-parameter fit: writes each window's residual against it
-// (rms, max) and the spread of `what` into `rep`; returns the median and, in `rel_se`, its relative
-// standard error (sqrt(pi/2) times that of the mean, normal errors; floored like every fit's).
-// A median taken as a fit: the model at the median against each sample, and the median's
-// relative standard error (1.2533 sd / sqrt(n) / median, at least min_residual_sd / sqrt(n)).
-struct MedianStats {
-  double median = 0, rel_se = 0;
-  double sum_sq_rel = 0, worst_rel = 0;  // of (median - e) / e over the samples
-  double lo = 0, hi = 0;
-};
 
 MedianStats MedianOf(const std::vector<double>& v, const CalibrateOptions& o) {
   MedianStats m;
@@ -87,6 +45,38 @@ double MedianFit(const std::vector<double>& v, const CalibrateOptions& o, const 
   rep->data_range += fmt::format("; {} {} (spread)", what, RangeText(m.lo, m.hi, [](double x) { return fmt::format("{:.3f}", x); }));
   return m.median;
 }
+
+namespace {
+
+// One observation of one stream: a steady-state bandwidth (probe window, fio job), or the
+// duration of one run task of `bytes`.
+struct StreamObs {
+  int64_t block = 0;
+  int32_t qd = 0;
+  int64_t bytes = 0;
+  double observed = 0;  // bytes/s, or seconds when `duration`
+  bool duration = false;
+  double ImpliedBw() const { return duration ? static_cast<double>(bytes) / observed : observed; }
+};
+
+// Reads and writes that shared one device for one window.
+struct MixedObs {
+  int64_t block = 0;
+  int32_t qd = 0;         // in flight on the device; a probe.disk.rw window: per stream
+  double read_bytes = 0;  // or bytes/s (fio); only ratios and the aggregate rate matter
+  double write_bytes = 0;
+  double seconds = 1;
+  int32_t streams = 0;    // a probe.disk.rw window: its reader + writer streams; else 0
+};
+
+// One window of the disk probe that drove several devices at once (one op, one shape).
+struct JointWindow {
+  bool write = false;
+  int64_t block = 0;
+  int32_t qd = 0;
+  double seconds = 0;
+  std::map<int32_t, double> bytes;  // per device
+};
 
 // Whether this calibration fitted device `d`'s stream in that direction (its report says so).
 bool FittedDirection(int32_t d, bool write, const Context& c) {

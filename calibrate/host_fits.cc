@@ -439,18 +439,42 @@ void FitCollectives(const Context& c) {
     int32_t ranks;
   };
   std::vector<Obs> obs;
-  int64_t single = 0;
+  std::vector<double> local_rates;  // one rank's collectives: bytes / s of the library's local copy
+  double local_min = 0, local_max = 0;
+  int64_t empty = 0;
   for (const TraceRecord* r : c.records) {
     if (!IsCollectiveOp(r->op)) continue;
-    if (r->threads <= 1 || r->bytes <= 0 || r->duration_s() <= 0) {
-      ++single;  // one rank moves nothing; threads carries the rank count
+    if (r->threads < 1 || r->bytes <= 0 || r->duration_s() <= 0) {
+      ++empty;
+      continue;
+    }
+    if (r->threads == 1) {  // threads carries the rank count
+      const double b = static_cast<double>(r->bytes);
+      local_min = local_rates.empty() ? b : std::min(local_min, b);
+      local_max = local_rates.empty() ? b : std::max(local_max, b);
+      local_rates.push_back(b / r->duration_s());
       continue;
     }
     obs.push_back({r->op, static_cast<double>(r->bytes), r->duration_s(), r->threads});
   }
-  if (single > 0)
-    c.notes->push_back(
-        fmt::format("left out {} collective records with ranks (threads) <= 1, no bytes or no duration", single));
+  if (empty > 0) c.notes->push_back(fmt::format("left out {} collective records with no rank count, bytes or duration", empty));
+  // One rank: the median rate of its collectives' local copies (interconnect.local_bw).
+  if (local_rates.empty()) {
+    c.reports->push_back(NoData("interconnect.local", "allgather/reducescatter/allreduce records with threads = ranks = 1"));
+  } else {
+    FitReport rep;
+    rep.model = "interconnect.local";
+    rep.samples = static_cast<int64_t>(local_rates.size());
+    rep.data_range = "one rank; " + RangeText(local_min, local_max, CompactBytes);
+    double rel_se = 0;
+    const double bw = MedianFit(local_rates, o, "bytes/s", &rep, &rel_se);
+    rep.params = {{"local_bw", bw, rel_se, "B/s", true}};
+    std::vector<std::string> reasons;
+    AddIf(&reasons, TooFewSamples(rep.samples, 1, o));
+    AddIf(&reasons, DeterminedRule("local_bw", rel_se, "add one-rank collectives of other sizes", o));
+    if (Conclude(&rep, reasons)) c.profile->node.interconnect.local_bw_bytes_per_s = bw;
+    c.reports->push_back(rep);
+  }
   const std::string model = "interconnect";
   if (obs.empty()) {
     c.reports->push_back(NoData(model, "allgather/reducescatter/allreduce records with threads = ranks >= 2"));

@@ -68,6 +68,7 @@ Status ApplyInterconnect(const YAML::Node& node, const std::string& path, Interc
   TF_RETURN_IF_ERROR(r.String("kind", &ic->kind));
   TF_RETURN_IF_ERROR(r.Bandwidth("bus_bw", &ic->bus_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.Duration("latency", &ic->latency_s));
+  TF_RETURN_IF_ERROR(r.Bandwidth("local_bw", &ic->local_bw_bytes_per_s));
   return r.Finish();
 }
 
@@ -411,6 +412,9 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
     y += fmt::format("    bus_bw: {} B/s\n", Num(n.interconnect.bus_bw_bytes_per_s));
   }
   y += fmt::format("    latency: {} s\n", Num(n.interconnect.latency_s));
+  if (n.interconnect.local_bw_bytes_per_s > 0) {
+    y += fmt::format("    local_bw: {} B/s\n", Num(n.interconnect.local_bw_bytes_per_s));
+  }
   y += n.nvme.empty() ? "  nvme: []\n" : "  nvme:\n";
   for (const NvmeSpec& d : n.nvme) {
     y += fmt::format("    - name: {}\n", Quote(d.name));

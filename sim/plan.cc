@@ -146,6 +146,13 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         }
         const models::ClusterCollective levels = models::ClusterCollectiveTime(hw, kind, t.bytes, ranks);
         if (!(levels.intra_s + levels.inter_s > 0)) break;
+        if (ranks == 1) {  // one rank's local copy (interconnect.local_bw): work on its GPU, no link
+          p.kind = ActivityKind::kExec;
+          p.gpu = 0;
+          p.amount = levels.intra_s * kExecSpeed;
+          p.record_threads = 1;
+          break;
+        }
         p.kind = ActivityKind::kComm;
         p.nodes = levels.nodes;
         p.record_threads = ranks;  // collective records carry the rank count (docs/trace-format.md)

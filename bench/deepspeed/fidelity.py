@@ -231,7 +231,7 @@ def run_setting(args, model, seq, checkpointing, name, sets):
     sim_iterations = 4
     sim_cmd = [args.tierflow, "sim", plan, "-n", str(sim_iterations), "--json"] + (["--profile", args.profile] if args.profile else [])
     sim = json.loads(subprocess.run(sim_cmd, check=True, capture_output=True, text=True).stdout)
-    rows = run_deepspeed(args, model, seq, checkpointing, ds_config, name)
+    rows = run_deepspeed(args, model, seq, checkpointing, ds_config, name, args.precision)
     steady = rows[2:-1] or rows[-1:]
     ds = {k: statistics.mean(r[k] for r in steady)
           for k in ("read", "write", "io_read", "io_write", "s", "forward_s", "backward_s", "step_s")}
@@ -251,7 +251,10 @@ def main():
     ap.add_argument("--ds-config", help=argparse.SUPPRESS)
     ap.add_argument("--seq", type=int, default=128, help=argparse.SUPPRESS)
     ap.add_argument("--checkpointing", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="DeepSpeed's precision for the bytes and time of each setting: fp32 (the default; fp32 "
+                         "activations, tierflow's CPU arithmetic) or bf16 (the exported config's, bf16 parameters and "
+                         "gradients as the plan's; fast on a CPU with AVX-512 BF16 or AMX)")
     ap.add_argument("--init-out", help=argparse.SUPPRESS)
     ap.add_argument("--python-profile", help=argparse.SUPPRESS)
     ap.add_argument("--losses", action="store_true", help="also compare the loss curves (the first setting)")

@@ -14,8 +14,14 @@ beat the `cpu-host` preset's peak_flops on a 2-core AVX2 host (calibrate refuses
 1.35 there, naming peak_flops): calibrate such records with a --base that states the CPU's real
 peak.
 
+With --collectives FILE it also times DeepSpeed's one-rank gradient reduce-scatter as DeepSpeed
+calls it (deepspeed.runtime.comm.coalesced_collectives.reduce_scatter_coalesced over gloo, world
+size 1, on a list of bf16 tensors of the sizes of the model's weights, 16 MiB to 256 MiB in all):
+one record per call, op reducescatter, threads = ranks = 1, from which calibrate fits
+interconnect.local_bw (the copy a one-rank collective still makes).
+
   torch_compute_probe.py --tierflow build/cli/tierflow --scenario scenarios/small-cpu.yaml
-                         --out DIR/compute.jsonl [--reps 3] [--threads 2]
+                         --out DIR/compute.jsonl [--collectives DIR/collective.jsonl] [--reps 3] [--threads 2]
 Run with the bench's virtual environment (bench/train_peers.sh makes it).
 """
 import argparse
@@ -55,11 +61,45 @@ def tierflow_passes(tierflow, scenario, threads):
     return sums
 
 
+def collective_records(model, reps):
+    """DeepSpeed's reduce-scatter of one rank (gloo) over buckets of the model's weight shapes."""
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                 ("MASTER_PORT", str(29500 + os.getpid() % 1000))):
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import torch
+    import deepspeed
+    from deepspeed.runtime.comm.coalesced_collectives import reduce_scatter_coalesced
+    deepspeed.init_distributed(dist_backend="gloo")
+    h, f = model["hidden"], model["ffn"]
+    shapes = [(h, h)] * 4 + [(f, h)] * 3  # one decoder layer's weights
+    records = []
+    for mib in (16, 64, 256):
+        tensors, total = [], 0
+        while total < mib << 20:
+            shape = shapes[len(tensors) % len(shapes)]
+            tensors.append(torch.randn(shape, dtype=torch.bfloat16))
+            total += tensors[-1].numel() * 2
+        for rep in range(-1, reps):
+            t0 = time.perf_counter()
+            reduce_scatter_coalesced(tensors, None)
+            t1 = time.perf_counter()
+            if rep < 0:
+                continue
+            records.append({"iteration": rep, "task": f"probe.collective.torch.rs{mib}MiB", "op": "reducescatter",
+                            "resource": "dp.comm", "layer": -1, "phase": "backward", "bytes": total, "flops": 0,
+                            "start_s": t0, "end_s": t1, "source": "probe", "threads": 1, "tasks": len(tensors)})
+            print(f"reduce-scatter of one rank, {total / 2**20:.0f} MiB in {len(tensors)} tensors: {1000 * (t1 - t0):.1f} ms",
+                  flush=True)
+    return records
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tierflow", default=os.path.join(os.path.dirname(HERE), "..", "build", "cli", "tierflow"))
     ap.add_argument("--scenario", required=True)
     ap.add_argument("--out", required=True, help="trace records (JSON Lines) to write")
+    ap.add_argument("--collectives", help="also time DeepSpeed's one-rank reduce-scatter; records (JSON Lines) here")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -93,6 +133,12 @@ def main():
         for r in records:
             f.write(json.dumps(r) + "\n")
     print(f"{len(records)} records -> {args.out}")
+    if args.collectives:
+        coll = collective_records(model, args.reps)
+        with open(args.collectives, "w") as f:
+            for r in coll:
+                f.write(json.dumps(r) + "\n")
+        print(f"{len(coll)} records -> {args.collectives}")
 
 
 if __name__ == "__main__":

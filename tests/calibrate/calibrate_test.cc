@@ -60,6 +60,7 @@ models::HardwareSpec Truth() {
   t.node.cpu.convert_bytes_per_s_per_core = 3e9;
   t.node.interconnect.bus_bw_bytes_per_s = 20e9;
   t.node.interconnect.latency_s = 8e-6;
+  t.node.interconnect.local_bw_bytes_per_s = 1.5e9;
   return t;
 }
 
@@ -110,13 +111,13 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   ASSERT_TRUE(cal.ok()) << cal.status().ToString();
   for (const char* model : {"nvme0.read", "nvme0.write", "nvme0.mixed", "nvme1.read", "nvme1.write", "nvme1.mixed",
                             "pcie.h2d", "pcie.d2h", "pcie.pageable", "compute", "compute.forward", "compute.backward",
-                            "cpu.memory", "cpu.adam", "cpu.convert", "interconnect"}) {
+                            "cpu.memory", "cpu.adam", "cpu.convert", "interconnect", "interconnect.local"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
     EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
   }
-  EXPECT_EQ(cal->fits.size(), 16u);
+  EXPECT_EQ(cal->fits.size(), 17u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -152,6 +153,8 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   EXPECT_EQ(got.cpu.cores, 8);
   ExpectWithin(got.interconnect.bus_bw_bytes_per_s, want.interconnect.bus_bw_bytes_per_s, kBandwidthTol, "bus_bw");
   ExpectWithin(got.interconnect.latency_s, want.interconnect.latency_s, kLatencyTol, "interconnect latency");
+  ExpectWithin(got.interconnect.local_bw_bytes_per_s, want.interconnect.local_bw_bytes_per_s, kBandwidthTol,
+               "interconnect local_bw");
 
   EXPECT_NE(got.source.find("calibrate"), std::string::npos) << got.source;
   EXPECT_NE(got.source.find(std::to_string(records.size()) + " trace records"), std::string::npos) << got.source;

@@ -227,10 +227,17 @@ inline void AddCpu(const models::CpuSpec& cpu, const std::vector<int64_t>& eleme
   }
 }
 
-// All-gathers and all-reduces over sizes and 2..8 ranks (threads = ranks).
+// All-gathers and all-reduces over sizes and 2..8 ranks (threads = ranks), and one rank's
+// reduce-scatters (its library's local copy at ic.local_bw) when that is set.
 inline void AddCollectives(const models::InterconnectSpec& ic, const std::vector<int64_t>& sizes, Noise& noise,
                            std::vector<TraceRecord>* out) {
   for (int64_t b : sizes) {
+    if (ic.local_bw_bytes_per_s > 0) {
+      TraceRecord r = Probe("probe.collective", Op::kReduceScatter, "dp.comm", b,
+                            static_cast<double>(b) / ic.local_bw_bytes_per_s * noise.Factor());
+      r.threads = 1;
+      out->push_back(r);
+    }
     for (int32_t n : {2, 4, 8}) {
       for (auto [op, kind] : {std::pair{Op::kAllGather, models::Collective::kAllGather},
                               std::pair{Op::kAllReduce, models::Collective::kAllReduce}}) {

@@ -165,6 +165,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.interconnect.kind, y.interconnect.kind);
   EXPECT_EQ(x.interconnect.bus_bw_bytes_per_s, y.interconnect.bus_bw_bytes_per_s);
   EXPECT_EQ(x.interconnect.latency_s, y.interconnect.latency_s);
+  EXPECT_EQ(x.interconnect.local_bw_bytes_per_s, y.interconnect.local_bw_bytes_per_s);
   ASSERT_EQ(x.nvme.size(), y.nvme.size());
   for (size_t i = 0; i < x.nvme.size(); ++i) {
     EXPECT_EQ(x.nvme[i].name, y.nvme[i].name);
@@ -199,6 +200,7 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.cpu.host_reserve_bytes = hw.node.cpu.host_memory_bytes / 3;
     hw.node.nvme[0].write_iops = 1.0 / 3.0 * 1e6;
     hw.node.nvme[0].mixed_efficiency_by_streams = {{2, 0.9}, {8, 1.0 / 3.0}};
+    hw.node.interconnect.local_bw_bytes_per_s = 1.0 / 3.0 * 1e9;
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;

@@ -161,7 +161,9 @@ TEST(ZeroInfinity, GradientsAreReducedInDeepSpeedsBuckets) {
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   const double backward_end = last_backward(whole, r);
   for (const TaskSpec& t : whole.tasks()) {
-    if (t.op == Op::kReduceScatter) EXPECT_GE(r.at(t.id).start, backward_end) << t.id;
+    if (t.op == Op::kReduceScatter) {
+      EXPECT_GE(r.at(t.id).start, backward_end) << t.id;
+    }
   }
   const Schedule split = PlanOrDie({"policy.reduce_bucket_size=1e6"});
   auto q = timed(split);
