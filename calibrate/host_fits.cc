@@ -439,7 +439,7 @@ void FitCollectives(const Context& c) {
     int32_t ranks;
   };
   std::vector<Obs> obs;
-  std::vector<double> local_rates;  // one rank's collectives: bytes / s of the library's local copy
+  std::vector<double> local_rates;  // one rank's collectives: GB/s of the library's local copy
   double local_min = 0, local_max = 0;
   int64_t empty = 0;
   for (const TraceRecord* r : c.records) {
@@ -452,7 +452,7 @@ void FitCollectives(const Context& c) {
       const double b = static_cast<double>(r->bytes);
       local_min = local_rates.empty() ? b : std::min(local_min, b);
       local_max = local_rates.empty() ? b : std::max(local_max, b);
-      local_rates.push_back(b / r->duration_s());
+      local_rates.push_back(b / r->duration_s() / 1e9);  // GB/s, as the report's spread prints it
       continue;
     }
     obs.push_back({r->op, static_cast<double>(r->bytes), r->duration_s(), r->threads});
@@ -467,7 +467,7 @@ void FitCollectives(const Context& c) {
     rep.samples = static_cast<int64_t>(local_rates.size());
     rep.data_range = "one rank; " + RangeText(local_min, local_max, CompactBytes);
     double rel_se = 0;
-    const double bw = MedianFit(local_rates, o, "bytes/s", &rep, &rel_se);
+    const double bw = MedianFit(local_rates, o, "GB/s", &rep, &rel_se) * 1e9;
     rep.params = {{"local_bw", bw, rel_se, "B/s", true}};
     std::vector<std::string> reasons;
     AddIf(&reasons, TooFewSamples(rep.samples, 1, o));

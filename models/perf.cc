@@ -103,8 +103,8 @@ InterconnectSpec NetworkOf(const NodeSpec& node) {
 ClusterCollective ClusterCollectiveTime(const HardwareSpec& hw, Collective kind, int64_t bytes, int32_t ranks) {
   ClusterCollective c;
   const int32_t per_node = std::max(1, hw.node.gpu_count);
-  if (ranks <= 1) {  // the whole collective is one rank's: its library's local copy
-    c.intra_s = bytes > 0 && hw.node.interconnect.local_bw_bytes_per_s > 0
+  if (ranks <= 1) {  // the whole collective is one rank's: a reduction's local copy
+    c.intra_s = bytes > 0 && kind != Collective::kAllGather && hw.node.interconnect.local_bw_bytes_per_s > 0
                     ? static_cast<double>(bytes) / hw.node.interconnect.local_bw_bytes_per_s
                     : 0.0;
     return c;

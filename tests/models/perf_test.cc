@@ -170,14 +170,17 @@ TEST(PerfCollectiveTest, RingAlphaBeta) {
   EXPECT_EQ(CollectiveTime(ic, Collective::kAllReduce, bytes, 0), 0.0);
 }
 
-// A collective of one rank in all costs its library's local copy (interconnect.local_bw), free
-// when that is unset; one rank per node of a collective over nodes adds no local copy.
+// A reduction of one rank in all costs its library's local copy (interconnect.local_bw), free
+// when that is unset; a one-rank all-gather is free; one rank per node of a collective over
+// nodes adds no local copy.
 TEST(PerfCollectiveTest, OneRankCostsItsLocalCopy) {
   HardwareSpec hw = HardwarePreset("cpu-host").value();
   const int64_t bytes = 400'000'000;
   EXPECT_EQ(ClusterCollectiveTime(hw, Collective::kReduceScatter, bytes, 1).intra_s, 0.0);
   hw.node.interconnect.local_bw_bytes_per_s = 0.5e9;
   ExpectRel(ClusterCollectiveTime(hw, Collective::kReduceScatter, bytes, 1).intra_s, 0.8);
+  ExpectRel(ClusterCollectiveTime(hw, Collective::kAllReduce, bytes, 1).intra_s, 0.8);
+  EXPECT_EQ(ClusterCollectiveTime(hw, Collective::kAllGather, bytes, 1).intra_s, 0.0);
   EXPECT_EQ(ClusterCollectiveTime(hw, Collective::kReduceScatter, 0, 1).intra_s, 0.0);
   hw.nodes = 2;
   hw.node.nic_bw_bytes_per_s = 10e9;

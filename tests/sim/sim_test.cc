@@ -381,6 +381,24 @@ TEST(SimTest, CollectiveAcrossNodesTakesTheNodeLevelThenTheNetworkLevel) {
   EXPECT_REL(Find(MustSimulate(local.s, hw), "ar").end_s, 2 * intra);
 }
 
+// A collective of one rank in all takes its library's local copy, bytes / interconnect.local_bw,
+// and nothing without local_bw; its record carries the one rank.
+TEST(SimTest, OneRankCollectiveTakesTheLocalCopy) {
+  auto hw = TestCluster(1, 2);
+  const double bytes = 1e9;
+  for (const double local_bw : {0.0, 2e9}) {
+    hw.node.interconnect.local_bw_bytes_per_s = local_bw;
+    Builder one;
+    one.Resource("dp.comm", "net");
+    one.Task("rs", Op::kReduceScatter, "dp.comm", static_cast<int64_t>(bytes)).ranks = 1;
+    SimResult r = MustSimulate(one.s, hw);
+    EXPECT_REL(Find(r, "rs").end_s - Find(r, "rs").start_s, local_bw > 0 ? bytes / local_bw : 0.0) << local_bw;
+    if (local_bw > 0) {
+      EXPECT_EQ(Find(r, "rs").threads, 1);
+    }
+  }
+}
+
 // A node's NIC carries its remote-tier traffic and its share of collectives between nodes: a
 // remote read on node 1 halves what node 1's NIC gives the collective, and the collective ends
 // when its slowest node does.

@@ -93,8 +93,9 @@ struct InterconnectSpec {       // the GPUs' collective path
   std::string kind;             // "pcie" or "nvlink"
   double bus_bw_bytes_per_s = 0;  // nccl-tests busbw for large messages
   double latency_s = 0;          // alpha per ring step
-  // A collective of one rank moves nothing between GPUs, but its library still copies the buffer
-  // (out of place: NCCL's device copy, gloo's host copy) at this rate; 0: free.
+  // A reduction (reduce-scatter, all-reduce) of one rank moves nothing between GPUs, but its
+  // library still copies the buffer (out of place: gloo's host copy, NCCL's device copy) at this
+  // rate; 0: free. A one-rank all-gather is free (DeepSpeed hands over the partition).
   double local_bw_bytes_per_s = 0;
 };
 

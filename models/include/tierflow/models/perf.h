@@ -44,8 +44,9 @@ double CollectiveTime(const InterconnectSpec& ic, Collective kind, int64_t bytes
 // Megatron's two-level collectives): among the ranks of each node over the node's interconnect,
 // and among the nodes over their NICs (nic_bw, nic_latency), each node's NIC carrying its share
 // of the whole message, (nodes - 1) / nodes of it per pass. On one node, inter_s is 0 and intra_s
-// is CollectiveTime over the interconnect. A collective of one rank in all moves nothing but
-// its library's copy of the buffer: intra_s is bytes / interconnect.local_bw (0 when unset).
+// is CollectiveTime over the interconnect. A reduction (reduce-scatter, all-reduce) of one rank
+// in all moves nothing but its library's copy of the buffer: intra_s is bytes /
+// interconnect.local_bw (0 when unset); a one-rank all-gather is the partition itself, free.
 struct ClusterCollective {
   int32_t ranks_per_node = 1;  // on each node taking part (the last may hold fewer: the first's)
   int32_t nodes = 1;           // nodes taking part
