@@ -9,10 +9,16 @@ one backward of the whole model at each sequence length tierflow's compute probe
 one record per pass in the records' format: the FLOPs, bytes and task count are those of
 tierflow's own probe records of the same pass summed over its layers (what the simulator charges
 the schedule's compute tasks), the time is PyTorch's. Its records replace `probe all`'s
-compute.jsonl; the disk, copy, optimizer and memory records stay tierflow's. PyTorch's kernels
-beat the `cpu-host` preset's peak_flops on a 2-core AVX2 host (calibrate refuses an efficiency of
-1.35 there, naming peak_flops): calibrate such records with a --base that states the CPU's real
-peak.
+compute.jsonl; the disk, copy, optimizer and memory records stay tierflow's. Plain PyTorch's
+kernels can beat the `cpu-host` preset's peak_flops (calibrate refused an efficiency of 1.35 on
+the 2-core host, naming peak_flops): calibrate such records with a --base that states the CPU's
+real peak.
+
+With --deepspeed the passes run under a DeepSpeed ZeRO-3 engine of one rank with nothing
+offloaded (its CPU accelerator, gloo), in --precision (fp32, or bf16 as the exported config):
+the compute as DeepSpeed runs it, its module hooks and its own linear autograd function
+included. The backward is the engine's backward less its epilogue (the gradient bucket's
+reduce-scatter and partitioning, which the plan's reduce-scatter, d2h and write tasks carry).
 
 With --collectives FILE it also times DeepSpeed's one-rank gradient reduce-scatter as DeepSpeed
 calls it (deepspeed.runtime.comm.coalesced_collectives.reduce_scatter_coalesced over gloo, world
@@ -21,7 +27,8 @@ one record per call, op reducescatter, threads = ranks = 1, from which calibrate
 interconnect.local_bw (the copy a one-rank collective still makes).
 
   torch_compute_probe.py --tierflow build/cli/tierflow --scenario scenarios/small-cpu.yaml
-                         --out DIR/compute.jsonl [--collectives DIR/collective.jsonl] [--reps 3] [--threads 2]
+                         --out DIR/compute.jsonl [--deepspeed [--precision bf16]]
+                         [--collectives DIR/collective.jsonl] [--reps 3] [--threads 2]
 Run with the bench's virtual environment (bench/train_peers.sh makes it).
 """
 import argparse
@@ -38,13 +45,14 @@ sys.path.insert(0, os.path.dirname(HERE))
 import train_peers  # noqa: E402
 
 
-def tierflow_passes(tierflow, scenario, threads):
-    """tierflow's compute probe of the scenario: per (sequence length, phase) the sums of its
-    layer records' flops, bytes and tasks."""
+def tierflow_passes(tierflow, scenario, threads, max_seq=None):
+    """tierflow's compute probe of the scenario (up to sequence max_seq when given): per (sequence
+    length, phase) the sums of its layer records' flops, bytes and tasks."""
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "compute.jsonl")
-        subprocess.run([tierflow, "probe", "compute", scenario, "--reps", "1", "--threads", str(threads), "--trace", trace],
-                       check=True, capture_output=True)
+        sets = ["--set", f"training.sequence_length={max_seq}", "--set", f"model.max_seq={max_seq}"] if max_seq else []
+        subprocess.run([tierflow, "probe", "compute", scenario, "--reps", "1", "--threads", str(threads), "--trace", trace]
+                       + sets, check=True, capture_output=True)
         sums = collections.defaultdict(lambda: {"flops": 0.0, "bytes": 0, "tasks": 0, "layers": set()})
         for line in open(trace):
             r = json.loads(line)
@@ -61,16 +69,43 @@ def tierflow_passes(tierflow, scenario, threads):
     return sums
 
 
-def collective_records(model, reps):
-    """DeepSpeed's reduce-scatter of one rank (gloo) over buckets of the model's weight shapes."""
+def one_rank_deepspeed():
+    """DeepSpeed on its CPU accelerator as one rank over gloo (as fidelity.py runs it)."""
     for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                  ("MASTER_PORT", str(29500 + os.getpid() % 1000))):
         os.environ.setdefault(k, v)
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import torch
     import deepspeed
-    from deepspeed.runtime.comm.coalesced_collectives import reduce_scatter_coalesced
     deepspeed.init_distributed(dist_backend="gloo")
+    return deepspeed
+
+
+def deepspeed_engine(net, precision):
+    """A ZeRO-3 engine of one rank with nothing offloaded: the passes with DeepSpeed's hooks, and
+    a timer around its backward's epilogue (stage3.py independent_gradient_partition_epilogue)."""
+    deepspeed = one_rank_deepspeed()
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "steps_per_print": 1 << 30,
+              "zero_optimization": {"stage": 3}, "bf16": {"enabled": precision == "bf16"},
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-6}}}
+    engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+    epilogue = {"s": 0.0}
+    inner = engine.optimizer.independent_gradient_partition_epilogue
+
+    def timed():
+        t = time.perf_counter()
+        try:
+            return inner()
+        finally:
+            epilogue["s"] += time.perf_counter() - t
+    engine.optimizer.independent_gradient_partition_epilogue = timed
+    return engine, epilogue
+
+
+def collective_records(model, reps):
+    """DeepSpeed's reduce-scatter of one rank (gloo) over buckets of the model's weight shapes."""
+    import torch
+    one_rank_deepspeed()
+    from deepspeed.runtime.comm.coalesced_collectives import reduce_scatter_coalesced
     h, f = model["hidden"], model["ffn"]
     shapes = [(h, h)] * 4 + [(f, h)] * 3  # one decoder layer's weights
     records = []
@@ -99,7 +134,10 @@ def main():
     ap.add_argument("--tierflow", default=os.path.join(os.path.dirname(HERE), "..", "build", "cli", "tierflow"))
     ap.add_argument("--scenario", required=True)
     ap.add_argument("--out", required=True, help="trace records (JSON Lines) to write")
+    ap.add_argument("--deepspeed", action="store_true", help="the passes under a DeepSpeed ZeRO-3 engine (nothing offloaded)")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="with --deepspeed: the engine's precision")
     ap.add_argument("--collectives", help="also time DeepSpeed's one-rank reduce-scatter; records (JSON Lines) here")
+    ap.add_argument("--max-seq", type=int, help="also probe this sequence length and its two halvings (more points for the fit)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -108,23 +146,34 @@ def main():
     torch.manual_seed(0)
     model, _, checkpointing = train_peers.model_of(args.tierflow, args.scenario)
     passes = tierflow_passes(args.tierflow, args.scenario, args.threads)
+    if args.max_seq:  # the probe's three longer sequences too (it halves the longest twice)
+        passes.update(tierflow_passes(args.tierflow, args.scenario, args.threads, args.max_seq))
+        model["max_seq"] = max(model["max_seq"], args.max_seq)
     net = train_peers.hf_model(model, checkpointing)
+    engine, epilogue = deepspeed_engine(net, args.precision) if args.deepspeed else (None, None)
+    kind = f"deepspeed.{args.precision}" if args.deepspeed else "torch"
     records = []
     for seq in sorted({s for s, _ in passes}):
         inputs = torch.randint(0, model["vocab"], (1, seq))
         targets = torch.randint(0, model["vocab"], (1, seq))
         for rep in range(-1, args.reps):  # rep -1 warms up
             t0 = time.perf_counter()
-            loss = train_peers.loss_of(net, inputs, targets)
+            loss = train_peers.loss_of(engine or net, inputs, targets)
             t1 = time.perf_counter()
-            loss.backward()
-            t2 = time.perf_counter()
-            net.zero_grad(set_to_none=True)
+            if engine:
+                epilogue["s"] = 0.0
+                engine.backward(loss)
+                t2 = time.perf_counter() - epilogue["s"]  # the epilogue is the plan's reduce-scatter and copies
+                engine.step()
+            else:
+                loss.backward()
+                t2 = time.perf_counter()
+                net.zero_grad(set_to_none=True)
             if rep < 0:
                 continue
             for phase, start, end in (("forward", t0, t1), ("backward", t1, t2)):
                 s = passes[(seq, phase)]
-                records.append({"iteration": rep, "task": f"probe.compute.torch.b1.s{seq}", "op": "compute",
+                records.append({"iteration": rep, "task": f"probe.compute.{kind}.b1.s{seq}", "op": "compute",
                                 "resource": "gpu0.compute", "layer": -1, "phase": phase, "bytes": s["bytes"],
                                 "flops": s["flops"], "start_s": start, "end_s": end, "source": "probe",
                                 "threads": args.threads, "tasks": s["tasks"]})
