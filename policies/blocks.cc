@@ -494,7 +494,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           if (e.head_part) {
             const ParamUnit& tu = plan.units[plan.tied_unit];
             const int32_t rs_task = reduce_scatter(lg, tu.name + ".head." + fo.tag, plan.tied_unit);
-          reductions.emplace_back(rs_task, &lg);
+            reductions.emplace_back(rs_task, &lg);
             for (int32_t r = 0; r < ranks; ++r) {
               TaskSpec d2h;
               d2h.id = "d2h.grad." + tu.name + ".head." + fo.tag + ".r" + std::to_string(r);
