@@ -350,6 +350,261 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
   return out;
 }
 
+namespace {
+
+// The backward's gradient path of one pass (PassOptions::gradient_path and
+// reduce_bucket_elements): each layer's gradients join the reduce bucket after its backward, and
+// Flush issues what the bucket holds, per unit in the order it joined: the reduce-scatter, the
+// d2h copies and, flushing to NVMe, the widening converts and the writes.
+class GradientBucket {
+ public:
+  // What the gradient path keeps from pass to pass.
+  struct Carry {
+    // Per rank, the persistent bf16 buffer of the whole partition that d2h copies into: the kept
+    // gradients, or the accumulator of a flush with micro-steps (GradientPath).
+    std::vector<int32_t> accumulator;
+    // Per rank and unit: the d2h of the unit's gradients before (an earlier micro-step's, the
+    // tied head's part): the next adds to what it left, so it waits for it.
+    std::vector<std::map<int32_t, int32_t>> last_contribution;
+  };
+
+  GradientBucket(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o, const FetchOptions& fo,
+                 bool last_micro_step, Carry* carry, PassResult* res)
+      : b_(b), plan_(plan), o_(o), fo_(fo), last_micro_step_(last_micro_step), carry_(*carry), res_(*res),
+        flush_(o.gradient_path == GradientPath::kFlushToNvme) {}
+
+  // Layer `layer`'s gradients after its backward: `grad_gpu` (per rank) holds those of `units`
+  // (in pass order), after the tied head's part of the table's gradient when `tied_head` (it
+  // leaves first; the embedding's is added to it). A bucket the next unit would take past
+  // reduce_bucket_elements is issued first; with 0, the layer is issued at once.
+  void AddLayer(int32_t layer, const std::vector<int32_t>& grad_gpu, const std::vector<int32_t>& units, bool tied_head) {
+    layers_.push_back({layer, grad_gpu, std::vector<std::vector<int32_t>>(static_cast<size_t>(plan_.ranks)), units.back()});
+    if (tied_head) Add(&layers_.back(), plan_.tied_unit, /*head_part=*/true);
+    for (int32_t u : units) Add(&layers_.back(), u, /*head_part=*/false);
+    if (o_.reduce_bucket_elements <= 0) Flush();
+  }
+
+  // Issues what the bucket holds, after the backward computed so far.
+  void Flush() {
+    bucket_grads_.clear();
+    for (size_t i = 0; i < bucket_.size(); ++i) {
+      if (i == 0 || bucket_[i].layer != bucket_[i - 1].layer) {
+        bucket_grads_.insert(bucket_grads_.end(), bucket_[i].layer->grad_gpu.begin(), bucket_[i].layer->grad_gpu.end());
+      }
+    }
+    reductions_.clear();
+    for (const Entry& e : bucket_) {
+      if (e.head_part) {
+        IssueHeadPart(*e.layer);
+      } else {
+        IssueUnit(*e.layer, e.unit);
+      }
+    }
+    // A layer's GPU gradients are freed once every reduce-scatter that read them has run: its
+    // own (before its d2h copies) and the other layers' of each bucket it was in.
+    for (size_t i = 0; i < bucket_.size(); ++i) {
+      LayerGrads* lg = bucket_[i].layer;
+      if (i > 0 && lg == bucket_[i - 1].layer) continue;
+      for (const auto& [task, of] : reductions_) {
+        if (of != lg) lg->foreign_reductions.push_back(task);
+      }
+      for (int32_t d2h : lg->frees) {
+        b_.task(d2h).deps.insert(b_.task(d2h).deps.end(), lg->foreign_reductions.begin(), lg->foreign_reductions.end());
+      }
+    }
+    bucket_.clear();
+    bucket_elements_ = 0;
+  }
+
+ private:
+  struct LayerGrads {
+    int32_t layer = 0;
+    std::vector<int32_t> grad_gpu;             // per rank: the layer's GPU gradients
+    std::vector<std::vector<int32_t>> d2h;     // per rank: the layer's d2h so far
+    int32_t last_unit = 0;                     // its d2h frees grad_gpu
+    std::vector<int32_t> foreign_reductions;   // other layers' reduce-scatters that read grad_gpu
+    std::vector<int32_t> frees;                // per rank: the d2h that frees grad_gpu
+  };
+  struct Entry {
+    LayerGrads* layer = nullptr;
+    int32_t unit = 0;
+    bool head_part = false;  // the tied head's part of the table's gradient
+  };
+
+  void Add(LayerGrads* lg, int32_t unit, bool head_part) {
+    const int64_t elements = plan_.units[unit].elements;
+    if (o_.reduce_bucket_elements > 0 && bucket_elements_ > 0 && bucket_elements_ + elements > o_.reduce_bucket_elements) {
+      Flush();
+    }
+    bucket_.push_back({lg, unit, head_part});
+    bucket_elements_ += elements;
+  }
+
+  void AfterLastContribution(int32_t rank, int32_t unit, TaskSpec* d2h) const {
+    const auto& last = carry_.last_contribution[static_cast<size_t>(rank)];
+    const auto it = last.find(unit);
+    if (it != last.end()) d2h->deps.push_back(it->second);
+  }
+
+  // The reduce-scatter of unit `gu_index`'s gradients `name`, after the backward so far. It names
+  // every rank's param16 partition of the unit: the elements each rank keeps the sum of. It reads
+  // the whole bucket (DeepSpeed reduces it at once): it uses every GPU gradient buffer in it, so
+  // a bucket larger than the GPU pool is refused when planned.
+  int32_t ReduceScatter(const LayerGrads& lg, const std::string& name, int32_t gu_index) {
+    const ParamUnit& gu = plan_.units[gu_index];
+    TaskSpec rs;
+    rs.id = "reducescatter." + name;
+    rs.op = Op::kReduceScatter;
+    rs.resource = b_.Comm();
+    rs.bytes = gu.elements * 2;
+    rs.ranks = plan_.ranks;
+    rs.deps = res_.last_compute;
+    rs.uses = bucket_grads_;
+    for (int32_t r = 0; r < plan_.ranks; ++r) {
+      rs.tensors.push_back(b_.State(StateKind::kParam16, r, gu.rank_offset, gu.rank_elements, ParamHome(b_, plan_, fo_, r, gu_index)));
+    }
+    rs.phase = Phase::kBackward;
+    rs.layer = lg.layer;
+    return b_.Task(std::move(rs));
+  }
+
+  // The tied head's part of the table's gradient, into the accumulator.
+  void IssueHeadPart(LayerGrads& lg) {
+    const ParamUnit& tu = plan_.units[plan_.tied_unit];
+    const int32_t rs_task = ReduceScatter(lg, tu.name + ".head." + fo_.tag, plan_.tied_unit);
+    reductions_.emplace_back(rs_task, &lg);
+    for (int32_t r = 0; r < plan_.ranks; ++r) {
+      TaskSpec d2h;
+      d2h.id = "d2h.grad." + tu.name + ".head." + fo_.tag + ".r" + std::to_string(r);
+      d2h.op = Op::kD2H;
+      d2h.rank = r;
+      d2h.resource = b_.GpuD2H(r);
+      d2h.bytes = tu.rank_elements * 2;
+      d2h.uses = {carry_.accumulator[r], lg.grad_gpu[r]};
+      d2h.tensors = {b_.State(StateKind::kGrad16, r, tu.rank_offset, tu.rank_elements, b_.HostDevice(r))};
+      d2h.deps = {rs_task};
+      AfterLastContribution(r, plan_.tied_unit, &d2h);
+      d2h.phase = Phase::kBackward;
+      d2h.layer = lg.layer;
+      const int32_t partial = b_.Task(std::move(d2h));
+      carry_.last_contribution[static_cast<size_t>(r)][plan_.tied_unit] = partial;
+      lg.d2h[r].push_back(partial);
+      res_.grad_copies[r].push_back(partial);
+    }
+  }
+
+  // Unit `lu`'s gradients: reduce-scatter, d2h, and the gradient path.
+  void IssueUnit(LayerGrads& lg, int32_t lu) {
+    const ParamUnit& gu = plan_.units[lu];
+    const int32_t rs_task = ReduceScatter(lg, gu.name + "." + fo_.tag, lu);
+    reductions_.emplace_back(rs_task, &lg);
+    for (int32_t r = 0; r < plan_.ranks; ++r) {
+      const std::string id = gu.name + "." + fo_.tag + ".r" + std::to_string(r);
+      // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else
+      // the fp32 partition into pinned staging for the write.
+      const bool to_accumulator = !carry_.accumulator.empty();
+      const int64_t grad_bytes = gu.rank_elements * (to_accumulator ? 2 : 4);
+      const int32_t write_resource =
+          !flush_ ? kNoIndex : o_.grad_write_resource_of ? o_.grad_write_resource_of(r, lu) : o_.grad_write_resource[r];
+      // Kept in host memory: in the rank's persistent fp32 buffer, never written.
+      const bool keep = flush_ && !o_.grad_in_host.empty() && o_.grad_in_host[static_cast<size_t>(lu)];
+      const int32_t grad_tensor =
+          flush_ ? b_.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, keep ? b_.HostDevice(r) : b_.DeviceOfResource(write_resource))
+                : kNoIndex;
+      const int32_t grad16_tensor =
+          to_accumulator ? b_.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b_.HostDevice(r))
+                         : kNoIndex;
+      int32_t gbuf = to_accumulator ? carry_.accumulator[r] : kNoIndex;
+      if (flush_ && last_micro_step_) gbuf = keep ? o_.host_grad_buffer[r] : b_.Buffer("grad." + id, o_.grad_pool[r], gu.rank_elements * 4);
+      TaskSpec d2h;
+      d2h.id = "d2h.grad." + id;
+      d2h.op = Op::kD2H;
+      d2h.rank = r;
+      d2h.resource = b_.GpuD2H(r);
+      d2h.bytes = grad_bytes;
+      if (to_accumulator) d2h.uses = {carry_.accumulator[r]};
+      else if (keep) d2h.uses = {gbuf};
+      else d2h.allocs = {gbuf};
+      d2h.uses.push_back(lg.grad_gpu[r]);
+      d2h.tensors = {to_accumulator ? grad16_tensor : grad_tensor};
+      d2h.deps = {rs_task};
+      AfterLastContribution(r, lu, &d2h);
+      if (lu == lg.last_unit) {  // the layer's last d2h frees its GPU gradients
+        d2h.frees = {lg.grad_gpu[r]};
+        d2h.deps.insert(d2h.deps.end(), lg.d2h[r].begin(), lg.d2h[r].end());
+      }
+      d2h.phase = Phase::kBackward;
+      d2h.layer = gu.layer;
+      const int32_t d2h_task = b_.Task(std::move(d2h));
+      if (lu == lg.last_unit) lg.frees.push_back(d2h_task);
+      carry_.last_contribution[static_cast<size_t>(r)][lu] = d2h_task;
+      lg.d2h[r].push_back(d2h_task);
+      res_.grad_copies[r].push_back(d2h_task);
+      res_.grad_ready[r][lu] = d2h_task;
+      if (!flush_ || !last_micro_step_) continue;
+      int32_t write_after = d2h_task;
+      if (to_accumulator) {  // the accumulated partition, widened into the staging buffer
+        TaskSpec widen;
+        widen.id = "convert.grad." + id;
+        widen.op = Op::kConvert;
+        widen.rank = r;
+        widen.kernel = Kernel::kBf16ToFp32;
+        widen.resource = b_.Cpu(r);
+        widen.bytes = gu.rank_elements * 6;
+        widen.ranks = o_.cpu_threads;
+        if (keep) {
+          widen.uses = {carry_.accumulator[r], gbuf};
+        } else {
+          widen.allocs = {gbuf};
+          widen.uses = {carry_.accumulator[r]};
+        }
+        widen.tensors = {grad16_tensor};
+        widen.deps = {d2h_task};
+        widen.phase = Phase::kBackward;
+        widen.layer = gu.layer;
+        write_after = b_.Task(std::move(widen));
+      }
+      if (keep) {  // what the step waits for: the widened sums, when there are micro-steps
+        if (write_after != d2h_task) res_.grad_writes[r].push_back(write_after);
+        res_.grad_ready[r][lu] = write_after;
+        continue;
+      }
+      TaskSpec w;
+      w.id = "write.grad." + id;
+      w.op = Op::kWrite;
+      w.rank = r;
+      w.resource = write_resource;
+      w.bytes = gu.rank_elements * 4;  // the fp32 gradients
+      w.block_bytes = o_.block_bytes;
+      w.queue_depth = o_.queue_depth;
+      w.uses = {gbuf};
+      w.frees = {gbuf};
+      w.tensors = {grad_tensor};
+      w.deps = {write_after};
+      w.phase = Phase::kBackward;
+      w.layer = gu.layer;
+      res_.grad_writes[r].push_back(b_.Task(std::move(w)));
+      res_.grad_ready[r][lu] = res_.grad_writes[r].back();
+    }
+  }
+
+  ScheduleBuilder& b_;
+  const ModelPlan& plan_;
+  const PassOptions& o_;
+  const FetchOptions& fo_;
+  const bool last_micro_step_;
+  Carry& carry_;
+  PassResult& res_;
+  const bool flush_;
+  std::deque<LayerGrads> layers_;
+  std::vector<Entry> bucket_;
+  int64_t bucket_elements_ = 0;
+  std::vector<int32_t> bucket_grads_;                               // the bucket's GPU gradients
+  std::vector<std::pair<int32_t, const LayerGrads*>> reductions_;  // the bucket's reduce-scatters
+};
+
+}  // namespace
+
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o) {
   const int32_t ranks = plan.ranks;
   b.StateLayout(plan);
@@ -359,30 +614,21 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   res.grad_writes.resize(ranks);
   res.grad_ready.assign(ranks, std::vector<int32_t>(plan.units.size(), kNoIndex));
   const int64_t micro_steps = b.scenario().training.gradient_accumulation_steps;
-  const bool flush = o.gradient_path == GradientPath::kFlushToNvme;
-  // Per rank, the persistent bf16 buffer of the whole partition that d2h copies into: the kept
-  // gradients, or the accumulator of a flush with micro-steps (GradientPath).
-  std::vector<int32_t> accumulator;
   const bool tied = plan.tied_unit >= 0;
   const int32_t head_layer = plan.units.empty() ? -1 : plan.units.back().layer;
-  // Per rank and unit: the d2h of the unit's gradients before (an earlier micro-step's, the tied
-  // head's part): the next adds to what it left, so it waits for it.
-  std::vector<std::map<int32_t, int32_t>> last_contribution(static_cast<size_t>(ranks));
-  auto after_last_contribution = [&](int32_t rank, int32_t unit, TaskSpec* d2h) {
-    const auto it = last_contribution[static_cast<size_t>(rank)].find(unit);
-    if (it != last_contribution[static_cast<size_t>(rank)].end()) d2h->deps.push_back(it->second);
-  };
-  if (!flush) {
+  GradientBucket::Carry carry;
+  carry.last_contribution.resize(static_cast<size_t>(ranks));
+  if (o.gradient_path == GradientPath::kKeepInHost) {
     for (int32_t r = 0; r < ranks; ++r) {
       res.host_grad_buffer.push_back(
           b.Buffer("grad.host.r" + std::to_string(r), o.grad_pool[r], plan.rank_elements * 2, /*persistent=*/true));
     }
-    accumulator = res.host_grad_buffer;
+    carry.accumulator = res.host_grad_buffer;
   } else if (micro_steps > 1 || tied) {  // several contributions to a gradient: accumulate them
     for (int32_t r = 0; r < ranks; ++r) {
       const std::string R = ".r" + std::to_string(r);
       const int32_t pool = b.Pool("host.pinned.grad_accum" + R, b.Host(r), plan.rank_elements * 2);
-      accumulator.push_back(b.Buffer("grad.accum" + R, pool, plan.rank_elements * 2, /*persistent=*/true));
+      carry.accumulator.push_back(b.Buffer("grad.accum" + R, pool, plan.rank_elements * 2, /*persistent=*/true));
     }
   }
   std::vector<int32_t> forward_order(plan.units.size()), backward_order;
@@ -439,197 +685,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       // deadlock, reported with the pool). Without any admission before it (every unit so far
       // GPU-resident), the compute allocates it.
       std::vector<std::vector<int32_t>> layer_gathered(ranks);
-      // The layers whose gradients wait in the bucket (PassOptions::reduce_bucket_elements).
-      struct LayerGrads {
-        int32_t layer = 0;
-        std::vector<int32_t> grad_gpu;             // per rank: the layer's GPU gradients
-        std::vector<std::vector<int32_t>> d2h;     // per rank: the layer's d2h so far
-        int32_t last_unit = 0;                     // its d2h frees grad_gpu
-        std::vector<int32_t> foreign_reductions;   // other layers' reduce-scatters that read grad_gpu
-        std::vector<int32_t> frees;                // per rank: the d2h that frees grad_gpu
-      };
-      struct BucketEntry {
-        LayerGrads* layer = nullptr;
-        int32_t unit = 0;
-        bool head_part = false;  // the tied head's part of the table's gradient
-      };
-      std::deque<LayerGrads> layers;
-      std::vector<BucketEntry> bucket;
-      int64_t bucket_elements = 0;
-      // The reduce-scatter of unit `gu_index`'s gradients `name`, after the backward so far. It
-      // names every rank's param16 partition of the unit: the elements each rank keeps the sum of.
-      // A reduce-scatter reads the whole bucket (DeepSpeed reduces it at once): it uses every GPU
-      // gradient buffer in it, so a bucket larger than the GPU pool is refused when planned.
-      std::vector<int32_t> bucket_grads;
-      auto reduce_scatter = [&](const LayerGrads& lg, const std::string& name, int32_t gu_index) {
-        const ParamUnit& gu = plan.units[gu_index];
-        TaskSpec rs;
-        rs.id = "reducescatter." + name;
-        rs.op = Op::kReduceScatter;
-        rs.resource = b.Comm();
-        rs.bytes = gu.elements * 2;
-        rs.ranks = ranks;
-        rs.deps = res.last_compute;
-        rs.uses = bucket_grads;
-        for (int32_t r = 0; r < ranks; ++r) {
-          rs.tensors.push_back(b.State(StateKind::kParam16, r, gu.rank_offset, gu.rank_elements, ParamHome(b, plan, fo, r, gu_index)));
-        }
-        rs.phase = Phase::kBackward;
-        rs.layer = lg.layer;
-        return b.Task(std::move(rs));
-      };
-      // Issues the bucket: per unit, in the order it joined, the reduce-scatter, the d2h copies
-      // and the gradient path.
-      auto flush_bucket = [&] {
-        bucket_grads.clear();
-        for (size_t i = 0; i < bucket.size(); ++i) {
-          if (i == 0 || bucket[i].layer != bucket[i - 1].layer) {
-            bucket_grads.insert(bucket_grads.end(), bucket[i].layer->grad_gpu.begin(), bucket[i].layer->grad_gpu.end());
-          }
-        }
-        std::vector<std::pair<int32_t, const LayerGrads*>> reductions;  // the bucket's reduce-scatters
-        for (const BucketEntry& e : bucket) {
-          LayerGrads& lg = *e.layer;
-          const int32_t lu = e.unit;
-          if (e.head_part) {
-            const ParamUnit& tu = plan.units[plan.tied_unit];
-            const int32_t rs_task = reduce_scatter(lg, tu.name + ".head." + fo.tag, plan.tied_unit);
-            reductions.emplace_back(rs_task, &lg);
-            for (int32_t r = 0; r < ranks; ++r) {
-              TaskSpec d2h;
-              d2h.id = "d2h.grad." + tu.name + ".head." + fo.tag + ".r" + std::to_string(r);
-              d2h.op = Op::kD2H;
-              d2h.rank = r;
-              d2h.resource = b.GpuD2H(r);
-              d2h.bytes = tu.rank_elements * 2;
-              d2h.uses = {accumulator[r], lg.grad_gpu[r]};
-              d2h.tensors = {b.State(StateKind::kGrad16, r, tu.rank_offset, tu.rank_elements, b.HostDevice(r))};
-              d2h.deps = {rs_task};
-              after_last_contribution(r, plan.tied_unit, &d2h);
-              d2h.phase = Phase::kBackward;
-              d2h.layer = lg.layer;
-              const int32_t partial = b.Task(std::move(d2h));
-              last_contribution[static_cast<size_t>(r)][plan.tied_unit] = partial;
-              lg.d2h[r].push_back(partial);
-              res.grad_copies[r].push_back(partial);
-            }
-            continue;
-          }
-          const ParamUnit& gu = plan.units[lu];
-          const int32_t rs_task = reduce_scatter(lg, gu.name + "." + fo.tag, lu);
-          reductions.emplace_back(rs_task, &lg);
-          for (int32_t r = 0; r < ranks; ++r) {
-            const std::string id = gu.name + "." + fo.tag + ".r" + std::to_string(r);
-            // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else
-            // the fp32 partition into pinned staging for the write.
-            const bool to_accumulator = !accumulator.empty();
-            const int64_t grad_bytes = gu.rank_elements * (to_accumulator ? 2 : 4);
-            const int32_t write_resource =
-                !flush ? kNoIndex : o.grad_write_resource_of ? o.grad_write_resource_of(r, lu) : o.grad_write_resource[r];
-            // Kept in host memory: in the rank's persistent fp32 buffer, never written.
-            const bool keep = flush && !o.grad_in_host.empty() && o.grad_in_host[static_cast<size_t>(lu)];
-            const int32_t grad_tensor =
-                flush ? b.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, keep ? b.HostDevice(r) : b.DeviceOfResource(write_resource))
-                      : kNoIndex;
-            const int32_t grad16_tensor =
-                to_accumulator ? b.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b.HostDevice(r))
-                               : kNoIndex;
-            int32_t gbuf = to_accumulator ? accumulator[r] : kNoIndex;
-            if (flush && last_micro_step) gbuf = keep ? o.host_grad_buffer[r] : b.Buffer("grad." + id, o.grad_pool[r], gu.rank_elements * 4);
-            TaskSpec d2h;
-            d2h.id = "d2h.grad." + id;
-            d2h.op = Op::kD2H;
-            d2h.rank = r;
-            d2h.resource = b.GpuD2H(r);
-            d2h.bytes = grad_bytes;
-            if (to_accumulator) d2h.uses = {accumulator[r]};
-            else if (keep) d2h.uses = {gbuf};
-            else d2h.allocs = {gbuf};
-            d2h.uses.push_back(lg.grad_gpu[r]);
-            d2h.tensors = {to_accumulator ? grad16_tensor : grad_tensor};
-            d2h.deps = {rs_task};
-            after_last_contribution(r, lu, &d2h);
-            if (lu == lg.last_unit) {  // the layer's last d2h frees its GPU gradients
-              d2h.frees = {lg.grad_gpu[r]};
-              d2h.deps.insert(d2h.deps.end(), lg.d2h[r].begin(), lg.d2h[r].end());
-            }
-            d2h.phase = Phase::kBackward;
-            d2h.layer = gu.layer;
-            const int32_t d2h_task = b.Task(std::move(d2h));
-            if (lu == lg.last_unit) lg.frees.push_back(d2h_task);
-            last_contribution[static_cast<size_t>(r)][lu] = d2h_task;
-            lg.d2h[r].push_back(d2h_task);
-            res.grad_copies[r].push_back(d2h_task);
-            res.grad_ready[r][lu] = d2h_task;
-            if (!flush || !last_micro_step) continue;
-            int32_t write_after = d2h_task;
-            if (to_accumulator) {  // the accumulated partition, widened into the staging buffer
-              TaskSpec widen;
-              widen.id = "convert.grad." + id;
-              widen.op = Op::kConvert;
-              widen.rank = r;
-              widen.kernel = Kernel::kBf16ToFp32;
-              widen.resource = b.Cpu(r);
-              widen.bytes = gu.rank_elements * 6;
-              widen.ranks = o.cpu_threads;
-              if (keep) {
-                widen.uses = {accumulator[r], gbuf};
-              } else {
-                widen.allocs = {gbuf};
-                widen.uses = {accumulator[r]};
-              }
-              widen.tensors = {grad16_tensor};
-              widen.deps = {d2h_task};
-              widen.phase = Phase::kBackward;
-              widen.layer = gu.layer;
-              write_after = b.Task(std::move(widen));
-            }
-            if (keep) {  // what the step waits for: the widened sums, when there are micro-steps
-              if (write_after != d2h_task) res.grad_writes[r].push_back(write_after);
-              res.grad_ready[r][lu] = write_after;
-              continue;
-            }
-            TaskSpec w;
-            w.id = "write.grad." + id;
-            w.op = Op::kWrite;
-            w.rank = r;
-            w.resource = write_resource;
-            w.bytes = gu.rank_elements * 4;  // the fp32 gradients
-            w.block_bytes = o.block_bytes;
-            w.queue_depth = o.queue_depth;
-            w.uses = {gbuf};
-            w.frees = {gbuf};
-            w.tensors = {grad_tensor};
-            w.deps = {write_after};
-            w.phase = Phase::kBackward;
-            w.layer = gu.layer;
-            res.grad_writes[r].push_back(b.Task(std::move(w)));
-            res.grad_ready[r][lu] = res.grad_writes[r].back();
-          }
-        }
-        // A layer's GPU gradients are freed once every reduce-scatter that read them has run:
-        // its own (before its d2h copies) and the other layers' of each bucket it was in.
-        for (size_t i = 0; i < bucket.size(); ++i) {
-          LayerGrads* lg = bucket[i].layer;
-          if (i > 0 && lg == bucket[i - 1].layer) continue;
-          for (const auto& [task, of] : reductions) {
-            if (of != lg) lg->foreign_reductions.push_back(task);
-          }
-          for (int32_t d2h : lg->frees) {
-            b.task(d2h).deps.insert(b.task(d2h).deps.end(), lg->foreign_reductions.begin(), lg->foreign_reductions.end());
-          }
-        }
-        bucket.clear();
-        bucket_elements = 0;
-      };
-      auto add_to_bucket = [&](LayerGrads* lg, int32_t u, bool head_part) {
-        const int64_t elements = plan.units[u].elements;
-        if (o.reduce_bucket_elements > 0 && bucket_elements > 0 && bucket_elements + elements > o.reduce_bucket_elements) {
-          flush_bucket();
-        }
-        bucket.push_back({lg, u, head_part});
-        bucket_elements += elements;
-      };
+      GradientBucket gradients(b, plan, o, fo, last_micro_step, &carry, &res);
       for (size_t pos = 0; pos < order.size(); ++pos) {
         const int32_t u = order[pos];
         const ParamUnit& unit = plan.units[u];
@@ -687,15 +743,10 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           if (layer_ends) layer_units.clear();
           continue;
         }
-        // The layer's gradients join the bucket, the tied head's part of the table's first (it
-        // leaves first; the embedding's is added to it).
-        layers.push_back({unit.layer, grad_gpu, std::vector<std::vector<int32_t>>(ranks), layer_units.back()});
-        if (tied_head) add_to_bucket(&layers.back(), plan.tied_unit, /*head_part=*/true);
-        for (int32_t lu : layer_units) add_to_bucket(&layers.back(), lu, /*head_part=*/false);
-        if (o.reduce_bucket_elements <= 0) flush_bucket();
+        gradients.AddLayer(unit.layer, grad_gpu, layer_units, tied_head);
         layer_units.clear();
       }
-      if (!fwd) flush_bucket();  // what is left: DeepSpeed's epilogue
+      if (!fwd) gradients.Flush();  // what is left: DeepSpeed's epilogue
     }
     for (int32_t t = first_task; t < b.task_count(); ++t) b.task(t).micro_step = static_cast<int32_t>(m);
   }
