@@ -180,6 +180,12 @@ TEST(ZeroInfinity, GradientsAreReducedInDeepSpeedsBuckets) {
   auto fits = LoadScenarioText(kSmall, {"hardware.node.gpu.hbm=80MiB", "policy.reduce_bucket_size=1e6"}, "small.yaml");
   ASSERT_TRUE(fits.ok());
   EXPECT_TRUE(Plan(*fits).ok()) << Plan(*fits).status().ToString();
+  auto empty = LoadScenarioText(kSmall, {"policy.reduce_bucket_size=0"}, "small.yaml");
+  ASSERT_TRUE(empty.ok());
+  auto no_bucket = Plan(*empty);
+  ASSERT_FALSE(no_bucket.ok());
+  EXPECT_NE(no_bucket.status().message().find("policy.reduce_bucket_size must be >= 1"), std::string::npos)
+      << no_bucket.status().message();
 }
 
 int64_t OpBytes(const Schedule& s, Op op, const std::string& prefix = "") {
