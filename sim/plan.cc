@@ -146,7 +146,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         }
         const models::ClusterCollective levels = models::ClusterCollectiveTime(hw, kind, t.bytes, ranks);
         if (!(levels.intra_s + levels.inter_s > 0)) break;
-        if (ranks == 1) {  // one rank's local copy (interconnect.local_bw): work on its GPU, no link
+        if (ranks == 1) {  // one rank's local copy (interconnect.local_bw): work on its GPU (the job's only one, gpu 0), no link
           p.kind = ActivityKind::kExec;
           p.gpu = 0;
           p.amount = levels.intra_s * kExecSpeed;

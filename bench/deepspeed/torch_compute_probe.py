@@ -106,8 +106,8 @@ def collective_records(model, reps):
     import torch
     one_rank_deepspeed()
     from deepspeed.runtime.comm.coalesced_collectives import reduce_scatter_coalesced
-    h, f = model["hidden"], model["ffn"]
-    shapes = [(h, h)] * 4 + [(f, h)] * 3  # one decoder layer's weights
+    h, f, kv = model["hidden"], model["ffn"], model["kv_heads"] * model["head_dim"]
+    shapes = [(h, h), (kv, h), (kv, h), (h, h)] + [(f, h)] * 3  # one decoder layer's weights: q, k, v, o, the MLP
     records = []
     for mib in (16, 64, 256):
         tensors, total = [], 0

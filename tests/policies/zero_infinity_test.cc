@@ -29,6 +29,23 @@ Schedule PlanOrDie(const std::vector<std::string>& sets = {}) {
   return std::move(s).value();
 }
 
+// The scenario with `sets` must be refused: its error message.
+std::string RefusalOf(const std::vector<std::string>& sets) {
+  auto scenario = LoadScenarioText(kSmall, sets, "small.yaml");
+  EXPECT_TRUE(scenario.ok()) << scenario.status().ToString();
+  if (!scenario.ok()) return "";
+  auto s = Plan(*scenario);
+  EXPECT_FALSE(s.ok()) << "planned, where a refusal was expected";
+  return s.ok() ? "" : s.status().message();
+}
+
+// Every task of `s` taking one second, over `iterations`.
+testing::RunResult RunUnitDurations(const Schedule& s, int64_t iterations = 1) {
+  std::map<std::string, double> d;
+  for (const TaskSpec& t : s.tasks()) d[t.id] = 1.0;
+  return testing::RunTimed(s, iterations, d);
+}
+
 bool DependsOn(const Schedule& s, const std::string& task, const std::string& dep) {
   int32_t t = s.FindTask(task), d = s.FindTask(dep);
   EXPECT_NE(t, kNoIndex) << task;
@@ -83,22 +100,16 @@ TEST(ZeroInfinity, SlotsAreSizedByBufferSizeAndBoundTheReadAhead) {
   // Every slot costs buffer_size elements whatever the partition (DeepSpeed's slot pool).
   const BufferSpec& slot = s.buffers()[s.FindBuffer("slot.model.layers.0.self_attn.q_proj.weight.f0.r0")];
   EXPECT_EQ(slot.size_bytes, 2000000 * 2);
-  std::map<std::string, double> durations;
-  for (const TaskSpec& t : s.tasks()) durations[t.id] = 1.0;
-  auto r = testing::RunTimed(s, 1, durations);
+  auto r = RunUnitDurations(s);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(r.peaks[s.FindPool("host.pinned.param.r0")], 3 * 2000000 * 2);
 }
 
 TEST(ZeroInfinity, PartitionLargerThanBufferSizeIsRejectedLikeDeepSpeed) {
-  auto scenario = LoadScenarioText(kSmall, {"policy.buffer_size=1000"}, "small.yaml");
-  ASSERT_TRUE(scenario.ok());
-  auto s = Plan(*scenario);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("policy.buffer_size: the partition of 'model.embed_tokens.weight'"),
-            std::string::npos)
-      << s.status().message();
-  EXPECT_NE(s.status().message().find("raise policy.buffer_size"), std::string::npos);
+  const std::string refusal = RefusalOf({"policy.buffer_size=1000"});
+  EXPECT_NE(refusal.find("policy.buffer_size: the partition of 'model.embed_tokens.weight'"), std::string::npos)
+      << refusal;
+  EXPECT_NE(refusal.find("raise policy.buffer_size"), std::string::npos);
 }
 
 TEST(ZeroInfinity, OptimizerSwapperIsSerialByDefaultAndPipelinedOnRequest) {
@@ -129,9 +140,7 @@ TEST(ZeroInfinity, StepIsBlockingAndTheNextIterationWaitsForIt) {
   const TaskSpec& first_read = s.tasks()[s.FindTask("read.model.embed_tokens.weight.f0.r0")];
   ASSERT_EQ(first_read.carried.size(), 1u);
   EXPECT_EQ(first_read.carried[0].task, step_end);
-  std::map<std::string, double> d;
-  for (const TaskSpec& t : s.tasks()) d[t.id] = 1.0;
-  auto r = testing::RunTimed(s, 2, d);
+  auto r = RunUnitDurations(s, 2);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_GE(r.at("read.model.embed_tokens.weight.f0.r0", 1).start, r.at("step.end", 0).end);
 }
@@ -143,11 +152,6 @@ TEST(ZeroInfinity, StepIsBlockingAndTheNextIterationWaitsForIt) {
 // layer's backward runs. The reduce-scatter reads the whole bucket, so a bucket larger than the
 // GPU pool is refused when planned, naming the task and the pool.
 TEST(ZeroInfinity, GradientsAreReducedInDeepSpeedsBuckets) {
-  const auto timed = [](const Schedule& s) {
-    std::map<std::string, double> d;
-    for (const TaskSpec& t : s.tasks()) d[t.id] = 1.0;
-    return testing::RunTimed(s, 1, d);
-  };
   const auto last_backward = [](const Schedule& s, const testing::RunResult& r) {
     double end = 0;
     for (const TaskSpec& t : s.tasks()) {
@@ -157,7 +161,7 @@ TEST(ZeroInfinity, GradientsAreReducedInDeepSpeedsBuckets) {
   };
   const std::string first = "reducescatter.model.layers.1.mlp.down_proj.weight.b0";
   const Schedule whole = PlanOrDie();
-  auto r = timed(whole);
+  auto r = RunUnitDurations(whole);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   const double backward_end = last_backward(whole, r);
   for (const TaskSpec& t : whole.tasks()) {
@@ -166,26 +170,17 @@ TEST(ZeroInfinity, GradientsAreReducedInDeepSpeedsBuckets) {
     }
   }
   const Schedule split = PlanOrDie({"policy.reduce_bucket_size=1e6"});
-  auto q = timed(split);
+  auto q = RunUnitDurations(split);
   ASSERT_TRUE(q.status.ok()) << q.status.ToString();
   EXPECT_LT(q.at(first).end, last_backward(split, q));
   EXPECT_LT(q.at("write.grad.model.layers.1.mlp.down_proj.weight.b0.r0").end, last_backward(split, q));
 
-  auto tight = LoadScenarioText(kSmall, {"hardware.node.gpu.hbm=80MiB"}, "small.yaml");
-  ASSERT_TRUE(tight.ok());
-  auto refused = Plan(*tight);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("task 'reducescatter."), std::string::npos) << refused.status().message();
-  EXPECT_NE(refused.status().message().find("'gpu0.hbm'"), std::string::npos) << refused.status().message();
-  auto fits = LoadScenarioText(kSmall, {"hardware.node.gpu.hbm=80MiB", "policy.reduce_bucket_size=1e6"}, "small.yaml");
-  ASSERT_TRUE(fits.ok());
-  EXPECT_TRUE(Plan(*fits).ok()) << Plan(*fits).status().ToString();
-  auto empty = LoadScenarioText(kSmall, {"policy.reduce_bucket_size=0"}, "small.yaml");
-  ASSERT_TRUE(empty.ok());
-  auto no_bucket = Plan(*empty);
-  ASSERT_FALSE(no_bucket.ok());
-  EXPECT_NE(no_bucket.status().message().find("policy.reduce_bucket_size must be >= 1"), std::string::npos)
-      << no_bucket.status().message();
+  const std::string refused = RefusalOf({"hardware.node.gpu.hbm=80MiB"});
+  EXPECT_NE(refused.find("task 'reducescatter."), std::string::npos) << refused;
+  EXPECT_NE(refused.find("'gpu0.hbm'"), std::string::npos) << refused;
+  PlanOrDie({"hardware.node.gpu.hbm=80MiB", "policy.reduce_bucket_size=1e6"});  // buckets of 1e6 fit
+  const std::string empty = RefusalOf({"policy.reduce_bucket_size=0"});
+  EXPECT_NE(empty.find("policy.reduce_bucket_size must be >= 1"), std::string::npos) << empty;
 }
 
 int64_t OpBytes(const Schedule& s, Op op, const std::string& prefix = "") {
@@ -271,12 +266,8 @@ TEST(ZeroInfinity, TheSwapMinimumKeepsSmallTensorsOffTheDisk) {
 }
 
 TEST(ZeroInfinity, UnknownKnobIsAnError) {
-  auto scenario = LoadScenarioText(kSmall, {"policy.bufer_count=3"}, "small.yaml");
-  ASSERT_TRUE(scenario.ok());
-  auto s = Plan(*scenario);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("policy.bufer_count: unknown knob for policy 'zero-infinity'"), std::string::npos)
-      << s.status().message();
+  const std::string refusal = RefusalOf({"policy.bufer_count=3"});
+  EXPECT_NE(refusal.find("policy.bufer_count: unknown knob for policy 'zero-infinity'"), std::string::npos) << refusal;
 }
 
 TEST(ZeroInfinity, PlannedScheduleRoundTripsThroughItsFile) {
