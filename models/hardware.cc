@@ -39,6 +39,7 @@ Status ApplyGpu(const YAML::Node& node, const std::string& path, GpuSpec* g) {
   TF_RETURN_IF_ERROR(r.Fraction("forward_efficiency", &g->forward_efficiency));
   TF_RETURN_IF_ERROR(r.Fraction("backward_efficiency", &g->backward_efficiency));
   TF_RETURN_IF_ERROR(r.Duration("kernel_overhead", &g->kernel_overhead_s));
+  TF_RETURN_IF_ERROR(r.Bool("shares_host_cores", &g->shares_host_cores));
   return r.Finish();
 }
 
@@ -391,6 +392,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
   if (n.gpu.forward_efficiency != 0) y += fmt::format("    forward_efficiency: {}\n", Num(n.gpu.forward_efficiency));
   if (n.gpu.backward_efficiency != 0) y += fmt::format("    backward_efficiency: {}\n", Num(n.gpu.backward_efficiency));
   y += fmt::format("    kernel_overhead: {} s\n", Num(n.gpu.kernel_overhead_s));
+  if (n.gpu.shares_host_cores) y += "    shares_host_cores: true\n";
   y += "  pcie:\n";
   y += fmt::format("    h2d_bw: {} B/s\n", Num(n.pcie.h2d_bw_bytes_per_s));
   y += fmt::format("    d2h_bw: {} B/s\n", Num(n.pcie.d2h_bw_bytes_per_s));

@@ -51,6 +51,18 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
   };
 
   const int32_t default_threads = std::max(1, node.cpu.cores);
+  // An emulated GPU (GpuSpec::shares_host_cores) works on its node's CPU: compute with every
+  // core, as the CPU executor's kernels do, copies and a rank's local collective copy with one.
+  // SimGrid shares the cores among the execs in flight in proportion to their threads, so they
+  // slow each other, the optimizer and the conversions down as the threads of one process do.
+  const bool on_host = node.gpu.shares_host_cores;
+  const auto host_exec = [&](TaskPlan& p, int32_t on_node, int32_t threads, double seconds) {
+    p.kind = ActivityKind::kExec;
+    p.on_cpu = true;
+    p.node = on_node;
+    p.threads = threads;
+    p.amount = seconds * kExecSpeed;  // per thread
+  };
   plan.tasks.resize(schedule.tasks().size());
   for (size_t ti = 0; ti < schedule.tasks().size(); ++ti) {
     const TaskSpec& t = schedule.tasks()[ti];
@@ -120,6 +132,11 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         TF_RETURN_IF_ERROR(need(h2d ? node.pcie.h2d_bw_bytes_per_s : node.pcie.d2h_bw_bytes_per_s,
                                 h2d ? "PCIe h2d bandwidth" : "PCIe d2h bandwidth"));
         if (t.bytes == 0) break;
+        if (on_host) {  // a memcpy in host memory: the link's latency and bandwidth, on one core
+          const double bw = h2d ? node.pcie.h2d_bw_bytes_per_s : node.pcie.d2h_bw_bytes_per_s;
+          host_exec(p, dev.node, 1, node.pcie.latency_s + static_cast<double>(t.bytes) / bw);
+          break;
+        }
         p.kind = ActivityKind::kComm;
         p.gpu = dev.node * plan.gpus_per_node + dev.index;
         p.to_device = h2d;
@@ -130,6 +147,10 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         if (dev.kind != HwKind::kGpu) return InvalidArgument(who + ": compute needs a gpu device");
         const double d = models::ComputeTime(node.gpu, t.flops, static_cast<double>(t.bytes), t.phase);
         if (!(d > 0)) break;
+        if (on_host) {
+          host_exec(p, dev.node, default_threads, d);
+          break;
+        }
         p.kind = ActivityKind::kExec;
         p.gpu = dev.node * plan.gpus_per_node + dev.index;
         p.amount = d * kExecSpeed;
@@ -147,10 +168,14 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         const models::ClusterCollective levels = models::ClusterCollectiveTime(hw, kind, t.bytes, ranks);
         if (!(levels.intra_s + levels.inter_s > 0)) break;
         if (ranks == 1) {  // one rank's local copy (interconnect.local_bw): work on its GPU (the job's only one, gpu 0), no link
+          p.record_threads = 1;
+          if (on_host) {
+            host_exec(p, 0, 1, levels.intra_s);
+            break;
+          }
           p.kind = ActivityKind::kExec;
           p.gpu = 0;
           p.amount = levels.intra_s * kExecSpeed;
-          p.record_threads = 1;
           break;
         }
         p.kind = ActivityKind::kComm;
@@ -204,11 +229,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
                              : models::ConvertTime(node.cpu, t.bytes, threads);
         p.record_threads = threads;
         if (!(d > 0)) break;
-        p.kind = ActivityKind::kExec;
-        p.on_cpu = true;
-        p.node = dev.node;
-        p.threads = threads;
-        p.amount = d * kExecSpeed;  // per thread: SimGrid's parallel execs take flops per thread
+        host_exec(p, dev.node, threads, d);  // per thread: SimGrid's parallel execs take flops per thread
         break;
       }
       default:

@@ -151,6 +151,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.gpu.forward_efficiency, y.gpu.forward_efficiency);
   EXPECT_EQ(x.gpu.backward_efficiency, y.gpu.backward_efficiency);
   EXPECT_EQ(x.gpu.kernel_overhead_s, y.gpu.kernel_overhead_s);
+  EXPECT_EQ(x.gpu.shares_host_cores, y.gpu.shares_host_cores);
   EXPECT_EQ(x.pcie.h2d_bw_bytes_per_s, y.pcie.h2d_bw_bytes_per_s);
   EXPECT_EQ(x.pcie.d2h_bw_bytes_per_s, y.pcie.d2h_bw_bytes_per_s);
   EXPECT_EQ(x.pcie.pageable_factor, y.pcie.pageable_factor);
@@ -206,6 +207,17 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;
     ExpectEqual(back.value(), hw);
   }
+}
+
+// The CPU hosts' gpu0 is emulated on their cores (the CPU executor); a real GPU's is not.
+TEST(HardwareYamlTest, OnlyTheCpuHostsEmulateTheirGpuOnTheHostCores) {
+  for (const auto& name : HardwarePresetNames()) {
+    EXPECT_EQ(Preset(name).node.gpu.shares_host_cores, name.rfind("cpu-host", 0) == 0) << name;
+  }
+  auto bad = FromText("{preset: cpu-host, node: {gpu: {shares_host_cores: sometimes}}}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("shares_host_cores: 'sometimes' is not true or false"), std::string::npos)
+      << bad.status().ToString();
 }
 
 TEST(HardwareYamlTest, SameDeviceAsNamesAnEarlierUnsharedEntry) {

@@ -336,6 +336,41 @@ TEST(SimTest, ComputeOptimizerAndCollectivesTakeTheirModelTimes) {
   EXPECT_REL(Find(r, "ar").end_s, ring);
 }
 
+// An emulated GPU (gpu.shares_host_cores) computes with every core of its node and copies with
+// one, beside the optimizer: SimGrid shares the cores in proportion to the threads in flight.
+// Compute (2 threads) with a copy (1) on 2 cores: each at 2/3 of its speed while both run.
+// Compute with Adam (2 and 2): each at half. On a GPU of its own, none slows another.
+TEST(SimTest, AnEmulatedGpuSharesTheHostCores) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  const double compute_s = 1.0;
+  const int64_t copy_bytes = 512 * kMiB;
+  const double copy_s = hw.node.pcie.latency_s + static_cast<double>(copy_bytes) / hw.node.pcie.h2d_bw_bytes_per_s;
+  const double adam_s = 1e8 / (2 * hw.node.cpu.adam_elements_per_s_per_core);
+  ASSERT_LT(copy_s, compute_s);
+  ASSERT_LT(adam_s, compute_s);
+  for (const bool shared : {false, true}) {
+    hw.node.gpu.shares_host_cores = shared;
+    Builder b;
+    b.Resource("gpu0.compute", "gpu0");
+    b.Resource("gpu0.h2d", "gpu0");
+    b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+    b.Task("c", Op::kH2D, "gpu0.h2d", copy_bytes);
+    SimResult r = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(r, "c").end_s, shared ? 1.5 * copy_s : copy_s) << shared;
+    EXPECT_REL(Find(r, "x").end_s, shared ? compute_s + 0.5 * copy_s : compute_s) << shared;
+
+    Builder o;
+    o.Resource("gpu0.compute", "gpu0");
+    o.Resource("cpu.optimizer", "host");
+    o.Task("x", Op::kCompute, "gpu0.compute", 0).flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+    o.Task("adam", Op::kOptimizer, "cpu.optimizer", 400'000'000).ranks = 2;
+    SimResult q = MustSimulate(o.s, hw);
+    EXPECT_REL(Find(q, "adam").end_s, shared ? 2 * adam_s : adam_s) << shared;
+    EXPECT_REL(Find(q, "x").end_s, shared ? compute_s + adam_s : compute_s) << shared;
+  }
+}
+
 // ---- Clusters (hardware.nodes > 1) ----
 
 models::HardwareSpec TestCluster(int32_t nodes, int32_t gpus_per_node) {

@@ -31,6 +31,10 @@ struct GpuSpec {
   double forward_efficiency = 0;
   double backward_efficiency = 0;
   double kernel_overhead_s = 0;     // fixed cost per compute task (launches, sync)
+  // The device is emulated on the node's CPU cores (the CPU reference executor): its compute
+  // and copies take those cores, shared with the optimizer and the conversions, instead of
+  // running on a device and links of their own.
+  bool shares_host_cores = false;
 };
 
 struct PcieSpec {
