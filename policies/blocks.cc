@@ -624,7 +624,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           b.Buffer("grad.host.r" + std::to_string(r), o.grad_pool[r], plan.rank_elements * 2, /*persistent=*/true));
     }
     carry.accumulator = res.host_grad_buffer;
-  } else if (micro_steps > 1 || tied) {  // several contributions to a gradient: accumulate them
+  } else if (micro_steps > 1 || tied || o.grad_partition_buffer) {  // several contributions, or DeepSpeed's buffer
     for (int32_t r = 0; r < ranks; ++r) {
       const std::string R = ".r" + std::to_string(r);
       const int32_t pool = b.Pool("host.pinned.grad_accum" + R, b.Host(r), plan.rank_elements * 2);

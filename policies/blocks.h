@@ -233,13 +233,14 @@ enum class GradientPath {
   kFlushToNvme,  // DeepSpeed: fp32 partition d2h into a pinned staging buffer, async write
   kKeepInHost,   // MLP-Offload, HiTrain, Fuyou: bf16 partition d2h into a persistent host buffer
 };
-// With gradient accumulation (micro-steps > 1) every micro-step's d2h adds its bf16 partition
-// into a persistent host buffer of the rank's whole partition (DeepSpeed's
-// grad_partitions_flat_buffer, bf16 for a bf16 model), the first micro-step's d2h overwriting it:
-// kKeepInHost's buffer, or for kFlushToNvme one of its own ("grad.accum.r{r}", in pool
-// "host.pinned.grad_accum.r{r}"). kFlushToNvme then flushes once, after the last micro-step: per
-// unit a bf16_to_fp32 convert into a pinned staging buffer and the write (DeepSpeed's .float()
-// and swap_out_gradients at the accumulation boundary).
+// With gradient accumulation (micro-steps > 1), a tied embedding, or
+// PassOptions::grad_partition_buffer, every micro-step's d2h adds its bf16 partition into a
+// persistent host buffer of the rank's whole partition (DeepSpeed's grad_partitions_flat_buffer,
+// bf16 for a bf16 model), the first micro-step's d2h overwriting it: kKeepInHost's buffer, or for
+// kFlushToNvme one of its own ("grad.accum.r{r}", in pool "host.pinned.grad_accum.r{r}").
+// kFlushToNvme then flushes once, after the last micro-step: per unit a bf16_to_fp32 convert into
+// a pinned staging buffer and the write (DeepSpeed's .float() and swap_out_gradients at the
+// accumulation boundary).
 
 // Forward and backward of every micro-step: fetch (FetchUnits), compute per rank, and in
 // backward the reduce-scatter and the gradient path.
@@ -270,6 +271,12 @@ struct PassOptions {
   // allocated until their bucket is issued. 0: each layer's gradients are issued after its own
   // backward.
   int64_t reduce_bucket_elements = 0;
+  // kFlushToNvme: the gradients pass through the rank's persistent bf16 partition buffer (above)
+  // at one micro-step too. DeepSpeed's stage 3 allocates grad_partitions_flat_buffer whenever
+  // the optimizer is offloaded and partition_grads copies every reduced partition into it
+  // before converting it to fp32 for swap_out_gradients (_offload_grad_partition_at_boundary),
+  // so it holds 2 bytes per element of host memory for good.
+  bool grad_partition_buffer = false;
 };
 
 struct PassResult {
@@ -309,9 +316,12 @@ int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vecto
 // memory really pinned while the usable capacity stays `capacity_bytes`.
 int32_t PinnedPool(ScheduleBuilder& b, int32_t rank, const std::string& name, int64_t capacity_bytes, bool rounding);
 
-// The unfused overflow check's temporaries: bytes per gradient element (an isinf and an isnan
-// mask of one byte each alive together: the assumption of docs/policies.md).
-inline constexpr int64_t kOverflowTemporaryBytesPerElement = 2;
+// The unfused overflow check's temporaries: bytes per gradient element. DeepSpeed's stage 3
+// (`DeepSpeedZeroOptimizer_Stage3.has_overflow`, run for fp16 only) masks the rank's flat
+// gradient partition, in host memory when the optimizer is offloaded, with `torch.isinf(...)
+// .any()` and then `torch.isnan(...).any()`: two statements, so one bool mask of one byte per
+// element is alive at a time.
+inline constexpr int64_t kOverflowTemporaryBytesPerElement = 1;
 
 // Per sub-group, the grad_ready tasks of the units overlapping it: its gradients are final when
 // they have completed (what an optimizer overlapped with backward waits for).

@@ -258,6 +258,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   // slots keeps the reads within it whatever the disk placement (fuyou-13b deadlocked without).
   po.fetch.slot_ring = d.params_on_nvme ? std::max(d.param_buffers, d.coupled_reads) : 0;
   po.gradient_path = d.gradient_path;
+  po.grad_partition_buffer = d.grad_partition_buffer;
   po.grad_pool = grad_pool;
   po.grad_write_resource_of = [&](int32_t r, int32_t u) { return opt_write_io(r, unit_subgroup[u]); };
   po.block_bytes = d.block_bytes;

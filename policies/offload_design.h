@@ -38,6 +38,7 @@ struct OffloadDesign {
 
   // Gradients and the update.
   GradientPath gradient_path = GradientPath::kFlushToNvme;
+  bool grad_partition_buffer = false;  // DeepSpeed's bf16 grad_partitions_flat_buffer (PassOptions)
   bool global_norm_first = true;   // false: each sub-group updated as soon as its gradients are final
   bool descending_order = false;   // update the last sub-groups first (their gradients are final first)
   bool pipeline_read = false;

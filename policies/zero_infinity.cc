@@ -44,6 +44,10 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
+  if (k.overflow_temporaries && s.training.dtype != "fp16") {
+    return InvalidArgument("policy.overflow_check_temporaries: DeepSpeed checks the gradients for overflow only in fp16 "
+                           "training (stage 3's has_overflow), and training.dtype is " + s.training.dtype);
+  }
   if (k.buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
   if (k.optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
   if (k.queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");
@@ -190,6 +194,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.queue_depth = static_cast<int32_t>(queue_depth);
   po.cpu_threads = threads;
   po.reduce_bucket_elements = knobs.reduce_bucket_size;
+  po.grad_partition_buffer = true;  // grad_partitions_flat_buffer
   po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
   if (params_on_nvme && place.host_param_elements > 0) {
     po.fetch.in_host = place.param_in_host;

@@ -154,6 +154,41 @@ TEST(MemAscend, ClassPoolsAreSizedExactlyAndBoundThePinnedPeak) {
   EXPECT_LT(class_capacity, zi_param);
 }
 
+// DeepSpeed's unfused check (stage 3's has_overflow, fp16 only) masks the rank's gradient
+// partition with isinf and then isnan, one statement each: one byte per element is alive at a
+// time, allocated and freed by the norm task. zero-infinity's overflow_check_temporaries and
+// memascend without its fused check plan the same; the fused check allocates nothing, and in
+// bf16 training, where DeepSpeed runs no check, asking for the unfused one is refused.
+TEST(MemAscend, TheUnfusedOverflowCheckHoldsOneByteMaskOfTheRanksGradients) {
+  const std::vector<std::string> unfused_memascend = {"policy.name=memascend", "policy.buffer_size=null",
+                                                      "policy.fused_overflow_check=false"};
+  const std::vector<std::string> zi_temporaries = {"policy.overflow_check_temporaries=true"};
+  for (std::vector<std::string> sets : {unfused_memascend, zi_temporaries}) {
+    auto bf16 = LoadScenarioText(kSmall, sets, "small.yaml");
+    ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+    auto refused = Plan(*bf16);
+    ASSERT_FALSE(refused.ok()) << sets[0];
+    EXPECT_NE(refused.status().message().find("only in fp16 training (stage 3's has_overflow), and training.dtype is bf16"),
+              std::string::npos)
+        << refused.status().ToString();
+    sets.push_back("training.dtype=fp16");
+    Schedule s = PlanOrDie(sets);
+    for (int r = 0; r < 2; ++r) {
+      const TaskSpec& norm = s.tasks()[s.FindTask("step.norm.r" + std::to_string(r))];
+      ASSERT_EQ(norm.allocs.size(), 1u) << sets[0];
+      EXPECT_EQ(norm.frees, norm.allocs);
+      const BufferSpec& mask = s.buffers()[norm.allocs[0]];
+      // The norm reads the rank's fp32 gradients: 4 bytes per element against the mask's 1.
+      EXPECT_EQ(mask.size_bytes * 4, norm.bytes) << sets[0];
+      EXPECT_EQ(s.pools()[mask.pool].name, "host.temp.r" + std::to_string(r));
+      EXPECT_EQ(s.pools()[mask.pool].capacity_bytes, mask.size_bytes);
+    }
+  }
+  Schedule fused = PlanOrDie({"policy.name=memascend", "policy.buffer_size=null", "training.dtype=fp16"});
+  EXPECT_TRUE(fused.tasks()[fused.FindTask("step.norm.r0")].allocs.empty());
+  for (const PoolSpec& p : fused.pools()) EXPECT_NE(p.name.rfind("host.temp", 0), 0u) << p.name;
+}
+
 // In one timed iteration: when the backward pass ends (its last compute) and when the first
 // optimizer update starts.
 // When backward ends, and when the first task `is_first` picks starts, in one simulated

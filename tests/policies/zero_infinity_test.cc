@@ -265,6 +265,43 @@ TEST(ZeroInfinity, TheSwapMinimumKeepsSmallTensorsOffTheDisk) {
   EXPECT_NE(none.FindTask("adam.sg0.r0"), kNoIndex);
 }
 
+// DeepSpeed's stage 3 allocates grad_partitions_flat_buffer (the rank's whole gradient
+// partition, bf16) whenever the optimizer is offloaded, and partition_grads copies every reduced
+// partition into it before widening it to fp32 for the swap-out: at one micro-step too, each
+// d2h moves 2 bytes per element into the rank's persistent buffer, and each gradient write
+// waits for the widening into the staging buffer it writes from.
+TEST(ZeroInfinity, GradientsPassThroughDeepSpeedsBf16PartitionBuffer) {
+  const Schedule s = PlanOrDie();
+  ASSERT_EQ(s.MicroSteps(), 1);
+  for (int r = 0; r < 2; ++r) {
+    const std::string R = ".r" + std::to_string(r);
+    const int32_t buffer = s.FindBuffer("grad.accum" + R);
+    ASSERT_NE(buffer, kNoIndex);
+    const BufferSpec& b = s.buffers()[buffer];
+    EXPECT_TRUE(b.persistent);
+    EXPECT_EQ(s.pools()[b.pool].name, "host.pinned.grad_accum" + R);
+    EXPECT_EQ(s.pools()[b.pool].capacity_bytes, b.size_bytes);
+    int64_t copied = 0, writes = 0;
+    for (const TaskSpec& t : s.tasks()) {
+      if (t.rank != r) continue;
+      if (t.op == Op::kD2H && t.id.rfind("d2h.grad.", 0) == 0) {
+        copied += t.bytes;  // bf16: 2 bytes per element of the unit's partition
+        EXPECT_NE(std::find(t.uses.begin(), t.uses.end(), buffer), t.uses.end()) << t.id;
+      }
+      if (t.op == Op::kWrite && t.id.rfind("write.grad.", 0) == 0) {
+        ++writes;
+        const std::string convert = "convert.grad." + t.id.substr(std::string("write.grad.").size());
+        EXPECT_TRUE(DependsOn(s, t.id, convert)) << t.id;
+        const TaskSpec& widen = s.tasks()[s.FindTask(convert)];
+        EXPECT_EQ(widen.kernel, Kernel::kBf16ToFp32);
+        EXPECT_EQ(widen.bytes, t.bytes / 4 * 6) << "reads 2 and writes 4 bytes per element";
+      }
+    }
+    EXPECT_EQ(copied, b.size_bytes) << "every gradient of the rank passes through it once";
+    EXPECT_GT(writes, 0);
+  }
+}
+
 TEST(ZeroInfinity, UnknownKnobIsAnError) {
   const std::string refusal = RefusalOf({"policy.bufer_count=3"});
   EXPECT_NE(refusal.find("policy.bufer_count: unknown knob for policy 'zero-infinity'"), std::string::npos) << refusal;
