@@ -39,7 +39,8 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                  {"compute_efficiency", n.gpu.compute_efficiency},
                  {"forward_efficiency", models::ComputeEfficiency(n.gpu, Phase::kForward)},
                  {"backward_efficiency", models::ComputeEfficiency(n.gpu, Phase::kBackward)},
-                 {"kernel_overhead_s", n.gpu.kernel_overhead_s}}},
+                 {"kernel_overhead_s", n.gpu.kernel_overhead_s},
+                 {"shares_host_cores", n.gpu.shares_host_cores}}},
                {"pcie",
                 {{"h2d_bw_bytes_per_s", n.pcie.h2d_bw_bytes_per_s},
                  {"d2h_bw_bytes_per_s", n.pcie.d2h_bw_bytes_per_s},
@@ -85,10 +86,10 @@ void PrintTable(const models::HardwareSpec& hw) {
              hw.nodes == 1 ? "" : "s", n.source);
   fmt::print(
       "  gpu         {} x {}: {} HBM, {:.1f} TFLOP/s peak x {:.2f} efficiency, {} HBM, "
-      "{} per task\n",
+      "{} per task{}\n",
       n.gpu_count, n.gpu.name, FormatBytes(static_cast<double>(n.gpu.hbm_bytes)),
       n.gpu.peak_flops / 1e12, n.gpu.compute_efficiency, FormatBandwidth(n.gpu.hbm_bw_bytes_per_s),
-      FormatDuration(n.gpu.kernel_overhead_s));
+      FormatDuration(n.gpu.kernel_overhead_s), n.gpu.shares_host_cores ? ", on the host's cores" : "");
   fmt::print(
       "  pcie        h2d {}, d2h {} pinned (pageable x {:.2f}), latency {}, root complex "
       "{}\n",
