@@ -779,6 +779,12 @@ int32_t PinnedPool(ScheduleBuilder& b, int32_t rank, const std::string& name, in
   return pool;
 }
 
+Status UnfusedOverflowCheckNeedsFp16(const Scenario& s, const std::string& knob) {
+  if (s.training.dtype == "fp16") return Status::Ok();
+  return InvalidArgument(knob + ": DeepSpeed's unfused overflow check runs only in fp16 training (stage 3's has_overflow), "
+                         "and training.dtype is " + s.training.dtype);
+}
+
 int32_t GradientNorm(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<std::vector<int32_t>>& deps,
                      int32_t threads, int64_t host_bytes_per_element, const std::vector<int32_t>& temporaries) {
   std::vector<int32_t> norms;

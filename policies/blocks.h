@@ -322,6 +322,9 @@ int32_t PinnedPool(ScheduleBuilder& b, int32_t rank, const std::string& name, in
 // .any()` and then `torch.isnan(...).any()`: two statements, so one bool mask of one byte per
 // element is alive at a time.
 inline constexpr int64_t kOverflowTemporaryBytesPerElement = 1;
+// Refuses DeepSpeed's unfused check (asked for by `knob`) outside fp16 training, where
+// DeepSpeed runs none.
+Status UnfusedOverflowCheckNeedsFp16(const Scenario& s, const std::string& knob);
 
 // Per sub-group, the grad_ready tasks of the units overlapping it: its gradients are final when
 // they have completed (what an optimizer overlapped with backward waits for).

@@ -26,10 +26,7 @@ StatusOr<Schedule> PlanMemAscend(const Scenario& s) {
   const bool buffer_size_given = knobs.values().count("buffer_size") > 0;
   TF_ASSIGN_OR_RETURN(const int64_t buffer_size, knobs.Int("buffer_size", 100000000));
   TF_RETURN_IF_ERROR(knobs.Finish("memascend"));
-  if (!fused && s.training.dtype != "fp16") {
-    return InvalidArgument("policy.fused_overflow_check: false stands for DeepSpeed's unfused overflow check, which runs "
-                           "only in fp16 training (stage 3's has_overflow), and training.dtype is " + s.training.dtype);
-  }
+  if (!fused) TF_RETURN_IF_ERROR(UnfusedOverflowCheckNeedsFp16(s, "policy.fused_overflow_check: false"));
   if (adaptive && buffer_size_given) {
     return InvalidArgument("policy.buffer_size: memascend's adaptive_pools size every slot to its own partition, so "
                            "buffer_size would be ignored; remove it, or set adaptive_pools: false for one pool of "

@@ -44,10 +44,7 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
-  if (k.overflow_temporaries && s.training.dtype != "fp16") {
-    return InvalidArgument("policy.overflow_check_temporaries: DeepSpeed checks the gradients for overflow only in fp16 "
-                           "training (stage 3's has_overflow), and training.dtype is " + s.training.dtype);
-  }
+  if (k.overflow_temporaries) TF_RETURN_IF_ERROR(UnfusedOverflowCheckNeedsFp16(s, "policy.overflow_check_temporaries"));
   if (k.buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
   if (k.optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
   if (k.queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");

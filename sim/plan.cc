@@ -55,13 +55,23 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
   // core, as the CPU executor's kernels do, copies and a rank's local collective copy with one.
   // SimGrid shares the cores among the execs in flight in proportion to their threads, so they
   // slow each other, the optimizer and the conversions down as the threads of one process do.
-  const bool on_host = node.gpu.shares_host_cores;
   const auto host_exec = [&](TaskPlan& p, int32_t on_node, int32_t threads, double seconds) {
     p.kind = ActivityKind::kExec;
     p.on_cpu = true;
     p.node = on_node;
     p.threads = threads;
     p.amount = seconds * kExecSpeed;  // per thread
+  };
+  // Work of GPU `gpu` (over the cluster) on node `on_node`: on the GPU, or, emulated, on the
+  // node's cores with `host_threads` threads.
+  const auto gpu_exec = [&](TaskPlan& p, int32_t on_node, int32_t gpu, int32_t host_threads, double seconds) {
+    if (node.gpu.shares_host_cores) {
+      host_exec(p, on_node, host_threads, seconds);
+      return;
+    }
+    p.kind = ActivityKind::kExec;
+    p.gpu = gpu;
+    p.amount = seconds * kExecSpeed;
   };
   plan.tasks.resize(schedule.tasks().size());
   for (size_t ti = 0; ti < schedule.tasks().size(); ++ti) {
@@ -132,9 +142,8 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         TF_RETURN_IF_ERROR(need(h2d ? node.pcie.h2d_bw_bytes_per_s : node.pcie.d2h_bw_bytes_per_s,
                                 h2d ? "PCIe h2d bandwidth" : "PCIe d2h bandwidth"));
         if (t.bytes == 0) break;
-        if (on_host) {  // a memcpy in host memory: the link's latency and bandwidth, on one core
-          const double bw = h2d ? node.pcie.h2d_bw_bytes_per_s : node.pcie.d2h_bw_bytes_per_s;
-          host_exec(p, dev.node, 1, node.pcie.latency_s + static_cast<double>(t.bytes) / bw);
+        if (node.gpu.shares_host_cores) {  // a memcpy in host memory: the link's time, on one core
+          host_exec(p, dev.node, 1, models::CopyTime(node.pcie, h2d, t.bytes, /*pinned=*/true));
           break;
         }
         p.kind = ActivityKind::kComm;
@@ -147,13 +156,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         if (dev.kind != HwKind::kGpu) return InvalidArgument(who + ": compute needs a gpu device");
         const double d = models::ComputeTime(node.gpu, t.flops, static_cast<double>(t.bytes), t.phase);
         if (!(d > 0)) break;
-        if (on_host) {
-          host_exec(p, dev.node, default_threads, d);
-          break;
-        }
-        p.kind = ActivityKind::kExec;
-        p.gpu = dev.node * plan.gpus_per_node + dev.index;
-        p.amount = d * kExecSpeed;
+        gpu_exec(p, dev.node, dev.node * plan.gpus_per_node + dev.index, default_threads, d);
         break;
       }
       case Op::kAllGather:
@@ -169,13 +172,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         if (!(levels.intra_s + levels.inter_s > 0)) break;
         if (ranks == 1) {  // one rank's local copy (interconnect.local_bw): work on its GPU (the job's only one, gpu 0), no link
           p.record_threads = 1;
-          if (on_host) {
-            host_exec(p, 0, 1, levels.intra_s);
-            break;
-          }
-          p.kind = ActivityKind::kExec;
-          p.gpu = 0;
-          p.amount = levels.intra_s * kExecSpeed;
+          gpu_exec(p, 0, 0, 1, levels.intra_s);
           break;
         }
         p.kind = ActivityKind::kComm;
