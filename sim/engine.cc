@@ -77,7 +77,11 @@ class Runner {
                         "' ended in state " + activity.get_state_str());
     }
     if (--f.pending > 0) return;  // the level's comms on other nodes are still under way
-    if (f.disk >= 0) --(f.write ? disk_writes_ : disk_reads_)[f.disk];
+    if (f.disk >= 0) {
+      --(f.write ? disk_writes_ : disk_reads_)[f.disk];
+      --endpoint_flows_[static_cast<size_t>(f.endpoint)];
+      ShareDisk(f.disk);
+    }
     const TaskPlan& p = plan_.tasks[f.instance.task];
     if (f.level == 0 && p.endpoint >= 0 && p.network_endpoint >= 0) {
       StartLevel(id, 1);  // a collective's level between the nodes follows the one within
@@ -102,6 +106,43 @@ class Runner {
     return models::DiskSharedCapacity(spec, reads, writes);
   }
 
+  // Shares the capacity of the device of disk slot `slot` (DiskCapacity) among the streams on it
+  // in proportion to their bytes in flight, each up to its own Little's-law cap: an SSD serves
+  // the requests queued on it, so a stream keeping 8 MiB queued gets eight times the service of
+  // one keeping 1 MiB. Max-min sharing of the media link alone would split it equally per
+  // stream and let a shallow stream keep its cap beside deep ones. SimGrid 3.32's comms carry no
+  // weight, so the shares are set as the bandwidth of each class's FATPIPE endpoint link (a
+  // per-flow bound), every time a stream on the device starts or ends.
+  void ShareDisk(int32_t slot) {
+    const int32_t reads = disk_reads_[slot], writes = disk_writes_[slot];
+    if (reads + writes == 0) return;
+    const double capacity = models::DiskSharedCapacity(hw_.node.nvme[static_cast<size_t>(slot % plan_.nvmes)], reads, writes);
+    sharing_.clear();
+    double weight = 0;
+    for (int32_t e : slot_endpoints_[static_cast<size_t>(slot)]) {
+      const int32_t flows = endpoint_flows_[static_cast<size_t>(e)];
+      if (flows == 0) continue;
+      sharing_.push_back(e);
+      weight += flows * plan_.endpoints[static_cast<size_t>(e)].in_flight_bytes;
+    }
+    // Water-filling: the streams whose cap is below their weighted share keep their cap; the
+    // others split what is left by weight.
+    const auto cap_per_weight = [this](int32_t e) {
+      const Endpoint& ep = plan_.endpoints[static_cast<size_t>(e)];
+      return ep.cap_bw / ep.in_flight_bytes;
+    };
+    std::sort(sharing_.begin(), sharing_.end(), [&](int32_t a, int32_t b) { return cap_per_weight(a) < cap_per_weight(b); });
+    double left = capacity;
+    for (int32_t e : sharing_) {
+      const Endpoint& ep = plan_.endpoints[static_cast<size_t>(e)];
+      const double flows = endpoint_flows_[static_cast<size_t>(e)];
+      const double rate = weight > 0 && left > 0 ? std::min(ep.cap_bw, left / weight * ep.in_flight_bytes) : ep.cap_bw;
+      left -= flows * rate;
+      weight -= flows * ep.in_flight_bytes;
+      SetEndpointRate(e, rate);
+    }
+  }
+
  private:
   struct Flight {
     // Its activities so far: one, or a collective's comms, one per node and level; referenced
@@ -113,6 +154,7 @@ class Runner {
     Instance instance;
     double start_s = 0;
     int32_t disk = -1;    // node * disks per node + disk, for the media link's flow counts
+    int32_t endpoint = -1;  // of a disk flow: its class
     bool write = false;
   };
 
@@ -195,12 +237,17 @@ class Runner {
     }
 
     // Endpoints: a host and a private FATPIPE link (the per-flow cap) per class and node.
+    endpoint_flows_.assign(plan_.endpoints.size(), 0);
+    slot_endpoints_.assign(disk_reads_.size(), {});
     for (const Endpoint& e : plan_.endpoints) {
       const NodeHosts& h = nodes_[static_cast<size_t>(e.node)];
       sg4::Host* host = NewHost(zone, e.name, 1);
       sg4::Link* own = zone->create_link(e.name + ".link", e.cap_bw)->set_sharing_policy(Policy::FATPIPE);
       endpoints_.push_back(host);
+      endpoint_links_.push_back(own);
+      endpoint_rate_.push_back(e.cap_bw);
       if (e.disk >= 0) {
+        slot_endpoints_[static_cast<size_t>(e.node * plan_.nvmes + e.disk)].push_back(static_cast<int32_t>(endpoints_.size() - 1));
         if (e.write) route(h.mem, host, {h.root, h.media[e.disk], own});
         else route(host, h.mem, {own, h.media[e.disk], h.root});
       } else if (e.remote >= 0) {
@@ -247,6 +294,7 @@ class Runner {
     f.instance = inst;
     f.start_s = now;
     f.disk = -1;
+    f.endpoint = -1;
     f.write = false;
     f.level = 0;
     f.pending = 0;
@@ -275,6 +323,7 @@ class Runner {
     }
     if (e.disk >= 0) {
       f.disk = e.node * plan_.nvmes + e.disk;
+      f.endpoint = p.endpoint;
       f.write = e.write;
     }
     sg4::Host* mem = nodes_[static_cast<size_t>(e.node)].mem;
@@ -327,13 +376,26 @@ class Runner {
   // Starts flight `id`'s activities not yet started.
   void Begin(int32_t id) {
     Flight& f = flights_[id];
-    if (f.disk >= 0) ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
+    // CM02 bounds a comm for good by the narrowest link of its route when it starts: the
+    // class's link is opened to its cap for that moment, then ShareDisk narrows it again.
+    if (f.disk >= 0) SetEndpointRate(f.endpoint, plan_.endpoints[static_cast<size_t>(f.endpoint)].cap_bw);
     for (; f.unstarted < f.activities.size(); ++f.unstarted) {
       sg4::ActivityPtr& a = f.activities[f.unstarted];
       a->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
       ++activities_;
       a->vetoable_start();
     }
+    if (f.disk >= 0) {
+      ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
+      ++endpoint_flows_[static_cast<size_t>(f.endpoint)];
+      ShareDisk(f.disk);
+    }
+  }
+
+  void SetEndpointRate(int32_t e, double rate) {
+    if (rate == endpoint_rate_[static_cast<size_t>(e)]) return;
+    endpoint_rate_[static_cast<size_t>(e)] = rate;
+    endpoint_links_[static_cast<size_t>(e)]->set_bandwidth(rate);
   }
 
   void Finish(const Instance& inst, double start_s, double end_s) {
@@ -356,6 +418,11 @@ class Runner {
   std::vector<NodeHosts> nodes_;
   std::vector<sg4::Host*> gpu_;  // over the cluster, node by node
   std::vector<sg4::Host*> endpoints_;
+  std::vector<sg4::Link*> endpoint_links_;   // per endpoint: its private link
+  std::vector<double> endpoint_rate_;        // the bandwidth that link has now
+  std::vector<int32_t> endpoint_flows_;      // per endpoint: disk comms transferring now
+  std::vector<std::vector<int32_t>> slot_endpoints_;  // per node and disk: the disk's endpoints
+  std::vector<int32_t> sharing_;             // ShareDisk's scratch
 
   std::vector<Flight> flights_;
   std::vector<int32_t> free_flights_;

@@ -41,8 +41,9 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
     devices.push_back(hd);
   }
 
-  // Endpoints are shared by every task of one class: (kind, node, device, write, block, depth).
-  using EndpointKey = std::tuple<int, int32_t, int32_t, bool, int64_t, int32_t>;
+  // Endpoints are shared by every task of one class: (kind, node, device, write, block, depth,
+  // bytes in flight).
+  using EndpointKey = std::tuple<int, int32_t, int32_t, bool, int64_t, int32_t, int64_t>;
   std::map<EndpointKey, int32_t> endpoint_index;
   auto endpoint = [&](EndpointKey key, Endpoint e) {
     auto [it, inserted] = endpoint_index.emplace(key, static_cast<int32_t>(plan.endpoints.size()));
@@ -105,15 +106,19 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           const double bw = write ? models::DiskWriteBandwidth(disk, block, depth)
                                   : models::DiskReadBandwidth(disk, block, depth);
           TF_RETURN_IF_ERROR(need(bw, "positive disk bandwidth for this block size and depth"));
+          // What the stream keeps queued on the device: its window, or all of a smaller transfer.
+          const int64_t in_flight = std::min(block * depth, t.bytes);
           Endpoint e;
           e.name = dev_name + (write ? ".w." : ".r.") + std::to_string(block) + "x" + std::to_string(depth);
+          if (in_flight < block * depth) e.name += "." + std::to_string(in_flight);
           e.cap_bw = bw;
+          e.in_flight_bytes = static_cast<double>(in_flight);
           e.latency_s = write ? disk.write_latency_s : disk.read_latency_s;
           // Directories on one device cross its one media link (NvmeSpec::same_device_as).
           e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;
           e.node = dev.node;
           e.write = write;
-          p.endpoint = endpoint({0, dev.node, dev.index, write, block, depth}, std::move(e));
+          p.endpoint = endpoint({0, dev.node, dev.index, write, block, depth, in_flight}, std::move(e));
           p.block_bytes = block;
           p.queue_depth = depth;
         } else if (dev.kind == HwKind::kRemote) {
@@ -127,7 +132,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           e.remote = dev.index;
           e.node = dev.node;
           e.write = write;
-          p.endpoint = endpoint({1, dev.node, dev.index, write, 0, 0}, std::move(e));
+          p.endpoint = endpoint({1, dev.node, dev.index, write, 0, 0, 0}, std::move(e));
           p.block_bytes = t.block_bytes;
           p.queue_depth = t.queue_depth;
         } else {
@@ -198,7 +203,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
             e.cap_bw = kUnlimitedBw;
             e.latency_s = alpha;
             (level == 2 ? e.collective : e.network) = true;
-            const int32_t at = endpoint({level, n, static_cast<int32_t>(kind), false, ranks, 0}, std::move(e));
+            const int32_t at = endpoint({level, n, static_cast<int32_t>(kind), false, ranks, 0, 0}, std::move(e));
             TF_CHECK(first < 0 || at == first + n);
             if (first < 0) first = at;
           }

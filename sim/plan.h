@@ -22,13 +22,16 @@ inline constexpr double kUnlimitedBw = 1e15;
 enum class ActivityKind : uint8_t { kInstant, kComm, kExec };
 
 // A source or destination endpoint of a Comm that needs its own first link: one per disk and
-// direction and (block, queue depth) class, carrying that class's per-flow rate cap and latency;
-// one per collective (kind, ranks) class carrying its alpha term.
+// direction and (block, queue depth, bytes in flight) class, carrying that class's per-flow rate
+// cap and latency; one per collective (kind, ranks) class carrying its alpha term.
 struct Endpoint {
   std::string name;      // host name
   int32_t node = 0;      // whose links the route crosses
   double cap_bw = 0;     // FATPIPE bandwidth of its private link, bytes/s
   double latency_s = 0;  // latency of its private link
+  // A disk stream's bytes queued on the device: min(block x depth, the transfer's bytes). The
+  // device shares its capacity among the streams on it in proportion to these (sim/engine.cc).
+  double in_flight_bytes = 0;
   int32_t disk = -1;     // nvme index whose media link the route crosses (its device's first entry), or -1
   int32_t remote = -1;   // remote tier index, or -1
   bool collective = false;  // within the node, over its interconnect

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "tierflow/core/schedule.h"
 #include "tierflow/models/perf.h"
@@ -183,6 +184,40 @@ TEST(SimTest, TwoDirectoriesOnOneDeviceShareItsMediaLink) {
   SimResult shared = MustSimulate(b.s, hw);
   for (const char* id : {"r0", "r1"}) EXPECT_REL(Find(shared, id).end_s, 2.0 * n / d.read_bw_bytes_per_s + d.read_latency_s);
   EXPECT_EQ(shared.disk_sharing_mismatches, 0);
+}
+
+TEST(SimTest, StreamsShareTheSsdInProportionToTheirBytesInFlight) {
+  // A deep stream (8 x 1 MiB queued) and a shallow one (1 x 1 MiB) on one disk: the device
+  // serves the requests queued on it, so the shallow one gets 1/9 of it, far below its own cap,
+  // until the deep one ends; then it runs at its cap alone.
+  const auto hw = TestHardware();
+  const auto& d = hw.node.nvme[0];
+  const double block = 1 << 20;
+  const auto deep_and_shallow = [&](double deep_bytes, double shallow_bytes) {
+    Builder b;
+    b.Resource("nvme0.read", "nvme0", 2);
+    for (const auto& [id, bytes, depth] : {std::tuple{"deep", deep_bytes, 8}, std::tuple{"shallow", shallow_bytes, 1}}) {
+      TaskSpec& t = b.Task(id, Op::kRead, "nvme0.read", static_cast<int64_t>(bytes));
+      t.block_bytes = static_cast<int64_t>(block);
+      t.queue_depth = depth;
+    }
+    return MustSimulate(b.s, hw);
+  };
+  const double peak = d.read_bw_bytes_per_s, t_r = d.read_latency_s;
+  const double deep_cap = StreamBandwidth(peak, t_r, block, 8), shallow_cap = StreamBandwidth(peak, t_r, block, 1);
+  ASSERT_GE(deep_cap, peak * 8 / 9);  // the deep one takes its whole share
+  ASSERT_GT(shallow_cap, peak / 2);   // equal shares would leave the shallow one at its cap
+  SimResult r = deep_and_shallow(2e9, 1e9);
+  const double deep_done = t_r + 2e9 / (peak * 8 / 9);
+  EXPECT_REL(Find(r, "deep").end_s, deep_done);
+  EXPECT_REL(Find(r, "shallow").end_s, deep_done + (1e9 - (deep_done - t_r) * peak / 9) / shallow_cap);
+
+  // A transfer smaller than its window keeps only its bytes queued: 2 MiB against 1 MiB, 2:1.
+  SimResult s = deep_and_shallow(2 * block, 2 * block);
+  const double small_done = t_r + 2 * block / (peak * 2 / 3);
+  EXPECT_REL(Find(s, "deep").end_s, small_done);
+  EXPECT_REL(Find(s, "shallow").end_s, small_done + (2 * block - (small_done - t_r) * peak / 3) / shallow_cap);
+  EXPECT_EQ(r.disk_sharing_mismatches + s.disk_sharing_mismatches, 0);
 }
 
 TEST(SimTest, ReadAndWriteShareTheSsdAsDiskSharedCapacity) {
