@@ -248,6 +248,29 @@ bool FitStream(const std::string& model, const std::string& dir, const std::vect
   return ok;
 }
 
+// The steady-state windows of one direction (probe, fio), one point per (block, depth): the
+// median of its windows. Run tasks (durations) are left out: they are whole transfers, not a
+// stream's sustained rate.
+void KeepMeasured(const std::string& model, const std::vector<StreamObs>& obs, std::vector<models::MeasuredBandwidth>* out,
+                  const Context& c) {
+  std::map<std::pair<int64_t, int32_t>, std::vector<double>> at;
+  for (const StreamObs& o : obs) {
+    if (!o.duration) at[{o.block, o.qd}].push_back(o.observed);
+  }
+  out->clear();
+  for (auto& [key, v] : at) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    out->push_back({key.first, key.second, median});
+  }
+  if (!out->empty()) {
+    c.notes->push_back(fmt::format("{}: {} measured points kept beside the fit ({}_bw_by_request): the model takes them "
+                                   "where they surround a stream's block and depth",
+                                   model, out->size(), model.substr(model.find('.') + 1)));
+  }
+}
+
 // efficiency = observed aggregate x (r / R' + w / W'), R' and W' the fitted streams at the
 // window's request size and the requests it kept in flight on the device.
 double MixedWindowEfficiency(const models::NvmeSpec& disk, const MixedObs& m) {
@@ -561,6 +584,10 @@ void FitDisks(const Context& c) {
                                    &disk.read_latency_s, &disk.read_iops, c.reports);
     const bool write_ok = FitStream(device + ".write", "write", dd.write, c.options, &disk.write_bw_bytes_per_s,
                                     &disk.write_latency_s, &disk.write_iops, c.reports);
+    // Beside each fit, what was measured: the model takes it where it surrounds a stream (before
+    // the mixed fits, whose efficiency is against the streams alone).
+    if (read_ok) KeepMeasured(device + ".read", dd.read, &disk.read_bw_by_request, c);
+    if (write_ok) KeepMeasured(device + ".write", dd.write, &disk.write_bw_by_request, c);
     FitMixed(device + ".mixed", device, dd.mixed, read_ok && write_ok, c.options, &disk, c.reports);
     if (!dd.by_streams.empty()) {
       FitMixedByStreams(device + ".mixed_streams", device, dd.by_streams, read_ok && write_ok, c.options, &disk, c.reports);

@@ -188,11 +188,18 @@ std::optional<double> FitPerCoreRate(const std::string& param, const std::string
     largest_change = std::max(largest_change, std::fabs(predict(higher, i) / predict(rate, i) - 1));
   }
   const double noise = 3 * std::max(fit->rms_rel_residual, o.min_residual_sd);
-  if (compute_bound == 0 || largest_change <= noise) {
+  // The least rate at which the fewest-thread samples are memory-bound, and how far it moves
+  // the predictions: a rate that is compute-bound at one thread (a noisy probe, whose noise
+  // hides the 50 % step above) must not jump to the memory limit.
+  const double least = std::max(rate, limit / useful(tmin));
+  double change_at_least = 0;
+  for (size_t i = 0; i < obs.size(); ++i) {
+    change_at_least = std::max(change_at_least, std::fabs(predict(least, i) / predict(rate, i) - 1));
+  }
+  if (compute_bound == 0 || (largest_change <= noise && change_at_least <= noise)) {
     // The data bound the rate from below only: every rate at which the fewest-thread sample is
     // still memory-bound predicts every sample alike. Write that least rate, so the profile
     // reproduces the data at 1..tmax threads and is, if anything, pessimistic below tmin.
-    const double least = std::max(rate, limit / useful(tmin));
     rep->params = {{param, least, fit->rel_std_errors(0), unit, true}};
     if (!Conclude(rep, reasons)) return std::nullopt;
     rep->note = fmt::format("a lower bound: every sample is memory-bound ({} samples; a {} higher {} fits as well), "

@@ -59,6 +59,11 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                  {"latency_s", n.interconnect.latency_s}}},
                {"nic_bw_bytes_per_s", n.nic_bw_bytes_per_s}};
   nlohmann::json disks = nlohmann::json::array();
+  const auto measured = [](const std::vector<models::MeasuredBandwidth>& points) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& m : points) a.push_back({{"block_bytes", m.block_bytes}, {"queue_depth", m.queue_depth}, {"bytes_per_s", m.bytes_per_s}});
+    return a;
+  };
   for (const auto& d : n.nvme) {
     disks.push_back({{"name", d.name},
                      {"capacity_bytes", d.capacity_bytes},
@@ -66,7 +71,9 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                      {"write_bw_bytes_per_s", d.write_bw_bytes_per_s},
                      {"read_latency_s", d.read_latency_s},
                      {"write_latency_s", d.write_latency_s},
-                     {"mixed_efficiency", d.mixed_efficiency}});
+                     {"mixed_efficiency", d.mixed_efficiency},
+                     {"read_bw_by_request", measured(d.read_bw_by_request)},
+                     {"write_bw_by_request", measured(d.write_bw_by_request)}});
   }
   j["node"]["nvme"] = disks;
   nlohmann::json remote = nlohmann::json::array();

@@ -101,6 +101,31 @@ Status ApplyNvme(const YAML::Node& node, const std::string& path, NvmeSpec* d) {
     }
     std::sort(d->mixed_efficiency_by_streams.begin(), d->mixed_efficiency_by_streams.end());
   }
+  for (const auto& [field, table] : {std::pair{"read_bw_by_request", &d->read_bw_by_request},
+                                      std::pair{"write_bw_by_request", &d->write_bw_by_request}}) {
+    if (!r.Has(field)) continue;
+    const std::string key = r.KeyPath(field);
+    const YAML::Node points = r.Child(field);
+    if (!points.IsMap()) return InvalidArgument(key + ": expected a map of BLOCKxDEPTH to bytes/s, e.g. {16384x1: 2.5e8}");
+    table->clear();
+    for (const auto& kv : points) {
+      const std::string k = kv.first.Scalar(), v = kv.second.IsScalar() ? kv.second.Scalar() : internal::Describe(kv.second);
+      MeasuredBandwidth m;
+      const char* end = k.data() + k.size();
+      const auto [x, ec1] = std::from_chars(k.data(), end, m.block_bytes);
+      const auto [rest, ec2] = ec1 == std::errc() && x != end && *x == 'x' ? std::from_chars(x + 1, end, m.queue_depth)
+                                                                          : std::from_chars_result{x, std::errc::invalid_argument};
+      if (ec2 != std::errc() || rest != end || m.block_bytes < 1 || m.queue_depth < 1) {
+        return InvalidArgument(key + ": '" + k + "' is not BLOCKxDEPTH (request bytes x requests in flight, both >= 1)");
+      }
+      if (!kv.second.IsScalar() || !internal::IsBareNumber(v)) return InvalidArgument(key + "." + k + ": '" + v + "' is not a number of bytes/s");
+      m.bytes_per_s = std::stod(v);
+      table->push_back(m);
+    }
+    std::sort(table->begin(), table->end(), [](const MeasuredBandwidth& a, const MeasuredBandwidth& b) {
+      return std::pair{a.block_bytes, a.queue_depth} < std::pair{b.block_bytes, b.queue_depth};
+    });
+  }
   if (r.Has("same_device_as")) {
     std::string other;
     TF_RETURN_IF_ERROR(r.String("same_device_as", &other));
@@ -333,6 +358,17 @@ Status ValidateHardware(const HardwareSpec& hw) {
         return InvalidArgument(p + ".mixed_efficiency_by_streams: stream count " + std::to_string(streams) + " given twice");
       }
     }
+    for (const auto& [field, table] : {std::pair{".read_bw_by_request", &d.read_bw_by_request},
+                                        std::pair{".write_bw_by_request", &d.write_bw_by_request}}) {
+      for (size_t k = 0; k < table->size(); ++k) {
+        const MeasuredBandwidth& m = (*table)[k];
+        const std::string at = std::to_string(m.block_bytes) + "x" + std::to_string(m.queue_depth);
+        TF_RETURN_IF_ERROR(Positive(m.bytes_per_s, p + field + "." + at));
+        if (k > 0 && (*table)[k - 1].block_bytes == m.block_bytes && (*table)[k - 1].queue_depth == m.queue_depth) {
+          return InvalidArgument(p + field + ": " + at + " given twice");
+        }
+      }
+    }
     if (d.read_latency_s < 0 || d.write_latency_s < 0) {
       return InvalidArgument(p + ": latencies must not be negative");
     }
@@ -434,6 +470,15 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
         points += (points.empty() ? "" : ", ") + std::to_string(streams) + ": " + Num(efficiency);
       }
       y += "      mixed_efficiency_by_streams: {" + points + "}\n";
+    }
+    for (const auto& [field, table] : {std::pair{"read_bw_by_request", &d.read_bw_by_request},
+                                      std::pair{"write_bw_by_request", &d.write_bw_by_request}}) {
+      if (table->empty()) continue;
+      std::string points;
+      for (const MeasuredBandwidth& m : *table) {
+        points += fmt::format("{}{}x{}: {}", points.empty() ? "" : ", ", m.block_bytes, m.queue_depth, Num(m.bytes_per_s));
+      }
+      y += fmt::format("      {}: {{{}}}\n", field, points);
     }
     if (d.same_device_as >= 0) y += fmt::format("      same_device_as: nvme{}\n", d.same_device_as);
   }

@@ -1,7 +1,8 @@
-#include <cmath>
 #include "tierflow/models/perf.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 namespace tierflow::models {
 namespace {
@@ -24,6 +25,40 @@ double UsefulThreads(const CpuSpec& cpu, int32_t threads) {
   return static_cast<double>(t);
 }
 
+// The measured bandwidth at (block, depth), interpolated between the four measured points
+// around it (bilinear in log2 block and log2 depth, on log bandwidth); none when the point lies
+// outside the measured blocks or depths, or a corner was not measured.
+std::optional<double> MeasuredStreamBandwidth(const std::vector<MeasuredBandwidth>& points, int64_t block,
+                                              int32_t depth) {
+  if (points.empty() || block <= 0 || depth <= 0) return std::nullopt;
+  int64_t b0 = 0, b1 = 0;
+  int32_t q0 = 0, q1 = 0;
+  for (const MeasuredBandwidth& p : points) {
+    if (p.block_bytes <= block && p.block_bytes > b0) b0 = p.block_bytes;
+    if (p.block_bytes >= block && (b1 == 0 || p.block_bytes < b1)) b1 = p.block_bytes;
+    if (p.queue_depth <= depth && p.queue_depth > q0) q0 = p.queue_depth;
+    if (p.queue_depth >= depth && (q1 == 0 || p.queue_depth < q1)) q1 = p.queue_depth;
+  }
+  if (b0 == 0 || b1 == 0 || q0 == 0 || q1 == 0) return std::nullopt;
+  const auto at = [&](int64_t b, int32_t q) -> std::optional<double> {
+    for (const MeasuredBandwidth& p : points) {
+      if (p.block_bytes == b && p.queue_depth == q && p.bytes_per_s > 0) return p.bytes_per_s;
+    }
+    return std::nullopt;
+  };
+  if (b0 == b1 && q0 == q1) return at(b0, q0);  // a measured point, as measured
+  std::optional<double> v00 = at(b0, q0), v01 = at(b0, q1), v10 = at(b1, q0), v11 = at(b1, q1);
+  if (!v00 || !v01 || !v10 || !v11) return std::nullopt;
+  for (std::optional<double>* v : {&v00, &v01, &v10, &v11}) **v = std::log(**v);
+  const auto weight = [](double lo, double hi, double x) {
+    return hi > lo ? (std::log2(x) - std::log2(lo)) / (std::log2(hi) - std::log2(lo)) : 0.0;
+  };
+  const double tb = weight(static_cast<double>(b0), static_cast<double>(b1), static_cast<double>(block));
+  const double tq = weight(q0, q1, depth);
+  const double lo = *v00 + tq * (*v01 - *v00), hi = *v10 + tq * (*v11 - *v10);
+  return std::exp(lo + tb * (hi - lo));
+}
+
 }  // namespace
 
 double ComputeEfficiency(const GpuSpec& gpu, Phase phase) {
@@ -41,11 +76,17 @@ double ComputeTime(const GpuSpec& gpu, double flops, double bytes, Phase phase) 
 }
 
 double DiskReadBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth) {
+  if (const auto measured = MeasuredStreamBandwidth(disk.read_bw_by_request, block_bytes, queue_depth)) {
+    return std::min(*measured, disk.read_bw_bytes_per_s);
+  }
   return LittlesLawBandwidth(disk.read_bw_bytes_per_s, disk.read_latency_s, disk.read_iops, block_bytes,
                              queue_depth);
 }
 
 double DiskWriteBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth) {
+  if (const auto measured = MeasuredStreamBandwidth(disk.write_bw_by_request, block_bytes, queue_depth)) {
+    return std::min(*measured, disk.write_bw_bytes_per_s);
+  }
   return LittlesLawBandwidth(disk.write_bw_bytes_per_s, disk.write_latency_s, disk.write_iops, block_bytes,
                              queue_depth);
 }

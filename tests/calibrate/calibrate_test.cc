@@ -10,6 +10,7 @@
 #include <set>
 
 #include "synthetic_records.h"
+#include "tierflow/models/perf.h"
 
 namespace tierflow::calibrate {
 namespace {
@@ -130,6 +131,16 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
     // No IOPS limit in the truth: none invented from the noise.
     EXPECT_EQ(got.nvme[d].read_iops, 0) << dev;
     EXPECT_EQ(got.nvme[d].write_iops, 0) << dev;
+    // What was measured is kept beside the fit: one point per probed block and depth.
+    for (const bool write : {false, true}) {
+      const auto& table = write ? got.nvme[d].write_bw_by_request : got.nvme[d].read_bw_by_request;
+      ASSERT_EQ(table.size(), kBlocks.size() * kDepths.size()) << dev;
+      for (const models::MeasuredBandwidth& m : table) {
+        const double truth_bw = write ? models::DiskWriteBandwidth(want.nvme[d], m.block_bytes, m.queue_depth)
+                                      : models::DiskReadBandwidth(want.nvme[d], m.block_bytes, m.queue_depth);
+        ExpectWithin(m.bytes_per_s, truth_bw, 0.1, dev + (write ? " write " : " read ") + std::to_string(m.block_bytes) + "x" + std::to_string(m.queue_depth));
+      }
+    }
   }
   ExpectWithin(got.pcie.h2d_bw_bytes_per_s, want.pcie.h2d_bw_bytes_per_s, kBandwidthTol, "h2d_bw");
   ExpectWithin(got.pcie.d2h_bw_bytes_per_s, want.pcie.d2h_bw_bytes_per_s, kBandwidthTol, "d2h_bw");
@@ -321,6 +332,32 @@ TEST(CalibrateTest, AdamEverySampleMemoryBoundGivesALowerBound) {
   models::CpuSpec cpu = Truth().node.cpu;
   cpu.adam_elements_per_s_per_core = 2e9;  // one thread already beats 40 GB/s / 28
   ExpectAdamLowerBound(Base(), cpu, 1);
+}
+
+TEST(CalibrateTest, ANoisyConvertThatIsComputeBoundKeepsItsFittedRate) {
+  // Two cores, conversion at 5.3 GB/s per core against 40 GB/s of memory: every sample is
+  // compute-bound, but ±20 % noise (11.5 % rms) is above a third of the 33 % that a 50 % higher rate moves the
+  // predictions by. The memory limit (40 GB/s per core) would make the one-thread samples 7x
+  // too fast: the fitted rate stays (this VM's probe, one calibration in four).
+  models::HardwareSpec base = Base();
+  base.node.cpu.cores = 2;
+  models::CpuSpec cpu = base.node.cpu;
+  cpu.memory_bw_bytes_per_s = 40e9;
+  cpu.convert_bytes_per_s_per_core = 5.3e9;
+  for (uint64_t seed : {1ull, 2ull, 3ull, 4ull, 5ull}) {
+    Noise noise(0.2, seed);
+    std::vector<TraceRecord> r;
+    testing::AddCpu(cpu, {1 << 20, 4 << 20, 16 << 20}, noise, &r);
+    auto cal = Calibrate(r, {}, base);
+    ASSERT_TRUE(cal.ok());
+    const FitReport* f = Find(*cal, "cpu.convert");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->note.find("a lower bound"), std::string::npos) << "seed " << seed << ": " << f->note;
+    if (f->outcome == FitOutcome::kFitted) {
+      ExpectWithin(cal->profile.node.cpu.convert_bytes_per_s_per_core, cpu.convert_bytes_per_s_per_core, 0.25,
+                   "convert_bw_per_core, seed " + std::to_string(seed));
+    }
+  }
 }
 
 TEST(CalibrateTest, AdamAtTheKinkOfTheRooflineGivesALowerBound) {

@@ -127,6 +127,8 @@ add(g, "hardware_no_unit", "sim s.yaml", 2, r"read_bw.*no unit",
     files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {nvme: [{read_bw: 7}]}}")})
 add(g, "hardware_efficiency_above_one", "sim s.yaml", 2, r"compute_efficiency",
     files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {gpu: {compute_efficiency: 1.5}}}")})
+add(g, "hardware_measured_stream_not_block_by_depth", "sim s.yaml", 2, r"read_bw_by_request: '16k' is not BLOCKxDEPTH",
+    files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {nvme: [{read_bw_by_request: {16k: 2.5e8}}]}}")})
 add(g, "hardware_zero_gpus", "sim s.yaml", 2, r"gpu_count",
     files={"s.yaml": scenario(hardware="hardware: {preset: cpu-host, node: {gpu_count: 0}}")})
 add(g, "hardware_negative_nodes", "sim s.yaml", 2, r"nodes",

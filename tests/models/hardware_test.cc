@@ -180,6 +180,8 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
     EXPECT_EQ(x.nvme[i].mixed_efficiency_by_streams, y.nvme[i].mixed_efficiency_by_streams);
     EXPECT_EQ(x.nvme[i].read_iops, y.nvme[i].read_iops);
     EXPECT_EQ(x.nvme[i].write_iops, y.nvme[i].write_iops);
+    EXPECT_EQ(x.nvme[i].read_bw_by_request, y.nvme[i].read_bw_by_request);
+    EXPECT_EQ(x.nvme[i].write_bw_by_request, y.nvme[i].write_bw_by_request);
   }
   ASSERT_EQ(x.remote.size(), y.remote.size());
   for (size_t i = 0; i < x.remote.size(); ++i) {
@@ -201,6 +203,8 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.cpu.host_reserve_bytes = hw.node.cpu.host_memory_bytes / 3;
     hw.node.nvme[0].write_iops = 1.0 / 3.0 * 1e6;
     hw.node.nvme[0].mixed_efficiency_by_streams = {{2, 0.9}, {8, 1.0 / 3.0}};
+    hw.node.nvme[0].read_bw_by_request = {{16384, 1, 1.0 / 3.0 * 1e9}, {16384, 8, 9.11e8}, {1 << 20, 1, 1.779e9}};
+    hw.node.nvme[0].write_bw_by_request = {{4096, 32, 7.74e8}};
     hw.node.interconnect.local_bw_bytes_per_s = 1.0 / 3.0 * 1e9;
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
@@ -232,6 +236,30 @@ TEST(HardwareYamlTest, SameDeviceAsNamesAnEarlierUnsharedEntry) {
        "hardware.node.nvme[1].same_device_as: 'disk0' is not nvme<N> (or none)"},
       {"{preset: cpu-host, node: {nvme: [{}, {same_device_as: nvme0}, {same_device_as: nvme1}]}}",
        "hardware.node.nvme[2].same_device_as: nvme1 itself shares nvme0's device; name nvme0"},
+  };
+  for (const auto& [text, message] : bad) {
+    auto r = FromText(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().ToString();
+  }
+}
+
+TEST(HardwareYamlTest, MeasuredStreamsAreAMapOfBlockByDepthToBandwidth) {
+  auto hw = FromText("{preset: cpu-host, node: {nvme: [{read_bw_by_request: {65536x2: 1.0e9, 16384x1: 2.5e8}}, {}]}}");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  EXPECT_EQ(hw->node.nvme[0].read_bw_by_request, (std::vector<MeasuredBandwidth>{{16384, 1, 2.5e8}, {65536, 2, 1.0e9}}));
+  EXPECT_TRUE(hw->node.nvme[0].write_bw_by_request.empty());
+  const std::pair<const char*, const char*> bad[] = {
+      {"{preset: cpu-host, node: {nvme: [{write_bw_by_request: [1.0e9]}, {}]}}",
+       "hardware.node.nvme[0].write_bw_by_request: expected a map of BLOCKxDEPTH to bytes/s"},
+      {"{preset: cpu-host, node: {nvme: [{read_bw_by_request: {16KiBx1: 2.5e8}}, {}]}}",
+       "hardware.node.nvme[0].read_bw_by_request: '16KiBx1' is not BLOCKxDEPTH"},
+      {"{preset: cpu-host, node: {nvme: [{read_bw_by_request: {16384x0: 2.5e8}}, {}]}}",
+       "hardware.node.nvme[0].read_bw_by_request: '16384x0' is not BLOCKxDEPTH"},
+      {"{preset: cpu-host, node: {nvme: [{read_bw_by_request: {16384x1: fast}}, {}]}}",
+       "hardware.node.nvme[0].read_bw_by_request.16384x1: 'fast' is not a number of bytes/s"},
+      {"{preset: cpu-host, node: {nvme: [{read_bw_by_request: {16384x1: 0}}, {}]}}",
+       "hardware.node.nvme[0].read_bw_by_request.16384x1 must be positive"},
   };
   for (const auto& [text, message] : bad) {
     auto r = FromText(text);

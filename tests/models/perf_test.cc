@@ -74,6 +74,30 @@ TEST(PerfDiskTest, SaturatesAtPeak) {
   EXPECT_DOUBLE_EQ(last, 7e9);
 }
 
+TEST(PerfDiskTest, MeasuredStreamsAreInterpolatedWhereTheySurroundTheRequest) {
+  NvmeSpec d = Disk();
+  const double peak = d.read_bw_bytes_per_s;
+  // A 2 x 2 grid: 16 KiB and 1 MiB, depths 1 and 4.
+  d.read_bw_by_request = {{16384, 1, 2.5e8}, {16384, 4, 4e8}, {1 << 20, 1, 1e9}, {1 << 20, 4, 1.6e9}};
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 16384, 1), 2.5e8);  // a measured point as measured
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 1 << 20, 4), std::min(1.6e9, peak));
+  // Halfway in log2 depth (2 between 1 and 4): the geometric mean; likewise in log2 block
+  // (128 KiB between 16 KiB and 1 MiB).
+  EXPECT_NEAR(DiskReadBandwidth(d, 16384, 2), std::sqrt(2.5e8 * 4e8), 1);
+  EXPECT_NEAR(DiskReadBandwidth(d, 128 << 10, 1), std::sqrt(2.5e8 * 1e9), 1);
+  // Outside the grid (a deeper queue, a smaller block) or with a corner missing: Little's law.
+  NvmeSpec fit = Disk();
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 16384, 8), DiskReadBandwidth(fit, 16384, 8));
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 4096, 1), DiskReadBandwidth(fit, 4096, 1));
+  d.read_bw_by_request.pop_back();
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 128 << 10, 2), DiskReadBandwidth(fit, 128 << 10, 2));
+  // Writes take their own points; none here.
+  EXPECT_DOUBLE_EQ(DiskWriteBandwidth(d, 16384, 1), DiskWriteBandwidth(fit, 16384, 1));
+  // Never above the device's peak, which the device's sharing takes as its capacity.
+  d.read_bw_by_request = {{16384, 1, 10 * peak}};
+  EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 16384, 1), peak);
+}
+
 TEST(PerfDiskTest, NoRequestsNoBandwidth) {
   EXPECT_EQ(DiskReadBandwidth(Disk(), 4096, 0), 0.0);
   EXPECT_EQ(DiskReadBandwidth(Disk(), 0, 8), 0.0);

@@ -48,9 +48,19 @@ struct PcieSpec {
 // Disk throughput follows Little's law with a saturating peak and, where given, an IOPS limit
 // (small requests: the device's or the host's per-request cost caps the rate whatever the depth):
 //   bw(block, qd) = min(peak, qd * block / (latency + block / peak), iops * block)
+// or, where the stream was measured (read_bw_by_request, write_bw_by_request) and (block, qd)
+// lies within the measured grid, the measurement interpolated, at most the peak;
 // and concurrent reads and writes share the device as
 //   1 / mixed = r / read_peak + w / write_peak, scaled by mixed_efficiency, or, where measured,
 // by mixed_efficiency_by_streams at the number of streams reading and writing at once.
+// One measured stream: requests of `block_bytes`, `queue_depth` in flight, sustained bytes/s.
+struct MeasuredBandwidth {
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  double bytes_per_s = 0;
+  bool operator==(const MeasuredBandwidth&) const = default;
+};
+
 struct NvmeSpec {
   std::string name;
   int64_t capacity_bytes = 0;
@@ -67,6 +77,13 @@ struct NvmeSpec {
   // them the nearest point's value. Empty: mixed_efficiency whatever the count.
   // YAML: `mixed_efficiency_by_streams: {2: 0.88, 8: 0.80}`.
   std::vector<std::pair<int32_t, double>> mixed_efficiency_by_streams;
+  // One stream's measured bandwidth per (block, depth), sorted by block then depth (`probe disk`,
+  // kept by calibrate beside its fit). Where (block, qd) has measured points at the blocks and
+  // depths around it, DiskRead/WriteBandwidth interpolates them (bilinear in log2 block, log2
+  // depth, on log bandwidth) instead of the fit, which three parameters cannot bend to every
+  // device's depth scaling. Elsewhere the fit. YAML: `read_bw_by_request: {16384x1: 2.5e8, ...}`
+  // (block bytes x depth: B/s).
+  std::vector<MeasuredBandwidth> read_bw_by_request, write_bw_by_request;
   // >= 0: this entry is another directory (partition, file system) on the device of entry
   // nvme<same_device_as>, an earlier entry that shares with none: the two share one media link
   // and its mixed-traffic model (the first entry's), each keeping its own Little's-law curve.

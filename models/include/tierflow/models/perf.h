@@ -21,11 +21,13 @@ namespace tierflow::models {
 double ComputeTime(const GpuSpec& gpu, double flops, double bytes, Phase phase = Phase::kOther);
 double ComputeEfficiency(const GpuSpec& gpu, Phase phase);
 
-// Sustained bandwidth of one stream of requests of `block_bytes` with `queue_depth` in flight.
+// Sustained bandwidth of one stream of requests of `block_bytes` with `queue_depth` in flight:
+// the measured points where they surround it (NvmeSpec::read_bw_by_request), else Little's law.
 double DiskReadBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth);
 double DiskWriteBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth);
 // Aggregate device bandwidth when `reads` read streams and `writes` write streams share it
-// (each stream gets an equal share); equals the read or write peak when the other count is 0.
+// (sim divides it among them by their bytes in flight); equals the read or write peak when the
+// other count is 0.
 double DiskSharedCapacity(const NvmeSpec& disk, int32_t reads, int32_t writes);
 // The mixed efficiency of `streams` concurrent streams (NvmeSpec::mixed_efficiency_by_streams,
 // else mixed_efficiency).
