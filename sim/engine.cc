@@ -106,6 +106,7 @@ class Runner {
     return models::DiskSharedCapacity(spec, reads, writes);
   }
 
+ private:
   // Shares the capacity of the device of disk slot `slot` (DiskCapacity) among the streams on it
   // in proportion to their bytes in flight, each up to its own Little's-law cap: an SSD serves
   // the requests queued on it, so a stream keeping 8 MiB queued gets eight times the service of
@@ -143,7 +144,6 @@ class Runner {
     }
   }
 
- private:
   struct Flight {
     // Its activities so far: one, or a collective's comms, one per node and level; referenced
     // until the flight ends (trap 3). Those from `unstarted` on wait for Begin.
