@@ -103,6 +103,16 @@ TEST(HardwareTest, EveryPresetNumberCitesASource) {
 
 StatusOr<HardwareSpec> FromText(const std::string& text) { return HardwareFromYamlText(text); }
 
+// Each (YAML text, the error message's part) pair is refused with that message.
+template <size_t N>
+void ExpectEachRefused(const std::pair<const char*, const char*> (&bad)[N]) {
+  for (const auto& [text, message] : bad) {
+    auto r = FromText(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().ToString();
+  }
+}
+
 TEST(HardwareYamlTest, PresetWithNestedOverrides) {
   auto hw = FromText(R"(
 preset: a100x4-1nvme
@@ -237,11 +247,7 @@ TEST(HardwareYamlTest, SameDeviceAsNamesAnEarlierUnsharedEntry) {
       {"{preset: cpu-host, node: {nvme: [{}, {same_device_as: nvme0}, {same_device_as: nvme1}]}}",
        "hardware.node.nvme[2].same_device_as: nvme1 itself shares nvme0's device; name nvme0"},
   };
-  for (const auto& [text, message] : bad) {
-    auto r = FromText(text);
-    ASSERT_FALSE(r.ok()) << text;
-    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().ToString();
-  }
+  ExpectEachRefused(bad);
 }
 
 TEST(HardwareYamlTest, MeasuredStreamsAreAMapOfBlockByDepthToBandwidth) {
@@ -261,11 +267,7 @@ TEST(HardwareYamlTest, MeasuredStreamsAreAMapOfBlockByDepthToBandwidth) {
       {"{preset: cpu-host, node: {nvme: [{read_bw_by_request: {16384x1: 0}}, {}]}}",
        "hardware.node.nvme[0].read_bw_by_request.16384x1 must be positive"},
   };
-  for (const auto& [text, message] : bad) {
-    auto r = FromText(text);
-    ASSERT_FALSE(r.ok()) << text;
-    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().ToString();
-  }
+  ExpectEachRefused(bad);
 }
 
 TEST(HardwareYamlTest, MixedEfficiencyByStreamsIsAMapOfCountsToFractions) {
@@ -283,11 +285,7 @@ TEST(HardwareYamlTest, MixedEfficiencyByStreamsIsAMapOfCountsToFractions) {
       {"{preset: cpu-host, node: {nvme: [{mixed_efficiency_by_streams: {2: 1.5}}, {}]}}",
        "hardware.node.nvme[0].mixed_efficiency_by_streams.2 must be in (0, 1], got 1.5"},
   };
-  for (const auto& [text, message] : bad) {
-    auto r = FromText(text);
-    ASSERT_FALSE(r.ok()) << text;
-    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().ToString();
-  }
+  ExpectEachRefused(bad);
 }
 
 TEST(HardwareYamlTest, NodeTakesYamlNode) {
