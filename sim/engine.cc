@@ -245,7 +245,6 @@ class Runner {
       sg4::Link* own = zone->create_link(e.name + ".link", e.cap_bw)->set_sharing_policy(Policy::FATPIPE);
       endpoints_.push_back(host);
       endpoint_links_.push_back(own);
-      endpoint_rate_.push_back(e.cap_bw);
       if (e.disk >= 0) {
         slot_endpoints_[static_cast<size_t>(e.node * plan_.nvmes + e.disk)].push_back(static_cast<int32_t>(endpoints_.size() - 1));
         if (e.write) route(h.mem, host, {h.root, h.media[e.disk], own});
@@ -393,9 +392,8 @@ class Runner {
   }
 
   void SetEndpointRate(int32_t e, double rate) {
-    if (rate == endpoint_rate_[static_cast<size_t>(e)]) return;
-    endpoint_rate_[static_cast<size_t>(e)] = rate;
-    endpoint_links_[static_cast<size_t>(e)]->set_bandwidth(rate);
+    sg4::Link* link = endpoint_links_[static_cast<size_t>(e)];
+    if (link->get_bandwidth() != rate) link->set_bandwidth(rate);
   }
 
   void Finish(const Instance& inst, double start_s, double end_s) {
@@ -419,7 +417,6 @@ class Runner {
   std::vector<sg4::Host*> gpu_;  // over the cluster, node by node
   std::vector<sg4::Host*> endpoints_;
   std::vector<sg4::Link*> endpoint_links_;   // per endpoint: its private link
-  std::vector<double> endpoint_rate_;        // the bandwidth that link has now
   std::vector<int32_t> endpoint_flows_;      // per endpoint: disk comms transferring now
   std::vector<std::vector<int32_t>> slot_endpoints_;  // per node and disk: the disk's endpoints
   std::vector<int32_t> sharing_;             // ShareDisk's scratch

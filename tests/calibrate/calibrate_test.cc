@@ -348,7 +348,7 @@ TEST(CalibrateTest, ANoisyConvertThatIsComputeBoundKeepsItsFittedRate) {
   // Conversion at 5.3 GB/s per core against 40 GB/s of memory: every sample is compute-bound,
   // but ±20 % noise (11.5 % rms) is above a third of the 33 % that a 50 % higher rate moves the
   // predictions by. The memory limit (40 GB/s per core) would make the one-thread samples 7x
-  // too fast: the fitted rate stays (this VM's probe, one calibration in four).
+  // too fast: the fitted rate stays (this VM's probes hit it in two calibrations of six).
   auto [base, cpu] = TwoCores(40e9);
   cpu.convert_bytes_per_s_per_core = 5.3e9;
   for (uint64_t seed : {1ull, 2ull, 3ull, 4ull, 5ull}) {
