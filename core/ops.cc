@@ -16,7 +16,7 @@ constexpr std::array<std::string_view, 5> kDeviceKindNames = {"gpu", "host", "nv
 constexpr std::array<std::string_view, kStateKindCount> kStateKindNames = {"param16", "grad16", "grad",
                                                                           "master",  "adam_m", "adam_v"};
 constexpr std::array<std::string_view, kKernelCount> kKernelNames = {
-    "", "fwd", "bwd", "adam", "overflow_check_and_norm", "fp32_to_bf16", "bf16_to_fp32"};
+    "", "fwd", "bwd", "adam", "overflow_check_and_norm", "fp32_to_bf16", "bf16_to_fp32", "copy"};
 
 template <typename E, size_t N>
 std::optional<E> Lookup(const std::array<std::string_view, N>& names, std::string_view name) {
@@ -50,7 +50,8 @@ bool KernelFitsOp(Kernel kernel, Op op) {
     case Kernel::kAdam: return op == Op::kOptimizer;
     case Kernel::kOverflowCheckAndNorm:
     case Kernel::kFp32ToBf16:
-    case Kernel::kBf16ToFp32: return op == Op::kConvert;
+    case Kernel::kBf16ToFp32:
+    case Kernel::kCopy: return op == Op::kConvert;
   }
   return false;
 }

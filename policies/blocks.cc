@@ -366,12 +366,20 @@ class GradientBucket {
     // Per rank and unit: the d2h of the unit's gradients before (an earlier micro-step's, the
     // tied head's part): the next adds to what it left, so it waits for it.
     std::vector<std::map<int32_t, int32_t>> last_contribution;
+    // PassOptions::deepspeed_epilogue, per rank: the pool of the widened gradients, the most a
+    // bucket put in it (its capacity once every pass is planned), and the last task of the
+    // previous bucket's epilogue (DeepSpeed's one thread runs the buckets one after the other).
+    std::vector<int32_t> grad32_pool;
+    std::vector<int64_t> grad32_peak;
+    std::vector<int32_t> epilogue_end;
   };
 
   GradientBucket(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o, const FetchOptions& fo,
                  bool last_micro_step, Carry* carry, PassResult* res)
       : b_(b), plan_(plan), o_(o), fo_(fo), last_micro_step_(last_micro_step), carry_(*carry), res_(*res),
-        flush_(o.gradient_path == GradientPath::kFlushToNvme) {}
+        flush_(o.gradient_path == GradientPath::kFlushToNvme), in_order_(o.deepspeed_epilogue) {
+    TF_CHECK(!in_order_ || (flush_ && !carry_.accumulator.empty() && !carry_.grad32_pool.empty()));
+  }
 
   // Layer `layer`'s gradients after its backward: `grad_gpu` (per rank) holds those of `units`
   // (in pass order), after the tied head's part of the table's gradient when `tied_head` (it
@@ -384,6 +392,13 @@ class GradientBucket {
     if (o_.reduce_bucket_elements <= 0) Flush();
   }
 
+  // deepspeed_epilogue: the task rank r's next backward compute waits for (the epilogue of a
+  // bucket issued since the last call), or kNoIndex.
+  int32_t TakeBlock(int32_t r) {
+    if (blocks_.empty()) return kNoIndex;
+    return std::exchange(blocks_[static_cast<size_t>(r)], kNoIndex);
+  }
+
   // Issues what the bucket holds, after the backward computed so far.
   void Flush() {
     bucket_grads_.clear();
@@ -393,12 +408,31 @@ class GradientBucket {
       }
     }
     reductions_.clear();
-    for (const Entry& e : bucket_) {
-      if (e.head_part) {
-        IssueHeadPart(*e.layer);
-      } else {
-        IssueUnit(*e.layer, e.unit);
+    // In DeepSpeed's order the bucket is reduced at once, after the previous bucket's epilogue
+    // and before any of its own copies.
+    if (in_order_) {
+      std::vector<int32_t> before;
+      for (int32_t end : carry_.epilogue_end) {
+        if (end != kNoIndex) before.push_back(end);
       }
+      for (Entry& e : bucket_) {
+        e.reduce = Reduce(e);
+        b_.task(e.reduce).deps.insert(b_.task(e.reduce).deps.end(), before.begin(), before.end());
+      }
+      if (!bucket_.empty()) carry_.epilogue_end.assign(carry_.epilogue_end.size(), bucket_.back().reduce);
+    }
+    for (Entry& e : bucket_) {
+      if (!in_order_) e.reduce = Reduce(e);
+      if (e.head_part) {
+        IssueHeadPart(*e.layer, e.reduce);
+      } else {
+        IssueUnit(*e.layer, e.unit, e.reduce);
+      }
+    }
+    if (in_order_) {
+      SwapOut();
+      // DeepSpeed runs this in a gradient hook of the backward: the backward goes on after it.
+      blocks_ = carry_.epilogue_end;
     }
     // A layer's GPU gradients are freed once every reduce-scatter that read them has run: its
     // own (before its d2h copies) and the other layers' of each bucket it was in.
@@ -429,6 +463,16 @@ class GradientBucket {
     LayerGrads* layer = nullptr;
     int32_t unit = 0;
     bool head_part = false;  // the tied head's part of the table's gradient
+    int32_t reduce = kNoIndex;  // its reduce-scatter, once issued
+  };
+  // A gradient waiting for the bucket's swap-out (deepspeed_epilogue).
+  struct Widened {
+    std::string id;
+    int32_t unit = 0;
+    int32_t buffer = kNoIndex;       // widened in carry_.grad32_pool (device_memory_is_host), else none
+    int32_t write_resource = kNoIndex;
+    int32_t grad_tensor = kNoIndex;  // the fp32 gradient at its home on disk
+    int32_t after = kNoIndex;        // the task that left it there: the widen, else the d2h
   };
 
   void Add(LayerGrads* lg, int32_t unit, bool head_part) {
@@ -468,11 +512,27 @@ class GradientBucket {
     return b_.Task(std::move(rs));
   }
 
+  // Entry e's reduce-scatter.
+  int32_t Reduce(const Entry& e) {
+    const int32_t unit = e.head_part ? plan_.tied_unit : e.unit;
+    const int32_t rs_task = ReduceScatter(*e.layer, plan_.units[unit].name + (e.head_part ? ".head." : ".") + fo_.tag, unit);
+    reductions_.emplace_back(rs_task, e.layer);
+    return rs_task;
+  }
+
+  // deepspeed_epilogue: task `t` of rank r's epilogue runs after the one before it, on the one
+  // thread; returns t.
+  int32_t InOrder(int32_t r, int32_t t) {
+    if (!in_order_) return t;
+    int32_t& last = carry_.epilogue_end[static_cast<size_t>(r)];
+    if (last != kNoIndex) b_.task(t).deps.push_back(last);
+    last = t;
+    return t;
+  }
+
   // The tied head's part of the table's gradient, into the accumulator.
-  void IssueHeadPart(LayerGrads& lg) {
+  void IssueHeadPart(LayerGrads& lg, int32_t rs_task) {
     const ParamUnit& tu = plan_.units[plan_.tied_unit];
-    const int32_t rs_task = ReduceScatter(lg, tu.name + ".head." + fo_.tag, plan_.tied_unit);
-    reductions_.emplace_back(rs_task, &lg);
     for (int32_t r = 0; r < plan_.ranks; ++r) {
       TaskSpec d2h;
       d2h.id = "d2h.grad." + tu.name + ".head." + fo_.tag + ".r" + std::to_string(r);
@@ -486,18 +546,16 @@ class GradientBucket {
       AfterLastContribution(r, plan_.tied_unit, &d2h);
       d2h.phase = Phase::kBackward;
       d2h.layer = lg.layer;
-      const int32_t partial = b_.Task(std::move(d2h));
+      const int32_t partial = InOrder(r, b_.Task(std::move(d2h)));
       carry_.last_contribution[static_cast<size_t>(r)][plan_.tied_unit] = partial;
       lg.d2h[r].push_back(partial);
       res_.grad_copies[r].push_back(partial);
     }
   }
 
-  // Unit `lu`'s gradients: reduce-scatter, d2h, and the gradient path.
-  void IssueUnit(LayerGrads& lg, int32_t lu) {
+  // Unit `lu`'s gradients after its reduce-scatter: d2h, and the gradient path.
+  void IssueUnit(LayerGrads& lg, int32_t lu, int32_t rs_task) {
     const ParamUnit& gu = plan_.units[lu];
-    const int32_t rs_task = ReduceScatter(lg, gu.name + "." + fo_.tag, lu);
-    reductions_.emplace_back(rs_task, &lg);
     for (int32_t r = 0; r < plan_.ranks; ++r) {
       const std::string id = gu.name + "." + fo_.tag + ".r" + std::to_string(r);
       // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else
@@ -511,11 +569,12 @@ class GradientBucket {
       const int32_t grad_tensor =
           flush_ ? b_.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, keep ? b_.HostDevice(r) : b_.DeviceOfResource(write_resource))
                 : kNoIndex;
-      const int32_t grad16_tensor =
-          to_accumulator ? b_.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b_.HostDevice(r))
-                         : kNoIndex;
+      const bool written = flush_ && last_micro_step_ && !keep;
+      // In DeepSpeed's order the bucket's writes wait for its swap-out (SwapOut).
+      const bool swap_out_later = in_order_ && written;
       int32_t gbuf = to_accumulator ? carry_.accumulator[r] : kNoIndex;
-      if (flush_ && last_micro_step_) gbuf = keep ? o_.host_grad_buffer[r] : b_.Buffer("grad." + id, o_.grad_pool[r], gu.rank_elements * 4);
+      if (flush_ && last_micro_step_ && keep) gbuf = o_.host_grad_buffer[r];
+      else if (written && !swap_out_later) gbuf = b_.Buffer("grad." + id, o_.grad_pool[r], gu.rank_elements * 4);
       TaskSpec d2h;
       d2h.id = "d2h.grad." + id;
       d2h.op = Op::kD2H;
@@ -526,7 +585,7 @@ class GradientBucket {
       else if (keep) d2h.uses = {gbuf};
       else d2h.allocs = {gbuf};
       d2h.uses.push_back(lg.grad_gpu[r]);
-      d2h.tensors = {to_accumulator ? grad16_tensor : grad_tensor};
+      d2h.tensors = {to_accumulator ? Grad16(r, lu) : grad_tensor};
       d2h.deps = {rs_task};
       AfterLastContribution(r, lu, &d2h);
       if (lu == lg.last_unit) {  // the layer's last d2h frees its GPU gradients
@@ -535,56 +594,126 @@ class GradientBucket {
       }
       d2h.phase = Phase::kBackward;
       d2h.layer = gu.layer;
-      const int32_t d2h_task = b_.Task(std::move(d2h));
+      const int32_t d2h_task = InOrder(r, b_.Task(std::move(d2h)));
       if (lu == lg.last_unit) lg.frees.push_back(d2h_task);
       carry_.last_contribution[static_cast<size_t>(r)][lu] = d2h_task;
       lg.d2h[r].push_back(d2h_task);
       res_.grad_copies[r].push_back(d2h_task);
       res_.grad_ready[r][lu] = d2h_task;
       if (!flush_ || !last_micro_step_) continue;
-      int32_t write_after = d2h_task;
-      if (to_accumulator) {  // the accumulated partition, widened into the staging buffer
-        TaskSpec widen;
-        widen.id = "convert.grad." + id;
-        widen.op = Op::kConvert;
-        widen.rank = r;
-        widen.kernel = Kernel::kBf16ToFp32;
-        widen.resource = b_.Cpu(r);
-        widen.bytes = gu.rank_elements * 6;
-        widen.ranks = o_.cpu_threads;
-        if (keep) {
-          widen.uses = {carry_.accumulator[r], gbuf};
-        } else {
-          widen.allocs = {gbuf};
-          widen.uses = {carry_.accumulator[r]};
+      if (swap_out_later) {
+        Widened w{id, lu, kNoIndex, write_resource, grad_tensor, d2h_task};
+        if (o_.device_memory_is_host) {  // widened in the loop, into device (= host) memory
+          int32_t& pool = carry_.grad32_pool[static_cast<size_t>(r)];
+          if (pool == kNoIndex) pool = b_.Pool("host.grad32.r" + std::to_string(r), b_.Host(r), 0);  // sized at the end
+          w.buffer = b_.Buffer("grad32." + id, pool, gu.rank_elements * 4);
+          w.after = InOrder(r, Widen(r, lu, id, w.buffer, /*into_kept=*/false, d2h_task));
         }
-        widen.tensors = {grad16_tensor};
-        widen.deps = {d2h_task};
-        widen.phase = Phase::kBackward;
-        widen.layer = gu.layer;
-        write_after = b_.Task(std::move(widen));
+        widened_[static_cast<size_t>(r)].push_back(w);
+        continue;
       }
+      // The accumulated partition, widened into the staging buffer (or the kept fp32 buffer).
+      const int32_t write_after = to_accumulator ? InOrder(r, Widen(r, lu, id, gbuf, keep, d2h_task)) : d2h_task;
       if (keep) {  // what the step waits for: the widened sums, when there are micro-steps
         if (write_after != d2h_task) res_.grad_writes[r].push_back(write_after);
         res_.grad_ready[r][lu] = write_after;
         continue;
       }
-      TaskSpec w;
-      w.id = "write.grad." + id;
-      w.op = Op::kWrite;
-      w.rank = r;
-      w.resource = write_resource;
-      w.bytes = gu.rank_elements * 4;  // the fp32 gradients
-      w.block_bytes = o_.block_bytes;
-      w.queue_depth = o_.queue_depth;
-      w.uses = {gbuf};
-      w.frees = {gbuf};
-      w.tensors = {grad_tensor};
-      w.deps = {write_after};
-      w.phase = Phase::kBackward;
-      w.layer = gu.layer;
-      res_.grad_writes[r].push_back(b_.Task(std::move(w)));
-      res_.grad_ready[r][lu] = res_.grad_writes[r].back();
+      Write(r, lu, id, gbuf, write_resource, grad_tensor, write_after);
+    }
+  }
+
+  // Unit lu's bf16 gradient partition of rank r, in host memory.
+  int32_t Grad16(int32_t r, int32_t lu) {
+    const ParamUnit& gu = plan_.units[lu];
+    return b_.State(StateKind::kGrad16, r, gu.rank_offset, gu.rank_elements, b_.HostDevice(r));
+  }
+
+  // Unit lu's accumulated bf16 partition widened to fp32 into `out`, which it allocates, or which
+  // it writes in place when `into_kept` (the rank's persistent fp32 buffer), after `after`.
+  int32_t Widen(int32_t r, int32_t lu, const std::string& id, int32_t out, bool into_kept, int32_t after) {
+    const ParamUnit& gu = plan_.units[lu];
+    TaskSpec widen;
+    widen.id = "convert.grad." + id;
+    widen.op = Op::kConvert;
+    widen.rank = r;
+    widen.kernel = Kernel::kBf16ToFp32;
+    widen.resource = b_.Cpu(r);
+    widen.bytes = gu.rank_elements * 6;
+    widen.ranks = o_.cpu_threads;
+    if (into_kept) {
+      widen.uses = {carry_.accumulator[r], out};
+    } else {
+      widen.allocs = {out};
+      widen.uses = {carry_.accumulator[r]};
+    }
+    widen.tensors = {Grad16(r, lu)};
+    widen.deps = {after};
+    widen.phase = Phase::kBackward;
+    widen.layer = gu.layer;
+    return b_.Task(std::move(widen));
+  }
+
+  // The write of unit lu's fp32 gradient from `gbuf`, which it frees, after `after`.
+  void Write(int32_t r, int32_t lu, const std::string& id, int32_t gbuf, int32_t write_resource, int32_t grad_tensor,
+             int32_t after) {
+    const ParamUnit& gu = plan_.units[lu];
+    TaskSpec w;
+    w.id = "write.grad." + id;
+    w.op = Op::kWrite;
+    w.rank = r;
+    w.resource = write_resource;
+    w.bytes = gu.rank_elements * 4;  // the fp32 gradients
+    w.block_bytes = o_.block_bytes;
+    w.queue_depth = o_.queue_depth;
+    w.uses = {gbuf};
+    w.frees = {gbuf};
+    w.tensors = {grad_tensor};
+    w.deps = {after};
+    w.phase = Phase::kBackward;
+    w.layer = gu.layer;
+    res_.grad_writes[r].push_back(b_.Task(std::move(w)));
+    res_.grad_ready[r][lu] = res_.grad_writes[r].back();
+  }
+
+  // DeepSpeed's swap-out of the bucket's fp32 gradients (swap_out_gradients, after the loop): each
+  // put into the pinned staging, one after the other, then written. On an emulated GPU that is a
+  // copy of the widened gradient (host memory); on a GPU, DeepSpeed's 4-byte d2h of it, for which
+  // the plan widens the partition buffer's bf16 into the staging. The staging pool bounds how far
+  // these run ahead of the writes, as DeepSpeed's swap buffers do.
+  void SwapOut() {
+    for (int32_t r = 0; r < plan_.ranks; ++r) {
+      int64_t held = 0;
+      for (const Widened& w : widened_[static_cast<size_t>(r)]) {
+        const ParamUnit& gu = plan_.units[w.unit];
+        const int32_t staging = b_.Buffer("grad." + w.id, o_.grad_pool[r], gu.rank_elements * 4);
+        int32_t staged = kNoIndex;
+        if (w.buffer == kNoIndex) {
+          staged = InOrder(r, Widen(r, w.unit, w.id, staging, /*into_kept=*/false, w.after));
+        } else {
+          held += gu.rank_elements * 4;
+          TaskSpec copy;
+          copy.id = "copy.grad." + w.id;
+          copy.op = Op::kConvert;
+          copy.kernel = Kernel::kCopy;
+          copy.rank = r;
+          copy.resource = b_.Cpu(r);
+          copy.bytes = gu.rank_elements * 8;  // 4 read and 4 written per element
+          copy.ranks = o_.cpu_threads;
+          copy.uses = {w.buffer};
+          copy.frees = {w.buffer};
+          copy.allocs = {staging};
+          copy.tensors = {b_.State(StateKind::kGrad, r, gu.rank_offset, gu.rank_elements, b_.HostDevice(r))};
+          copy.deps = {w.after};
+          copy.phase = Phase::kBackward;
+          copy.layer = gu.layer;
+          staged = InOrder(r, b_.Task(std::move(copy)));
+        }
+        Write(r, w.unit, w.id, staging, w.write_resource, w.grad_tensor, staged);
+      }
+      int64_t& peak = carry_.grad32_peak[static_cast<size_t>(r)];
+      peak = std::max(peak, held);
+      widened_[static_cast<size_t>(r)].clear();
     }
   }
 
@@ -601,6 +730,9 @@ class GradientBucket {
   int64_t bucket_elements_ = 0;
   std::vector<int32_t> bucket_grads_;                               // the bucket's GPU gradients
   std::vector<std::pair<int32_t, const LayerGrads*>> reductions_;  // the bucket's reduce-scatters
+  const bool in_order_;                                            // PassOptions::deepspeed_epilogue
+  std::vector<int32_t> blocks_;                                    // TakeBlock
+  std::vector<std::vector<Widened>> widened_ = std::vector<std::vector<Widened>>(static_cast<size_t>(plan_.ranks));
 };
 
 }  // namespace
@@ -618,6 +750,11 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   const int32_t head_layer = plan.units.empty() ? -1 : plan.units.back().layer;
   GradientBucket::Carry carry;
   carry.last_contribution.resize(static_cast<size_t>(ranks));
+  if (o.deepspeed_epilogue) {
+    carry.grad32_pool.assign(static_cast<size_t>(ranks), kNoIndex);  // created on first use
+    carry.grad32_peak.assign(static_cast<size_t>(ranks), 0);
+    carry.epilogue_end.assign(static_cast<size_t>(ranks), kNoIndex);
+  }
   if (o.gradient_path == GradientPath::kKeepInHost) {
     for (int32_t r = 0; r < ranks; ++r) {
       res.host_grad_buffer.push_back(
@@ -734,6 +871,9 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             c.tensors.push_back(b.State(StateKind::kParam16, r, tu.rank_offset, tu.rank_elements, b.GpuDevice(r)));
           }
           if (res.last_compute[r] != kNoIndex) c.deps.push_back(res.last_compute[r]);
+          if (!fwd) {
+            if (const int32_t block = gradients.TakeBlock(r); block != kNoIndex) c.deps.push_back(block);
+          }
           c.phase = fo.phase;
           c.layer = unit.layer;
           res.last_compute[r] = b.Task(std::move(c));
@@ -749,6 +889,10 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       if (!fwd) gradients.Flush();  // what is left: DeepSpeed's epilogue
     }
     for (int32_t t = first_task; t < b.task_count(); ++t) b.task(t).micro_step = static_cast<int32_t>(m);
+  }
+  // The widened gradients' pools hold the largest bucket's.
+  for (size_t r = 0; r < carry.grad32_pool.size(); ++r) {
+    if (carry.grad32_pool[r] != kNoIndex) b.pool(carry.grad32_pool[r]).capacity_bytes = carry.grad32_peak[r];
   }
   // The slot ring (FetchOptions::slot_ring): a read reuses the slot that the all-gather of the
   // read slot_ring earlier in its pool frees, in this iteration or at the end of the previous.

@@ -110,6 +110,7 @@ class ScheduleBuilder {
   int32_t Tensor(TensorSpec t) { return schedule_.AddTensor(std::move(t)); }
   int32_t Task(TaskSpec t) { return schedule_.AddTask(std::move(t)); }
   TaskSpec& task(int32_t i) { return schedule_.mutable_tasks()[i]; }
+  PoolSpec& pool(int32_t i) { return schedule_.mutable_pools()[i]; }
   int32_t task_count() const { return static_cast<int32_t>(schedule_.tasks().size()); }
   void Meta(const std::string& key, const std::string& value) { schedule_.meta.emplace_back(key, value); }
 
@@ -277,6 +278,21 @@ struct PassOptions {
   // before converting it to fp32 for swap_out_gradients (_offload_grad_partition_at_boundary),
   // so it holds 2 bytes per element of host memory for good.
   bool grad_partition_buffer = false;
+  // With grad_partition_buffer: the epilogue of each reduce bucket in DeepSpeed's order
+  // (partition_grads, called by a gradient hook on one thread). All of the bucket's
+  // reduce-scatters first; then, unit by unit, one after the other, the d2h into the partition
+  // buffer (and, with device_memory_is_host, the widening to fp32 into a buffer of its own);
+  // only after the last of them the swap-out, unit by unit: the fp32 gradient into the pinned
+  // staging, then its write. The next bucket's reduce-scatter, and the backward's next compute,
+  // wait for this epilogue's last task.
+  bool deepspeed_epilogue = false;
+  // Where DeepSpeed's widened fp32 gradients (`.to(fp32)` of the partition, device memory) are:
+  // on an emulated GPU (hardware gpu.shares_host_cores) host memory, and the widening and the
+  // swap-out's copy are CPU work, which the loop's `bf16_to_fp32` into pool host.grad32.r{r} (as
+  // large as the largest bucket's partition) and the swap-out's `copy` are. On a GPU they are GPU
+  // memory and work, for which the plan has no op: the swap-out widens each partition from the
+  // partition buffer straight into the staging (in place of DeepSpeed's 4-byte d2h of it).
+  bool device_memory_is_host = false;
 };
 
 struct PassResult {

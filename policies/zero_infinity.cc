@@ -12,8 +12,11 @@
 //  - the all-gather of a parameter waits for ALL reads outstanding on the rank's aio handle;
 //  - all-gathers issued one at a time in module order;
 //  - backward: gradients reduced in buckets of reduce_bucket_size elements (a bucket issued when
-//    the next gradient would overfill it, the rest after backward), then per unit the
-//    reduce-scatter, the fp32 gradient partition to a pinned buffer and an async write to NVMe;
+//    the next gradient would overfill it, the rest after backward), each in partition_grads'
+//    order on one thread, the backward waiting for it: the bucket's reduce-scatters, then per
+//    unit the copy into the bf16 partition buffer (and the widening to fp32, where the GPU's
+//    memory is host memory), then per unit the fp32 gradient into the pinned staging and an
+//    async write to NVMe;
 //  - step: gradient norm over all groups (after backward ends), then per sub-group in ascending
 //    order: swap in states, swap in gradients, CPU Adam, fp16 copy and blocking parameter write,
 //    swap out states — serial, or pipelined with pipeline_read / pipeline_write;
@@ -192,6 +195,8 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.cpu_threads = threads;
   po.reduce_bucket_elements = knobs.reduce_bucket_size;
   po.grad_partition_buffer = true;  // grad_partitions_flat_buffer
+  po.deepspeed_epilogue = true;     // partition_grads, then swap_out_gradients
+  po.device_memory_is_host = s.hardware.node.gpu.shares_host_cores;
   po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
   if (params_on_nvme && place.host_param_elements > 0) {
     po.fetch.in_host = place.param_in_host;

@@ -264,7 +264,7 @@ TraceSummary Summarize(const std::vector<TraceRecord>& records, const Schedule* 
     phase_busy[k * kPhaseCount + static_cast<int>(r.phase)].Add(r.start_s, r.end_s);
     if (r.rank <= 0 && (r.phase == Phase::kForward || r.phase == Phase::kBackward)) {
       std::vector<Segment>& segs = segments[k];
-      const bool gradient_out = r.phase == Phase::kBackward && (r.op == Op::kReduceScatter || r.op == Op::kD2H);
+      const bool gradient_out = r.phase == Phase::kBackward && (r.op == Op::kReduceScatter || r.op == Op::kD2H || r.op == Op::kConvert);
       if (r.op == Op::kCompute && (segs.empty() || segs.back().phase != r.phase)) {
         segs.push_back({r.phase, r.start_s, r.end_s});
       } else if ((r.op == Op::kCompute || gradient_out) && !segs.empty() && segs.back().phase == r.phase) {

@@ -1,6 +1,6 @@
 // convert tasks (run.h): the global gradient check (overflow, norm, clip factor) that decides
 // the step; fp32 master weights to the bf16 parameters; bf16 gradients kept in host memory widened
-// to fp32 for the update.
+// to fp32 for the update; a tensor copied from one host buffer into another.
 #include "run.h"
 
 #include <algorithm>
@@ -114,6 +114,28 @@ Status Run::PrepareConvert(const TaskSpec& t, Job& job, int64_t iteration) {
     };
     const int64_t begin = ts.element_offset;
     job.finish = [this, out, begin, n, at, version = FinalGrad(iteration)] { Place(out, {kGrad, begin, n, at, version}); };
+    return Status::Ok();
+  }
+  if (t.kernel == Kernel::kCopy) {
+    // The one tensor it names, as the buffers it uses hold it, into the buffer it allocates:
+    // DeepSpeed's swap-out copies each widened gradient into its pinned buffers.
+    TF_CHECK(t.tensors.size() == 1 && t.allocs.size() == 1);  // CheckTaskContracts
+    const TensorSpec& ts = T(t.tensors[0]);
+    const int kind = KindOf(ts.kind);
+    const int64_t n = Elements(ts), bytes = n * KindBytes(kind);
+    const Span p = FindIn(t.uses, kind, ts.element_offset, n);
+    if (p.data == nullptr) return FailedPrecondition(Who(t, iteration) + ": no buffer it uses holds " + Range(ts));
+    const int32_t out = t.allocs[0];
+    const int64_t at = WriteOffset(out, kind, ts.element_offset, 0);
+    if (Buf(out).size < at + bytes) return InvalidArgument(Who(t, iteration) + ": its copy does not fit buffer '" + s_.buffers()[static_cast<size_t>(out)].name + "'");
+    const char* src = p.data;
+    char* dst = Buf(out).data + at;
+    CpuThreads* threads = &ThreadsOf(t.resource);
+    job.work = [src, dst, bytes, threads] {
+      cpu::CopyBytes(dst, src, bytes, *threads);
+      return Status::Ok();
+    };
+    job.finish = [this, out, kind, begin = ts.element_offset, n, at, version = p.version] { Place(out, {kind, begin, n, at, version}); };
     return Status::Ok();
   }
   TF_CHECK(false);  // CheckTaskContracts admits no other convert kernel

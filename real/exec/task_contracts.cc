@@ -88,6 +88,9 @@ Status CheckTaskContracts(const Schedule& s) {
         if (t.kernel == Kernel::kBf16ToFp32 && (t.tensors.size() != 1 || tensor(t.tensors[0]).kind != StateKind::kGrad16)) {
           return InvalidArgument(who + ": bf16_to_fp32 names one grad16 tensor, the sub-group's gradients it widens");
         }
+        if (t.kernel == Kernel::kCopy && (t.tensors.size() != 1 || t.allocs.size() != 1)) {
+          return InvalidArgument(who + ": copy names one tensor and allocates one buffer, the one it copies the tensor into");
+        }
         break;
       default: break;
     }

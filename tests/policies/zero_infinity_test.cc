@@ -270,35 +270,126 @@ TEST(ZeroInfinity, TheSwapMinimumKeepsSmallTensorsOffTheDisk) {
 // partition into it before widening it to fp32 for the swap-out: at one micro-step too, each
 // d2h moves 2 bytes per element into the rank's persistent buffer, and each gradient write
 // waits for the widening into the staging buffer it writes from.
+// DeepSpeed's emulated GPU (its CPU accelerator, tierflow's CPU executor) keeps its device
+// memory in host memory.
+const std::string kEmulatedGpu = "hardware.node.gpu.shares_host_cores=true";
+
+// Every gradient passes through DeepSpeed's bf16 partition buffer, then is widened to fp32 and
+// written. On a GPU the swap-out widens it straight into the pinned staging; on an emulated GPU
+// DeepSpeed's widened tensor is host memory, widened into a buffer of its own in the loop and
+// copied into the staging by the swap-out.
 TEST(ZeroInfinity, GradientsPassThroughDeepSpeedsBf16PartitionBuffer) {
-  const Schedule s = PlanOrDie();
-  ASSERT_EQ(s.MicroSteps(), 1);
-  for (int r = 0; r < 2; ++r) {
-    const std::string R = ".r" + std::to_string(r);
-    const int32_t buffer = s.FindBuffer("grad.accum" + R);
-    ASSERT_NE(buffer, kNoIndex);
-    const BufferSpec& b = s.buffers()[buffer];
-    EXPECT_TRUE(b.persistent);
-    EXPECT_EQ(s.pools()[b.pool].name, "host.pinned.grad_accum" + R);
-    EXPECT_EQ(s.pools()[b.pool].capacity_bytes, b.size_bytes);
-    int64_t copied = 0, writes = 0;
-    for (const TaskSpec& t : s.tasks()) {
-      if (t.rank != r) continue;
-      if (t.op == Op::kD2H && t.id.rfind("d2h.grad.", 0) == 0) {
-        copied += t.bytes;  // bf16: 2 bytes per element of the unit's partition
-        EXPECT_NE(std::find(t.uses.begin(), t.uses.end(), buffer), t.uses.end()) << t.id;
-      }
-      if (t.op == Op::kWrite && t.id.rfind("write.grad.", 0) == 0) {
+  for (const bool emulated : {false, true}) {
+    SCOPED_TRACE(emulated ? "emulated GPU" : "GPU");
+    const Schedule s = emulated ? PlanOrDie({kEmulatedGpu}) : PlanOrDie();
+    ASSERT_EQ(s.MicroSteps(), 1);
+    EXPECT_EQ(s.FindPool("host.grad32.r0") != kNoIndex, emulated);
+    for (int r = 0; r < 2; ++r) {
+      const std::string R = ".r" + std::to_string(r);
+      const int32_t buffer = s.FindBuffer("grad.accum" + R);
+      ASSERT_NE(buffer, kNoIndex);
+      const BufferSpec& b = s.buffers()[buffer];
+      EXPECT_TRUE(b.persistent);
+      EXPECT_EQ(s.pools()[b.pool].name, "host.pinned.grad_accum" + R);
+      EXPECT_EQ(s.pools()[b.pool].capacity_bytes, b.size_bytes);
+      int64_t copied = 0, writes = 0;
+      for (const TaskSpec& t : s.tasks()) {
+        if (t.rank != r) continue;
+        if (t.op == Op::kD2H && t.id.rfind("d2h.grad.", 0) == 0) {
+          copied += t.bytes;  // bf16: 2 bytes per element of the unit's partition
+          EXPECT_NE(std::find(t.uses.begin(), t.uses.end(), buffer), t.uses.end()) << t.id;
+        }
+        if (t.op != Op::kWrite || t.id.rfind("write.grad.", 0) != 0) continue;
         ++writes;
-        const std::string convert = "convert.grad." + t.id.substr(std::string("write.grad.").size());
-        EXPECT_TRUE(DependsOn(s, t.id, convert)) << t.id;
+        const std::string unit = t.id.substr(std::string("write.grad.").size());
+        const std::string convert = "convert.grad." + unit, copy = "copy.grad." + unit;
         const TaskSpec& widen = s.tasks()[s.FindTask(convert)];
         EXPECT_EQ(widen.kernel, Kernel::kBf16ToFp32);
         EXPECT_EQ(widen.bytes, t.bytes / 4 * 6) << "reads 2 and writes 4 bytes per element";
+        ASSERT_EQ(widen.allocs.size(), 1u);
+        if (!emulated) {
+          EXPECT_TRUE(DependsOn(s, t.id, convert)) << t.id;
+          EXPECT_EQ(widen.allocs, t.frees) << "into the pinned staging the write reads";
+          EXPECT_EQ(s.FindTask(copy), kNoIndex);
+          continue;
+        }
+        // Widened into a buffer of its own (`.to(fp32)`), copied into the pinned staging, written.
+        EXPECT_TRUE(DependsOn(s, t.id, copy)) << t.id;
+        EXPECT_TRUE(DependsOn(s, copy, convert)) << t.id;
+        EXPECT_EQ(s.pools()[s.buffers()[widen.allocs[0]].pool].name, "host.grad32" + R);
+        const TaskSpec& c = s.tasks()[s.FindTask(copy)];
+        EXPECT_EQ(c.kernel, Kernel::kCopy);
+        EXPECT_EQ(c.bytes, t.bytes * 2) << "reads and writes 4 bytes per element";
+        EXPECT_EQ(c.frees, widen.allocs);
+        ASSERT_EQ(c.allocs.size(), 1u);
+        EXPECT_EQ(c.allocs, t.frees);
+        EXPECT_EQ(s.pools()[s.buffers()[c.allocs[0]].pool].name, "host.pinned.opt" + R);
+      }
+      EXPECT_EQ(copied, b.size_bytes) << "every gradient of the rank passes through it once";
+      EXPECT_GT(writes, 0);
+    }
+  }
+}
+
+// DeepSpeed's backward epilogue (partition_grads, then swap_out_gradients) runs in a gradient
+// hook, on one thread: the bucket is reduced at once; then each gradient is copied into the
+// partition buffer (and, on an emulated GPU, widened to fp32), one after the other; only then is
+// each put into the pinned staging and written; the backward goes on after that. With every task
+// taking one second, rank 0's epilogue tasks never overlap each other, a reduce-scatter, or a
+// backward compute, and in the one bucket of the whole model every gradient is in the partition
+// buffer before the first is staged.
+TEST(ZeroInfinity, TheBackwardEpilogueRunsInDeepSpeedsOrder) {
+  for (const bool emulated : {false, true}) {
+    int64_t whole_held = 0;
+    for (const std::string bucket : {"5e8", "1e6"}) {
+      SCOPED_TRACE(std::string(emulated ? "emulated GPU" : "GPU") + ", reduce_bucket_size " + bucket);
+      std::vector<std::string> sets = {"policy.reduce_bucket_size=" + bucket};
+      if (emulated) sets.push_back(kEmulatedGpu);
+      const Schedule s = PlanOrDie(sets);
+      auto r = RunUnitDurations(s);
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      std::vector<std::pair<double, std::string>> epilogue;  // (start, task) of rank 0
+      double last_loop = 0, first_staged = 1e30;
+      int64_t held = 0;
+      for (const TaskSpec& t : s.tasks()) {
+        const bool d2h = t.id.rfind("d2h.grad.", 0) == 0, widen = t.id.rfind("convert.grad.", 0) == 0,
+                   copy = t.id.rfind("copy.grad.", 0) == 0;
+        if (t.rank != 0 || !(d2h || widen || copy)) continue;
+        epilogue.emplace_back(r.at(t.id).start, t.id);
+        const bool staged = emulated ? copy : widen;  // what fills the pinned staging
+        if (!staged) last_loop = std::max(last_loop, r.at(t.id).end);
+        if (staged) first_staged = std::min(first_staged, r.at(t.id).start);
+        if (copy) held += t.bytes / 2;
+      }
+      ASSERT_FALSE(epilogue.empty());
+      std::sort(epilogue.begin(), epilogue.end());
+      for (size_t i = 1; i < epilogue.size(); ++i) {
+        EXPECT_LE(r.at(epilogue[i - 1].second).end, epilogue[i].first) << epilogue[i - 1].second << " and " << epilogue[i].second;
+      }
+      for (const TaskSpec& t : s.tasks()) {
+        const bool backward_compute = t.op == Op::kCompute && t.phase == Phase::kBackward && t.rank == 0;
+        if (t.op != Op::kReduceScatter && !backward_compute) continue;
+        for (const auto& [start, id] : epilogue) {
+          EXPECT_TRUE(r.at(t.id).end <= start || r.at(id).end <= r.at(t.id).start) << t.id << " overlaps " << id;
+        }
+      }
+      const int32_t pool = s.FindPool("host.grad32.r0");
+      if (!emulated) {
+        EXPECT_EQ(pool, kNoIndex) << "DeepSpeed's widened gradients are GPU memory";
+        if (bucket == "5e8") EXPECT_LE(last_loop, first_staged);
+        continue;
+      }
+      ASSERT_NE(pool, kNoIndex);
+      const int64_t capacity = s.pools()[pool].capacity_bytes;
+      if (bucket == "5e8") {
+        EXPECT_LE(last_loop, first_staged);
+        EXPECT_EQ(capacity, held) << "the one bucket's widened gradients, all at once";
+        whole_held = held;
+      } else {
+        EXPECT_LT(capacity, whole_held) << "the largest bucket's";
+        EXPECT_GT(capacity, 0);
       }
     }
-    EXPECT_EQ(copied, b.size_bytes) << "every gradient of the rank passes through it once";
-    EXPECT_GT(writes, 0);
   }
 }
 

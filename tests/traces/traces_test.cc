@@ -117,8 +117,9 @@ TEST(SummaryTest, DeviceFromTheResourceNameKeepsTheNode) {
 }
 
 // DeepSpeed's timers cut the iteration back to back at rank 0's GPU work: forward to its last
-// forward compute, backward to its last backward compute or gradient copy, the step to the end.
-// Here forward [0, 1], backward to the d2h's end 3.5, the step [3.5, 6]; the backward's disk
+// forward compute, backward to its last backward compute, gradient copy or conversion (its hooks
+// run those inside the backward call), the step to the end. Here forward [0, 1], backward to the
+// end of the conversion after the d2h, 3.5, the step [3.5, 6]; the backward's disk
 // write [3, 5] runs 1.5 s past its timer (the overlap it hides), and a read of the next
 // iteration's kind during forward [0.5, 2] spills 1 s past forward's.
 TEST(SummaryTest, TimerPhasesAreBackToBackAndTheOverlapIsShownApart) {
@@ -127,7 +128,8 @@ TEST(SummaryTest, TimerPhasesAreBackToBackAndTheOverlapIsShownApart) {
       Rec(0, "f", Op::kCompute, "gpu0.compute", 0, 1, Phase::kForward),
       Rec(0, "b", Op::kCompute, "gpu0.compute", 1, 3, Phase::kBackward),
       Rec(0, "w", Op::kWrite, "nvme0.write", 3, 5, Phase::kBackward, 10),
-      Rec(0, "g", Op::kD2H, "gpu0.d2h", 3, 3.5, Phase::kBackward, 10),
+      Rec(0, "g", Op::kD2H, "gpu0.d2h", 3, 3.25, Phase::kBackward, 10),
+      Rec(0, "c", Op::kConvert, "cpu.r0", 3.25, 3.5, Phase::kBackward, 10),
       Rec(0, "s", Op::kOptimizer, "cpu.r0", 3.5, 6, Phase::kStep),
   };
   const TraceSummary s = Summarize(records, nullptr);

@@ -169,6 +169,10 @@ void Bf16ToFp32(float* dst, const uint16_t* src, int64_t n, CpuThreads& threads)
   });
 }
 
+void CopyBytes(char* dst, const char* src, int64_t n, CpuThreads& threads) {
+  threads.ParallelFor(n, 1 << 20, [&](int64_t begin, int64_t end) { std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin)); });
+}
+
 GradCheck AccumulateBf16(uint16_t* acc, const float* grad, int64_t n, float grad_scale, CpuThreads& threads) {
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
   std::vector<double> block_sum(static_cast<size_t>(blocks));

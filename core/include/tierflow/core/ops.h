@@ -54,8 +54,9 @@ enum class Kernel : uint8_t {
   kOverflowCheckAndNorm,  // "overflow_check_and_norm": the global gradient check (convert)
   kFp32ToBf16,            // "fp32_to_bf16": updated master weights to bf16 parameters (convert)
   kBf16ToFp32,            // "bf16_to_fp32": bf16 gradients widened for the update (convert)
+  kCopy,                  // "copy": tensors copied from one host buffer into another (convert)
 };
-inline constexpr int kKernelCount = 7;
+inline constexpr int kKernelCount = 8;
 
 std::string_view OpName(Op op);
 std::optional<Op> OpFromName(std::string_view name);

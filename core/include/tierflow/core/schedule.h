@@ -147,6 +147,7 @@ class Schedule {
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   const std::vector<TaskSpec>& tasks() const { return tasks_; }
   std::vector<TaskSpec>& mutable_tasks() { return tasks_; }
+  std::vector<PoolSpec>& mutable_pools() { return pools_; }
 
   // Each Add* returns the new index. A duplicate name is a bug of the caller (TF_CHECK); files
   // with duplicates are rejected by the reader before they get here.

@@ -64,6 +64,8 @@ void AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_p
 void Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads);
 // dst[i] = Bf16ToFp32(src[i]) (exact).
 void Bf16ToFp32(float* dst, const uint16_t* src, int64_t n, CpuThreads& threads);
+// n bytes from src to dst (not overlapping), split over the threads.
+void CopyBytes(char* dst, const char* src, int64_t n, CpuThreads& threads);
 
 // x[i] = Bf16ToFp32(Fp32ToBf16(x[i])): fp32 values rounded to what bf16 holds. A bf16 model's
 // gradients have bf16 precision wherever they are kept (fp32 staging or bf16 in host memory),

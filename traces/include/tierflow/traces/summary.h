@@ -39,8 +39,8 @@ struct IterationSummary {
   const PhaseSpan& phase(Phase p) const { return phases[static_cast<int>(p)]; }
   // The phases as DeepSpeed's engine times them (docs/trace-format.md "Phases"): back to back,
   // summing to time_s. Rank 0's GPU work cuts the iteration: a forward segment ends with its last
-  // forward compute, a backward one with its last backward compute, reduce-scatter or gradient
-  // copy; the time to each segment's end goes to its phase, the rest of the iteration to the
+  // forward compute, a backward one with its last backward compute, reduce-scatter, gradient
+  // copy or conversion (DeepSpeed's hooks run them inside its backward call); the time to each segment's end goes to its phase, the rest of the iteration to the
   // step. Indexed like `phases`.
   std::array<double, kPhaseCount> timer_s{};
   // Per phase: the busy time of its records (every resource and rank) outside its own timer's
