@@ -737,6 +737,53 @@ class GradientBucket {
 
 }  // namespace
 
+// PassOptions::max_live_elements: the units gathered so far over an iteration's passes, in fetch
+// order, each with its elements, its GPU admissions and the computes that free it (per rank).
+class LiveParameters {
+ public:
+  LiveParameters(ScheduleBuilder& b, int64_t limit) : b_(b), limit_(limit) {}
+  size_t size() const { return units_.size(); }
+  // A unit gathered for the layer being computed.
+  void Gathered(int64_t elements, const std::vector<int32_t>& admit) { units_.push_back({elements, admit, {}, layer_}); }
+  // The layer's last compute, per rank, frees its units gathered since the last call.
+  void LayerFreed(const std::vector<int32_t>& compute) {
+    for (size_t i = units_.size(); i > 0 && units_[i - 1].layer == layer_; --i) units_[i - 1].freed_by = compute;
+    ++layer_;
+  }
+  // Each unit gathered from `begin` on is admitted once the units before it that would take the
+  // gathered elements past the limit are freed (its admission waits for the compute that frees
+  // the last of them), unless they belong to its own layer.
+  void Bound(size_t begin) {
+    if (limit_ <= 0) return;
+    int64_t held = 0;  // elements of units [first, j]
+    size_t first = 0;
+    for (size_t j = 0; j < units_.size(); ++j) {
+      held += units_[j].elements;
+      while (first < j && held > limit_) held -= units_[first++].elements;
+      if (j < begin || first == 0) continue;
+      // Unit first - 1 must be freed first; not one of unit j's layer (fetched whatever the count).
+      size_t k = first - 1;
+      while (units_[k].layer == units_[j].layer && k > 0) --k;
+      if (units_[k].layer == units_[j].layer || k == waited_) continue;  // the admission before waits already
+      waited_ = k;
+      // Per rank (one all-gather admitting every rank waits for each rank's compute).
+      for (size_t r = 0; r < units_[j].admit.size(); ++r) b_.task(units_[j].admit[r]).deps.push_back(units_[k].freed_by[r]);
+    }
+  }
+
+ private:
+  struct Unit {
+    int64_t elements;
+    std::vector<int32_t> admit, freed_by;  // per rank
+    int64_t layer;                          // the layer group (per pass) it is computed in
+  };
+  ScheduleBuilder& b_;
+  const int64_t limit_;
+  std::vector<Unit> units_;
+  int64_t layer_ = 0;
+  size_t waited_ = SIZE_MAX;  // the unit the last bounded admission waits for
+};
+
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o) {
   const int32_t ranks = plan.ranks;
   b.StateLayout(plan);
@@ -778,6 +825,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> staged;
   std::vector<int32_t> last_h2d;  // per rank, over every pass: h2d copies in fetch order
   std::vector<int32_t> last_admit(static_cast<size_t>(ranks), kNoIndex);  // per rank, over every pass
+  LiveParameters live(b, o.max_live_elements);
   for (int64_t m = 0; m < micro_steps; ++m) {
     const int32_t first_task = b.task_count();
     const bool last_micro_step = m + 1 == micro_steps;
@@ -823,12 +871,14 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       // GPU-resident), the compute allocates it.
       std::vector<std::vector<int32_t>> layer_gathered(ranks);
       GradientBucket gradients(b, plan, o, fo, last_micro_step, &carry, &res);
+      const size_t pass_begin = live.size();
       for (size_t pos = 0; pos < order.size(); ++pos) {
         const int32_t u = order[pos];
         const ParamUnit& unit = plan.units[u];
         const FetchedUnit* f = fetched_of[u] >= 0 ? &fetched[fetched_of[u]] : nullptr;
         const bool layer_ends = pos + 1 == order.size() || plan.units[order[pos + 1]].layer != unit.layer;
         layer_units.push_back(u);
+        if (f != nullptr) live.Gathered(unit.elements, f->admit);
         int64_t layer_elements = 0;
         for (int32_t lu : layer_units) layer_elements += plan.units[lu].elements;
         // The tied head computes with the embedding table too, and its backward writes the
@@ -879,6 +929,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           res.last_compute[r] = b.Task(std::move(c));
           if (f == nullptr || tied_head) res.resident_computes.push_back(res.last_compute[r]);
         }
+        if (layer_ends) live.LayerFreed(res.last_compute);
         if (fwd || !layer_ends) {
           if (layer_ends) layer_units.clear();
           continue;
@@ -887,6 +938,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         layer_units.clear();
       }
       if (!fwd) gradients.Flush();  // what is left: DeepSpeed's epilogue
+      live.Bound(pass_begin);
     }
     for (int32_t t = first_task; t < b.task_count(); ++t) b.task(t).micro_step = static_cast<int32_t>(m);
   }

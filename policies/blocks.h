@@ -293,6 +293,13 @@ struct PassOptions {
   // memory and work, for which the plan has no op: the swap-out widens each partition from the
   // partition buffer straight into the staging (in place of DeepSpeed's 4-byte d2h of it).
   bool device_memory_is_host = false;
+  // DeepSpeed's stage3_max_live_parameters (elements, 0 = no limit): a unit is gathered (its
+  // GPU admission: the h2d, or the all-gather of a partition kept on the GPU) only once the
+  // units gathered before it, in fetch order over the iteration's passes and not yet freed, and
+  // it hold at most this many elements together: the admission waits for the compute that frees
+  // enough of them. The units of the layer being computed are exempt (DeepSpeed fetches the
+  // current module whatever the count, and limits only its prefetch).
+  int64_t max_live_elements = 0;
 };
 
 struct PassResult {

@@ -10,7 +10,8 @@
 //  - parameter partitions read into `buffer_count` pinned slots of `buffer_size` elements each
 //    (every slot sized for the largest partition), the read-ahead bounded by free slots;
 //  - the all-gather of a parameter waits for ALL reads outstanding on the rank's aio handle;
-//  - all-gathers issued one at a time in module order;
+//  - all-gathers issued one at a time in module order, no further ahead than
+//    stage3_max_live_parameters elements gathered at once;
 //  - backward: gradients reduced in buckets of reduce_bucket_size elements (a bucket issued when
 //    the next gradient would overfill it, the rest after backward), each in partition_grads'
 //    order on one thread, the backward waiting for it: the bucket's reduce-scatters, then per
@@ -44,6 +45,7 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   k.params_on_nvme = offload_param == "nvme";
   TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu));
   TF_ASSIGN_OR_RETURN(k.reduce_bucket_size, knobs.Int("reduce_bucket_size", k.reduce_bucket_size));
+  TF_ASSIGN_OR_RETURN(k.max_live_parameters, knobs.Int("max_live_parameters", k.max_live_parameters));
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
@@ -54,6 +56,7 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   if (k.max_in_cpu < 0) return InvalidArgument("policy.max_in_cpu must be >= 0");
   if (k.block_size < 1) return InvalidArgument("policy.block_size must be > 0");
   if (k.reduce_bucket_size < 1) return InvalidArgument("policy.reduce_bucket_size must be >= 1 (elements)");
+  if (k.max_live_parameters < 1) return InvalidArgument("policy.max_live_parameters must be >= 1 (elements)");
   return k;
 }
 
@@ -194,6 +197,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.queue_depth = static_cast<int32_t>(queue_depth);
   po.cpu_threads = threads;
   po.reduce_bucket_elements = knobs.reduce_bucket_size;
+  po.max_live_elements = knobs.max_live_parameters;
   po.grad_partition_buffer = true;  // grad_partitions_flat_buffer
   po.deepspeed_epilogue = true;     // partition_grads, then swap_out_gradients
   po.device_memory_is_host = s.hardware.node.gpu.shares_host_cores;

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <map>
 
 #include "../core/test_schedules.h"
 #include "tierflow/policies/policy.h"
@@ -391,6 +393,50 @@ TEST(ZeroInfinity, TheBackwardEpilogueRunsInDeepSpeedsOrder) {
       }
     }
   }
+}
+
+// stage3_max_live_parameters: with every task taking one second, each unit's gathered buffer is
+// admitted to the GPU only when the gathered buffers still alive then, with it, hold at most the
+// limit (2 bytes per element), not counting those of its own layer (DeepSpeed fetches the module
+// it computes whatever the count). Without the limit the read-ahead holds more.
+TEST(ZeroInfinity, MaxLiveParametersBoundsTheGatheredParameters) {
+  constexpr int64_t kLimit = 3000000;  // three of the small model's MLP-sized units
+  const auto worst_excess = [](const Schedule& s) {
+    auto r = RunUnitDurations(s);
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    struct Held {
+      double from, to;
+      int64_t bytes;
+      int32_t freed_by;
+    };
+    std::map<int32_t, Held> held;  // by buffer, rank 0's gathered parameters
+    for (const TaskSpec& t : s.tasks()) {
+      for (int32_t buf : t.allocs) {
+        if (s.buffers()[buf].name.rfind("gathered.", 0) == 0 && t.rank <= 0) held[buf] = {r.at(t.id).start, 0, s.buffers()[buf].size_bytes, kNoIndex};
+      }
+    }
+    for (int32_t i = 0; i < static_cast<int32_t>(s.tasks().size()); ++i) {
+      for (int32_t buf : s.tasks()[i].frees) {
+        auto it = held.find(buf);
+        if (it != held.end()) it->second.to = r.at(s.tasks()[i].id).end, it->second.freed_by = i;
+      }
+    }
+    int64_t excess = std::numeric_limits<int64_t>::min();
+    for (const auto& [buf, h] : held) {
+      int64_t alive = 0, own = 0;
+      for (const auto& [other, g] : held) {
+        if (g.from > h.from || (g.from == h.from && other > buf) || g.to <= h.from) continue;  // admitted later, or freed
+        alive += g.bytes;
+        if (g.freed_by == h.freed_by) own += g.bytes;
+      }
+      excess = std::max(excess, alive - std::max(kLimit * 2, own));
+    }
+    return excess;
+  };
+  EXPECT_LE(worst_excess(PlanOrDie({"policy.max_live_parameters=3e6"})), 0);
+  EXPECT_GT(worst_excess(PlanOrDie()), 0) << "DeepSpeed's default 1e9 does not bind the small model";
+  const std::string refused = RefusalOf({"policy.max_live_parameters=0"});
+  EXPECT_NE(refused.find("policy.max_live_parameters must be >= 1"), std::string::npos) << refused;
 }
 
 TEST(ZeroInfinity, UnknownKnobIsAnError) {
