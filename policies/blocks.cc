@@ -367,11 +367,15 @@ class GradientBucket {
     // tied head's part): the next adds to what it left, so it waits for it.
     std::vector<std::map<int32_t, int32_t>> last_contribution;
     // PassOptions::deepspeed_epilogue, per rank: the pool of the widened gradients, the most a
-    // bucket put in it (its capacity once every pass is planned), and the last task of the
-    // previous bucket's epilogue (DeepSpeed's one thread runs the buckets one after the other).
+    // bucket put in it (its capacity once every pass is planned), the last task of the previous
+    // bucket's epilogue (DeepSpeed's one thread runs the buckets one after the other), and the
+    // task the rank's next compute waits for (kNoIndex once it has: DeepSpeed runs each epilogue
+    // in a gradient hook of its backward call, so the backward, and the next micro-step's
+    // forward, go on after it).
     std::vector<int32_t> grad32_pool;
     std::vector<int64_t> grad32_peak;
     std::vector<int32_t> epilogue_end;
+    std::vector<int32_t> block;
   };
 
   GradientBucket(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o, const FetchOptions& fo,
@@ -390,13 +394,6 @@ class GradientBucket {
     if (tied_head) Add(&layers_.back(), plan_.tied_unit, /*head_part=*/true);
     for (int32_t u : units) Add(&layers_.back(), u, /*head_part=*/false);
     if (o_.reduce_bucket_elements <= 0) Flush();
-  }
-
-  // deepspeed_epilogue: the task rank r's next backward compute waits for (the epilogue of a
-  // bucket issued since the last call), or kNoIndex.
-  int32_t TakeBlock(int32_t r) {
-    if (blocks_.empty()) return kNoIndex;
-    return std::exchange(blocks_[static_cast<size_t>(r)], kNoIndex);
   }
 
   // Issues what the bucket holds, after the backward computed so far.
@@ -431,8 +428,7 @@ class GradientBucket {
     }
     if (in_order_) {
       SwapOut();
-      // DeepSpeed runs this in a gradient hook of the backward: the backward goes on after it.
-      blocks_ = carry_.epilogue_end;
+      carry_.block = carry_.epilogue_end;
     }
     // A layer's GPU gradients are freed once every reduce-scatter that read them has run: its
     // own (before its d2h copies) and the other layers' of each bucket it was in.
@@ -731,7 +727,6 @@ class GradientBucket {
   std::vector<int32_t> bucket_grads_;                               // the bucket's GPU gradients
   std::vector<std::pair<int32_t, const LayerGrads*>> reductions_;  // the bucket's reduce-scatters
   const bool in_order_;                                            // PassOptions::deepspeed_epilogue
-  std::vector<int32_t> blocks_;                                    // TakeBlock
   std::vector<std::vector<Widened>> widened_ = std::vector<std::vector<Widened>>(static_cast<size_t>(plan_.ranks));
 };
 
@@ -921,9 +916,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             c.tensors.push_back(b.State(StateKind::kParam16, r, tu.rank_offset, tu.rank_elements, b.GpuDevice(r)));
           }
           if (res.last_compute[r] != kNoIndex) c.deps.push_back(res.last_compute[r]);
-          if (!fwd) {
-            if (const int32_t block = gradients.TakeBlock(r); block != kNoIndex) c.deps.push_back(block);
-          }
+          if (!carry.block.empty() && carry.block[r] != kNoIndex) c.deps.push_back(std::exchange(carry.block[r], kNoIndex));
           c.phase = fo.phase;
           c.layer = unit.layer;
           res.last_compute[r] = b.Task(std::move(c));
