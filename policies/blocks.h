@@ -283,8 +283,8 @@ struct PassOptions {
   // reduce-scatters first; then, unit by unit, one after the other, the d2h into the partition
   // buffer (and, with device_memory_is_host, the widening to fp32 into a buffer of its own);
   // only after the last of them the swap-out, unit by unit: the fp32 gradient into the pinned
-  // staging, then its write. The next bucket's reduce-scatter, and the backward's next compute,
-  // wait for this epilogue's last task.
+  // staging, then its write. The next bucket's reduce-scatter, and the rank's next compute (the
+  // backward's, or the next micro-step's forward), wait for this epilogue's last task.
   bool deepspeed_epilogue = false;
   // Where DeepSpeed's widened fp32 gradients (`.to(fp32)` of the partition, device memory) are:
   // on an emulated GPU (hardware gpu.shares_host_cores) host memory, and the widening and the
