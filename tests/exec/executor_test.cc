@@ -652,7 +652,8 @@ TEST(Executor, AHostTaskGivenAGpuBufferIsAnError) {
 }
 
 // What no op can do is refused when the schedule is loaded, naming the task and the rule: a
-// compute without a kernel, an h2d of master weights, a disk write of state homed in host memory.
+// compute without a kernel, an h2d of master weights, a disk write of state homed in host memory,
+// a copy of two tensors.
 TEST(Executor, WhatTheExecutorCannotRunIsRefusedWhenLoaded) {
   const policies::Scenario zi = LoadTiny({});
   const TrainConfig config = ConfigFor(zi);
@@ -666,6 +667,15 @@ TEST(Executor, WhatTheExecutorCannotRunIsRefusedWhenLoaded) {
   EXPECT_NE(st.message().find("(h2d): copies 'master.r0[0+3295488]@nvme0' (master) to the GPU; only param16 goes there"), std::string::npos)
       << st.ToString();
   const Schedule write_to_host = EditedOrDie(planned, "\"name\":\"param16.r0[", "\"device\":\"nvme0\"", "\"device\":\"host\"");
+  // A copy of two tensors into one buffer (zero-infinity's swap-out, on a model whose gradients
+  // are written: tiny with ffn 1024).
+  const policies::Scenario swapped = LoadTiny({"model.ffn=1024"});
+  const std::string head = "\"grad.r0[4262144+65536]@host\"";
+  const Schedule two = EditedOrDie(PlanOrDie(swapped), "\"id\":\"copy.grad.lm_head.weight.b0.r0\"", "\"tensors\":[" + head + "]",
+                                   "\"tensors\":[" + head + "," + head + "]");
+  st = CheckRunnable(two, ConfigFor(swapped));
+  EXPECT_NE(st.message().find("(convert): copy names one tensor and allocates one buffer, the one it copies the tensor into"), std::string::npos)
+      << st.ToString();
   st = CheckRunnable(write_to_host, config);
   EXPECT_NE(st.message().find("not a storage device"), std::string::npos) << st.ToString();
 }
