@@ -114,18 +114,27 @@ void PrintTable(const models::HardwareSpec& hw) {
              FormatDuration(n.interconnect.latency_s));
   if (n.nic_bw_bytes_per_s > 0)
     fmt::print("  nic         {}\n", FormatBandwidth(n.nic_bw_bytes_per_s));
-  fmt::print("\n  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5} {:>14} {:>14}\n", "#", "nvme",
+  fmt::print("\n  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5} {:>14}  {:>14}\n", "#", "nvme",
              "capacity", "read", "write", "r lat", "w lat", "mix", "read 1MiB qd8",
              "read 4KiB qd32");
+  // A request column from the disk's measured points, not the fit, is marked.
+  bool any_measured = false;
+  const auto read_at = [&](const models::NvmeSpec& d, int64_t block, int32_t depth) {
+    const bool measured = models::DiskStreamMeasured(d, /*write=*/false, block, depth);
+    any_measured = any_measured || measured;
+    return FormatBandwidth(models::DiskReadBandwidth(d, block, depth)) + (measured ? "*" : " ");
+  };
   for (size_t i = 0; i < n.nvme.size(); ++i) {
     const auto& d = n.nvme[i];
-    fmt::print("  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5.2f} {:>14} {:>14}\n", i,
-               d.name, FormatBytes(static_cast<double>(d.capacity_bytes)),
-               FormatBandwidth(d.read_bw_bytes_per_s), FormatBandwidth(d.write_bw_bytes_per_s),
-               FormatDuration(d.read_latency_s), FormatDuration(d.write_latency_s),
-               d.mixed_efficiency, FormatBandwidth(models::DiskReadBandwidth(d, 1 << 20, 8)),
-               FormatBandwidth(models::DiskReadBandwidth(d, 4096, 32)));
+    std::string line = fmt::format("  {:<3} {:<30} {:>10} {:>11} {:>11} {:>9} {:>9} {:>5.2f} {:>15} {:>15}", i,
+                                   d.name, FormatBytes(static_cast<double>(d.capacity_bytes)),
+                                   FormatBandwidth(d.read_bw_bytes_per_s), FormatBandwidth(d.write_bw_bytes_per_s),
+                                   FormatDuration(d.read_latency_s), FormatDuration(d.write_latency_s),
+                                   d.mixed_efficiency, read_at(d, 1 << 20, 8), read_at(d, 4096, 32));
+    line.erase(line.find_last_not_of(' ') + 1);
+    fmt::print("{}\n", line);
   }
+  if (any_measured) fmt::print("  * from the disk's measured points (read_bw_by_request), not the fit\n");
   for (size_t i = 0; i < n.remote.size(); ++i) {
     const auto& t = n.remote[i];
     fmt::print("  remote {:<24} read {}, write {}, latency {}\n", t.name,

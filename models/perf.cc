@@ -91,6 +91,10 @@ double DiskWriteBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t que
                              queue_depth);
 }
 
+bool DiskStreamMeasured(const NvmeSpec& disk, bool write, int64_t block_bytes, int32_t queue_depth) {
+  return MeasuredStreamBandwidth(write ? disk.write_bw_by_request : disk.read_bw_by_request, block_bytes, queue_depth).has_value();
+}
+
 double DiskSharedCapacity(const NvmeSpec& disk, int32_t reads, int32_t writes) {
   reads = std::max(reads, 0);
   writes = std::max(writes, 0);

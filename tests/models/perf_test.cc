@@ -89,7 +89,12 @@ TEST(PerfDiskTest, MeasuredStreamsAreInterpolatedWhereTheySurroundTheRequest) {
   NvmeSpec fit = Disk();
   EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 16384, 8), DiskReadBandwidth(fit, 16384, 8));
   EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 4096, 1), DiskReadBandwidth(fit, 4096, 1));
+  // DiskStreamMeasured says which (`tierflow hardware` marks it).
+  EXPECT_TRUE(DiskStreamMeasured(d, /*write=*/false, 128 << 10, 2));
+  EXPECT_FALSE(DiskStreamMeasured(d, /*write=*/false, 16384, 8));
+  EXPECT_FALSE(DiskStreamMeasured(d, /*write=*/true, 16384, 1));
   d.read_bw_by_request.pop_back();
+  EXPECT_FALSE(DiskStreamMeasured(d, /*write=*/false, 128 << 10, 2));
   EXPECT_DOUBLE_EQ(DiskReadBandwidth(d, 128 << 10, 2), DiskReadBandwidth(fit, 128 << 10, 2));
   // Writes take their own points; none here.
   EXPECT_DOUBLE_EQ(DiskWriteBandwidth(d, 16384, 1), DiskWriteBandwidth(fit, 16384, 1));

@@ -25,6 +25,9 @@ double ComputeEfficiency(const GpuSpec& gpu, Phase phase);
 // the measured points where they surround it (NvmeSpec::read_bw_by_request), else Little's law.
 double DiskReadBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth);
 double DiskWriteBandwidth(const NvmeSpec& disk, int64_t block_bytes, int32_t queue_depth);
+// Whether DiskReadBandwidth (write: DiskWriteBandwidth) takes the measured points at this
+// request, rather than Little's law.
+bool DiskStreamMeasured(const NvmeSpec& disk, bool write, int64_t block_bytes, int32_t queue_depth);
 // Aggregate device bandwidth when `reads` read streams and `writes` write streams share it
 // (sim divides it among them by their bytes in flight); equals the read or write peak when the
 // other count is 0.
