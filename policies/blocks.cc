@@ -737,7 +737,6 @@ class GradientBucket {
 class LiveParameters {
  public:
   LiveParameters(ScheduleBuilder& b, int64_t limit) : b_(b), limit_(limit) {}
-  size_t size() const { return units_.size(); }
   // A unit gathered for the layer being computed.
   void Gathered(int64_t elements, const std::vector<int32_t>& admit) { units_.push_back({elements, admit, {}, layer_}); }
   // The layer's last compute, per rank, frees its units gathered since the last call.
@@ -745,19 +744,17 @@ class LiveParameters {
     for (size_t i = units_.size(); i > 0 && units_[i - 1].layer == layer_; --i) units_[i - 1].freed_by = compute;
     ++layer_;
   }
-  // Each unit gathered from `begin` on is admitted once the units before it that would take the
-  // gathered elements past the limit are freed (its admission waits for the compute that frees
-  // the last of them), unless they belong to its own layer.
-  void Bound(size_t begin) {
-    if (limit_ <= 0) return;
-    int64_t held = 0;  // elements of units [first, j]
-    size_t first = 0;
-    for (size_t j = 0; j < units_.size(); ++j) {
-      held += units_[j].elements;
-      while (first < j && held > limit_) held -= units_[first++].elements;
-      if (j < begin || first == 0) continue;
+  // Each unit gathered since the last call (its layer freed by now) is admitted once the units
+  // before it that would take the gathered elements past the limit are freed (its admission
+  // waits for the compute that frees the last of them), unless they belong to its own layer.
+  void Bound() {
+    for (; limit_ > 0 && next_ < units_.size(); ++next_) {
+      const size_t j = next_;
+      held_ += units_[j].elements;
+      while (first_ < j && held_ > limit_) held_ -= units_[first_++].elements;
+      if (first_ == 0) continue;
       // Unit first - 1 must be freed first; not one of unit j's layer (fetched whatever the count).
-      size_t k = first - 1;
+      size_t k = first_ - 1;
       while (units_[k].layer == units_[j].layer && k > 0) --k;
       if (units_[k].layer == units_[j].layer || k == waited_) continue;  // the admission before waits already
       waited_ = k;
@@ -776,6 +773,9 @@ class LiveParameters {
   const int64_t limit_;
   std::vector<Unit> units_;
   int64_t layer_ = 0;
+  size_t next_ = 0;           // the first unit Bound has not seen
+  size_t first_ = 0;          // the window [first_, next_) holds held_ elements
+  int64_t held_ = 0;
   size_t waited_ = SIZE_MAX;  // the unit the last bounded admission waits for
 };
 
@@ -866,7 +866,6 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       // GPU-resident), the compute allocates it.
       std::vector<std::vector<int32_t>> layer_gathered(ranks);
       GradientBucket gradients(b, plan, o, fo, last_micro_step, &carry, &res);
-      const size_t pass_begin = live.size();
       for (size_t pos = 0; pos < order.size(); ++pos) {
         const int32_t u = order[pos];
         const ParamUnit& unit = plan.units[u];
@@ -931,7 +930,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         layer_units.clear();
       }
       if (!fwd) gradients.Flush();  // what is left: DeepSpeed's epilogue
-      live.Bound(pass_begin);
+      live.Bound();
     }
     for (int32_t t = first_task; t < b.task_count(); ++t) b.task(t).micro_step = static_cast<int32_t>(m);
   }
