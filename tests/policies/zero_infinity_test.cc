@@ -379,7 +379,9 @@ TEST(ZeroInfinity, TheBackwardEpilogueRunsInDeepSpeedsOrder) {
       const int32_t pool = s.FindPool("host.grad32.r0");
       if (!emulated) {
         EXPECT_EQ(pool, kNoIndex) << "DeepSpeed's widened gradients are GPU memory";
-        if (bucket == "5e8") EXPECT_LE(last_loop, first_staged);
+        if (bucket == "5e8") {
+          EXPECT_LE(last_loop, first_staged);
+        }
         continue;
       }
       if (micro_steps) continue;
