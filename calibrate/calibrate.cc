@@ -160,7 +160,7 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
   // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
   // and write records are fitted as pairs), as do memory records.
   using Key =
-      std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double, int32_t>;
+      std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double, int32_t, bool>;
   std::map<Key, std::vector<const TraceRecord*>> points;
   std::vector<const TraceRecord*> kept;
   for (const TraceRecord* r : *records) {
@@ -173,7 +173,7 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
       continue;
     }
     points[{r->task, static_cast<int>(r->op), r->resource, window ? 0 : r->bytes, r->block_bytes, r->queue_depth,
-            r->threads, r->layer, static_cast<int>(r->phase), r->flops, r->tasks}]
+            r->threads, r->layer, static_cast<int>(r->phase), r->flops, r->tasks, r->narrows}]
         .push_back(r);
   }
   // The pooled mean (mean bytes over mean duration), which is what a run summing many such

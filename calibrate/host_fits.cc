@@ -36,11 +36,12 @@ struct CopyFit {
   double latency = 0, bw = 0;
 };
 
-CopyFit FitPinned(const std::string& model, const std::string& dir, const std::vector<TimedBytes>& obs,
-                  const CalibrateOptions& o, std::vector<FitReport>* reports) {
+// `dir` names the fitted parameter (dir_bw); `op` the records' op, `kind` which of them.
+CopyFit FitPinned(const std::string& model, const std::string& dir, const std::string& op, const std::string& kind,
+                  const std::vector<TimedBytes>& obs, const CalibrateOptions& o, std::vector<FitReport>* reports) {
   if (obs.empty()) {
-    reports->push_back(NoData(model, "probe " + dir + " records (not probe.copy.pageable*) and run " + dir +
-                                         " copies that overlap no other " + dir + " copy"));
+    reports->push_back(NoData(model, "probe " + op + " records " + kind + " and run " + op +
+                                         " copies that overlap no other " + op + " copy"));
     return {};
   }
   FitReport rep;
@@ -219,9 +220,11 @@ std::optional<double> FitPerCoreRate(const std::string& param, const std::string
 
 void FitCopies(const Context& c) {
   const CalibrateOptions& o = c.options;
-  std::vector<TimedBytes> pinned[2], pageable[2];  // [0] h2d, [1] d2h
-  std::vector<const TraceRecord*> run[2];
+  // [0] h2d, [1] d2h, [2] d2h narrowing fp32 gradients to bf16 (records with `narrows`: pinned).
+  std::vector<TimedBytes> pinned[3], pageable[2];
+  std::vector<const TraceRecord*> run[2];  // by direction: any two copies of one direction contend
   int64_t empty = 0;
+  const auto group = [](const TraceRecord& r) { return r.op == Op::kH2D ? 0 : r.narrows ? 2 : 1; };
   for (const TraceRecord* r : c.records) {
     if (r->op != Op::kH2D && r->op != Op::kD2H) continue;
     const int d = r->op == Op::kH2D ? 0 : 1;
@@ -233,8 +236,12 @@ void FitCopies(const Context& c) {
       ++empty;
       continue;
     }
-    (StartsWith(r->task, "probe.copy.pageable") ? pageable : pinned)[d].push_back(
-        {static_cast<double>(r->bytes), r->duration_s(), r->threads});
+    const TimedBytes t{static_cast<double>(r->bytes), r->duration_s(), r->threads};
+    if (r->narrows) {
+      pinned[2].push_back(t);
+    } else {
+      (StartsWith(r->task, "probe.copy.pageable") ? pageable : pinned)[d].push_back(t);
+    }
   }
   int64_t contended = 0;
   for (int d = 0; d < 2; ++d) {
@@ -246,8 +253,7 @@ void FitCopies(const Context& c) {
       } else if (r.bytes <= 0 || r.duration_s() <= 0) {
         ++empty;
       } else {
-        (StartsWith(r.task, "probe.copy.pageable") ? pageable : pinned)[d].push_back(
-            {static_cast<double>(r.bytes), r.duration_s(), r.threads});
+        pinned[group(r)].push_back({static_cast<double>(r.bytes), r.duration_s(), r.threads});
       }
     }
   }
@@ -257,9 +263,9 @@ void FitCopies(const Context& c) {
   if (empty > 0) c.notes->push_back(fmt::format("left out {} copy records without bytes or duration", empty));
 
   models::PcieSpec& pcie = c.profile->node.pcie;
-  const CopyFit h2d = FitPinned("pcie.h2d", "h2d", pinned[0], o, c.reports);
+  const CopyFit h2d = FitPinned("pcie.h2d", "h2d", "h2d", "(not probe.copy.pageable*)", pinned[0], o, c.reports);
   const size_t h2d_index = c.reports->size() - 1;
-  const CopyFit d2h = FitPinned("pcie.d2h", "d2h", pinned[1], o, c.reports);
+  const CopyFit d2h = FitPinned("pcie.d2h", "d2h", "d2h", "(not probe.copy.pageable*, not narrowing)", pinned[1], o, c.reports);
   const size_t d2h_index = c.reports->size() - 1;
   if (h2d.fitted) pcie.h2d_bw_bytes_per_s = h2d.bw;
   if (d2h.fitted) pcie.d2h_bw_bytes_per_s = d2h.bw;
@@ -273,6 +279,9 @@ void FitCopies(const Context& c) {
   } else if (h2d.fitted || d2h.fitted) {
     pcie.latency_s = h2d.fitted ? h2d.latency : d2h.latency;
   }
+  // The narrowing d2h: its own rate (the link's one latency stays the copies').
+  const CopyFit narrowing = FitPinned("pcie.d2h_bf16", "d2h_bf16", "d2h", "that narrow to bf16 (narrows)", pinned[2], o, c.reports);
+  if (narrowing.fitted) pcie.d2h_bf16_bw_bytes_per_s = narrowing.bw;
 
   // Pageable: t = latency_dir + bytes / (bw_dir * factor), over directions with a pinned fit.
   const std::string model = "pcie.pageable";

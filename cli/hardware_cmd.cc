@@ -44,6 +44,7 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                {"pcie",
                 {{"h2d_bw_bytes_per_s", n.pcie.h2d_bw_bytes_per_s},
                  {"d2h_bw_bytes_per_s", n.pcie.d2h_bw_bytes_per_s},
+                 {"d2h_bf16_bw_bytes_per_s", n.pcie.d2h_bf16_bw_bytes_per_s},
                  {"pageable_factor", n.pcie.pageable_factor},
                  {"latency_s", n.pcie.latency_s},
                  {"root_complex_bw_bytes_per_s", n.pcie.root_complex_bw_bytes_per_s}}},
@@ -98,9 +99,12 @@ void PrintTable(const models::HardwareSpec& hw) {
       n.gpu.peak_flops / 1e12, n.gpu.compute_efficiency, FormatBandwidth(n.gpu.hbm_bw_bytes_per_s),
       FormatDuration(n.gpu.kernel_overhead_s), n.gpu.shares_host_cores ? ", on the host's cores" : "");
   fmt::print(
-      "  pcie        h2d {}, d2h {} pinned (pageable x {:.2f}), latency {}, root complex "
+      "  pcie        h2d {}, d2h {} pinned{} (pageable x {:.2f}), latency {}, root complex "
       "{}\n",
       FormatBandwidth(n.pcie.h2d_bw_bytes_per_s), FormatBandwidth(n.pcie.d2h_bw_bytes_per_s),
+      n.pcie.d2h_bf16_bw_bytes_per_s > 0
+          ? fmt::format(", {} narrowing to bf16", FormatBandwidth(n.pcie.d2h_bf16_bw_bytes_per_s))
+          : std::string(),
       n.pcie.pageable_factor, FormatDuration(n.pcie.latency_s),
       FormatBandwidth(n.pcie.root_complex_bw_bytes_per_s));
   fmt::print(

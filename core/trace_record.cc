@@ -31,6 +31,7 @@ std::string TraceRecordToJson(const TraceRecord& r) {
   if (r.threads) j["threads"] = r.threads;
   if (r.tasks) j["tasks"] = r.tasks;
   if (r.rank >= 0) j["rank"] = r.rank;
+  if (r.narrows) j["narrows"] = true;
   if (r.device_start_s != 0 || r.device_end_s != 0) {
     j["device_start_s"] = r.device_start_s;
     j["device_end_s"] = r.device_end_s;
@@ -76,6 +77,7 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
       else if (key == "threads") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "threads", &r.threads));
       else if (key == "tasks") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "tasks", &r.tasks));
       else if (key == "rank") TF_RETURN_IF_ERROR(Integer<int32_t>(v, "rank", &r.rank));
+      else if (key == "narrows") r.narrows = v.get<bool>();
       else if (key == "device_start_s") r.device_start_s = v.get<double>();
       else if (key == "device_end_s") r.device_end_s = v.get<double>();
       else return InvalidArgument("unknown key '" + key + "'");
@@ -219,8 +221,17 @@ TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration
     r.queue_depth = IoQueueDepth(t);
   }
   if (t.op == Op::kOptimizer || t.op == Op::kConvert || IsCollectiveOp(t.op)) r.threads = threads;
+  r.narrows = D2HNarrows(schedule, t);
   r.rank = t.rank;
   return r;
+}
+
+bool D2HNarrows(const Schedule& schedule, const TaskSpec& t) {
+  if (t.op != Op::kD2H) return false;
+  for (int32_t ti : t.tensors) {
+    if (schedule.tensors()[static_cast<size_t>(ti)].kind == StateKind::kGrad16) return true;
+  }
+  return false;
 }
 
 TraceRecord ProbeRecord(std::string task, Op op, std::string resource, int64_t repetition, int64_t bytes,

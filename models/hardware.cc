@@ -47,6 +47,7 @@ Status ApplyPcie(const YAML::Node& node, const std::string& path, PcieSpec* p) {
   FieldReader r(node, path);
   TF_RETURN_IF_ERROR(r.Bandwidth("h2d_bw", &p->h2d_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.Bandwidth("d2h_bw", &p->d2h_bw_bytes_per_s));
+  TF_RETURN_IF_ERROR(r.Bandwidth("d2h_bf16_bw", &p->d2h_bf16_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.Fraction("pageable_factor", &p->pageable_factor));
   TF_RETURN_IF_ERROR(r.Duration("latency", &p->latency_s));
   TF_RETURN_IF_ERROR(r.Bandwidth("root_complex_bw", &p->root_complex_bw_bytes_per_s));
@@ -316,6 +317,7 @@ Status ValidateHardware(const HardwareSpec& hw) {
   }
   TF_RETURN_IF_ERROR(Positive(node.pcie.h2d_bw_bytes_per_s, n + ".pcie.h2d_bw"));
   TF_RETURN_IF_ERROR(Positive(node.pcie.d2h_bw_bytes_per_s, n + ".pcie.d2h_bw"));
+  if (node.pcie.d2h_bf16_bw_bytes_per_s < 0) return InvalidArgument(n + ".pcie.d2h_bf16_bw must not be negative");
   TF_RETURN_IF_ERROR(InUnitInterval(node.pcie.pageable_factor, n + ".pcie.pageable_factor"));
   TF_RETURN_IF_ERROR(Positive(node.pcie.root_complex_bw_bytes_per_s, n + ".pcie.root_complex_bw"));
   if (node.pcie.latency_s < 0) return InvalidArgument(n + ".pcie.latency must not be negative");
@@ -432,6 +434,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
   y += "  pcie:\n";
   y += fmt::format("    h2d_bw: {} B/s\n", Num(n.pcie.h2d_bw_bytes_per_s));
   y += fmt::format("    d2h_bw: {} B/s\n", Num(n.pcie.d2h_bw_bytes_per_s));
+  if (n.pcie.d2h_bf16_bw_bytes_per_s > 0) y += fmt::format("    d2h_bf16_bw: {} B/s\n", Num(n.pcie.d2h_bf16_bw_bytes_per_s));
   y += fmt::format("    pageable_factor: {}\n", Num(n.pcie.pageable_factor));
   y += fmt::format("    latency: {} s\n", Num(n.pcie.latency_s));
   y += fmt::format("    root_complex_bw: {} B/s\n", Num(n.pcie.root_complex_bw_bytes_per_s));

@@ -129,6 +129,12 @@ double CopyTime(const PcieSpec& pcie, bool host_to_device, int64_t bytes, bool p
   return pcie.latency_s + static_cast<double>(bytes) / bw;
 }
 
+double NarrowingCopyTime(const PcieSpec& pcie, int64_t bytes) {
+  if (bytes <= 0) return 0.0;
+  const double bw = pcie.d2h_bf16_bw_bytes_per_s > 0 ? pcie.d2h_bf16_bw_bytes_per_s : pcie.d2h_bw_bytes_per_s;
+  return pcie.latency_s + static_cast<double>(bytes) / bw;
+}
+
 double CollectiveTime(const InterconnectSpec& ic, Collective kind, int64_t bytes, int32_t ranks) {
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double n = static_cast<double>(ranks);

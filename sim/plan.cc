@@ -5,6 +5,7 @@
 #include <optional>
 #include <tuple>
 
+#include "tierflow/core/trace_record.h"
 #include "tierflow/models/perf.h"
 
 namespace tierflow::sim::internal {
@@ -147,14 +148,24 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         TF_RETURN_IF_ERROR(need(h2d ? node.pcie.h2d_bw_bytes_per_s : node.pcie.d2h_bw_bytes_per_s,
                                 h2d ? "PCIe h2d bandwidth" : "PCIe d2h bandwidth"));
         if (t.bytes == 0) break;
-        if (node.gpu.shares_host_cores) {  // a memcpy in host memory: the link's time, on one core
-          host_exec(p, dev.node, 1, models::CopyTime(node.pcie, h2d, t.bytes, /*pinned=*/true));
+        // A d2h into bf16 gradients narrows on the way: the overflow check and the cast, at the
+        // measured narrowing rate (PcieSpec::d2h_bf16_bw; as d2h_bw where none was measured).
+        const bool narrows = D2HNarrows(schedule, t);
+        const double seconds = narrows ? models::NarrowingCopyTime(node.pcie, t.bytes)
+                                       : models::CopyTime(node.pcie, h2d, t.bytes, /*pinned=*/true);
+        if (node.gpu.shares_host_cores) {
+          // Work in host memory on the node's cores: a plain copy is a memcpy on one; the
+          // narrowing passes run on every core, as the CPU executor's copy kernels do.
+          host_exec(p, dev.node, narrows ? default_threads : 1, seconds);
           break;
         }
         p.kind = ActivityKind::kComm;
         p.gpu = dev.node * plan.gpus_per_node + dev.index;
         p.to_device = h2d;
+        // The link carries the bytes; a slower narrowing rate takes the link for longer, as if
+        // it carried proportionally more.
         p.amount = static_cast<double>(t.bytes);
+        if (narrows) p.amount *= (seconds - node.pcie.latency_s) * node.pcie.d2h_bw_bytes_per_s / static_cast<double>(t.bytes);
         break;
       }
       case Op::kCompute: {

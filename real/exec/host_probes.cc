@@ -74,9 +74,11 @@ StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes
   CpuThreads threads(MaxThreads(o));
   // The emulated GPU and the host side each rotate through a cold pool. "Pinned" host memory is
   // the executor's kind of buffer (allocated once, touched); "pageable" is memory the copy
-  // faults in as it goes, as a fresh pageable buffer would.
+  // faults in as it goes, as a fresh pageable buffer would. Pinned d2h is measured twice: as a
+  // plain copy of fp32 gradients, and narrowing them to `size` bytes of bf16 (twice as many
+  // bytes of fp32 read: records with `narrows`), as a d2h into DeepSpeed's bf16 partition buffer does.
   const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
-  ColdPool device(largest);
+  ColdPool device(2 * largest);
   ColdPool host(largest);
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
@@ -85,9 +87,12 @@ StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes
     for (int64_t size : sizes) {
       // Small copies take microseconds: more repetitions keep their median meaningful.
       const int32_t reps = o.repetitions * (size < (int64_t{1} << 20) ? 8 : 1);
-      for (const bool h2d : {true, false}) {
+      enum Kind { kH2D, kD2H, kD2HNarrowing };
+      for (const Kind kind : {kH2D, kD2H, kD2HNarrowing}) {
+        if (kind == kD2HNarrowing && !pinned) continue;
+        const bool h2d = kind == kH2D, narrows = kind == kD2HNarrowing;
         for (int32_t rep = -1; rep < reps; ++rep) {
-          char* dev = device.Slot(rep + 1, size);
+          char* dev = device.Slot(rep + 1, narrows ? 2 * size : size);
           char* hst = host.Slot(rep + 1, size);
           std::unique_ptr<char[]> fresh;
           if (!pinned) {
@@ -99,12 +104,14 @@ StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes
           if (h2d) {
             exec::EmulatedH2D(reinterpret_cast<uint16_t*>(dev), hst, size / 2);
           } else {
-            exec::EmulatedD2HGrad(hst, reinterpret_cast<const float*>(dev), size / 4, false, 1.0f, threads);
+            const int64_t elements = narrows ? size / 2 : size / 4;
+            exec::EmulatedD2HGrad(hst, reinterpret_cast<const float*>(dev), elements, narrows, 1.0f, threads);
           }
           const double end = MonotonicSeconds();
           if (rep < 0) continue;
           out.push_back(Record(task, h2d ? Op::kH2D : Op::kD2H, h2d ? "gpu0.h2d" : "gpu0.d2h", rep, size, start - t0,
                                end - t0, h2d ? 1 : threads.threads()));
+          out.back().narrows = narrows;
         }
       }
       Report(o, task + " " + std::to_string(size) + " B");

@@ -55,6 +55,7 @@ models::HardwareSpec Truth() {
   t.node.nvme[1].mixed_efficiency = 0.9;
   t.node.pcie.h2d_bw_bytes_per_s = 12e9;
   t.node.pcie.d2h_bw_bytes_per_s = 13e9;
+  t.node.pcie.d2h_bf16_bw_bytes_per_s = 4e9;
   t.node.pcie.pageable_factor = 0.6;
   t.node.pcie.latency_s = 10e-6;
   t.node.cpu.memory_bw_bytes_per_s = 40e9;
@@ -112,14 +113,14 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   auto cal = Calibrate(records, {}, Base());
   ASSERT_TRUE(cal.ok()) << cal.status().ToString();
   for (const char* model : {"nvme0.read", "nvme0.write", "nvme0.mixed", "nvme1.read", "nvme1.write", "nvme1.mixed",
-                            "pcie.h2d", "pcie.d2h", "pcie.pageable", "compute", "compute.forward", "compute.backward",
-                            "cpu.memory", "cpu.adam", "cpu.convert", "interconnect", "interconnect.local"}) {
+                            "pcie.h2d", "pcie.d2h", "pcie.d2h_bf16", "pcie.pageable", "compute", "compute.forward",
+                            "compute.backward", "cpu.memory", "cpu.adam", "cpu.convert", "interconnect", "interconnect.local"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
     EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
   }
-  EXPECT_EQ(cal->fits.size(), 17u);
+  EXPECT_EQ(cal->fits.size(), 18u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -145,6 +146,7 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   }
   ExpectWithin(got.pcie.h2d_bw_bytes_per_s, want.pcie.h2d_bw_bytes_per_s, kBandwidthTol, "h2d_bw");
   ExpectWithin(got.pcie.d2h_bw_bytes_per_s, want.pcie.d2h_bw_bytes_per_s, kBandwidthTol, "d2h_bw");
+  ExpectWithin(got.pcie.d2h_bf16_bw_bytes_per_s, want.pcie.d2h_bf16_bw_bytes_per_s, kBandwidthTol, "d2h_bf16_bw");
   ExpectWithin(got.pcie.latency_s, want.pcie.latency_s, kLatencyTol, "pcie latency");
   ExpectWithin(got.pcie.pageable_factor, want.pcie.pageable_factor, kRatioTol, "pageable_factor");
   ExpectWithin(got.gpu.forward_efficiency, want.gpu.forward_efficiency, kRatioTol, "forward_efficiency");
@@ -195,7 +197,7 @@ TEST(CalibrateTest, ModelsWithoutDataKeepTheBase) {
   auto cal = Calibrate(r, {}, base);
   ASSERT_TRUE(cal.ok());
   EXPECT_EQ(Find(*cal, "nvme0.read")->outcome, FitOutcome::kFitted);
-  for (const char* model : {"nvme0.mixed", "nvme1.read", "nvme1.write", "pcie.h2d", "pcie.pageable", "compute",
+  for (const char* model : {"nvme0.mixed", "nvme1.read", "nvme1.write", "pcie.h2d", "pcie.d2h_bf16", "pcie.pageable", "compute",
                             "compute.forward", "cpu.memory", "cpu.adam", "cpu.convert", "interconnect"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;

@@ -172,6 +172,11 @@ inline void AddCopies(const models::PcieSpec& pcie, const std::vector<int64_t>& 
         Probe("probe.copy.d2h", Op::kD2H, "gpu0.d2h", b, models::CopyTime(pcie, false, b, true) * noise.Factor()));
     out->push_back(Probe("probe.copy.pageable.h2d", Op::kH2D, "gpu0.h2d", b,
                          models::CopyTime(pcie, true, b, false) * noise.Factor()));
+    if (pcie.d2h_bf16_bw_bytes_per_s > 0) {  // a d2h narrowing fp32 gradients to b bytes of bf16
+      // Named as the plain d2h's records: only `narrows` tells them apart, as in the copy probe's.
+      out->push_back(Probe("probe.copy.d2h", Op::kD2H, "gpu0.d2h", b, models::NarrowingCopyTime(pcie, b) * noise.Factor()));
+      out->back().narrows = true;
+    }
   }
 }
 

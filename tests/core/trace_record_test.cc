@@ -36,13 +36,22 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   b.device_start_s = 0.2;  // its work's span on the GPU
   b.device_end_s = 0.29;
   b.rank = 1;  // a record of rank 1 of several
+  TraceRecord c = a;
+  c.task = "d2h.grad.L7.b0.r0";
+  c.op = Op::kD2H;
+  c.block_bytes = 0;
+  c.queue_depth = 0;
+  c.narrows = true;  // fp32 gradients cast to bf16 on the way
   auto path = (std::filesystem::temp_directory_path() / "tierflow_trace_record_test.jsonl").string();
-  ASSERT_TRUE(WriteTraceFile(path, {a, b}).ok());
+  ASSERT_TRUE(WriteTraceFile(path, {a, b, c}).ok());
   auto back = ReadTraceFile(path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  ASSERT_EQ(back->size(), 2u);
+  ASSERT_EQ(back->size(), 3u);
   EXPECT_EQ((*back)[0], a);
   EXPECT_EQ((*back)[1], b);
+  EXPECT_EQ((*back)[2], c);
+  EXPECT_EQ(TraceRecordToJson(a).find("narrows"), std::string::npos);
+  EXPECT_NE(TraceRecordToJson(c).find(R"("narrows":true)"), std::string::npos);
   std::filesystem::remove(path);
   // Optional keys are written only when set: a record without a GPU-side span has no such keys.
   EXPECT_EQ(TraceRecordToJson(a).find("device_"), std::string::npos);
@@ -53,6 +62,34 @@ TEST(TraceRecord, RoundTripsThroughJsonLines) {
   EXPECT_FALSE(TraceRecordFromJson(negative).ok());
   EXPECT_NE(TraceRecordToJson(b).find(R"("device_start_s":0.2,"device_end_s":0.29)"), std::string::npos)
       << TraceRecordToJson(b);
+}
+
+// A d2h whose tensors are bf16 gradients narrows the device's fp32 ones on the way: sim's and
+// real's records of it say so (D2HNarrows), those of any other task do not.
+TEST(TraceRecord, ATaskRecordSaysWhetherItsD2HNarrows) {
+  Schedule s;
+  const int32_t gpu = s.AddDevice({"gpu0", DeviceKind::kGpu});
+  const int32_t host = s.AddDevice({"host", DeviceKind::kHost});
+  const int32_t d2h = s.AddResource({"gpu0.d2h", gpu, 1});
+  const int32_t h2d = s.AddResource({"gpu0.h2d", gpu, 1});
+  const int32_t g16 = s.AddTensor({"g16", StateKind::kGrad16, "bf16", {1024}, 0, host, 0, 2048, 0});
+  const int32_t g32 = s.AddTensor({"g32", StateKind::kGrad, "fp32", {1024}, 0, host, 4096, 4096, 0});
+  const int32_t p16 = s.AddTensor({"p16", StateKind::kParam16, "bf16", {1024}, 0, host, 8192, 2048, 0});
+  const auto task = [&](const std::string& id, Op op, int32_t resource, int32_t tensor) {
+    TaskSpec t;
+    t.id = id;
+    t.op = op;
+    t.resource = resource;
+    t.bytes = 2048;
+    t.tensors = {tensor};
+    return s.AddTask(std::move(t));
+  };
+  const int32_t narrowing = task("narrowing", Op::kD2H, d2h, g16);
+  const int32_t plain = task("plain", Op::kD2H, d2h, g32);
+  const int32_t up = task("up", Op::kH2D, h2d, p16);
+  EXPECT_TRUE(TaskRecord(s, narrowing, 0, 0, 1, "sim", 0).narrows);
+  EXPECT_FALSE(TaskRecord(s, plain, 0, 0, 1, "sim", 0).narrows);
+  EXPECT_FALSE(TaskRecord(s, up, 0, 0, 1, "real", 0).narrows);
 }
 
 // A record twice would count its task twice in every sum; a file of no records summarises nothing.

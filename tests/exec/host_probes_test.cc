@@ -49,17 +49,21 @@ TEST(HostProbesTest, CopiesRecordEachSizeDirectionAndKind) {
   o.progress = [&](const std::string&) { ++reports; };
   auto r = ProbeCopies({64 << 10, 4 << 20}, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  // Sizes under 1 MiB get 8x the repetitions: 2 kinds x 2 directions x (16 + 2).
-  EXPECT_EQ(r->size(), 2u * 2u * (16u + 2u));
-  std::map<std::tuple<std::string, Op, int64_t>, int> count;
+  // Sizes under 1 MiB get 8x the repetitions: 2 kinds x 2 directions x (16 + 2), and the
+  // pinned d2h narrowing to bf16 (16 + 2).
+  EXPECT_EQ(r->size(), 5u * (16u + 2u));
+  std::map<std::tuple<std::string, Op, int64_t, bool>, int> count;
   for (const TraceRecord& x : *r) {
     EXPECT_EQ(x.source, "probe");
     EXPECT_GT(x.end_s, x.start_s) << x.task;
     EXPECT_EQ(x.resource, x.op == Op::kH2D ? "gpu0.h2d" : "gpu0.d2h");
-    ++count[{x.task, x.op, x.bytes}];
+    EXPECT_TRUE(!x.narrows || (x.op == Op::kD2H && x.task == "probe.copy.pinned")) << x.task;
+    ++count[{x.task, x.op, x.bytes, x.narrows}];
   }
-  EXPECT_EQ((count[{"probe.copy.pinned", Op::kH2D, 64 << 10}]), 16);
-  EXPECT_EQ((count[{"probe.copy.pageable", Op::kD2H, 4 << 20}]), 2);
+  EXPECT_EQ((count[{"probe.copy.pinned", Op::kH2D, 64 << 10, false}]), 16);
+  EXPECT_EQ((count[{"probe.copy.pageable", Op::kD2H, 4 << 20, false}]), 2);
+  EXPECT_EQ((count[{"probe.copy.pinned", Op::kD2H, 4 << 20, false}]), 2);
+  EXPECT_EQ((count[{"probe.copy.pinned", Op::kD2H, 4 << 20, true}]), 2);
   EXPECT_EQ(reports, 4);  // one per kind and size
 }
 

@@ -406,6 +406,47 @@ TEST(SimTest, AnEmulatedGpuSharesTheHostCores) {
   }
 }
 
+// A d2h into bf16 gradients narrows fp32 ones on the way: it takes the measured narrowing rate
+// (pcie.d2h_bf16_bw), on an emulated GPU with every core of the node; one that does not, the
+// plain copy's; with no narrowing rate measured, a narrowing d2h is a plain one.
+TEST(SimTest, ANarrowingD2HTakesTheNarrowingRate) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  const int64_t bytes = 64 * kMiB;
+  const auto& p = hw.node.pcie;
+  for (const bool shared : {false, true}) {
+    for (const double narrow_bw : {0.0, p.d2h_bw_bytes_per_s / 4}) {
+      hw.node.gpu.shares_host_cores = shared;
+      hw.node.pcie.d2h_bf16_bw_bytes_per_s = narrow_bw;
+      Builder b;
+      b.Resource("gpu0.d2h", "gpu0");
+      b.Resource("gpu0.compute", "gpu0");
+      const int32_t grad16 = b.s.AddTensor({"g16", StateKind::kGrad16, "bf16", {bytes / 2}, 0, b.s.FindDevice("host"), 0, bytes, 0});
+      const int32_t grad32 = b.s.AddTensor({"g32", StateKind::kGrad, "fp32", {bytes / 4}, 0, b.s.FindDevice("host"), bytes, bytes, 0});
+      b.Task("narrow", Op::kD2H, "gpu0.d2h", bytes).tensors = {grad16};
+      b.Task("plain", Op::kD2H, "gpu0.d2h", bytes, {"narrow"}).tensors = {grad32};
+      const double narrow_s = p.latency_s + static_cast<double>(bytes) / (narrow_bw > 0 ? narrow_bw : p.d2h_bw_bytes_per_s);
+      const double plain_s = p.latency_s + static_cast<double>(bytes) / p.d2h_bw_bytes_per_s;
+      SimResult r = MustSimulate(b.s, hw);
+      EXPECT_REL(Find(r, "narrow").end_s, narrow_s) << shared << " " << narrow_bw;
+      EXPECT_REL(Find(r, "plain").end_s - Find(r, "plain").start_s, plain_s) << shared << " " << narrow_bw;
+    }
+  }
+  // On the emulated GPU the narrowing runs on both cores: beside a two-thread compute it gets
+  // half of them (2 threads of 4), where a one-thread plain copy would get a third.
+  hw.node.gpu.shares_host_cores = true;
+  hw.node.pcie.d2h_bf16_bw_bytes_per_s = p.d2h_bw_bytes_per_s / 4;
+  Builder b;
+  b.Resource("gpu0.d2h", "gpu0");
+  b.Resource("gpu0.compute", "gpu0");
+  const int32_t grad16 = b.s.AddTensor({"g16", StateKind::kGrad16, "bf16", {bytes / 2}, 0, b.s.FindDevice("host"), 0, bytes, 0});
+  b.Task("narrow", Op::kD2H, "gpu0.d2h", bytes).tensors = {grad16};
+  const double narrow_s = p.latency_s + static_cast<double>(bytes) / p.d2h_bf16_bw_bytes_per_s;
+  b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = 10 * narrow_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+  SimResult r = MustSimulate(b.s, hw);
+  EXPECT_REL(Find(r, "narrow").end_s, 2 * narrow_s);
+}
+
 // ---- Clusters (hardware.nodes > 1) ----
 
 models::HardwareSpec TestCluster(int32_t nodes, int32_t gpus_per_node) {

@@ -48,15 +48,22 @@ struct TraceRecord {
   // several ranks also gives each rank's record of a collective its rank. -1: none (sim's record of
   // a collective, which stands for every rank's; a probe).
   int32_t rank = -1;
+  // A d2h that narrows fp32 gradients to bf16 on the way (D2HNarrows): the work is the overflow
+  // check and the cast of `bytes / 2` elements, not a plain copy of `bytes`.
+  bool narrows = false;
 
   double duration_s() const { return end_s - start_s; }
   bool operator==(const TraceRecord&) const = default;
 };
 
+// Whether d2h task `t` narrows: its tensors are bf16 gradients (StateKind::kGrad16), which the
+// device's fp32 gradients are cast to on the way out.
+bool D2HNarrows(const Schedule& schedule, const TaskSpec& t);
+
 // The record of instance (task, iteration) of `schedule`, as sim and real both write it: the
 // task's id, op, resource, layer, phase, bytes and flops; a read's or write's request shape
 // (IoBlockBytes, IoQueueDepth); for optimizer and convert tasks and collectives, `threads` (the
-// CPU threads it ran on; a collective's rank count). Times and source as given.
+// CPU threads it ran on; a collective's rank count); a d2h's `narrows`. Times and source as given.
 TraceRecord TaskRecord(const Schedule& schedule, int32_t task, int64_t iteration, double start_s, double end_s,
                        std::string source, int32_t threads);
 

@@ -40,6 +40,10 @@ struct GpuSpec {
 struct PcieSpec {
   double h2d_bw_bytes_per_s = 0;       // pinned, per direction, per GPU
   double d2h_bw_bytes_per_s = 0;
+  // A d2h that narrows fp32 gradients to bf16 on the way (the overflow check and the cast, then
+  // the copy), bytes of bf16 out per second; 0: as d2h_bw (the narrowing free, as a GPU's kernel
+  // beside a PCIe copy nearly is). An emulated GPU does it on the host's cores: calibrate measures it.
+  double d2h_bf16_bw_bytes_per_s = 0;
   double pageable_factor = 0.5;        // pageable bandwidth / pinned bandwidth
   double latency_s = 0;
   double root_complex_bw_bytes_per_s = 0;  // shared by all GPUs and NVMe DMA of the node

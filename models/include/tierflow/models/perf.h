@@ -38,6 +38,9 @@ double MixedEfficiency(const NvmeSpec& disk, int32_t streams);
 
 // Host<->GPU copy of `bytes` (pinned or pageable), including latency.
 double CopyTime(const PcieSpec& pcie, bool host_to_device, int64_t bytes, bool pinned);
+// A pinned d2h that narrows fp32 gradients to `bytes` of bf16 (PcieSpec::d2h_bf16_bw, else
+// d2h_bw), including latency.
+double NarrowingCopyTime(const PcieSpec& pcie, int64_t bytes);
 
 enum class Collective { kAllGather, kReduceScatter, kAllReduce };
 // Ring alpha-beta: (n-1) * alpha + (n-1)/n * bytes / busbw for all-gather and reduce-scatter

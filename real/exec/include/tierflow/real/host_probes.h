@@ -39,7 +39,8 @@ struct HostProbeOptions {
   std::function<void(const std::string&)> progress;
 };
 
-// h2d and d2h of the emulated GPU at each size (bytes), pinned and pageable host memory.
+// h2d and d2h of the emulated GPU at each size (bytes), pinned and pageable host memory; and the
+// pinned d2h that narrows fp32 gradients to `size` bytes of bf16 (records with `narrows`).
 StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes, const HostProbeOptions& options);
 
 // What the schedule charges one layer (models::Layers() index) for its compute tasks, summed,
