@@ -158,7 +158,8 @@ std::string CompactCount(double count) {
 std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* records) {
   // A point: everything that names what was measured, not how long it took. A disk window's
   // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
-  // and write records are fitted as pairs), as do memory records.
+  // and write records are fitted as pairs), as do memory records and the hand-over's (each is
+  // one sample of a median).
   using Key =
       std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double, int32_t, bool>;
   std::map<Key, std::vector<const TraceRecord*>> points;
@@ -168,7 +169,7 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
     // The memory fit is itself a median over repetitions (its spread is what it reports).
     // Windows of several devices at once stay whole too (their records are read as one window).
     if (r->source != "probe" || r->task == "probe.disk.mix" || r->task == "probe.disk.rw" || r->task.rfind("probe.memory", 0) == 0 ||
-        (window && r->threads > 1)) {
+        r->task == "probe.dispatch" || (window && r->threads > 1)) {
       kept.push_back(r);
       continue;
     }
@@ -236,7 +237,7 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
       ++sim;  // a simulation's records would only fit the simulator back to its own inputs
       continue;
     }
-    if (IsInstantOp(r.op)) continue;
+    if (IsInstantOp(r.op) && r.task != "probe.dispatch") continue;  // the hand-over probe's are timed
     measured.push_back(&r);
   }
   if (sim > 0) out.notes.push_back(fmt::format("ignored {} sim records (calibration fits measurements)", sim));
@@ -259,6 +260,7 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
   internal::FitCopies(c);
   internal::FitCompute(c);
   internal::FitCpu(c);
+  internal::FitDispatch(c);
   internal::FitCollectives(c);
 
   std::vector<std::string> fitted;

@@ -27,6 +27,7 @@ void FitDisks(const Context& c);
 void FitCopies(const Context& c);
 void FitCompute(const Context& c);
 void FitCpu(const Context& c);  // memory first, then Adam and conversions
+void FitDispatch(const Context& c);  // the executor's hand-over of a task (cpu.task_overhead)
 void FitCollectives(const Context& c);
 
 // True for a run's record (not a probe's; sim records never reach the fits).

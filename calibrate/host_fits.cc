@@ -352,6 +352,49 @@ void FitCopies(const Context& c) {
   c.reports->push_back(rep);
 }
 
+void FitDispatch(const Context& c) {
+  const CalibrateOptions& o = c.options;
+  std::vector<double> micros;
+  for (const TraceRecord* r : c.records) {
+    if (r->task == "probe.dispatch" && r->source == "probe" && r->duration_s() > 0) micros.push_back(r->duration_s() * 1e6);
+  }
+  const std::string model = "cpu.dispatch";
+  if (micros.empty()) {
+    c.reports->push_back(NoData(model, "probe.dispatch records (tierflow probe dispatch)"));
+    return;
+  }
+  // The mean, which is what a run of many tasks adds up; the wake-ups are bimodal here (a few
+  // microseconds when the other thread had not slept yet, tens when it had), so a median would
+  // pick one mode. The slowest and fastest 5 % are left out: one preempted hand-over is not a
+  // task's cost.
+  std::sort(micros.begin(), micros.end());
+  const size_t trim = micros.size() / 20;
+  const std::vector<double> kept(micros.begin() + static_cast<std::ptrdiff_t>(trim), micros.end() - static_cast<std::ptrdiff_t>(trim));
+  double sum = 0, sum_sq = 0, worst = 0;
+  for (double x : kept) sum += x;
+  const double mean = sum / static_cast<double>(kept.size());
+  for (double x : kept) {
+    sum_sq += (x / mean - 1) * (x / mean - 1);
+    worst = std::max(worst, std::fabs(x / mean - 1));
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.samples = static_cast<int64_t>(kept.size());
+  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(kept.size()));
+  rep.max_rel_residual = worst;
+  rep.condition_number = 1;
+  rep.data_range = fmt::format("hand-overs {}", RangeText(kept.front(), kept.back(), [](double x) { return fmt::format("{:.1f} us", x); }));
+  if (trim > 0) rep.note = fmt::format("the trimmed mean: the {} fastest and {} slowest of {} left out", trim, trim, micros.size());
+  const double rel_se = rep.rms_rel_residual / std::sqrt(static_cast<double>(kept.size()));
+  const double overhead = mean * 1e-6;
+  rep.params = {{"task_overhead", overhead, rel_se, "s", true}};
+  std::vector<std::string> reasons;
+  AddIf(&reasons, TooFewSamples(rep.samples, 1, o));
+  AddIf(&reasons, DeterminedRule("task_overhead", rel_se, "add repetitions", o));
+  if (Conclude(&rep, reasons)) c.profile->node.cpu.task_overhead_s = overhead;
+  c.reports->push_back(rep);
+}
+
 void FitCpu(const Context& c) {
   const CalibrateOptions& o = c.options;
   models::CpuSpec& cpu = c.profile->node.cpu;

@@ -53,7 +53,8 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                  {"host_memory_bytes", n.cpu.host_memory_bytes},
                  {"memory_bw_bytes_per_s", n.cpu.memory_bw_bytes_per_s},
                  {"adam_elements_per_s_per_core", n.cpu.adam_elements_per_s_per_core},
-                 {"convert_bytes_per_s_per_core", n.cpu.convert_bytes_per_s_per_core}}},
+                 {"convert_bytes_per_s_per_core", n.cpu.convert_bytes_per_s_per_core},
+                 {"task_overhead_s", n.cpu.task_overhead_s}}},
                {"interconnect",
                 {{"kind", n.interconnect.kind},
                  {"bus_bw_bytes_per_s", n.interconnect.bus_bw_bytes_per_s},
@@ -109,10 +110,12 @@ void PrintTable(const models::HardwareSpec& hw) {
       FormatBandwidth(n.pcie.root_complex_bw_bytes_per_s));
   fmt::print(
       "  cpu         {} cores, {} host memory at {}, Adam {:.3g} elements/s/core, convert "
-      "{}/core\n",
+      "{}/core{}\n",
       n.cpu.cores, FormatBytes(static_cast<double>(n.cpu.host_memory_bytes)),
       FormatBandwidth(n.cpu.memory_bw_bytes_per_s), n.cpu.adam_elements_per_s_per_core,
-      FormatBandwidth(n.cpu.convert_bytes_per_s_per_core));
+      FormatBandwidth(n.cpu.convert_bytes_per_s_per_core),
+      n.cpu.task_overhead_s > 0 ? fmt::format(", {} per task handed to a worker", FormatDuration(n.cpu.task_overhead_s))
+                                : std::string());
   fmt::print("  collective  {} busbw {}, alpha {}\n", n.interconnect.kind,
              FormatBandwidth(n.interconnect.bus_bw_bytes_per_s),
              FormatDuration(n.interconnect.latency_s));

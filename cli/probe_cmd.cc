@@ -1,6 +1,6 @@
 // `tierflow probe`: measure this machine for `tierflow calibrate` (docs/calibration.md).
 //   probe disk --dir D [--dir D2 ...]   request size x queue depth x op x devices, nccl-tests style
-//   probe copy | compute [SCENARIO] | optimizer | memory   the host-side probes
+//   probe copy | compute [SCENARIO] | optimizer | memory | dispatch   the host-side probes
 //   probe all --dir D [--dir D2 ...] -o DIR [--scenario S]   every probe, bounded, one file each
 //   [mpirun -np N] probe collective   all-gather, reduce-scatter, all-reduce by size, nccl-tests style
 // --compute cuda (copy, compute, all) measures gpu0 on GPU 0, as `run --compute cuda` uses it:
@@ -257,7 +257,7 @@ real::HostProbeOptions HostOptions(const HostArgs& a, Progress* progress, double
   return o;
 }
 
-enum class HostProbe { kCopy, kCompute, kOptimizer, kMemory };
+enum class HostProbe { kCopy, kCompute, kOptimizer, kMemory, kDispatch };
 
 // The copies of gpu0 on GPU 0 (--compute cuda): cudaMemcpyAsync on the copy streams, from pinned
 // memory (as the executor's page-locked blocks) and pageable memory.
@@ -296,6 +296,7 @@ StatusOr<std::vector<TraceRecord>> RunHostProbe(HostProbe which, const HostArgs&
       TF_ASSIGN_OR_RETURN(int64_t b, ParseBytes(a.memory, true));
       return real::ProbeMemory(b, o);
     }
+    case HostProbe::kDispatch: return real::ProbeDispatch(o);
   }
   return Internal("unknown host probe");
 }
@@ -461,6 +462,7 @@ Status RunProbeAll(const AllArgs& a) {
   steps.push_back({"copy", "copy", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kCopy, host, o); }});
   steps.push_back({"optimizer", "optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
   steps.push_back({"memory", "memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
+  steps.push_back({"dispatch", "dispatch", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kDispatch, host, o); }});
 
   // Compute is sampled all along, not in one go: one repetition of every probed shape before the
   // first step and after each (11 with two directories). On a shared VM the speed of a
@@ -519,7 +521,7 @@ Status RunProbeAll(const AllArgs& a) {
   const double compute_points =
       slices * 2.0 * static_cast<double>(ProbedSequences(compute_scenario.training.sequence_length).size());
   const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + compute_points +
-                             static_cast<double>(counts.size()) * threads + threads;
+                             static_cast<double>(counts.size()) * threads + threads + 1;
   Progress progress("probing", disk_points + host_points);
   double done = 0;
   const double t0 = real::MonotonicSeconds();
@@ -604,6 +606,7 @@ Command MakeProbe(CLI::App& parent) {
       ->add_option("--elements", h->elements, "Element counts, comma-separated");
   host("memory", "Streaming memory bandwidth (an in-place update, as the optimizer does) by thread count", HostProbe::kMemory)
       ->add_option("--bytes", h->memory, "Bytes of each of the four arrays");
+  host("dispatch", "The executor's hand-over of a task to a worker thread and back (two thread wake-ups)", HostProbe::kDispatch);
 
   CLI::App* coll = probe->add_subcommand("collective", "All-gather, reduce-scatter and all-reduce by message size across the ranks (run under mpirun)");
   auto* ca = Keep<CollectiveArgs>();

@@ -62,6 +62,7 @@ Status ApplyCpu(const YAML::Node& node, const std::string& path, CpuSpec* c) {
   TF_RETURN_IF_ERROR(r.Bandwidth("memory_bw", &c->memory_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.ElementRate("adam_rate_per_core", &c->adam_elements_per_s_per_core));
   TF_RETURN_IF_ERROR(r.Bandwidth("convert_bw_per_core", &c->convert_bytes_per_s_per_core));
+  TF_RETURN_IF_ERROR(r.Duration("task_overhead", &c->task_overhead_s));
   return r.Finish();
 }
 
@@ -321,6 +322,7 @@ Status ValidateHardware(const HardwareSpec& hw) {
   TF_RETURN_IF_ERROR(InUnitInterval(node.pcie.pageable_factor, n + ".pcie.pageable_factor"));
   TF_RETURN_IF_ERROR(Positive(node.pcie.root_complex_bw_bytes_per_s, n + ".pcie.root_complex_bw"));
   if (node.pcie.latency_s < 0) return InvalidArgument(n + ".pcie.latency must not be negative");
+  if (node.cpu.task_overhead_s < 0) return InvalidArgument(n + ".cpu.task_overhead must not be negative");
   if (node.cpu.cores < 1) {
     return InvalidArgument(n + ".cpu.cores must be at least 1, got " +
                            std::to_string(node.cpu.cores));
@@ -446,6 +448,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
   y += fmt::format("    adam_rate_per_core: {} elements/s\n",
                    Num(n.cpu.adam_elements_per_s_per_core));
   y += fmt::format("    convert_bw_per_core: {} B/s\n", Num(n.cpu.convert_bytes_per_s_per_core));
+  if (n.cpu.task_overhead_s > 0) y += fmt::format("    task_overhead: {} s\n", Num(n.cpu.task_overhead_s));
   y += "  interconnect:\n";
   y += fmt::format("    kind: {}\n", Quote(n.interconnect.kind));
   // bus_bw may be 0 on a one-GPU node; a zero bandwidth does not parse, so it is left out.

@@ -306,18 +306,18 @@ class Runner {
       if (p.threads > 1) exec->set_thread_count(p.threads);
       f.activities.push_back(exec);
       f.pending = 1;
-      Begin(id);
+      BeginAfter(id, p.delay_s);
       return;
     }
     if (p.gpu >= 0) {
       sg4::Host* mem = nodes_[static_cast<size_t>(p.gpu / plan_.gpus_per_node)].mem;
       sg4::Host* gpu = gpu_[static_cast<size_t>(p.gpu)];
-      Transfer(id, p.to_device ? mem : gpu, p.to_device ? gpu : mem, p.amount, hw_.node.pcie.latency_s);
+      Transfer(id, p.to_device ? mem : gpu, p.to_device ? gpu : mem, p.amount, p.delay_s + hw_.node.pcie.latency_s);
       return;
     }
     const Endpoint& e = plan_.endpoints[static_cast<size_t>(p.endpoint >= 0 ? p.endpoint : p.network_endpoint)];
     if (e.collective || e.network) {
-      StartLevel(id, p.endpoint >= 0 ? 0 : 1);
+      StartLevel(id, p.endpoint >= 0 ? 0 : 1, p.delay_s);
       return;
     }
     if (e.disk >= 0) {
@@ -330,8 +330,9 @@ class Runner {
     Transfer(id, e.write ? mem : far, e.write ? far : mem, p.amount, e.latency_s);
   }
 
-  // Flight `id`'s collective comms of `level` on every node taking part, after the level's alpha.
-  void StartLevel(int32_t id, int32_t level) {
+  // Flight `id`'s collective comms of `level` on every node taking part, after the level's alpha
+  // (and `delay_s` more).
+  void StartLevel(int32_t id, int32_t level, double delay_s = 0) {
     Flight& f = flights_[id];
     const TaskPlan& p = plan_.tasks[f.instance.task];
     f.level = level;
@@ -341,7 +342,7 @@ class Runner {
       const NodeHosts& h = nodes_[static_cast<size_t>(n)];
       Add(id, endpoints_[static_cast<size_t>(first + n)], level == 0 ? h.ic_sink : h.net_sink, amount);
     }
-    BeginAfter(id, plan_.endpoints[static_cast<size_t>(first)].latency_s);
+    BeginAfter(id, delay_s + plan_.endpoints[static_cast<size_t>(first)].latency_s);
   }
 
   void Transfer(int32_t id, sg4::Host* src, sg4::Host* dst, double amount, double latency_s) {

@@ -248,6 +248,9 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
       default:
         return Internal(who + ": op not handled by the simulator");
     }
+    // The executor hands every task but reads and writes (which it submits itself) to the
+    // resource's worker and is told back: two thread wake-ups, a delay that uses no resource.
+    if (p.kind != ActivityKind::kInstant && t.op != Op::kRead && t.op != Op::kWrite) p.delay_s = node.cpu.task_overhead_s;
   }
   return plan;
 }

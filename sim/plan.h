@@ -56,6 +56,8 @@ struct TaskPlan {
   int32_t network_endpoint = -1;
   double network_amount = 0;
   int32_t threads = 1;
+  // Before it begins: the executor's hand-over of the task to its worker (cpu.task_overhead).
+  double delay_s = 0;
   // For the trace record.
   int64_t block_bytes = 0;
   int32_t queue_depth = 0;

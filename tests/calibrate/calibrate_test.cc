@@ -61,6 +61,7 @@ models::HardwareSpec Truth() {
   t.node.cpu.memory_bw_bytes_per_s = 40e9;
   t.node.cpu.adam_elements_per_s_per_core = 250e6;  // threads >= 6 are memory-bound (40e9/28 = 1.43e9/s)
   t.node.cpu.convert_bytes_per_s_per_core = 3e9;
+  t.node.cpu.task_overhead_s = 45e-6;
   t.node.interconnect.bus_bw_bytes_per_s = 20e9;
   t.node.interconnect.latency_s = 8e-6;
   t.node.interconnect.local_bw_bytes_per_s = 1.5e9;
@@ -88,6 +89,7 @@ std::vector<TraceRecord> AllRecords(const models::HardwareSpec& truth) {
   testing::AddCopies(truth.node.pcie, sizes, noise, &r);
   testing::AddCompute(truth.node.gpu, Flops(), {1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}, noise, &r);
   testing::AddCpu(truth.node.cpu, {1 << 20, 4 << 20, 16 << 20, 64 << 20}, noise, &r);
+  testing::AddDispatch(truth.node.cpu.task_overhead_s, 200, noise, &r);
   std::vector<int64_t> messages;
   for (int64_t b = 65536; b <= (int64_t{1} << 30); b *= 4) messages.push_back(b);
   testing::AddCollectives(truth.node.interconnect, messages, noise, &r);
@@ -114,13 +116,14 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   ASSERT_TRUE(cal.ok()) << cal.status().ToString();
   for (const char* model : {"nvme0.read", "nvme0.write", "nvme0.mixed", "nvme1.read", "nvme1.write", "nvme1.mixed",
                             "pcie.h2d", "pcie.d2h", "pcie.d2h_bf16", "pcie.pageable", "compute", "compute.forward",
-                            "compute.backward", "cpu.memory", "cpu.adam", "cpu.convert", "interconnect", "interconnect.local"}) {
+                            "compute.backward", "cpu.memory", "cpu.adam", "cpu.convert", "cpu.dispatch", "interconnect",
+                            "interconnect.local"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
     EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
   }
-  EXPECT_EQ(cal->fits.size(), 18u);
+  EXPECT_EQ(cal->fits.size(), 19u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -147,6 +150,7 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   ExpectWithin(got.pcie.h2d_bw_bytes_per_s, want.pcie.h2d_bw_bytes_per_s, kBandwidthTol, "h2d_bw");
   ExpectWithin(got.pcie.d2h_bw_bytes_per_s, want.pcie.d2h_bw_bytes_per_s, kBandwidthTol, "d2h_bw");
   ExpectWithin(got.pcie.d2h_bf16_bw_bytes_per_s, want.pcie.d2h_bf16_bw_bytes_per_s, kBandwidthTol, "d2h_bf16_bw");
+  ExpectWithin(got.cpu.task_overhead_s, want.cpu.task_overhead_s, kRatioTol, "task_overhead");
   ExpectWithin(got.pcie.latency_s, want.pcie.latency_s, kLatencyTol, "pcie latency");
   ExpectWithin(got.pcie.pageable_factor, want.pcie.pageable_factor, kRatioTol, "pageable_factor");
   ExpectWithin(got.gpu.forward_efficiency, want.gpu.forward_efficiency, kRatioTol, "forward_efficiency");
@@ -197,7 +201,7 @@ TEST(CalibrateTest, ModelsWithoutDataKeepTheBase) {
   auto cal = Calibrate(r, {}, base);
   ASSERT_TRUE(cal.ok());
   EXPECT_EQ(Find(*cal, "nvme0.read")->outcome, FitOutcome::kFitted);
-  for (const char* model : {"nvme0.mixed", "nvme1.read", "nvme1.write", "pcie.h2d", "pcie.d2h_bf16", "pcie.pageable", "compute",
+  for (const char* model : {"nvme0.mixed", "nvme1.read", "nvme1.write", "pcie.h2d", "pcie.d2h_bf16", "pcie.pageable", "cpu.dispatch", "compute",
                             "compute.forward", "cpu.memory", "cpu.adam", "cpu.convert", "interconnect"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
@@ -781,6 +785,26 @@ TEST(CalibrateAverageTest, BothModesOfABimodalPointCount) {
   auto cal = Calibrate(CopiesWithSlowRepetitions(truth, {1, 3}), {}, Base());
   ASSERT_TRUE(cal.ok()) << cal.status().ToString();
   EXPECT_NEAR(truth.node.pcie.h2d_bw_bytes_per_s / cal->profile.node.pcie.h2d_bw_bytes_per_s, 4.0 / 3.0, 0.02);
+}
+
+// The hand-over's wake-ups are bimodal (a thread not yet asleep answers in microseconds): the
+// fit writes their mean, which a run of many tasks adds up, without the slowest and fastest 5 %.
+TEST(CalibrateDispatchTest, TheTaskOverheadIsTheTrimmedMeanOfTheHandOvers) {
+  std::vector<TraceRecord> r;
+  Noise none(0.0);
+  testing::AddDispatch(60e-6, 150, none, &r);  // asleep
+  testing::AddDispatch(4e-6, 50, none, &r);    // not yet
+  testing::AddDispatch(5e-3, 4, none, &r);     // preempted: left out with the fastest
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  const FitReport* f = Find(*cal, "cpu.dispatch");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  // 204 hand-overs, 10 left out at each end (10 of 4 us; the 4 of 5 ms and 6 of 60 us): 40 of
+  // 4 us and 144 of 60 us remain.
+  EXPECT_NEAR(cal->profile.node.cpu.task_overhead_s, (40 * 4e-6 + 144 * 60e-6) / 184, 1e-9);
+  EXPECT_EQ(f->samples, 184);
+  EXPECT_EQ(Base().node.cpu.task_overhead_s, 0.0);
 }
 
 TEST(CalibrateCopyTest, ANegativeLatencyIsHeldAtZero) {

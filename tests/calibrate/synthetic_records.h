@@ -180,6 +180,12 @@ inline void AddCopies(const models::PcieSpec& pcie, const std::vector<int64_t>& 
   }
 }
 
+// The executor's hand-over (probe dispatch): `n` round trips of `overhead_s`, each scaled by the
+// noise.
+inline void AddDispatch(double overhead_s, int n, Noise& noise, std::vector<TraceRecord>* out) {
+  for (int i = 0; i < n; ++i) out->push_back(Probe("probe.dispatch", Op::kBarrier, "cpu", 0, overhead_s * noise.Factor()));
+}
+
 // One compute probe sample: a whole layer's FLOPs and bytes in one record.
 inline TraceRecord ComputeProbe(const models::GpuSpec& gpu, Phase phase, double flops, int64_t bytes, double factor) {
   TraceRecord r = Probe("probe.compute.layer", Op::kCompute, "gpu0.compute", bytes,

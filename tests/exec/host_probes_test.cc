@@ -67,6 +67,21 @@ TEST(HostProbesTest, CopiesRecordEachSizeDirectionAndKind) {
   EXPECT_EQ(reports, 4);  // one per kind and size
 }
 
+TEST(HostProbesTest, DispatchTimesTheExecutorsHandOver) {
+  HostProbeOptions o = Quick();
+  auto r = ProbeDispatch(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->size(), 50u * static_cast<size_t>(o.repetitions));
+  for (const TraceRecord& x : *r) {
+    EXPECT_EQ(x.task, "probe.dispatch");
+    EXPECT_EQ(x.op, Op::kBarrier);
+    EXPECT_EQ(x.source, "probe");
+    EXPECT_GT(x.end_s, x.start_s) << "two thread wake-ups take time";
+  }
+  o.repetitions = 0;
+  EXPECT_FALSE(ProbeDispatch(o).ok());
+}
+
 TEST(HostProbesTest, ComputeChargesEachLayerWhatTheScheduleDoes) {
   auto sc = TinyAtSequence32();
   ASSERT_TRUE(sc.ok()) << sc.status().ToString();

@@ -164,6 +164,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.gpu.shares_host_cores, y.gpu.shares_host_cores);
   EXPECT_EQ(x.pcie.h2d_bw_bytes_per_s, y.pcie.h2d_bw_bytes_per_s);
   EXPECT_EQ(x.pcie.d2h_bw_bytes_per_s, y.pcie.d2h_bw_bytes_per_s);
+  EXPECT_EQ(x.pcie.d2h_bf16_bw_bytes_per_s, y.pcie.d2h_bf16_bw_bytes_per_s);
   EXPECT_EQ(x.pcie.pageable_factor, y.pcie.pageable_factor);
   EXPECT_EQ(x.pcie.latency_s, y.pcie.latency_s);
   EXPECT_EQ(x.pcie.root_complex_bw_bytes_per_s, y.pcie.root_complex_bw_bytes_per_s);
@@ -172,6 +173,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.cpu.host_reserve_bytes, y.cpu.host_reserve_bytes);
   EXPECT_EQ(x.cpu.memory_bw_bytes_per_s, y.cpu.memory_bw_bytes_per_s);
   EXPECT_EQ(x.cpu.adam_elements_per_s_per_core, y.cpu.adam_elements_per_s_per_core);
+  EXPECT_EQ(x.cpu.task_overhead_s, y.cpu.task_overhead_s);
   EXPECT_EQ(x.cpu.convert_bytes_per_s_per_core, y.cpu.convert_bytes_per_s_per_core);
   EXPECT_EQ(x.interconnect.kind, y.interconnect.kind);
   EXPECT_EQ(x.interconnect.bus_bw_bytes_per_s, y.interconnect.bus_bw_bytes_per_s);
@@ -216,6 +218,8 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.nvme[0].read_bw_by_request = {{16384, 1, 1.0 / 3.0 * 1e9}, {16384, 8, 9.11e8}, {1 << 20, 1, 1.779e9}};
     hw.node.nvme[0].write_bw_by_request = {{4096, 32, 7.74e8}};
     hw.node.interconnect.local_bw_bytes_per_s = 1.0 / 3.0 * 1e9;
+    hw.node.pcie.d2h_bf16_bw_bytes_per_s = 1.0 / 3.0 * 1e10;
+    hw.node.cpu.task_overhead_s = 1.0 / 3.0 * 1e-4;
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;

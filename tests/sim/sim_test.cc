@@ -447,6 +447,36 @@ TEST(SimTest, ANarrowingD2HTakesTheNarrowingRate) {
   EXPECT_REL(Find(r, "narrow").end_s, 2 * narrow_s);
 }
 
+// The executor hands every task but reads and writes to a worker and is told back
+// (cpu.task_overhead): a delay before each, which uses no resource, so two tasks on different
+// resources wait it out at once.
+TEST(SimTest, TheTaskOverheadDelaysEveryTaskButReadsAndWrites) {
+  auto hw = TestHardware();
+  const double overhead = 1e-3;
+  const double compute_s = 0.25;
+  const int64_t copy_bytes = 64 * kMiB, io_bytes = 64 * kMiB;
+  const auto& p = hw.node.pcie;
+  const auto& d = hw.node.nvme[0];
+  const double copy_s = p.latency_s + static_cast<double>(copy_bytes) / p.h2d_bw_bytes_per_s;
+  const double io_s = d.read_latency_s + static_cast<double>(io_bytes) / models::DiskReadBandwidth(d, 0, 0);
+  for (const double delay : {0.0, overhead}) {
+    hw.node.cpu.task_overhead_s = delay;
+    Builder b;
+    b.Resource("gpu0.compute", "gpu0");
+    b.Resource("gpu0.h2d", "gpu0");
+    b.Resource("nvme0.read", "nvme0");
+    b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+    b.Task("c", Op::kH2D, "gpu0.h2d", copy_bytes);
+    b.Task("r", Op::kRead, "nvme0.read", io_bytes);
+    b.Task("y", Op::kCompute, "gpu0.compute", 0, {"x", "c"}).flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+    SimResult r = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(r, "x").end_s, delay + compute_s) << delay;
+    EXPECT_REL(Find(r, "c").end_s, delay + copy_s) << delay;
+    EXPECT_REL(Find(r, "r").end_s, io_s) << "a read is submitted by the dispatch thread itself";
+    EXPECT_REL(Find(r, "y").end_s, 2 * delay + 2 * compute_s) << delay;
+  }
+}
+
 // ---- Clusters (hardware.nodes > 1) ----
 
 models::HardwareSpec TestCluster(int32_t nodes, int32_t gpus_per_node) {

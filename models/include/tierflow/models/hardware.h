@@ -108,6 +108,10 @@ struct CpuSpec {
   double memory_bw_bytes_per_s = 0;
   double adam_elements_per_s_per_core = 0;  // fp32 Adam, one core
   double convert_bytes_per_s_per_core = 0;  // dtype casts and accumulation on the host
+  // What the executor's hand-over of one task costs on this host: the dispatch thread wakes the
+  // resource's worker, which wakes the dispatch thread when done (two thread wake-ups). A delay
+  // before every task but reads and writes (docs/simulator.md); 0: none. Calibrate measures it.
+  double task_overhead_s = 0;
   // DRAM kept from pinned buffers (the OS, the page cache, the framework): what `tune` may not
   // pin. -1 (absent): an eighth of host_memory (HostReserveBytes).
   int64_t host_reserve_bytes = -1;

@@ -65,6 +65,10 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
 StatusOr<std::vector<TraceRecord>> ProbeOptimizer(const std::vector<int64_t>& element_counts,
                                                   const HostProbeOptions& options);
 
+// The executor's hand-over of a task to a worker thread and of its completion back (two thread
+// wake-ups), 50 x repetitions times: records "probe.dispatch" (op barrier, no bytes).
+StatusOr<std::vector<TraceRecord>> ProbeDispatch(const HostProbeOptions& options);
+
 // The optimizer's memory traffic without its arithmetic (four fp32 streams of `bytes` each,
 // three updated in place; 28 bytes per element), at 1..max_threads threads.
 StatusOr<std::vector<TraceRecord>> ProbeMemory(int64_t bytes, const HostProbeOptions& options);
