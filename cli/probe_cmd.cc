@@ -465,7 +465,7 @@ Status RunProbeAll(const AllArgs& a) {
   steps.push_back({"dispatch", "dispatch", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kDispatch, host, o); }});
 
   // Compute is sampled all along, not in one go: one repetition of every probed shape before the
-  // first step and after each (11 with two directories). On a shared VM the speed of a
+  // first step and after each (14 with two directories). On a shared VM the speed of a
   // two-thread layer halves and comes back in spells of seconds to minutes (measured here: one
   // probe at 26 GFLOP/s and the next, 90 s later, at 13), so a probe taken in one go measures
   // the spell it fell in; samples spread over the whole probe measure the machine's mix, which
