@@ -162,10 +162,10 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         p.kind = ActivityKind::kComm;
         p.gpu = dev.node * plan.gpus_per_node + dev.index;
         p.to_device = h2d;
-        // The link carries the bytes; a slower narrowing rate takes the link for longer, as if
-        // it carried proportionally more.
+        // The link carries the bytes; a measured narrowing rate holds the link for as long as
+        // the narrowing takes, as if it carried proportionally more.
         p.amount = static_cast<double>(t.bytes);
-        if (narrows) p.amount *= (seconds - node.pcie.latency_s) * node.pcie.d2h_bw_bytes_per_s / static_cast<double>(t.bytes);
+        if (narrows && node.pcie.d2h_bf16_bw_bytes_per_s > 0) p.amount *= node.pcie.d2h_bw_bytes_per_s / node.pcie.d2h_bf16_bw_bytes_per_s;
         break;
       }
       case Op::kCompute: {
