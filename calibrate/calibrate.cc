@@ -158,8 +158,8 @@ std::string CompactCount(double count) {
 std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* records) {
   // A point: everything that names what was measured, not how long it took. A disk window's
   // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
-  // and write records are fitted as pairs), as do memory records and the hand-over's (each is
-  // one sample of a median).
+  // and write records are fitted as pairs), as do memory records and the hand-over's (its fit
+  // trims and averages them itself: FitDispatch).
   using Key =
       std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double, int32_t, bool>;
   std::map<Key, std::vector<const TraceRecord*>> points;

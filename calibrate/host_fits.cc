@@ -237,10 +237,10 @@ void FitCopies(const Context& c) {
       continue;
     }
     const TimedBytes t{static_cast<double>(r->bytes), r->duration_s(), r->threads};
-    if (r->narrows) {
-      pinned[2].push_back(t);
+    if (!r->narrows && StartsWith(r->task, "probe.copy.pageable")) {
+      pageable[d].push_back(t);
     } else {
-      (StartsWith(r->task, "probe.copy.pageable") ? pageable : pinned)[d].push_back(t);
+      pinned[group(*r)].push_back(t);
     }
   }
   int64_t contended = 0;
@@ -370,22 +370,27 @@ void FitDispatch(const Context& c) {
   std::sort(micros.begin(), micros.end());
   const size_t trim = micros.size() / 20;
   const std::vector<double> kept(micros.begin() + static_cast<std::ptrdiff_t>(trim), micros.end() - static_cast<std::ptrdiff_t>(trim));
+  const double n = static_cast<double>(kept.size());
   double sum = 0, sum_sq = 0, worst = 0;
   for (double x : kept) sum += x;
-  const double mean = sum / static_cast<double>(kept.size());
-  for (double x : kept) {
-    sum_sq += (x / mean - 1) * (x / mean - 1);
-    worst = std::max(worst, std::fabs(x / mean - 1));
+  const double mean = sum / n;
+  for (double x : kept) {  // the model at the mean against each hand-over, as MedianOf's residuals
+    sum_sq += (mean - x) / x * ((mean - x) / x);
+    worst = std::max(worst, std::fabs((mean - x) / x));
   }
   FitReport rep;
   rep.model = model;
   rep.samples = static_cast<int64_t>(kept.size());
-  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(kept.size()));
+  rep.rms_rel_residual = std::sqrt(sum_sq / n);
   rep.max_rel_residual = worst;
   rep.condition_number = 1;
   rep.data_range = fmt::format("hand-overs {}", RangeText(kept.front(), kept.back(), [](double x) { return fmt::format("{:.1f} us", x); }));
   if (trim > 0) rep.note = fmt::format("the trimmed mean: the {} fastest and {} slowest of {} left out", trim, trim, micros.size());
-  const double rel_se = rep.rms_rel_residual / std::sqrt(static_cast<double>(kept.size()));
+  // The mean's standard error, floored as every fit's is (MedianOf).
+  double var = 0;
+  for (double x : kept) var += (x - mean) * (x - mean);
+  const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0;
+  const double rel_se = std::max(sd / std::sqrt(n) / mean, o.min_residual_sd / std::sqrt(n));
   const double overhead = mean * 1e-6;
   rep.params = {{"task_overhead", overhead, rel_se, "s", true}};
   std::vector<std::string> reasons;
