@@ -81,7 +81,7 @@ class PosixStorage final : public FdStorage {
     auto& dev = devices_[id];
     if (!dev) {
       dev = std::make_unique<Device>();
-      for (int i = 0; i < options_.threads; ++i) dev->workers.emplace_back([this, d = dev.get()] { Work(d); });
+      for (int i = 0; i < options_.threads; ++i) dev->workers.emplace_back([d = dev.get()] { Work(d); });
     }
     return dev.get();
   }

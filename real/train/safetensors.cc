@@ -173,7 +173,8 @@ Status SafetensorsFile::ReadF32(std::string_view name, float* out, int64_t out_e
   const int64_t n = out_elements;
   switch (info.dtype) {
     case StDtype::kF32:
-      std::memcpy(out, p, static_cast<size_t>(n) * 4);
+      // A zero-element tensor may come with a null `out` (an empty vector's data()).
+      if (n > 0) std::memcpy(out, p, static_cast<size_t>(n) * 4);
       return Status::Ok();
     case StDtype::kBF16:
       for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFp32(Load<uint16_t>(p + 2 * i));
@@ -235,7 +236,7 @@ Status SafetensorsWriter::AddF32(const std::string& name, StDtype dtype,
   std::string bytes;
   switch (dtype) {
     case StDtype::kF32:
-      bytes.assign(reinterpret_cast<const char*>(values), static_cast<size_t>(n) * 4);
+      if (n > 0) bytes.assign(reinterpret_cast<const char*>(values), static_cast<size_t>(n) * 4);
       break;
     case StDtype::kBF16:
     case StDtype::kF16:

@@ -57,6 +57,21 @@ TEST(TrainIo, SafetensorsRoundTripAllFloatDtypes) {
   EXPECT_EQ(header_len % 8, 0u);
 }
 
+TEST(TrainIo, SafetensorsZeroElementTensorsReadIntoNothing) {
+  // An empty vector's data() may be null: reading zero elements must not touch it (UBSan checks
+  // memcpy's non-null arguments even for zero bytes; the fuzzer found this).
+  SafetensorsWriter writer;
+  ASSERT_TRUE(writer.AddF32("empty.f32", StDtype::kF32, {0}, nullptr).ok());
+  ASSERT_TRUE(writer.AddF32("empty.bf16", StDtype::kBF16, {4, 0}, nullptr).ok());
+  const std::string path = TempPath("zero-elements.safetensors");
+  ASSERT_TRUE(writer.Write(path).ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_TRUE(file->ReadF32("empty.f32", nullptr, 0).ok());
+  EXPECT_TRUE(file->ReadF32("empty.bf16", nullptr, 0).ok());
+  EXPECT_FALSE(file->ReadF32("empty.f32", nullptr, 1).ok());  // the count still has to match
+}
+
 TEST(TrainIo, SafetensorsErrorsNameFileAndTensor) {
   const std::string path = TempPath("bad.safetensors");
   auto expect_error = [&](const std::string& bytes, const std::string& needle) {
