@@ -158,8 +158,9 @@ std::string CompactCount(double count) {
 std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* records) {
   // A point: everything that names what was measured, not how long it took. A disk window's
   // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
-  // and write records are fitted as pairs), as do memory records and the hand-over's (its fit
-  // trims and averages them itself: FitDispatch).
+  // and write records are fitted as pairs), as do memory records, the hand-over's (its fit
+  // trims and averages them itself: FitDispatch) and the I/O path's (FitIoCpu pairs each compute
+  // step with the stream window it ran in).
   using Key =
       std::tuple<std::string, int, std::string, int64_t, int64_t, int32_t, int32_t, int32_t, int, double, int32_t, bool>;
   std::map<Key, std::vector<const TraceRecord*>> points;
@@ -169,7 +170,7 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
     // The memory fit is itself a median over repetitions (its spread is what it reports).
     // Windows of several devices at once stay whole too (their records are read as one window).
     if (r->source != "probe" || r->task == "probe.disk.mix" || r->task == "probe.disk.rw" || r->task.rfind("probe.memory", 0) == 0 ||
-        r->task == "probe.dispatch" || (window && r->threads > 1)) {
+        r->task == "probe.dispatch" || r->task.rfind("probe.io_cpu.", 0) == 0 || (window && r->threads > 1)) {
       kept.push_back(r);
       continue;
     }
@@ -261,6 +262,7 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
   internal::FitCompute(c);
   internal::FitCpu(c);
   internal::FitDispatch(c);
+  internal::FitIoCpu(c);
   internal::FitCollectives(c);
 
   std::vector<std::string> fitted;

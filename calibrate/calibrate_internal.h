@@ -28,6 +28,7 @@ void FitCopies(const Context& c);
 void FitCompute(const Context& c);
 void FitCpu(const Context& c);  // memory first, then Adam and conversions
 void FitDispatch(const Context& c);  // the executor's hand-over of a task (cpu.task_overhead)
+void FitIoCpu(const Context& c);     // the I/O path's load on the cores (cpu.io_read, cpu.io_write)
 void FitCollectives(const Context& c);
 
 // True for a run's record (not a probe's; sim records never reach the fits).

@@ -135,6 +135,7 @@ void FitCompute(const Context& c) {
       run.push_back(*r);
       continue;
     }
+    if (StartsWith(r->task, "probe.io_cpu.")) continue;  // FitIoCpu's
     if (!StartsWith(r->task, "probe.compute")) {
       ++other_probes;
       continue;

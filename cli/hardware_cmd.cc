@@ -26,6 +26,11 @@ struct HardwareOptions {
 
 nlohmann::json ToJson(const models::HardwareSpec& hw) {
   const models::NodeSpec& n = hw.node;
+  const auto io_points = [](const std::vector<models::IoCpuPoint>& points) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& p : points) a.push_back({{"block_bytes", p.block_bytes}, {"queue_depth", p.queue_depth}, {"cores", p.cores}});
+    return a;
+  };
   nlohmann::json j;
   j["nodes"] = hw.nodes;
   j["node"] = {{"name", n.name},
@@ -54,7 +59,9 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                  {"memory_bw_bytes_per_s", n.cpu.memory_bw_bytes_per_s},
                  {"adam_elements_per_s_per_core", n.cpu.adam_elements_per_s_per_core},
                  {"convert_bytes_per_s_per_core", n.cpu.convert_bytes_per_s_per_core},
-                 {"task_overhead_s", n.cpu.task_overhead_s}}},
+                 {"task_overhead_s", n.cpu.task_overhead_s},
+                 {"io_read_cores", io_points(n.cpu.io_read_cores)},
+                 {"io_write_cores", io_points(n.cpu.io_write_cores)}}},
                {"interconnect",
                 {{"kind", n.interconnect.kind},
                  {"bus_bw_bytes_per_s", n.interconnect.bus_bw_bytes_per_s},
@@ -116,6 +123,16 @@ void PrintTable(const models::HardwareSpec& hw) {
       FormatBandwidth(n.cpu.convert_bytes_per_s_per_core),
       n.cpu.task_overhead_s > 0 ? fmt::format(", {} per task handed to a worker", FormatDuration(n.cpu.task_overhead_s))
                                 : std::string());
+  const auto io_cpu = [](const char* what, const std::vector<models::IoCpuPoint>& points) {
+    if (points.empty()) return;
+    std::string text;
+    for (const models::IoCpuPoint& p : points) {
+      text += fmt::format("{}{} x{} {:.2f}", text.empty() ? "" : ", ", FormatBytes(static_cast<double>(p.block_bytes)), p.queue_depth, p.cores);
+    }
+    fmt::print("  io cpu      cores a {} stream keeps busy: {}\n", what, text);
+  };
+  io_cpu("read", n.cpu.io_read_cores);
+  io_cpu("write", n.cpu.io_write_cores);
   fmt::print("  collective  {} busbw {}, alpha {}\n", n.interconnect.kind,
              FormatBandwidth(n.interconnect.bus_bw_bytes_per_s),
              FormatDuration(n.interconnect.latency_s));

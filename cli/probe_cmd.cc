@@ -1,6 +1,7 @@
 // `tierflow probe`: measure this machine for `tierflow calibrate` (docs/calibration.md).
 //   probe disk --dir D [--dir D2 ...]   request size x queue depth x op x devices, nccl-tests style
 //   probe copy | compute [SCENARIO] | optimizer | memory | dispatch   the host-side probes
+//   probe io-cpu --dir D [SCENARIO]     compute alone and beside disk streams (the I/O path's CPU)
 //   probe all --dir D [--dir D2 ...] -o DIR [--scenario S]   every probe, bounded, one file each
 //   [mpirun -np N] probe collective   all-gather, reduce-scatter, all-reduce by size, nccl-tests style
 // --compute cuda (copy, compute, all) measures gpu0 on GPU 0, as `run --compute cuda` uses it:
@@ -163,7 +164,25 @@ struct HostArgs {
   int threads = 0;
   std::string compute = "cpu";  // gpu0's device: the copy and compute probes measure it
   std::string trace;
+  real::IoCpuProbeOptions io;   // io-cpu: the directory, back-end and window
+  std::string io_streams;       // io-cpu: OP:BLOCK:DEPTH,... (empty: IoCpuProbeOptions' own)
 };
+
+// "read:16KiB:1,write:1MiB:8" -> the streams of `probe io-cpu`.
+StatusOr<std::vector<real::IoCpuProbeOptions::Stream>> ParseIoStreams(const std::string& text) {
+  std::vector<real::IoCpuProbeOptions::Stream> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const size_t a = item.find(':'), b = a == std::string::npos ? a : item.find(':', a + 1);
+    if (b == std::string::npos) return InvalidArgument("--streams: '" + item + "' is not OP:BLOCK:DEPTH (read:1MiB:8)");
+    real::IoCpuProbeOptions::Stream s;
+    s.op = item.substr(0, a);
+    TF_ASSIGN_OR_RETURN(s.block_bytes, ParseBytes(item.substr(a + 1, b - a - 1), true));
+    TF_ASSIGN_OR_RETURN(s.queue_depth, ParseInt(item.substr(b + 1)));
+    out.push_back(s);
+  }
+  return out;
+}
 
 // The model the compute probe runs when no scenario is given: the tiny test model at its whole
 // context, as scenarios/tiny-cpu.yaml trains it.
@@ -190,25 +209,46 @@ std::vector<int64_t> ProbedSequences(int64_t seq) {
   return out;
 }
 
+// The compute probe's model at sequence `seq`: its training configuration and what the schedule
+// charges each layer.
+struct ComputeShape {
+  real::TrainConfig config;
+  std::vector<real::LayerCost> costs;
+  std::string label;
+};
+StatusOr<ComputeShape> ComputeShapeOf(const policies::Scenario& base, int64_t seq, int threads) {
+  policies::Scenario sc = base;
+  sc.training.sequence_length = seq;
+  sc.training.data_parallel = 1;
+  TF_ASSIGN_OR_RETURN(std::vector<policies::LayerCompute> costs, policies::LayerComputeCosts(sc));
+  ComputeShape shape;
+  for (const auto& c : costs) shape.costs.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
+  shape.config.spec.config = sc.model;
+  shape.config.batch = sc.training.micro_batch_size;
+  shape.config.seq = seq;
+  shape.config.threads = threads;
+  shape.label = sc.model.name + ".b" + std::to_string(shape.config.batch) + ".s" + std::to_string(seq);
+  return shape;
+}
+
 StatusOr<std::vector<TraceRecord>> ProbeComputeOf(const policies::Scenario& base, const real::HostProbeOptions& o, int threads) {
   std::vector<TraceRecord> out;
   for (int64_t s : ProbedSequences(base.training.sequence_length)) {
-    policies::Scenario sc = base;
-    sc.training.sequence_length = s;
-    sc.training.data_parallel = 1;
-    TF_ASSIGN_OR_RETURN(std::vector<policies::LayerCompute> costs, policies::LayerComputeCosts(sc));
-    std::vector<real::LayerCost> lc;
-    for (const auto& c : costs) lc.push_back({c.forward_flops, c.backward_flops, c.forward_bytes, c.backward_bytes, c.tasks});
-    real::TrainConfig config;
-    config.spec.config = sc.model;
-    config.batch = sc.training.micro_batch_size;
-    config.seq = s;
-    config.threads = threads;
-    const std::string label = sc.model.name + ".b" + std::to_string(config.batch) + ".s" + std::to_string(s);
-    TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> r, real::ProbeCompute(config, lc, label, o));
+    TF_ASSIGN_OR_RETURN(ComputeShape shape, ComputeShapeOf(base, s, threads));
+    TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> r, real::ProbeCompute(shape.config, shape.costs, shape.label, o));
     out.insert(out.end(), r.begin(), r.end());
   }
   return out;
+}
+
+// Compute at the scenario's own shape, alone and beside disk streams on `dir` (real::ProbeIoCpu).
+StatusOr<std::vector<TraceRecord>> ProbeIoCpuOf(const policies::Scenario& base, const real::HostProbeOptions& o, int threads,
+                                                const real::IoCpuProbeOptions& io) {
+  if (o.compute != "cpu") {
+    return InvalidArgument("probe io-cpu measures the I/O path's load on the cores that compute: --compute cpu only");
+  }
+  TF_ASSIGN_OR_RETURN(ComputeShape shape, ComputeShapeOf(base, base.training.sequence_length, threads));
+  return real::ProbeIoCpu(shape.config, shape.costs, io, o);
 }
 
 // One line per measured point (records with the same task, op, size, threads, layer and phase):
@@ -257,7 +297,7 @@ real::HostProbeOptions HostOptions(const HostArgs& a, Progress* progress, double
   return o;
 }
 
-enum class HostProbe { kCopy, kCompute, kOptimizer, kMemory, kDispatch };
+enum class HostProbe { kCopy, kCompute, kOptimizer, kMemory, kDispatch, kIoCpu };
 
 // The copies of gpu0 on GPU 0 (--compute cuda): cudaMemcpyAsync on the copy streams, from pinned
 // memory (as the executor's page-locked blocks) and pageable memory.
@@ -297,6 +337,14 @@ StatusOr<std::vector<TraceRecord>> RunHostProbe(HostProbe which, const HostArgs&
       return real::ProbeMemory(b, o);
     }
     case HostProbe::kDispatch: return real::ProbeDispatch(o);
+    case HostProbe::kIoCpu: {
+      TF_ASSIGN_OR_RETURN(policies::Scenario sc, ComputeScenario(a.scenario, a.sets));
+      real::IoCpuProbeOptions io = a.io;
+      if (!a.io_streams.empty()) {
+        TF_ASSIGN_OR_RETURN(io.streams, ParseIoStreams(a.io_streams));
+      }
+      return ProbeIoCpuOf(sc, o, a.threads, io);
+    }
   }
   return Internal("unknown host probe");
 }
@@ -463,6 +511,22 @@ Status RunProbeAll(const AllArgs& a) {
   steps.push_back({"optimizer", "optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
   steps.push_back({"memory", "memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
   steps.push_back({"dispatch", "dispatch", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kDispatch, host, o); }});
+  // The I/O path's load on the cores, on the first directory's disk: compute alone and beside
+  // each stream, windows three disk repetitions long, two rounds at most (an emulated GPU only:
+  // its compute is what shares the cores with the I/O path).
+  const bool io_cpu = host.compute == "cpu";
+  host.io.dir = a.dirs.front();
+  host.io.backend = a.backend;
+  host.io.window_s = std::max(0.2, 3 * a.disk_duration_s);
+  const int32_t io_cpu_rounds = std::min(host.reps, 2);
+  const double io_cpu_points = io_cpu ? static_cast<double>(io_cpu_rounds) * static_cast<double>(host.io.streams.size()) : 0.0;
+  if (io_cpu) {
+    steps.push_back({"io_cpu", "io-cpu", [&](const real::HostProbeOptions& o) {
+                       real::HostProbeOptions rounds = o;
+                       rounds.repetitions = io_cpu_rounds;
+                       return RunHostProbe(HostProbe::kIoCpu, host, rounds);
+                     }});
+  }
 
   // Compute is sampled all along, not in one go: one repetition of every probed shape before the
   // first step and after each (14 with two directories). On a shared VM the speed of a
@@ -500,9 +564,10 @@ Status RunProbeAll(const AllArgs& a) {
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
   std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about "
-              "20 s, compute sampled %d times in between\n",
+              "%.0f s, compute sampled %d times in between\n",
               disk_points, d.warmup_s + d.repetitions * d.duration_s, several ? ", then all at once" : "",
-              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), slices);
+              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), 20 + io_cpu_points * (2 * host.io.window_s + 0.2),
+              slices);
   // The fits and the simulator share a device fairly between streams; a scheduler that does not
   // is worth knowing before the profile is trusted for schedules that overlap streams on one disk.
   for (size_t i = 0; i < a.dirs.size(); ++i) {
@@ -521,7 +586,7 @@ Status RunProbeAll(const AllArgs& a) {
   const double compute_points =
       slices * 2.0 * static_cast<double>(ProbedSequences(compute_scenario.training.sequence_length).size());
   const double host_points = 2.0 * static_cast<double>(copy_sizes.size()) + compute_points +
-                             static_cast<double>(counts.size()) * threads + threads + 1;
+                             static_cast<double>(counts.size()) * threads + threads + 1 + io_cpu_points;
   Progress progress("probing", disk_points + host_points);
   double done = 0;
   const double t0 = real::MonotonicSeconds();
@@ -607,6 +672,14 @@ Command MakeProbe(CLI::App& parent) {
   host("memory", "Streaming memory bandwidth (an in-place update, as the optimizer does) by thread count", HostProbe::kMemory)
       ->add_option("--bytes", h->memory, "Bytes of each of the four arrays");
   host("dispatch", "The executor's hand-over of a task to a worker thread and back (two thread wake-ups)", HostProbe::kDispatch);
+  CLI::App* io_cpu = host("io-cpu", "Compute on every core alone and beside disk streams: what the I/O path takes from the cores",
+                          HostProbe::kIoCpu);
+  io_cpu->add_option("--dir", h->io.dir, "A directory on the disk whose streams to run")->required();
+  io_cpu->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to compute (default: tiny at sequence 128)");
+  io_cpu->add_option("--window", h->io.window_s, "Seconds of compute alone, then beside each stream");
+  io_cpu->add_option("--backend", h->io.backend, "Storage back-end: auto, uring, posix");
+  io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated OP:BLOCK:DEPTH (default read and write at 16KiB:1, 256KiB:4, 1MiB:8)");
+  AddSetOption(io_cpu, &h->sets);
 
   CLI::App* coll = probe->add_subcommand("collective", "All-gather, reduce-scatter and all-reduce by message size across the ranks (run under mpirun)");
   auto* ca = Keep<CollectiveArgs>();

@@ -26,6 +26,36 @@ std::string JoinNames(const std::vector<std::string>& names) {
   return out;
 }
 
+// A map of BLOCKxDEPTH (request bytes x requests in flight) to a number, e.g. {16384x1: 2.5e8},
+// into `table` as points (block_bytes, queue_depth, `value`), sorted by block then depth.
+template <typename Point>
+Status ReadRequestMap(FieldReader& r, const char* field, const char* unit, const char* example, double Point::*value,
+                      std::vector<Point>* table) {
+  if (!r.Has(field)) return Status::Ok();
+  const std::string key = r.KeyPath(field);
+  const YAML::Node points = r.Child(field);
+  if (!points.IsMap()) return InvalidArgument(key + ": expected a map of BLOCKxDEPTH to " + unit + ", e.g. {16384x1: " + example + "}");
+  table->clear();
+  for (const auto& kv : points) {
+    const std::string k = kv.first.Scalar(), v = kv.second.IsScalar() ? kv.second.Scalar() : internal::Describe(kv.second);
+    Point m;
+    const char* end = k.data() + k.size();
+    const auto [x, ec1] = std::from_chars(k.data(), end, m.block_bytes);
+    const auto [rest, ec2] = ec1 == std::errc() && x != end && *x == 'x' ? std::from_chars(x + 1, end, m.queue_depth)
+                                                                        : std::from_chars_result{x, std::errc::invalid_argument};
+    if (ec2 != std::errc() || rest != end || m.block_bytes < 1 || m.queue_depth < 1) {
+      return InvalidArgument(key + ": '" + k + "' is not BLOCKxDEPTH (request bytes x requests in flight, both >= 1)");
+    }
+    if (!kv.second.IsScalar() || !internal::IsBareNumber(v)) return InvalidArgument(key + "." + k + ": '" + v + "' is not a number of " + unit);
+    m.*value = std::stod(v);
+    table->push_back(m);
+  }
+  std::sort(table->begin(), table->end(), [](const Point& a, const Point& b) {
+    return std::pair{a.block_bytes, a.queue_depth} < std::pair{b.block_bytes, b.queue_depth};
+  });
+  return Status::Ok();
+}
+
 // Each Apply* reads the keys present in `node` onto `out`, leaving absent fields as they are, so
 // one code path serves full descriptions (applied onto defaults) and overrides (onto a preset).
 
@@ -63,6 +93,8 @@ Status ApplyCpu(const YAML::Node& node, const std::string& path, CpuSpec* c) {
   TF_RETURN_IF_ERROR(r.ElementRate("adam_rate_per_core", &c->adam_elements_per_s_per_core));
   TF_RETURN_IF_ERROR(r.Bandwidth("convert_bw_per_core", &c->convert_bytes_per_s_per_core));
   TF_RETURN_IF_ERROR(r.Duration("task_overhead", &c->task_overhead_s));
+  TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_read_cores", "cores", "0.8", &IoCpuPoint::cores, &c->io_read_cores));
+  TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_write_cores", "cores", "0.8", &IoCpuPoint::cores, &c->io_write_cores));
   return r.Finish();
 }
 
@@ -103,31 +135,8 @@ Status ApplyNvme(const YAML::Node& node, const std::string& path, NvmeSpec* d) {
     }
     std::sort(d->mixed_efficiency_by_streams.begin(), d->mixed_efficiency_by_streams.end());
   }
-  for (const auto& [field, table] : {std::pair{"read_bw_by_request", &d->read_bw_by_request},
-                                      std::pair{"write_bw_by_request", &d->write_bw_by_request}}) {
-    if (!r.Has(field)) continue;
-    const std::string key = r.KeyPath(field);
-    const YAML::Node points = r.Child(field);
-    if (!points.IsMap()) return InvalidArgument(key + ": expected a map of BLOCKxDEPTH to bytes/s, e.g. {16384x1: 2.5e8}");
-    table->clear();
-    for (const auto& kv : points) {
-      const std::string k = kv.first.Scalar(), v = kv.second.IsScalar() ? kv.second.Scalar() : internal::Describe(kv.second);
-      MeasuredBandwidth m;
-      const char* end = k.data() + k.size();
-      const auto [x, ec1] = std::from_chars(k.data(), end, m.block_bytes);
-      const auto [rest, ec2] = ec1 == std::errc() && x != end && *x == 'x' ? std::from_chars(x + 1, end, m.queue_depth)
-                                                                          : std::from_chars_result{x, std::errc::invalid_argument};
-      if (ec2 != std::errc() || rest != end || m.block_bytes < 1 || m.queue_depth < 1) {
-        return InvalidArgument(key + ": '" + k + "' is not BLOCKxDEPTH (request bytes x requests in flight, both >= 1)");
-      }
-      if (!kv.second.IsScalar() || !internal::IsBareNumber(v)) return InvalidArgument(key + "." + k + ": '" + v + "' is not a number of bytes/s");
-      m.bytes_per_s = std::stod(v);
-      table->push_back(m);
-    }
-    std::sort(table->begin(), table->end(), [](const MeasuredBandwidth& a, const MeasuredBandwidth& b) {
-      return std::pair{a.block_bytes, a.queue_depth} < std::pair{b.block_bytes, b.queue_depth};
-    });
-  }
+  TF_RETURN_IF_ERROR(ReadRequestMap(r, "read_bw_by_request", "bytes/s", "2.5e8", &MeasuredBandwidth::bytes_per_s, &d->read_bw_by_request));
+  TF_RETURN_IF_ERROR(ReadRequestMap(r, "write_bw_by_request", "bytes/s", "2.5e8", &MeasuredBandwidth::bytes_per_s, &d->write_bw_by_request));
   if (r.Has("same_device_as")) {
     std::string other;
     TF_RETURN_IF_ERROR(r.String("same_device_as", &other));
@@ -323,6 +332,19 @@ Status ValidateHardware(const HardwareSpec& hw) {
   TF_RETURN_IF_ERROR(Positive(node.pcie.root_complex_bw_bytes_per_s, n + ".pcie.root_complex_bw"));
   if (node.pcie.latency_s < 0) return InvalidArgument(n + ".pcie.latency must not be negative");
   if (node.cpu.task_overhead_s < 0) return InvalidArgument(n + ".cpu.task_overhead must not be negative");
+  for (const auto& [field, table] : {std::pair{".cpu.io_read_cores", &node.cpu.io_read_cores},
+                                      std::pair{".cpu.io_write_cores", &node.cpu.io_write_cores}}) {
+    for (size_t k = 0; k < table->size(); ++k) {
+      const IoCpuPoint& m = (*table)[k];
+      const std::string at = std::to_string(m.block_bytes) + "x" + std::to_string(m.queue_depth);
+      if (!(m.cores >= 0) || m.cores > node.cpu.cores) {
+        return InvalidArgument(n + field + "." + at + ": " + std::to_string(m.cores) + " cores, outside 0.." + std::to_string(node.cpu.cores));
+      }
+      if (k > 0 && (*table)[k - 1].block_bytes == m.block_bytes && (*table)[k - 1].queue_depth == m.queue_depth) {
+        return InvalidArgument(n + field + ": " + at + " given twice");
+      }
+    }
+  }
   if (node.cpu.cores < 1) {
     return InvalidArgument(n + ".cpu.cores must be at least 1, got " +
                            std::to_string(node.cpu.cores));
@@ -408,6 +430,14 @@ Status ValidateHardware(const HardwareSpec& hw) {
 namespace {
 // Round-trip exact text for numbers: 17 significant digits.
 std::string Num(double v) { return fmt::format("{:.17g}", v); }
+
+// Points as ReadRequestMap reads them: `{16384x1: 2.5e8, ...}`.
+template <typename Point>
+std::string RequestMapText(const std::vector<Point>& table, double Point::*value) {
+  std::string points;
+  for (const Point& m : table) points += fmt::format("{}{}x{}: {}", points.empty() ? "" : ", ", m.block_bytes, m.queue_depth, Num(m.*value));
+  return "{" + points + "}";
+}
 std::string Quote(const std::string& s) {
   YAML::Emitter e;
   e << YAML::DoubleQuoted << s;
@@ -449,6 +479,8 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
                    Num(n.cpu.adam_elements_per_s_per_core));
   y += fmt::format("    convert_bw_per_core: {} B/s\n", Num(n.cpu.convert_bytes_per_s_per_core));
   if (n.cpu.task_overhead_s > 0) y += fmt::format("    task_overhead: {} s\n", Num(n.cpu.task_overhead_s));
+  if (!n.cpu.io_read_cores.empty()) y += "    io_read_cores: " + RequestMapText(n.cpu.io_read_cores, &IoCpuPoint::cores) + "\n";
+  if (!n.cpu.io_write_cores.empty()) y += "    io_write_cores: " + RequestMapText(n.cpu.io_write_cores, &IoCpuPoint::cores) + "\n";
   y += "  interconnect:\n";
   y += fmt::format("    kind: {}\n", Quote(n.interconnect.kind));
   // bus_bw may be 0 on a one-GPU node; a zero bandwidth does not parse, so it is left out.
@@ -479,12 +511,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
     }
     for (const auto& [field, table] : {std::pair{"read_bw_by_request", &d.read_bw_by_request},
                                       std::pair{"write_bw_by_request", &d.write_bw_by_request}}) {
-      if (table->empty()) continue;
-      std::string points;
-      for (const MeasuredBandwidth& m : *table) {
-        points += fmt::format("{}{}x{}: {}", points.empty() ? "" : ", ", m.block_bytes, m.queue_depth, Num(m.bytes_per_s));
-      }
-      y += fmt::format("      {}: {{{}}}\n", field, points);
+      if (!table->empty()) y += fmt::format("      {}: {}\n", field, RequestMapText(*table, &MeasuredBandwidth::bytes_per_s));
     }
     if (d.same_device_as >= 0) y += fmt::format("      same_device_as: nvme{}\n", d.same_device_as);
   }

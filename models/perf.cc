@@ -181,6 +181,22 @@ double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads) {
   return static_cast<double>(bytes) / rate;
 }
 
+double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) {
+  const std::vector<IoCpuPoint>& points = write ? cpu.io_write_cores : cpu.io_read_cores;
+  if (block <= 0 || depth <= 0) return 0.0;
+  const IoCpuPoint* best = nullptr;
+  double best_distance = 0;
+  for (const IoCpuPoint& p : points) {  // sorted: the first of equal distances is the smaller
+    const double distance = std::fabs(std::log2(static_cast<double>(block) / static_cast<double>(p.block_bytes))) +
+                            std::fabs(std::log2(static_cast<double>(depth) / p.queue_depth));
+    if (best == nullptr || distance < best_distance) {
+      best = &p;
+      best_distance = distance;
+    }
+  }
+  return best != nullptr ? best->cores : 0.0;
+}
+
 StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const HardwareSpec& hw) {
   const NodeSpec& node = hw.node;
   // Per node and hardware device (NVMe roots first, then remote tiers): bytes read and written.

@@ -19,6 +19,10 @@ namespace {
 namespace sg4 = simgrid::s4u;
 
 class Runner;
+
+// The sharing weight of the I/O path's execs against user execs (weight 1): far above, so that
+// they get their bound whatever else runs on the node's cores.
+constexpr double kIoCpuPriority = 1e6;
 // SimGrid's activity signals are process-wide statics: they are connected once and forward to
 // the runner of the current (only) simulation in this process.
 Runner* g_runner = nullptr;
@@ -76,12 +80,13 @@ class Runner {
       error_ = Internal("SimGrid activity of task '" + schedule_.tasks()[f.instance.task].id +
                         "' ended in state " + activity.get_state_str());
     }
-    if (--f.pending > 0) return;  // the level's comms on other nodes are still under way
-    if (f.disk >= 0) {
+    // A disk flow leaves its device when its comm ends, though its I/O path's exec may run on.
+    if (f.disk >= 0 && dynamic_cast<const sg4::Comm*>(&activity) != nullptr) {
       --(f.write ? disk_writes_ : disk_reads_)[f.disk];
       --endpoint_flows_[static_cast<size_t>(f.endpoint)];
       ShareDisk(f.disk);
     }
+    if (--f.pending > 0) return;  // the level's comms on other nodes, or the I/O path's exec, are still under way
     const TaskPlan& p = plan_.tasks[f.instance.task];
     if (f.level == 0 && p.endpoint >= 0 && p.network_endpoint >= 0) {
       StartLevel(id, 1);  // a collective's level between the nodes follows the one within
@@ -327,7 +332,19 @@ class Runner {
     }
     sg4::Host* mem = nodes_[static_cast<size_t>(e.node)].mem;
     sg4::Host* far = endpoints_[static_cast<size_t>(p.endpoint)];
-    Transfer(id, e.write ? mem : far, e.write ? far : mem, p.amount, e.latency_s);
+    Add(id, e.write ? mem : far, e.write ? far : mem, p.amount);
+    if (p.cpu_amount > 0) {
+      // The I/O path's CPU beside the transfer (TaskPlan::cpu_amount): bounded to its rate, and
+      // served before the user threads' execs on the node (a priority far above theirs).
+      sg4::ExecPtr exec = sg4::Exec::init();
+      exec->set_flops_amount(p.cpu_amount);
+      exec->set_host(nodes_[static_cast<size_t>(p.node)].cpu);
+      exec->set_bound(p.cpu_bound);
+      exec->set_priority(kIoCpuPriority);
+      f.activities.push_back(exec);
+      ++f.pending;
+    }
+    BeginAfter(id, e.latency_s);
   }
 
   // Flight `id`'s collective comms of `level` on every node taking part, after the level's alpha

@@ -119,9 +119,18 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;
           e.node = dev.node;
           e.write = write;
+          const double cap = e.cap_bw;
           p.endpoint = endpoint({0, dev.node, dev.index, write, block, depth, in_flight}, std::move(e));
           p.block_bytes = block;
           p.queue_depth = depth;
+          // The I/O path's CPU: its class's cores (at most one: the path's thread) for as long as
+          // the transfer takes at the stream's own rate.
+          const double cores = std::min(1.0, models::IoCpuCores(node.cpu, write, block, depth));
+          if (cores > 0) {
+            p.node = dev.node;
+            p.cpu_bound = cores * kExecSpeed;
+            p.cpu_amount = cores * static_cast<double>(t.bytes) / cap * kExecSpeed;
+          }
         } else if (dev.kind == HwKind::kRemote) {
           const models::RemoteTierSpec& tier = node.remote[dev.index];
           TF_RETURN_IF_ERROR(need(write ? tier.write_bw_bytes_per_s : tier.read_bw_bytes_per_s,

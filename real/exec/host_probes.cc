@@ -6,12 +6,15 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <atomic>
+#include <unistd.h>
 
 #include "compute_device.h"
 #include "emulated_copy.h"
 #include "run_workers.h"
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/cpu_threads.h"
+#include "tierflow/real/disk_probe.h"
 #include "tierflow/real/storage.h"
 #include "trainer.h"
 
@@ -122,62 +125,64 @@ StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes
   return out;
 }
 
-StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
-                                                const std::string& label, const HostProbeOptions& o) {
-  TF_RETURN_IF_ERROR(CheckOptions(o, "probe compute"));
-  TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
-  if (config.batch < 1 || config.seq < 1) return InvalidArgument("probe compute: batch and sequence must be at least 1");
-  if (config.seq > config.spec.config.max_seq) {
-    return InvalidArgument("probe compute: sequence " + std::to_string(config.seq) + " exceeds the model's context of " +
-                           std::to_string(config.spec.config.max_seq));
+namespace {
+
+// A model loaded on the probe's compute device, whose layers' forward and backward steps are
+// timed one record each, as a run's compute tasks (ProbeCompute, ProbeIoCpu).
+class LayerPasses {
+ public:
+  static StatusOr<std::unique_ptr<LayerPasses>> Create(const TrainConfig& config, const std::vector<LayerCost>& costs,
+                                                       const HostProbeOptions& o) {
+    TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
+    if (config.batch < 1 || config.seq < 1) return InvalidArgument("probe compute: batch and sequence must be at least 1");
+    if (config.seq > config.spec.config.max_seq) {
+      return InvalidArgument("probe compute: sequence " + std::to_string(config.seq) + " exceeds the model's context of " +
+                             std::to_string(config.spec.config.max_seq));
+    }
+    std::unique_ptr<LayerPasses> p(new LayerPasses(config, costs, o));
+    if (static_cast<int64_t>(costs.size()) != p->trainer_.layer_count()) {
+      return InvalidArgument("probe compute: " + std::to_string(costs.size()) + " layer costs for a model of " +
+                             std::to_string(p->trainer_.layer_count()) + " layers");
+    }
+    TF_ASSIGN_OR_RETURN(p->device_, exec::MakeComputeDevice(o.compute, config, p->trainer_));
+    TF_ASSIGN_OR_RETURN(p->model_, exec::WholeModel::Create(*p->device_, p->trainer_));
+    {
+      const std::vector<float> master = p->trainer_.InitialMaster();
+      std::vector<uint16_t> p16(master.size());
+      cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), p->threads_);
+      TF_RETURN_IF_ERROR(p->model_->Load(p16).WithContext("probe compute"));
+    }
+    p->trainer_.PrepareIteration(&p->it_);
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.spec.config.vocab - 1));
+    const size_t rows = static_cast<size_t>(config.batch * config.seq);
+    p->it_.tokens.resize(rows);
+    p->it_.targets.resize(rows);
+    for (size_t i = 0; i < rows; ++i) {
+      p->it_.tokens[i] = token(rng);
+      p->it_.targets[i] = token(rng);
+    }
+    p->it_.loss_scale = 1.0f;
+    return p;
   }
-  exec::Trainer trainer(config);
-  if (static_cast<int64_t>(costs.size()) != trainer.layer_count()) {
-    return InvalidArgument("probe compute: " + std::to_string(costs.size()) + " layer costs for a model of " +
-                           std::to_string(trainer.layer_count()) + " layers");
-  }
-  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(o.compute, config, trainer));
-  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer));
-  const int32_t nthreads = config.threads > 0 ? config.threads : MaxThreads(o);
-  CpuThreads threads(nthreads);
-  {
-    const std::vector<float> master = trainer.InitialMaster();
-    std::vector<uint16_t> p16(master.size());
-    cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
-    TF_RETURN_IF_ERROR(model->Load(p16).WithContext("probe compute"));
-  }
-  exec::IterationState it;
-  trainer.PrepareIteration(&it);
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.spec.config.vocab - 1));
-  const size_t rows = static_cast<size_t>(config.batch * config.seq);
-  it.tokens.resize(rows);
-  it.targets.resize(rows);
-  for (size_t i = 0; i < rows; ++i) {
-    it.tokens[i] = token(rng);
-    it.targets[i] = token(rng);
-  }
-  it.loss_scale = 1.0f;
-  const int32_t record_threads = o.compute == "cpu" ? nthreads : 0;
-  const int64_t layers = trainer.layer_count();
-  std::vector<TraceRecord> out;
-  const double t0 = MonotonicSeconds();
-  const std::string task = "probe.compute." + label;
-  for (int32_t rep = -1; rep < o.repetitions; ++rep) {
-    // Each repetition an iteration of its own, so its forward steps widen the layer's bf16
-    // weights and its backward steps reuse them, as a run's do (Trainer::Widen).
-    it.iteration = rep + 1;
+
+  // One iteration's forward steps, then its backward steps, each layer a record of `task`
+  // (iteration `rep`, times from `t0`); nothing recorded when rep < 0 (a warm-up).
+  Status Pass(const std::string& task, int32_t rep, double t0, std::vector<TraceRecord>* out) {
+    // Each pass an iteration of its own, so its forward steps widen the layer's bf16 weights and
+    // its backward steps reuse them, as a run's do (Trainer::Widen).
+    it_.iteration = ++passes_;
     auto time = [&](int64_t layer, bool forward) -> Status {
       exec::DeviceSpan span;
       const double start = MonotonicSeconds();
-      TF_RETURN_IF_ERROR(forward ? device->Forward(layer, model->Layer(layer), &it, threads, &span)
-                                 : device->Backward(layer, model->Layer(layer), model->LayerGrads(layer), &it, threads, &span));
+      TF_RETURN_IF_ERROR(forward ? device_->Forward(layer, model_->Layer(layer), &it_, threads_, &span)
+                                 : device_->Backward(layer, model_->Layer(layer), model_->LayerGrads(layer), &it_, threads_, &span));
       const double end = MonotonicSeconds();
       if (rep < 0) return Status::Ok();
-      const LayerCost& c = costs[static_cast<size_t>(layer)];
+      const LayerCost& c = costs_[static_cast<size_t>(layer)];
       TraceRecord r = Record(task, Op::kCompute, "gpu0.compute", rep,
                              static_cast<int64_t>(forward ? c.forward_bytes : c.backward_bytes), start - t0, end - t0,
-                             record_threads);
+                             record_threads_);
       r.layer = static_cast<int32_t>(layer);
       r.phase = forward ? Phase::kForward : Phase::kBackward;
       r.flops = forward ? c.forward_flops : c.backward_flops;
@@ -186,13 +191,109 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
         r.device_start_s = span.start_s - t0;
         r.device_end_s = span.end_s - t0;
       }
-      out.push_back(std::move(r));
+      out->push_back(std::move(r));
       return Status::Ok();
     };
+    const int64_t layers = trainer_.layer_count();
     for (int64_t l = 0; l < layers; ++l) TF_RETURN_IF_ERROR(time(l, true));
     for (int64_t l = layers; l-- > 0;) TF_RETURN_IF_ERROR(time(l, false));
+    return Status::Ok();
+  }
+
+ private:
+  LayerPasses(const TrainConfig& config, const std::vector<LayerCost>& costs, const HostProbeOptions& o)
+      : trainer_(config),
+        costs_(costs),
+        threads_(config.threads > 0 ? config.threads : MaxThreads(o)),
+        record_threads_(o.compute == "cpu" ? threads_.threads() : 0) {}
+
+  exec::Trainer trainer_;
+  std::vector<LayerCost> costs_;
+  CpuThreads threads_;
+  int32_t record_threads_;
+  std::unique_ptr<exec::ComputeDevice> device_;  // after trainer_: it refers to it
+  std::unique_ptr<exec::WholeModel> model_;
+  exec::IterationState it_;
+  int64_t passes_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
+                                                const std::string& label, const HostProbeOptions& o) {
+  TF_RETURN_IF_ERROR(CheckOptions(o, "probe compute"));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<LayerPasses> passes, LayerPasses::Create(config, costs, o));
+  std::vector<TraceRecord> out;
+  const double t0 = MonotonicSeconds();
+  const std::string task = "probe.compute." + label;
+  for (int32_t rep = -1; rep < o.repetitions; ++rep) {
+    TF_RETURN_IF_ERROR(passes->Pass(task, rep, t0, &out));
     Report(o, task + (rep < 0 ? " warm-up" : " repetition " + std::to_string(rep + 1)));
   }
+  return out;
+}
+
+StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const std::vector<LayerCost>& costs,
+                                              const IoCpuProbeOptions& io, const HostProbeOptions& o) {
+  TF_RETURN_IF_ERROR(CheckOptions(o, "probe io-cpu"));
+  if (io.dir.empty()) return InvalidArgument("probe io-cpu: no directory given");
+  if (io.streams.empty()) return InvalidArgument("probe io-cpu: no streams given");
+  if (!(io.window_s > 0)) return InvalidArgument("probe io-cpu: the window must be positive");
+  for (const IoCpuProbeOptions::Stream& st : io.streams) {
+    if (st.op != "read" && st.op != "write") return InvalidArgument("probe io-cpu: stream op '" + st.op + "' (known: read, write)");
+  }
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<LayerPasses> passes, LayerPasses::Create(config, costs, o));
+  std::vector<TraceRecord> out;
+  const double t0 = MonotonicSeconds();
+  TF_RETURN_IF_ERROR(passes->Pass("probe.io_cpu.alone", -1, t0, &out));  // warm-up
+  const std::string file = ProbeFilePath(io.dir);
+  auto body = [&]() -> Status {
+    for (int32_t rep = 0; rep < o.repetitions; ++rep) {
+      for (const IoCpuProbeOptions::Stream& st : io.streams) {
+        // Alone for a window, then beside the stream for a window: the pairs close in time, so
+        // that the machine's drift over the probe does not enter the ratio.
+        const double alone_until = MonotonicSeconds() + io.window_s;
+        while (MonotonicSeconds() < alone_until) TF_RETURN_IF_ERROR(passes->Pass("probe.io_cpu.alone", rep, t0, &out));
+        DiskProbeOptions d;
+        d.dirs = {io.dir};
+        d.device_counts = {1};
+        d.ops = {st.op};
+        d.block_bytes = {st.block_bytes};
+        d.queue_depths = {st.queue_depth};
+        d.file_bytes = io.file_bytes;
+        d.warmup_s = 0.1;
+        d.duration_s = io.window_s;
+        d.repetitions = 1;
+        d.backend = io.backend;
+        d.keep_files = true;  // filled by the first stream, reused by the others, removed below
+        std::vector<TraceRecord> window;
+        Status disk = Status::Ok();
+        std::atomic<bool> done{false};
+        std::thread stream([&] {
+          disk = RunDiskProbe(d, &window, nullptr).status();
+          done.store(true);
+        });
+        Status computed = Status::Ok();
+        // Compute all along; calibrate keeps the layers that ran inside the stream's window.
+        while (!done.load() && computed.ok()) computed = passes->Pass("probe.io_cpu.beside", rep, t0, &out);
+        stream.join();
+        TF_RETURN_IF_ERROR(computed);
+        TF_RETURN_IF_ERROR(disk.WithContext("probe io-cpu: --dir '" + io.dir + "'"));
+        for (TraceRecord& r : window) {
+          r.task = "probe.io_cpu." + st.op;
+          r.iteration = rep;
+          r.start_s -= t0;
+          r.end_s -= t0;
+          out.push_back(std::move(r));
+        }
+        Report(o, "compute beside " + st.op + " " + std::to_string(st.block_bytes) + " B x " + std::to_string(st.queue_depth));
+      }
+    }
+    return Status::Ok();
+  };
+  const Status st = body();
+  ::unlink(file.c_str());
+  TF_RETURN_IF_ERROR(st);
   return out;
 }
 

@@ -62,6 +62,8 @@ models::HardwareSpec Truth() {
   t.node.cpu.adam_elements_per_s_per_core = 250e6;  // threads >= 6 are memory-bound (40e9/28 = 1.43e9/s)
   t.node.cpu.convert_bytes_per_s_per_core = 3e9;
   t.node.cpu.task_overhead_s = 45e-6;
+  t.node.cpu.io_read_cores = {{16384, 1, 0.9}, {1 << 20, 8, 0.3}};
+  t.node.cpu.io_write_cores = {{16384, 1, 0.5}, {262144, 4, 0.2}, {1 << 20, 8, 0.45}};
   t.node.interconnect.bus_bw_bytes_per_s = 20e9;
   t.node.interconnect.latency_s = 8e-6;
   t.node.interconnect.local_bw_bytes_per_s = 1.5e9;
@@ -90,6 +92,8 @@ std::vector<TraceRecord> AllRecords(const models::HardwareSpec& truth) {
   testing::AddCompute(truth.node.gpu, Flops(), {1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}, noise, &r);
   testing::AddCpu(truth.node.cpu, {1 << 20, 4 << 20, 16 << 20, 64 << 20}, noise, &r);
   testing::AddDispatch(truth.node.cpu.task_overhead_s, 200, noise, &r);
+  Noise quiet(0.002);  // a load of 0.3 of 8 cores is a 4 % slowdown: the fit's arithmetic, not the noise's
+  testing::AddIoCpu(truth.node.cpu, truth.node.cpu.cores, 2, quiet, &r);
   std::vector<int64_t> messages;
   for (int64_t b = 65536; b <= (int64_t{1} << 30); b *= 4) messages.push_back(b);
   testing::AddCollectives(truth.node.interconnect, messages, noise, &r);
@@ -123,7 +127,12 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
     EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
   }
-  EXPECT_EQ(cal->fits.size(), 19u);
+  for (const char* model : {"cpu.io_read", "cpu.io_write"}) {
+    const FitReport* f = Find(*cal, model);
+    ASSERT_NE(f, nullptr) << model;
+    EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+  }
+  EXPECT_EQ(cal->fits.size(), 21u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -151,6 +160,17 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   ExpectWithin(got.pcie.d2h_bw_bytes_per_s, want.pcie.d2h_bw_bytes_per_s, kBandwidthTol, "d2h_bw");
   ExpectWithin(got.pcie.d2h_bf16_bw_bytes_per_s, want.pcie.d2h_bf16_bw_bytes_per_s, kBandwidthTol, "d2h_bf16_bw");
   ExpectWithin(got.cpu.task_overhead_s, want.cpu.task_overhead_s, kRatioTol, "task_overhead");
+  // The I/O path's load: each probed class as measured, within a twentieth of a core.
+  for (const bool write : {false, true}) {
+    const auto& g = write ? got.cpu.io_write_cores : got.cpu.io_read_cores;
+    const auto& w = write ? want.cpu.io_write_cores : want.cpu.io_read_cores;
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t k = 0; k < g.size(); ++k) {
+      EXPECT_EQ(g[k].block_bytes, w[k].block_bytes);
+      EXPECT_EQ(g[k].queue_depth, w[k].queue_depth);
+      EXPECT_NEAR(g[k].cores, w[k].cores, 0.05) << (write ? "write " : "read ") << w[k].block_bytes << "x" << w[k].queue_depth;
+    }
+  }
   ExpectWithin(got.pcie.latency_s, want.pcie.latency_s, kLatencyTol, "pcie latency");
   ExpectWithin(got.pcie.pageable_factor, want.pcie.pageable_factor, kRatioTol, "pageable_factor");
   ExpectWithin(got.gpu.forward_efficiency, want.gpu.forward_efficiency, kRatioTol, "forward_efficiency");
@@ -805,6 +825,31 @@ TEST(CalibrateDispatchTest, TheTaskOverheadIsTheTrimmedMeanOfTheHandOvers) {
   EXPECT_NEAR(cal->profile.node.cpu.task_overhead_s, (40 * 4e-6 + 144 * 60e-6) / 184, 1e-9);
   EXPECT_EQ(f->samples, 184);
   EXPECT_EQ(Base().node.cpu.task_overhead_s, 0.0);
+}
+
+// The I/O path's load is read off compute on every core: compute on fewer threads than the node
+// has cores cannot tell it (a path's load can sit on an idle core), so the fits are refused.
+TEST(CalibrateIoCpuTest, ComputeOnFewerThreadsThanCoresIsRefused) {
+  models::HardwareSpec truth = Base();
+  truth.node.cpu.io_read_cores = {{16384, 1, 0.9}};
+  std::vector<TraceRecord> r;
+  Noise none(0.0);
+  testing::AddIoCpu(truth.node.cpu, 2, 1, none, &r);
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  const FitReport* f = Find(*cal, "cpu.io_read");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused);
+  EXPECT_NE(f->reason.find("2 threads, the node has 8 cores"), std::string::npos) << f->reason;
+  EXPECT_TRUE(cal->profile.node.cpu.io_read_cores.empty());
+  // On every core, the same records give the load.
+  r.clear();
+  testing::AddIoCpu(truth.node.cpu, 8, 1, none, &r);
+  cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok());
+  ASSERT_EQ(cal->profile.node.cpu.io_read_cores.size(), 1u);
+  EXPECT_NEAR(cal->profile.node.cpu.io_read_cores[0].cores, 0.9, 1e-9);
+  EXPECT_EQ(Find(*cal, "cpu.io_write")->outcome, FitOutcome::kNoData);
 }
 
 TEST(CalibrateCopyTest, ANegativeLatencyIsHeldAtZero) {

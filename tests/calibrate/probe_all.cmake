@@ -1,7 +1,8 @@
 # `tierflow probe all` end to end on two directories, at tiny sizes: every probe writes its
-# record file; compute is sampled before the first step and after each (14 slices with two
+# record file; compute is sampled before the first step and after each (15 slices with two
 # directories: 3 operations and the reader/writer streams x 2 directories, all at once, copy,
-# optimizer, memory, dispatch), as the slice index in `iteration`; the disk probe leaves no file behind; calibrate reads the lot.
+# optimizer, memory, dispatch, io-cpu), as the slice index in `iteration`; the disk probes leave
+# no file behind; calibrate reads the lot.
 #   -DTIERFLOW=... -DWORK=<scratch dir>
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/d0 ${WORK}/d1)
@@ -12,17 +13,17 @@ execute_process(COMMAND ${TIERFLOW} probe all --dir ${WORK}/d0 --dir ${WORK}/d1 
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "probe all: exit code ${rc}\nstdout:\n${out}\nstderr:\n${err}")
 endif()
-foreach(name compute disk copy optimizer memory dispatch)
+foreach(name compute disk copy optimizer memory dispatch io_cpu)
   if(NOT EXISTS ${WORK}/traces/${name}.jsonl)
     message(FATAL_ERROR "probe all wrote no ${name}.jsonl:\n${out}")
   endif()
 endforeach()
-if(NOT "${out}" MATCHES "compute 14 of 14")
-  message(FATAL_ERROR "compute is not sampled 14 times:\n${out}")
+if(NOT "${out}" MATCHES "compute 15 of 15")
+  message(FATAL_ERROR "compute is not sampled 15 times:\n${out}")
 endif()
 file(READ ${WORK}/traces/compute.jsonl compute)
-if(NOT "${compute}" MATCHES "\"iteration\":13," OR "${compute}" MATCHES "\"iteration\":14,")
-  message(FATAL_ERROR "compute.jsonl does not carry slices 0..13 in iteration")
+if(NOT "${compute}" MATCHES "\"iteration\":14," OR "${compute}" MATCHES "\"iteration\":15,")
+  message(FATAL_ERROR "compute.jsonl does not carry slices 0..14 in iteration")
 endif()
 file(READ ${WORK}/traces/disk.jsonl disk)
 if(NOT "${disk}" MATCHES "\"task\":\"probe.disk.rw\"")
@@ -43,6 +44,13 @@ if(NOT rc EQUAL 0 OR NOT EXISTS ${WORK}/profile.yaml)
 endif()
 if(NOT "${out}" MATCHES "compute +(fitted|refused)")
   message(FATAL_ERROR "calibrate has no compute fit:\n${out}")
+endif()
+file(READ ${WORK}/traces/io_cpu.jsonl io_cpu)
+if(NOT "${io_cpu}" MATCHES "\"task\":\"probe.io_cpu.write\"" OR NOT "${io_cpu}" MATCHES "\"task\":\"probe.io_cpu.beside\"")
+  message(FATAL_ERROR "io_cpu.jsonl has no stream windows or no compute beside them")
+endif()
+if(NOT "${out}" MATCHES "cpu.io_read +(fitted|refused)")
+  message(FATAL_ERROR "calibrate has no fit of the I/O path's load from io_cpu.jsonl:\n${out}")
 endif()
 if(NOT "${out}" MATCHES "cpu.dispatch +fitted +task_overhead")
   message(FATAL_ERROR "calibrate did not fit the task hand-over from dispatch.jsonl:\n${out}")

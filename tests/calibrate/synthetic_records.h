@@ -186,6 +186,46 @@ inline void AddDispatch(double overhead_s, int n, Noise& noise, std::vector<Trac
   for (int i = 0; i < n; ++i) out->push_back(Probe("probe.dispatch", Op::kBarrier, "cpu", 0, overhead_s * noise.Factor()));
 }
 
+// probe io-cpu, on `threads` threads: per measured class of `cpu` (io_read_cores, io_write_cores),
+// `reps` rounds of compute alone (three layers, both phases) and beside the class's stream, whose
+// window holds the steps beside it; a step beside a path that keeps f cores busy takes
+// cores / (cores - f) as long. Timed after every other probe record (from t = 1000 s).
+inline void AddIoCpu(const models::CpuSpec& cpu, int32_t threads, int reps, Noise& noise, std::vector<TraceRecord>* out) {
+  double t = 1000;
+  const auto steps = [&](const std::string& task, double slowdown) {
+    for (int32_t layer = 0; layer < 3; ++layer) {
+      for (const Phase phase : {Phase::kForward, Phase::kBackward}) {
+        const double seconds = 1e-3 * (layer + 1) * (phase == Phase::kBackward ? 2 : 1) * slowdown * noise.Factor();
+        TraceRecord r = Probe(task, Op::kCompute, "gpu0.compute", 0, seconds);
+        r.start_s = t;
+        r.end_s = t + seconds;
+        t = r.end_s;
+        r.layer = layer;
+        r.phase = phase;
+        r.threads = threads;
+        out->push_back(r);
+      }
+    }
+  };
+  for (int rep = 0; rep < reps; ++rep) {
+    for (const bool write : {false, true}) {
+      for (const models::IoCpuPoint& p : write ? cpu.io_write_cores : cpu.io_read_cores) {
+        steps("probe.io_cpu.alone", 1.0);
+        const double start = t;
+        steps("probe.io_cpu.beside", cpu.cores / (cpu.cores - p.cores));
+        TraceRecord w = Probe(write ? "probe.io_cpu.write" : "probe.io_cpu.read", write ? Op::kWrite : Op::kRead,
+                              write ? "nvme0.write" : "nvme0.read", static_cast<int64_t>(1e9 * (t - start)), 0);
+        w.start_s = start;
+        w.end_s = t;
+        w.block_bytes = p.block_bytes;
+        w.queue_depth = p.queue_depth;
+        w.threads = 1;
+        out->push_back(w);
+      }
+    }
+  }
+}
+
 // One compute probe sample: a whole layer's FLOPs and bytes in one record.
 inline TraceRecord ComputeProbe(const models::GpuSpec& gpu, Phase phase, double flops, int64_t bytes, double factor) {
   TraceRecord r = Probe("probe.compute.layer", Op::kCompute, "gpu0.compute", bytes,

@@ -4,6 +4,7 @@
 // schedule's compute tasks of that layer are charged, so that calibrate fits what sim is asked.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <tuple>
@@ -176,6 +177,69 @@ TEST(HostProbesTest, ComputeOnTheGpuOrWhyNot) {
     EXPECT_LT(x.device_start_s, x.device_end_s) << x.layer;
     EXPECT_LE(x.device_end_s, x.end_s) << x.layer;
   }
+}
+
+// Compute alone, then beside each stream: the stream's window as the disk probe records it, the
+// compute of both as the compute probe's, all from one origin, and the probe file gone after.
+TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
+  auto sc = TinyAtSequence32();
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  auto costs = policies::LayerComputeCosts(*sc);
+  ASSERT_TRUE(costs.ok()) << costs.status().ToString();
+  TrainConfig config = ConfigAtSequence32(sc->model);
+  config.threads = 2;
+  const std::filesystem::path dir = std::filesystem::path(TIERFLOW_BINARY_DIR) / "tests" / "exec" / "io_cpu_probe";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  IoCpuProbeOptions io;
+  io.dir = dir.string();
+  io.streams = {{"read", 64 << 10, 2}, {"write", 64 << 10, 2}};
+  io.window_s = 0.15;
+  io.file_bytes = 16 << 20;
+  HostProbeOptions o = Quick();
+  o.repetitions = 1;
+  int reports = 0;
+  o.progress = [&](const std::string&) { ++reports; };
+  auto r = ProbeIoCpu(config, ToLayerCosts(*costs), io, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(reports, 2);  // one per stream
+  std::vector<const TraceRecord*> windows;
+  int alone = 0;
+  for (const TraceRecord& x : *r) {
+    EXPECT_EQ(x.source, "probe");
+    if (x.op == Op::kRead || x.op == Op::kWrite) {
+      EXPECT_EQ(x.task, x.op == Op::kRead ? "probe.io_cpu.read" : "probe.io_cpu.write");
+      EXPECT_EQ(x.block_bytes, 64 << 10);
+      EXPECT_EQ(x.queue_depth, 2);
+      EXPECT_GT(x.bytes, 0);
+      windows.push_back(&x);
+    } else {
+      ASSERT_EQ(x.op, Op::kCompute);
+      EXPECT_TRUE(x.task == "probe.io_cpu.alone" || x.task == "probe.io_cpu.beside") << x.task;
+      EXPECT_EQ(x.threads, 2);
+      EXPECT_GE(x.layer, 0);
+      alone += x.task == "probe.io_cpu.alone" ? 1 : 0;
+    }
+  }
+  ASSERT_EQ(windows.size(), 2u);
+  EXPECT_GT(alone, 0);
+  // Beside records inside each window: what calibrate pairs.
+  for (const TraceRecord* w : windows) {
+    int inside = 0;
+    for (const TraceRecord& x : *r) {
+      inside += x.task == "probe.io_cpu.beside" && x.start_s >= w->start_s && x.end_s <= w->end_s ? 1 : 0;
+    }
+    EXPECT_GT(inside, 0) << w->task;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the probe file is removed";
+
+  io.streams = {{"trim", 4096, 1}};
+  auto bad = ProbeIoCpu(config, ToLayerCosts(*costs), io, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'trim'"), std::string::npos) << bad.status().message();
+  io.streams = {{"read", 4096, 1}};
+  io.dir = (dir / "missing").string();
+  EXPECT_FALSE(ProbeIoCpu(config, ToLayerCosts(*costs), io, o).ok());
 }
 
 TEST(HostProbesTest, OptimizerAndMemoryByThreadCount) {

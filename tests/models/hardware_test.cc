@@ -1,6 +1,7 @@
 // Hardware presets and the YAML format: every preset parses, validates and cites its numbers;
 // overrides merge as documented; each malformed input gives one message naming the key path.
 #include "tierflow/models/hardware.h"
+#include "tierflow/models/perf.h"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -175,6 +176,8 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.cpu.adam_elements_per_s_per_core, y.cpu.adam_elements_per_s_per_core);
   EXPECT_EQ(x.cpu.task_overhead_s, y.cpu.task_overhead_s);
   EXPECT_EQ(x.cpu.convert_bytes_per_s_per_core, y.cpu.convert_bytes_per_s_per_core);
+  EXPECT_EQ(x.cpu.io_read_cores, y.cpu.io_read_cores);
+  EXPECT_EQ(x.cpu.io_write_cores, y.cpu.io_write_cores);
   EXPECT_EQ(x.interconnect.kind, y.interconnect.kind);
   EXPECT_EQ(x.interconnect.bus_bw_bytes_per_s, y.interconnect.bus_bw_bytes_per_s);
   EXPECT_EQ(x.interconnect.latency_s, y.interconnect.latency_s);
@@ -220,6 +223,8 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.interconnect.local_bw_bytes_per_s = 1.0 / 3.0 * 1e9;
     hw.node.pcie.d2h_bf16_bw_bytes_per_s = 1.0 / 3.0 * 1e10;
     hw.node.cpu.task_overhead_s = 1.0 / 3.0 * 1e-4;
+    hw.node.cpu.io_read_cores = {{16384, 1, 1.0 / 3.0}, {1 << 20, 8, 0.29}};
+    hw.node.cpu.io_write_cores = {{262144, 4, 0.2}};
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;
@@ -270,6 +275,30 @@ TEST(HardwareYamlTest, MeasuredStreamsAreAMapOfBlockByDepthToBandwidth) {
        "hardware.node.nvme[0].read_bw_by_request.16384x1: 'fast' is not a number of bytes/s"},
       {"{preset: cpu-host, node: {nvme: [{read_bw_by_request: {16384x1: 0}}, {}]}}",
        "hardware.node.nvme[0].read_bw_by_request.16384x1 must be positive"},
+  };
+  ExpectEachRefused(bad);
+}
+
+// The I/O path's load: a map of stream class to cores, each between 0 and the node's cores.
+TEST(HardwareYamlTest, TheIoPathsLoadIsAMapOfBlockByDepthToCores) {
+  auto hw = FromText("{preset: cpu-host, node: {cpu: {io_read_cores: {1048576x8: 0.3, 16384x1: 0.9}}}}");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  EXPECT_EQ(hw->node.cpu.io_read_cores, (std::vector<IoCpuPoint>{{16384, 1, 0.9}, {1 << 20, 8, 0.3}}));
+  EXPECT_TRUE(hw->node.cpu.io_write_cores.empty());
+  // The nearest measured class, in log2 block plus log2 depth: 256 KiB x 4 is 2 + 1 from 1 MiB x 8
+  // and 4 + 2 from 16 KiB x 1; none measured, none taken.
+  EXPECT_DOUBLE_EQ(IoCpuCores(hw->node.cpu, false, 262144, 4), 0.3);
+  EXPECT_DOUBLE_EQ(IoCpuCores(hw->node.cpu, false, 32768, 1), 0.9);
+  EXPECT_DOUBLE_EQ(IoCpuCores(hw->node.cpu, true, 16384, 1), 0.0);
+  const std::pair<const char*, const char*> bad[] = {
+      {"{preset: cpu-host, node: {cpu: {io_write_cores: [0.3]}}}",
+       "hardware.node.cpu.io_write_cores: expected a map of BLOCKxDEPTH to cores"},
+      {"{preset: cpu-host, node: {cpu: {io_read_cores: {1MiBx8: 0.3}}}}",
+       "hardware.node.cpu.io_read_cores: '1MiBx8' is not BLOCKxDEPTH"},
+      {"{preset: cpu-host, node: {cpu: {cores: 2, io_read_cores: {16384x1: 2.5}}}}",
+       "hardware.node.cpu.io_read_cores.16384x1: 2.500000 cores, outside 0..2"},
+      {"{preset: cpu-host, node: {cpu: {io_read_cores: {16384x1: -0.1}}}}",
+       "hardware.node.cpu.io_read_cores.16384x1: -0.100000 cores, outside 0.."},
   };
   ExpectEachRefused(bad);
 }

@@ -477,6 +477,58 @@ TEST(SimTest, TheTaskOverheadDelaysEveryTaskButReadsAndWrites) {
   }
 }
 
+// The I/O path's CPU (cpu.io_read_cores): a read keeps its class's cores busy while it runs,
+// ahead of user threads, so a compute on every core of an emulated GPU beside it runs at
+// (cores - f) / cores, and the read itself keeps its pace; a class's load counts from the
+// measured class nearest to the stream's (block, depth).
+TEST(SimTest, TheIoPathsCpuSlowsComputeBesideAReadButNotTheRead) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  hw.node.gpu.shares_host_cores = true;
+  const auto& d = hw.node.nvme[0];
+  const int64_t block = kMiB, bytes = 64 * kMiB;
+  const int32_t depth = 8;
+  const double transfer_s = static_cast<double>(bytes) / models::DiskReadBandwidth(d, block, depth);
+  const double compute_s = 4 * transfer_s;
+  for (const double f : {0.0, 0.5, 1.0}) {
+    // Measured at 2 MiB x 8 and 16 KiB x 1: the 1 MiB x 8 stream is nearer the first.
+    hw.node.cpu.io_read_cores = {{16 * 1024, 1, 0.9}, {2 * kMiB, 8, f}};
+    Builder b;
+    b.Resource("gpu0.compute", "gpu0");
+    b.Resource("nvme0.read", "nvme0");
+    b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+    TaskSpec& r = b.Task("r", Op::kRead, "nvme0.read", bytes);
+    r.block_bytes = block;
+    r.queue_depth = depth;
+    SimResult res = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(res, "r").end_s, d.read_latency_s + transfer_s) << f;
+    EXPECT_REL(Find(res, "x").end_s, compute_s + f / 2 * transfer_s) << f << " of the compute's two cores, for the transfer";
+  }
+}
+
+// Streams whose I/O paths need more cores than the node has share them, and are held back.
+TEST(SimTest, IoPathsThatNeedMoreThanTheCoresHoldTheirStreamsBack) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  hw.node.nvme.resize(3, hw.node.nvme[0]);  // three devices: no stream slows another on a disk
+  hw.node.cpu.io_read_cores = {{kMiB, 8, 1.0}};
+  const auto& d = hw.node.nvme[0];
+  const int64_t bytes = 64 * kMiB;
+  const double transfer_s = static_cast<double>(bytes) / models::DiskReadBandwidth(d, kMiB, 8);
+  Builder b;
+  for (int i = 0; i < 3; ++i) {
+    const std::string dev = "nvme" + std::to_string(i);
+    b.Resource(dev + ".read", dev);
+    TaskSpec& r = b.Task("r" + std::to_string(i), Op::kRead, dev + ".read", bytes);
+    r.block_bytes = kMiB;
+    r.queue_depth = 8;
+  }
+  SimResult res = MustSimulate(b.s, hw);
+  // Three paths of one core each on two cores: each gets 2/3 of a core, so each read's path
+  // needs 1.5x its transfer.
+  for (int i = 0; i < 3; ++i) EXPECT_REL(Find(res, "r" + std::to_string(i)).end_s, d.read_latency_s + 1.5 * transfer_s) << i;
+}
+
 // ---- Clusters (hardware.nodes > 1) ----
 
 models::HardwareSpec TestCluster(int32_t nodes, int32_t gpus_per_node) {

@@ -102,6 +102,21 @@ struct RemoteTierSpec {  // e.g. a parallel file system mount shared by the clus
   double latency_s = 0;
 };
 
+// What the host's I/O path (the storage engine's ring thread and its wake-ups, the kernel's block
+// layer and interrupts, a hypervisor's exits) takes from the cores while one stream of a class
+// runs: `block_bytes` requests, `queue_depth` in flight, keep `cores` of them busy. Measured as
+// the slowdown of compute on every core beside the stream (`probe io-cpu`: cores x (1 - time
+// alone / time beside)), so it includes what a fork-join kernel loses when one of its threads is
+// preempted. Not a function of the request rate alone: here a 16 KiB stream at depth 1 took 0.8
+// cores at 16 k requests/s and at depth 8 0.5 cores at 56 k/s (the ring thread sleeps and wakes
+// for each request at depth 1), so the classes are kept as measured (docs/performance-models.md).
+struct IoCpuPoint {
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  double cores = 0;
+  bool operator==(const IoCpuPoint&) const = default;
+};
+
 struct CpuSpec {
   int32_t cores = 0;
   int64_t host_memory_bytes = 0;
@@ -112,6 +127,10 @@ struct CpuSpec {
   // resource's worker, which wakes the dispatch thread when done (two thread wake-ups). A delay
   // before every task but reads and writes (docs/simulator.md); 0: none. Calibrate measures it.
   double task_overhead_s = 0;
+  // The I/O path's load per stream class and direction (IoCpuPoint), sorted by block then depth;
+  // a stream takes its nearest measured class's (IoCpuCores). Empty: none.
+  // YAML: `io_read_cores: {16384x1: 0.85, 1048576x8: 0.27}` (block bytes x depth: cores).
+  std::vector<IoCpuPoint> io_read_cores, io_write_cores;
   // DRAM kept from pinned buffers (the OS, the page cache, the framework): what `tune` may not
   // pin. -1 (absent): an eighth of host_memory (HostReserveBytes).
   int64_t host_reserve_bytes = -1;

@@ -72,6 +72,11 @@ double AdamTime(const CpuSpec& cpu, int64_t elements, int32_t threads);
 // Host conversion (cast or accumulate) of `bytes` with `threads` threads.
 double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads);
 
+// The cores the I/O path keeps busy while one stream of `block`-byte requests, `depth` in flight,
+// runs (CpuSpec::io_read_cores, io_write_cores): the measured class nearest in log2 block plus
+// log2 depth (the smaller block, then the smaller depth, on a tie); 0 when none was measured.
+double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
+
 // The least time one iteration of a schedule can spend on storage, whatever its order, request
 // shapes and overlap: every device serves its bytes at no more than its peak rates, and reads and
 // writes share an NVMe device at no better than the harmonic mix (mixed_efficiency <= 1), so the

@@ -61,6 +61,29 @@ struct LayerCost {
 StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
                                                 const std::string& label, const HostProbeOptions& options);
 
+// The I/O path's CPU cost (docs/calibration.md, `cpu.io_read`): compute on every core (the
+// layers of `config`, as ProbeCompute) alone for a window, then beside one disk stream (the disk
+// probe's, on `dir`) for a window, stream by stream, `repetitions` rounds. Records: compute
+// "probe.io_cpu.alone" and "probe.io_cpu.beside" (as ProbeCompute's; a beside record counts when
+// it lies inside its stream's window), and each stream's window, op read or write, task
+// "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows), all timed from one
+// origin. The probe file is removed when done.
+struct IoCpuProbeOptions {
+  std::string dir;
+  std::string backend = "auto";  // uring, posix, auto
+  struct Stream {
+    std::string op;  // read or write
+    int64_t block_bytes = 0;
+    int32_t queue_depth = 0;
+  };
+  std::vector<Stream> streams = {{"read", 16 << 10, 1},  {"read", 256 << 10, 4},  {"read", 1 << 20, 8},
+                                 {"write", 16 << 10, 1}, {"write", 256 << 10, 4}, {"write", 1 << 20, 8}};
+  double window_s = 1.0;
+  int64_t file_bytes = int64_t{256} << 20;
+};
+StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const std::vector<LayerCost>& costs,
+                                              const IoCpuProbeOptions& io, const HostProbeOptions& options);
+
 // AdamW and the fp32 -> bf16 cast over each element count, at 1..max_threads threads.
 StatusOr<std::vector<TraceRecord>> ProbeOptimizer(const std::vector<int64_t>& element_counts,
                                                   const HostProbeOptions& options);

@@ -1,0 +1,113 @@
+// The I/O path's load on the cores (`cpu.io_read_cores`, `cpu.io_write_cores`) from `probe
+// io-cpu`: compute on every core alone and beside one disk stream at a time
+// (docs/calibration.md).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "calibrate_internal.h"
+
+namespace tierflow::calibrate::internal {
+namespace {
+
+// A window whose compute lost nothing, or gained (noise), counts as this load: MedianOf's
+// residuals are relative.
+constexpr double kMinCores = 1e-3;
+
+using StreamClass = std::pair<int64_t, int32_t>;  // block bytes, depth
+
+// Each class's load: the median over its windows, written as one measured point.
+void FitDirection(const Context& c, bool write, const std::map<StreamClass, std::vector<double>>& classes, const std::string& note) {
+  const CalibrateOptions& o = c.options;
+  const std::string dir = write ? "write" : "read";
+  const std::string model = "cpu.io_" + dir;
+  if (classes.empty()) {
+    c.reports->push_back(NoData(model, "probe.io_cpu." + dir + " windows with probe.io_cpu.alone and .beside compute (tierflow probe io-cpu)"));
+    return;
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.condition_number = 1;
+  rep.note = note;
+  std::vector<models::IoCpuPoint> points;
+  double sum_sq = 0, worst = 0, lo = 0, hi = 0;
+  for (const auto& [cls, loads] : classes) {
+    const MedianStats m = MedianOf(loads, o);
+    sum_sq += m.sum_sq_rel;
+    worst = std::max(worst, m.worst_rel);
+    lo = rep.samples == 0 ? m.lo : std::min(lo, m.lo);
+    hi = rep.samples == 0 ? m.hi : std::max(hi, m.hi);
+    rep.samples += static_cast<int64_t>(loads.size());
+    const double cores = std::clamp(m.median, 0.0, static_cast<double>(c.profile->node.cpu.cores));
+    points.push_back({cls.first, cls.second, cores});
+    rep.params.push_back({fmt::format("io_{}_cores.{}x{}", dir, cls.first, cls.second), cores, m.rel_se, "cores", true});
+  }
+  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(rep.samples));
+  rep.max_rel_residual = worst;
+  rep.data_range = fmt::format("{} stream classes; compute lost {:.2f}..{:.2f} cores", points.size(), lo, hi);
+  // A class measured once has no spread to judge; it is written as measured, as every probe
+  // point kept beside a fit is (read_bw_by_request).
+  if (Conclude(&rep, {})) (write ? c.profile->node.cpu.io_write_cores : c.profile->node.cpu.io_read_cores) = std::move(points);
+  c.reports->push_back(rep);
+}
+
+}  // namespace
+
+void FitIoCpu(const Context& c) {
+  // Each compute step's time alone: the median of its alone records (same layer and phase).
+  std::map<std::pair<int32_t, int>, std::vector<double>> alone;
+  std::vector<const TraceRecord*> beside, windows;
+  int32_t threads = -1;
+  bool mixed_threads = false;
+  for (const TraceRecord* r : c.records) {
+    if (IsRunRecord(*r) || !StartsWith(r->task, "probe.io_cpu.")) continue;
+    if (r->op == Op::kCompute && r->duration_s() > 0) {
+      if (threads >= 0 && r->threads != threads) mixed_threads = true;
+      threads = r->threads;
+      if (r->task == "probe.io_cpu.alone") alone[{r->layer, static_cast<int>(r->phase)}].push_back(r->duration_s());
+      if (r->task == "probe.io_cpu.beside") beside.push_back(r);
+    } else if ((r->op == Op::kRead || r->op == Op::kWrite) && r->duration_s() > 0 && r->block_bytes > 0 && r->queue_depth > 0) {
+      windows.push_back(r);
+    }
+  }
+  const int32_t cores = c.profile->node.cpu.cores;
+  if (!windows.empty() && (mixed_threads || threads != cores)) {
+    const std::string why = mixed_threads ? "the compute beside the streams ran on different thread counts"
+                                          : fmt::format("the compute beside the streams ran on {} threads, the node has {} cores: "
+                                                        "the load is measured by compute on every core",
+                                                        threads, cores);
+    for (const char* dir : {"read", "write"}) c.reports->push_back(RefusedReport(std::string("cpu.io_") + dir, why));
+    return;
+  }
+  std::map<std::pair<int32_t, int>, double> reference;
+  for (auto& [key, v] : alone) reference[key] = Median(v);
+  std::map<StreamClass, std::vector<double>> by_dir[2];
+  int64_t empty = 0;
+  for (const TraceRecord* w : windows) {
+    // The compute steps wholly inside the window: their time alone over their time beside it.
+    // Compute on every core gets cores - f of them beside a path that keeps f busy.
+    double alone_s = 0, beside_s = 0;
+    for (const TraceRecord* r : beside) {
+      if (r->start_s < w->start_s || r->end_s > w->end_s) continue;
+      auto it = reference.find({r->layer, static_cast<int>(r->phase)});
+      if (it == reference.end()) continue;
+      alone_s += it->second;
+      beside_s += r->duration_s();
+    }
+    if (!(beside_s > 0)) {
+      ++empty;
+      continue;
+    }
+    const double load = std::max(kMinCores, cores * (1 - alone_s / beside_s));
+    by_dir[w->op == Op::kWrite ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(load);
+  }
+  const std::string note = empty > 0 ? fmt::format("{} windows with no compute step inside left out", empty) : std::string();
+  FitDirection(c, false, by_dir[0], note);
+  FitDirection(c, true, by_dir[1], note);
+}
+
+}  // namespace tierflow::calibrate::internal
