@@ -15,6 +15,8 @@
 //   convert  op convert, task "probe.convert.fp32_to_bf16", bytes = 4 x elements (the schedule's
 //            convention for that cast), threads
 //   memory   op convert, task "probe.memory.update", bytes = bytes read + written, threads
+//   I/O path compute "probe.io_cpu.alone" | "probe.io_cpu.beside" (as compute) and stream windows
+//            "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's), one time origin
 // One record per measured repetition; `iteration` is the repetition index.
 //
 // Thread safety: each probe is self-contained; run one at a time (they measure the machine).
