@@ -238,7 +238,8 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
       ++sim;  // a simulation's records would only fit the simulator back to its own inputs
       continue;
     }
-    if (IsInstantOp(r.op) && r.task != "probe.dispatch") continue;  // the hand-over probe's are timed
+    // The hand-over probes' records are timed barriers.
+    if (IsInstantOp(r.op) && r.task != "probe.dispatch" && r.task != "probe.io_cpu.dispatch") continue;
     measured.push_back(&r);
   }
   if (sim > 0) out.notes.push_back(fmt::format("ignored {} sim records (calibration fits measurements)", sim));

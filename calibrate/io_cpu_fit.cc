@@ -1,6 +1,6 @@
-// The I/O path's load on the cores (`cpu.io_read_cores`, `cpu.io_write_cores`) from `probe
-// io-cpu`: compute on every core alone and beside one disk stream at a time
-// (docs/calibration.md).
+// What the I/O path and the executor's hand-overs take from the cores (`cpu.io_read_cores`,
+// `cpu.io_write_cores`, `cpu.task_overhead_cpu`) from `probe io-cpu`: compute on every core alone
+// and beside one disk stream, or the hand-overs back to back, at a time (docs/calibration.md).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -55,6 +55,26 @@ void FitDirection(const Context& c, bool write, const std::map<StreamClass, std:
   c.reports->push_back(rep);
 }
 
+// The core-seconds of one hand-over: the load beside the chain over its hand-overs per second,
+// the median over the windows.
+void FitHandOvers(const Context& c, const std::vector<double>& per_hand_over, const std::string& note) {
+  const std::string model = "cpu.dispatch_load";
+  if (per_hand_over.empty()) {
+    c.reports->push_back(NoData(model, "probe.io_cpu.dispatch windows with probe.io_cpu.alone and .beside compute (tierflow probe io-cpu)"));
+    return;
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.samples = static_cast<int64_t>(per_hand_over.size());
+  rep.note = note;
+  rep.data_range = "hand-overs back to back";
+  double rel_se = 0;
+  const double seconds = MedianFit(per_hand_over, c.options, "core-seconds per hand-over", &rep, &rel_se);
+  rep.params = {{"task_overhead_cpu", seconds, rel_se, "s", true}};
+  if (Conclude(&rep, {})) c.profile->node.cpu.task_overhead_cpu_s = seconds;
+  c.reports->push_back(rep);
+}
+
 }  // namespace
 
 void FitIoCpu(const Context& c) {
@@ -72,6 +92,8 @@ void FitIoCpu(const Context& c) {
       if (r->task == "probe.io_cpu.beside") beside.push_back(r);
     } else if ((r->op == Op::kRead || r->op == Op::kWrite) && r->duration_s() > 0 && r->block_bytes > 0 && r->queue_depth > 0) {
       windows.push_back(r);
+    } else if (r->task == "probe.io_cpu.dispatch" && r->duration_s() > 0 && r->tasks > 0) {
+      windows.push_back(r);
     }
   }
   const int32_t cores = c.profile->node.cpu.cores;
@@ -80,12 +102,13 @@ void FitIoCpu(const Context& c) {
                                           : fmt::format("the compute beside the streams ran on {} threads, the node has {} cores: "
                                                         "the load is measured by compute on every core",
                                                         threads, cores);
-    for (const char* dir : {"read", "write"}) c.reports->push_back(RefusedReport(std::string("cpu.io_") + dir, why));
+    for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load"}) c.reports->push_back(RefusedReport(model, why));
     return;
   }
   std::map<std::pair<int32_t, int>, double> reference;
   for (auto& [key, v] : alone) reference[key] = Median(v);
   std::map<StreamClass, std::vector<double>> by_dir[2];
+  std::vector<double> per_hand_over;
   int64_t empty = 0;
   for (const TraceRecord* w : windows) {
     // The compute steps wholly inside the window: their time alone over their time beside it.
@@ -103,11 +126,16 @@ void FitIoCpu(const Context& c) {
       continue;
     }
     const double load = std::max(kMinCores, cores * (1 - alone_s / beside_s));
-    by_dir[w->op == Op::kWrite ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(load);
+    if (w->op == Op::kBarrier) {
+      per_hand_over.push_back(load * w->duration_s() / w->tasks);
+    } else {
+      by_dir[w->op == Op::kWrite ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(load);
+    }
   }
   const std::string note = empty > 0 ? fmt::format("{} windows with no compute step inside left out", empty) : std::string();
   FitDirection(c, false, by_dir[0], note);
   FitDirection(c, true, by_dir[1], note);
+  FitHandOvers(c, per_hand_over, note);
 }
 
 }  // namespace tierflow::calibrate::internal

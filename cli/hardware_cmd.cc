@@ -60,6 +60,7 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                  {"adam_elements_per_s_per_core", n.cpu.adam_elements_per_s_per_core},
                  {"convert_bytes_per_s_per_core", n.cpu.convert_bytes_per_s_per_core},
                  {"task_overhead_s", n.cpu.task_overhead_s},
+                 {"task_overhead_cpu_s", n.cpu.task_overhead_cpu_s},
                  {"io_read_cores", io_points(n.cpu.io_read_cores)},
                  {"io_write_cores", io_points(n.cpu.io_write_cores)}}},
                {"interconnect",
@@ -121,8 +122,11 @@ void PrintTable(const models::HardwareSpec& hw) {
       n.cpu.cores, FormatBytes(static_cast<double>(n.cpu.host_memory_bytes)),
       FormatBandwidth(n.cpu.memory_bw_bytes_per_s), n.cpu.adam_elements_per_s_per_core,
       FormatBandwidth(n.cpu.convert_bytes_per_s_per_core),
-      n.cpu.task_overhead_s > 0 ? fmt::format(", {} per task handed to a worker", FormatDuration(n.cpu.task_overhead_s))
-                                : std::string());
+      n.cpu.task_overhead_s > 0
+          ? fmt::format(", {} per task handed to a worker{}", FormatDuration(n.cpu.task_overhead_s),
+                        n.cpu.task_overhead_cpu_s > 0 ? fmt::format(" (taking {} of the cores)", FormatDuration(n.cpu.task_overhead_cpu_s))
+                                                      : std::string())
+          : std::string());
   const auto io_cpu = [](const char* what, const std::vector<models::IoCpuPoint>& points) {
     if (points.empty()) return;
     std::string text;

@@ -168,11 +168,15 @@ struct HostArgs {
   std::string io_streams;       // io-cpu: OP:BLOCK:DEPTH,... (empty: IoCpuProbeOptions' own)
 };
 
-// "read:16KiB:1,write:1MiB:8" -> the streams of `probe io-cpu`.
+// "read:16KiB:1,write:1MiB:8,dispatch" -> the streams of `probe io-cpu`.
 StatusOr<std::vector<real::IoCpuProbeOptions::Stream>> ParseIoStreams(const std::string& text) {
   std::vector<real::IoCpuProbeOptions::Stream> out;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
+    if (item == "dispatch") {  // the executor's hand-overs: no block or depth
+      out.push_back({item, 0, 0});
+      continue;
+    }
     const size_t a = item.find(':'), b = a == std::string::npos ? a : item.find(':', a + 1);
     if (b == std::string::npos) return InvalidArgument("--streams: '" + item + "' is not OP:BLOCK:DEPTH (read:1MiB:8)");
     real::IoCpuProbeOptions::Stream s;
@@ -672,13 +676,13 @@ Command MakeProbe(CLI::App& parent) {
   host("memory", "Streaming memory bandwidth (an in-place update, as the optimizer does) by thread count", HostProbe::kMemory)
       ->add_option("--bytes", h->memory, "Bytes of each of the four arrays");
   host("dispatch", "The executor's hand-over of a task to a worker thread and back (two thread wake-ups)", HostProbe::kDispatch);
-  CLI::App* io_cpu = host("io-cpu", "Compute on every core alone and beside disk streams: what the I/O path takes from the cores",
+  CLI::App* io_cpu = host("io-cpu", "Compute on every core alone and beside disk streams and hand-overs: what the I/O path and the executor's hand-overs take from the cores",
                           HostProbe::kIoCpu);
   io_cpu->add_option("--dir", h->io.dir, "A directory on the disk whose streams to run")->required();
   io_cpu->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to compute (default: tiny at sequence 128)");
   io_cpu->add_option("--window", h->io.window_s, "Seconds of compute alone, then beside each stream");
   io_cpu->add_option("--backend", h->io.backend, "Storage back-end: auto, uring, posix");
-  io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated OP:BLOCK:DEPTH (default read and write at 16KiB:1, 256KiB:4, 1MiB:8)");
+  io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams, or dispatch (the executor's hand-overs back to back; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, and dispatch)");
   AddSetOption(io_cpu, &h->sets);
 
   CLI::App* coll = probe->add_subcommand("collective", "All-gather, reduce-scatter and all-reduce by message size across the ranks (run under mpirun)");

@@ -93,6 +93,7 @@ Status ApplyCpu(const YAML::Node& node, const std::string& path, CpuSpec* c) {
   TF_RETURN_IF_ERROR(r.ElementRate("adam_rate_per_core", &c->adam_elements_per_s_per_core));
   TF_RETURN_IF_ERROR(r.Bandwidth("convert_bw_per_core", &c->convert_bytes_per_s_per_core));
   TF_RETURN_IF_ERROR(r.Duration("task_overhead", &c->task_overhead_s));
+  TF_RETURN_IF_ERROR(r.Duration("task_overhead_cpu", &c->task_overhead_cpu_s));
   TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_read_cores", "cores", "0.8", &IoCpuPoint::cores, &c->io_read_cores));
   TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_write_cores", "cores", "0.8", &IoCpuPoint::cores, &c->io_write_cores));
   return r.Finish();
@@ -332,6 +333,7 @@ Status ValidateHardware(const HardwareSpec& hw) {
   TF_RETURN_IF_ERROR(Positive(node.pcie.root_complex_bw_bytes_per_s, n + ".pcie.root_complex_bw"));
   if (node.pcie.latency_s < 0) return InvalidArgument(n + ".pcie.latency must not be negative");
   if (node.cpu.task_overhead_s < 0) return InvalidArgument(n + ".cpu.task_overhead must not be negative");
+  if (node.cpu.task_overhead_cpu_s < 0) return InvalidArgument(n + ".cpu.task_overhead_cpu must not be negative");
   for (const auto& [field, table] : {std::pair{".cpu.io_read_cores", &node.cpu.io_read_cores},
                                       std::pair{".cpu.io_write_cores", &node.cpu.io_write_cores}}) {
     for (size_t k = 0; k < table->size(); ++k) {
@@ -479,6 +481,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
                    Num(n.cpu.adam_elements_per_s_per_core));
   y += fmt::format("    convert_bw_per_core: {} B/s\n", Num(n.cpu.convert_bytes_per_s_per_core));
   if (n.cpu.task_overhead_s > 0) y += fmt::format("    task_overhead: {} s\n", Num(n.cpu.task_overhead_s));
+  if (n.cpu.task_overhead_cpu_s > 0) y += fmt::format("    task_overhead_cpu: {} s\n", Num(n.cpu.task_overhead_cpu_s));
   if (!n.cpu.io_read_cores.empty()) y += "    io_read_cores: " + RequestMapText(n.cpu.io_read_cores, &IoCpuPoint::cores) + "\n";
   if (!n.cpu.io_write_cores.empty()) y += "    io_write_cores: " + RequestMapText(n.cpu.io_write_cores, &IoCpuPoint::cores) + "\n";
   y += "  interconnect:\n";

@@ -20,8 +20,8 @@ namespace sg4 = simgrid::s4u;
 
 class Runner;
 
-// The sharing weight of the I/O path's execs against user execs (weight 1): far above, so that
-// they get their bound whatever else runs on the node's cores.
+// The sharing weight of the I/O path's and the hand-overs' execs against user execs (weight 1):
+// far above, so that they get their bound whatever else runs on the node's cores.
 constexpr double kIoCpuPriority = 1e6;
 // SimGrid's activity signals are process-wide statics: they are connected once and forward to
 // the runner of the current (only) simulation in this process.
@@ -304,13 +304,28 @@ class Runner {
     f.pending = 0;
     f.activities.clear();
     f.unstarted = 0;
+    if (p.handover_amount > 0) {
+      // The hand-over's load on the cores (TaskPlan::handover_amount), from the launch on, beside
+      // the delay; the task ends when it has too.
+      sg4::ExecPtr exec = sg4::Exec::init();
+      exec->set_flops_amount(p.handover_amount);
+      exec->set_host(nodes_[static_cast<size_t>(p.handover_node)].cpu);
+      exec->set_bound(p.handover_bound);
+      exec->set_priority(kIoCpuPriority);
+      exec->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
+      f.activities.push_back(exec);
+      f.unstarted = 1;
+      ++f.pending;
+      ++activities_;
+      exec->vetoable_start();
+    }
     if (p.kind == ActivityKind::kExec) {
       sg4::ExecPtr exec = sg4::Exec::init();
       exec->set_flops_amount(p.amount);
       exec->set_host(p.on_cpu ? nodes_[static_cast<size_t>(p.node)].cpu : gpu_[static_cast<size_t>(p.gpu)]);
       if (p.threads > 1) exec->set_thread_count(p.threads);
       f.activities.push_back(exec);
-      f.pending = 1;
+      ++f.pending;
       BeginAfter(id, p.delay_s);
       return;
     }

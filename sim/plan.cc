@@ -259,7 +259,16 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
     }
     // The executor hands every task but reads and writes (which it submits itself) to the
     // resource's worker and is told back: two thread wake-ups, a delay that uses no resource.
-    if (p.kind != ActivityKind::kInstant && t.op != Op::kRead && t.op != Op::kWrite) p.delay_s = node.cpu.task_overhead_s;
+    if (p.kind != ActivityKind::kInstant && t.op != Op::kRead && t.op != Op::kWrite) {
+      p.delay_s = node.cpu.task_overhead_s;
+      // Its wake-ups preempt the threads on the task's node: all of their core-time, spread over
+      // the hand-over (at most one core: one thread wakes at a time).
+      if (node.cpu.task_overhead_cpu_s > 0) {
+        p.handover_node = dev.node;
+        p.handover_amount = node.cpu.task_overhead_cpu_s * kExecSpeed;
+        p.handover_bound = (p.delay_s > 0 ? std::min(1.0, node.cpu.task_overhead_cpu_s / p.delay_s) : 1.0) * kExecSpeed;
+      }
+    }
   }
   return plan;
 }

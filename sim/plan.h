@@ -62,8 +62,14 @@ struct TaskPlan {
   // kernel and interrupts preempt user threads). The task ends when both have. 0: none.
   double cpu_amount = 0;
   double cpu_bound = 0;
-  // Before it begins: the executor's hand-over of the task to its worker (cpu.task_overhead).
+  // Before it begins: the executor's hand-over of the task to its worker (cpu.task_overhead),
+  // and, from its launch, that hand-over's load on its node's cores (cpu.task_overhead_cpu): an
+  // exec of `handover_amount` (seconds * kExecSpeed of one core) at no more than
+  // `handover_bound`, ahead of user execs, as the I/O path's. 0: none.
   double delay_s = 0;
+  double handover_amount = 0;
+  double handover_bound = 0;
+  int32_t handover_node = 0;
   // For the trace record.
   int64_t block_bytes = 0;
   int32_t queue_depth = 0;

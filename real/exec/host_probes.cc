@@ -240,13 +240,52 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
   if (io.streams.empty()) return InvalidArgument("probe io-cpu: no streams given");
   if (!(io.window_s > 0)) return InvalidArgument("probe io-cpu: the window must be positive");
   for (const IoCpuProbeOptions::Stream& st : io.streams) {
-    if (st.op != "read" && st.op != "write") return InvalidArgument("probe io-cpu: stream op '" + st.op + "' (known: read, write)");
+    if (st.op != "read" && st.op != "write" && st.op != "dispatch") {
+      return InvalidArgument("probe io-cpu: stream op '" + st.op + "' (known: read, write, dispatch)");
+    }
   }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<LayerPasses> passes, LayerPasses::Create(config, costs, o));
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
   TF_RETURN_IF_ERROR(passes->Pass("probe.io_cpu.alone", -1, t0, &out));  // warm-up
   const std::string file = ProbeFilePath(io.dir);
+  // One window of a disk stream (the disk probe's, its record renamed) or of the executor's
+  // hand-overs back to back (ProbeDispatch's chain; the record's `tasks` counts them).
+  const auto stream_window = [&](const IoCpuProbeOptions::Stream& st) -> StatusOr<std::vector<TraceRecord>> {
+    if (st.op == "dispatch") {
+      exec::EventQueue events;
+      exec::Worker worker;
+      const auto hand_over = [&] {
+        worker.Post([&events] { events.Push({0, Status::Ok()}); });
+        return events.Pop().status;
+      };
+      const double warm_until = MonotonicSeconds() + 0.1;
+      while (MonotonicSeconds() < warm_until) TF_RETURN_IF_ERROR(hand_over());
+      const double start = MonotonicSeconds(), stop = start + io.window_s;
+      int32_t count = 0;
+      double now = start;
+      for (; now < stop; now = MonotonicSeconds(), ++count) TF_RETURN_IF_ERROR(hand_over());
+      TraceRecord r = Record("probe.io_cpu.dispatch", Op::kBarrier, "cpu", 0, 0, start, now, 1);
+      r.tasks = count;
+      return std::vector<TraceRecord>{r};
+    }
+    DiskProbeOptions d;
+    d.dirs = {io.dir};
+    d.device_counts = {1};
+    d.ops = {st.op};
+    d.block_bytes = {st.block_bytes};
+    d.queue_depths = {st.queue_depth};
+    d.file_bytes = io.file_bytes;
+    d.warmup_s = 0.1;
+    d.duration_s = io.window_s;
+    d.repetitions = 1;
+    d.backend = io.backend;
+    d.keep_files = true;  // filled by the first stream, reused by the others, removed below
+    std::vector<TraceRecord> window;
+    TF_RETURN_IF_ERROR(RunDiskProbe(d, &window, nullptr).status().WithContext("probe io-cpu: --dir '" + io.dir + "'"));
+    for (TraceRecord& r : window) r.task = "probe.io_cpu." + st.op;
+    return window;
+  };
   auto body = [&]() -> Status {
     for (int32_t rep = 0; rep < o.repetitions; ++rep) {
       for (const IoCpuProbeOptions::Stream& st : io.streams) {
@@ -254,23 +293,10 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
         // that the machine's drift over the probe does not enter the ratio.
         const double alone_until = MonotonicSeconds() + io.window_s;
         while (MonotonicSeconds() < alone_until) TF_RETURN_IF_ERROR(passes->Pass("probe.io_cpu.alone", rep, t0, &out));
-        DiskProbeOptions d;
-        d.dirs = {io.dir};
-        d.device_counts = {1};
-        d.ops = {st.op};
-        d.block_bytes = {st.block_bytes};
-        d.queue_depths = {st.queue_depth};
-        d.file_bytes = io.file_bytes;
-        d.warmup_s = 0.1;
-        d.duration_s = io.window_s;
-        d.repetitions = 1;
-        d.backend = io.backend;
-        d.keep_files = true;  // filled by the first stream, reused by the others, removed below
-        std::vector<TraceRecord> window;
-        Status disk = Status::Ok();
+        StatusOr<std::vector<TraceRecord>> window = std::vector<TraceRecord>{};
         std::atomic<bool> done{false};
         std::thread stream([&] {
-          disk = RunDiskProbe(d, &window, nullptr).status();
+          window = stream_window(st);
           done.store(true);
         });
         Status computed = Status::Ok();
@@ -278,15 +304,15 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
         while (!done.load() && computed.ok()) computed = passes->Pass("probe.io_cpu.beside", rep, t0, &out);
         stream.join();
         TF_RETURN_IF_ERROR(computed);
-        TF_RETURN_IF_ERROR(disk.WithContext("probe io-cpu: --dir '" + io.dir + "'"));
-        for (TraceRecord& r : window) {
-          r.task = "probe.io_cpu." + st.op;
+        TF_RETURN_IF_ERROR(window.status());
+        for (TraceRecord& r : *window) {
           r.iteration = rep;
           r.start_s -= t0;
           r.end_s -= t0;
           out.push_back(std::move(r));
         }
-        Report(o, "compute beside " + st.op + " " + std::to_string(st.block_bytes) + " B x " + std::to_string(st.queue_depth));
+        Report(o, "compute beside " + st.op + (st.op == "dispatch" ? std::string(" hand-overs")
+                                                                    : " " + std::to_string(st.block_bytes) + " B x " + std::to_string(st.queue_depth)));
       }
     }
     return Status::Ok();

@@ -62,6 +62,7 @@ models::HardwareSpec Truth() {
   t.node.cpu.adam_elements_per_s_per_core = 250e6;  // threads >= 6 are memory-bound (40e9/28 = 1.43e9/s)
   t.node.cpu.convert_bytes_per_s_per_core = 3e9;
   t.node.cpu.task_overhead_s = 45e-6;
+  t.node.cpu.task_overhead_cpu_s = 30e-6;  // 0.6 of the cores at 20 k hand-overs/s
   t.node.cpu.io_read_cores = {{16384, 1, 0.9}, {1 << 20, 8, 0.3}};
   t.node.cpu.io_write_cores = {{16384, 1, 0.5}, {262144, 4, 0.2}, {1 << 20, 8, 0.45}};
   t.node.interconnect.bus_bw_bytes_per_s = 20e9;
@@ -127,12 +128,12 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
     EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
   }
-  for (const char* model : {"cpu.io_read", "cpu.io_write"}) {
+  for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
   }
-  EXPECT_EQ(cal->fits.size(), 21u);
+  EXPECT_EQ(cal->fits.size(), 22u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -160,6 +161,8 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   ExpectWithin(got.pcie.d2h_bw_bytes_per_s, want.pcie.d2h_bw_bytes_per_s, kBandwidthTol, "d2h_bw");
   ExpectWithin(got.pcie.d2h_bf16_bw_bytes_per_s, want.pcie.d2h_bf16_bw_bytes_per_s, kBandwidthTol, "d2h_bf16_bw");
   ExpectWithin(got.cpu.task_overhead_s, want.cpu.task_overhead_s, kRatioTol, "task_overhead");
+  // A hand-over's load: 0.6 cores at 20 k/s is 30 us each; a twentieth of a core is 2.5 us.
+  EXPECT_NEAR(got.cpu.task_overhead_cpu_s, want.cpu.task_overhead_cpu_s, 2.5e-6);
   // The I/O path's load: each probed class as measured, within a twentieth of a core.
   for (const bool write : {false, true}) {
     const auto& g = write ? got.cpu.io_write_cores : got.cpu.io_read_cores;
@@ -850,6 +853,7 @@ TEST(CalibrateIoCpuTest, ComputeOnFewerThreadsThanCoresIsRefused) {
   ASSERT_EQ(cal->profile.node.cpu.io_read_cores.size(), 1u);
   EXPECT_NEAR(cal->profile.node.cpu.io_read_cores[0].cores, 0.9, 1e-9);
   EXPECT_EQ(Find(*cal, "cpu.io_write")->outcome, FitOutcome::kNoData);
+  EXPECT_EQ(Find(*cal, "cpu.dispatch_load")->outcome, FitOutcome::kNoData);
 }
 
 TEST(CalibrateCopyTest, ANegativeLatencyIsHeldAtZero) {

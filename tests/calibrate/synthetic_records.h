@@ -186,10 +186,11 @@ inline void AddDispatch(double overhead_s, int n, Noise& noise, std::vector<Trac
   for (int i = 0; i < n; ++i) out->push_back(Probe("probe.dispatch", Op::kBarrier, "cpu", 0, overhead_s * noise.Factor()));
 }
 
-// probe io-cpu, on `threads` threads: per measured class of `cpu` (io_read_cores, io_write_cores),
-// `reps` rounds of compute alone (three layers, both phases) and beside the class's stream, whose
-// window holds the steps beside it; a step beside a path that keeps f cores busy takes
-// cores / (cores - f) as long. Timed after every other probe record (from t = 1000 s).
+// probe io-cpu, on `threads` threads: per measured class of `cpu` (io_read_cores, io_write_cores)
+// and, with task_overhead_cpu, hand-overs back to back (20 k/s), `reps` rounds of compute alone
+// (three layers, both phases) and beside the stream, whose window holds the steps beside it; a
+// step beside a stream that keeps f cores busy takes cores / (cores - f) as long. Timed after
+// every other probe record (from t = 1000 s).
 inline void AddIoCpu(const models::CpuSpec& cpu, int32_t threads, int reps, Noise& noise, std::vector<TraceRecord>* out) {
   double t = 1000;
   const auto steps = [&](const std::string& task, double slowdown) {
@@ -207,7 +208,19 @@ inline void AddIoCpu(const models::CpuSpec& cpu, int32_t threads, int reps, Nois
       }
     }
   };
+  constexpr double kHandOversPerS = 20000;
   for (int rep = 0; rep < reps; ++rep) {
+    if (cpu.task_overhead_cpu_s > 0) {
+      steps("probe.io_cpu.alone", 1.0);
+      const double start = t;
+      steps("probe.io_cpu.beside", cpu.cores / (cpu.cores - cpu.task_overhead_cpu_s * kHandOversPerS));
+      TraceRecord w = Probe("probe.io_cpu.dispatch", Op::kBarrier, "cpu", 0, 0);
+      w.start_s = start;
+      w.end_s = t;
+      w.tasks = static_cast<int32_t>(std::llround(kHandOversPerS * (t - start)));
+      w.threads = 1;
+      out->push_back(w);
+    }
     for (const bool write : {false, true}) {
       for (const models::IoCpuPoint& p : write ? cpu.io_write_cores : cpu.io_read_cores) {
         steps("probe.io_cpu.alone", 1.0);

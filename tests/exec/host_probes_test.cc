@@ -193,7 +193,7 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
   std::filesystem::create_directories(dir);
   IoCpuProbeOptions io;
   io.dir = dir.string();
-  io.streams = {{"read", 64 << 10, 2}, {"write", 64 << 10, 2}};
+  io.streams = {{"read", 64 << 10, 2}, {"write", 64 << 10, 2}, {"dispatch", 0, 0}};
   io.window_s = 0.15;
   io.file_bytes = 16 << 20;
   HostProbeOptions o = Quick();
@@ -202,12 +202,16 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
   o.progress = [&](const std::string&) { ++reports; };
   auto r = ProbeIoCpu(config, ToLayerCosts(*costs), io, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(reports, 2);  // one per stream
+  EXPECT_EQ(reports, 3);  // one per stream
   std::vector<const TraceRecord*> windows;
   int alone = 0;
   for (const TraceRecord& x : *r) {
     EXPECT_EQ(x.source, "probe");
-    if (x.op == Op::kRead || x.op == Op::kWrite) {
+    if (x.op == Op::kBarrier) {
+      EXPECT_EQ(x.task, "probe.io_cpu.dispatch");
+      EXPECT_GT(x.tasks, 0) << "the hand-overs in the window";
+      windows.push_back(&x);
+    } else if (x.op == Op::kRead || x.op == Op::kWrite) {
       EXPECT_EQ(x.task, x.op == Op::kRead ? "probe.io_cpu.read" : "probe.io_cpu.write");
       EXPECT_EQ(x.block_bytes, 64 << 10);
       EXPECT_EQ(x.queue_depth, 2);
@@ -221,7 +225,7 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
       alone += x.task == "probe.io_cpu.alone" ? 1 : 0;
     }
   }
-  ASSERT_EQ(windows.size(), 2u);
+  ASSERT_EQ(windows.size(), 3u);
   EXPECT_GT(alone, 0);
   // Beside records inside each window: what calibrate pairs.
   for (const TraceRecord* w : windows) {

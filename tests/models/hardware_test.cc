@@ -175,6 +175,7 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.cpu.memory_bw_bytes_per_s, y.cpu.memory_bw_bytes_per_s);
   EXPECT_EQ(x.cpu.adam_elements_per_s_per_core, y.cpu.adam_elements_per_s_per_core);
   EXPECT_EQ(x.cpu.task_overhead_s, y.cpu.task_overhead_s);
+  EXPECT_EQ(x.cpu.task_overhead_cpu_s, y.cpu.task_overhead_cpu_s);
   EXPECT_EQ(x.cpu.convert_bytes_per_s_per_core, y.cpu.convert_bytes_per_s_per_core);
   EXPECT_EQ(x.cpu.io_read_cores, y.cpu.io_read_cores);
   EXPECT_EQ(x.cpu.io_write_cores, y.cpu.io_write_cores);
@@ -223,6 +224,7 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.interconnect.local_bw_bytes_per_s = 1.0 / 3.0 * 1e9;
     hw.node.pcie.d2h_bf16_bw_bytes_per_s = 1.0 / 3.0 * 1e10;
     hw.node.cpu.task_overhead_s = 1.0 / 3.0 * 1e-4;
+    hw.node.cpu.task_overhead_cpu_s = 1.0 / 7.0 * 1e-4;
     hw.node.cpu.io_read_cores = {{16384, 1, 1.0 / 3.0}, {1 << 20, 8, 0.29}};
     hw.node.cpu.io_write_cores = {{262144, 4, 0.2}};
     const std::string yaml = HardwareToYaml(hw);

@@ -506,6 +506,47 @@ TEST(SimTest, TheIoPathsCpuSlowsComputeBesideAReadButNotTheRead) {
   }
 }
 
+// A hand-over's load on the cores (cpu.task_overhead_cpu) runs from the task's launch, beside its
+// delay, at most one core and ahead of user threads: a chain of copies handed over beside an
+// optimizer on every core slows it by what the hand-overs take (a real GPU's copies cross PCIe:
+// their hand-overs are all they take from the cores).
+TEST(SimTest, TheHandOversLoadSlowsWorkOnTheCoresBesideIt) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  const double delay = 40e-6;
+  hw.node.cpu.task_overhead_s = delay;
+  const int copies = 20;
+  const int64_t copy_bytes = 4096, adam_bytes = 4 * 1000000;
+  const double copy_s = hw.node.pcie.latency_s + static_cast<double>(copy_bytes) / hw.node.pcie.h2d_bw_bytes_per_s;
+  const double adam_s = models::AdamTime(hw.node.cpu, adam_bytes / 4, 2);
+  ASSERT_GT(adam_s, copies * 2 * delay) << "the optimizer outlasts the chain";
+  for (const double cpu_s : {0.0, 20e-6, 60e-6}) {
+    hw.node.cpu.task_overhead_cpu_s = cpu_s;
+    Builder b;
+    b.Resource("cpu.optimizer", "host");
+    b.Resource("gpu0.h2d", "gpu0");
+    b.Task("adam", Op::kOptimizer, "cpu.optimizer", adam_bytes);
+    std::string prev;
+    for (int i = 0; i < copies; ++i) {
+      const std::string id = "c" + std::to_string(i);
+      b.Task(id, Op::kH2D, "gpu0.h2d", copy_bytes, prev.empty() ? std::vector<std::string>{} : std::vector<std::string>{prev});
+      prev = id;
+    }
+    SimResult r = MustSimulate(b.s, hw);
+    // A copy ends when its transfer (after the delay) and its hand-over's load (cpu_s at
+    // min(1, cpu_s / delay) cores) both have.
+    const double step = std::max(delay + copy_s, std::max(delay, cpu_s));
+    EXPECT_REL(Find(r, "c0").end_s, step) << cpu_s;
+    EXPECT_REL(Find(r, "c" + std::to_string(copies - 1)).end_s, copies * step) << cpu_s;
+    // The optimizer begins after its own delay; the first copy's hand-over runs beside that
+    // delay (beside it too, its own: together they hold both cores until max(delay, cpu_s)),
+    // and each later one takes cpu_s of its two cores while it runs.
+    const double late_start = std::max(0.0, cpu_s - delay);  // both cores held past the delay
+    const double lost = (copies - 1) * cpu_s / 2 + late_start;
+    EXPECT_REL(Find(r, "adam").end_s, delay + adam_s + lost) << cpu_s;
+  }
+}
+
 // Streams whose I/O paths need more cores than the node has share them, and are held back.
 TEST(SimTest, IoPathsThatNeedMoreThanTheCoresHoldTheirStreamsBack) {
   auto hw = TestHardware();

@@ -16,7 +16,8 @@
 //            convention for that cast), threads
 //   memory   op convert, task "probe.memory.update", bytes = bytes read + written, threads
 //   I/O path compute "probe.io_cpu.alone" | "probe.io_cpu.beside" (as compute) and stream windows
-//            "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's), one time origin
+//            "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's) or
+//            "probe.io_cpu.dispatch" (op barrier, tasks = hand-overs), one time origin
 // One record per measured repetition; `iteration` is the repetition index.
 //
 // Thread safety: each probe is self-contained; run one at a time (they measure the machine).
@@ -63,23 +64,27 @@ struct LayerCost {
 StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
                                                 const std::string& label, const HostProbeOptions& options);
 
-// The I/O path's CPU cost (docs/calibration.md, `cpu.io_read`): compute on every core (the
-// layers of `config`, as ProbeCompute) alone for a window, then beside one disk stream (the disk
-// probe's, on `dir`) for a window, stream by stream, `repetitions` rounds. Records: compute
+// What the I/O path and the executor's hand-overs take from the cores (docs/calibration.md,
+// `cpu.io_read`, `cpu.dispatch_load`): compute on every core (the layers of `config`, as
+// ProbeCompute) alone for a window, then beside one stream for a window, stream by stream,
+// `repetitions` rounds. A stream is a disk stream (the disk probe's, on `dir`) or, op
+// "dispatch", the executor's hand-overs back to back (ProbeDispatch's). Records: compute
 // "probe.io_cpu.alone" and "probe.io_cpu.beside" (as ProbeCompute's; a beside record counts when
-// it lies inside its stream's window), and each stream's window, op read or write, task
-// "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows), all timed from one
-// origin. The probe file is removed when done.
+// it lies inside its stream's window), and each stream's window: op read or write, task
+// "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows), or op barrier, task
+// "probe.io_cpu.dispatch", `tasks` = the hand-overs in it; all timed from one origin. The probe
+// file is removed when done.
 struct IoCpuProbeOptions {
   std::string dir;
   std::string backend = "auto";  // uring, posix, auto
   struct Stream {
-    std::string op;  // read or write
+    std::string op;  // read, write or dispatch (block and depth unused)
     int64_t block_bytes = 0;
     int32_t queue_depth = 0;
   };
   std::vector<Stream> streams = {{"read", 16 << 10, 1},  {"read", 256 << 10, 4},  {"read", 1 << 20, 8},
-                                 {"write", 16 << 10, 1}, {"write", 256 << 10, 4}, {"write", 1 << 20, 8}};
+                                 {"write", 16 << 10, 1}, {"write", 256 << 10, 4}, {"write", 1 << 20, 8},
+                                 {"dispatch", 0, 0}};
   double window_s = 1.0;
   int64_t file_bytes = int64_t{256} << 20;
 };
