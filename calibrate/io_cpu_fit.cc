@@ -1,6 +1,6 @@
 // What the I/O path and the executor's hand-overs take from the cores (`cpu.io_read_cores`,
 // `cpu.io_write_cores`, `cpu.task_overhead_cpu`) from `probe io-cpu`: compute on every core alone
-// and beside one disk stream, or the hand-overs back to back, at a time (docs/calibration.md).
+// and beside one disk stream, or a chain of the executor's hand-overs, at a time (docs/calibration.md).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -67,7 +67,7 @@ void FitHandOvers(const Context& c, const std::vector<double>& per_hand_over, co
   rep.model = model;
   rep.samples = static_cast<int64_t>(per_hand_over.size());
   rep.note = note;
-  rep.data_range = "hand-overs back to back";
+  rep.data_range = "hand-overs, each after an idle gap";
   double rel_se = 0;
   const double seconds = MedianFit(per_hand_over, c.options, "core-seconds per hand-over", &rep, &rel_se);
   rep.params = {{"task_overhead_cpu", seconds, rel_se, "s", true}};

@@ -187,7 +187,7 @@ inline void AddDispatch(double overhead_s, int n, Noise& noise, std::vector<Trac
 }
 
 // probe io-cpu, on `threads` threads: per measured class of `cpu` (io_read_cores, io_write_cores)
-// and, with task_overhead_cpu, hand-overs back to back (20 k/s), `reps` rounds of compute alone
+// and, with task_overhead_cpu, a chain of hand-overs (20 k/s), `reps` rounds of compute alone
 // (three layers, both phases) and beside the stream, whose window holds the steps beside it; a
 // step beside a stream that keeps f cores busy takes cores / (cores - f) as long. Timed after
 // every other probe record (from t = 1000 s).

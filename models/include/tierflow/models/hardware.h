@@ -129,9 +129,9 @@ struct CpuSpec {
   double task_overhead_s = 0;
   // What one hand-over takes from the cores, in core-seconds: its two wake-ups (and, on a VM,
   // the exits they cost) preempt the threads running there, and a fork-join compute on every
-  // core waits for its preempted thread. Measured as the slowdown of compute on every core beside
-  // hand-overs back to back (`probe io-cpu`, stream "dispatch"). The simulator runs it beside the
-  // task's hand-over delay (docs/simulator.md); 0: none.
+  // core waits for its preempted thread. Measured as the slowdown of compute on every core
+  // beside a chain of hand-overs with idle gaps (`probe io-cpu`, stream "dispatch"). The
+  // simulator runs it beside the task's hand-over delay (docs/simulator.md); 0: none.
   double task_overhead_cpu_s = 0;
   // The I/O path's load per stream class and direction (IoCpuPoint), sorted by block then depth;
   // a stream takes its nearest measured class's (IoCpuCores). Empty: none.

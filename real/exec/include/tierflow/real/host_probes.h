@@ -68,7 +68,8 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
 // `cpu.io_read`, `cpu.dispatch_load`): compute on every core (the layers of `config`, as
 // ProbeCompute) alone for a window, then beside one stream for a window, stream by stream,
 // `repetitions` rounds. A stream is a disk stream (the disk probe's, on `dir`) or, op
-// "dispatch", the executor's hand-overs back to back (ProbeDispatch's). Records: compute
+// "dispatch", the executor's hand-overs (ProbeDispatch's), each after an idle gap of 100 us, so
+// that the threads sleep between them as between a run's small tasks. Records: compute
 // "probe.io_cpu.alone" and "probe.io_cpu.beside" (as ProbeCompute's; a beside record counts when
 // it lies inside its stream's window), and each stream's window: op read or write, task
 // "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows), or op barrier, task
