@@ -258,7 +258,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         return Internal(who + ": op not handled by the simulator");
     }
     // The executor hands every task but reads and writes (which it submits itself) to the
-    // resource's worker and is told back: two thread wake-ups, a delay that uses no resource.
+    // resource's worker and is told back: two thread wake-ups, a delay before the task begins.
     if (p.kind != ActivityKind::kInstant && t.op != Op::kRead && t.op != Op::kWrite) {
       p.delay_s = node.cpu.task_overhead_s;
       // Its wake-ups preempt the threads on the task's node: all of their core-time, spread over

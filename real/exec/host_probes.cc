@@ -1,13 +1,14 @@
 #include "tierflow/real/host_probes.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
-#include <atomic>
-#include <unistd.h>
 
 #include "compute_device.h"
 #include "emulated_copy.h"
