@@ -124,7 +124,7 @@ void PrintTable(const models::HardwareSpec& hw) {
       FormatBandwidth(n.cpu.convert_bytes_per_s_per_core),
       n.cpu.task_overhead_s > 0
           ? fmt::format(", {} per task handed to a worker{}", FormatDuration(n.cpu.task_overhead_s),
-                        n.cpu.task_overhead_cpu_s > 0 ? fmt::format(" (taking {} of the cores)", FormatDuration(n.cpu.task_overhead_cpu_s))
+                        n.cpu.task_overhead_cpu_s > 0 ? fmt::format(" ({} of core-time)", FormatDuration(n.cpu.task_overhead_cpu_s))
                                                       : std::string())
           : std::string());
   const auto io_cpu = [](const char* what, const std::vector<models::IoCpuPoint>& points) {
