@@ -307,11 +307,7 @@ class Runner {
     if (p.handover_amount > 0) {
       // The hand-over's load on the cores (TaskPlan::handover_amount), from the launch on, beside
       // the delay; the task ends when it has too.
-      sg4::ExecPtr exec = sg4::Exec::init();
-      exec->set_flops_amount(p.handover_amount);
-      exec->set_host(nodes_[static_cast<size_t>(p.handover_node)].cpu);
-      exec->set_bound(p.handover_bound);
-      exec->set_priority(kIoCpuPriority);
+      sg4::ExecPtr exec = CoreLoad(p.handover_node, p.handover_amount, p.handover_bound);
       exec->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
       f.activities.push_back(exec);
       f.unstarted = 1;
@@ -349,17 +345,23 @@ class Runner {
     sg4::Host* far = endpoints_[static_cast<size_t>(p.endpoint)];
     Add(id, e.write ? mem : far, e.write ? far : mem, p.amount);
     if (p.cpu_amount > 0) {
-      // The I/O path's CPU beside the transfer (TaskPlan::cpu_amount): bounded to its rate, and
-      // served before the user threads' execs on the node (a priority far above theirs).
-      sg4::ExecPtr exec = sg4::Exec::init();
-      exec->set_flops_amount(p.cpu_amount);
-      exec->set_host(nodes_[static_cast<size_t>(p.node)].cpu);
-      exec->set_bound(p.cpu_bound);
-      exec->set_priority(kIoCpuPriority);
-      f.activities.push_back(exec);
+      // The I/O path's CPU beside the transfer (TaskPlan::cpu_amount), started with it.
+      f.activities.push_back(CoreLoad(p.node, p.cpu_amount, p.cpu_bound));
       ++f.pending;
     }
     BeginAfter(id, e.latency_s);
+  }
+
+  // A load on node `node`'s cores: `amount` (seconds * kExecSpeed of one core) at no more than
+  // `bound`, served ahead of the user execs there (kIoCpuPriority): the I/O path's and the
+  // hand-overs' (TaskPlan::cpu_amount, handover_amount).
+  sg4::ExecPtr CoreLoad(int32_t node, double amount, double bound) {
+    sg4::ExecPtr exec = sg4::Exec::init();
+    exec->set_flops_amount(amount);
+    exec->set_host(nodes_[static_cast<size_t>(node)].cpu);
+    exec->set_bound(bound);
+    exec->set_priority(kIoCpuPriority);
+    return exec;
   }
 
   // Flight `id`'s collective comms of `level` on every node taking part, after the level's alpha
