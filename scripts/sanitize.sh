@@ -2,7 +2,7 @@
 # The test suite under the sanitizers, each in its own build directory:
 #   asan: everything built with gcc's AddressSanitizer and UndefinedBehaviorSanitizer
 #         (build-asan/), and every test run there; any report fails its test.
-#   tsan: the executor's and the storage back-ends' suites (with checkpoints and directory locks)
+#   tsan: the executor's, its host probes' and the storage back-ends' suites (with checkpoints and directory locks)
 #         built with ThreadSanitizer (build-tsan/), and run there.
 # Usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...]   (default all; e.g. `asan -LE slow`)
 # A test that runs past 15 minutes (a hang) fails. CUDA is left out of both (nothing here can run
@@ -45,9 +45,10 @@ if [ "$which" = asan ] || [ "$which" = all ]; then
 fi
 if [ "$which" = tsan ] || [ "$which" = all ]; then
   configure build-tsan "-fsanitize=thread -fno-omit-frame-pointer"
-  # The executor (dispatch thread, per-resource workers, CPU threads, the I/O window) and storage
-  # (io_uring and posix completions, checkpoints, directory locks): their suites only are built.
-  suites="exec_executor_test exec_io_window_test exec_block_cache_test real_storage_test real_checkpoint_test real_dir_lock_test"
+  # The executor (dispatch thread, per-resource workers, CPU threads, the I/O window), its host
+  # probes (the hand-over chain, compute beside a disk stream's thread) and storage (io_uring and
+  # posix completions, checkpoints, directory locks): their suites only are built.
+  suites="exec_executor_test exec_io_window_test exec_block_cache_test exec_host_probes_test real_storage_test real_checkpoint_test real_dir_lock_test"
   cmake --build build-tsan -j "$(nproc)" --target $suites
   # The executor tests that train for seconds run ~40x slower under TSan (minutes each, an hour in
   # all): TSAN_ALL=1 runs them too; by default the others drive the same threads through every

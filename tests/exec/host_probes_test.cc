@@ -4,6 +4,7 @@
 // schedule's compute tasks of that layer are charged, so that calibrate fits what sim is asked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -191,10 +192,15 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
   const std::filesystem::path dir = std::filesystem::path(TIERFLOW_BINARY_DIR) / "tests" / "exec" / "io_cpu_probe";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  // Windows of a few compute steps at least, however slow this build runs them (a sanitizer's).
+  auto step = ProbeCompute(config, ToLayerCosts(*costs), "t", Quick());
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  double longest = 0;
+  for (const TraceRecord& x : *step) longest = std::max(longest, x.duration_s());
   IoCpuProbeOptions io;
   io.dir = dir.string();
   io.streams = {{"read", 64 << 10, 2}, {"write", 64 << 10, 2}, {"dispatch", 0, 0}};
-  io.window_s = 0.15;
+  io.window_s = std::max(0.15, 4 * longest);
   io.file_bytes = 16 << 20;
   HostProbeOptions o = Quick();
   o.repetitions = 1;
