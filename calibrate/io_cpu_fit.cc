@@ -71,7 +71,12 @@ void FitHandOvers(const Context& c, const std::vector<double>& per_hand_over, co
   double rel_se = 0;
   const double seconds = MedianFit(per_hand_over, c.options, "core-seconds per hand-over", &rep, &rel_se);
   rep.params = {{"task_overhead_cpu", seconds, rel_se, "s", true}};
-  if (Conclude(&rep, {})) c.profile->node.cpu.task_overhead_cpu_s = seconds;
+  // A parameter, as the hand-over's time is: written only when the windows agree on it (probe
+  // all's two rounds give two windows, so no minimum count beyond them).
+  std::vector<std::string> reasons;
+  const std::string undetermined = DeterminedRule("task_overhead_cpu", rel_se, "add rounds (--reps)", c.options);
+  if (!undetermined.empty()) reasons.push_back(undetermined);
+  if (Conclude(&rep, reasons)) c.profile->node.cpu.task_overhead_cpu_s = seconds;
   c.reports->push_back(rep);
 }
 

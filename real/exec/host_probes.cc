@@ -22,7 +22,9 @@
 namespace tierflow::real {
 namespace {
 
-// The idle gap before each hand-over of probe io-cpu's stream "dispatch" (ProbeIoCpu).
+// The idle gap before each hand-over of probe io-cpu's stream "dispatch" (ProbeIoCpu): a run's
+// chain of small copies hands a task over every 60 to 130 us (tiny's forward, calibrate_node's
+// traces), so its threads sleep between hand-overs, as they do here.
 constexpr double kHandOverGapS = 100e-6;
 
 // Larger than any last-level cache we expect, so that rotating through it keeps data cold.
@@ -63,6 +65,21 @@ class ColdPool {
  private:
   static int64_t AlignUp(int64_t b) { return (b + 4095) / 4096 * 4096; }
   std::vector<char> data_;
+};
+
+// The executor's hand-over of a task, with its own classes: the caller posts to a resource's
+// worker, which pushes the completion to the event queue the caller sleeps on (ProbeDispatch,
+// ProbeIoCpu's stream "dispatch").
+class HandOvers {
+ public:
+  Status One() {
+    worker_.Post([this] { events_.Push({0, Status::Ok()}); });
+    return events_.Pop().status;
+  }
+
+ private:
+  exec::EventQueue events_;  // declared first: the worker's thread pushes to it until joined
+  exec::Worker worker_;
 };
 
 TraceRecord Record(std::string task, Op op, std::string resource, int64_t rep, int64_t bytes, double start,
@@ -260,20 +277,15 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
   // two threads never sleep).
   const auto stream_window = [&](const IoCpuProbeOptions::Stream& st) -> StatusOr<std::vector<TraceRecord>> {
     if (st.op == "dispatch") {
-      exec::EventQueue events;
-      exec::Worker worker;
-      const auto hand_over = [&] {
-        worker.Post([&events] { events.Push({0, Status::Ok()}); });
-        return events.Pop().status;
-      };
+      HandOvers hand_overs;
       const double warm_until = MonotonicSeconds() + 0.1;
-      while (MonotonicSeconds() < warm_until) TF_RETURN_IF_ERROR(hand_over());
+      while (MonotonicSeconds() < warm_until) TF_RETURN_IF_ERROR(hand_overs.One());
       const double start = MonotonicSeconds(), stop = start + io.window_s;
       int32_t count = 0;
       double now = start;
       for (; now < stop; now = MonotonicSeconds(), ++count) {
         std::this_thread::sleep_for(std::chrono::duration<double>(kHandOverGapS));
-        TF_RETURN_IF_ERROR(hand_over());
+        TF_RETURN_IF_ERROR(hand_overs.One());
       }
       TraceRecord r = Record("probe.io_cpu.dispatch", Op::kBarrier, "cpu", 0, 0, start, now, 1);
       r.tasks = count;
@@ -379,17 +391,15 @@ StatusOr<std::vector<TraceRecord>> ProbeDispatch(const HostProbeOptions& o) {
   // (each thread has just gone to sleep when the other wakes it). Measured here: 50-75 us per
   // task, one mode; with an idle pause between tasks the wake-ups turn bimodal (3 us or 70 us,
   // by how long the threads slept), which no run's chain of tasks sees.
-  exec::EventQueue events;
-  exec::Worker worker;
+  HandOvers hand_overs;
   std::vector<TraceRecord> out;
   const int32_t reps = 50 * o.repetitions;
   const double t0 = MonotonicSeconds();
   for (int32_t rep = -1; rep < reps; ++rep) {
     const double start = MonotonicSeconds();
-    worker.Post([&events] { events.Push({0, Status::Ok()}); });
-    const exec::Event e = events.Pop();
+    const Status handed = hand_overs.One();
     const double end = MonotonicSeconds();
-    TF_RETURN_IF_ERROR(e.status);
+    TF_RETURN_IF_ERROR(handed);
     if (rep >= 0) out.push_back(Record("probe.dispatch", Op::kBarrier, "cpu", rep, 0, start - t0, end - t0, 1));
   }
   Report(o, "task hand-over");

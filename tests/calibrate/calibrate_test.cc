@@ -856,6 +856,29 @@ TEST(CalibrateIoCpuTest, ComputeOnFewerThreadsThanCoresIsRefused) {
   EXPECT_EQ(Find(*cal, "cpu.dispatch_load")->outcome, FitOutcome::kNoData);
 }
 
+// A hand-over's load is a parameter: windows that disagree on it (5 and 60 us) leave it unwritten.
+TEST(CalibrateIoCpuTest, HandOverWindowsThatDisagreeAreRefused) {
+  models::HardwareSpec truth = Base();
+  std::vector<TraceRecord> r;
+  Noise none(0.0);
+  for (const double seconds : {5e-6, 60e-6}) {
+    truth.node.cpu.task_overhead_cpu_s = seconds;
+    const size_t first = r.size();
+    testing::AddIoCpu(truth.node.cpu, 8, 1, none, &r);
+    for (size_t i = first; i < r.size(); ++i) {  // the second probe after the first, not over it
+      r[i].start_s += seconds * 1e6;
+      r[i].end_s += seconds * 1e6;
+    }
+  }
+  auto cal = Calibrate(r, {}, Base());
+  ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+  const FitReport* f = Find(*cal, "cpu.dispatch_load");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->outcome, FitOutcome::kRefused) << FitSummary(*f);
+  EXPECT_NE(f->reason.find("task_overhead_cpu is not determined"), std::string::npos) << f->reason;
+  EXPECT_EQ(cal->profile.node.cpu.task_overhead_cpu_s, 0.0);
+}
+
 TEST(CalibrateCopyTest, ANegativeLatencyIsHeldAtZero) {
   // Small copies faster per byte than large ones (cache): the unconstrained latency is negative.
   std::vector<TraceRecord> r;
