@@ -732,52 +732,114 @@ class GradientBucket {
 
 }  // namespace
 
-// PassOptions::max_live_elements: the units gathered so far over an iteration's passes, in fetch
-// order, each with its elements, its GPU admissions and the computes that free it (per rank).
+// PassOptions::max_live_elements: the units gathered over an iteration's passes, in fetch order,
+// each with its elements, its GPU admissions, the layer it is gathered for and the layer whose
+// compute frees it. Layers are counted in compute order over the passes (positions); a unit
+// kept across the forward-backward turn (PassOptions::reuse_distance) is freed by a backward
+// layer, long after the units gathered after it, so the units are freed out of fetch order.
 class LiveParameters {
  public:
   LiveParameters(ScheduleBuilder& b, int64_t limit) : b_(b), limit_(limit) {}
-  // A unit gathered for the layer being computed.
-  void Gathered(int64_t elements, const std::vector<int32_t>& admit) { units_.push_back({elements, admit, {}, layer_}); }
-  // The layer's last compute, per rank, frees its units gathered since the last call.
-  void LayerFreed(const std::vector<int32_t>& compute) {
-    for (size_t i = units_.size(); i > 0 && units_[i - 1].layer == layer_; --i) units_[i - 1].freed_by = compute;
-    ++layer_;
+  // A unit gathered for the layer being computed: its index, for Freed.
+  size_t Gathered(int64_t elements, const std::vector<int32_t>& admit) {
+    units_.push_back({elements, admit, static_cast<int64_t>(computes_.size()), -1});
+    return units_.size() - 1;
   }
-  // Each unit gathered since the last call (its layer freed by now) is admitted once the units
-  // before it that would take the gathered elements past the limit are freed (its admission
-  // waits for the compute that frees the last of them), unless they belong to its own layer.
+  // The layer being computed ends with `compute` (per rank), which frees `units`.
+  void LayerEnds(const std::vector<int32_t>& compute, const std::vector<size_t>& units) {
+    for (size_t u : units) units_[u].freed_at = static_cast<int64_t>(computes_.size());
+    computes_.push_back(compute);
+  }
+  // Once every pass is planned (every gathered unit freed): each unit is admitted once the units
+  // gathered before it that are still alive hold, with it, at most the limit. Its admission waits
+  // for the earliest layer whose compute frees enough of them, and never beyond the layer before
+  // its own (DeepSpeed fetches the module it computes whatever the count).
   void Bound() {
-    for (; limit_ > 0 && next_ < units_.size(); ++next_) {
-      const size_t j = next_;
-      held_ += units_[j].elements;
-      while (first_ < j && held_ > limit_) held_ -= units_[first_++].elements;
-      if (first_ == 0) continue;
-      // Unit first - 1 must be freed first; not one of unit j's layer (fetched whatever the count).
-      size_t k = first_ - 1;
-      while (units_[k].layer == units_[j].layer && k > 0) --k;
-      if (units_[k].layer == units_[j].layer || k == waited_) continue;  // the admission before waits already
-      waited_ = k;
-      // Per rank (one all-gather admitting every rank waits for each rank's compute).
-      for (size_t r = 0; r < units_[j].admit.size(); ++r) b_.task(units_[j].admit[r]).deps.push_back(units_[k].freed_by[r]);
+    if (limit_ <= 0) return;
+    // Elements freed by each layer, summed over layers (a Fenwick tree over positions).
+    const size_t n = computes_.size();
+    std::vector<int64_t> tree(n + 1, 0);
+    int64_t alive = 0;  // elements gathered so far (alive or freed)
+    int64_t waited = -1;
+    for (const Unit& u : units_) {
+      TF_CHECK(u.freed_at >= 0);  // every gathered unit is freed by a compute
+      const int64_t need = alive + u.elements - limit_;  // elements that must be freed first
+      if (need > 0 && u.gathered_for > 0) {
+        int64_t at = FreedBy(tree, need);
+        at = std::min(at, u.gathered_for - 1);
+        if (at != waited) {
+          waited = at;
+          // Per rank (one all-gather admitting every rank waits for each rank's compute).
+          for (size_t r = 0; r < u.admit.size(); ++r) b_.task(u.admit[r]).deps.push_back(computes_[static_cast<size_t>(at)][r]);
+        }
+      }
+      alive += u.elements;
+      for (size_t i = static_cast<size_t>(u.freed_at) + 1; i <= n; i += i & (~i + 1)) tree[i] += u.elements;
     }
   }
 
  private:
   struct Unit {
     int64_t elements;
-    std::vector<int32_t> admit, freed_by;  // per rank
-    int64_t layer;                          // the layer group (per pass) it is computed in
+    std::vector<int32_t> admit;  // per rank
+    int64_t gathered_for;        // the position of the layer that first computes it
+    int64_t freed_at;            // the position of the layer whose compute frees it
   };
+  // The first position by whose compute `need` elements are freed (past the last, when never).
+  static int64_t FreedBy(const std::vector<int64_t>& tree, int64_t need) {
+    size_t at = 0;
+    size_t step = 1;
+    while (step * 2 < tree.size()) step *= 2;
+    for (; step > 0; step /= 2) {
+      if (at + step < tree.size() && tree[at + step] < need) {
+        at += step;
+        need -= tree[at];
+      }
+    }
+    return static_cast<int64_t>(at);  // positions 0 .. at-1 free less than need; `at` frees enough
+  }
   ScheduleBuilder& b_;
   const int64_t limit_;
   std::vector<Unit> units_;
-  int64_t layer_ = 0;
-  size_t next_ = 0;           // the first unit Bound has not seen
-  size_t first_ = 0;          // the window [first_, next_) holds held_ elements
-  int64_t held_ = 0;
-  size_t waited_ = SIZE_MAX;  // the unit the last bounded admission waits for
+  std::vector<std::vector<int32_t>> computes_;  // per position: the layer's last compute, per rank
 };
+
+std::vector<TraceUse> DeepSpeedTrace(const ModelPlan& plan, bool checkpointing) {
+  const size_t n = plan.units.size();
+  std::vector<TraceUse> trace;
+  for (size_t u = 0; u < n; ++u) trace.push_back({static_cast<int32_t>(u), -1});
+  const int32_t head_layer = n == 0 ? -1 : plan.units.back().layer;
+  for (size_t end = n; end > 0;) {
+    size_t begin = end - 1;
+    while (begin > 0 && plan.units[begin - 1].layer == plan.units[end - 1].layer) --begin;
+    const int32_t layer = plan.units[begin].layer;
+    size_t backward_end = end;  // the units the backward's uses in reverse start from
+    if (checkpointing && layer > 0 && layer < head_layer) {
+      // The layer's last module (its units: one name up to the last '.') is fetched first, by
+      // the backward hook of the layer's output, then the whole layer for its recompute, and the
+      // backward goes on from the module before it.
+      const auto module = [&](size_t u) { return plan.units[u].name.substr(0, plan.units[u].name.rfind('.')); };
+      size_t last = end - 1;
+      while (last > begin && module(last - 1) == module(end - 1)) --last;
+      for (size_t u = last; u < end; ++u) trace.push_back({static_cast<int32_t>(u), -1});
+      for (size_t u = begin; u < end; ++u) trace.push_back({static_cast<int32_t>(u), -1});
+      backward_end = last;
+    }
+    for (size_t u = backward_end; u > begin; --u) trace.push_back({static_cast<int32_t>(u - 1), -1});
+    end = begin;
+  }
+  // Each use's gap to the unit's next use: the elements of the uses between, from prefix sums.
+  std::vector<int64_t> before(trace.size() + 1, 0);
+  for (size_t i = 0; i < trace.size(); ++i) before[i + 1] = before[i] + plan.units[static_cast<size_t>(trace[i].unit)].elements;
+  std::vector<size_t> next_use(n, SIZE_MAX);
+  for (size_t i = trace.size(); i > 0; --i) {
+    TraceUse& use = trace[i - 1];
+    const size_t next = next_use[static_cast<size_t>(use.unit)];
+    if (next != SIZE_MAX) use.gap = before[next] - before[i];
+    next_use[static_cast<size_t>(use.unit)] = i - 1;
+  }
+  return trace;
+}
 
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o) {
   const int32_t ranks = plan.ranks;
@@ -813,24 +875,42 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   std::vector<int32_t> forward_order(plan.units.size()), backward_order;
   for (size_t i = 0; i < plan.units.size(); ++i) forward_order[i] = static_cast<int32_t>(i);
   backward_order.assign(forward_order.rbegin(), forward_order.rend());
+  // DeepSpeed's reuse distance: the units each forward keeps gathered for its backward, which
+  // fetches the others only.
+  std::vector<bool> kept(plan.units.size(), false);
+  if (o.reuse_distance >= 0) {
+    // The trace starts with the forward, unit by unit.
+    const std::vector<TraceUse> trace = DeepSpeedTrace(plan, b.scenario().training.activation_checkpointing);
+    for (size_t u = 0; u < kept.size(); ++u) kept[u] = !plan.units[u].gpu_resident && trace[u].gap >= 0 && trace[u].gap < o.reuse_distance;
+  }
+  std::vector<int32_t> backward_fetches;
+  for (int32_t u : backward_order) {
+    if (!kept[static_cast<size_t>(u)]) backward_fetches.push_back(u);
+  }
 
   int32_t priority_base = 0;
   TF_CHECK(o.fetch.slot_ring == 0 || o.fetch.slot_ring >= o.fetch.coupled_reads);  // else a dep cycle
   // Per pinned pool, in fetch order: (read, the all-gather that frees its slot).
   std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> staged;
   std::vector<int32_t> last_h2d;  // per rank, over every pass: h2d copies in fetch order
-  std::vector<int32_t> last_admit(static_cast<size_t>(ranks), kNoIndex);  // per rank, over every pass
   LiveParameters live(b, o.max_live_elements);
   for (int64_t m = 0; m < micro_steps; ++m) {
     const int32_t first_task = b.task_count();
     const bool last_micro_step = m + 1 == micro_steps;
+    // The units this micro-step's forward keeps gathered: per rank their gathered buffers and
+    // partitions, and their index in `live`.
+    struct Held {
+      std::vector<int32_t> buffer, tensor;
+      size_t live = 0;
+    };
+    std::map<int32_t, Held> held;
     for (int pass = 0; pass < 2; ++pass) {
       const bool fwd = pass == 0;
       FetchOptions fo = o.fetch;
       fo.phase = fwd ? Phase::kForward : Phase::kBackward;
       fo.tag = (fwd ? "f" : "b") + std::to_string(m);
       fo.priority_base = priority_base;
-      std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_order, fo, &last_h2d);
+      std::vector<FetchedUnit> fetched = FetchUnits(b, plan, fwd ? forward_order : backward_fetches, fo, &last_h2d);
       if (o.chain_passes && !fetched.empty() && !res.gathers.empty()) {
         b.task(fetched.front().allgather).deps.push_back(res.gathers.back());
       }
@@ -856,15 +936,18 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
       std::vector<int32_t> layer_units;
       // The executor computes a layer at once, at the layer's last compute task of the pass (the
       // one where the layer ends): that task reads every gathered buffer of the layer and frees
-      // them (per rank, those of the layer's units so far). In a backward pass it writes the
-      // layer's fp32 gradients into a GPU buffer, first in its uses, which the layer's
+      // them (per rank, those of the layer's units so far), except, in a forward, those of the
+      // units kept for the backward, whose backward frees them instead. In a backward pass it
+      // writes the layer's fp32 gradients into a GPU buffer, first in its uses, which the layer's
       // reduce-scatters and d2h copies read and its last d2h frees. That buffer is allocated by
-      // the last gathered-buffer admission at or before the layer in fetch order (carried over
-      // passes), so the GPU pool admits everything in fetch order and prefetched units never hold
-      // the room a compute still needs (a pool smaller than a layer's working set is still a
-      // deadlock, reported with the pool). Without any admission before it (every unit so far
-      // GPU-resident), the compute allocates it.
-      std::vector<std::vector<int32_t>> layer_gathered(ranks);
+      // the last gathered-buffer admission at or before the layer in the pass's fetch order, so
+      // the GPU pool admits everything in fetch order and prefetched units never hold the room a
+      // compute still needs (a pool smaller than a layer's working set is still a deadlock,
+      // reported with the pool). Without any admission before it in the pass (every unit so far
+      // GPU-resident or kept from the forward), the compute allocates it.
+      std::vector<int32_t> last_admit(static_cast<size_t>(ranks), kNoIndex);
+      std::vector<std::vector<int32_t>> layer_gathered(ranks), layer_kept(ranks);
+      std::vector<size_t> layer_live;  // the `live` units the layer's compute frees
       GradientBucket gradients(b, plan, o, fo, last_micro_step, &carry, &res);
       for (size_t pos = 0; pos < order.size(); ++pos) {
         const int32_t u = order[pos];
@@ -872,7 +955,15 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         const FetchedUnit* f = fetched_of[u] >= 0 ? &fetched[fetched_of[u]] : nullptr;
         const bool layer_ends = pos + 1 == order.size() || plan.units[order[pos + 1]].layer != unit.layer;
         layer_units.push_back(u);
-        if (f != nullptr) live.Gathered(unit.elements, f->admit);
+        const bool keep = fwd && kept[static_cast<size_t>(u)];
+        const auto from_forward = fwd ? held.end() : held.find(u);
+        if (f != nullptr) {
+          const size_t index = live.Gathered(unit.elements, f->admit);
+          if (keep) held[u] = {f->gathered_buffer, f->param_tensor, index};
+          else layer_live.push_back(index);
+        } else if (from_forward != held.end()) {
+          layer_live.push_back(from_forward->second.live);
+        }
         int64_t layer_elements = 0;
         for (int32_t lu : layer_units) layer_elements += plan.units[lu].elements;
         // The tied head computes with the embedding table too, and its backward writes the
@@ -893,15 +984,21 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
             c.uses = {f->gathered_buffer[r]};
             c.deps = {f->allgather};
             c.tensors = {f->param_tensor[r]};
-            if (f->gathered_buffer[r] != kNoIndex) layer_gathered[r].push_back(f->gathered_buffer[r]);
+            if (f->gathered_buffer[r] != kNoIndex) (keep ? layer_kept : layer_gathered)[r].push_back(f->gathered_buffer[r]);
             last_admit[r] = f->admit[r];
+          } else if (from_forward != held.end()) {  // gathered by the forward, kept
+            c.uses = {from_forward->second.buffer[r]};
+            c.tensors = {from_forward->second.tensor[r]};
+            layer_gathered[r].push_back(from_forward->second.buffer[r]);
           } else {
             c.tensors = {b.State(StateKind::kParam16, r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, fo, r, u))};
           }
           if (layer_ends) {
             c.uses = layer_gathered[r];
+            c.uses.insert(c.uses.end(), layer_kept[r].begin(), layer_kept[r].end());
             c.frees = std::move(layer_gathered[r]);
             layer_gathered[r].clear();
+            layer_kept[r].clear();
             if (!fwd) {
               grad_gpu[r] = b.Buffer("grad.gpu.l" + std::to_string(unit.layer) + "." + fo.tag + ".r" + std::to_string(r),
                                      b.GpuPool(r), layer_elements * 4);
@@ -919,9 +1016,12 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
           c.phase = fo.phase;
           c.layer = unit.layer;
           res.last_compute[r] = b.Task(std::move(c));
-          if (f == nullptr || tied_head) res.resident_computes.push_back(res.last_compute[r]);
+          if ((f == nullptr && from_forward == held.end()) || tied_head) res.resident_computes.push_back(res.last_compute[r]);
         }
-        if (layer_ends) live.LayerFreed(res.last_compute);
+        if (layer_ends) {
+          live.LayerEnds(res.last_compute, layer_live);
+          layer_live.clear();
+        }
         if (fwd || !layer_ends) {
           if (layer_ends) layer_units.clear();
           continue;
@@ -930,10 +1030,10 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         layer_units.clear();
       }
       if (!fwd) gradients.Flush();  // what is left: DeepSpeed's epilogue
-      live.Bound();
     }
     for (int32_t t = first_task; t < b.task_count(); ++t) b.task(t).micro_step = static_cast<int32_t>(m);
   }
+  live.Bound();
   // The widened gradients' pools hold the largest bucket's.
   for (size_t r = 0; r < carry.grad32_pool.size(); ++r) {
     if (carry.grad32_pool[r] != kNoIndex) b.pool(carry.grad32_pool[r]).capacity_bytes = carry.grad32_peak[r];

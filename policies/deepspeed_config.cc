@@ -166,6 +166,8 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
   if (persistence) set("policy.param_persistence_threshold", Text(*persistence));
   TF_ASSIGN_OR_RETURN(auto live, zero.Int("stage3_max_live_parameters", 1));
   if (live) set("policy.max_live_parameters", Text(*live));
+  TF_ASSIGN_OR_RETURN(auto reuse, zero.Int("stage3_max_reuse_distance", 0));
+  if (reuse) set("policy.max_reuse_distance", Text(*reuse));
   std::string nvme_path;
   TF_ASSIGN_OR_RETURN(Section param, zero.Child("offload_param"));
   TF_ASSIGN_OR_RETURN(auto param_device, param.String("device"));
@@ -208,7 +210,7 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
   if (pipeline_write) set("policy.pipeline_write", Text(*pipeline_write));
   opt.Ignore("pin_memory", "tierflow's buffers are pinned");
   opt.Rest("not modelled");
-  zero.Rest("not modelled (the prefetch bucket, the reuse distance, the all-gather bucket and communication overlap are tierflow's own)");
+  zero.Rest("not modelled (the prefetch bucket, the all-gather bucket and communication overlap are tierflow's own)");
 
   TF_ASSIGN_OR_RETURN(Section aio, top.Child("aio"));
   TF_ASSIGN_OR_RETURN(auto block, aio.Int("block_size", 1));
@@ -273,6 +275,7 @@ StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string
   zero["stage3_param_persistence_threshold"] = k.persistence;
   zero["reduce_bucket_size"] = k.reduce_bucket_size;
   zero["stage3_max_live_parameters"] = k.max_live_parameters;
+  zero["stage3_max_reuse_distance"] = k.max_reuse_distance;
   if (k.params_on_nvme) {
     zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", k.buffer_count}, {"buffer_size", k.buffer_size},
                              {"max_in_cpu", k.max_in_cpu}};

@@ -27,6 +27,7 @@ struct ZeroInfinityKnobs {
   int64_t max_in_cpu = 1000000000;           // offload_param.max_in_cpu (elements)
   int64_t reduce_bucket_size = 500000000;    // zero_optimization.reduce_bucket_size (elements)
   int64_t max_live_parameters = 1000000000;  // zero_optimization.stage3_max_live_parameters (elements)
+  int64_t max_reuse_distance = 1000000000;   // zero_optimization.stage3_max_reuse_distance (elements)
   // Host-memory fidelity (off by default so that earlier figures stay comparable; MemAscend's
   // comparison turns both on, as DeepSpeed really behaves).
   bool pin_rounding = false;                 // pin_memory_rounding

@@ -12,6 +12,11 @@
 //  - the all-gather of a parameter waits for ALL reads outstanding on the rank's aio handle;
 //  - all-gathers issued one at a time in module order, no further ahead than
 //    stage3_max_live_parameters elements gathered at once;
+//  - a parameter used again within stage3_max_reuse_distance elements of the trace stays
+//    gathered from its forward to its backward, which does not fetch it again (on small models,
+//    every parameter); one on NVMe holds its swap buffer all the while, as it does from a
+//    checkpointed layer's recompute to its backward, so DeepSpeed fails when more than
+//    buffer_count are held at a swap-in, and so does the plan;
 //  - backward: gradients reduced in buckets of reduce_bucket_size elements (a bucket issued when
 //    the next gradient would overfill it, the rest after backward), each in partition_grads'
 //    order on one thread, the backward waiting for it: the bucket's reduce-scatters, then per
@@ -22,6 +27,8 @@
 //    order: swap in states, swap in gradients, CPU Adam, fp16 copy and blocking parameter write,
 //    swap out states — serial, or pipelined with pipeline_read / pipeline_write;
 //  - step() is synchronous: the next iteration starts after the last write.
+#include <algorithm>
+
 #include "blocks.h"
 #include "policies_internal.h"
 
@@ -46,6 +53,7 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu));
   TF_ASSIGN_OR_RETURN(k.reduce_bucket_size, knobs.Int("reduce_bucket_size", k.reduce_bucket_size));
   TF_ASSIGN_OR_RETURN(k.max_live_parameters, knobs.Int("max_live_parameters", k.max_live_parameters));
+  TF_ASSIGN_OR_RETURN(k.max_reuse_distance, knobs.Int("max_reuse_distance", k.max_reuse_distance));
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
@@ -113,6 +121,37 @@ DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityK
   return p;
 }
 
+namespace {
+
+// DeepSpeed's parameter swapper (PartitionedParamSwapper) holds a parameter's swap buffer from its
+// swap-in until the parameter is released (_partition_param calls
+// remove_partition_and_release_buffers). Along the trace, with the units `on_nvme` and the reuse
+// distance: the most buffers held at a swap-in, that one's included, and the first use where so.
+struct SwapBuffers {
+  int64_t held = 0;
+  size_t at = 0;
+};
+SwapBuffers SwapBuffersNeeded(const std::vector<TraceUse>& trace, const std::vector<bool>& on_nvme, int64_t distance) {
+  SwapBuffers most;
+  std::vector<bool> held(on_nvme.size(), false);
+  int64_t holding = 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const size_t u = static_cast<size_t>(trace[i].unit);
+    if (!on_nvme[u]) continue;
+    if (!held[u]) {
+      held[u] = true;
+      if (++holding > most.held) most = {holding, i};
+    }
+    if (trace[i].gap < 0 || trace[i].gap >= distance) {  // released after this use
+      held[u] = false;
+      --holding;
+    }
+  }
+  return most;
+}
+
+}  // namespace
+
 StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs knobs, ReadZeroInfinityKnobs(s));
   const int64_t buffer_count = knobs.buffer_count, buffer_size = knobs.buffer_size, optimizer_buffer_count = knobs.optimizer_buffer_count;
@@ -133,6 +172,34 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
                              std::to_string(u.rank_elements) + " elements, more than buffer_size " +
                              std::to_string(buffer_size) + " (raise policy.buffer_size to at least " +
                              std::to_string(u.rank_elements) + ")");
+    }
+  }
+  // DeepSpeed's swapper holds a parameter's swap buffer until the parameter is released, and a
+  // swap-in with every buffer held fails (PartitionedParamSwapper.swap_in asserts).
+  if (params_on_nvme) {
+    const std::vector<TraceUse> trace = DeepSpeedTrace(plan, s.training.activation_checkpointing);
+    std::vector<bool> on_nvme(plan.units.size(), false);
+    for (size_t i = 0; i < plan.units.size(); ++i) on_nvme[i] = !plan.units[i].gpu_resident && !place.param_in_host[i];
+    const SwapBuffers need = SwapBuffersNeeded(trace, on_nvme, knobs.max_reuse_distance);
+    if (need.held > buffer_count) {
+      // The largest distance at which they fit: the swapper's need only grows with the distance,
+      // and changes where it passes a use's gap.
+      std::vector<int64_t> gaps;
+      for (const TraceUse& use : trace) {
+        if (on_nvme[static_cast<size_t>(use.unit)] && use.gap >= 0 && use.gap < knobs.max_reuse_distance) gaps.push_back(use.gap);
+      }
+      std::sort(gaps.begin(), gaps.end());
+      gaps.erase(std::unique(gaps.begin(), gaps.end()), gaps.end());
+      const auto too_many = std::partition_point(gaps.begin(), gaps.end(), [&](int64_t gap) {
+        return SwapBuffersNeeded(trace, on_nvme, gap + 1).held <= buffer_count;
+      });
+      const TraceUse& at = trace[need.at];
+      return InvalidArgument("policy.buffer_count: DeepSpeed's parameter swapper needs " + std::to_string(need.held) + " swap buffers at once, and has " +
+                             std::to_string(buffer_count) + ". A parameter on NVMe holds its buffer until it is released, and DeepSpeed keeps it gathered " +
+                             "while it is used again within policy.max_reuse_distance (" + std::to_string(knobs.max_reuse_distance) + " elements): at the swap-in of '" +
+                             plan.units[static_cast<size_t>(at.unit)].name + "' in the " + (need.at < plan.units.size() ? "forward" : "backward") + ", " +
+                             std::to_string(need.held - 1) + " are held, and it fails (DeepSpeed: 'Not enough buffers 0 for swapping 1'). Raise policy.buffer_count to at least " +
+                             std::to_string(need.held) + ", or lower policy.max_reuse_distance to at most " + std::to_string(*too_many));
     }
   }
   const int32_t threads = static_cast<int32_t>(
@@ -198,6 +265,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.cpu_threads = threads;
   po.reduce_bucket_elements = knobs.reduce_bucket_size;
   po.max_live_elements = knobs.max_live_parameters;
+  po.reuse_distance = knobs.max_reuse_distance;
   po.grad_partition_buffer = true;  // grad_partitions_flat_buffer
   po.deepspeed_epilogue = true;     // partition_grads, then swap_out_gradients
   po.device_memory_is_host = s.hardware.node.gpu.shares_host_cores;

@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 import train_peers  # noqa: E402  (the model, the corpus batches and the loss, shared with that bench)
 
 DEFAULT_SETTINGS = ["defaults:", "no-param-offload:offload_param=none", "small-sub-groups:sub_group_size=100000",
-                    "optimizer-buffers-8:optimizer_buffer_count=8", "params-on-nvme:max_in_cpu=0"]
+                    "optimizer-buffers-8:optimizer_buffer_count=8", "params-on-nvme:max_in_cpu=0",
+                    "params-on-nvme-no-reuse:max_in_cpu=0,max_reuse_distance=0"]
 
 
 def proc_io():
@@ -224,8 +225,26 @@ def run_setting(args, model, seq, checkpointing, name, sets):
     os.makedirs(os.path.join(work, "nvme"), exist_ok=True)
     plan = os.path.join(work, "plan.json")
     set_args = [a for kv in sets for a in ("--set", "policy." + kv)]
-    subprocess.run([args.tierflow, "plan", args.scenario, "-o", plan] + set_args, check=True, capture_output=True)
+    planned = subprocess.run([args.tierflow, "plan", args.scenario, "-o", plan] + set_args, capture_output=True, text=True)
     ds_config = os.path.join(work, "ds_config.json")
+    if planned.returncode != 0:
+        # tierflow refuses what DeepSpeed cannot run (parameters kept across the turn that its swap
+        # buffers cannot hold), and so does the export. DeepSpeed is given the config anyway, so that
+        # the two refusals stand side by side: the export at reuse distance 0, the distance put back.
+        refusal = planned.stderr.strip().splitlines()[-1]
+        distance = int(float(dict(kv.split("=", 1) for kv in sets).get("max_reuse_distance", "1e9")))
+        subprocess.run([args.tierflow, "deepspeed", "export", args.scenario, "--nvme-path", os.path.join(work, "nvme"), "-o", ds_config]
+                       + set_args + ["--set", "policy.max_reuse_distance=0"], check=True, capture_output=True)
+        with open(ds_config) as f:
+            config = json.load(f)
+        config["zero_optimization"]["stage3_max_reuse_distance"] = distance
+        with open(ds_config, "w") as f:
+            json.dump(config, f, indent=2)
+        try:
+            run_deepspeed(args, model, seq, checkpointing, ds_config, name, args.precision)
+        except RuntimeError as e:
+            raise RuntimeError(f"{refusal}\n{'':<22} and {e}") from None
+        raise RuntimeError(f"{refusal}\n{'':<22} but DeepSpeed ran")
     subprocess.run([args.tierflow, "deepspeed", "export", plan, "--nvme-path", os.path.join(work, "nvme"), "-o", ds_config],
                    check=True, capture_output=True)
     sim_iterations = 4

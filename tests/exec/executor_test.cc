@@ -598,15 +598,17 @@ TEST(Executor, StaleStateIsAnErrorNotSilentTraining) {
 // gradients while their tasks hold them, and the GPU-resident parameters, never more: the device's
 // peak is within the pool's, and what it keeps for reuse within the pool's capacity. A pool of
 // 8 MiB, with every unit offloaded (no persistent parameters) and reduce buckets of 1e5 elements
-// (at DeepSpeed's 5e8 one bucket holds all of tiny's 13 MB of fp32 gradients), holds less than the
-// 6 bytes per parameter of a whole-model copy (19.8 MB for tiny), and the weights are those of
-// the run with room to spare.
+// (at DeepSpeed's 5e8 one bucket holds all of tiny's 13 MB of fp32 gradients), and no parameter
+// kept gathered from the forward to the backward (at DeepSpeed's reuse distance of 1e9 all of
+// tiny's are: 6.6 MB of bf16), holds less than the 6 bytes per parameter of a whole-model copy
+// (19.8 MB for tiny), and the weights are those of the run with room to spare.
 TEST(Executor, GpuMemoryIsBoundedByTheSchedulesGpuPool) {
   std::vector<float> roomy;
   for (const std::string hbm : {"80GiB", "8MiB"}) {
     SCOPED_TRACE("gpu hbm " + hbm);
     const policies::Scenario zi =
-        LoadTiny({"policy.param_persistence_threshold=0", "policy.reduce_bucket_size=100000", "hardware.node.gpu.hbm=" + hbm});
+        LoadTiny({"policy.param_persistence_threshold=0", "policy.reduce_bucket_size=100000", "policy.max_reuse_distance=0",
+                  "hardware.node.gpu.hbm=" + hbm});
     const Schedule s = PlanOrDie(zi);
     TempDir d0("gpu-memory");
     RunOptions options;

@@ -30,7 +30,10 @@ DeepSpeedImport ImportOk(const std::string& json) {
 TEST(DeepSpeedImport, MapsTheBatchPrecisionAndKnobs) {
   const DeepSpeedImport d = ImportOk(std::string(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
       "train_batch_size": 64, "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "hysteresis": 2},
-      "aio": {"block_size": 2097152, "queue_depth": 32, "thread_count": 2}, )") + kNvme + "}");
+      "aio": {"block_size": 2097152, "queue_depth": 32, "thread_count": 2}, )") +
+                                     R"("zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0,
+                                         "offload_param": {"device": "nvme", "nvme_path": "/n"},
+                                         "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}}})");
   const auto sets = Sets(d);
   EXPECT_EQ(d.sets.front().first, "policy.name");
   EXPECT_EQ(sets.at("policy.name"), "zero-infinity");
@@ -42,6 +45,7 @@ TEST(DeepSpeedImport, MapsTheBatchPrecisionAndKnobs) {
   EXPECT_EQ(sets.at("policy.block_size"), "2097152 B");
   EXPECT_EQ(sets.at("policy.queue_depth"), "32");
   EXPECT_EQ(sets.at("policy.offload_param"), "nvme");
+  EXPECT_EQ(sets.at("policy.max_reuse_distance"), "0") << "0 is a distance: nothing kept across the turn";
   EXPECT_EQ(sets.at("training.gradient_clipping"), "1") << "absent: DeepSpeed's default";
   EXPECT_TRUE(HasNote(d, "default: gradient_clipping absent: DeepSpeed's default, 1.0"));
   EXPECT_TRUE(HasNote(d, "ignored: fp16.initial_scale_power 12"));
@@ -104,7 +108,8 @@ model: {preset: tiny}
 hardware: {preset: a100x4-1nvme}
 training: {micro_batch_size: 2, gradient_accumulation_steps: 3, data_parallel: 4, gradient_clipping: 0.25}
 policy: {name: zero-infinity, buffer_count: 7, buffer_size: 3e6, sub_group_size: 2e6, pipeline_write: true, block_size: 512 KiB,
-         queue_depth: 4, param_persistence_threshold: 2000, optimizer_buffer_count: 6, cpu_threads: 3, reduce_bucket_size: 3e7}
+         queue_depth: 4, param_persistence_threshold: 2000, optimizer_buffer_count: 6, cpu_threads: 3, reduce_bucket_size: 3e7,
+         max_reuse_distance: 4e6}
 )");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   std::vector<std::string> notes;

@@ -2,12 +2,15 @@
 // unrelated NVMe reads, DeepSpeed's slot sizing, the serial or pipelined optimizer swapper, the
 // blocking step, DeepSpeed's sub-groups and what it keeps off the disk. The model's partitions
 // are 1 MiB of bf16 and more (DeepSpeed's swap minimum) and max_in_cpu is 0, so that its
-// parameters are on NVMe.
+// parameters are on NVMe, and max_reuse_distance is 0, so that DeepSpeed keeps none of them
+// gathered across the forward-backward turn (at its default 1e9 it would keep all 16, more than
+// its 5 swap buffers hold: a refusal, tested below) and both passes fetch every one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "../core/test_schedules.h"
 #include "tierflow/policies/policy.h"
@@ -20,7 +23,8 @@ name: small
 model: {preset: tiny, layers: 2, hidden: 1024, ffn: 2048, heads: 8, kv_heads: 8, vocab: 1024}
 hardware: {preset: a100x4-1nvme}
 training: {micro_batch_size: 1, sequence_length: 128, data_parallel: 2}
-policy: {name: zero-infinity, buffer_size: 2e6, sub_group_size: 2e6, param_persistence_threshold: 2000, max_in_cpu: 0}
+policy: {name: zero-infinity, buffer_size: 2e6, sub_group_size: 2e6, param_persistence_threshold: 2000, max_in_cpu: 0,
+         max_reuse_distance: 0}
 )";
 
 Schedule PlanOrDie(const std::vector<std::string>& sets = {}) {
@@ -400,47 +404,160 @@ TEST(ZeroInfinity, TheBackwardEpilogueRunsInDeepSpeedsOrder) {
 }
 
 // stage3_max_live_parameters: with every task taking one second, each unit's gathered buffer is
-// admitted to the GPU only when the gathered buffers still alive then, with it, hold at most the
-// limit (2 bytes per element), not counting those of its own layer (DeepSpeed fetches the module
-// it computes whatever the count). Without the limit the read-ahead holds more.
+// admitted to the GPU ahead of its layer only when the gathered buffers still alive then, with
+// it, hold at most the limit (2 bytes per element), not counting those gathered for its own
+// layer. DeepSpeed fetches the module it computes whatever the count and bounds only its
+// prefetch: an admission after the compute before its layer has ended is not bounded. Without
+// the limit the read-ahead holds more.
 TEST(ZeroInfinity, MaxLiveParametersBoundsTheGatheredParameters) {
   constexpr int64_t kLimit = 3000000;  // three of the small model's MLP-sized units
   const auto worst_excess = [](const Schedule& s) {
     auto r = RunUnitDurations(s);
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     struct Held {
-      double from, to;
-      int64_t bytes;
-      int32_t freed_by;
+      double from = 0, to = 0;
+      int64_t bytes = 0;
+      const TaskSpec* first_use = nullptr;  // the first compute that reads it: the layer it is gathered for
     };
     std::map<int32_t, Held> held;  // by buffer, rank 0's gathered parameters
+    std::vector<const TaskSpec*> computes;  // rank 0's
     for (const TaskSpec& t : s.tasks()) {
       for (int32_t buf : t.allocs) {
-        if (s.buffers()[buf].name.rfind("gathered.", 0) == 0 && t.rank <= 0) held[buf] = {r.at(t.id).start, 0, s.buffers()[buf].size_bytes, kNoIndex};
+        if (s.buffers()[buf].name.rfind("gathered.", 0) == 0 && t.rank <= 0) held[buf] = {r.at(t.id).start, 0, s.buffers()[buf].size_bytes};
       }
+      if (t.op == Op::kCompute && t.rank == 0) computes.push_back(&t);
     }
-    for (int32_t i = 0; i < static_cast<int32_t>(s.tasks().size()); ++i) {
-      for (int32_t buf : s.tasks()[i].frees) {
+    for (const TaskSpec& t : s.tasks()) {
+      for (int32_t buf : t.frees) {
+        if (held.count(buf)) held[buf].to = r.at(t.id).end;
+      }
+      for (int32_t buf : t.uses) {
         auto it = held.find(buf);
-        if (it != held.end()) it->second.to = r.at(s.tasks()[i].id).end, it->second.freed_by = i;
+        if (t.op == Op::kCompute && it != held.end() && it->second.first_use == nullptr) it->second.first_use = &t;
       }
     }
+    const auto same_layer = [](const TaskSpec* a, const TaskSpec* b) {
+      return a->layer == b->layer && a->phase == b->phase && a->micro_step == b->micro_step;
+    };
+    // The end of the compute before the layer's (the previous layer's last).
+    const auto layer_before = [&](const TaskSpec* first_use) {
+      double end = 0;
+      for (const TaskSpec* c : computes) {
+        if (!same_layer(c, first_use) && r.at(c->id).start < r.at(first_use->id).start) end = std::max(end, r.at(c->id).end);
+      }
+      return end;
+    };
     int64_t excess = std::numeric_limits<int64_t>::min();
     for (const auto& [buf, h] : held) {
+      if (h.from >= layer_before(h.first_use)) continue;  // fetched for the layer it computes, whatever the count
       int64_t alive = 0, own = 0;
       for (const auto& [other, g] : held) {
         if (g.from > h.from || (g.from == h.from && other > buf) || g.to <= h.from) continue;  // admitted later, or freed
         alive += g.bytes;
-        if (g.freed_by == h.freed_by) own += g.bytes;
+        if (same_layer(g.first_use, h.first_use)) own += g.bytes;
       }
       excess = std::max(excess, alive - std::max(kLimit * 2, own));
     }
     return excess;
   };
   EXPECT_LE(worst_excess(PlanOrDie({"policy.max_live_parameters=3e6"})), 0);
+  // Units kept across the turn (the head and the last down projection, 3e6 elements together)
+  // stay live until their backward frees them, after units gathered later were freed.
+  EXPECT_LE(worst_excess(PlanOrDie({"policy.max_live_parameters=3e6", "training.activation_checkpointing=false",
+                                    "policy.max_reuse_distance=2099201"})), 0);
   EXPECT_GT(worst_excess(PlanOrDie()), 0) << "DeepSpeed's default 1e9 does not bind the small model";
   const std::string refused = RefusalOf({"policy.max_live_parameters=0"});
   EXPECT_NE(refused.find("policy.max_live_parameters must be >= 1"), std::string::npos) << refused;
+}
+
+// The units the forward keeps gathered for the backward: gathered in the forward of micro-step
+// 0 and not again in its backward.
+std::set<std::string> KeptAcrossTheTurn(const Schedule& s) {
+  std::set<std::string> forward, backward;
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op != Op::kAllGather || t.id.rfind("allgather.", 0) != 0) continue;
+    const std::string unit = t.id.substr(10, t.id.size() - 13);  // allgather.<unit>.f0
+    if (t.id.size() > 3 && t.id.compare(t.id.size() - 3, 3, ".f0") == 0) forward.insert(unit);
+    if (t.id.size() > 3 && t.id.compare(t.id.size() - 3, 3, ".b0") == 0) backward.insert(unit);
+  }
+  std::set<std::string> kept;
+  for (const std::string& u : forward) {
+    if (backward.count(u) == 0) kept.insert(u);
+  }
+  return kept;
+}
+
+// stage3_max_reuse_distance (PartitionedParameterCoordinator.__params_to_release): after its
+// forward a parameter stays gathered when it is used again before the distance's elements of
+// the trace are traversed; the backward does not fetch it again, and its backward compute frees
+// the forward's gathered buffer. The small model's units, bf16 full elements: the embedding, q,
+// k, v, o and the head 1048576 each, gate, up and down 2097152, the five norms 1024 (on the GPU,
+// but counted as DeepSpeed counts every module's). Without checkpointing the trace after a unit's
+// forward is the rest of the forward and then the backward back to it: twice the elements after
+// it. With checkpointing the backward of the last layer starts with its last module (down), then
+// recomputes the layer, as DeepSpeed's trace records it: down is used again after the final norm
+// and the head twice (2099200 elements, as without checkpointing), a unit before it after every
+// element of the layer but its own and the final norm and head twice (14684160 less its own).
+TEST(ZeroInfinity, TheReuseDistanceKeepsParametersGatheredForTheBackward) {
+  const std::string head = "lm_head.weight", down = "model.layers.1.mlp.down_proj.weight";
+  const std::string gate = "model.layers.1.mlp.gate_proj.weight", up = "model.layers.1.mlp.up_proj.weight";
+  // Without checkpointing: the head at distance 0, the last down projection at 2 x 1049600.
+  EXPECT_EQ(KeptAcrossTheTurn(PlanOrDie({"training.activation_checkpointing=false", "policy.max_reuse_distance=2099200"})),
+            (std::set<std::string>{head}));
+  EXPECT_EQ(KeptAcrossTheTurn(PlanOrDie({"training.activation_checkpointing=false", "policy.max_reuse_distance=2099201"})),
+            (std::set<std::string>{head, down}));
+  // With checkpointing: the head, the down projection, then gate and up (12587008), then the
+  // attention's four (13635584).
+  EXPECT_EQ(KeptAcrossTheTurn(PlanOrDie({"policy.max_reuse_distance=2099201"})), (std::set<std::string>{head, down}));
+  EXPECT_EQ(KeptAcrossTheTurn(PlanOrDie({"policy.max_reuse_distance=12587008"})), (std::set<std::string>{head, down}));
+  EXPECT_EQ(KeptAcrossTheTurn(PlanOrDie({"policy.max_reuse_distance=12587009"})), (std::set<std::string>{head, down, gate, up}));
+  const std::set<std::string> last_layer = KeptAcrossTheTurn(PlanOrDie({"policy.max_reuse_distance=13635585", "policy.buffer_count=8"}));
+  EXPECT_EQ(last_layer.size(), 8u);
+  for (const std::string& u : last_layer) EXPECT_TRUE(u == head || u.rfind("model.layers.1.", 0) == 0) << u;
+
+  // At DeepSpeed's default every parameter is kept: the backward reads, copies and gathers none,
+  // and each backward compute frees the forward's gathered buffers of its unit's layer.
+  const Schedule all = PlanOrDie({"policy.max_reuse_distance=1e9", "policy.buffer_count=16"});
+  EXPECT_EQ(KeptAcrossTheTurn(all).size(), 16u);
+  for (const TaskSpec& t : all.tasks()) {
+    if (t.phase != Phase::kBackward) continue;
+    EXPECT_TRUE(t.op != Op::kRead && t.op != Op::kH2D && t.op != Op::kAllGather) << t.id;
+  }
+  int32_t freed_by_backward = 0;
+  for (const TaskSpec& t : all.tasks()) {
+    for (int32_t buf : t.frees) {
+      const std::string& name = all.buffers()[buf].name;
+      if (name.rfind("gathered.", 0) != 0) continue;
+      EXPECT_EQ(t.id.rfind("bwd.", 0), 0u) << name << " freed by " << t.id;
+      EXPECT_NE(std::find(t.uses.begin(), t.uses.end(), buf), t.uses.end()) << t.id << " frees what it does not use";
+      ++freed_by_backward;
+    }
+  }
+  EXPECT_EQ(freed_by_backward, 16 * 2) << "every unit's gathered buffer on both ranks";
+  EXPECT_TRUE(RunUnitDurations(all, 2).status.ok());
+  // Nothing kept: both passes gather every unit.
+  EXPECT_TRUE(KeptAcrossTheTurn(PlanOrDie()).empty());
+}
+
+// DeepSpeed's swapper holds a parameter's swap buffer from its swap-in until it is released, so
+// each parameter on NVMe kept gathered holds one, and a swap-in with all buffer_count held fails.
+// At 13635585 elements the forward keeps the last layer and the head, 8 parameters: the head's
+// swap-in needs an eighth buffer. The refusal names the two ways out, and both plan, where one
+// more element of distance does not; parameters kept in host memory hold no buffer.
+TEST(ZeroInfinity, MoreHeldSwapBuffersThanBufferCountAreRefusedLikeDeepSpeed) {
+  const std::string refused = RefusalOf({"policy.max_reuse_distance=13635585"});
+  EXPECT_NE(refused.find("policy.buffer_count: DeepSpeed's parameter swapper needs 8 swap buffers at once, and has 5"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("at the swap-in of 'lm_head.weight' in the forward, 7 are held"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("Not enough buffers 0 for swapping 1"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("Raise policy.buffer_count to at least 8, or lower policy.max_reuse_distance to at most 13635584"),
+            std::string::npos) << refused;
+  PlanOrDie({"policy.max_reuse_distance=13635585", "policy.buffer_count=8"});
+  PlanOrDie({"policy.max_reuse_distance=13635584"});
+  EXPECT_FALSE(RefusalOf({"policy.max_reuse_distance=13635585", "policy.buffer_count=7"}).empty());
+  EXPECT_EQ(KeptAcrossTheTurn(PlanOrDie({"policy.max_reuse_distance=1e9", "policy.max_in_cpu=1e9"})).size(), 16u);
+  const std::string negative = RefusalOf({"policy.max_reuse_distance=-1"});
+  EXPECT_NE(negative.find("policy.max_reuse_distance: '-1' must be >= 0"), std::string::npos) << negative;
 }
 
 TEST(ZeroInfinity, UnknownKnobIsAnError) {
