@@ -740,7 +740,7 @@ class GradientBucket {
 class LiveParameters {
  public:
   LiveParameters(ScheduleBuilder& b, int64_t limit) : b_(b), limit_(limit) {}
-  // A unit gathered for the layer being computed: its index, for Freed.
+  // A unit gathered for the layer being computed: its index, for LayerEnds.
   size_t Gathered(int64_t elements, const std::vector<int32_t>& admit) {
     units_.push_back({elements, admit, static_cast<int64_t>(computes_.size()), -1});
     return units_.size() - 1;
@@ -767,7 +767,7 @@ class LiveParameters {
       if (need > 0 && u.gathered_for > 0) {
         int64_t at = FreedBy(tree, need);
         at = std::min(at, u.gathered_for - 1);
-        if (at != waited) {
+        if (at != waited) {  // else the admission before it, which it follows, waits already
           waited = at;
           // Per rank (one all-gather admitting every rank waits for each rank's compute).
           for (size_t r = 0; r < u.admit.size(); ++r) b_.task(u.admit[r]).deps.push_back(computes_[static_cast<size_t>(at)][r]);
