@@ -193,6 +193,8 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
       const auto too_many = std::partition_point(gaps.begin(), gaps.end(), [&](int64_t gap) {
         return SwapBuffersNeeded(trace, on_nvme, gap + 1).held <= buffer_count;
       });
+      // Not past the end: at the largest gap below the distance the need is the distance's own.
+      TF_CHECK(too_many != gaps.end());
       const TraceUse& at = trace[need.at];
       return InvalidArgument("policy.buffer_count: DeepSpeed's parameter swapper needs " + std::to_string(need.held) + " swap buffers at once, and has " +
                              std::to_string(buffer_count) + ". A parameter on NVMe holds its buffer until it is released, and DeepSpeed keeps it gathered " +
