@@ -735,7 +735,7 @@ class GradientBucket {
 // PassOptions::max_live_elements: the units gathered over an iteration's passes, in fetch order,
 // each with its elements, its GPU admissions, the layer it is gathered for and the layer whose
 // compute frees it. Layers are counted in compute order over the passes (positions); a unit
-// kept across the forward-backward turn (PassOptions::reuse_distance) is freed by a backward
+// kept across the forward-backward turn (PassOptions::kept_for_backward) is freed by a backward
 // layer, long after the units gathered after it, so the units are freed out of fetch order.
 class LiveParameters {
  public:
@@ -804,43 +804,6 @@ class LiveParameters {
   std::vector<std::vector<int32_t>> computes_;  // per position: the layer's last compute, per rank
 };
 
-std::vector<TraceUse> DeepSpeedTrace(const ModelPlan& plan, bool checkpointing) {
-  const size_t n = plan.units.size();
-  std::vector<TraceUse> trace;
-  for (size_t u = 0; u < n; ++u) trace.push_back({static_cast<int32_t>(u), -1});
-  const int32_t head_layer = n == 0 ? -1 : plan.units.back().layer;
-  for (size_t end = n; end > 0;) {
-    size_t begin = end - 1;
-    while (begin > 0 && plan.units[begin - 1].layer == plan.units[end - 1].layer) --begin;
-    const int32_t layer = plan.units[begin].layer;
-    size_t backward_end = end;  // the units the backward's uses in reverse start from
-    if (checkpointing && layer > 0 && layer < head_layer) {
-      // The layer's last module (its units: one name up to the last '.') is fetched first, by
-      // the backward hook of the layer's output, then the whole layer for its recompute, and the
-      // backward goes on from the module before it.
-      const auto module = [&](size_t u) { return plan.units[u].name.substr(0, plan.units[u].name.rfind('.')); };
-      size_t last = end - 1;
-      while (last > begin && module(last - 1) == module(end - 1)) --last;
-      for (size_t u = last; u < end; ++u) trace.push_back({static_cast<int32_t>(u), -1});
-      for (size_t u = begin; u < end; ++u) trace.push_back({static_cast<int32_t>(u), -1});
-      backward_end = last;
-    }
-    for (size_t u = backward_end; u > begin; --u) trace.push_back({static_cast<int32_t>(u - 1), -1});
-    end = begin;
-  }
-  // Each use's gap to the unit's next use: the elements of the uses between, from prefix sums.
-  std::vector<int64_t> before(trace.size() + 1, 0);
-  for (size_t i = 0; i < trace.size(); ++i) before[i + 1] = before[i] + plan.units[static_cast<size_t>(trace[i].unit)].elements;
-  std::vector<size_t> next_use(n, SIZE_MAX);
-  for (size_t i = trace.size(); i > 0; --i) {
-    TraceUse& use = trace[i - 1];
-    const size_t next = next_use[static_cast<size_t>(use.unit)];
-    if (next != SIZE_MAX) use.gap = before[next] - before[i];
-    next_use[static_cast<size_t>(use.unit)] = i - 1;
-  }
-  return trace;
-}
-
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o) {
   const int32_t ranks = plan.ranks;
   b.StateLayout(plan);
@@ -875,17 +838,13 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
   std::vector<int32_t> forward_order(plan.units.size()), backward_order;
   for (size_t i = 0; i < plan.units.size(); ++i) forward_order[i] = static_cast<int32_t>(i);
   backward_order.assign(forward_order.rbegin(), forward_order.rend());
-  // DeepSpeed's reuse distance: the units each forward keeps gathered for its backward, which
-  // fetches the others only.
-  std::vector<bool> kept(plan.units.size(), false);
-  if (o.reuse_distance >= 0) {
-    // The trace starts with the forward, unit by unit.
-    const std::vector<TraceUse> trace = DeepSpeedTrace(plan, b.scenario().training.activation_checkpointing);
-    for (size_t u = 0; u < kept.size(); ++u) kept[u] = !plan.units[u].gpu_resident && trace[u].gap >= 0 && trace[u].gap < o.reuse_distance;
-  }
+  // The units each forward keeps gathered for its backward, which fetches the others only.
+  const auto kept = [&](int32_t u) {
+    return !o.kept_for_backward.empty() && o.kept_for_backward[static_cast<size_t>(u)] && !plan.units[static_cast<size_t>(u)].gpu_resident;
+  };
   std::vector<int32_t> backward_fetches;
   for (int32_t u : backward_order) {
-    if (!kept[static_cast<size_t>(u)]) backward_fetches.push_back(u);
+    if (!kept(u)) backward_fetches.push_back(u);
   }
 
   int32_t priority_base = 0;
@@ -955,7 +914,7 @@ PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassO
         const FetchedUnit* f = fetched_of[u] >= 0 ? &fetched[fetched_of[u]] : nullptr;
         const bool layer_ends = pos + 1 == order.size() || plan.units[order[pos + 1]].layer != unit.layer;
         layer_units.push_back(u);
-        const bool keep = fwd && kept[static_cast<size_t>(u)];
+        const bool keep = fwd && kept(u);
         const auto from_forward = fwd ? held.end() : held.find(u);
         if (f != nullptr) {
           const size_t index = live.Gathered(unit.elements, f->admit);

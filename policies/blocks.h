@@ -300,11 +300,11 @@ struct PassOptions {
   // enough of them. The units of the layer being computed are exempt (DeepSpeed fetches the
   // current module whatever the count, and limits only its prefetch).
   int64_t max_live_elements = 0;
-  // DeepSpeed's stage3_max_reuse_distance (elements; < 0: not modelled, as in the other
-  // policies, whose forward frees every unit): the units whose forward use's gap in DeepSpeedTrace is below it stay gathered from
-  // their forward to their backward, whose compute frees them, and the backward fetches only the
-  // others. They count as live parameters (max_live_elements) all the while.
-  int64_t reuse_distance = -1;
+  // Per unit (empty = none): the forward keeps the unit gathered for the backward, whose compute
+  // frees it, and the backward does not fetch it again (zero-infinity: DeepSpeed's reuse
+  // distance). Such units count as live parameters (max_live_elements) all the while.
+  // GPU-resident units are never fetched and ignore it.
+  std::vector<bool> kept_for_backward;
 };
 
 struct PassResult {
@@ -328,22 +328,6 @@ struct PassResult {
 };
 
 PassResult TrainingPasses(ScheduleBuilder& b, const ModelPlan& plan, const PassOptions& o);
-
-// DeepSpeed's trace of one micro-step's module uses (PartitionedParameterCoordinator's, complete
-// from the second iteration, started again at each forward), as DeepSpeed 0.19.8 records it for a
-// Hugging Face model: the forward, then per layer from the last its backward in reverse; a
-// checkpointed decoder layer's backward starts with its last module (the backward hook of the
-// layer's output fetches it), then the layer's recompute (its units in forward order: the
-// recompute goes through the same fetch hooks), then the rest in reverse. After a use, DeepSpeed releases the
-// unit's parameters unless they recur before stage3_max_reuse_distance elements of the uses after
-// it have been traversed (__params_to_release: every use's full elements count, persistent units'
-// too, and a use is looked at only while fewer have been): `gap` is the elements between a use
-// and the unit's next one (-1: none), and the unit stays gathered when 0 <= gap < distance.
-struct TraceUse {
-  int32_t unit = 0;
-  int64_t gap = -1;
-};
-std::vector<TraceUse> DeepSpeedTrace(const ModelPlan& plan, bool checkpointing);
 
 // The overflow check and global gradient norm over each rank's gradients after `deps[r]`, then
 // one all-reduce of the norm; returns the all-reduce. `host_bytes_per_element` is what the check

@@ -28,6 +28,9 @@
 //    swap out states — serial, or pipelined with pipeline_read / pipeline_write;
 //  - step() is synchronous: the next iteration starts after the last write.
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "blocks.h"
 #include "policies_internal.h"
@@ -123,6 +126,58 @@ DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityK
 
 namespace {
 
+// DeepSpeed's trace of one micro-step's module uses (PartitionedParameterCoordinator's, complete
+// from the second iteration, started again at each forward), as DeepSpeed 0.19.8 records it for a
+// Hugging Face model: the forward, then per layer from the last its backward in reverse; a
+// checkpointed decoder layer's backward starts with its last module (the backward hook of the
+// layer's output fetches it), then the layer's recompute (its units in forward order: the
+// recompute goes through the same fetch hooks), then the rest in reverse. After a use,
+// DeepSpeed releases the unit's parameters unless they recur before stage3_max_reuse_distance
+// elements of the uses after it have been traversed (__params_to_release: every use's full
+// elements count, persistent units' too, and a use is looked at only while fewer have been):
+// `gap` is the elements between a use and the unit's next one (-1: none), and the unit stays
+// gathered when 0 <= gap < distance.
+struct TraceUse {
+  int32_t unit = 0;
+  int64_t gap = -1;
+};
+std::vector<TraceUse> DeepSpeedTrace(const ModelPlan& plan, bool checkpointing) {
+  const size_t n = plan.units.size();
+  std::vector<TraceUse> trace;
+  for (size_t u = 0; u < n; ++u) trace.push_back({static_cast<int32_t>(u), -1});
+  const int32_t head_layer = n == 0 ? -1 : plan.units.back().layer;
+  for (size_t end = n; end > 0;) {
+    size_t begin = end - 1;
+    while (begin > 0 && plan.units[begin - 1].layer == plan.units[end - 1].layer) --begin;
+    const int32_t layer = plan.units[begin].layer;
+    size_t backward_end = end;  // the units the backward's uses in reverse start from
+    if (checkpointing && layer > 0 && layer < head_layer) {
+      // The layer's last module (its units: one name up to the last '.') is fetched first, by
+      // the backward hook of the layer's output, then the whole layer for its recompute, and the
+      // backward goes on from the module before it.
+      const auto module = [&](size_t u) { return plan.units[u].name.substr(0, plan.units[u].name.rfind('.')); };
+      size_t last = end - 1;
+      while (last > begin && module(last - 1) == module(end - 1)) --last;
+      for (size_t u = last; u < end; ++u) trace.push_back({static_cast<int32_t>(u), -1});
+      for (size_t u = begin; u < end; ++u) trace.push_back({static_cast<int32_t>(u), -1});
+      backward_end = last;
+    }
+    for (size_t u = backward_end; u > begin; --u) trace.push_back({static_cast<int32_t>(u - 1), -1});
+    end = begin;
+  }
+  // Each use's gap to the unit's next use: the elements of the uses between, from prefix sums.
+  std::vector<int64_t> before(trace.size() + 1, 0);
+  for (size_t i = 0; i < trace.size(); ++i) before[i + 1] = before[i] + plan.units[static_cast<size_t>(trace[i].unit)].elements;
+  std::vector<size_t> next_use(n, SIZE_MAX);
+  for (size_t i = trace.size(); i > 0; --i) {
+    TraceUse& use = trace[i - 1];
+    const size_t next = next_use[static_cast<size_t>(use.unit)];
+    if (next != SIZE_MAX) use.gap = before[next] - before[i];
+    next_use[static_cast<size_t>(use.unit)] = i - 1;
+  }
+  return trace;
+}
+
 // DeepSpeed's parameter swapper (PartitionedParamSwapper) holds a parameter's swap buffer from its
 // swap-in until the parameter is released (_partition_param calls
 // remove_partition_and_release_buffers). Along the trace, with the units `on_nvme` and the reuse
@@ -174,10 +229,14 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
                              std::to_string(u.rank_elements) + ")");
     }
   }
+  // DeepSpeed's reuse distance, over its trace (which starts with the forward, unit by unit):
+  // the units each forward keeps gathered for its backward.
+  const std::vector<TraceUse> trace = DeepSpeedTrace(plan, s.training.activation_checkpointing);
+  std::vector<bool> kept(plan.units.size(), false);
+  for (size_t u = 0; u < kept.size(); ++u) kept[u] = trace[u].gap >= 0 && trace[u].gap < knobs.max_reuse_distance;
   // DeepSpeed's swapper holds a parameter's swap buffer until the parameter is released, and a
   // swap-in with every buffer held fails (PartitionedParamSwapper.swap_in asserts).
   if (params_on_nvme) {
-    const std::vector<TraceUse> trace = DeepSpeedTrace(plan, s.training.activation_checkpointing);
     std::vector<bool> on_nvme(plan.units.size(), false);
     for (size_t i = 0; i < plan.units.size(); ++i) on_nvme[i] = !plan.units[i].gpu_resident && !place.param_in_host[i];
     const SwapBuffers need = SwapBuffersNeeded(trace, on_nvme, knobs.max_reuse_distance);
@@ -267,7 +326,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   po.cpu_threads = threads;
   po.reduce_bucket_elements = knobs.reduce_bucket_size;
   po.max_live_elements = knobs.max_live_parameters;
-  po.reuse_distance = knobs.max_reuse_distance;
+  po.kept_for_backward = kept;
   po.grad_partition_buffer = true;  // grad_partitions_flat_buffer
   po.deepspeed_epilogue = true;     // partition_grads, then swap_out_gradients
   po.device_memory_is_host = s.hardware.node.gpu.shares_host_cores;

@@ -233,8 +233,10 @@ def run_setting(args, model, seq, checkpointing, name, sets):
         # the two refusals stand side by side: the export at reuse distance 0, the distance put back.
         refusal = planned.stderr.strip().splitlines()[-1]
         distance = int(float(dict(kv.split("=", 1) for kv in sets).get("max_reuse_distance", "1e9")))
-        subprocess.run([args.tierflow, "deepspeed", "export", args.scenario, "--nvme-path", os.path.join(work, "nvme"), "-o", ds_config]
-                       + set_args + ["--set", "policy.max_reuse_distance=0"], check=True, capture_output=True)
+        exported = subprocess.run([args.tierflow, "deepspeed", "export", args.scenario, "--nvme-path", os.path.join(work, "nvme"),
+                                   "-o", ds_config] + set_args + ["--set", "policy.max_reuse_distance=0"], capture_output=True, text=True)
+        if exported.returncode != 0:  # refused for another reason: there is no config to give DeepSpeed
+            raise RuntimeError(refusal)
         with open(ds_config) as f:
             config = json.load(f)
         config["zero_optimization"]["stage3_max_reuse_distance"] = distance
