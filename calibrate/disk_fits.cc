@@ -250,9 +250,11 @@ bool FitStream(const std::string& model, const std::string& dir, const std::vect
 
 // The steady-state windows of one direction (probe, fio), one point per (block, depth): the
 // median of its windows. Run tasks (durations) are left out: they are whole transfers, not a
-// stream's sustained rate.
+// stream's sustained rate. One stream cannot outrun its device, so the device's peak (`peak`,
+// its capacity when streams share it, and the cap on every stream) is raised to the fastest
+// point where the fit left it below: a fit through noisy windows lands among them, not above.
 void KeepMeasured(const std::string& model, const std::vector<StreamObs>& obs, std::vector<models::MeasuredBandwidth>* out,
-                  const Context& c) {
+                  double* peak, const Context& c) {
   std::map<std::pair<int64_t, int32_t>, std::vector<double>> at;
   for (const StreamObs& o : obs) {
     if (!o.duration) at[{o.block, o.qd}].push_back(o.observed);
@@ -264,10 +266,27 @@ void KeepMeasured(const std::string& model, const std::vector<StreamObs>& obs, s
     const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
     out->push_back({key.first, key.second, median});
   }
-  if (!out->empty()) {
-    c.notes->push_back(fmt::format("{}: {} measured points kept beside the fit ({}_bw_by_request): the model takes them "
-                                   "where they surround a stream's block and depth",
-                                   model, out->size(), model.substr(model.find('.') + 1)));
+  if (out->empty()) return;
+  const std::string dir = model.substr(model.find('.') + 1);
+  c.notes->push_back(fmt::format("{}: {} measured points kept beside the fit ({}_bw_by_request): the model takes them "
+                                 "where they surround a stream's block and depth",
+                                 model, out->size(), dir));
+  const auto fastest = std::max_element(out->begin(), out->end(), [](const auto& a, const auto& b) {
+    return a.bytes_per_s < b.bytes_per_s;
+  });
+  if (fastest->bytes_per_s <= *peak) return;
+  const std::string raised =
+      fmt::format("{}_bw raised from the fit's {} to the fastest measured point's {} ({}x{}): one stream cannot outrun the "
+                  "device",
+                  dir, FormatBandwidth(*peak), FormatBandwidth(fastest->bytes_per_s),
+                  CompactBytes(static_cast<double>(fastest->block_bytes)), fastest->queue_depth);
+  *peak = fastest->bytes_per_s;
+  for (FitReport& r : *c.reports) {
+    if (r.model != model) continue;
+    for (FitParameter& p : r.params) {
+      if (p.name == dir + "_bw") p.value = *peak;
+    }
+    r.note = r.note.empty() ? raised : r.note + "; " + raised;
   }
 }
 
@@ -586,8 +605,8 @@ void FitDisks(const Context& c) {
                                     &disk.write_latency_s, &disk.write_iops, c.reports);
     // Beside each fit, what was measured: the model takes it where it surrounds a stream (before
     // the mixed fits, whose efficiency is against the streams alone).
-    if (read_ok) KeepMeasured(device + ".read", dd.read, &disk.read_bw_by_request, c);
-    if (write_ok) KeepMeasured(device + ".write", dd.write, &disk.write_bw_by_request, c);
+    if (read_ok) KeepMeasured(device + ".read", dd.read, &disk.read_bw_by_request, &disk.read_bw_bytes_per_s, c);
+    if (write_ok) KeepMeasured(device + ".write", dd.write, &disk.write_bw_by_request, &disk.write_bw_bytes_per_s, c);
     FitMixed(device + ".mixed", device, dd.mixed, read_ok && write_ok, c.options, &disk, c.reports);
     if (!dd.by_streams.empty()) {
       FitMixedByStreams(device + ".mixed_streams", device, dd.by_streams, read_ok && write_ok, c.options, &disk, c.reports);
