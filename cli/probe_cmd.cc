@@ -67,6 +67,7 @@ struct ProbeArgs {
   double duration_s = 1.0;
   double warmup_s = 0.25;
   int reps = 3;
+  int passes = 1;
   bool random = false;
   bool json = false;
   std::string backend = "auto";
@@ -103,20 +104,22 @@ Status RunProbeDisk(const ProbeArgs& a) {
   o.duration_s = a.duration_s;
   o.warmup_s = a.warmup_s;
   o.repetitions = a.reps;
+  o.passes = a.passes;
   o.random = a.random;
   o.backend = a.backend;
   TF_RETURN_IF_ERROR(real::CheckDiskProbeOptions(o));  // before the table's header, not after it
   if (!a.json) {
-    std::printf("# tierflow probe disk: %zu dir(s), file %s each, %s offsets, warm-up %.2f s, %d x %.2f s per point\n",
+    std::printf("# tierflow probe disk: %zu dir(s), file %s each, %s offsets, warm-up %.2f s, %d x %.2f s per point%s\n",
                 o.dirs.size(), FormatBytes(static_cast<double>(o.file_bytes)).c_str(), o.random ? "random" : "sequential",
-                o.warmup_s, o.repetitions, o.duration_s);
-    std::printf("# GB/s = bytes completed / window (median of repetitions; min, max); latency = completion - submission\n");
+                o.warmup_s, o.repetitions, o.duration_s,
+                (o.passes > 1 ? " in each of " + std::to_string(o.passes) + " passes over the points" : std::string()).c_str());
+    std::printf("# GB/s = bytes completed / window (median of all windows; min, max); latency = completion - submission\n");
     std::fputs(real::FormatDiskProbeTable({}, true).c_str(), stdout);
     std::fflush(stdout);
   }
   std::vector<TraceRecord> trace;
-  auto results = real::RunDiskProbe(o, a.trace.empty() ? nullptr : &trace, [&](const real::DiskProbeResult& r) {
-    if (!a.json) {
+  auto results = real::RunDiskProbe(o, a.trace.empty() ? nullptr : &trace, [&](const real::DiskProbeResult& r, bool final) {
+    if (final && !a.json) {
       std::fputs(real::FormatDiskProbeTable({r}, false).c_str(), stdout);
       std::fflush(stdout);
     }
@@ -423,7 +426,8 @@ struct AllArgs {
   std::string disk_sizes = "4KiB,16KiB,64KiB,1MiB,4MiB";
   std::string disk_qds = "1,2,8,32";
   double disk_duration_s = 0.3;
-  int disk_reps = 2;
+  int disk_reps = 1;
+  int disk_passes = 3;
   std::string backend = "auto";
 };
 
@@ -447,6 +451,7 @@ Status RunProbeAll(const AllArgs& a) {
   d.duration_s = a.disk_duration_s;
   d.warmup_s = 0.1;
   d.repetitions = a.disk_reps;
+  d.passes = a.disk_passes;
   d.backend = a.backend;
   TF_ASSIGN_OR_RETURN(policies::Scenario compute_scenario, ComputeScenario(a.host.scenario, a.host.sets));
 
@@ -485,7 +490,7 @@ Status RunProbeAll(const AllArgs& a) {
     options.device_counts = {1};
     return [&, i, options](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
       std::vector<TraceRecord> trace;
-      TF_RETURN_IF_ERROR(real::RunDiskProbe(options, &trace, [&](const real::DiskProbeResult&) {
+      TF_RETURN_IF_ERROR(real::RunDiskProbe(options, &trace, [&](const real::DiskProbeResult&, bool) {
                            if (o.progress) o.progress("disk point");
                          }).status().WithContext("--dir '" + a.dirs[i] + "'"));
       for (TraceRecord& r : trace) r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
@@ -505,7 +510,7 @@ Status RunProbeAll(const AllArgs& a) {
   if (several) {  // devices numbered in --dir order, as above
     steps.push_back({"disk", "disk all at once", [&](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
                        std::vector<TraceRecord> trace;
-                       TF_RETURN_IF_ERROR(real::RunDiskProbe(joint, &trace, [&](const real::DiskProbeResult&) {
+                       TF_RETURN_IF_ERROR(real::RunDiskProbe(joint, &trace, [&](const real::DiskProbeResult&, bool) {
                                             if (o.progress) o.progress("disk point (all directories at once)");
                                           }).status().WithContext("all --dir at once"));
                        return trace;
@@ -559,15 +564,17 @@ Status RunProbeAll(const AllArgs& a) {
   }
 
   const double joint_points = several ? static_cast<double>(joint.ops.size()) : 0.0;
+  // Each pass over a point is one step of progress.
   const double disk_points =
-      static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points +
-      static_cast<double>(rw.streams.size() * a.dirs.size());
+      (static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points +
+       static_cast<double>(rw.streams.size() * a.dirs.size())) *
+      d.passes;
   std::printf("# tierflow probe all: %zu disk dir(s); gpu0 on %s; compute on %s (batch %lld, sequence %lld and shorter); "
               "records -> %s/\n",
               a.dirs.size(), a.host.compute == "cpu" ? "the CPU (emulated)" : "GPU 0 (cuda)", compute_scenario.model.name.c_str(),
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
-  std::printf("# disk: %.0f points of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about "
+  std::printf("# disk: %.0f measurements (points x passes) of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about "
               "%.0f s, compute sampled %d times in between\n",
               disk_points, d.warmup_s + d.repetitions * d.duration_s, several ? ", then all at once" : "",
               disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), 20 + io_cpu_points * (2 * host.io.window_s + 0.2),
@@ -646,7 +653,8 @@ Command MakeProbe(CLI::App& parent) {
   disk->add_option("--file-size", a->file_size, "Size of the probe file in each directory");
   disk->add_option("--duration", a->duration_s, "Seconds per repetition");
   disk->add_option("--warmup", a->warmup_s, "Warm-up seconds per point");
-  disk->add_option("--reps", a->reps, "Repetitions per point");
+  disk->add_option("--reps", a->reps, "Repetitions per point and pass");
+  disk->add_option("--passes", a->passes, "Passes over all points, every other one backwards: a point is the median of its windows from all passes");
   disk->add_flag("--random", a->random, "Random block offsets (default: sequential)");
   disk->add_option("--backend", a->backend, "Storage back-end: auto, uring, posix");
   disk->add_flag("--json", a->json, "Print JSON instead of the table");
@@ -703,6 +711,7 @@ Command MakeProbe(CLI::App& parent) {
   all->add_option("--disk-sizes", al->disk_sizes, "Disk request sizes, comma-separated");
   all->add_option("--disk-qd", al->disk_qds, "Disk queue depths, comma-separated");
   all->add_option("--disk-duration", al->disk_duration_s, "Seconds per disk repetition");
+  all->add_option("--disk-passes", al->disk_passes, "Passes over the disk points (each a warm-up and one repetition): a point is the median of its passes");
   all->add_option("--reps", al->host.reps, "Repetitions of the host probes");
   all->add_option("--compute", al->host.compute, "gpu0's device for the copy and compute probes: cpu or cuda (GPU 0)");
   all->add_option("--backend", al->backend, "Storage back-end: auto, uring, posix");

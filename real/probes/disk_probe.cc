@@ -234,6 +234,7 @@ Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
   }
   // A point is the median of its repetitions: none is nothing to take the median of.
   if (o.repetitions < 1) return InvalidArgument("probe disk: --reps " + std::to_string(o.repetitions) + " must be at least 1");
+  if (o.passes < 1) return InvalidArgument("probe disk: --passes " + std::to_string(o.passes) + " must be at least 1");
   if (!(o.duration_s > 0) || !(o.warmup_s >= 0)) {
     return InvalidArgument("probe disk: the measured window must be > 0 s and the warm-up >= 0 s");
   }
@@ -242,12 +243,20 @@ Status CheckDiskProbeOptions(const DiskProbeOptions& o) {
 
 namespace {
 
-// One point of the sweep: `inflight` requests of `block` bytes per device on the first `ndev`
-// probe files (slots of `streams` streams, readers first, when op is "rw"), a warm-up and
-// o.repetitions windows; its trace records appended to `trace` when non-null.
-StatusOr<DiskProbeResult> MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& paths, int64_t file_bytes,
-                                       const std::string& opname, int32_t readers, int32_t writers, int32_t ndev,
-                                       int64_t block, int32_t qd, std::vector<TraceRecord>* trace) {
+// What one point of the sweep has measured so far, over its passes: its windows' rates and
+// latencies, and the result's fixed fields, bytes and wrong blocks.
+struct PointWindows {
+  DiskProbeResult res;
+  std::vector<double> bws, iops, lat, read_bws, write_bws;
+};
+
+// One pass over one point of the sweep: `inflight` requests of `block` bytes per device on the
+// first `ndev` probe files (slots of `streams` streams, readers first, when op is "rw"), a
+// warm-up and o.repetitions windows, appended to `acc`; their trace records (iteration
+// `first_iteration` + repetition) appended to `trace` when non-null.
+Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& paths, int64_t file_bytes,
+                    const std::string& opname, int32_t readers, int32_t writers, int32_t ndev, int64_t block, int32_t qd,
+                    int32_t first_iteration, std::vector<TraceRecord>* trace, PointWindows* acc) {
   const int32_t streams = readers + writers;  // 0 unless "rw"
   const int64_t inflight = static_cast<int64_t>(qd) * std::max(streams, 1);
   StorageOptions so;
@@ -277,7 +286,7 @@ StatusOr<DiskProbeResult> MeasurePoint(const DiskProbeOptions& o, const std::vec
     }
   }
   ClosedLoop loop(storage, slots, files, opname, block, file_bytes / block, o.random, ndev, streams);
-  DiskProbeResult res;
+  DiskProbeResult& res = acc->res;
   res.op = opname;
   res.readers = readers;
   res.writers = writers;
@@ -285,7 +294,11 @@ StatusOr<DiskProbeResult> MeasurePoint(const DiskProbeOptions& o, const std::vec
   res.queue_depth = qd;
   res.devices = ndev;
   res.backend = storage.name();
-  std::vector<double> bws, iops, lat, read_bws, write_bws;
+  std::vector<double>& bws = acc->bws;
+  std::vector<double>& iops = acc->iops;
+  std::vector<double>& lat = acc->lat;
+  std::vector<double>& read_bws = acc->read_bws;
+  std::vector<double>& write_bws = acc->write_bws;
   TF_RETURN_IF_ERROR(loop.Start());
   for (int32_t rep = -1; rep < o.repetitions; ++rep) {  // rep -1 is the warm-up
     const double start = MonotonicSeconds();
@@ -318,7 +331,7 @@ StatusOr<DiskProbeResult> MeasurePoint(const DiskProbeOptions& o, const std::vec
           const bool window_op = (opname == "read" && op == IoOp::kRead) || (opname == "write" && op == IoOp::kWrite);
           if (b == 0 && !(ndev > 1 && window_op)) continue;
           TraceRecord r;
-          r.iteration = rep;
+          r.iteration = first_iteration + rep;
           r.task = "probe.disk." + opname;
           r.op = op == IoOp::kRead ? Op::kRead : Op::kWrite;
           r.resource = "nvme" + std::to_string(d) + "." + IoOpName(op);
@@ -339,28 +352,38 @@ StatusOr<DiskProbeResult> MeasurePoint(const DiskProbeOptions& o, const std::vec
   Status stopped = loop.Stop();  // waits for everything in flight
   storage.UnregisterMemory(buffers.data());
   for (FileId f : files) (void)storage.Close(f);
-  TF_RETURN_IF_ERROR(stopped);
+  return stopped;
+}
+
+// A point's result over every window of its passes: medians of the rates, percentiles of the
+// latencies.
+DiskProbeResult Summarize(PointWindows acc) {
+  DiskProbeResult res = std::move(acc.res);
+  std::vector<double>& bws = acc.bws;
+  std::vector<double>& iops = acc.iops;
+  std::vector<double>& read_bws = acc.read_bws;
+  std::vector<double>& write_bws = acc.write_bws;
   std::sort(bws.begin(), bws.end());
   std::sort(iops.begin(), iops.end());
   res.bytes_per_s = bws[bws.size() / 2];
   res.bytes_per_s_min = bws.front();
   res.bytes_per_s_max = bws.back();
   res.iops = iops[iops.size() / 2];
-  if (streams > 0) {
+  if (res.readers + res.writers > 0) {
     std::sort(read_bws.begin(), read_bws.end());
     std::sort(write_bws.begin(), write_bws.end());
     res.read_bytes_per_s = read_bws[read_bws.size() / 2];
     res.write_bytes_per_s = write_bws[write_bws.size() / 2];
   }
-  res.p50_latency_s = Percentile(lat, 0.50);
-  res.p99_latency_s = Percentile(lat, 0.99);
+  res.p50_latency_s = Percentile(acc.lat, 0.50);
+  res.p99_latency_s = Percentile(acc.lat, 0.99);
   return res;
 }
 
 }  // namespace
 
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
-                                                    const std::function<void(const DiskProbeResult&)>& progress) {
+                                                    const DiskProbeProgress& progress) {
   TF_RETURN_IF_ERROR(CheckDiskProbeOptions(o));
   const std::vector<int32_t> counts = DeviceCounts(o);
   const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
@@ -392,6 +415,14 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
         TF_RETURN_IF_ERROR(st);
       }
     }
+    struct Point {
+      int32_t ndev;
+      std::string op;
+      int32_t readers, writers;
+      int64_t block;
+      int32_t qd;
+    };
+    std::vector<Point> points;
     for (int32_t ndev : counts) {
       for (const std::string& opname : o.ops) {
         const std::vector<std::pair<int32_t, int32_t>> pairs =
@@ -401,14 +432,31 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
             for (int32_t qd : o.queue_depths) {
               const int64_t inflight = static_cast<int64_t>(qd) * std::max(readers + writers, 1);
               if (block * inflight > file_bytes) continue;  // documented: buffers would exceed the file
-              TF_ASSIGN_OR_RETURN(DiskProbeResult res, MeasurePoint(o, paths, file_bytes, opname, readers, writers, ndev, block, qd, trace));
-              results.push_back(res);
-              if (progress) progress(res);
+              points.push_back({ndev, opname, readers, writers, block, qd});
             }
           }
         }
       }
     }
+    // Pass after pass over the points, every other one backwards: a point's windows come from
+    // moments a pass apart, and no point is always measured right after the same neighbour.
+    std::vector<PointWindows> acc(points.size());
+    for (int32_t pass = 0; pass < o.passes; ++pass) {
+      for (size_t k = 0; k < points.size(); ++k) {
+        const size_t i = pass % 2 == 0 ? k : points.size() - 1 - k;
+        const Point& p = points[i];
+        TF_RETURN_IF_ERROR(MeasurePoint(o, paths, file_bytes, p.op, p.readers, p.writers, p.ndev, p.block, p.qd,
+                                        pass * o.repetitions, trace, &acc[i]));
+        if (pass + 1 < o.passes) {
+          if (progress) progress(DiskProbeResult{}, false);
+          continue;
+        }
+        results.push_back(Summarize(acc[i]));
+        if (progress) progress(results.back(), true);
+      }
+    }
+    // In sweep order, whichever way the last pass went.
+    if (o.passes % 2 == 0) std::reverse(results.begin(), results.end());
     return Status::Ok();
   };
   Status st;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -11,13 +12,16 @@ namespace {
 
 // Options that would measure nothing are refused before any file is made (--reps 0 segfaulted
 // taking the median of no repetitions).
-TEST(DiskProbeOptions, ZeroRepetitionsOrAnEmptyWindowAreRefused) {
+TEST(DiskProbeOptions, ZeroRepetitionsOrPassesOrAnEmptyWindowAreRefused) {
   DiskProbeOptions o;
   o.dirs = {std::filesystem::temp_directory_path().string()};
   EXPECT_TRUE(CheckDiskProbeOptions(o).ok()) << CheckDiskProbeOptions(o).ToString();
   o.repetitions = 0;
   EXPECT_EQ(CheckDiskProbeOptions(o).message(), "probe disk: --reps 0 must be at least 1");
   o.repetitions = 1;
+  o.passes = 0;
+  EXPECT_EQ(CheckDiskProbeOptions(o).message(), "probe disk: --passes 0 must be at least 1");
+  o.passes = 1;
   o.duration_s = 0;
   EXPECT_FALSE(CheckDiskProbeOptions(o).ok());
 }
@@ -76,6 +80,58 @@ TEST(DiskProbe, ReaderAndWriterStreamsAreMeasuredApart) {
     EXPECT_EQ(t.tasks, t.op == Op::kRead ? 1 : 2) << t.resource;
     EXPECT_EQ(t.resource, t.op == Op::kRead ? "nvme0.read" : "nvme0.write");
     EXPECT_GT(t.bytes, 0);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the probe file is removed";
+  std::filesystem::remove_all(dir);
+}
+
+// Three passes over two points, the middle one backwards: every point gets one window per pass,
+// numbered apart (pass * repetitions + repetition), the windows of a pass in its order, and the
+// result of a point is the median of its three; progress hears of every pass of every point
+// and gets the results only in the last pass; the results come back in sweep order.
+TEST(DiskProbe, PassesSpreadAPointsWindowsOverTheSweep) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-passes";
+  std::filesystem::create_directories(dir);
+  DiskProbeOptions o;
+  o.dirs = {dir.string()};
+  o.ops = {"read"};
+  o.block_bytes = {64 << 10};
+  o.queue_depths = {1, 2};
+  o.device_counts = {1};
+  o.file_bytes = 16 << 20;
+  o.warmup_s = 0.01;
+  o.duration_s = 0.05;
+  o.repetitions = 1;
+  o.passes = 3;
+  o.backend = "posix";
+  std::vector<TraceRecord> trace;
+  std::vector<std::pair<int32_t, bool>> heard;  // (queue depth, final)
+  auto results = RunDiskProbe(o, &trace, [&](const DiskProbeResult& r, bool final) { heard.emplace_back(r.queue_depth, final); });
+  ASSERT_TRUE(results.ok()) << results.status().ToString();
+  ASSERT_EQ(results->size(), 2u);
+  EXPECT_EQ((*results)[0].queue_depth, 1);
+  EXPECT_EQ((*results)[1].queue_depth, 2);
+  const std::vector<std::pair<int32_t, bool>> want = {{0, false}, {0, false}, {0, false}, {0, false}, {1, true}, {2, true}};
+  EXPECT_EQ(heard, want);
+  // One read record per window: depth 1, 2 | 2, 1 | 1, 2, at iterations 0, 0 | 1, 1 | 2, 2.
+  ASSERT_EQ(trace.size(), 6u);
+  const std::vector<int32_t> depths = {1, 2, 2, 1, 1, 2};
+  for (size_t i = 0; i < trace.size(); ++i) {
+    EXPECT_EQ(trace[i].queue_depth, depths[i]) << i;
+    EXPECT_EQ(trace[i].iteration, static_cast<int32_t>(i / 2)) << i;
+    EXPECT_LE(trace[i].end_s, i + 1 < trace.size() ? trace[i + 1].start_s : trace[i].end_s) << "in pass order";
+  }
+  for (const DiskProbeResult& r : *results) {
+    std::vector<double> rates;
+    for (const TraceRecord& t : trace) {
+      if (t.queue_depth == r.queue_depth) rates.push_back(static_cast<double>(t.bytes) / (t.end_s - t.start_s));
+    }
+    ASSERT_EQ(rates.size(), 3u);
+    std::sort(rates.begin(), rates.end());
+    EXPECT_DOUBLE_EQ(r.bytes_per_s, rates[1]) << "the median of the three passes";
+    EXPECT_DOUBLE_EQ(r.bytes_per_s_min, rates[0]);
+    EXPECT_DOUBLE_EQ(r.bytes_per_s_max, rates[2]);
+    EXPECT_EQ(r.wrong, 0);
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the probe file is removed";
   std::filesystem::remove_all(dir);

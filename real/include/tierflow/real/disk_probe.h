@@ -36,6 +36,11 @@ struct DiskProbeOptions {
   double warmup_s = 0.25;
   double duration_s = 1.0;             // per repetition
   int32_t repetitions = 3;
+  // Passes over the whole sweep, every other one backwards, each measuring every point with a
+  // warm-up and `repetitions` windows: a point is the median of its windows from all passes. On
+  // a shared machine whose disk runs fast and slow spells of a second or so, windows one right
+  // after the other share a spell; passes apart, they sample several.
+  int32_t passes = 1;
   bool random = false;                 // random block offsets instead of sequential
   std::string backend = "auto";        // uring, posix, auto
   // Leave the probe files in place, and reuse them (without refilling) when they exist with the
@@ -76,12 +81,15 @@ struct DiskProbeResult {
 // negative, none or more than kMaxProbeStreams); nothing is touched.
 Status CheckDiskProbeOptions(const DiskProbeOptions& options);
 
-// Runs the sweep (CheckDiskProbeOptions first). `progress` (optional) gets each result as it is
-// measured. Trace records (one
-// per device, op and repetition, source "probe") are appended to `trace` when non-null; an "rw"
-// window's read record has `tasks` = its reader streams, its write record the writer streams.
+// Runs the sweep (CheckDiskProbeOptions first) and returns one result per point, in sweep
+// order. `progress` (optional) is called after each point of each pass: with `final` false and
+// an empty result before the last pass, with the point's result and `final` true in it. Trace
+// records (one per device, op and window, source "probe", iteration = pass * repetitions +
+// repetition) are appended to `trace` when non-null; an "rw" window's read record has `tasks` =
+// its reader streams, its write record the writer streams.
+using DiskProbeProgress = std::function<void(const DiskProbeResult& result, bool final)>;
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& options, std::vector<TraceRecord>* trace,
-                                                    const std::function<void(const DiskProbeResult&)>& progress = {});
+                                                    const DiskProbeProgress& progress = {});
 
 // The Linux block layer's I/O scheduler of the device under `dir` ("none", "mq-deadline",
 // "kyber", "bfq", ...), from /sys/dev/block/<major>:<minor>[/..]/queue/scheduler; "" where
