@@ -427,7 +427,7 @@ struct AllArgs {
   std::string disk_qds = "1,2,8,32";
   double disk_duration_s = 0.3;
   int disk_reps = 1;
-  int disk_passes = 3;
+  int disk_passes = 2;
   std::string backend = "auto";
 };
 
