@@ -118,12 +118,18 @@ Status RunProbeDisk(const ProbeArgs& a) {
     std::fflush(stdout);
   }
   std::vector<TraceRecord> trace;
+  // One pass: each row as it is measured. Several: the rows in sweep order at the end (the last
+  // pass may run backwards), the bar counting every pass of every point meanwhile.
+  Progress progress("probing", static_cast<double>(real::DiskProbePoints(o) * o.passes));
+  double done = 0;
   auto results = real::RunDiskProbe(o, a.trace.empty() ? nullptr : &trace, [&](const real::DiskProbeResult& r, bool final) {
-    if (final && !a.json) {
+    if (final && o.passes == 1 && !a.json) {
       std::fputs(real::FormatDiskProbeTable({r}, false).c_str(), stdout);
       std::fflush(stdout);
     }
+    progress.Update(++done);
   });
+  progress.Finish();
   TF_RETURN_IF_ERROR(results.status());
   if (!a.trace.empty()) TF_RETURN_IF_ERROR(WriteTraceFile(a.trace, trace));
   if (a.json) {
@@ -147,6 +153,7 @@ Status RunProbeDisk(const ProbeArgs& a) {
     j["results"] = list;
     std::printf("%s\n", j.dump(1).c_str());
   } else {
+    if (o.passes > 1) std::fputs(real::FormatDiskProbeTable(*results, false).c_str(), stdout);
     int64_t wrong = 0;
     for (auto& r : *results) wrong += r.wrong;
     std::printf("# backend %s; %zu points; #wrong total %lld\n", results->empty() ? "-" : results->front().backend.c_str(),
@@ -563,11 +570,17 @@ Status RunProbeAll(const AllArgs& a) {
     steps = std::move(with_compute);
   }
 
-  const double joint_points = several ? static_cast<double>(joint.ops.size()) : 0.0;
-  // Each pass over a point is one step of progress.
+  // Each pass over a point is one step of progress: each directory alone for each op and for
+  // the stream pairs, then all at once.
+  real::DiskProbeOptions one = d;
+  one.dirs = {a.dirs.front()};
+  one.device_counts = {1};
+  real::DiskProbeOptions one_rw = rw;
+  one_rw.dirs = one.dirs;
+  one_rw.device_counts = {1};
   const double disk_points =
-      (static_cast<double>(d.block_bytes.size() * d.queue_depths.size() * d.ops.size() * a.dirs.size()) + joint_points +
-       static_cast<double>(rw.streams.size() * a.dirs.size())) *
+      static_cast<double>((real::DiskProbePoints(one) + real::DiskProbePoints(one_rw)) * static_cast<int64_t>(a.dirs.size()) +
+                          (several ? real::DiskProbePoints(joint) : 0)) *
       d.passes;
   std::printf("# tierflow probe all: %zu disk dir(s); gpu0 on %s; compute on %s (batch %lld, sequence %lld and shorter); "
               "records -> %s/\n",

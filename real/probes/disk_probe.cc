@@ -380,12 +380,45 @@ DiskProbeResult Summarize(PointWindows acc) {
   return res;
 }
 
+// One point of the sweep: what a pass measures once.
+struct Point {
+  int32_t ndev;
+  std::string op;
+  int32_t readers, writers;
+  int64_t block;
+  int32_t qd;
+};
+
+// The sweep's points in order: device counts, ops (rw: each stream pair), blocks, depths; a
+// point whose buffers would exceed the file is left out.
+std::vector<Point> SweepPoints(const DiskProbeOptions& o) {
+  const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
+  std::vector<Point> points;
+  for (int32_t ndev : DeviceCounts(o)) {
+    for (const std::string& opname : o.ops) {
+      const std::vector<std::pair<int32_t, int32_t>> pairs =
+          opname == "rw" ? o.streams : std::vector<std::pair<int32_t, int32_t>>{{0, 0}};
+      for (const auto& [readers, writers] : pairs) {
+        for (int64_t block : o.block_bytes) {
+          for (int32_t qd : o.queue_depths) {
+            const int64_t inflight = static_cast<int64_t>(qd) * std::max(readers + writers, 1);
+            if (block * inflight > file_bytes) continue;  // documented: buffers would exceed the file
+            points.push_back({ndev, opname, readers, writers, block, qd});
+          }
+        }
+      }
+    }
+  }
+  return points;
+}
+
 }  // namespace
+
+int64_t DiskProbePoints(const DiskProbeOptions& o) { return static_cast<int64_t>(SweepPoints(o).size()); }
 
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
                                                     const DiskProbeProgress& progress) {
   TF_RETURN_IF_ERROR(CheckDiskProbeOptions(o));
-  const std::vector<int32_t> counts = DeviceCounts(o);
   const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
   std::vector<std::string> paths;
   for (auto& d : o.dirs) paths.push_back(ProbeFilePath(d));
@@ -415,29 +448,7 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
         TF_RETURN_IF_ERROR(st);
       }
     }
-    struct Point {
-      int32_t ndev;
-      std::string op;
-      int32_t readers, writers;
-      int64_t block;
-      int32_t qd;
-    };
-    std::vector<Point> points;
-    for (int32_t ndev : counts) {
-      for (const std::string& opname : o.ops) {
-        const std::vector<std::pair<int32_t, int32_t>> pairs =
-            opname == "rw" ? o.streams : std::vector<std::pair<int32_t, int32_t>>{{0, 0}};
-        for (const auto& [readers, writers] : pairs) {
-          for (int64_t block : o.block_bytes) {
-            for (int32_t qd : o.queue_depths) {
-              const int64_t inflight = static_cast<int64_t>(qd) * std::max(readers + writers, 1);
-              if (block * inflight > file_bytes) continue;  // documented: buffers would exceed the file
-              points.push_back({ndev, opname, readers, writers, block, qd});
-            }
-          }
-        }
-      }
-    }
+    const std::vector<Point> points = SweepPoints(o);
     // Pass after pass over the points, every other one backwards: a point's windows come from
     // moments a pass apart, and no point is always measured right after the same neighbour.
     std::vector<PointWindows> acc(points.size());

@@ -81,6 +81,9 @@ struct DiskProbeResult {
 // negative, none or more than kMaxProbeStreams); nothing is touched.
 Status CheckDiskProbeOptions(const DiskProbeOptions& options);
 
+// How many points one pass of the sweep measures (the points whose buffers fit the file).
+int64_t DiskProbePoints(const DiskProbeOptions& options);
+
 // Runs the sweep (CheckDiskProbeOptions first) and returns one result per point, in sweep
 // order. `progress` (optional) is called after each point of each pass: with `final` false and
 // an empty result before the last pass, with the point's result and `final` true in it. Trace
