@@ -260,12 +260,7 @@ void KeepMeasured(const std::string& model, const std::vector<StreamObs>& obs, s
     if (!o.duration) at[{o.block, o.qd}].push_back(o.observed);
   }
   out->clear();
-  for (auto& [key, v] : at) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    out->push_back({key.first, key.second, median});
-  }
+  for (auto& [key, v] : at) out->push_back({key.first, key.second, Median(std::move(v))});
   if (out->empty()) return;
   const std::string dir = model.substr(model.find('.') + 1);
   c.notes->push_back(fmt::format("{}: {} measured points kept beside the fit ({}_bw_by_request): the model takes them "

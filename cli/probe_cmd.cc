@@ -724,7 +724,7 @@ Command MakeProbe(CLI::App& parent) {
   all->add_option("--disk-sizes", al->disk_sizes, "Disk request sizes, comma-separated");
   all->add_option("--disk-qd", al->disk_qds, "Disk queue depths, comma-separated");
   all->add_option("--disk-duration", al->disk_duration_s, "Seconds per disk repetition");
-  all->add_option("--disk-passes", al->disk_passes, "Passes over the disk points (each a warm-up and one repetition): a point is the median of its passes");
+  all->add_option("--disk-passes", al->disk_passes, "Passes over the disk points, every other one backwards (each a warm-up and one repetition): a point's windows come from moments a pass apart");
   all->add_option("--reps", al->host.reps, "Repetitions of the host probes");
   all->add_option("--compute", al->host.compute, "gpu0's device for the copy and compute probes: cpu or cuda (GPU 0)");
   all->add_option("--backend", al->backend, "Storage back-end: auto, uring, posix");

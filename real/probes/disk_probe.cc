@@ -462,7 +462,7 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
           if (progress) progress(DiskProbeResult{}, false);
           continue;
         }
-        results.push_back(Summarize(acc[i]));
+        results.push_back(Summarize(std::move(acc[i])));
         if (progress) progress(results.back(), true);
       }
     }

@@ -78,7 +78,8 @@ struct DiskProbeResult {
 // InvalidArgument naming the first option RunDiskProbe cannot take (no directory, the memory
 // back-end, a file under 16 MiB, a block size that is not a positive multiple of 4 KiB, an
 // unknown op, a device count out of range, a queue depth below 1, "rw" stream counts that are
-// negative, none or more than kMaxProbeStreams); nothing is touched.
+// negative, none or more than kMaxProbeStreams, fewer than one repetition or pass, an empty
+// window); nothing is touched.
 Status CheckDiskProbeOptions(const DiskProbeOptions& options);
 
 // How many points one pass of the sweep measures (the points whose buffers fit the file).
