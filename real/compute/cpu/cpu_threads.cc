@@ -1,14 +1,59 @@
 #include "tierflow/real/cpu_threads.h"
 
-#include <algorithm>
+#include <pthread.h>
+#include <sched.h>
 
-#include "tierflow/core/status.h"
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace tierflow::real {
+namespace {
+
+// The CPUs this thread may run on, in increasing order (empty if unknown).
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+bool BindTo(std::thread& t, int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return pthread_setaffinity_np(t.native_handle(), sizeof(one), &one) == 0;
+}
+
+}  // namespace
 
 CpuThreads::CpuThreads(int threads) : threads_(std::max(1, threads)) {
-  workers_.reserve(static_cast<size_t>(threads_ - 1));
-  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  const char* bind = std::getenv("TIERFLOW_CPU_BIND");
+  if (threads_ > 1 && !(bind && std::strcmp(bind, "0") == 0)) {
+    std::vector<int> allowed = AllowedCpus();
+    if (static_cast<int>(allowed.size()) >= threads_) {
+      cpus_.assign(allowed.begin(), allowed.begin() + threads_);
+      slot_of_cpu_.assign(static_cast<size_t>(cpus_.back() + 1), -1);
+      for (int i = 0; i < threads_; ++i) slot_of_cpu_[static_cast<size_t>(cpus_[static_cast<size_t>(i)])] = i;
+    }
+  }
+  const int first = bound() ? 0 : 1;  // unbound, the caller always runs chunk 0
+  slots_.resize(static_cast<size_t>(threads_));
+  workers_.reserve(static_cast<size_t>(threads_ - first));
+  for (int i = first; i < threads_; ++i) {
+    slots_[static_cast<size_t>(i)] = std::make_unique<Worker>();
+    workers_.emplace_back([this, i] { WorkerLoop(i); });
+    if (bound() && !BindTo(workers_.back(), cpus_[static_cast<size_t>(i)])) {
+      // A CPU that may not be bound to after all (a cpuset changed under us): run unbound, the
+      // caller taking chunk 0 as on a machine with too few CPUs; slot 0's worker then idles.
+      cpus_.clear();
+      slot_of_cpu_.clear();
+    }
+  }
 }
 
 CpuThreads::~CpuThreads() {
@@ -16,11 +61,14 @@ CpuThreads::~CpuThreads() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  start_cv_.notify_all();
+  for (auto& s : slots_) {
+    if (s) s->wake.notify_one();
+  }
   for (auto& w : workers_) w.join();
 }
 
 void CpuThreads::WorkerLoop(int index) {
+  Worker& me = *slots_[static_cast<size_t>(index)];
   uint64_t seen = 0;
   for (;;) {
     int chunks = 0;
@@ -28,18 +76,16 @@ void CpuThreads::WorkerLoop(int index) {
     const std::function<void(int64_t, int64_t)>* fn = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      me.wake.wait(lock, [&] { return stop_ || me.job != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = me.job;
       chunks = chunks_;
       n = n_;
       fn = fn_;
     }
-    if (index < chunks) {
-      (*fn)(n * index / chunks, n * (index + 1) / chunks);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    (*fn)(n * index / chunks, n * (index + 1) / chunks);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--pending_ == 0) done_cv_.notify_one();
   }
 }
 
@@ -53,6 +99,14 @@ void CpuThreads::ParallelFor(int64_t n, int64_t grain,
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
+  int mine = 0;  // the chunk this thread runs: its CPU's slot where that slot is in use
+  if (bound()) {
+    const int cpu = sched_getcpu();
+    if (cpu >= 0 && cpu < static_cast<int>(slot_of_cpu_.size())) {
+      const int slot = slot_of_cpu_[static_cast<size_t>(cpu)];
+      if (slot >= 0 && slot < chunks) mine = slot;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     chunks_ = chunks;
@@ -60,9 +114,14 @@ void CpuThreads::ParallelFor(int64_t n, int64_t grain,
     n_ = n;
     fn_ = &fn;
     ++generation_;
+    for (int i = 0; i < chunks; ++i) {
+      if (i != mine) slots_[static_cast<size_t>(i)]->job = generation_;
+    }
   }
-  start_cv_.notify_all();
-  fn(0, n / chunks);
+  for (int i = 0; i < chunks; ++i) {
+    if (i != mine) slots_[static_cast<size_t>(i)]->wake.notify_one();
+  }
+  fn(n * mine / chunks, n * (mine + 1) / chunks);
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   fn_ = nullptr;

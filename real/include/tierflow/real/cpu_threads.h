@@ -1,9 +1,20 @@
 // CpuThreads: a small fixed pool of std::threads that runs one parallel loop at a time.
 //
 // ParallelFor(n, fn) splits [0, n) into at most threads() contiguous chunks and calls
-// fn(begin, end) once per non-empty chunk, the calling thread doing the first chunk; it returns
+// fn(begin, end) once per non-empty chunk, the calling thread doing one of them; it returns
 // when every chunk is done. The kernels built on it give each output element to exactly one
-// chunk and reduce in a fixed order, so their results do not depend on the thread count.
+// chunk and reduce in a fixed order, so their results do not depend on the thread count, nor on
+// which thread runs which chunk.
+//
+// Placement. Where the process may run on at least threads() CPUs, the pool keeps one worker
+// per chunk slot, worker i bound to the i-th of those CPUs, and the caller runs the chunk of the
+// slot whose CPU it is on (chunk 0 when that slot is not in use), so the chunks of one loop run
+// on distinct CPUs. Left to the scheduler, a fork-join pool's threads wake each other onto the
+// waker's CPU: on a 2-vCPU VM both threads of every layer of a pass ran on one CPU, the other
+// idle, after a burst of small disk requests (tiny-cpu's forward 26 ms a pass instead of 15,
+// docs/executor.md). Otherwise (fewer CPUs allowed than threads) the workers are not bound and
+// the caller runs chunk 0, as they are with TIERFLOW_CPU_BIND=0 in the environment (read when a
+// pool is made). Only the workers whose chunk is in use are woken.
 //
 // Thread safety: one ParallelFor at a time per pool (calls from several threads are serialised
 // by a mutex). fn must not call ParallelFor on the same pool.
@@ -12,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -20,13 +32,17 @@ namespace tierflow::real {
 
 class CpuThreads {
  public:
-  // threads >= 1; threads - 1 worker threads are started (the caller is the first thread).
+  // threads >= 1 (less is taken as 1).
   explicit CpuThreads(int threads);
   ~CpuThreads();
   CpuThreads(const CpuThreads&) = delete;
   CpuThreads& operator=(const CpuThreads&) = delete;
 
   int threads() const { return threads_; }
+
+  // Whether worker i runs on cpus()[i] alone (see Placement above); cpus() is empty when not.
+  bool bound() const { return !cpus_.empty(); }
+  const std::vector<int>& cpus() const { return cpus_; }
 
   // Calls fn(begin, end) over [0, n) in at most threads() chunks of at least `grain` items each
   // (fewer chunks when n is small). Chunk t is [n*t/k, n*(t+1)/k) for k chunks.
@@ -36,13 +52,19 @@ class CpuThreads {
   }
 
  private:
+  struct Worker {
+    std::condition_variable wake;
+    uint64_t job = 0;  // the generation of the last loop that gave this worker a chunk
+  };
   void WorkerLoop(int index);
 
   int threads_;
+  std::vector<int> cpus_;            // worker i's CPU, when bound
+  std::vector<int> slot_of_cpu_;     // CPU number -> slot, or -1
+  std::vector<std::unique_ptr<Worker>> slots_;  // per slot; null for the caller's slot 0 when unbound
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // one ParallelFor at a time
-  std::mutex mu_;
-  std::condition_variable start_cv_;
+  std::mutex mu_;       // guards what follows and every Worker's job
   std::condition_variable done_cv_;
   uint64_t generation_ = 0;
   int chunks_ = 0;
