@@ -403,6 +403,39 @@ TEST(CalibrateTest, AdamAtTheKinkOfTheRooflineGivesALowerBound) {
   for (uint64_t seed : {1ull, 2ull, 3ull, 4ull, 5ull}) ExpectAdamLowerBound(base, cpu, seed);
 }
 
+TEST(CalibrateTest, TheMemoryBoundIsRaisedToAdamsFastestTraffic) {
+  // The memory probe's loop runs at 15 GB/s, Adam at the memory's 40: the samples of Adam say
+  // the memory moves at least what they moved, and the profile then predicts Adam as it ran.
+  auto [base, cpu] = TwoCores(40e9);
+  cpu.adam_elements_per_s_per_core = 2e9;  // memory-bound at two threads: 40 GB/s / 28 B
+  Noise noise(0.01);
+  std::vector<TraceRecord> r;
+  testing::AddCpu(cpu, {1 << 20, 4 << 20, 16 << 20}, noise, &r);
+  for (TraceRecord& rec : r) {
+    if (rec.task.rfind("probe.memory", 0) == 0) rec.end_s = rec.start_s + rec.duration_s() * 40.0 / 15.0;
+  }
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  const FitReport* mem = Find(*cal, "cpu.memory");
+  ASSERT_EQ(mem->outcome, FitOutcome::kFitted) << FitSummary(*mem);
+  EXPECT_NE(mem->note.find("memory_bw raised from "), std::string::npos) << mem->note;
+  EXPECT_NE(mem->note.find(", Adam's fastest traffic ("), std::string::npos) << mem->note;
+  const models::CpuSpec& fitted = cal->profile.node.cpu;
+  ExpectWithin(fitted.memory_bw_bytes_per_s, 40e9, kRatioTol, "memory_bw");
+  EXPECT_EQ(mem->params[0].value, fitted.memory_bw_bytes_per_s);
+  for (int32_t threads = 1; threads <= 2; ++threads) {
+    ExpectWithin(models::AdamTime(fitted, 16 << 20, threads), models::AdamTime(cpu, 16 << 20, threads), kRatioTol,
+                 "Adam time at " + std::to_string(threads) + " threads");
+  }
+  // Where Adam moves less than the memory probe did, the probe's fit stands, with no note.
+  std::vector<TraceRecord> plain;
+  Noise quiet(0.01);
+  testing::AddCpu(cpu, {1 << 20, 4 << 20, 16 << 20}, quiet, &plain);
+  auto kept = Calibrate(plain, {}, base);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(Find(*kept, "cpu.memory")->note.find("raised"), std::string::npos) << Find(*kept, "cpu.memory")->note;
+}
+
 TEST(CalibrateRoundTripTest, RecoversAnIopsLimit) {
   // Small requests capped by a per-request cost: 60 k reads/s, 40 k writes/s (0.25 and 0.16 GB/s
   // at 4 KiB whatever the depth), below what Little's law with the latency would give.
