@@ -427,6 +427,19 @@ TEST(CalibrateTest, TheMemoryBoundIsRaisedToAdamsFastestTraffic) {
     ExpectWithin(models::AdamTime(fitted, 16 << 20, threads), models::AdamTime(cpu, 16 << 20, threads), kRatioTol,
                  "Adam time at " + std::to_string(threads) + " threads");
   }
+  // Without memory records, the base's memory_bw is raised the same way, in a note.
+  std::vector<TraceRecord> adam_only;
+  for (const TraceRecord& rec : r) {
+    if (rec.task.rfind("probe.memory", 0) != 0) adam_only.push_back(rec);
+  }
+  base.node.cpu.memory_bw_bytes_per_s = 15e9;
+  auto from_base = Calibrate(adam_only, {}, base);
+  ASSERT_TRUE(from_base.ok());
+  EXPECT_EQ(Find(*from_base, "cpu.memory")->outcome, FitOutcome::kNoData);
+  bool noted = false;
+  for (const std::string& n : from_base->notes) noted = noted || n.find("cpu.memory: memory_bw raised from the base's 15") == 0;
+  EXPECT_TRUE(noted);
+  ExpectWithin(from_base->profile.node.cpu.memory_bw_bytes_per_s, 40e9, kRatioTol, "memory_bw from the base");
   // Where Adam moves less than the memory probe did, the probe's fit stands, with no note.
   std::vector<TraceRecord> plain;
   Noise quiet(0.01);
