@@ -11,10 +11,10 @@
 // slot whose CPU it is on (chunk 0 when that slot is not in use), so the chunks of one loop run
 // on distinct CPUs. Left to the scheduler, a fork-join pool's threads wake each other onto the
 // waker's CPU: on a 2-vCPU VM both threads of every layer of a pass ran on one CPU, the other
-// idle, after a burst of small disk requests (tiny-cpu's forward 26 ms a pass instead of 15,
-// docs/executor.md). Otherwise (fewer CPUs allowed than threads) the workers are not bound and
-// the caller runs chunk 0, as they are with TIERFLOW_CPU_BIND=0 in the environment (read when a
-// pool is made). Only the workers whose chunk is in use are woken.
+// idle, after a phase of small disk requests (tiny-cpu's forward 17-18 ms a pass instead of
+// 11, docs/executor.md "The CPU threads"). With fewer CPUs allowed than threads, or with
+// TIERFLOW_CPU_BIND=0 in the environment (read when a pool is made), the workers are not bound
+// and the caller runs chunk 0. Only the workers whose chunk is in use are woken.
 //
 // Thread safety: one ParallelFor at a time per pool (calls from several threads are serialised
 // by a mutex). fn must not call ParallelFor on the same pool.
