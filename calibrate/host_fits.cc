@@ -404,6 +404,8 @@ void FitDispatch(const Context& c) {
   c.reports->push_back(rep);
 }
 
+namespace {
+
 // The fastest memory traffic of Adam's samples: per point (elements, threads) the median time,
 // models::kAdamBytesPerElement bytes an element; 0 without samples. Adam reads and writes the
 // bytes the memory probe's update loop does, so the memory moves at least this much.
@@ -423,6 +425,16 @@ Traffic FastestAdamTraffic(const std::vector<TimedBytes>& adam) {
   }
   return best;
 }
+
+// The note of a memory_bw raised from `from` to Adam's traffic `t`.
+std::string RaisedNote(const std::string& from, const Traffic& t) {
+  return fmt::format("memory_bw raised from {} to {}, Adam's fastest traffic ({} elements, {} thread{}): Adam moves the "
+                     "bytes the update loop does and cannot outrun the memory",
+                     from, FormatBandwidth(t.bytes_per_s), CompactCount(static_cast<double>(t.elements)), t.threads,
+                     t.threads == 1 ? "" : "s");
+}
+
+}  // namespace
 
 void FitCpu(const Context& c) {
   const CalibrateOptions& o = c.options;
@@ -454,11 +466,6 @@ void FitCpu(const Context& c) {
   // loop, not the memory, then set the pace: on one 2-vCPU VM it moved 15 GB/s where Adam moved
   // 40).
   const Traffic adam_traffic = FastestAdamTraffic(adam);
-  const std::string raised = fmt::format(
-      "memory_bw raised from {{}} to {}, Adam's fastest traffic ({} elements, {} thread{}): Adam moves the bytes the "
-      "update loop does and cannot outrun the memory",
-      FormatBandwidth(adam_traffic.bytes_per_s), CompactCount(static_cast<double>(adam_traffic.elements)),
-      adam_traffic.threads, adam_traffic.threads == 1 ? "" : "s");
   bool memory_fitted = false;
   if (memory.empty()) {
     c.reports->push_back(NoData("cpu.memory", "probe.memory* records (op convert)"));
@@ -508,14 +515,14 @@ void FitCpu(const Context& c) {
       // Beyond the probe's noise (three times its rms residual, as the fits here judge a change).
       if (adam_traffic.bytes_per_s > bw * (1 + 3 * std::max(rep.rms_rel_residual, o.min_residual_sd))) {
         rep.params[0].value = adam_traffic.bytes_per_s;
-        rep.note += (rep.note.empty() ? "" : "; ") + fmt::format(fmt::runtime(raised), FormatBandwidth(bw));
+        rep.note += (rep.note.empty() ? "" : "; ") + RaisedNote(FormatBandwidth(bw), adam_traffic);
         cpu.memory_bw_bytes_per_s = adam_traffic.bytes_per_s;
       }
     }
     c.reports->push_back(rep);
   }
   if (!memory_fitted && adam_traffic.bytes_per_s > cpu.memory_bw_bytes_per_s * (1 + 3 * o.min_residual_sd)) {
-    c.notes->push_back("cpu.memory: " + fmt::format(fmt::runtime(raised), "the base's " + FormatBandwidth(cpu.memory_bw_bytes_per_s)));
+    c.notes->push_back("cpu.memory: " + RaisedNote("the base's " + FormatBandwidth(cpu.memory_bw_bytes_per_s), adam_traffic));
     cpu.memory_bw_bytes_per_s = adam_traffic.bytes_per_s;
   }
 

@@ -380,6 +380,9 @@ DiskProbeResult Summarize(PointWindows acc) {
   return res;
 }
 
+// The probe file's size in each directory: the option rounded down to 16 MiB.
+int64_t FileBytes(const DiskProbeOptions& o) { return o.file_bytes / (16 << 20) * (16 << 20); }
+
 // One point of the sweep: what a pass measures once.
 struct Point {
   int32_t ndev;
@@ -392,7 +395,7 @@ struct Point {
 // The sweep's points in order: device counts, ops (rw: each stream pair), blocks, depths; a
 // point whose buffers would exceed the file is left out.
 std::vector<Point> SweepPoints(const DiskProbeOptions& o) {
-  const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
+  const int64_t file_bytes = FileBytes(o);
   std::vector<Point> points;
   for (int32_t ndev : DeviceCounts(o)) {
     for (const std::string& opname : o.ops) {
@@ -419,7 +422,7 @@ int64_t DiskProbePoints(const DiskProbeOptions& o) { return static_cast<int64_t>
 StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, std::vector<TraceRecord>* trace,
                                                     const DiskProbeProgress& progress) {
   TF_RETURN_IF_ERROR(CheckDiskProbeOptions(o));
-  const int64_t file_bytes = o.file_bytes / (16 << 20) * (16 << 20);
+  const int64_t file_bytes = FileBytes(o);
   std::vector<std::string> paths;
   for (auto& d : o.dirs) paths.push_back(ProbeFilePath(d));
 
