@@ -49,6 +49,18 @@ void Report(const HostProbeOptions& o, const std::string& what) {
 // denormals, which cost the optimizer ~20x and would be measured instead of the real rate).
 constexpr char kFill = 0x3f;
 
+// The fp32 streams of one kernel are laid out in one block, stream k starting k cache lines past
+// k x n floats, so that no two start at the same address modulo a page. In four std::vectors of
+// 128 MiB, allocated one after another, they did, and on this project's AMD EPYC VM the memory
+// probe's loop moved 10 GB/s on one thread and 19 on two where staggered it moves 22 and 31-38:
+// the probe measured a collision of its streams in the caches, not the memory (docs/calibration.md,
+// cpu.memory; bench/adam_bench.cc's "_vectors" kernels).
+constexpr int64_t kLineFloats = 16;
+
+// Floats that `count` staggered streams of `n` floats take.
+int64_t StaggeredFloats(int64_t n, int count) { return count * (n + kLineFloats); }
+float* Stream(float* block, int64_t n, int k) { return block + k * (n + kLineFloats); }
+
 // A byte pool, filled once (so that page faults are not measured) and shared by every point of
 // a probe, which carves it into slots of its own size that successive repetitions rotate through.
 class ColdPool {
@@ -356,22 +368,24 @@ StatusOr<std::vector<TraceRecord>> ProbeOptimizer(const std::vector<int64_t>& el
   const AdamWConfig cfg{.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
   // Four fp32 arrays (parameter, gradient, m, v) per slot for Adam; the cast's source and
   // destination in slots of the same size.
-  ColdPool pool(16 * *std::max_element(element_counts.begin(), element_counts.end()));
+  ColdPool pool(4 * StaggeredFloats(*std::max_element(element_counts.begin(), element_counts.end()), 4));
   for (int32_t nt = 1; nt <= MaxThreads(o); ++nt) {
     CpuThreads threads(nt);
     for (int64_t n : element_counts) {
       for (int32_t rep = -1; rep < o.repetitions; ++rep) {
-        float* base = reinterpret_cast<float*>(pool.Slot(rep + 1, 16 * n));
-        float* p = base;
-        float* g = base + n;
-        float* m = base + 2 * n;
-        float* v = base + 3 * n;
+        const int64_t slot_bytes = 4 * StaggeredFloats(n, 4);
+        float* base = reinterpret_cast<float*>(pool.Slot(rep + 1, slot_bytes));
+        float* p = Stream(base, n, 0);
+        float* g = Stream(base, n, 1);
+        float* m = Stream(base, n, 2);
+        float* v = Stream(base, n, 3);
         double start = MonotonicSeconds();
         cpu::AdamW(p, m, v, g, nullptr, n, rep + 2, 1.0f, cfg, threads);
         double end = MonotonicSeconds();
         if (rep >= 0) out.push_back(Record("probe.adam", Op::kOptimizer, "cpu", rep, 4 * n, start - t0, end - t0, nt));
-        float* src = reinterpret_cast<float*>(pool.Slot(rep + 2, 16 * n));
-        uint16_t* dst = reinterpret_cast<uint16_t*>(pool.Slot(rep + 3, 16 * n));
+        // The cast's destination a line past its slot's page, as Adam's streams are staggered.
+        float* src = reinterpret_cast<float*>(pool.Slot(rep + 2, slot_bytes));
+        auto* dst = reinterpret_cast<uint16_t*>(pool.Slot(rep + 3, slot_bytes) + 4 * kLineFloats);
         start = MonotonicSeconds();
         cpu::Fp32ToBf16(dst, src, n, threads);
         end = MonotonicSeconds();
@@ -413,10 +427,12 @@ StatusOr<std::vector<TraceRecord>> ProbeMemory(int64_t bytes, const HostProbeOpt
   // p += s*g, m += s*g, v += s*g*g — the optimizer's traffic (read p, g, m, v; write p, m, v:
   // 28 bytes per element, the figure the Adam model divides memory bandwidth by) with almost none
   // of its arithmetic. A copy or STREAM's triad would measure a different pattern: their stores
-  // go to lines not read before, which the CPU must first fetch.
+  // go to lines not read before, which the CPU must first fetch. The streams are staggered, as
+  // Adam's are in probe optimizer (Stream).
   const int64_t n = bytes / 4;
-  std::vector<float> p(static_cast<size_t>(n), 0.5f), g(static_cast<size_t>(n), 0.25f), m(static_cast<size_t>(n), 0.f),
-      v(static_cast<size_t>(n), 0.f);
+  std::vector<float> block(static_cast<size_t>(StaggeredFloats(n, 4)), 0.f);
+  std::fill_n(Stream(block.data(), n, 0), n, 0.5f);
+  std::fill_n(Stream(block.data(), n, 1), n, 0.25f);
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
   for (int32_t nt = 1; nt <= MaxThreads(o); ++nt) {
@@ -425,10 +441,10 @@ StatusOr<std::vector<TraceRecord>> ProbeMemory(int64_t bytes, const HostProbeOpt
       const float s = rep % 2 == 0 ? 1e-3f : -1e-3f;  // keeps the values bounded over repetitions
       const double start = MonotonicSeconds();
       threads.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
-        float* pp = p.data();
-        float* mp = m.data();
-        float* vp = v.data();
-        const float* gp = g.data();
+        float* pp = Stream(block.data(), n, 0);
+        const float* gp = Stream(block.data(), n, 1);
+        float* mp = Stream(block.data(), n, 2);
+        float* vp = Stream(block.data(), n, 3);
         for (int64_t i = b; i < e; ++i) {
           pp[i] += s * gp[i];
           mp[i] += s * gp[i];
