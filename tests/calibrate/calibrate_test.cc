@@ -395,6 +395,34 @@ TEST(CalibrateTest, ANoisyConvertThatIsComputeBoundKeepsItsFittedRate) {
   }
 }
 
+TEST(CalibrateTest, ACastThatASecondThreadHardlySpeedsUpIsNotTakenAsMemoryBound) {
+  // Calibration run 53's cast: 8.7 GB/s on one thread, 9.4 on two, against 32.8 GB/s of memory.
+  // One rate per core cannot fit both (rms near 30 %), and three times that noise once let the
+  // fit jump to the memory limit, "a lower bound" of 32.8 GB/s per core: casts 3.5x too fast in
+  // sim. No sample comes near the limit, so the fitted rate stands, between the two.
+  auto [base, cpu] = TwoCores(32.8e9);
+  Noise noise(0.01);
+  std::vector<TraceRecord> r;
+  testing::AddCpu(cpu, {1 << 20, 4 << 20, 16 << 20}, noise, &r);
+  std::erase_if(r, [](const TraceRecord& rec) { return rec.task == "probe.convert.bf16"; });
+  for (int64_t b : {int64_t{4} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
+    for (int32_t t : {1, 2}) {
+      TraceRecord rec = testing::Probe("probe.convert.bf16", Op::kConvert, "cpu.convert", b,
+                                       static_cast<double>(b) / (t == 1 ? 8.7e9 : 9.4e9));
+      rec.threads = t;
+      r.push_back(rec);
+    }
+  }
+  auto cal = Calibrate(r, {}, base);
+  ASSERT_TRUE(cal.ok());
+  const FitReport* f = Find(*cal, "cpu.convert");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->note.find("a lower bound"), std::string::npos) << f->note;
+  const double per_core = cal->profile.node.cpu.convert_bytes_per_s_per_core;
+  EXPECT_GT(per_core, 4.7e9) << FitSummary(*f);  // two threads at least as fast as measured
+  EXPECT_LT(per_core, 8.7e9) << FitSummary(*f);  // one thread at most as fast
+}
+
 TEST(CalibrateTest, AdamAtTheKinkOfTheRooflineGivesALowerBound) {
   // Two cores, every sample memory-bound: the best fit may land where the compute limit just
   // meets the memory limit, with a small local standard error; a 50 % higher rate fits as well.
