@@ -99,7 +99,8 @@ CopyFit FitPinned(const std::string& model, const std::string& dir, const std::s
     double largest = 0;
     for (const TimedBytes& t : obs) largest = std::max(largest, upper / (latency + t.bytes * per_byte));
     rep.note = ImmaterialNote("latency", fit->rel_std_errors(0), FormatDuration(upper), largest, fit->rms_rel_residual, o);
-    if (rep.note.empty() && fit->rel_std_errors(0) >= 0.5) {
+    const bool zero_within_two_se = fit->rel_std_errors(0) >= 0.5;  // 2 x (relative error) x latency >= latency
+    if (rep.note.empty() && zero_within_two_se) {
       held = fmt::format("latency {} ±{} not determined, 0 within two standard errors", FormatDuration(latency),
                          Percent(fit->rel_std_errors(0)));
     } else if (rep.note.empty()) {
