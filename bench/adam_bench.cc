@@ -57,6 +57,10 @@ class Arrays {
       const int64_t stride = g_elements + kLineFloats;
       const auto bytes = static_cast<size_t>(stride * static_cast<int64_t>(values.size())) * sizeof(float);
       block_.reset(static_cast<float*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
+      if (!block_) {
+        std::fprintf(stderr, "adam_bench: cannot allocate %zu bytes\n", bytes);
+        std::exit(1);
+      }
       for (size_t k = 0; k < values.size(); ++k) arrays_.push_back(block_.get() + static_cast<int64_t>(k) * stride);
     } else {
       for (size_t k = 0; k < values.size(); ++k) arrays_.push_back(vectors_.emplace_back(static_cast<size_t>(g_elements)).data());

@@ -159,12 +159,14 @@ std::optional<double> FitPerCoreRate(const std::string& param, const std::string
   double wmin = 0, wmax = 0;
   int32_t tmin = 0, tmax = 0;
   std::vector<double> implied;
+  double fastest = 0;  // the most work per second any sample did
   for (size_t i = 0; i < obs.size(); ++i) {
     const double w = obs[i].bytes * work_per_byte;
     wmin = i ? std::min(wmin, w) : w;
     wmax = i ? std::max(wmax, w) : w;
     tmin = i ? std::min(tmin, obs[i].threads) : obs[i].threads;
     tmax = i ? std::max(tmax, obs[i].threads) : obs[i].threads;
+    fastest = std::max(fastest, w / obs[i].seconds);
     implied.push_back(w / obs[i].seconds / useful(obs[i].threads));
   }
   rep->data_range = fmt::format("{} {}, threads {}", unit == "B/s" ? "bytes" : "elements",
@@ -217,8 +219,6 @@ std::optional<double> FitPerCoreRate(const std::string& param, const std::string
   // Memory-bound samples move what the memory does: where none comes within the noise of the
   // limit, the limit is not what holds them back (a cast that a second thread hardly speeds up,
   // run 53 in docs/calibration.md: 8.7 and 9.4 GB/s against 32.8), and the fitted rate stands.
-  double fastest = 0;
-  for (size_t i = 0; i < obs.size(); ++i) fastest = std::max(fastest, obs[i].bytes * work_per_byte / obs[i].seconds);
   const bool reaches_limit = fastest * (1 + noise) >= limit;
   if (reaches_limit && (compute_bound == 0 || (largest_change <= noise && change_at_least <= noise))) {
     // The data bound the rate from below only: every rate at which the fewest-thread sample is
@@ -438,14 +438,11 @@ struct Traffic {
   int32_t threads = 0;
 };
 Traffic FastestAdamTraffic(const std::vector<TimedBytes>& adam) {
-  double largest = 0;
-  for (const TimedBytes& t : adam) largest = std::max(largest, t.bytes);
   std::map<std::pair<double, int32_t>, std::vector<double>> at;
-  for (const TimedBytes& t : adam) {
-    if (t.bytes == largest) at[{t.bytes, t.threads}].push_back(t.seconds);
-  }
+  for (const TimedBytes& t : adam) at[{t.bytes, t.threads}].push_back(t.seconds);
   Traffic best;
   for (auto& [key, seconds] : at) {
+    if (key.first != at.rbegin()->first.first) continue;  // the largest count: the map's last keys
     const double elements = key.first / 4;
     const double rate = elements * models::kAdamBytesPerElement / Median(std::move(seconds));
     if (rate > best.bytes_per_s) best = {rate, static_cast<int64_t>(elements), key.second};
