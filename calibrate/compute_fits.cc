@@ -121,6 +121,22 @@ StatusOr<Solution> SolveRoofline(const std::vector<Sample>& s, std::vector<Role>
 
 std::string PhaseModel(Phase p) { return "compute." + std::string(PhaseName(p)); }
 
+// An efficiency above 1 says the base's peak is below what the device did; by less than two
+// standard errors it says nothing the noise does not (a CPU's clock boosting past its nominal
+// one, a fit of few sizes): it is held at 1, noted in `note`. The refusal's reason, or empty.
+std::string AboveThePeak(const std::string& key, double eff, double rel_se, double peak, std::string* note) {
+  if (!(eff > 1)) return {};
+  if (eff - 1 < 2 * eff * rel_se) {
+    *note += fmt::format("{}{} {:.3f} ±{} held at 1: above the base's peak_flops ({:.4g} FLOP/s) by less than two "
+                         "standard errors",
+                         note->empty() ? "" : "; ", key, eff, Percent(rel_se), peak);
+    return {};
+  }
+  return fmt::format("{} {:.3f} ±{} > 1: the base's peak_flops ({:.4g} FLOP/s) is below what was measured; give a "
+                     "base with the device's real peak",
+                     key, eff, Percent(rel_se), peak);
+}
+
 }  // namespace
 
 void FitCompute(const Context& c) {
@@ -359,11 +375,10 @@ void FitCompute(const Context& c) {
   if (reasons.empty())
     add(ConditionRule(s.fit.condition_number, false, "add samples of other sizes in every phase", o));
   rep.params = params;
-  if (!params.empty() && params[0].name == "compute_efficiency" && params[0].value > 1) {
-    add(
-        fmt::format("compute_efficiency {:.3f} > 1: the base's peak_flops ({:.4g} FLOP/s) is below what was measured; "
-                    "give a base with the device's real peak",
-                    params[0].value, peak));
+  if (!params.empty() && params[0].name == "compute_efficiency") {
+    const std::string above = AboveThePeak("compute_efficiency", params[0].value, params[0].rel_std_error, peak, &rep.note);
+    if (!above.empty()) add(above);
+    params[0].value = std::min(params[0].value, 1.0);
   }
   const bool fitted = Conclude(&rep, reasons);
   if (fitted) {
@@ -414,15 +429,13 @@ void FitCompute(const Context& c) {
     if (!det.empty()) why.push_back(det);
     if (a <= 0) {
       why.push_back(key + " is not positive: the roofline does not describe these samples");
-    } else if (eff > 1) {
-      why.push_back(
-          fmt::format("{} {:.3f} > 1: the base's peak_flops ({:.4g} FLOP/s) is below what was measured; give "
-                      "a base with the device's real peak",
-                      key, eff, peak));
+    } else {
+      const std::string above = AboveThePeak(key, eff, s.fit.rel_std_errors(col), peak, &pr.note);
+      if (!above.empty()) why.push_back(above);
     }
     if (Conclude(&pr, why)) {
       (phase == Phase::kForward ? c.profile->node.gpu.forward_efficiency : c.profile->node.gpu.backward_efficiency) =
-          eff;
+          std::min(eff, 1.0);
     }
     c.reports->push_back(pr);
   }

@@ -8,8 +8,11 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "calibrate_internal.h"
+#include "tierflow/core/units.h"
+#include "tierflow/models/perf.h"
 
 namespace tierflow::calibrate::internal {
 namespace {
@@ -80,6 +83,79 @@ void FitHandOvers(const Context& c, const std::vector<double>& per_hand_over, co
   c.reports->push_back(rep);
 }
 
+// A window of a read and a write stream of one class at once (probe io-cpu's stream "rw"): the
+// cores the compute lost beside it and each stream's rate.
+struct MixWindow {
+  double load = 0;
+  double read_bw = 0, write_bw = 0;
+};
+
+// The rule the simulator combines the I/O paths of one device's streams by (models::IoPathScale:
+// together the largest class figure among them), checked against the windows of a reader and a
+// writer of one class at once, from that class's figures just fitted. Nothing is written; the
+// residuals are the rule's errors.
+void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<MixWindow>>& mixes) {
+  const std::string model = "cpu.io_rw";
+  if (mixes.empty()) {
+    c.reports->push_back(NoData(model, "probe.io_cpu.rw windows with probe.io_cpu.alone and .beside compute (tierflow probe io-cpu)"));
+    return;
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.condition_number = 1;
+  rep.note = "a check of the rule by which one device's streams load the cores together (the busiest class's figure); nothing written";
+  const models::CpuSpec& cpu = c.profile->node.cpu;
+  double sum_sq = 0, worst = 0, lo = 0, hi = 0, rate_lo = 0, rate_hi = 0;
+  std::vector<std::string> unchecked;
+  for (const auto& [cls, windows] : mixes) {
+    const std::vector<double> cores = {models::IoCpuCores(cpu, false, cls.first, cls.second),
+                                       models::IoCpuCores(cpu, true, cls.first, cls.second)};
+    if (!(cores[0] > 0) || !(cores[1] > 0)) {
+      unchecked.push_back(fmt::format("{}x{}", cls.first, cls.second));
+      continue;
+    }
+    const double rule = models::IoPathScale(cores) * (cores[0] + cores[1]);
+    // Its standard error: the larger figure's, as its fit reported it.
+    const bool write = cores[1] > cores[0];
+    const std::string figure = fmt::format("io_{}_cores.{}x{}", write ? "write" : "read", cls.first, cls.second);
+    double rule_rse = 0;
+    for (const FitReport& r : *c.reports) {
+      if (r.model != (write ? "cpu.io_write" : "cpu.io_read")) continue;
+      for (const FitParameter& param : r.params) {
+        if (param.name == figure) rule_rse = param.rel_std_error;
+      }
+    }
+    std::vector<double> loads;
+    for (const MixWindow& w : windows) {
+      const double rel = (rule - w.load) / w.load;
+      sum_sq += rel * rel;
+      worst = std::max(worst, std::fabs(rel));
+      loads.push_back(w.load);
+      const double rate = w.read_bw + w.write_bw;
+      lo = rep.samples == 0 ? w.load : std::min(lo, w.load);
+      hi = rep.samples == 0 ? w.load : std::max(hi, w.load);
+      rate_lo = rep.samples == 0 ? rate : std::min(rate_lo, rate);
+      rate_hi = rep.samples == 0 ? rate : std::max(rate_hi, rate);
+      ++rep.samples;
+    }
+    const MedianStats m = MedianOf(loads, c.options);
+    rep.params.push_back({fmt::format("io_rw_cores.{}x{}", cls.first, cls.second), m.median, m.rel_se, "cores", false});
+    rep.params.push_back({fmt::format("rule.{}x{}", cls.first, cls.second), rule, rule_rse, "cores", false});
+  }
+  if (rep.samples == 0) {
+    c.reports->push_back(RefusedReport(model, fmt::format("no rw window's class has both a read and a write figure (stream classes {})",
+                                                          fmt::join(unchecked, ", "))));
+    return;
+  }
+  if (!unchecked.empty()) rep.note += fmt::format("; classes without a read and a write figure left out: {}", fmt::join(unchecked, ", "));
+  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(rep.samples));
+  rep.max_rel_residual = worst;
+  rep.data_range = fmt::format("{} stream classes, a reader and a writer at once, {} together; compute lost {:.2f}..{:.2f} cores",
+                               rep.params.size() / 2, RangeText(rate_lo, rate_hi, FormatBandwidth), lo, hi);
+  Conclude(&rep, {});
+  c.reports->push_back(rep);
+}
+
 }  // namespace
 
 void FitIoCpu(const Context& c) {
@@ -103,6 +179,7 @@ void FitIoCpu(const Context& c) {
   }
   const int32_t cores = c.profile->node.cpu.cores;
   if (!windows.empty() && (mixed_threads || threads != cores)) {
+    // (cpu.io_rw is a check of cpu.io_read and cpu.io_write: nothing to check without them.)
     const std::string why = mixed_threads ? "the compute beside the streams ran on different thread counts"
                                           : fmt::format("the compute beside the streams ran on {} threads, the node has {} cores: "
                                                         "the load is measured by compute on every core",
@@ -113,9 +190,22 @@ void FitIoCpu(const Context& c) {
   std::map<std::pair<int32_t, int>, double> reference;
   for (auto& [key, v] : alone) reference[key] = Median(v);
   std::map<StreamClass, std::vector<double>> by_dir[2];
+  std::map<StreamClass, std::vector<MixWindow>> mixes;
+  // An rw window's two records, by iteration and start: its class and index in `mixes`.
+  std::map<std::pair<int32_t, double>, std::pair<StreamClass, size_t>> mix_of;
   std::vector<double> per_hand_over;
   int64_t empty = 0;
   for (const TraceRecord* w : windows) {
+    const bool mix = w->task == "probe.io_cpu.rw";
+    MixWindow* seen = nullptr;
+    if (mix) {
+      auto it = mix_of.find({w->iteration, w->start_s});
+      if (it != mix_of.end()) seen = &mixes[it->second.first][it->second.second];
+    }
+    if (seen != nullptr) {  // the window's other stream: its load is counted
+      (w->op == Op::kWrite ? seen->write_bw : seen->read_bw) = w->bytes / w->duration_s();
+      continue;
+    }
     // The compute steps wholly inside the window: their time alone over their time beside it.
     // Compute on every core gets cores - f of them beside a path that keeps f busy.
     double alone_s = 0, beside_s = 0;
@@ -131,7 +221,12 @@ void FitIoCpu(const Context& c) {
       continue;
     }
     const double load = std::max(kMinCores, cores * (1 - alone_s / beside_s));
-    if (w->op == Op::kBarrier) {
+    if (mix) {
+      std::vector<MixWindow>& v = mixes[{w->block_bytes, w->queue_depth}];
+      v.push_back({load, 0, 0});
+      (w->op == Op::kWrite ? v.back().write_bw : v.back().read_bw) = w->bytes / w->duration_s();
+      mix_of[{w->iteration, w->start_s}] = {{w->block_bytes, w->queue_depth}, v.size() - 1};
+    } else if (w->op == Op::kBarrier) {
       per_hand_over.push_back(load * w->duration_s() / w->tasks);
     } else {
       by_dir[w->op == Op::kWrite ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(load);
@@ -141,6 +236,7 @@ void FitIoCpu(const Context& c) {
   FitDirection(c, false, by_dir[0], note);
   FitDirection(c, true, by_dir[1], note);
   FitHandOvers(c, per_hand_over, note);
+  CheckIoPathMix(c, mixes);
 }
 
 }  // namespace tierflow::calibrate::internal

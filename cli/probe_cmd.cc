@@ -703,7 +703,7 @@ Command MakeProbe(CLI::App& parent) {
   io_cpu->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to compute (default: tiny at sequence 128)");
   io_cpu->add_option("--window", h->io.window_s, "Seconds of compute alone, then beside each stream");
   io_cpu->add_option("--backend", h->io.backend, "Storage back-end: auto, uring, posix");
-  io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams, or dispatch (a chain of the executor's hand-overs, each after an idle gap; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, and dispatch)");
+  io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams (OP read, write, or rw: a reader and a writer at once), or dispatch (a chain of the executor's hand-overs, each after an idle gap; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, rw at 16KiB:1 and 1MiB:8, and dispatch)");
   AddSetOption(io_cpu, &h->sets);
 
   CLI::App* coll = probe->add_subcommand("collective", "All-gather, reduce-scatter and all-reduce by message size across the ranks (run under mpirun)");

@@ -197,6 +197,15 @@ double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) 
   return best != nullptr ? best->cores : 0.0;
 }
 
+double IoPathScale(const std::vector<double>& cores) {
+  double most = 0, sum = 0;
+  for (const double c : cores) {
+    most = std::max(most, c);
+    sum += c;
+  }
+  return sum > most ? most / sum : 1.0;
+}
+
 StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const HardwareSpec& hw) {
   const NodeSpec& node = hw.node;
   // Per node and hardware device (NVMe roots first, then remote tiers): bytes read and written.

@@ -26,6 +26,9 @@ constexpr double kIoCpuPriority = 1e6;
 // SimGrid's activity signals are process-wide statics: they are connected once and forward to
 // the runner of the current (only) simulation in this process.
 Runner* g_runner = nullptr;
+// The data of an I/O path's load cancelled to be restarted at another bound (Runner::BoundLoads):
+// its completion signals are not a flight's.
+void* const kCancelledLoad = reinterpret_cast<void*>(static_cast<intptr_t>(-1));
 
 class Runner {
  public:
@@ -45,6 +48,7 @@ class Runner {
     Pump();
     sg4::Engine::get_instance()->run();
     retired_.clear();
+    cancelled_.clear();
     if (!error_.ok()) return error_;
     if (!dispatcher_.done()) {
       Status deadlock = dispatcher_.DeadlockReport();
@@ -70,6 +74,20 @@ class Runner {
   }
 
   void OnActivityDone(const sg4::Activity& activity) {
+    if (activity.get_data<void>() == kCancelledLoad) {
+      // Signalled twice: when cancelled (CANCELED), then once the model drops it (FAILED, at a
+      // later date); it is released one callback after the second.
+      if (activity.get_state() == sg4::Activity::State::FAILED) {
+        for (size_t i = 0; i < cancelled_.size(); ++i) {
+          if (cancelled_[i].get() != &activity) continue;
+          retired_.push_back(std::move(cancelled_[i]));
+          cancelled_[i] = std::move(cancelled_.back());
+          cancelled_.pop_back();
+          break;
+        }
+      }
+      return;
+    }
     // Trap 3: a reference dropped inside the completion path crashes the engine; the previous
     // callback's activities are released here, one callback later.
     retired_.clear();
@@ -80,11 +98,19 @@ class Runner {
       error_ = Internal("SimGrid activity of task '" + schedule_.tasks()[f.instance.task].id +
                         "' ended in state " + activity.get_state_str());
     }
-    // A disk flow leaves its device when its comm ends, though its I/O path's exec may run on.
+    // A disk flow leaves its device when its comm ends, though its I/O path's exec may run on
+    // (then at its full bound: the path catching up with the bytes already moved).
     if (f.disk >= 0 && dynamic_cast<const sg4::Comm*>(&activity) != nullptr) {
       --(f.write ? disk_writes_ : disk_reads_)[f.disk];
       --endpoint_flows_[static_cast<size_t>(f.endpoint)];
+      f.flowing = false;
       ShareDisk(f.disk);
+      BoundLoads(f.disk);
+    }
+    if (f.load >= 0 && f.activities[static_cast<size_t>(f.load)].get() == &activity) {
+      std::vector<int32_t>& loads = slot_loads_[static_cast<size_t>(f.disk)];
+      loads.erase(std::find(loads.begin(), loads.end(), id));
+      f.load = -1;
     }
     if (--f.pending > 0) return;  // the level's comms on other nodes, or the I/O path's exec, are still under way
     const TaskPlan& p = plan_.tasks[f.instance.task];
@@ -161,7 +187,68 @@ class Runner {
     int32_t disk = -1;    // node * disks per node + disk, for the media link's flow counts
     int32_t endpoint = -1;  // of a disk flow: its class
     bool write = false;
+    int32_t comm = -1;      // of a disk flow: the index of its comm in `activities`
+    bool flowing = false;   // a disk flow's comm is under way
+    // Its I/O path's load (TaskPlan::cpu_amount): the index of its exec in `activities` once
+    // started, and the bound and its stream's rate when it last was.
+    bool has_load = false;
+    int32_t load = -1;
+    double load_bound = 0;
+    double load_rate = 0;
   };
+
+  // Sets the I/O path's load of every stream on disk slot `slot` (TaskPlan::cpu_amount) to what
+  // the streams flowing there now call for: together the largest class figure among them, each
+  // its share of that in proportion to its figure (models::IoPathScale). A load runs at that
+  // bound for as long as its stream takes to move its bytes left at its rate now, plus any work
+  // it is behind (a path short of cores holds its stream back); once the flow has left the
+  // device, the work left at the class's full figure. SimGrid 3.32 refuses a new bound on a
+  // started exec: a load whose bound or stream's rate changes is cancelled and restarted.
+  void BoundLoads(int32_t slot) {
+    const std::vector<int32_t>& loads = slot_loads_[static_cast<size_t>(slot)];
+    load_cores_.clear();
+    for (const int32_t id : loads) {
+      const Flight& f = flights_[static_cast<size_t>(id)];
+      if (f.flowing) load_cores_.push_back(plan_.tasks[f.instance.task].cpu_bound);
+    }
+    const double scale = models::IoPathScale(load_cores_);
+    for (const int32_t id : loads) {
+      Flight& f = flights_[static_cast<size_t>(id)];
+      const TaskPlan& p = plan_.tasks[f.instance.task];
+      const double bound = f.flowing ? p.cpu_bound * scale : p.cpu_bound;
+      // Its stream's rate now (ShareDisk sets it as its class's link bandwidth).
+      const double rate = f.flowing ? endpoint_links_[static_cast<size_t>(f.endpoint)]->get_bandwidth() : 0;
+      const double bytes_left = f.flowing ? f.activities[static_cast<size_t>(f.comm)]->get_remaining() : 0;
+      double lag = 0;
+      if (f.load >= 0) {
+        if (std::abs(bound - f.load_bound) <= 1e-9 * p.cpu_bound && std::abs(rate - f.load_rate) <= 1e-9 * f.load_rate) continue;
+        if (f.flowing && bytes_left <= 0) continue;  // its comm ends at this date
+        sg4::ActivityPtr& load = f.activities[static_cast<size_t>(f.load)];
+        const double left = load->get_remaining();
+        if (left <= 0) continue;  // ends at this date
+        lag = std::max(0.0, left - (f.load_rate > 0 ? f.load_bound * bytes_left / f.load_rate : 0));
+        // Held in cancelled_ before the cancel signals it (OnActivityDone). Cancelled inside a
+        // completion callback, an exec keeps its share of the cores until it would have ended
+        // (its action is dropped only then, signalled FAILED); suspended first, it yields them
+        // at once.
+        cancelled_.push_back(load);
+        load->set_data(kCancelledLoad);
+        load->suspend();
+        load->cancel();
+      } else {
+        f.load = static_cast<int32_t>(f.activities.size());
+        f.activities.emplace_back();
+        f.unstarted = f.activities.size();
+      }
+      sg4::ActivityPtr& load = f.activities[static_cast<size_t>(f.load)];
+      load = CoreLoad(p.node, lag + (rate > 0 ? bound * bytes_left / rate : 0), bound);
+      load->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
+      ++activities_;
+      load->vetoable_start();
+      f.load_bound = bound;
+      f.load_rate = rate;
+    }
+  }
 
   sg4::Host* NewHost(sg4::NetZone* zone, const std::string& name, double speed, int cores = 1) {
     return zone->create_host(name, speed)->set_core_count(cores);
@@ -194,6 +281,7 @@ class Runner {
     };
     disk_reads_.assign(static_cast<size_t>(plan_.nodes * plan_.nvmes), 0);
     disk_writes_.assign(disk_reads_.size(), 0);
+    slot_loads_.assign(disk_reads_.size(), {});
     nodes_.resize(static_cast<size_t>(plan_.nodes));
     for (int32_t n = 0; n < plan_.nodes; ++n) {
       NodeHosts& h = nodes_[static_cast<size_t>(n)];
@@ -304,6 +392,10 @@ class Runner {
     f.pending = 0;
     f.activities.clear();
     f.unstarted = 0;
+    f.comm = -1;
+    f.flowing = false;
+    f.has_load = false;
+    f.load = -1;
     if (p.handover_amount > 0) {
       // The hand-over's load on the cores (TaskPlan::handover_amount), from the launch on, beside
       // the delay; the task ends when it has too.
@@ -343,10 +435,12 @@ class Runner {
     }
     sg4::Host* mem = nodes_[static_cast<size_t>(e.node)].mem;
     sg4::Host* far = endpoints_[static_cast<size_t>(p.endpoint)];
+    f.comm = static_cast<int32_t>(f.activities.size());
     Add(id, e.write ? mem : far, e.write ? far : mem, p.amount);
-    if (p.cpu_amount > 0) {
-      // The I/O path's CPU beside the transfer (TaskPlan::cpu_amount), started with it.
-      f.activities.push_back(CoreLoad(p.node, p.cpu_amount, p.cpu_bound));
+    if (p.cpu_amount > 0 && f.disk >= 0) {
+      // The I/O path's CPU beside the transfer (TaskPlan::cpu_amount): started with it, once
+      // the device's shares are known (Begin, BoundLoads).
+      f.has_load = true;
       ++f.pending;
     }
     BeginAfter(id, e.latency_s);
@@ -422,7 +516,10 @@ class Runner {
     if (f.disk >= 0) {
       ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
       ++endpoint_flows_[static_cast<size_t>(f.endpoint)];
+      f.flowing = true;
       ShareDisk(f.disk);
+      if (f.has_load) slot_loads_[static_cast<size_t>(f.disk)].push_back(id);  // started by BoundLoads
+      BoundLoads(f.disk);
     }
   }
 
@@ -455,11 +552,14 @@ class Runner {
   std::vector<int32_t> endpoint_flows_;      // per endpoint: disk comms transferring now
   std::vector<std::vector<int32_t>> slot_endpoints_;  // per node and disk: the disk's endpoints
   std::vector<int32_t> sharing_;             // ShareDisk's scratch
+  std::vector<std::vector<int32_t>> slot_loads_;  // per node and disk: flights whose I/O path's load runs
+  std::vector<double> load_cores_;  // BoundLoads' scratch
 
   std::vector<Flight> flights_;
   std::vector<int32_t> free_flights_;
   std::vector<int32_t> disk_reads_, disk_writes_;  // per node and disk: comms transferring now
   std::vector<sg4::ActivityPtr> retired_;
+  std::vector<sg4::ActivityPtr> cancelled_;  // loads cancelled by BoundLoads, until signalled FAILED
   std::vector<Instance> to_start_;
   bool pumping_ = false;
   double makespan_s_ = 0;

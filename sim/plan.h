@@ -57,9 +57,11 @@ struct TaskPlan {
   double network_amount = 0;
   int32_t threads = 1;
   // A disk read or write's load on its node's cores (CpuSpec::io_read_cores, io_write_cores), an
-  // exec beside the transfer: `cpu_amount` (seconds * kExecSpeed of one core) at no more than
-  // `cpu_bound` (cores * kExecSpeed, at most one core), ahead of every other exec there (the
-  // kernel and interrupts preempt user threads). The task ends when both have. 0: none.
+  // exec beside the transfer, ahead of every other exec there (the kernel and interrupts preempt
+  // user threads): alone at its own rate, `cpu_amount` (seconds * kExecSpeed of one core) at
+  // `cpu_bound` (cores * kExecSpeed, at most one core). Beside other streams on its device the
+  // engine scales its bound (models::IoPathScale) and runs it for as long as its stream flows
+  // (Runner::BoundLoads). The task ends when both have. 0: none.
   double cpu_amount = 0;
   double cpu_bound = 0;
   // Before it begins: the executor's hand-over of the task to its worker (cpu.task_overhead),

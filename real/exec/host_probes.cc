@@ -273,8 +273,8 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
   if (io.streams.empty()) return InvalidArgument("probe io-cpu: no streams given");
   if (!(io.window_s > 0)) return InvalidArgument("probe io-cpu: the window must be positive");
   for (const IoCpuProbeOptions::Stream& st : io.streams) {
-    if (st.op != "read" && st.op != "write" && st.op != "dispatch") {
-      return InvalidArgument("probe io-cpu: stream op '" + st.op + "' (known: read, write, dispatch)");
+    if (st.op != "read" && st.op != "write" && st.op != "rw" && st.op != "dispatch") {
+      return InvalidArgument("probe io-cpu: stream op '" + st.op + "' (known: read, write, rw, dispatch)");
     }
   }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<LayerPasses> passes, LayerPasses::Create(config, costs, o));
@@ -307,6 +307,7 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
     d.dirs = {io.dir};
     d.device_counts = {1};
     d.ops = {st.op};
+    d.streams = {{1, 1}};  // op rw: a reader and a writer at once
     d.block_bytes = {st.block_bytes};
     d.queue_depths = {st.queue_depth};
     d.file_bytes = io.file_bytes;

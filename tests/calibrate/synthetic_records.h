@@ -239,6 +239,44 @@ inline void AddIoCpu(const models::CpuSpec& cpu, int32_t threads, int reps, Nois
   }
 }
 
+// probe io-cpu's stream "rw" after every other record: `reps` rounds of compute alone and beside a
+// reader and a writer of one class at once, which move `read_share` and `write_share` of AddIoCpu's
+// rate alone (1 GB/s) while the compute on `threads` = cpu.cores threads loses `lost` cores.
+inline void AddIoCpuMix(const models::CpuSpec& cpu, int64_t block, int32_t depth, double read_share, double write_share,
+                        double lost, int reps, std::vector<TraceRecord>* out) {
+  double t = 0;
+  for (const TraceRecord& r : *out) t = std::max(t, r.end_s);
+  const auto steps = [&](const std::string& task, double slowdown) {
+    for (int32_t layer = 0; layer < 3; ++layer) {
+      const double seconds = 1e-3 * (layer + 1) * slowdown;
+      TraceRecord r = Probe(task, Op::kCompute, "gpu0.compute", 0, seconds);
+      r.start_s = t;
+      r.end_s = t + seconds;
+      t = r.end_s;
+      r.layer = layer;
+      r.phase = Phase::kForward;
+      r.threads = cpu.cores;
+      out->push_back(r);
+    }
+  };
+  for (int rep = 0; rep < reps; ++rep) {
+    steps("probe.io_cpu.alone", 1.0);
+    const double start = t;
+    steps("probe.io_cpu.beside", cpu.cores / (cpu.cores - lost));
+    for (const bool write : {false, true}) {
+      const double share = write ? write_share : read_share;
+      TraceRecord w = Probe("probe.io_cpu.rw", write ? Op::kWrite : Op::kRead, write ? "nvme0.write" : "nvme0.read",
+                            static_cast<int64_t>(share * 1e9 * (t - start)), 0);
+      w.start_s = start;
+      w.end_s = t;
+      w.block_bytes = block;
+      w.queue_depth = depth;
+      w.threads = 1;
+      out->push_back(w);
+    }
+  }
+}
+
 // One compute probe sample: a whole layer's FLOPs and bytes in one record.
 inline TraceRecord ComputeProbe(const models::GpuSpec& gpu, Phase phase, double flops, int64_t bytes, double factor) {
   TraceRecord r = Probe("probe.compute.layer", Op::kCompute, "gpu0.compute", bytes,

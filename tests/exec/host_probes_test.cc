@@ -199,7 +199,7 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
   for (const TraceRecord& x : *step) longest = std::max(longest, x.duration_s());
   IoCpuProbeOptions io;
   io.dir = dir.string();
-  io.streams = {{"read", 64 << 10, 2}, {"write", 64 << 10, 2}, {"dispatch", 0, 0}};
+  io.streams = {{"read", 64 << 10, 2}, {"write", 64 << 10, 2}, {"rw", 64 << 10, 2}, {"dispatch", 0, 0}};
   io.window_s = std::max(0.15, 4 * longest);
   io.file_bytes = 16 << 20;
   HostProbeOptions o = Quick();
@@ -208,8 +208,8 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
   o.progress = [&](const std::string&) { ++reports; };
   auto r = ProbeIoCpu(config, ToLayerCosts(*costs), io, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(reports, 3);  // one per stream
-  std::vector<const TraceRecord*> windows;
+  EXPECT_EQ(reports, 4);  // one per stream
+  std::vector<const TraceRecord*> windows, mix;
   int alone = 0;
   for (const TraceRecord& x : *r) {
     EXPECT_EQ(x.source, "probe");
@@ -218,10 +218,14 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
       EXPECT_GT(x.tasks, 0) << "the hand-overs in the window";
       windows.push_back(&x);
     } else if (x.op == Op::kRead || x.op == Op::kWrite) {
-      EXPECT_EQ(x.task, x.op == Op::kRead ? "probe.io_cpu.read" : "probe.io_cpu.write");
       EXPECT_EQ(x.block_bytes, 64 << 10);
       EXPECT_EQ(x.queue_depth, 2);
       EXPECT_GT(x.bytes, 0);
+      if (x.task == "probe.io_cpu.rw") {
+        mix.push_back(&x);  // a reader's and a writer's record of one window
+        continue;
+      }
+      EXPECT_EQ(x.task, x.op == Op::kRead ? "probe.io_cpu.read" : "probe.io_cpu.write");
       windows.push_back(&x);
     } else {
       ASSERT_EQ(x.op, Op::kCompute);
@@ -232,6 +236,11 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
     }
   }
   ASSERT_EQ(windows.size(), 3u);
+  ASSERT_EQ(mix.size(), 2u);
+  EXPECT_NE(mix[0]->op, mix[1]->op);
+  EXPECT_EQ(mix[0]->start_s, mix[1]->start_s);
+  EXPECT_EQ(mix[0]->end_s, mix[1]->end_s);
+  windows.push_back(mix[0]);
   EXPECT_GT(alone, 0);
   // Beside records inside each window: what calibrate pairs.
   for (const TraceRecord* w : windows) {

@@ -37,6 +37,16 @@ TEST(PerfDiskTest, QueueDepthOneIsOneRequestAtATime) {
   }
 }
 
+// Streams on one device together keep the busiest class's figure busy, shared in proportion to
+// their figures.
+TEST(PerfDiskTest, TheIoPathsOfOneDevicesStreamsTogetherTakeWhatTheBusiestDoes) {
+  EXPECT_DOUBLE_EQ(IoPathScale({}), 1.0);
+  EXPECT_DOUBLE_EQ(IoPathScale({0.8}), 1.0) << "a stream alone";
+  EXPECT_DOUBLE_EQ(IoPathScale({0.8, 0.8}), 0.5) << "two of one class: 0.8 in all";
+  EXPECT_DOUBLE_EQ(IoPathScale({0.8, 0.6}), 0.8 / 1.4) << "0.8 in all, not 1.4";
+  EXPECT_DOUBLE_EQ(IoPathScale({0.8, 0.0}), 1.0) << "a stream whose class takes nothing";
+}
+
 TEST(PerfDiskTest, LittlesLawBelowSaturation) {
   const NvmeSpec d = Disk();
   // 4 KiB at qd 32: 32 x 4096 / (80 us + 4096 / 7e9) = 1.62 GB/s, far below the peak.

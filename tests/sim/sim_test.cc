@@ -506,6 +506,75 @@ TEST(SimTest, TheIoPathsCpuSlowsComputeBesideAReadButNotTheRead) {
   }
 }
 
+// One device's I/O path serves its streams together: two reads of one class (one core alone)
+// splitting the disk keep one core busy, not two, and once the shorter has ended the other keeps
+// the whole core for the rest of its bytes.
+TEST(SimTest, TwoStreamsSharingADiskLoadTheCoresAsOneDoes) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  hw.node.gpu.shares_host_cores = true;
+  hw.node.cpu.io_read_cores = {{kMiB, 8, 1.0}};
+  const auto& d = hw.node.nvme[0];
+  const int64_t bytes = 64 * kMiB;
+  ASSERT_EQ(models::DiskReadBandwidth(d, kMiB, 8), d.read_bw_bytes_per_s) << "each stream alone fills the disk";
+  const double t = static_cast<double>(bytes) / d.read_bw_bytes_per_s;  // one stream alone
+  const double lat = d.read_latency_s;
+  Builder b;
+  b.Resource("gpu0.compute", "gpu0");
+  b.Resource("nvme0.read", "nvme0", 2);
+  // Compute of t core-seconds on both cores, beside the reads from their start.
+  b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = t / 2 * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+  for (const auto& [id, n] : {std::pair{"a", 2 * bytes}, std::pair{"b", bytes}}) {
+    TaskSpec& r = b.Task(id, Op::kRead, "nvme0.read", n);
+    r.block_bytes = kMiB;
+    r.queue_depth = 8;
+  }
+  SimResult res = MustSimulate(b.s, hw);
+  // Half the disk each until b has moved its bytes, then a alone.
+  EXPECT_REL(Find(res, "b").end_s, lat + 2 * t);
+  EXPECT_REL(Find(res, "a").end_s, lat + 3 * t);
+  // Both cores until the reads begin, then one: half a core each, then a's one. Each load at its
+  // full core from the start would leave the compute none until b's load ended (2 t - lat).
+  EXPECT_REL(Find(res, "x").end_s, t - lat);
+  EXPECT_EQ(res.disk_sharing_mismatches, 0);
+}
+
+// A read and a write that each keep their own rate on the device (shallow 16 KiB requests, far
+// below its capacity) load the cores by the larger of their class figures, not the sum; each
+// stream keeps its pace.
+TEST(SimTest, StreamsOnOneDeviceLoadTheCoresByNoMoreThanTheBusiestClass) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  hw.node.gpu.shares_host_cores = true;
+  hw.node.cpu.io_read_cores = {{16 * 1024, 1, 0.8}};
+  hw.node.cpu.io_write_cores = {{16 * 1024, 1, 0.6}};
+  const auto& d = hw.node.nvme[0];
+  const int64_t block = 16 * 1024, bytes = 64 * kMiB;
+  const double read_bw = models::DiskReadBandwidth(d, block, 1), write_bw = models::DiskWriteBandwidth(d, block, 1);
+  ASSERT_LT(read_bw + write_bw, models::DiskSharedCapacity(d, 1, 1)) << "each keeps its own rate";
+  const double lat_r = d.read_latency_s, lat_w = d.write_latency_s;
+  ASSERT_LT(lat_w, lat_r);
+  // Compute on both cores: both until the write begins, then 2 - 0.6 until the read does, then
+  // 2 - 0.8 for `x` while both flow.
+  const double x = 0.01;
+  ASSERT_LT(lat_r + x, static_cast<double>(bytes) / write_bw) << "both still flow when the compute ends";
+  const double work = 2 * lat_w + 1.4 * (lat_r - lat_w) + 1.2 * x;  // core-seconds
+  Builder b;
+  b.Resource("gpu0.compute", "gpu0");
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("nvme0.write", "nvme0");
+  b.Task("c", Op::kCompute, "gpu0.compute", 0).flops = work / 2 * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+  for (const auto& [id, op] : {std::pair{"r", Op::kRead}, std::pair{"w", Op::kWrite}}) {
+    TaskSpec& t = b.Task(id, op, op == Op::kRead ? "nvme0.read" : "nvme0.write", bytes);
+    t.block_bytes = block;
+    t.queue_depth = 1;
+  }
+  SimResult res = MustSimulate(b.s, hw);
+  EXPECT_REL(Find(res, "c").end_s, lat_r + x) << "the sum of the figures, 1.4 cores, would leave the compute 0.6";
+  EXPECT_REL(Find(res, "r").end_s, lat_r + static_cast<double>(bytes) / read_bw);
+  EXPECT_REL(Find(res, "w").end_s, lat_w + static_cast<double>(bytes) / write_bw);
+}
+
 // A hand-over's load on the cores (cpu.task_overhead_cpu) runs from the task's launch, beside its
 // delay, at most one core and ahead of user threads: a chain of copies handed over beside an
 // optimizer on every core slows it by what the hand-overs take (a real GPU's copies cross PCIe:

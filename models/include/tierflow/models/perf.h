@@ -77,6 +77,13 @@ double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads);
 // log2 depth (the smaller block, then the smaller depth, on a tie); 0 when none was measured.
 double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
 
+// The streams on one device at once, stream i of a class that keeps `cores[i]` busy alone
+// (IoCpuCores): together they keep the largest of those figures busy, whatever their rates (one
+// device's I/O path serves its streams together, and what it takes does not follow the bytes it
+// moves: docs/calibration.md, `cpu.io_rw`), shared among them in proportion to their figures.
+// The factor each figure is scaled by: the largest over the sum (1 for one stream, or none).
+double IoPathScale(const std::vector<double>& cores);
+
 // The least time one iteration of a schedule can spend on storage, whatever its order, request
 // shapes and overlap: every device serves its bytes at no more than its peak rates, and reads and
 // writes share an NVMe device at no better than the harmonic mix (mixed_efficiency <= 1), so the

@@ -72,20 +72,23 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
 // that the threads sleep between them as between a run's small tasks. Records: compute
 // "probe.io_cpu.alone" and "probe.io_cpu.beside" (as ProbeCompute's; a beside record counts when
 // it lies inside its stream's window), and each stream's window: op read or write, task
-// "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows), or op barrier, task
+// "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows; op "rw", a reader and
+// a writer at once, one record of each op, task "probe.io_cpu.rw"), or op barrier, task
 // "probe.io_cpu.dispatch", `tasks` = the hand-overs in it; all timed from one origin. The probe
 // file is removed when done.
 struct IoCpuProbeOptions {
   std::string dir;
   std::string backend = "auto";  // uring, posix, auto
   struct Stream {
-    std::string op;  // read, write or dispatch (block and depth unused)
+    // read, write, rw (a reader and a writer at once, each of the block and depth) or dispatch
+    // (block and depth unused)
+    std::string op;
     int64_t block_bytes = 0;
     int32_t queue_depth = 0;
   };
   std::vector<Stream> streams = {{"read", 16 << 10, 1},  {"read", 256 << 10, 4},  {"read", 1 << 20, 8},
                                  {"write", 16 << 10, 1}, {"write", 256 << 10, 4}, {"write", 1 << 20, 8},
-                                 {"dispatch", 0, 0}};
+                                 {"rw", 16 << 10, 1},    {"rw", 1 << 20, 8},      {"dispatch", 0, 0}};
   double window_s = 1.0;
   int64_t file_bytes = int64_t{256} << 20;
 };
