@@ -123,13 +123,14 @@ std::string PhaseModel(Phase p) { return "compute." + std::string(PhaseName(p));
 
 // An efficiency above 1 says the base's peak is below what the device did; by less than two
 // standard errors it says nothing the noise does not (a CPU's clock boosting past its nominal
-// one, a fit of few sizes): it is held at 1, noted in `note`. The refusal's reason, or empty.
-std::string AboveThePeak(const std::string& key, double eff, double rel_se, double peak, std::string* note) {
+// one, a fit of few sizes): it is held at 1, and `held` says so (for the report's note, if the
+// fit is taken). The refusal's reason, or empty.
+std::string AboveThePeak(const std::string& key, double eff, double rel_se, double peak, std::string* held) {
   if (!(eff > 1)) return {};
   if (eff - 1 < 2 * eff * rel_se) {
-    *note += fmt::format("{}{} {:.3f} ±{} held at 1: above the base's peak_flops ({:.4g} FLOP/s) by less than two "
-                         "standard errors",
-                         note->empty() ? "" : "; ", key, eff, Percent(rel_se), peak);
+    *held = fmt::format("{} {:.3f} ±{} held at 1: above the base's peak_flops ({:.4g} FLOP/s) by less than two "
+                        "standard errors",
+                        key, eff, Percent(rel_se), peak);
     return {};
   }
   return fmt::format("{} {:.3f} ±{} > 1: the base's peak_flops ({:.4g} FLOP/s) is below what was measured; give a "
@@ -375,12 +376,14 @@ void FitCompute(const Context& c) {
   if (reasons.empty())
     add(ConditionRule(s.fit.condition_number, false, "add samples of other sizes in every phase", o));
   rep.params = params;
+  std::string held;
   if (!params.empty() && params[0].name == "compute_efficiency") {
-    const std::string above = AboveThePeak("compute_efficiency", params[0].value, params[0].rel_std_error, peak, &rep.note);
+    const std::string above = AboveThePeak("compute_efficiency", params[0].value, params[0].rel_std_error, peak, &held);
     if (!above.empty()) add(above);
     params[0].value = std::min(params[0].value, 1.0);
   }
   const bool fitted = Conclude(&rep, reasons);
+  if (fitted && !held.empty()) rep.note += (rep.note.empty() ? "" : "; ") + held;
   if (fitted) {
     models::GpuSpec& gpu = c.profile->node.gpu;
     if (total_f > 0) gpu.compute_efficiency = params[0].value;
@@ -427,15 +430,17 @@ void FitCompute(const Context& c) {
     if (!few.empty()) why.push_back(few);
     const std::string det = DeterminedRule(key, s.fit.rel_std_errors(col), "add samples of other sizes", o);
     if (!det.empty()) why.push_back(det);
+    std::string phase_held;
     if (a <= 0) {
       why.push_back(key + " is not positive: the roofline does not describe these samples");
     } else {
-      const std::string above = AboveThePeak(key, eff, s.fit.rel_std_errors(col), peak, &pr.note);
+      const std::string above = AboveThePeak(key, eff, s.fit.rel_std_errors(col), peak, &phase_held);
       if (!above.empty()) why.push_back(above);
     }
     if (Conclude(&pr, why)) {
       (phase == Phase::kForward ? c.profile->node.gpu.forward_efficiency : c.profile->node.gpu.backward_efficiency) =
           std::min(eff, 1.0);
+      if (!phase_held.empty()) pr.note += (pr.note.empty() ? "" : "; ") + phase_held;
     }
     c.reports->push_back(pr);
   }

@@ -92,13 +92,21 @@ struct MixWindow {
 
 // The rule the simulator combines the I/O paths of one device's streams by (models::IoPathScale:
 // together the largest class figure among them), checked against the windows of a reader and a
-// writer of one class at once, from that class's figures just fitted. Nothing is written; the
-// residuals are the rule's errors.
+// writer of one class at once, from that class's figures just fitted (cpu.io_read and
+// cpu.io_write must both have been), each as the simulator runs it (models::IoPathCores). Nothing
+// is written; the residuals are the rule's errors.
 void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<MixWindow>>& mixes) {
   const std::string model = "cpu.io_rw";
   if (mixes.empty()) {
     c.reports->push_back(NoData(model, "probe.io_cpu.rw windows with probe.io_cpu.alone and .beside compute (tierflow probe io-cpu)"));
     return;
+  }
+  for (const char* figures : {"cpu.io_read", "cpu.io_write"}) {
+    const auto fit = std::find_if(c.reports->begin(), c.reports->end(), [&](const FitReport& r) { return r.model == figures; });
+    if (fit == c.reports->end() || fit->outcome != FitOutcome::kFitted) {
+      c.reports->push_back(RefusedReport(model, fmt::format("checks the figures of {}, which was not fitted", figures)));
+      return;
+    }
   }
   FitReport rep;
   rep.model = model;
@@ -108,14 +116,15 @@ void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<Mi
   double sum_sq = 0, worst = 0, lo = 0, hi = 0, rate_lo = 0, rate_hi = 0;
   std::vector<std::string> unchecked;
   for (const auto& [cls, windows] : mixes) {
-    const std::vector<double> cores = {models::IoCpuCores(cpu, false, cls.first, cls.second),
-                                       models::IoCpuCores(cpu, true, cls.first, cls.second)};
+    const std::vector<double> cores = {models::IoPathCores(cpu, false, cls.first, cls.second),
+                                       models::IoPathCores(cpu, true, cls.first, cls.second)};
     if (!(cores[0] > 0) || !(cores[1] > 0)) {
       unchecked.push_back(fmt::format("{}x{}", cls.first, cls.second));
       continue;
     }
     const double rule = models::IoPathScale(cores) * (cores[0] + cores[1]);
-    // Its standard error: the larger figure's, as its fit reported it.
+    // Its standard error: the larger figure's, as its fit reported it (0 when the class was not
+    // measured alone, its figure a neighbour's).
     const bool write = cores[1] > cores[0];
     const std::string figure = fmt::format("io_{}_cores.{}x{}", write ? "write" : "read", cls.first, cls.second);
     double rule_rse = 0;
@@ -179,32 +188,34 @@ void FitIoCpu(const Context& c) {
   }
   const int32_t cores = c.profile->node.cpu.cores;
   if (!windows.empty() && (mixed_threads || threads != cores)) {
-    // (cpu.io_rw is a check of cpu.io_read and cpu.io_write: nothing to check without them.)
     const std::string why = mixed_threads ? "the compute beside the streams ran on different thread counts"
                                           : fmt::format("the compute beside the streams ran on {} threads, the node has {} cores: "
                                                         "the load is measured by compute on every core",
                                                         threads, cores);
-    for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load"}) c.reports->push_back(RefusedReport(model, why));
+    for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw"}) c.reports->push_back(RefusedReport(model, why));
     return;
   }
   std::map<std::pair<int32_t, int>, double> reference;
   for (auto& [key, v] : alone) reference[key] = Median(v);
   std::map<StreamClass, std::vector<double>> by_dir[2];
   std::map<StreamClass, std::vector<MixWindow>> mixes;
-  // An rw window's two records, by iteration and start: its class and index in `mixes`.
+  // An rw window's two records, by iteration and start: its class and index in `mixes` (kEmpty:
+  // a window with no compute step inside, counted once).
+  constexpr size_t kEmpty = static_cast<size_t>(-1);
   std::map<std::pair<int32_t, double>, std::pair<StreamClass, size_t>> mix_of;
   std::vector<double> per_hand_over;
   int64_t empty = 0;
   for (const TraceRecord* w : windows) {
     const bool mix = w->task == "probe.io_cpu.rw";
-    MixWindow* seen = nullptr;
     if (mix) {
       auto it = mix_of.find({w->iteration, w->start_s});
-      if (it != mix_of.end()) seen = &mixes[it->second.first][it->second.second];
-    }
-    if (seen != nullptr) {  // the window's other stream: its load is counted
-      (w->op == Op::kWrite ? seen->write_bw : seen->read_bw) = w->bytes / w->duration_s();
-      continue;
+      if (it != mix_of.end()) {  // the window's other stream: its load is counted
+        if (it->second.second != kEmpty) {
+          MixWindow& seen = mixes[it->second.first][it->second.second];
+          (w->op == Op::kWrite ? seen.write_bw : seen.read_bw) = w->bytes / w->duration_s();
+        }
+        continue;
+      }
     }
     // The compute steps wholly inside the window: their time alone over their time beside it.
     // Compute on every core gets cores - f of them beside a path that keeps f busy.
@@ -218,6 +229,7 @@ void FitIoCpu(const Context& c) {
     }
     if (!(beside_s > 0)) {
       ++empty;
+      if (mix) mix_of[{w->iteration, w->start_s}] = {{w->block_bytes, w->queue_depth}, kEmpty};
       continue;
     }
     const double load = std::max(kMinCores, cores * (1 - alone_s / beside_s));

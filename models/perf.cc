@@ -197,6 +197,10 @@ double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) 
   return best != nullptr ? best->cores : 0.0;
 }
 
+double IoPathCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) {
+  return std::min(1.0, IoCpuCores(cpu, write, block, depth));
+}
+
 double IoPathScale(const std::vector<double>& cores) {
   double most = 0, sum = 0;
   for (const double c : cores) {

@@ -106,11 +106,11 @@ class Runner {
       f.flowing = false;
       ShareDisk(f.disk);
       BoundLoads(f.disk);
+      if (f.load_done) LeaveLoads(id);
     }
     if (f.load >= 0 && f.activities[static_cast<size_t>(f.load)].get() == &activity) {
-      std::vector<int32_t>& loads = slot_loads_[static_cast<size_t>(f.disk)];
-      loads.erase(std::find(loads.begin(), loads.end(), id));
-      f.load = -1;
+      f.load_done = true;
+      if (!f.flowing) LeaveLoads(id);
     }
     if (--f.pending > 0) return;  // the level's comms on other nodes, or the I/O path's exec, are still under way
     const TaskPlan& p = plan_.tasks[f.instance.task];
@@ -193,6 +193,7 @@ class Runner {
     // started, and the bound and its stream's rate when it last was.
     bool has_load = false;
     int32_t load = -1;
+    bool load_done = false;
     double load_bound = 0;
     double load_rate = 0;
   };
@@ -201,9 +202,11 @@ class Runner {
   // the streams flowing there now call for: together the largest class figure among them, each
   // its share of that in proportion to its figure (models::IoPathScale). A load runs at that
   // bound for as long as its stream takes to move its bytes left at its rate now, plus any work
-  // it is behind (a path short of cores holds its stream back); once the flow has left the
-  // device, the work left at the class's full figure. SimGrid 3.32 refuses a new bound on a
-  // started exec: a load whose bound or stream's rate changes is cancelled and restarted.
+  // it is behind (a path short of cores holds its task's end back, not the transfer); once the
+  // flow has left the device, the work left at the class's full figure. SimGrid 3.32 refuses a
+  // new bound on a started exec: a load whose bound, or flowing stream's rate, changes is
+  // cancelled and restarted. A stream still flowing after its load has ended counts in the
+  // device's figures until its flow ends.
   void BoundLoads(int32_t slot) {
     const std::vector<int32_t>& loads = slot_loads_[static_cast<size_t>(slot)];
     load_cores_.clear();
@@ -214,6 +217,7 @@ class Runner {
     const double scale = models::IoPathScale(load_cores_);
     for (const int32_t id : loads) {
       Flight& f = flights_[static_cast<size_t>(id)];
+      if (f.load_done) continue;
       const TaskPlan& p = plan_.tasks[f.instance.task];
       const double bound = f.flowing ? p.cpu_bound * scale : p.cpu_bound;
       // Its stream's rate now (ShareDisk sets it as its class's link bandwidth).
@@ -221,7 +225,12 @@ class Runner {
       const double bytes_left = f.flowing ? f.activities[static_cast<size_t>(f.comm)]->get_remaining() : 0;
       double lag = 0;
       if (f.load >= 0) {
-        if (std::abs(bound - f.load_bound) <= 1e-9 * p.cpu_bound && std::abs(rate - f.load_rate) <= 1e-9 * f.load_rate) continue;
+        // Unchanged: the same bound, and for a flowing stream the same rate (a load whose flow has
+        // just ended at the same bound runs on with what it has left, its lag).
+        if (std::abs(bound - f.load_bound) <= 1e-9 * p.cpu_bound &&
+            (!f.flowing || std::abs(rate - f.load_rate) <= 1e-9 * f.load_rate)) {
+          continue;
+        }
         if (f.flowing && bytes_left <= 0) continue;  // its comm ends at this date
         sg4::ActivityPtr& load = f.activities[static_cast<size_t>(f.load)];
         const double left = load->get_remaining();
@@ -248,6 +257,13 @@ class Runner {
       f.load_bound = bound;
       f.load_rate = rate;
     }
+  }
+
+  // Flight `id`'s load has ended and its flow left the device: its device's figures no longer
+  // count it.
+  void LeaveLoads(int32_t id) {
+    std::vector<int32_t>& loads = slot_loads_[static_cast<size_t>(flights_[static_cast<size_t>(id)].disk)];
+    loads.erase(std::find(loads.begin(), loads.end(), id));
   }
 
   sg4::Host* NewHost(sg4::NetZone* zone, const std::string& name, double speed, int cores = 1) {
@@ -396,6 +412,7 @@ class Runner {
     f.flowing = false;
     f.has_load = false;
     f.load = -1;
+    f.load_done = false;
     if (p.handover_amount > 0) {
       // The hand-over's load on the cores (TaskPlan::handover_amount), from the launch on, beside
       // the delay; the task ends when it has too.

@@ -125,7 +125,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           p.queue_depth = depth;
           // The I/O path's CPU: its class's cores (at most one: the path's thread) for as long as
           // the transfer takes at the stream's own rate.
-          const double cores = std::min(1.0, models::IoCpuCores(node.cpu, write, block, depth));
+          const double cores = models::IoPathCores(node.cpu, write, block, depth);
           if (cores > 0) {
             p.node = dev.node;
             p.cpu_bound = cores * kExecSpeed;

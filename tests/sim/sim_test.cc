@@ -534,7 +534,8 @@ TEST(SimTest, TwoStreamsSharingADiskLoadTheCoresAsOneDoes) {
   EXPECT_REL(Find(res, "b").end_s, lat + 2 * t);
   EXPECT_REL(Find(res, "a").end_s, lat + 3 * t);
   // Both cores until the reads begin, then one: half a core each, then a's one. Each load at its
-  // full core from the start would leave the compute none until b's load ended (2 t - lat).
+  // full core from the start would leave the compute none until b's load ended (at lat + t), and
+  // the compute would end at 2 t - lat.
   EXPECT_REL(Find(res, "x").end_s, t - lat);
   EXPECT_EQ(res.disk_sharing_mismatches, 0);
 }
@@ -637,6 +638,37 @@ TEST(SimTest, IoPathsThatNeedMoreThanTheCoresHoldTheirStreamsBack) {
   // Three paths of one core each on two cores: each gets 2/3 of a core, so each read's path
   // needs 1.5x its transfer.
   for (int i = 0; i < 3; ++i) EXPECT_REL(Find(res, "r" + std::to_string(i)).end_s, d.read_latency_s + 1.5 * transfer_s) << i;
+}
+
+// Loads short of cores fall behind their streams, and a load re-bounded when its device's streams
+// change keeps what it is behind. One core; on nvme0 reads a (2 S) and b (S), on nvme1 read c
+// (4 S), each class one core alone, each read alone filling its disk (t = S at its rate):
+// - until b's flow ends (2 t), a and b share nvme0 (half a core each), c has nvme1 (one), and the
+//   three get a third of the core each: a and b fall t / 3 behind, c 4 t / 3;
+// - then a has nvme0 alone (one core, its last S in t, plus its t / 3), b finishes its t / 3
+//   (at 3 t, a third of the core each), and a's flow ends at 3 t too;
+// - a's last t and c's 3 t share the core: a ends at 5 t, c at 7 t (7 t of work on one core).
+TEST(SimTest, ALoadShortOfCoresKeepsWhatItIsBehindWhenItsDevicesStreamsChange) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 1;
+  hw.node.nvme.resize(2, hw.node.nvme[0]);
+  hw.node.cpu.io_read_cores = {{kMiB, 8, 1.0}};
+  const auto& d = hw.node.nvme[0];
+  const int64_t s = 64 * kMiB;
+  ASSERT_EQ(models::DiskReadBandwidth(d, kMiB, 8), d.read_bw_bytes_per_s);
+  const double t = static_cast<double>(s) / d.read_bw_bytes_per_s, lat = d.read_latency_s;
+  Builder b;
+  b.Resource("nvme0.read", "nvme0", 2);
+  b.Resource("nvme1.read", "nvme1");
+  for (const auto& [id, dev, n] : {std::tuple{"a", "nvme0.read", 2 * s}, std::tuple{"b", "nvme0.read", s}, std::tuple{"c", "nvme1.read", 4 * s}}) {
+    TaskSpec& r = b.Task(id, Op::kRead, dev, n);
+    r.block_bytes = kMiB;
+    r.queue_depth = 8;
+  }
+  SimResult res = MustSimulate(b.s, hw);
+  EXPECT_REL(Find(res, "b").end_s, lat + 3 * t);
+  EXPECT_REL(Find(res, "a").end_s, lat + 5 * t);
+  EXPECT_REL(Find(res, "c").end_s, lat + 7 * t);
 }
 
 // ---- Clusters (hardware.nodes > 1) ----

@@ -76,6 +76,9 @@ double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads);
 // runs (CpuSpec::io_read_cores, io_write_cores): the measured class nearest in log2 block plus
 // log2 depth (the smaller block, then the smaller depth, on a tie); 0 when none was measured.
 double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
+// What the simulator runs beside such a stream alone: IoCpuCores, at most one core (the path's
+// thread).
+double IoPathCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
 
 // The streams on one device at once, stream i of a class that keeps `cores[i]` busy alone
 // (IoCpuCores): together they keep the largest of those figures busy, whatever their rates (one
