@@ -380,13 +380,12 @@ void FitCompute(const Context& c) {
   if (!params.empty() && params[0].name == "compute_efficiency") {
     const std::string above = AboveThePeak("compute_efficiency", params[0].value, params[0].rel_std_error, peak, &held);
     if (!above.empty()) add(above);
-    params[0].value = std::min(params[0].value, 1.0);
   }
   const bool fitted = Conclude(&rep, reasons);
   if (fitted && !held.empty()) rep.note += (rep.note.empty() ? "" : "; ") + held;
   if (fitted) {
     models::GpuSpec& gpu = c.profile->node.gpu;
-    if (total_f > 0) gpu.compute_efficiency = params[0].value;
+    if (total_f > 0) gpu.compute_efficiency = std::min(params[0].value, 1.0);  // held at 1 (AboveThePeak)
     if (overhead_fitted) gpu.kernel_overhead_s = overhead;
     if (s.memory_col >= 0) gpu.hbm_bw_bytes_per_s = hbm;
   }

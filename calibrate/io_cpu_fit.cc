@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -197,31 +198,14 @@ void FitIoCpu(const Context& c) {
   }
   std::map<std::pair<int32_t, int>, double> reference;
   for (auto& [key, v] : alone) reference[key] = Median(v);
-  std::map<StreamClass, std::vector<double>> by_dir[2];
-  std::map<StreamClass, std::vector<MixWindow>> mixes;
-  // An rw window's two records, by iteration and start: its class and index in `mixes` (kEmpty:
-  // a window with no compute step inside, counted once).
-  constexpr size_t kEmpty = static_cast<size_t>(-1);
-  std::map<std::pair<int32_t, double>, std::pair<StreamClass, size_t>> mix_of;
-  std::vector<double> per_hand_over;
+  // The compute steps wholly inside a window: their time alone over their time beside it.
+  // Compute on every core gets cores - f of them beside a path that keeps f busy. None when no
+  // step lies inside.
   int64_t empty = 0;
-  for (const TraceRecord* w : windows) {
-    const bool mix = w->task == "probe.io_cpu.rw";
-    if (mix) {
-      auto it = mix_of.find({w->iteration, w->start_s});
-      if (it != mix_of.end()) {  // the window's other stream: its load is counted
-        if (it->second.second != kEmpty) {
-          MixWindow& seen = mixes[it->second.first][it->second.second];
-          (w->op == Op::kWrite ? seen.write_bw : seen.read_bw) = w->bytes / w->duration_s();
-        }
-        continue;
-      }
-    }
-    // The compute steps wholly inside the window: their time alone over their time beside it.
-    // Compute on every core gets cores - f of them beside a path that keeps f busy.
+  const auto window_load = [&](const TraceRecord& w) -> std::optional<double> {
     double alone_s = 0, beside_s = 0;
     for (const TraceRecord* r : beside) {
-      if (r->start_s < w->start_s || r->end_s > w->end_s) continue;
+      if (r->start_s < w.start_s || r->end_s > w.end_s) continue;
       auto it = reference.find({r->layer, static_cast<int>(r->phase)});
       if (it == reference.end()) continue;
       alone_s += it->second;
@@ -229,20 +213,34 @@ void FitIoCpu(const Context& c) {
     }
     if (!(beside_s > 0)) {
       ++empty;
-      if (mix) mix_of[{w->iteration, w->start_s}] = {{w->block_bytes, w->queue_depth}, kEmpty};
+      return std::nullopt;
+    }
+    return std::max(kMinCores, cores * (1 - alone_s / beside_s));
+  };
+  std::map<StreamClass, std::vector<double>> by_dir[2];
+  std::vector<double> per_hand_over;
+  // A reader-and-writer window is two records, one per op, of one iteration and start.
+  std::map<std::pair<int32_t, double>, std::vector<const TraceRecord*>> rw_windows;
+  for (const TraceRecord* w : windows) {
+    if (w->task == "probe.io_cpu.rw") {
+      rw_windows[{w->iteration, w->start_s}].push_back(w);
       continue;
     }
-    const double load = std::max(kMinCores, cores * (1 - alone_s / beside_s));
-    if (mix) {
-      std::vector<MixWindow>& v = mixes[{w->block_bytes, w->queue_depth}];
-      v.push_back({load, 0, 0});
-      (w->op == Op::kWrite ? v.back().write_bw : v.back().read_bw) = w->bytes / w->duration_s();
-      mix_of[{w->iteration, w->start_s}] = {{w->block_bytes, w->queue_depth}, v.size() - 1};
-    } else if (w->op == Op::kBarrier) {
-      per_hand_over.push_back(load * w->duration_s() / w->tasks);
+    const std::optional<double> load = window_load(*w);
+    if (!load) continue;
+    if (w->op == Op::kBarrier) {
+      per_hand_over.push_back(*load * w->duration_s() / w->tasks);
     } else {
-      by_dir[w->op == Op::kWrite ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(load);
+      by_dir[w->op == Op::kWrite ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(*load);
     }
+  }
+  std::map<StreamClass, std::vector<MixWindow>> mixes;
+  for (const auto& [key, records] : rw_windows) {
+    const std::optional<double> load = window_load(*records.front());
+    if (!load) continue;
+    MixWindow m{*load, 0, 0};
+    for (const TraceRecord* r : records) (r->op == Op::kWrite ? m.write_bw : m.read_bw) = r->bytes / r->duration_s();
+    mixes[{records.front()->block_bytes, records.front()->queue_depth}].push_back(m);
   }
   const std::string note = empty > 0 ? fmt::format("{} windows with no compute step inside left out", empty) : std::string();
   FitDirection(c, false, by_dir[0], note);

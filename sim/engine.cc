@@ -190,8 +190,7 @@ class Runner {
     int32_t comm = -1;      // of a disk flow: the index of its comm in `activities`
     bool flowing = false;   // a disk flow's comm is under way
     // Its I/O path's load (TaskPlan::cpu_amount): the index of its exec in `activities` once
-    // started, and the bound and its stream's rate when it last was.
-    bool has_load = false;
+    // started, whether it has ended, and the bound and its stream's rate when it last started.
     int32_t load = -1;
     bool load_done = false;
     double load_bound = 0;
@@ -410,7 +409,6 @@ class Runner {
     f.unstarted = 0;
     f.comm = -1;
     f.flowing = false;
-    f.has_load = false;
     f.load = -1;
     f.load_done = false;
     if (p.handover_amount > 0) {
@@ -454,10 +452,9 @@ class Runner {
     sg4::Host* far = endpoints_[static_cast<size_t>(p.endpoint)];
     f.comm = static_cast<int32_t>(f.activities.size());
     Add(id, e.write ? mem : far, e.write ? far : mem, p.amount);
-    if (p.cpu_amount > 0 && f.disk >= 0) {
+    if (p.cpu_amount > 0) {
       // The I/O path's CPU beside the transfer (TaskPlan::cpu_amount): started with it, once
       // the device's shares are known (Begin, BoundLoads).
-      f.has_load = true;
       ++f.pending;
     }
     BeginAfter(id, e.latency_s);
@@ -535,7 +532,7 @@ class Runner {
       ++endpoint_flows_[static_cast<size_t>(f.endpoint)];
       f.flowing = true;
       ShareDisk(f.disk);
-      if (f.has_load) slot_loads_[static_cast<size_t>(f.disk)].push_back(id);  // started by BoundLoads
+      if (plan_.tasks[f.instance.task].cpu_amount > 0) slot_loads_[static_cast<size_t>(f.disk)].push_back(id);  // started by BoundLoads
       BoundLoads(f.disk);
     }
   }
@@ -569,7 +566,9 @@ class Runner {
   std::vector<int32_t> endpoint_flows_;      // per endpoint: disk comms transferring now
   std::vector<std::vector<int32_t>> slot_endpoints_;  // per node and disk: the disk's endpoints
   std::vector<int32_t> sharing_;             // ShareDisk's scratch
-  std::vector<std::vector<int32_t>> slot_loads_;  // per node and disk: flights whose I/O path's load runs
+  // Per node and disk: the flights with an I/O path's load, from their flow's start until both
+  // it and the load have ended.
+  std::vector<std::vector<int32_t>> slot_loads_;
   std::vector<double> load_cores_;  // BoundLoads' scratch
 
   std::vector<Flight> flights_;
