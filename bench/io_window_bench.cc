@@ -3,7 +3,10 @@
 // block-sized requests with `depth` in flight. Each repetition runs fio and the window back to
 // back, alternating which goes first; counters are medians, ratio = window / fio. The window
 // refills from the completion path (one Submit per completed piece, no thread hand-off), so the
-// ratio measures what that costs against fio's own loop.
+// ratio measures what that costs against fio's own loop. The window's buffer is either a heap
+// block (4 KiB pages, as fio's) or I/O memory (tierflow/real/io_memory.h: 2 MiB pages, as the
+// executor's and the disk probe's); a virtual disk copies each physically contiguous piece of a
+// request separately, so there the second moves more (docs/storage.md "Host memory for I/O").
 //   io_window_bench [--dir=D] [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "storage_bench_util.h"
+#include "tierflow/real/io_memory.h"
 #include "tierflow/real/io_window.h"
 #include "tierflow/real/storage.h"
 
@@ -44,9 +48,33 @@ double WindowOnce(real::Storage* io, real::FileId file, char* buffer, real::IoOp
   return static_cast<double>(kFileBytes) / seconds;
 }
 
+// The window's buffer: a heap block of 4 KiB pages, or I/O memory.
+struct Buffer {
+  explicit Buffer(bool io_memory) : io(io_memory) {
+    if (io) {
+      data = static_cast<char*>(real::AllocateIoMemory(kFileBytes));
+    } else {
+      void* mem = nullptr;
+      if (posix_memalign(&mem, real::kDirectAlignment, kFileBytes) == 0) data = static_cast<char*>(mem);
+    }
+  }
+  ~Buffer() {
+    if (io) {
+      real::FreeIoMemory(data, kFileBytes);
+    } else {
+      std::free(data);
+    }
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  bool io;
+  char* data = nullptr;
+};
+
 void WindowVsFio(benchmark::State& state, real::IoOp op) {
   const int64_t block = state.range(0);
   const int depth = static_cast<int>(state.range(1));
+  state.SetLabel(state.range(2) != 0 ? "I/O memory" : "heap");
   const std::string rw = op == real::IoOp::kRead ? "read" : "write";
   real::StorageOptions so;
   so.request_bytes = block;  // as the executor sets it: the window cuts, the back-end does not
@@ -64,12 +92,12 @@ void WindowVsFio(benchmark::State& state, real::IoOp op) {
     state.SkipWithError(file.status().ToString().c_str());
     return;
   }
-  void* mem = nullptr;
-  if (posix_memalign(&mem, real::kDirectAlignment, kFileBytes) != 0) {
+  Buffer mem(state.range(2) != 0);
+  if (mem.data == nullptr) {
     state.SkipWithError("cannot allocate the buffer");
     return;
   }
-  char* buffer = static_cast<char*>(mem);
+  char* buffer = mem.data;
   std::memset(buffer, 0x5a, kFileBytes);
   std::string why;
   // Lay both files out once (reads need data there; writes then overwrite written extents, the
@@ -77,7 +105,6 @@ void WindowVsFio(benchmark::State& state, real::IoOp op) {
   if (WindowOnce(io->get(), file->id, buffer, real::IoOp::kWrite, 1 << 20, 8, &why) < 0 ||
       tierflow::bench::RunFio("write", 1 << 20, 8, kFileBytes, 0) <= 0) {
     state.SkipWithError(why.empty() ? "fio failed (is fio installed with io_uring support?)" : why.c_str());
-    std::free(mem);
     return;
   }
   std::vector<double> ours, fio;
@@ -88,7 +115,6 @@ void WindowVsFio(benchmark::State& state, real::IoOp op) {
           const double f = tierflow::bench::RunFio(rw, block, depth, kFileBytes, 0);
           if (f <= 0) {
             state.SkipWithError("fio failed (is fio installed with io_uring support?)");
-            std::free(mem);
             return;
           }
           fio.push_back(f);
@@ -96,7 +122,6 @@ void WindowVsFio(benchmark::State& state, real::IoOp op) {
           const double b = WindowOnce(io->get(), file->id, buffer, op, block, depth, &why);
           if (b < 0) {
             state.SkipWithError(why.c_str());
-            std::free(mem);
             return;
           }
           ours.push_back(b);
@@ -107,7 +132,6 @@ void WindowVsFio(benchmark::State& state, real::IoOp op) {
   (void)(*io)->Close(file->id);
   std::remove(path.c_str());
   tierflow::bench::RemoveFioFile();
-  std::free(mem);
   state.counters["window_GBps"] = Median(ours) / 1e9;
   state.counters["fio_GBps"] = Median(fio) / 1e9;
   state.counters["ratio"] = Median(ours) / Median(fio);
@@ -116,9 +140,10 @@ void WindowVsFio(benchmark::State& state, real::IoOp op) {
 void BM_WindowRead(benchmark::State& s) { WindowVsFio(s, real::IoOp::kRead); }
 void BM_WindowWrite(benchmark::State& s) { WindowVsFio(s, real::IoOp::kWrite); }
 
-// DeepSpeed's aio defaults (1 MiB x 8) and the small synchronous requests of calibrate_node.sh.
-BENCHMARK(BM_WindowRead)->Args({1 << 20, 8})->Args({16 << 10, 1})->Iterations(1)->Unit(benchmark::kSecond);
-BENCHMARK(BM_WindowWrite)->Args({1 << 20, 8})->Args({16 << 10, 1})->Iterations(1)->Unit(benchmark::kSecond);
+// DeepSpeed's aio defaults (1 MiB x 8) and the small synchronous requests of calibrate_node.sh,
+// each into a heap block (0) and into I/O memory (1).
+BENCHMARK(BM_WindowRead)->ArgsProduct({{1 << 20}, {8}, {0, 1}})->Args({16 << 10, 1, 1})->Iterations(1)->Unit(benchmark::kSecond);
+BENCHMARK(BM_WindowWrite)->ArgsProduct({{1 << 20}, {8}, {0, 1}})->Args({16 << 10, 1, 1})->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
 

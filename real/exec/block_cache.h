@@ -24,13 +24,13 @@ namespace tierflow::real::exec {
 class BlockCache {
  public:
   // new_block: a fresh block of `bytes` (>= 1), or null when there is no room; release: frees one
-  // for good.
-  BlockCache(std::function<void*(int64_t)> new_block, std::function<void(void*)> release)
+  // for good (the block and the size it was made with).
+  BlockCache(std::function<void*(int64_t)> new_block, std::function<void(void*, int64_t)> release)
       : new_block_(std::move(new_block)), release_(std::move(release)) {}
   // Releases the free blocks; blocks still taken are the caller's to Release first.
   ~BlockCache() {
     for (auto& [bytes, blocks] : free_) {
-      for (void* b : blocks) release_(b);
+      for (void* b : blocks) release_(b, bytes);
     }
   }
   BlockCache(const BlockCache&) = delete;
@@ -70,13 +70,14 @@ class BlockCache {
   // Freed for good (a block Take returned; null is ignored).
   void Release(void* b) {
     if (b == nullptr) return;
-    reserved_ -= Untake(b);
-    release_(b);
+    const int64_t bytes = Untake(b);
+    reserved_ -= bytes;
+    release_(b, bytes);
   }
   // Frees every free block for good.
   void Trim() {
     for (auto& [bytes, blocks] : free_) {
-      for (void* b : blocks) release_(b);
+      for (void* b : blocks) release_(b, bytes);
       reserved_ -= bytes * static_cast<int64_t>(blocks.size());
       blocks.clear();
     }
@@ -102,7 +103,7 @@ class BlockCache {
   }
 
   std::function<void*(int64_t)> new_block_;
-  std::function<void(void*)> release_;
+  std::function<void(void*, int64_t)> release_;
   std::map<int64_t, std::vector<void*>> free_;
   std::unordered_map<void*, int64_t> size_of_;  // blocks taken
   int64_t in_use_ = 0, peak_ = 0;

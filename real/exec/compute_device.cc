@@ -25,7 +25,7 @@ class CpuDevice final : public ComputeDevice {
                   void* p = nullptr;
                   return posix_memalign(&p, 256, static_cast<size_t>(bytes)) == 0 ? p : nullptr;
                 },
-                [](void* p) { std::free(p); }) {
+                [](void* p, int64_t) { std::free(p); }) {
     t_.EmulateGpu();
   }
   std::string name() const override { return "cpu"; }

@@ -91,7 +91,7 @@ class CudaDevice final : public ComputeDevice {
           }
           return p;
         },
-        [](void* p) { cudaFree(p); });
+        [](void* p, int64_t) { cudaFree(p); });
     return std::unique_ptr<ComputeDevice>(std::move(d));
   }
   ~CudaDevice() override {

@@ -30,6 +30,7 @@
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/executor.h"
+#include "tierflow/real/io_memory.h"
 #include "tierflow/real/io_window.h"
 #include "tierflow/real/storage.h"
 #include "block_cache.h"
@@ -87,19 +88,18 @@ class Run {
         scaler_(ScalerFor(config)),
         global_check_(HasGlobalCheck(s)),
         micro_steps_(s.MicroSteps()),
-        // Host blocks are page-locked for the device's copies; where that fails the copies still
-        // work, staged by the driver.
+        // Host blocks are I/O memory (io_memory.h: huge pages from 2 MiB up, as the disk probe's)
+        // and page-locked for the device's copies; where that fails the copies still work, staged
+        // by the driver.
         blocks_(
             [this](int64_t bytes) -> void* {
-              void* p = nullptr;
-              const auto aligned = static_cast<size_t>(AlignUp(bytes, kDirectAlignment));
-              if (posix_memalign(&p, static_cast<size_t>(kDirectAlignment), aligned) != 0) return nullptr;
-              if (device_) (void)device_->RegisterHost(p, static_cast<int64_t>(aligned));
+              void* p = AllocateIoMemory(bytes);
+              if (p != nullptr && device_) (void)device_->RegisterHost(p, AlignUp(bytes, kDirectAlignment));
               return p;
             },
-            [this](void* p) {
+            [this](void* p, int64_t bytes) {
               if (device_) device_->UnregisterHost(p);
-              std::free(p);
+              FreeIoMemory(p, bytes);
             }) {}
   // Buffers still held (a run that failed) go back; no work is in flight by then.
   ~Run() {

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tierflow/real/io_memory.h"
+
 namespace tierflow::real {
 namespace {
 
@@ -159,8 +161,9 @@ StatusOr<std::unique_ptr<PinnedArena>> PinnedArena::Create(int64_t budget_bytes,
   if (budget_bytes <= 0) return InvalidArgument("pinned arena budget must be positive, got " + std::to_string(budget_bytes));
   std::unique_ptr<PinnedArena> arena(new PinnedArena);
   arena->budget_bytes_ = RoundUp(budget_bytes, kPage);
-  void* p = ::mmap(nullptr, arena->budget_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return FromErrno(errno, "mmap pinned arena of " + std::to_string(arena->budget_bytes_) + " bytes");
+  // I/O memory (io_memory.h): the arena's slots are the buffers of disk requests.
+  void* p = AllocateIoMemory(arena->budget_bytes_);
+  if (p == nullptr) return ResourceExhausted("pinned arena: cannot map " + std::to_string(arena->budget_bytes_) + " bytes");
   arena->base_ = static_cast<char*>(p);
   if (options.lock) {
     if (::mlock(p, arena->budget_bytes_) == 0) {
@@ -199,7 +202,7 @@ PinnedArena::~PinnedArena() {
     auto unreg = reinterpret_cast<CudaHostUnregister>(::dlsym(cuda_lib_, "cudaHostUnregister"));
     if (unreg != nullptr) unreg(base_);
   }
-  if (base_ != nullptr) ::munmap(base_, budget_bytes_);
+  FreeIoMemory(base_, budget_bytes_);
   // libcudart stays loaded: unloading a CUDA runtime mid-process is not safe.
 }
 

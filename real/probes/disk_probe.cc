@@ -52,7 +52,9 @@ double Percentile(std::vector<double>& v, double q) {
 
 struct Slot {
   int32_t device = 0;
-  char* buf = nullptr;
+  char* buf = nullptr;    // the place of the request in flight
+  char* first = nullptr;  // the slot's places: first + k * stride, k < places (taken in turn)
+  int64_t stride = 0, places = 1, turn = 0;
   IoOp op = IoOp::kRead;
   int64_t offset = 0;
   int32_t stream = -1;  // op "rw": the slot's stream (its op fixed), whose stretch of the file it walks
@@ -156,6 +158,7 @@ class ClosedLoop final : public CompletionSink {
       blk = random_ ? static_cast<int64_t>(rng_() % blocks_) : next_block_[s.device]++ % blocks_;
     }
     s.offset = blk * block_;
+    s.buf = s.first + (s.turn++ % s.places) * s.stride;
     if (s.op == IoOp::kWrite) Stamp(s.buf, s.offset, block_);
     return IoRequest{s.op, files_[s.device], s.offset, block_, s.buf, i};
   }
@@ -250,6 +253,19 @@ struct PointWindows {
   std::vector<double> bws, iops, lat, read_bws, write_bws;
 };
 
+// The bytes of buffers a probe's requests cycle through: 256 MiB, or twice the last-level cache
+// where that is larger. From a few reused blocks a copy stays in the cache; on a virtual disk,
+// whose "device" copies from the host's memory, 1 MiB x 8 reads moved 6.2 GB/s into 8 MiB of
+// buffers and 4.9 GB/s into 64 or 256 MiB (docs/calibration.md "On a shared machine").
+int64_t BufferSpan() {
+  int64_t span = int64_t{256} << 20;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc > 0) span = std::max<int64_t>(span, 2 * static_cast<int64_t>(llc));
+#endif
+  return span;
+}
+
 // One pass over one point of the sweep: `inflight` requests of `block` bytes per device on the
 // first `ndev` probe files (slots of `streams` streams, readers first, when op is "rw"), a
 // warm-up and o.repetitions windows, appended to `acc`; their trace records (iteration
@@ -273,13 +289,21 @@ Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& p
     TF_ASSIGN_OR_RETURN(OpenFile f, storage.Open(paths[d], oo));
     files.push_back(f.id);
   }
-  AlignedBuffer buffers(block * inflight * ndev);
-  if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * inflight * ndev) + " bytes");
+  // The requests land across BufferSpan() bytes of I/O memory, slot i at places i, i + slots,
+  // i + 2 slots, ... in turn (never two in flight at one place): a run reads into and writes from
+  // buffers far larger than a last-level cache, and a few blocks reused would stay in it.
+  const int64_t nslots = inflight * ndev;
+  const int64_t places = std::max<int64_t>(1, BufferSpan() / (block * nslots));
+  AlignedBuffer buffers(block * nslots * places);
+  if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * nslots * places) + " bytes");
   (void)storage.RegisterMemory(buffers.data(), buffers.size_bytes());
-  std::vector<Slot> slots(static_cast<size_t>(inflight) * ndev);
+  std::vector<Slot> slots(static_cast<size_t>(nslots));
   for (size_t i = 0; i < slots.size(); ++i) {
     slots[i].device = static_cast<int32_t>(i % ndev);
-    slots[i].buf = buffers.data() + static_cast<int64_t>(i) * block;
+    slots[i].first = buffers.data() + static_cast<int64_t>(i) * block;
+    slots[i].buf = slots[i].first;
+    slots[i].stride = block * nslots;
+    slots[i].places = places;
     if (streams > 0) {  // qd * ndev slots per stream, readers first
       slots[i].stream = static_cast<int32_t>(i / (static_cast<size_t>(qd) * ndev));
       slots[i].op = slots[i].stream < readers ? IoOp::kRead : IoOp::kWrite;

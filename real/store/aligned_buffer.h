@@ -1,33 +1,42 @@
-// Private to real/: a heap buffer aligned for O_DIRECT (4 KiB), zero-filled, freed on destruction.
+// Private to real/: I/O memory (tierflow/real/io_memory.h: aligned for O_DIRECT, huge pages from
+// 2 MiB up), zero-filled, freed on destruction.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
+#include <utility>
 
+#include "tierflow/real/io_memory.h"
 #include "tierflow/real/storage.h"
 
 namespace tierflow::real::internal {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(int64_t size_bytes) : size_(AlignUp(std::max<int64_t>(size_bytes, 1), kDirectAlignment)) {
-    data_.reset(static_cast<char*>(std::aligned_alloc(kDirectAlignment, size_)));
-    if (data_) std::memset(data_.get(), 0, size_);
+  explicit AlignedBuffer(int64_t size_bytes)
+      : size_(AlignUp(std::max<int64_t>(size_bytes, 1), kDirectAlignment)), data_(static_cast<char*>(AllocateIoMemory(size_))) {}
+  ~AlignedBuffer() { FreeIoMemory(data_, size_); }
+  AlignedBuffer(AlignedBuffer&& other) noexcept
+      : size_(std::exchange(other.size_, 0)), data_(std::exchange(other.data_, nullptr)) {}
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
+    if (this != &other) {
+      FreeIoMemory(data_, size_);
+      size_ = std::exchange(other.size_, 0);
+      data_ = std::exchange(other.data_, nullptr);
+    }
+    return *this;
   }
-  char* data() const { return data_.get(); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  char* data() const { return data_; }
   int64_t size_bytes() const { return size_; }
   bool ok() const { return data_ != nullptr; }
 
  private:
   int64_t size_ = 0;
-  std::unique_ptr<char, FreeDeleter> data_;
+  char* data_ = nullptr;
 };
 
 }  // namespace tierflow::real::internal

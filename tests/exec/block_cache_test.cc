@@ -28,7 +28,8 @@ struct Counting {
           sizes[p] = n;
           return p;
         },
-        [this](void* p) {
+        [this](void* p, int64_t n) {
+          EXPECT_EQ(n, sizes[p]) << "released with the size it was made with";
           live.erase(p);
           bytes -= sizes[p];
           std::free(p);
