@@ -27,6 +27,7 @@
 #include "tierflow/real/collective_probe.h"
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/host_probes.h"
+#include "tierflow/real/io_memory.h"
 #include "tierflow/real/storage.h"
 #ifdef TIERFLOW_HAVE_GPU_PROBES
 #include "tierflow/real/cuda_compute.h"
@@ -599,6 +600,7 @@ Status RunProbeAll(const AllArgs& a) {
     const std::string note = real::IoSchedulerNote("nvme" + std::to_string(i), a.dirs[i]);
     if (!note.empty()) std::printf("# %s\n", note.c_str());
   }
+  if (const std::string note = real::HugePageNote(real::TransparentHugePageMode()); !note.empty()) std::printf("# %s\n", note.c_str());
   std::fflush(stdout);
 
   // Progress in points: disk points, then each host probe's reports (host_probes.h: one per copy

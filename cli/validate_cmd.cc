@@ -23,6 +23,7 @@
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/disk_set.h"
 #include "tierflow/real/executor.h"
+#include "tierflow/real/io_memory.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/compare.h"
 #include "tierflow/traces/summary.h"
@@ -193,6 +194,7 @@ Status RunValidate(const ValidateArgs& a) {
     const std::string note = real::IoSchedulerNote(d.device, d.dir);
     if (!note.empty()) std::printf("\n%s\n", note.c_str());
   }
+  if (const std::string note = real::HugePageNote(real::TransparentHugePageMode()); !note.empty()) std::printf("\n%s\n", note.c_str());
   // The profile's disk model is fitted from O_DIRECT probes: page-cache bytes are outside it.
   const std::string buffered = BufferedIoNote(median.direct_io_bytes, median.buffered_io_bytes, median.buffered_disks);
   if (!buffered.empty()) std::printf("\n%s  the profile's disk model is O_DIRECT's: those bytes are outside it\n", buffered.c_str());

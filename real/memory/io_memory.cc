@@ -59,4 +59,11 @@ std::string TransparentHugePageMode() {
   return line.substr(open + 1, close - open - 1);
 }
 
+std::string HugePageNote(const std::string& mode) {
+  if (mode == "madvise" || mode == "always") return "";
+  return "note: transparent huge pages are " + (mode.empty() ? std::string("not in this kernel") : "'" + mode + "' here") +
+         " (/sys/kernel/mm/transparent_hugepage/enabled): disk buffers are 4 KiB pages, which a virtual disk can move several "
+         "times slower than 2 MiB ones, by chance of how they lie in memory (docs/storage.md \"Host memory for I/O\")";
+}
+
 }  // namespace tierflow::real

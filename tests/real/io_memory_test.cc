@@ -85,6 +85,14 @@ TEST(IoMemory, FromAHugePageUpABufferIsAMappingOfItsOwnAlignedToHugePagesAndAdvi
   }
 }
 
+TEST(IoMemory, UsersAreToldWhenTheKernelLeavesDiskBuffersInSmallPages) {
+  EXPECT_EQ(HugePageNote("madvise"), "");
+  EXPECT_EQ(HugePageNote("always"), "");
+  EXPECT_NE(HugePageNote("never").find("transparent huge pages are 'never' here"), std::string::npos) << HugePageNote("never");
+  EXPECT_NE(HugePageNote("").find("not in this kernel"), std::string::npos) << HugePageNote("");
+  EXPECT_NE(HugePageNote("never").find("4 KiB pages"), std::string::npos);
+}
+
 TEST(IoMemory, ThePinnedArenaIsIoMemory) {
   ArenaOptions o;
   o.allow_unlocked = true;

@@ -29,4 +29,8 @@ void FreeIoMemory(void* p, int64_t bytes);
 // kernel has none).
 std::string TransparentHugePageMode();
 
+// A line for users where the setting `mode` leaves disk buffers in 4 KiB pages ("never", or no
+// setting); empty under "madvise" and "always".
+std::string HugePageNote(const std::string& mode);
+
 }  // namespace tierflow::real
