@@ -2,7 +2,7 @@
 //
 // O_DIRECT needs kDirectAlignment-aligned places. Beyond that, a request's buffer reaches the
 // device as a scatter-gather list of its physically contiguous pieces: memory of 4 KiB pages can
-// split a 1 MiB request into 256 segments, and a virtual disk copies each one separately. On this
+// split a 1 MiB request into 256 segments, which a virtual disk can handle one by one. On this
 // project's VM (Firecracker virtio-blk) 1 MiB x 8 O_DIRECT reads moved 1.1-1.6 GB/s from 4 KiB
 // pages and 4.5-4.9 GB/s from 2 MiB pages, writes 1.3-2.1 and 3.6-3.7 GB/s; a heap block's
 // contiguity is whatever the allocator found, so the same run was fast or slow by chance
