@@ -588,11 +588,10 @@ Status RunProbeAll(const AllArgs& a) {
               a.dirs.size(), a.host.compute == "cpu" ? "the CPU (emulated)" : "GPU 0 (cuda)", compute_scenario.model.name.c_str(),
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
-  // A measurement's set-up, its 256 MiB of buffers mapped and registered, takes about 0.05 s here.
   std::printf("# disk: %.0f measurements (points x passes) of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about "
               "%.0f s, compute sampled %d times in between\n",
               disk_points, d.warmup_s + d.repetitions * d.duration_s, several ? ", then all at once" : "",
-              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.05), 20 + io_cpu_points * (2 * host.io.window_s + 0.2),
+              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), 20 + io_cpu_points * (2 * host.io.window_s + 0.2),
               slices);
   // The fits and the simulator share a device fairly between streams; a scheduler that does not
   // is worth knowing before the profile is trusted for schedules that overlap streams on one disk.

@@ -10,15 +10,10 @@
 #include "tierflow/real/storage.h"
 
 namespace tierflow::real {
-namespace {
-
-int64_t RoundUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
-
-}  // namespace
 
 void* AllocateIoMemory(int64_t bytes) {
   if (bytes < 1) bytes = 1;
-  const int64_t length = RoundUp(bytes, kDirectAlignment);
+  const int64_t length = AlignUp(bytes, kDirectAlignment);
   if (length < kHugePage) {
     void* p = nullptr;
     if (posix_memalign(&p, static_cast<size_t>(kDirectAlignment), static_cast<size_t>(length)) != 0) return nullptr;
@@ -26,23 +21,29 @@ void* AllocateIoMemory(int64_t bytes) {
     return p;
   }
   // Map a huge page more and unmap the ends around the first kHugePage boundary. Anonymous
-  // memory is zero-filled; it is faulted in, in huge pages where the kernel can, when first used.
+  // memory is zero-filled; it is faulted in here, after the advice (in huge pages where the
+  // kernel can), so that no timed request pays for the faults.
   const int64_t mapped = length + kHugePage;
   void* m = ::mmap(nullptr, static_cast<size_t>(mapped), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return nullptr;
   char* base = static_cast<char*>(m);
-  char* aligned = reinterpret_cast<char*>(RoundUp(reinterpret_cast<intptr_t>(base), kHugePage));
+  char* aligned = reinterpret_cast<char*>(AlignUp(reinterpret_cast<intptr_t>(base), kHugePage));
   if (aligned > base) ::munmap(base, static_cast<size_t>(aligned - base));
   char* end = aligned + length;
   if (base + mapped > end) ::munmap(end, static_cast<size_t>(base + mapped - end));
   (void)::madvise(aligned, static_cast<size_t>(length), MADV_HUGEPAGE);  // refused without THP: 4 KiB pages
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(aligned, static_cast<size_t>(length), MADV_POPULATE_WRITE) != 0) std::memset(aligned, 0, static_cast<size_t>(length));
+#else
+  std::memset(aligned, 0, static_cast<size_t>(length));
+#endif
   return aligned;
 }
 
 void FreeIoMemory(void* p, int64_t bytes) {
   if (p == nullptr) return;
   if (bytes < 1) bytes = 1;
-  const int64_t length = RoundUp(bytes, kDirectAlignment);
+  const int64_t length = AlignUp(bytes, kDirectAlignment);
   if (length < kHugePage) {
     std::free(p);
   } else {

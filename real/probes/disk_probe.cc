@@ -254,7 +254,7 @@ struct PointWindows {
 };
 
 // The bytes of buffers a probe's requests cycle through: 256 MiB, or twice the last-level cache
-// where that is larger. From a few reused blocks a copy stays in the cache; on a virtual disk,
+// where that is larger (mapped once per probe, RunDiskProbe). From a few reused blocks a copy stays in the cache; on a virtual disk,
 // whose "device" copies from the host's memory, 1 MiB x 8 reads moved 6.2 GB/s into 8 MiB of
 // buffers and 4.9 GB/s into 64 or 256 MiB (docs/calibration.md "On a shared machine").
 int64_t BufferSpan() {
@@ -269,10 +269,12 @@ int64_t BufferSpan() {
 // One pass over one point of the sweep: `inflight` requests of `block` bytes per device on the
 // first `ndev` probe files (slots of `streams` streams, readers first, when op is "rw"), a
 // warm-up and o.repetitions windows, appended to `acc`; their trace records (iteration
-// `first_iteration` + repetition) appended to `trace` when non-null.
+// `first_iteration` + repetition) appended to `trace` when non-null. `buffers` holds at least
+// one block per request in flight.
 Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& paths, int64_t file_bytes,
-                    const std::string& opname, int32_t readers, int32_t writers, int32_t ndev, int64_t block, int32_t qd,
-                    int32_t first_iteration, std::vector<TraceRecord>* trace, PointWindows* acc) {
+                    const AlignedBuffer& buffers, const std::string& opname, int32_t readers, int32_t writers,
+                    int32_t ndev, int64_t block, int32_t qd, int32_t first_iteration, std::vector<TraceRecord>* trace,
+                    PointWindows* acc) {
   const int32_t streams = readers + writers;  // 0 unless "rw"
   const int64_t inflight = static_cast<int64_t>(qd) * std::max(streams, 1);
   StorageOptions so;
@@ -289,14 +291,13 @@ Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& p
     TF_ASSIGN_OR_RETURN(OpenFile f, storage.Open(paths[d], oo));
     files.push_back(f.id);
   }
-  // The requests land across BufferSpan() bytes of I/O memory, slot i at places i, i + slots,
+  // The requests land across all of `buffers` (BufferSpan()), slot i at places i, i + slots,
   // i + 2 slots, ... in turn (never two in flight at one place): a run reads into and writes from
   // buffers far larger than a last-level cache, and a few blocks reused would stay in it.
   const int64_t nslots = inflight * ndev;
-  const int64_t places = std::max<int64_t>(1, BufferSpan() / (block * nslots));
-  AlignedBuffer buffers(block * nslots * places);
-  if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(block * nslots * places) + " bytes");
-  (void)storage.RegisterMemory(buffers.data(), buffers.size_bytes());
+  const int64_t places = buffers.size_bytes() / (block * nslots);
+  TF_CHECK(places >= 1);  // RunDiskProbe maps room for every point's requests in flight
+  (void)storage.RegisterMemory(buffers.data(), block * nslots * places);
   std::vector<Slot> slots(static_cast<size_t>(nslots));
   for (size_t i = 0; i < slots.size(); ++i) {
     slots[i].device = static_cast<int32_t>(i % ndev);
@@ -476,6 +477,11 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
       }
     }
     const std::vector<Point> points = SweepPoints(o);
+    // One mapping of buffers for every point (faulted in once, not per point).
+    int64_t span = BufferSpan();
+    for (const Point& p : points) span = std::max(span, p.block * p.qd * std::max(p.readers + p.writers, 1) * p.ndev);
+    AlignedBuffer buffers(span);
+    if (!buffers.ok()) return ResourceExhausted("probe disk: buffers of " + std::to_string(span) + " bytes");
     // Pass after pass over the points, every other one backwards: a point's windows come from
     // moments a pass apart, and no point is always measured right after the same neighbour.
     std::vector<PointWindows> acc(points.size());
@@ -483,8 +489,8 @@ StatusOr<std::vector<DiskProbeResult>> RunDiskProbe(const DiskProbeOptions& o, s
       for (size_t k = 0; k < points.size(); ++k) {
         const size_t i = pass % 2 == 0 ? k : points.size() - 1 - k;
         const Point& p = points[i];
-        TF_RETURN_IF_ERROR(MeasurePoint(o, paths, file_bytes, p.op, p.readers, p.writers, p.ndev, p.block, p.qd,
-                                        pass * o.repetitions, trace, &acc[i]));
+        TF_RETURN_IF_ERROR(MeasurePoint(o, paths, file_bytes, buffers, p.op, p.readers, p.writers, p.ndev, p.block,
+                                        p.qd, pass * o.repetitions, trace, &acc[i]));
         if (pass + 1 < o.passes) {
           if (progress) progress(DiskProbeResult{}, false);
           continue;

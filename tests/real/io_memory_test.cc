@@ -99,6 +99,17 @@ TEST(IoMemory, ThePinnedArenaIsIoMemory) {
   auto arena = PinnedArena::Create(3 * kHugePage, o);
   ASSERT_TRUE(arena.ok()) << arena.status().ToString();
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*arena)->base()) % kHugePage, 0u);
+  // Alignment alone would not tell: the kernel aligns a large anonymous mapping by itself. The
+  // advice does (a plain mapping is not eligible under "madvise").
+  const std::string mode = TransparentHugePageMode();
+  const Vma vma = MappingOf((*arena)->base());
+  ASSERT_TRUE(vma.found);
+  if (mode != "madvise" && mode != "always") {
+    GTEST_SKIP() << "transparent huge pages are '" << mode << "' here";
+  }
+  if (vma.thp_eligible >= 0) {
+    EXPECT_EQ(vma.thp_eligible, 1);
+  }
 }
 
 }  // namespace
