@@ -142,7 +142,7 @@ Status RunProbeDisk(const ProbeArgs& a) {
       nlohmann::json point = {{"op", r.op}, {"block_bytes", r.block_bytes}, {"queue_depth", r.queue_depth}, {"devices", r.devices},
                               {"bytes_per_s", r.bytes_per_s}, {"bytes_per_s_min", r.bytes_per_s_min},
                               {"bytes_per_s_max", r.bytes_per_s_max}, {"iops", r.iops}, {"p50_latency_s", r.p50_latency_s},
-                              {"p99_latency_s", r.p99_latency_s}, {"wrong", r.wrong}};
+                              {"p99_latency_s", r.p99_latency_s}, {"wrong", r.wrong}, {"sync_s", r.sync_s}};
       if (r.op == "rw") {
         point["readers"] = r.readers;
         point["writers"] = r.writers;

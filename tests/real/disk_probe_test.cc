@@ -73,6 +73,7 @@ TEST(DiskProbe, ReaderAndWriterStreamsAreMeasuredApart) {
   EXPECT_GT(r.read_bytes_per_s, 0);
   EXPECT_GT(r.write_bytes_per_s, 0);
   EXPECT_DOUBLE_EQ(r.bytes_per_s, r.read_bytes_per_s + r.write_bytes_per_s);  // one repetition: no medians apart
+  EXPECT_GT(r.sync_s, 0) << "its writer streams' bytes are synced before the probe goes on";
   ASSERT_EQ(trace.size(), 2u);
   for (const TraceRecord& t : trace) {
     EXPECT_EQ(t.task, "probe.disk.rw");
@@ -132,8 +133,42 @@ TEST(DiskProbe, PassesSpreadAPointsWindowsOverTheSweep) {
     EXPECT_DOUBLE_EQ(r.bytes_per_s_min, rates[0]);
     EXPECT_DOUBLE_EQ(r.bytes_per_s_max, rates[2]);
     EXPECT_EQ(r.wrong, 0);
+    EXPECT_EQ(r.sync_s, 0) << "a point that only read has nothing to sync";
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the probe file is removed";
+  std::filesystem::remove_all(dir);
+}
+
+// A point that wrote is synced after each of its passes, outside its windows, and the time that
+// took is reported; one that only read (op read, or rw with no writer stream) is not.
+TEST(DiskProbe, APointThatWroteIsSyncedBeforeTheNext) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-sync";
+  std::filesystem::create_directories(dir);
+  DiskProbeOptions o;
+  o.dirs = {dir.string()};
+  o.ops = {"read", "write", "mix", "rw"};
+  o.streams = {{2, 0}, {1, 1}};
+  o.block_bytes = {64 << 10};
+  o.queue_depths = {2};
+  o.device_counts = {1};
+  o.file_bytes = 16 << 20;
+  o.warmup_s = 0.01;
+  o.duration_s = 0.03;
+  o.repetitions = 1;
+  o.passes = 2;
+  o.backend = "posix";
+  auto results = RunDiskProbe(o, nullptr);
+  ASSERT_TRUE(results.ok()) << results.status().ToString();
+  ASSERT_EQ(results->size(), 5u);
+  for (const DiskProbeResult& r : *results) {
+    const bool wrote = r.op == "write" || r.op == "mix" || (r.op == "rw" && r.writers > 0);
+    const std::string point = r.op + " " + std::to_string(r.readers) + ":" + std::to_string(r.writers);
+    if (wrote) {
+      EXPECT_GT(r.sync_s, 0) << point;
+    } else {
+      EXPECT_EQ(r.sync_s, 0) << point;
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -72,6 +72,10 @@ struct DiskProbeResult {
   double p99_latency_s = 0;
   int64_t wrong = 0;
   int64_t bytes = 0;            // total bytes measured over all repetitions
+  // Seconds spent, after each pass over the point, handing what it wrote to the device (a sync
+  // of its files, outside every window, so the next point starts with the host's write cache
+  // drained), summed over passes; 0 for a point that wrote nothing.
+  double sync_s = 0;
   std::string backend;
 };
 
