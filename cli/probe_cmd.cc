@@ -588,7 +588,7 @@ Status RunProbeAll(const AllArgs& a) {
               a.dirs.size(), a.host.compute == "cpu" ? "the CPU (emulated)" : "GPU 0 (cuda)", compute_scenario.model.name.c_str(),
               static_cast<long long>(compute_scenario.training.micro_batch_size),
               static_cast<long long>(compute_scenario.training.sequence_length), a.out.c_str());
-  std::printf("# disk: %.0f measurements (points x passes) of %.1f s each, one directory at a time%s (about %.0f s); the host probes take about "
+  std::printf("# disk: %.0f measurements (points x passes) of %.1f s each, one directory at a time%s (about %.0f s, and the syncs after the points that wrote); the host probes take about "
               "%.0f s, compute sampled %d times in between\n",
               disk_points, d.warmup_s + d.repetitions * d.duration_s, several ? ", then all at once" : "",
               disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), 20 + io_cpu_points * (2 * host.io.window_s + 0.2),
