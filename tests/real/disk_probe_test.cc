@@ -10,6 +10,19 @@
 namespace tierflow::real {
 namespace {
 
+// A probe of one small file in `dir` (made here) on the posix back-end, one repetition per
+// point and pass; each test sets its points and windows.
+DiskProbeOptions SmallProbe(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  DiskProbeOptions o;
+  o.dirs = {dir.string()};
+  o.device_counts = {1};
+  o.file_bytes = 16 << 20;
+  o.repetitions = 1;
+  o.backend = "posix";
+  return o;
+}
+
 // Options that would measure nothing are refused before any file is made (--reps 0 segfaulted
 // taking the median of no repetitions).
 TEST(DiskProbeOptions, ZeroRepetitionsOrPassesOrAnEmptyWindowAreRefused) {
@@ -48,19 +61,13 @@ TEST(DiskProbeOptions, ReaderAndWriterStreamCountsAreChecked) {
 // streams of each direction, and the point's rate is the two directions' sum.
 TEST(DiskProbe, ReaderAndWriterStreamsAreMeasuredApart) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-rw";
-  std::filesystem::create_directories(dir);
-  DiskProbeOptions o;
-  o.dirs = {dir.string()};
+  DiskProbeOptions o = SmallProbe(dir);
   o.ops = {"rw"};
   o.streams = {{1, 2}};
   o.block_bytes = {64 << 10};
   o.queue_depths = {2};
-  o.device_counts = {1};
-  o.file_bytes = 16 << 20;
   o.warmup_s = 0.02;
   o.duration_s = 0.1;
-  o.repetitions = 1;
-  o.backend = "posix";
   std::vector<TraceRecord> trace;
   auto results = RunDiskProbe(o, &trace);
   ASSERT_TRUE(results.ok()) << results.status().ToString();
@@ -92,19 +99,13 @@ TEST(DiskProbe, ReaderAndWriterStreamsAreMeasuredApart) {
 // and gets the results only in the last pass; the results come back in sweep order.
 TEST(DiskProbe, PassesSpreadAPointsWindowsOverTheSweep) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-passes";
-  std::filesystem::create_directories(dir);
-  DiskProbeOptions o;
-  o.dirs = {dir.string()};
+  DiskProbeOptions o = SmallProbe(dir);
   o.ops = {"read"};
   o.block_bytes = {64 << 10};
   o.queue_depths = {1, 2};
-  o.device_counts = {1};
-  o.file_bytes = 16 << 20;
   o.warmup_s = 0.01;
   o.duration_s = 0.05;
-  o.repetitions = 1;
   o.passes = 3;
-  o.backend = "posix";
   std::vector<TraceRecord> trace;
   std::vector<std::pair<int32_t, bool>> heard;  // (queue depth, final)
   auto results = RunDiskProbe(o, &trace, [&](const DiskProbeResult& r, bool final) { heard.emplace_back(r.queue_depth, final); });
@@ -143,20 +144,14 @@ TEST(DiskProbe, PassesSpreadAPointsWindowsOverTheSweep) {
 // took is reported; one that only read (op read, or rw with no writer stream) is not.
 TEST(DiskProbe, APointThatWroteIsSyncedBeforeTheNext) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-sync";
-  std::filesystem::create_directories(dir);
-  DiskProbeOptions o;
-  o.dirs = {dir.string()};
+  DiskProbeOptions o = SmallProbe(dir);
   o.ops = {"read", "write", "mix", "rw"};
   o.streams = {{2, 0}, {1, 1}};
   o.block_bytes = {64 << 10};
   o.queue_depths = {2};
-  o.device_counts = {1};
-  o.file_bytes = 16 << 20;
   o.warmup_s = 0.01;
   o.duration_s = 0.03;
-  o.repetitions = 1;
   o.passes = 2;
-  o.backend = "posix";
   auto results = RunDiskProbe(o, nullptr);
   ASSERT_TRUE(results.ok()) << results.status().ToString();
   ASSERT_EQ(results->size(), 5u);
