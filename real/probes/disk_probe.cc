@@ -380,8 +380,8 @@ Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& p
   // window: on a virtual disk the host takes O_DIRECT writes into its own cache and throttles
   // writers once that holds too much, so without the sync a point's rate would depend on how
   // much the points before it wrote (a 16 s sweep fell from 6 to 2.1 GB/s for seconds), where a
-  // run, writing a sub-group at a time with reads and compute between, starts each burst with
-  // the host's cache drained (docs/calibration.md "On a shared machine").
+  // run writes in bursts, a sub-group at a time with reads and compute between, which that cache
+  // mostly absorbs (docs/calibration.md "On a shared machine").
   const bool wrote = opname != "read" && (opname != "rw" || writers > 0);
   const double sync_start = MonotonicSeconds();
   for (FileId f : files) {
