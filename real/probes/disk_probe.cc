@@ -254,9 +254,10 @@ struct PointWindows {
 };
 
 // The bytes of buffers a probe's requests cycle through: 256 MiB, or twice the last-level cache
-// where that is larger (mapped once per probe, RunDiskProbe). From a few reused blocks a copy stays in the cache; on a virtual disk,
-// whose "device" copies from the host's memory, 1 MiB x 8 reads moved 6.2 GB/s into 8 MiB of
-// buffers and 4.9 GB/s into 64 or 256 MiB (docs/calibration.md "On a shared machine").
+// where that is larger (mapped once per probe, RunDiskProbe). From a few reused blocks a copy
+// stays in the cache; on a virtual disk, whose "device" copies from the host's memory, 1 MiB x 8
+// reads moved 6.2 GB/s into 8 MiB of buffers and 4.9 GB/s into 64 or 256 MiB (docs/calibration.md
+// "On a shared machine").
 int64_t BufferSpan() {
   int64_t span = int64_t{256} << 20;
 #ifdef _SC_LEVEL3_CACHE_SIZE
@@ -283,7 +284,12 @@ Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& p
   so.threads = static_cast<int32_t>(inflight);
   auto storage_or = NewStorage(o.backend, so);
   if (!storage_or.ok()) return storage_or.status();
-  Storage& storage = **storage_or;
+  std::unique_ptr<FaultInjectingStorage> faulty;  // over the back-end, when faults are asked for
+  if (!o.faults.empty()) {
+    faulty = NewFaultInjectingStorage(storage_or->get());
+    for (const FaultRule& rule : o.faults) faulty->AddRule(rule);
+  }
+  Storage& storage = faulty ? *faulty : **storage_or;
   std::vector<FileId> files;
   for (int32_t d = 0; d < ndev; ++d) {
     OpenOptions oo;
@@ -382,13 +388,14 @@ Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& p
   // much the points before it wrote (a 16 s sweep fell from 6 to 2.1 GB/s for seconds), where a
   // run writes in bursts, a sub-group at a time with reads and compute between, which that cache
   // mostly absorbs (docs/calibration.md "On a shared machine").
-  const bool wrote = opname != "read" && (opname != "rw" || writers > 0);
-  const double sync_start = MonotonicSeconds();
-  for (FileId f : files) {
-    if (wrote && stopped.ok()) stopped = storage.Sync(f);
-    (void)storage.Close(f);
+  if (opname != "read" && (opname != "rw" || writers > 0)) {
+    const double sync_start = MonotonicSeconds();
+    for (FileId f : files) {
+      if (stopped.ok()) stopped = storage.Sync(f);
+    }
+    res.sync_s += MonotonicSeconds() - sync_start;
   }
-  if (wrote) res.sync_s += MonotonicSeconds() - sync_start;
+  for (FileId f : files) (void)storage.Close(f);
   return stopped;
 }
 

@@ -140,18 +140,19 @@ TEST(DiskProbe, PassesSpreadAPointsWindowsOverTheSweep) {
   std::filesystem::remove_all(dir);
 }
 
-// A point that wrote is synced after each of its passes, outside its windows, and the time that
-// took is reported; one that only read (op read, or rw with no writer stream) is not.
-TEST(DiskProbe, APointThatWroteIsSyncedBeforeTheNext) {
+// A point that wrote is synced after each of its passes (a sync that fails fails the probe,
+// naming the file) and the time that took is reported; one that only read (op read, or rw with
+// no writer stream) is not synced at all.
+TEST(DiskProbe, PointsThatWroteAreSyncedAndReadOnlyOnesAreNot) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-sync";
   DiskProbeOptions o = SmallProbe(dir);
-  o.ops = {"read", "write", "mix", "rw"};
   o.streams = {{2, 0}, {1, 1}};
   o.block_bytes = {64 << 10};
   o.queue_depths = {2};
   o.warmup_s = 0.01;
   o.duration_s = 0.03;
   o.passes = 2;
+  o.ops = {"read", "write", "mix", "rw"};
   auto results = RunDiskProbe(o, nullptr);
   ASSERT_TRUE(results.ok()) << results.status().ToString();
   ASSERT_EQ(results->size(), 5u);
@@ -164,6 +165,26 @@ TEST(DiskProbe, APointThatWroteIsSyncedBeforeTheNext) {
       EXPECT_EQ(r.sync_s, 0) << point;
     }
   }
+  // Every sync of a measured point fails: the points that only read never sync, the others do.
+  FaultRule failed_sync;
+  failed_sync.ops = static_cast<uint32_t>(FaultOpMask::kSync);
+  failed_sync.count = -1;
+  o.faults = {failed_sync};
+  o.ops = {"read", "rw"};
+  o.streams = {{2, 0}};
+  auto reads = RunDiskProbe(o, nullptr);
+  EXPECT_TRUE(reads.ok()) << reads.status().ToString();
+  for (const std::string op : {"write", "mix"}) {
+    o.ops = {op};
+    auto wrote = RunDiskProbe(o, nullptr);
+    ASSERT_FALSE(wrote.ok()) << op;
+    EXPECT_NE(wrote.status().message().find("fsync '" + ProbeFilePath(dir.string()) + "'"), std::string::npos)
+        << op << ": " << wrote.status().ToString();
+  }
+  o.ops = {"rw"};
+  o.streams = {{1, 1}};
+  EXPECT_FALSE(RunDiskProbe(o, nullptr).ok()) << "a writer stream's bytes are synced too";
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the probe file is removed after a failed sync too";
   std::filesystem::remove_all(dir);
 }
 

@@ -19,6 +19,7 @@
 
 #include "tierflow/core/status.h"
 #include "tierflow/core/trace_record.h"
+#include "tierflow/real/storage.h"
 
 namespace tierflow::real {
 
@@ -47,6 +48,9 @@ struct DiskProbeOptions {
   // right size — for benchmarks that call the probe repeatedly. The caller removes them
   // (ProbeFilePath).
   bool keep_files = false;
+  // Faults injected into the storage of every measured point (not the files' fill): for tests of
+  // the probe's error paths, e.g. a failed sync after a point that wrote.
+  std::vector<FaultRule> faults;
 };
 
 // The probe's file in `dir` for this process.
