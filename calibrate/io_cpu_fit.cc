@@ -1,6 +1,8 @@
 // What the I/O path and the executor's hand-overs take from the cores (`cpu.io_read_cores`,
-// `cpu.io_write_cores`, `cpu.task_overhead_cpu`) from `probe io-cpu`: compute on every core alone
-// and beside one disk stream, or a chain of the executor's hand-overs, at a time (docs/calibration.md).
+// `cpu.io_write_cores`, `cpu.task_overhead_cpu`), and what compute on every core takes from a
+// disk stream (`cpu.io_read_beside_compute`, `cpu.io_write_beside_compute`), from `probe io-cpu`:
+// compute on every core alone and beside one disk stream, or a chain of the executor's
+// hand-overs, at a time, and each disk stream alone (docs/calibration.md).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -81,6 +83,41 @@ void FitHandOvers(const Context& c, const std::vector<double>& per_hand_over, co
   const std::string undetermined = DeterminedRule("task_overhead_cpu", rel_se, "add rounds (--reps)", c.options);
   if (!undetermined.empty()) reasons.push_back(undetermined);
   if (Conclude(&rep, reasons)) c.profile->node.cpu.task_overhead_cpu_s = seconds;
+  c.reports->push_back(rep);
+}
+
+// The share of its rate alone a stream keeps beside compute on every core, per class: each
+// round's window beside over its window alone (probe io-cpu runs them one after the other), the
+// median over the rounds, at most 1, written as measured.
+void FitBesideCompute(const Context& c, bool write, const std::map<StreamClass, std::vector<double>>& classes) {
+  const CalibrateOptions& o = c.options;
+  const std::string dir = write ? "write" : "read";
+  const std::string model = "cpu.io_" + dir + "_beside_compute";
+  if (classes.empty()) {
+    c.reports->push_back(NoData(model, "probe.io_cpu." + dir + " windows with probe.io_cpu." + dir + "_alone windows of the same round (tierflow probe io-cpu)"));
+    return;
+  }
+  FitReport rep;
+  rep.model = model;
+  rep.condition_number = 1;
+  rep.note = "the rate a stream keeps while compute holds every core, over its rate alone";
+  std::vector<models::IoRateKept> points;
+  double sum_sq = 0, worst = 0, lo = 0, hi = 0;
+  for (const auto& [cls, ratios] : classes) {
+    const MedianStats m = MedianOf(ratios, o);
+    sum_sq += m.sum_sq_rel;
+    worst = std::max(worst, m.worst_rel);
+    lo = rep.samples == 0 ? m.lo : std::min(lo, m.lo);
+    hi = rep.samples == 0 ? m.hi : std::max(hi, m.hi);
+    rep.samples += static_cast<int64_t>(ratios.size());
+    const double kept = std::min(1.0, m.median);
+    points.push_back({cls.first, cls.second, kept});
+    rep.params.push_back({fmt::format("io_{}_beside_compute.{}x{}", dir, cls.first, cls.second), kept, m.rel_se, "", true});
+  }
+  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(rep.samples));
+  rep.max_rel_residual = worst;
+  rep.data_range = fmt::format("{} stream classes; kept {:.2f}..{:.2f} of the rate alone", points.size(), lo, hi);
+  if (Conclude(&rep, {})) (write ? c.profile->node.cpu.io_write_beside_compute : c.profile->node.cpu.io_read_beside_compute) = std::move(points);
   c.reports->push_back(rep);
 }
 
@@ -171,7 +208,7 @@ void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<Mi
 void FitIoCpu(const Context& c) {
   // Each compute step's time alone: the median of its alone records (same layer and phase).
   std::map<std::pair<int32_t, int>, std::vector<double>> alone;
-  std::vector<const TraceRecord*> beside, windows;
+  std::vector<const TraceRecord*> beside, windows, streams_alone;
   int32_t threads = -1;
   bool mixed_threads = false;
   for (const TraceRecord* r : c.records) {
@@ -182,7 +219,7 @@ void FitIoCpu(const Context& c) {
       if (r->task == "probe.io_cpu.alone") alone[{r->layer, static_cast<int>(r->phase)}].push_back(r->duration_s());
       if (r->task == "probe.io_cpu.beside") beside.push_back(r);
     } else if ((r->op == Op::kRead || r->op == Op::kWrite) && r->duration_s() > 0 && r->block_bytes > 0 && r->queue_depth > 0) {
-      windows.push_back(r);
+      (r->task == "probe.io_cpu.read_alone" || r->task == "probe.io_cpu.write_alone" ? streams_alone : windows).push_back(r);
     } else if (r->task == "probe.io_cpu.dispatch" && r->duration_s() > 0 && r->tasks > 0) {
       windows.push_back(r);
     }
@@ -193,7 +230,10 @@ void FitIoCpu(const Context& c) {
                                           : fmt::format("the compute beside the streams ran on {} threads, the node has {} cores: "
                                                         "the load is measured by compute on every core",
                                                         threads, cores);
-    for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw"}) c.reports->push_back(RefusedReport(model, why));
+    for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw", "cpu.io_read_beside_compute",
+                              "cpu.io_write_beside_compute"}) {
+      c.reports->push_back(RefusedReport(model, why));
+    }
     return;
   }
   std::map<std::pair<int32_t, int>, double> reference;
@@ -234,6 +274,17 @@ void FitIoCpu(const Context& c) {
       by_dir[w->op == Op::kWrite ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(*load);
     }
   }
+  // Each read or write window's rate over its stream's rate alone in the same round.
+  std::map<std::tuple<int32_t, bool, int64_t, int32_t>, double> rate_alone;
+  for (const TraceRecord* r : streams_alone) rate_alone[{r->iteration, r->op == Op::kWrite, r->block_bytes, r->queue_depth}] = r->bytes / r->duration_s();
+  std::map<StreamClass, std::vector<double>> kept[2];
+  for (const TraceRecord* w : windows) {
+    if (w->task != "probe.io_cpu.read" && w->task != "probe.io_cpu.write") continue;
+    const bool write = w->op == Op::kWrite;
+    const auto it = rate_alone.find({w->iteration, write, w->block_bytes, w->queue_depth});
+    if (it == rate_alone.end() || !(it->second > 0)) continue;
+    kept[write ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(w->bytes / w->duration_s() / it->second);
+  }
   std::map<StreamClass, std::vector<MixWindow>> mixes;
   for (const auto& [key, records] : rw_windows) {
     const std::optional<double> load = window_load(*records.front());
@@ -245,6 +296,8 @@ void FitIoCpu(const Context& c) {
   const std::string note = empty > 0 ? fmt::format("{} windows with no compute step inside left out", empty) : std::string();
   FitDirection(c, false, by_dir[0], note);
   FitDirection(c, true, by_dir[1], note);
+  FitBesideCompute(c, false, kept[0]);
+  FitBesideCompute(c, true, kept[1]);
   FitHandOvers(c, per_hand_over, note);
   CheckIoPathMix(c, mixes);
 }

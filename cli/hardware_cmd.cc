@@ -31,6 +31,11 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
     for (const auto& p : points) a.push_back({{"block_bytes", p.block_bytes}, {"queue_depth", p.queue_depth}, {"cores", p.cores}});
     return a;
   };
+  const auto kept_points = [](const std::vector<models::IoRateKept>& points) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& p : points) a.push_back({{"block_bytes", p.block_bytes}, {"queue_depth", p.queue_depth}, {"kept", p.kept}});
+    return a;
+  };
   nlohmann::json j;
   j["nodes"] = hw.nodes;
   j["node"] = {{"name", n.name},
@@ -62,7 +67,9 @@ nlohmann::json ToJson(const models::HardwareSpec& hw) {
                  {"task_overhead_s", n.cpu.task_overhead_s},
                  {"task_overhead_cpu_s", n.cpu.task_overhead_cpu_s},
                  {"io_read_cores", io_points(n.cpu.io_read_cores)},
-                 {"io_write_cores", io_points(n.cpu.io_write_cores)}}},
+                 {"io_write_cores", io_points(n.cpu.io_write_cores)},
+                 {"io_read_beside_compute", kept_points(n.cpu.io_read_beside_compute)},
+                 {"io_write_beside_compute", kept_points(n.cpu.io_write_beside_compute)}}},
                {"interconnect",
                 {{"kind", n.interconnect.kind},
                  {"bus_bw_bytes_per_s", n.interconnect.bus_bw_bytes_per_s},
@@ -137,6 +144,16 @@ void PrintTable(const models::HardwareSpec& hw) {
   };
   io_cpu("read", n.cpu.io_read_cores);
   io_cpu("write", n.cpu.io_write_cores);
+  const auto kept = [](const char* what, const std::vector<models::IoRateKept>& points) {
+    if (points.empty()) return;
+    std::string text;
+    for (const models::IoRateKept& p : points) {
+      text += fmt::format("{}{} x{} {:.2f}", text.empty() ? "" : ", ", FormatBytes(static_cast<double>(p.block_bytes)), p.queue_depth, p.kept);
+    }
+    fmt::print("  io beside   the rate a {} stream keeps while compute holds every core: {}\n", what, text);
+  };
+  kept("read", n.cpu.io_read_beside_compute);
+  kept("write", n.cpu.io_write_beside_compute);
   fmt::print("  collective  {} busbw {}, alpha {}\n", n.interconnect.kind,
              FormatBandwidth(n.interconnect.bus_bw_bytes_per_s),
              FormatDuration(n.interconnect.latency_s));

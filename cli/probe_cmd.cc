@@ -537,6 +537,12 @@ Status RunProbeAll(const AllArgs& a) {
   host.io.window_s = std::max(0.2, 3 * a.disk_duration_s);
   const int32_t io_cpu_rounds = std::min(host.reps, 2);
   const double io_cpu_points = io_cpu ? static_cast<double>(io_cpu_rounds) * static_cast<double>(host.io.streams.size()) : 0.0;
+  // Its read and write streams run alone for a window too (real::ProbeIoCpu).
+  const auto io_alone = std::count_if(host.io.streams.begin(), host.io.streams.end(),
+                                      [](const real::IoCpuProbeOptions::Stream& s) { return s.op == "read" || s.op == "write"; });
+  const double io_cpu_s = io_cpu ? io_cpu_points * (2 * host.io.window_s + 0.2) +
+                                       static_cast<double>(io_cpu_rounds * io_alone) * (host.io.window_s + 0.1)
+                                 : 0.0;
   if (io_cpu) {
     steps.push_back({"io_cpu", "io-cpu", [&](const real::HostProbeOptions& o) {
                        real::HostProbeOptions rounds = o;
@@ -591,7 +597,7 @@ Status RunProbeAll(const AllArgs& a) {
   std::printf("# disk: %.0f measurements (points x passes) of %.1f s each, one directory at a time%s (about %.0f s, and the syncs after the points that wrote); the host probes take about "
               "%.0f s, compute sampled %d times in between\n",
               disk_points, d.warmup_s + d.repetitions * d.duration_s, several ? ", then all at once" : "",
-              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), 20 + io_cpu_points * (2 * host.io.window_s + 0.2),
+              disk_points * (d.warmup_s + d.repetitions * d.duration_s + 0.02), 20 + io_cpu_s,
               slices);
   // The fits and the simulator share a device fairly between streams; a scheduler that does not
   // is worth knowing before the profile is trusted for schedules that overlap streams on one disk.

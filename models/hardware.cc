@@ -96,6 +96,8 @@ Status ApplyCpu(const YAML::Node& node, const std::string& path, CpuSpec* c) {
   TF_RETURN_IF_ERROR(r.Duration("task_overhead_cpu", &c->task_overhead_cpu_s));
   TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_read_cores", "cores", "0.8", &IoCpuPoint::cores, &c->io_read_cores));
   TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_write_cores", "cores", "0.8", &IoCpuPoint::cores, &c->io_write_cores));
+  TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_read_beside_compute", "the rate kept", "0.6", &IoRateKept::kept, &c->io_read_beside_compute));
+  TF_RETURN_IF_ERROR(ReadRequestMap(r, "io_write_beside_compute", "the rate kept", "0.6", &IoRateKept::kept, &c->io_write_beside_compute));
   return r.Finish();
 }
 
@@ -347,6 +349,20 @@ Status ValidateHardware(const HardwareSpec& hw) {
       }
     }
   }
+  for (const auto& [field, table] : {std::pair{".cpu.io_read_beside_compute", &node.cpu.io_read_beside_compute},
+                                      std::pair{".cpu.io_write_beside_compute", &node.cpu.io_write_beside_compute}}) {
+    for (size_t k = 0; k < table->size(); ++k) {
+      const IoRateKept& m = (*table)[k];
+      const std::string at = std::to_string(m.block_bytes) + "x" + std::to_string(m.queue_depth);
+      if (!(m.kept > 0) || m.kept > 1) {
+        return InvalidArgument(n + field + "." + at + ": " + std::to_string(m.kept) +
+                               " of the rate alone, outside (0, 1]: a stream beside compute keeps a share of its rate");
+      }
+      if (k > 0 && (*table)[k - 1].block_bytes == m.block_bytes && (*table)[k - 1].queue_depth == m.queue_depth) {
+        return InvalidArgument(n + field + ": " + at + " given twice");
+      }
+    }
+  }
   if (node.cpu.cores < 1) {
     return InvalidArgument(n + ".cpu.cores must be at least 1, got " +
                            std::to_string(node.cpu.cores));
@@ -484,6 +500,12 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
   if (n.cpu.task_overhead_cpu_s > 0) y += fmt::format("    task_overhead_cpu: {} s\n", Num(n.cpu.task_overhead_cpu_s));
   if (!n.cpu.io_read_cores.empty()) y += "    io_read_cores: " + RequestMapText(n.cpu.io_read_cores, &IoCpuPoint::cores) + "\n";
   if (!n.cpu.io_write_cores.empty()) y += "    io_write_cores: " + RequestMapText(n.cpu.io_write_cores, &IoCpuPoint::cores) + "\n";
+  if (!n.cpu.io_read_beside_compute.empty()) {
+    y += "    io_read_beside_compute: " + RequestMapText(n.cpu.io_read_beside_compute, &IoRateKept::kept) + "\n";
+  }
+  if (!n.cpu.io_write_beside_compute.empty()) {
+    y += "    io_write_beside_compute: " + RequestMapText(n.cpu.io_write_beside_compute, &IoRateKept::kept) + "\n";
+  }
   y += "  interconnect:\n";
   y += fmt::format("    kind: {}\n", Quote(n.interconnect.kind));
   // bus_bw may be 0 on a one-GPU node; a zero bandwidth does not parse, so it is left out.

@@ -181,12 +181,17 @@ double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads) {
   return static_cast<double>(bytes) / rate;
 }
 
-double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) {
-  const std::vector<IoCpuPoint>& points = write ? cpu.io_write_cores : cpu.io_read_cores;
-  if (block <= 0 || depth <= 0) return 0.0;
-  const IoCpuPoint* best = nullptr;
+namespace {
+
+// The point of `points` (sorted by block, then depth) whose class is nearest to `block` x
+// `depth` in log2 block plus log2 depth, the first (smaller) of equal distances; null when there
+// is none or the class is not a stream's.
+template <typename Point>
+const Point* NearestClass(const std::vector<Point>& points, int64_t block, int32_t depth) {
+  if (block <= 0 || depth <= 0) return nullptr;
+  const Point* best = nullptr;
   double best_distance = 0;
-  for (const IoCpuPoint& p : points) {  // sorted: the first of equal distances is the smaller
+  for (const Point& p : points) {
     const double distance = std::fabs(std::log2(static_cast<double>(block) / static_cast<double>(p.block_bytes))) +
                             std::fabs(std::log2(static_cast<double>(depth) / p.queue_depth));
     if (best == nullptr || distance < best_distance) {
@@ -194,7 +199,19 @@ double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) 
       best_distance = distance;
     }
   }
-  return best != nullptr ? best->cores : 0.0;
+  return best;
+}
+
+}  // namespace
+
+double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) {
+  const IoCpuPoint* p = NearestClass(write ? cpu.io_write_cores : cpu.io_read_cores, block, depth);
+  return p != nullptr ? p->cores : 0.0;
+}
+
+double IoRateBesideCompute(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) {
+  const IoRateKept* p = NearestClass(write ? cpu.io_write_beside_compute : cpu.io_read_beside_compute, block, depth);
+  return p != nullptr ? p->kept : 1.0;
 }
 
 double IoPathCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth) {

@@ -108,6 +108,10 @@ class Runner {
       BoundLoads(f.disk);
       if (f.load_done) LeaveLoads(id);
     }
+    if (f.compute >= 0 && f.activities[static_cast<size_t>(f.compute)].get() == &activity) {
+      const TaskPlan& p = plan_.tasks[f.instance.task];
+      HoldCores(p.node, -p.threads);
+    }
     if (f.load >= 0 && f.activities[static_cast<size_t>(f.load)].get() == &activity) {
       f.load_done = true;
       if (!f.flowing) LeaveLoads(id);
@@ -144,10 +148,14 @@ class Runner {
   // one keeping 1 MiB. Max-min sharing of the media link alone would split it equally per
   // stream and let a shallow stream keep its cap beside deep ones. SimGrid 3.32's comms carry no
   // weight, so the shares are set as the bandwidth of each class's FATPIPE endpoint link (a
-  // per-flow bound), every time a stream on the device starts or ends.
+  // per-flow bound), every time a stream on the device starts or ends. While user execs hold
+  // every core of the node (HoldCores), each stream then keeps its class's share of that rate
+  // (Endpoint::kept_beside_compute): its I/O path waits for a core, the device does not slow,
+  // so what a slowed stream leaves is not handed to the others.
   void ShareDisk(int32_t slot) {
     const int32_t reads = disk_reads_[slot], writes = disk_writes_[slot];
     if (reads + writes == 0) return;
+    const bool busy = CoresHeld(slot / plan_.nvmes);
     const double capacity = models::DiskSharedCapacity(hw_.node.nvme[static_cast<size_t>(slot % plan_.nvmes)], reads, writes);
     sharing_.clear();
     double weight = 0;
@@ -171,7 +179,23 @@ class Runner {
       const double rate = weight > 0 && left > 0 ? std::min(ep.cap_bw, left / weight * ep.in_flight_bytes) : ep.cap_bw;
       left -= flows * rate;
       weight -= flows * ep.in_flight_bytes;
-      SetEndpointRate(e, rate);
+      SetEndpointRate(e, busy ? rate * ep.kept_beside_compute : rate);
+    }
+  }
+
+  // Whether the user execs running on node `node`'s cores now hold every one of them.
+  bool CoresHeld(int32_t node) const { return node_threads_[static_cast<size_t>(node)] >= hw_.node.cpu.cores; }
+
+  // A user exec of `threads` threads starts (threads > 0) or ends (< 0) on node `node`'s cores:
+  // when that changes whether they hold every core, the node's disks are shared again (ShareDisk)
+  // and their streams' I/O paths bounded to the new rates (BoundLoads).
+  void HoldCores(int32_t node, int32_t threads) {
+    const bool before = CoresHeld(node);
+    node_threads_[static_cast<size_t>(node)] += threads;
+    if (CoresHeld(node) == before) return;
+    for (int32_t slot = node * plan_.nvmes; slot < (node + 1) * plan_.nvmes; ++slot) {
+      ShareDisk(slot);
+      BoundLoads(slot);
     }
   }
 
@@ -188,6 +212,7 @@ class Runner {
     int32_t endpoint = -1;  // of a disk flow: its class
     bool write = false;
     int32_t comm = -1;      // of a disk flow: the index of its comm in `activities`
+    int32_t compute = -1;   // of a user exec on a node's cores: its index in `activities` (HoldCores)
     bool flowing = false;   // a disk flow's comm is under way
     // Its I/O path's load (TaskPlan::cpu_amount): the index of its exec in `activities` once
     // started, whether it has ended, and the bound and its stream's rate when it last started.
@@ -296,6 +321,7 @@ class Runner {
     };
     disk_reads_.assign(static_cast<size_t>(plan_.nodes * plan_.nvmes), 0);
     disk_writes_.assign(disk_reads_.size(), 0);
+    node_threads_.assign(static_cast<size_t>(plan_.nodes), 0);
     slot_loads_.assign(disk_reads_.size(), {});
     nodes_.resize(static_cast<size_t>(plan_.nodes));
     for (int32_t n = 0; n < plan_.nodes; ++n) {
@@ -408,6 +434,7 @@ class Runner {
     f.activities.clear();
     f.unstarted = 0;
     f.comm = -1;
+    f.compute = -1;
     f.flowing = false;
     f.load = -1;
     f.load_done = false;
@@ -427,6 +454,7 @@ class Runner {
       exec->set_flops_amount(p.amount);
       exec->set_host(p.on_cpu ? nodes_[static_cast<size_t>(p.node)].cpu : gpu_[static_cast<size_t>(p.gpu)]);
       if (p.threads > 1) exec->set_thread_count(p.threads);
+      if (p.on_cpu) f.compute = static_cast<int32_t>(f.activities.size());
       f.activities.push_back(exec);
       ++f.pending;
       BeginAfter(id, p.delay_s);
@@ -526,6 +554,7 @@ class Runner {
       a->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
       ++activities_;
       a->vetoable_start();
+      if (static_cast<int32_t>(f.unstarted) == f.compute) HoldCores(plan_.tasks[f.instance.task].node, plan_.tasks[f.instance.task].threads);
     }
     if (f.disk >= 0) {
       ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
@@ -574,6 +603,7 @@ class Runner {
   std::vector<Flight> flights_;
   std::vector<int32_t> free_flights_;
   std::vector<int32_t> disk_reads_, disk_writes_;  // per node and disk: comms transferring now
+  std::vector<int32_t> node_threads_;  // per node: threads of the user execs on its cores now (HoldCores)
   std::vector<sg4::ActivityPtr> retired_;
   std::vector<sg4::ActivityPtr> cancelled_;  // loads cancelled by BoundLoads, until signalled FAILED
   std::vector<Instance> to_start_;

@@ -114,6 +114,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           if (in_flight < block * depth) e.name += "." + std::to_string(in_flight);
           e.cap_bw = bw;
           e.in_flight_bytes = static_cast<double>(in_flight);
+          e.kept_beside_compute = models::IoRateBesideCompute(node.cpu, write, block, depth);
           e.latency_s = write ? disk.write_latency_s : disk.read_latency_s;
           // Directories on one device cross its one media link (NvmeSpec::same_device_as).
           e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;

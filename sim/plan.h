@@ -32,6 +32,9 @@ struct Endpoint {
   // A disk stream's bytes queued on the device: min(block x depth, the transfer's bytes). The
   // device shares its capacity among the streams on it in proportion to these (sim/engine.cc).
   double in_flight_bytes = 0;
+  // A disk stream's share of its rate kept while user execs hold every core of its node
+  // (models::IoRateBesideCompute; sim/engine.cc ShareDisk); 1 for every other endpoint.
+  double kept_beside_compute = 1;
   int32_t disk = -1;     // nvme index whose media link the route crosses (its device's first entry), or -1
   int32_t remote = -1;   // remote tier index, or -1
   bool collective = false;  // within the node, over its interconnect

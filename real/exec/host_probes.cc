@@ -324,10 +324,22 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
   auto body = [&]() -> Status {
     for (int32_t rep = 0; rep < o.repetitions; ++rep) {
       for (const IoCpuProbeOptions::Stream& st : io.streams) {
-        // Alone for a window, then beside the stream for a window: the pairs close in time, so
-        // that the machine's drift over the probe does not enter the ratio.
+        // Compute alone for a window, a read or write stream alone for a window, then both at
+        // once for a window: close in time, so that the machine's drift over the probe does not
+        // enter the ratios (what the stream takes from the compute, and the compute from it).
         const double alone_until = MonotonicSeconds() + io.window_s;
         while (MonotonicSeconds() < alone_until) TF_RETURN_IF_ERROR(passes->Pass("probe.io_cpu.alone", rep, t0, &out));
+        if (st.op == "read" || st.op == "write") {
+          StatusOr<std::vector<TraceRecord>> alone = stream_window(st);
+          TF_RETURN_IF_ERROR(alone.status());
+          for (TraceRecord& r : *alone) {
+            r.task = "probe.io_cpu." + st.op + "_alone";
+            r.iteration = rep;
+            r.start_s -= t0;
+            r.end_s -= t0;
+            out.push_back(std::move(r));
+          }
+        }
         StatusOr<std::vector<TraceRecord>> window = std::vector<TraceRecord>{};
         std::atomic<bool> done{false};
         std::thread stream([&] {

@@ -65,6 +65,8 @@ models::HardwareSpec Truth() {
   t.node.cpu.task_overhead_cpu_s = 30e-6;  // 0.6 of the cores at 20 k hand-overs/s
   t.node.cpu.io_read_cores = {{16384, 1, 0.9}, {1 << 20, 8, 0.3}};
   t.node.cpu.io_write_cores = {{16384, 1, 0.5}, {262144, 4, 0.2}, {1 << 20, 8, 0.45}};
+  t.node.cpu.io_read_beside_compute = {{16384, 1, 0.7}, {1 << 20, 8, 0.63}};
+  t.node.cpu.io_write_beside_compute = {{16384, 1, 0.5}, {262144, 4, 0.8}};  // 1 MiB x 8 keeps 256 KiB x 4's
   t.node.interconnect.bus_bw_bytes_per_s = 20e9;
   t.node.interconnect.latency_s = 8e-6;
   t.node.interconnect.local_bw_bytes_per_s = 1.5e9;
@@ -131,13 +133,14 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
     EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
   }
-  for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw"}) {
+  for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw", "cpu.io_read_beside_compute",
+                            "cpu.io_write_beside_compute"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
   }
   EXPECT_LT(Find(*cal, "cpu.io_rw")->rms_rel_residual, 0.01) << FitSummary(*Find(*cal, "cpu.io_rw"));
-  EXPECT_EQ(cal->fits.size(), 23u);
+  EXPECT_EQ(cal->fits.size(), 25u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -176,6 +179,15 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
       EXPECT_EQ(g[k].block_bytes, w[k].block_bytes);
       EXPECT_EQ(g[k].queue_depth, w[k].queue_depth);
       EXPECT_NEAR(g[k].cores, w[k].cores, 0.05) << (write ? "write " : "read ") << w[k].block_bytes << "x" << w[k].queue_depth;
+    }
+    // What the compute leaves each probed class of stream: its window beside over its window
+    // alone, written per class as measured (1 MiB x 8 writes too, whose truth is a neighbour's).
+    const auto& kept = write ? got.cpu.io_write_beside_compute : got.cpu.io_read_beside_compute;
+    ASSERT_EQ(kept.size(), w.size());
+    for (const models::IoRateKept& k : kept) {
+      ExpectWithin(k.kept, models::IoRateBesideCompute(want.cpu, write, k.block_bytes, k.queue_depth), kRatioTol,
+                   std::string(write ? "write" : "read") + " kept beside compute, " + std::to_string(k.block_bytes) + "x" +
+                       std::to_string(k.queue_depth));
     }
   }
   ExpectWithin(got.pcie.latency_s, want.pcie.latency_s, kLatencyTol, "pcie latency");
@@ -1035,6 +1047,7 @@ TEST(CalibrateIoCpuTest, ComputeOnFewerThreadsThanCoresIsRefused) {
   EXPECT_EQ(f->outcome, FitOutcome::kRefused);
   EXPECT_NE(f->reason.find("2 threads, the node has 8 cores"), std::string::npos) << f->reason;
   EXPECT_TRUE(cal->profile.node.cpu.io_read_cores.empty());
+  EXPECT_EQ(Find(*cal, "cpu.io_read_beside_compute")->outcome, FitOutcome::kRefused) << "beside fewer threads than cores";
   // On every core, the same records give the load.
   r.clear();
   testing::AddIoCpu(truth.node.cpu, 8, 1, none, &r);

@@ -188,9 +188,10 @@ inline void AddDispatch(double overhead_s, int n, Noise& noise, std::vector<Trac
 
 // probe io-cpu, on `threads` threads: per measured class of `cpu` (io_read_cores, io_write_cores)
 // and, with task_overhead_cpu, a chain of hand-overs (20 k/s), `reps` rounds of compute alone
-// (three layers, both phases) and beside the stream, whose window holds the steps beside it; a
-// step beside a stream that keeps f cores busy takes cores / (cores - f) as long. Timed after
-// every other probe record (from t = 1000 s).
+// (three layers, both phases), the stream alone for a window at 1 GB/s, then compute beside the
+// stream, whose window holds the steps beside it; a step beside a stream that keeps f cores busy
+// takes cores / (cores - f) as long, and the stream beside the compute moves its class's share
+// of 1 GB/s (IoRateBesideCompute). Timed after every other probe record (from t = 1000 s).
 inline void AddIoCpu(const models::CpuSpec& cpu, int32_t threads, int reps, Noise& noise, std::vector<TraceRecord>* out) {
   double t = 1000;
   const auto steps = [&](const std::string& task, double slowdown) {
@@ -224,10 +225,22 @@ inline void AddIoCpu(const models::CpuSpec& cpu, int32_t threads, int reps, Nois
     for (const bool write : {false, true}) {
       for (const models::IoCpuPoint& p : write ? cpu.io_write_cores : cpu.io_read_cores) {
         steps("probe.io_cpu.alone", 1.0);
+        constexpr double kAloneS = 0.01;
+        TraceRecord a = Probe(write ? "probe.io_cpu.write_alone" : "probe.io_cpu.read_alone", write ? Op::kWrite : Op::kRead,
+                              write ? "nvme0.write" : "nvme0.read", static_cast<int64_t>(1e9 * kAloneS * noise.Factor()), 0);
+        a.start_s = t;
+        a.end_s = t += kAloneS;
+        a.block_bytes = p.block_bytes;
+        a.queue_depth = p.queue_depth;
+        a.threads = 1;
+        a.iteration = rep;
+        out->push_back(a);
         const double start = t;
         steps("probe.io_cpu.beside", cpu.cores / (cpu.cores - p.cores));
+        const double kept = models::IoRateBesideCompute(cpu, write, p.block_bytes, p.queue_depth);
         TraceRecord w = Probe(write ? "probe.io_cpu.write" : "probe.io_cpu.read", write ? Op::kWrite : Op::kRead,
-                              write ? "nvme0.write" : "nvme0.read", static_cast<int64_t>(1e9 * (t - start)), 0);
+                              write ? "nvme0.write" : "nvme0.read", static_cast<int64_t>(kept * 1e9 * (t - start)), 0);
+        w.iteration = rep;
         w.start_s = start;
         w.end_s = t;
         w.block_bytes = p.block_bytes;

@@ -209,7 +209,7 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
   auto r = ProbeIoCpu(config, ToLayerCosts(*costs), io, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(reports, 4);  // one per stream
-  std::vector<const TraceRecord*> windows, mix;
+  std::vector<const TraceRecord*> windows, mix, streams_alone;
   int alone = 0;
   for (const TraceRecord& x : *r) {
     EXPECT_EQ(x.source, "probe");
@@ -225,6 +225,11 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
         mix.push_back(&x);  // a reader's and a writer's record of one window
         continue;
       }
+      if (x.task == "probe.io_cpu.read_alone" || x.task == "probe.io_cpu.write_alone") {
+        EXPECT_EQ(x.task, x.op == Op::kRead ? "probe.io_cpu.read_alone" : "probe.io_cpu.write_alone");
+        streams_alone.push_back(&x);  // the stream alone, before its window beside the compute
+        continue;
+      }
       EXPECT_EQ(x.task, x.op == Op::kRead ? "probe.io_cpu.read" : "probe.io_cpu.write");
       windows.push_back(&x);
     } else {
@@ -236,6 +241,17 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
     }
   }
   ASSERT_EQ(windows.size(), 3u);
+  // A read and a write stream ran alone too, before their windows beside the compute, and no
+  // compute step lies inside them: what calibrate's cpu.io_*_beside_compute pairs.
+  ASSERT_EQ(streams_alone.size(), 2u);
+  for (const TraceRecord* a : streams_alone) {
+    const auto beside = std::find_if(windows.begin(), windows.end(), [&](const TraceRecord* w) { return w->op == a->op; });
+    ASSERT_NE(beside, windows.end());
+    EXPECT_LE(a->end_s, (*beside)->start_s);
+    for (const TraceRecord& x : *r) {
+      EXPECT_FALSE(x.op == Op::kCompute && x.start_s >= a->start_s && x.end_s <= a->end_s) << x.task << " inside " << a->task;
+    }
+  }
   ASSERT_EQ(mix.size(), 2u);
   EXPECT_NE(mix[0]->op, mix[1]->op);
   EXPECT_EQ(mix[0]->start_s, mix[1]->start_s);

@@ -179,6 +179,8 @@ void ExpectEqual(const HardwareSpec& a, const HardwareSpec& b) {
   EXPECT_EQ(x.cpu.convert_bytes_per_s_per_core, y.cpu.convert_bytes_per_s_per_core);
   EXPECT_EQ(x.cpu.io_read_cores, y.cpu.io_read_cores);
   EXPECT_EQ(x.cpu.io_write_cores, y.cpu.io_write_cores);
+  EXPECT_EQ(x.cpu.io_read_beside_compute, y.cpu.io_read_beside_compute);
+  EXPECT_EQ(x.cpu.io_write_beside_compute, y.cpu.io_write_beside_compute);
   EXPECT_EQ(x.interconnect.kind, y.interconnect.kind);
   EXPECT_EQ(x.interconnect.bus_bw_bytes_per_s, y.interconnect.bus_bw_bytes_per_s);
   EXPECT_EQ(x.interconnect.latency_s, y.interconnect.latency_s);
@@ -227,6 +229,8 @@ TEST(HardwareYamlTest, FullDescriptionRoundTripsExactly) {
     hw.node.cpu.task_overhead_cpu_s = 1.0 / 7.0 * 1e-4;
     hw.node.cpu.io_read_cores = {{16384, 1, 1.0 / 3.0}, {1 << 20, 8, 0.29}};
     hw.node.cpu.io_write_cores = {{262144, 4, 0.2}};
+    hw.node.cpu.io_read_beside_compute = {{1 << 20, 8, 1.0 / 3.0}};
+    hw.node.cpu.io_write_beside_compute = {{16384, 1, 0.5}, {262144, 4, 0.71}};
     const std::string yaml = HardwareToYaml(hw);
     auto back = FromText(yaml);
     ASSERT_TRUE(back.ok()) << name << ": " << back.status().ToString() << "\n" << yaml;
@@ -301,6 +305,29 @@ TEST(HardwareYamlTest, TheIoPathsLoadIsAMapOfBlockByDepthToCores) {
        "hardware.node.cpu.io_read_cores.16384x1: 2.500000 cores, outside 0..2"},
       {"{preset: cpu-host, node: {cpu: {io_read_cores: {16384x1: -0.1}}}}",
        "hardware.node.cpu.io_read_cores.16384x1: -0.100000 cores, outside 0.."},
+  };
+  ExpectEachRefused(bad);
+}
+
+// What compute on every core leaves a stream: a map of stream class to the share of its rate
+// kept, each within (0, 1]; a stream takes its nearest measured class's, all of it when none.
+TEST(HardwareYamlTest, TheRateAStreamKeepsBesideComputeIsAMapOfBlockByDepthToAShare) {
+  auto hw = FromText("{preset: cpu-host, node: {cpu: {io_write_beside_compute: {1048576x8: 0.6, 16384x1: 0.5}}}}");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  EXPECT_EQ(hw->node.cpu.io_write_beside_compute, (std::vector<IoRateKept>{{16384, 1, 0.5}, {1 << 20, 8, 0.6}}));
+  EXPECT_TRUE(hw->node.cpu.io_read_beside_compute.empty());
+  EXPECT_DOUBLE_EQ(IoRateBesideCompute(hw->node.cpu, true, 262144, 4), 0.6);
+  EXPECT_DOUBLE_EQ(IoRateBesideCompute(hw->node.cpu, true, 32768, 1), 0.5);
+  EXPECT_DOUBLE_EQ(IoRateBesideCompute(hw->node.cpu, false, 16384, 1), 1.0);
+  const std::pair<const char*, const char*> bad[] = {
+      {"{preset: cpu-host, node: {cpu: {io_read_beside_compute: [0.6]}}}",
+       "hardware.node.cpu.io_read_beside_compute: expected a map of BLOCKxDEPTH to the rate kept"},
+      {"{preset: cpu-host, node: {cpu: {io_read_beside_compute: {16384x1: 1.2}}}}",
+       "hardware.node.cpu.io_read_beside_compute.16384x1: 1.200000 of the rate alone, outside (0, 1]"},
+      {"{preset: cpu-host, node: {cpu: {io_write_beside_compute: {16384x1: 0}}}}",
+       "hardware.node.cpu.io_write_beside_compute.16384x1: 0.000000 of the rate alone, outside (0, 1]"},
+      {"{preset: cpu-host, node: {cpu: {io_write_beside_compute: {16384x1: 0.5, 16384x01: 0.6}}}}",
+       "hardware.node.cpu.io_write_beside_compute: 16384x1 given twice"},
   };
   ExpectEachRefused(bad);
 }

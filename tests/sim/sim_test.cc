@@ -506,6 +506,36 @@ TEST(SimTest, TheIoPathsCpuSlowsComputeBesideAReadButNotTheRead) {
   }
 }
 
+// What compute on every core takes from a stream (cpu.io_read_beside_compute): while the compute
+// holds the node's cores a read keeps its class's share of its rate (the nearest measured class),
+// and its full rate once the compute has ended. Compute on a GPU holds no core.
+TEST(SimTest, AStreamBesideComputeOnEveryCoreKeepsItsClassShareOfItsRate) {
+  auto hw = TestHardware();
+  hw.node.cpu.cores = 2;
+  hw.node.cpu.io_read_beside_compute = {{16 * 1024, 1, 0.9}, {2 * kMiB, 8, 0.5}};
+  const auto& d = hw.node.nvme[0];
+  const int64_t block = kMiB, bytes = 64 * kMiB;
+  const int32_t depth = 8;
+  const double lat = d.read_latency_s;
+  const double transfer_s = static_cast<double>(bytes) / models::DiskReadBandwidth(d, block, depth);
+  const double compute_s = transfer_s / 2;
+  for (const bool on_cores : {true, false}) {
+    hw.node.gpu.shares_host_cores = on_cores;
+    Builder b;
+    b.Resource("gpu0.compute", "gpu0");
+    b.Resource("nvme0.read", "nvme0");
+    b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+    TaskSpec& r = b.Task("r", Op::kRead, "nvme0.read", bytes);
+    r.block_bytes = block;
+    r.queue_depth = depth;
+    SimResult res = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(res, "x").end_s, compute_s) << on_cores;
+    // From its latency to the compute's end at half its rate, then at its rate: the half it did
+    // not move then, (compute_s - lat) / 2 of its time alone, comes after.
+    EXPECT_REL(Find(res, "r").end_s, on_cores ? lat + transfer_s + (compute_s - lat) / 2 : lat + transfer_s) << on_cores;
+  }
+}
+
 // One device's I/O path serves its streams together: two reads of one class (one core alone)
 // splitting the disk keep one core busy, not two, and once the shorter has ended the other keeps
 // the whole core for the rest of its bytes.

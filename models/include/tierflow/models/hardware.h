@@ -117,6 +117,19 @@ struct IoCpuPoint {
   bool operator==(const IoCpuPoint&) const = default;
 };
 
+// The share of its rate alone that a disk stream of a class keeps while compute holds every core
+// of the node: the stream's I/O path (the ring thread and its wake-ups, a hypervisor's exits)
+// then waits for a core, and each request's completion is handled later. Measured as the
+// stream's rate beside compute on every core over its rate alone, the two windows close in time
+// (`probe io-cpu`). Here 1 MiB x 8 reads kept 0.63 of 5.2 GB/s and 16 KiB x 1 writes 0.5
+// (docs/calibration.md, `cpu.io_read_beside_compute`).
+struct IoRateKept {
+  int64_t block_bytes = 0;
+  int32_t queue_depth = 0;
+  double kept = 1;
+  bool operator==(const IoRateKept&) const = default;
+};
+
 struct CpuSpec {
   int32_t cores = 0;
   int64_t host_memory_bytes = 0;
@@ -137,6 +150,10 @@ struct CpuSpec {
   // a stream takes its nearest measured class's (IoCpuCores). Empty: none.
   // YAML: `io_read_cores: {16384x1: 0.85, 1048576x8: 0.27}` (block bytes x depth: cores).
   std::vector<IoCpuPoint> io_read_cores, io_write_cores;
+  // The share of its rate a stream keeps while compute holds every core (IoRateKept), sorted by
+  // block then depth; a stream takes its nearest measured class's (IoRateBesideCompute). Empty:
+  // it keeps all of it. YAML: `io_read_beside_compute: {16384x1: 0.7, 1048576x8: 0.63}`.
+  std::vector<IoRateKept> io_read_beside_compute, io_write_beside_compute;
   // DRAM kept from pinned buffers (the OS, the page cache, the framework): what `tune` may not
   // pin. -1 (absent): an eighth of host_memory (HostReserveBytes).
   int64_t host_reserve_bytes = -1;

@@ -80,6 +80,11 @@ double IoCpuCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
 // thread).
 double IoPathCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
 
+// The share of its rate alone that such a stream keeps while compute holds every core of its
+// node (CpuSpec::io_read_beside_compute, io_write_beside_compute): the measured class nearest as
+// IoCpuCores takes it; 1 when none was measured.
+double IoRateBesideCompute(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
+
 // The streams on one device at once, stream i of a class that keeps `cores[i]` busy alone
 // (IoCpuCores): together they keep the largest of those figures busy, whatever their rates (one
 // device's I/O path serves its streams together, and what it takes does not follow the bytes it

@@ -67,14 +67,16 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
 // What the I/O path and the executor's hand-overs take from the cores (docs/calibration.md,
 // `cpu.io_read`, `cpu.dispatch_load`): compute on every core (the layers of `config`, as
 // ProbeCompute) alone for a window, then beside one stream for a window, stream by stream,
-// `repetitions` rounds. A stream is a disk stream (the disk probe's, on `dir`) or, op
+// `repetitions` rounds; a read or write stream also runs alone for a window in between (what
+// the compute takes from the stream: `cpu.io_read_beside_compute`). A stream is a disk stream (the disk probe's, on `dir`) or, op
 // "dispatch", the executor's hand-overs (ProbeDispatch's), each after an idle gap of 100 us, so
 // that the threads sleep between them as between a run's small tasks. Records: compute
 // "probe.io_cpu.alone" and "probe.io_cpu.beside" (as ProbeCompute's; a beside record counts when
 // it lies inside its stream's window), and each stream's window: op read or write, task
 // "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows; op "rw", a reader and
 // a writer at once, one record of each op, task "probe.io_cpu.rw"), or op barrier, task
-// "probe.io_cpu.dispatch", `tasks` = the hand-overs in it; all timed from one origin. The probe
+// "probe.io_cpu.dispatch", `tasks` = the hand-overs in it; a stream's window alone: task
+// "probe.io_cpu.read_alone" | "probe.io_cpu.write_alone"; all timed from one origin. The probe
 // file is removed when done.
 struct IoCpuProbeOptions {
   std::string dir;
