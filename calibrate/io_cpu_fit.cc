@@ -26,39 +26,49 @@ constexpr double kMinCores = 1e-3;
 
 using StreamClass = std::pair<int64_t, int32_t>;  // block bytes, depth
 
-// Each class's load: the median over its windows, written as one measured point.
+// Per stream class, the median of its values as one measured point, within [floor, ceiling]:
+// report `model`, one parameter `key.BxD` per class; the points go to `table` when concluded. A
+// class measured once has no spread to judge; it is written as measured, as every probe point
+// kept beside a fit is (read_bw_by_request). `range` gives the values' range: "{} .. {}".
+template <typename Point>
+void FitPerClass(const Context& c, const std::string& model, const std::string& key, const char* unit,
+                 const std::map<StreamClass, std::vector<double>>& classes, double floor, double ceiling,
+                 const std::string& note, const std::string& range, std::vector<Point>* table) {
+  FitReport rep;
+  rep.model = model;
+  rep.condition_number = 1;
+  rep.note = note;
+  std::vector<Point> points;
+  double sum_sq = 0, worst = 0, lo = 0, hi = 0;
+  for (const auto& [cls, values] : classes) {
+    const MedianStats m = MedianOf(values, c.options);
+    sum_sq += m.sum_sq_rel;
+    worst = std::max(worst, m.worst_rel);
+    lo = rep.samples == 0 ? m.lo : std::min(lo, m.lo);
+    hi = rep.samples == 0 ? m.hi : std::max(hi, m.hi);
+    rep.samples += static_cast<int64_t>(values.size());
+    const double value = std::clamp(m.median, floor, ceiling);
+    points.push_back({cls.first, cls.second, value});
+    rep.params.push_back({fmt::format("{}.{}x{}", key, cls.first, cls.second), value, m.rel_se, unit, true});
+  }
+  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(rep.samples));
+  rep.max_rel_residual = worst;
+  rep.data_range = fmt::format("{} stream classes; ", points.size()) + fmt::format(fmt::runtime(range), lo, hi);
+  if (Conclude(&rep, {})) *table = std::move(points);
+  c.reports->push_back(rep);
+}
+
+// Each class's load: the median over its windows, at most the node's cores.
 void FitDirection(const Context& c, bool write, const std::map<StreamClass, std::vector<double>>& classes, const std::string& note) {
-  const CalibrateOptions& o = c.options;
   const std::string dir = write ? "write" : "read";
   const std::string model = "cpu.io_" + dir;
   if (classes.empty()) {
     c.reports->push_back(NoData(model, "probe.io_cpu." + dir + " windows with probe.io_cpu.alone and .beside compute (tierflow probe io-cpu)"));
     return;
   }
-  FitReport rep;
-  rep.model = model;
-  rep.condition_number = 1;
-  rep.note = note;
-  std::vector<models::IoCpuPoint> points;
-  double sum_sq = 0, worst = 0, lo = 0, hi = 0;
-  for (const auto& [cls, loads] : classes) {
-    const MedianStats m = MedianOf(loads, o);
-    sum_sq += m.sum_sq_rel;
-    worst = std::max(worst, m.worst_rel);
-    lo = rep.samples == 0 ? m.lo : std::min(lo, m.lo);
-    hi = rep.samples == 0 ? m.hi : std::max(hi, m.hi);
-    rep.samples += static_cast<int64_t>(loads.size());
-    const double cores = std::clamp(m.median, 0.0, static_cast<double>(c.profile->node.cpu.cores));
-    points.push_back({cls.first, cls.second, cores});
-    rep.params.push_back({fmt::format("io_{}_cores.{}x{}", dir, cls.first, cls.second), cores, m.rel_se, "cores", true});
-  }
-  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(rep.samples));
-  rep.max_rel_residual = worst;
-  rep.data_range = fmt::format("{} stream classes; compute lost {:.2f}..{:.2f} cores", points.size(), lo, hi);
-  // A class measured once has no spread to judge; it is written as measured, as every probe
-  // point kept beside a fit is (read_bw_by_request).
-  if (Conclude(&rep, {})) (write ? c.profile->node.cpu.io_write_cores : c.profile->node.cpu.io_read_cores) = std::move(points);
-  c.reports->push_back(rep);
+  models::CpuSpec& cpu = c.profile->node.cpu;
+  FitPerClass(c, model, "io_" + dir + "_cores", "cores", classes, 0.0, static_cast<double>(cpu.cores), note,
+              "compute lost {:.2f}..{:.2f} cores", write ? &cpu.io_write_cores : &cpu.io_read_cores);
 }
 
 // The core-seconds of one hand-over: the load beside the chain over its hand-overs per second,
@@ -88,37 +98,18 @@ void FitHandOvers(const Context& c, const std::vector<double>& per_hand_over, co
 
 // The share of its rate alone a stream keeps beside compute on every core, per class: each
 // round's window beside over its window alone (probe io-cpu runs them one after the other), the
-// median over the rounds, at most 1, written as measured.
+// median over the rounds, at most 1.
 void FitBesideCompute(const Context& c, bool write, const std::map<StreamClass, std::vector<double>>& classes) {
-  const CalibrateOptions& o = c.options;
   const std::string dir = write ? "write" : "read";
   const std::string model = "cpu.io_" + dir + "_beside_compute";
   if (classes.empty()) {
     c.reports->push_back(NoData(model, "probe.io_cpu." + dir + " windows with probe.io_cpu." + dir + "_alone windows of the same round (tierflow probe io-cpu)"));
     return;
   }
-  FitReport rep;
-  rep.model = model;
-  rep.condition_number = 1;
-  rep.note = "the rate a stream keeps while compute holds every core, over its rate alone";
-  std::vector<models::IoRateKept> points;
-  double sum_sq = 0, worst = 0, lo = 0, hi = 0;
-  for (const auto& [cls, ratios] : classes) {
-    const MedianStats m = MedianOf(ratios, o);
-    sum_sq += m.sum_sq_rel;
-    worst = std::max(worst, m.worst_rel);
-    lo = rep.samples == 0 ? m.lo : std::min(lo, m.lo);
-    hi = rep.samples == 0 ? m.hi : std::max(hi, m.hi);
-    rep.samples += static_cast<int64_t>(ratios.size());
-    const double kept = std::min(1.0, m.median);
-    points.push_back({cls.first, cls.second, kept});
-    rep.params.push_back({fmt::format("io_{}_beside_compute.{}x{}", dir, cls.first, cls.second), kept, m.rel_se, "", true});
-  }
-  rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(rep.samples));
-  rep.max_rel_residual = worst;
-  rep.data_range = fmt::format("{} stream classes; kept {:.2f}..{:.2f} of the rate alone", points.size(), lo, hi);
-  if (Conclude(&rep, {})) (write ? c.profile->node.cpu.io_write_beside_compute : c.profile->node.cpu.io_read_beside_compute) = std::move(points);
-  c.reports->push_back(rep);
+  models::CpuSpec& cpu = c.profile->node.cpu;
+  FitPerClass(c, model, "io_" + dir + "_beside_compute", "", classes, 0.0, 1.0,
+              "the rate a stream keeps while compute holds every core, over its rate alone", "kept {:.2f}..{:.2f} of the rate alone",
+              write ? &cpu.io_write_beside_compute : &cpu.io_read_beside_compute);
 }
 
 // A window of a read and a write stream of one class at once (probe io-cpu's stream "rw"): the

@@ -134,26 +134,19 @@ void PrintTable(const models::HardwareSpec& hw) {
                         n.cpu.task_overhead_cpu_s > 0 ? fmt::format(" ({} of core-time)", FormatDuration(n.cpu.task_overhead_cpu_s))
                                                       : std::string())
           : std::string());
-  const auto io_cpu = [](const char* what, const std::vector<models::IoCpuPoint>& points) {
+  // A line of stream classes and their figures (`value`: the field of each point), if any.
+  const auto per_class = [](const std::string& line, const auto& points, auto value) {
     if (points.empty()) return;
     std::string text;
-    for (const models::IoCpuPoint& p : points) {
-      text += fmt::format("{}{} x{} {:.2f}", text.empty() ? "" : ", ", FormatBytes(static_cast<double>(p.block_bytes)), p.queue_depth, p.cores);
+    for (const auto& p : points) {
+      text += fmt::format("{}{} x{} {:.2f}", text.empty() ? "" : ", ", FormatBytes(static_cast<double>(p.block_bytes)), p.queue_depth, p.*value);
     }
-    fmt::print("  io cpu      cores a {} stream keeps busy: {}\n", what, text);
+    fmt::print("  {}: {}\n", line, text);
   };
-  io_cpu("read", n.cpu.io_read_cores);
-  io_cpu("write", n.cpu.io_write_cores);
-  const auto kept = [](const char* what, const std::vector<models::IoRateKept>& points) {
-    if (points.empty()) return;
-    std::string text;
-    for (const models::IoRateKept& p : points) {
-      text += fmt::format("{}{} x{} {:.2f}", text.empty() ? "" : ", ", FormatBytes(static_cast<double>(p.block_bytes)), p.queue_depth, p.kept);
-    }
-    fmt::print("  io beside   the rate a {} stream keeps while compute holds every core: {}\n", what, text);
-  };
-  kept("read", n.cpu.io_read_beside_compute);
-  kept("write", n.cpu.io_write_beside_compute);
+  per_class("io cpu      cores a read stream keeps busy", n.cpu.io_read_cores, &models::IoCpuPoint::cores);
+  per_class("io cpu      cores a write stream keeps busy", n.cpu.io_write_cores, &models::IoCpuPoint::cores);
+  per_class("io beside   the rate a read stream keeps while compute holds every core", n.cpu.io_read_beside_compute, &models::IoRateKept::kept);
+  per_class("io beside   the rate a write stream keeps while compute holds every core", n.cpu.io_write_beside_compute, &models::IoRateKept::kept);
   fmt::print("  collective  {} busbw {}, alpha {}\n", n.interconnect.kind,
              FormatBandwidth(n.interconnect.bus_bw_bytes_per_s),
              FormatDuration(n.interconnect.latency_s));

@@ -1,5 +1,6 @@
 // Sweeps and the tuner on the small scenario (tests/cli/data/small.yaml: four Llama-2-7B layers
-// on 4 x A100 with one NVMe), which plans and simulates in a few milliseconds.
+// on 4 x A100 with one NVMe, about a second a run); the grids that are simulated whole several
+// times on two layers and one GPU (tests/sweep/data/one-gpu.yaml).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -44,6 +45,11 @@ class TempDir {
 
 StatusOr<SweepSpec> Load(const std::string& body) {
   return LoadSweepText("base: small.yaml\n" + body, "test.yaml", kData);
+}
+
+// A sweep over the one-GPU base, for the tests that simulate a whole grid several times.
+StatusOr<SweepSpec> LoadGrid(const std::string& body) {
+  return LoadSweepText("base: one-gpu.yaml\n" + body, "test.yaml", std::string(TIERFLOW_SOURCE_DIR) + "/tests/sweep/data");
 }
 
 TEST(SweepSpec, GridIsACrossProductLastKeyFastestRunsOuter) {
@@ -240,6 +246,7 @@ TEST(Sweep, InfeasibleRunsAreRowsWithTheReason) {
   EXPECT_NE(ranked.find("(the base)"), std::string::npos) << ranked;
 }
 
+// 24 runs on tests/sweep/data/one-gpu.yaml (LoadGrid).
 constexpr const char* kGrid =
     "grid:\n"
     "  policy.pipeline_read: [false, true]\n"
@@ -248,7 +255,7 @@ constexpr const char* kGrid =
     "runs:\n  - {}\n  - {policy.buffer_size: 1000}\n";
 
 TEST(Sweep, CsvIsTheSameWhateverTheJobsAndParallelism) {
-  auto spec = Load(kGrid);
+  auto spec = LoadGrid(kGrid);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   std::vector<std::string> csvs;
   for (int jobs : {1, 3}) {
@@ -279,7 +286,7 @@ TEST(Sweep, CsvIsTheSameWhateverTheJobsAndParallelism) {
 
 TEST(Sweep, MergedShardsEqualTheUnshardedSweep) {
   TempDir dir;
-  auto spec = Load(kGrid);
+  auto spec = LoadGrid(kGrid);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EvaluateOptions eo;
   eo.jobs = 2;
@@ -329,7 +336,7 @@ TEST(Sweep, CsvRoundTripsQuotedFields) {
 TEST(Sweep, PlotWritesAPng) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
   TempDir dir;
-  auto spec = Load(kGrid);
+  auto spec = LoadGrid(kGrid);
   ASSERT_TRUE(spec.ok());
   EvaluateOptions eo;
   eo.jobs = 2;
