@@ -705,11 +705,11 @@ Command MakeProbe(CLI::App& parent) {
   host("memory", "Streaming memory bandwidth (an in-place update, as the optimizer does) by thread count", HostProbe::kMemory)
       ->add_option("--bytes", h->memory, "Bytes of each of the four arrays");
   host("dispatch", "The executor's hand-over of a task to a worker thread and back (two thread wake-ups)", HostProbe::kDispatch);
-  CLI::App* io_cpu = host("io-cpu", "Compute on every core alone and beside disk streams and hand-overs: what the I/O path and the executor's hand-overs take from the cores",
+  CLI::App* io_cpu = host("io-cpu", "Compute on every core alone and beside disk streams and hand-overs: what the I/O path and the executor's hand-overs take from the cores, and what the compute takes from the streams",
                           HostProbe::kIoCpu);
   io_cpu->add_option("--dir", h->io.dir, "A directory on the disk whose streams to run")->required();
   io_cpu->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to compute (default: tiny at sequence 128)");
-  io_cpu->add_option("--window", h->io.window_s, "Seconds of compute alone, then beside each stream");
+  io_cpu->add_option("--window", h->io.window_s, "Seconds of each window: compute alone, a read or write stream alone, then the two at once");
   io_cpu->add_option("--backend", h->io.backend, "Storage back-end: auto, uring, posix");
   io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams (OP read, write, or rw: a reader and a writer at once), or dispatch (a chain of the executor's hand-overs, each after an idle gap; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, rw at 16KiB:1 and 1MiB:8, and dispatch)");
   AddSetOption(io_cpu, &h->sets);

@@ -108,7 +108,7 @@ class Runner {
       BoundLoads(f.disk);
       if (f.load_done) LeaveLoads(id);
     }
-    if (f.compute >= 0 && f.activities[static_cast<size_t>(f.compute)].get() == &activity) {
+    if (f.user_exec >= 0 && f.activities[static_cast<size_t>(f.user_exec)].get() == &activity) {
       const TaskPlan& p = plan_.tasks[f.instance.task];
       HoldCores(p.node, -p.threads);
     }
@@ -212,7 +212,7 @@ class Runner {
     int32_t endpoint = -1;  // of a disk flow: its class
     bool write = false;
     int32_t comm = -1;      // of a disk flow: the index of its comm in `activities`
-    int32_t compute = -1;   // of a user exec on a node's cores: its index in `activities` (HoldCores)
+    int32_t user_exec = -1;  // of a user exec on a node's cores: its index in `activities` (HoldCores)
     bool flowing = false;   // a disk flow's comm is under way
     // Its I/O path's load (TaskPlan::cpu_amount): the index of its exec in `activities` once
     // started, whether it has ended, and the bound and its stream's rate when it last started.
@@ -434,7 +434,7 @@ class Runner {
     f.activities.clear();
     f.unstarted = 0;
     f.comm = -1;
-    f.compute = -1;
+    f.user_exec = -1;
     f.flowing = false;
     f.load = -1;
     f.load_done = false;
@@ -454,7 +454,7 @@ class Runner {
       exec->set_flops_amount(p.amount);
       exec->set_host(p.on_cpu ? nodes_[static_cast<size_t>(p.node)].cpu : gpu_[static_cast<size_t>(p.gpu)]);
       if (p.threads > 1) exec->set_thread_count(p.threads);
-      if (p.on_cpu) f.compute = static_cast<int32_t>(f.activities.size());
+      if (p.on_cpu) f.user_exec = static_cast<int32_t>(f.activities.size());
       f.activities.push_back(exec);
       ++f.pending;
       BeginAfter(id, p.delay_s);
@@ -554,7 +554,7 @@ class Runner {
       a->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
       ++activities_;
       a->vetoable_start();
-      if (static_cast<int32_t>(f.unstarted) == f.compute) HoldCores(plan_.tasks[f.instance.task].node, plan_.tasks[f.instance.task].threads);
+      if (static_cast<int32_t>(f.unstarted) == f.user_exec) HoldCores(plan_.tasks[f.instance.task].node, plan_.tasks[f.instance.task].threads);
     }
     if (f.disk >= 0) {
       ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
