@@ -56,6 +56,22 @@ Status ReadRequestMap(FieldReader& r, const char* field, const char* unit, const
   return Status::Ok();
 }
 
+// A map read by ReadRequestMap, as `key`: each class once, and each value as `rule` wants it
+// (`rule(value)`: empty, or what is wrong after the value, e.g. " cores, outside 0..2").
+template <typename Point, typename Rule>
+Status CheckRequestMap(const std::string& key, const std::vector<Point>& table, double Point::*value, Rule rule) {
+  for (size_t k = 0; k < table.size(); ++k) {
+    const Point& m = table[k];
+    const std::string at = std::to_string(m.block_bytes) + "x" + std::to_string(m.queue_depth);
+    const std::string wrong = rule(m.*value);
+    if (!wrong.empty()) return InvalidArgument(key + "." + at + ": " + std::to_string(m.*value) + wrong);
+    if (k > 0 && table[k - 1].block_bytes == m.block_bytes && table[k - 1].queue_depth == m.queue_depth) {
+      return InvalidArgument(key + ": " + at + " given twice");
+    }
+  }
+  return Status::Ok();
+}
+
 // Each Apply* reads the keys present in `node` onto `out`, leaving absent fields as they are, so
 // one code path serves full descriptions (applied onto defaults) and overrides (onto a preset).
 
@@ -338,30 +354,16 @@ Status ValidateHardware(const HardwareSpec& hw) {
   if (node.cpu.task_overhead_cpu_s < 0) return InvalidArgument(n + ".cpu.task_overhead_cpu must not be negative");
   for (const auto& [field, table] : {std::pair{".cpu.io_read_cores", &node.cpu.io_read_cores},
                                       std::pair{".cpu.io_write_cores", &node.cpu.io_write_cores}}) {
-    for (size_t k = 0; k < table->size(); ++k) {
-      const IoCpuPoint& m = (*table)[k];
-      const std::string at = std::to_string(m.block_bytes) + "x" + std::to_string(m.queue_depth);
-      if (!(m.cores >= 0) || m.cores > node.cpu.cores) {
-        return InvalidArgument(n + field + "." + at + ": " + std::to_string(m.cores) + " cores, outside 0.." + std::to_string(node.cpu.cores));
-      }
-      if (k > 0 && (*table)[k - 1].block_bytes == m.block_bytes && (*table)[k - 1].queue_depth == m.queue_depth) {
-        return InvalidArgument(n + field + ": " + at + " given twice");
-      }
-    }
+    TF_RETURN_IF_ERROR(CheckRequestMap(n + field, *table, &IoCpuPoint::cores, [&](double cores) {
+      return cores >= 0 && cores <= node.cpu.cores ? std::string() : " cores, outside 0.." + std::to_string(node.cpu.cores);
+    }));
   }
   for (const auto& [field, table] : {std::pair{".cpu.io_read_beside_compute", &node.cpu.io_read_beside_compute},
                                       std::pair{".cpu.io_write_beside_compute", &node.cpu.io_write_beside_compute}}) {
-    for (size_t k = 0; k < table->size(); ++k) {
-      const IoRateKept& m = (*table)[k];
-      const std::string at = std::to_string(m.block_bytes) + "x" + std::to_string(m.queue_depth);
-      if (!(m.kept > 0) || m.kept > 1) {
-        return InvalidArgument(n + field + "." + at + ": " + std::to_string(m.kept) +
-                               " of the rate alone, outside (0, 1]: a stream beside compute keeps a share of its rate");
-      }
-      if (k > 0 && (*table)[k - 1].block_bytes == m.block_bytes && (*table)[k - 1].queue_depth == m.queue_depth) {
-        return InvalidArgument(n + field + ": " + at + " given twice");
-      }
-    }
+    TF_RETURN_IF_ERROR(CheckRequestMap(n + field, *table, &IoRateKept::kept, [](double kept) {
+      return kept > 0 && kept <= 1 ? std::string()
+                                   : std::string(" of the rate alone, outside (0, 1]: a stream beside compute keeps a share of its rate");
+    }));
   }
   if (node.cpu.cores < 1) {
     return InvalidArgument(n + ".cpu.cores must be at least 1, got " +
