@@ -180,6 +180,7 @@ Status RunRun(const RunArgs& a) {
     report["direct_io_bytes"] = result.direct_io_bytes;
     report["buffered_io_bytes"] = result.buffered_io_bytes;
     report["buffered_disks"] = result.buffered_disks;
+    report["host_bytes_made_in_run"] = result.host_bytes_made_in_run;
   }
   if (!result.checkpoints.empty()) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();

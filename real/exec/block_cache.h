@@ -54,6 +54,7 @@ class BlockCache {
         if (b == nullptr) return nullptr;
       }
       reserved_ += bytes;
+      made_ += bytes;
       peak_reserved_ = std::max(peak_reserved_, reserved_);
     }
     size_of_[b] = bytes;
@@ -91,6 +92,8 @@ class BlockCache {
   int64_t peak_bytes() const { return peak_; }
   int64_t reserved_bytes() const { return reserved_; }
   int64_t peak_reserved_bytes() const { return peak_reserved_; }
+  // Bytes of every fresh block made so far (new_block), kept or freed since.
+  int64_t made_bytes() const { return made_; }
 
  private:
   int64_t Untake(void* b) {
@@ -108,6 +111,7 @@ class BlockCache {
   std::unordered_map<void*, int64_t> size_of_;  // blocks taken
   int64_t in_use_ = 0, peak_ = 0;
   int64_t reserved_ = 0, peak_reserved_ = 0;
+  int64_t made_ = 0;
   int64_t limit_ = std::numeric_limits<int64_t>::max();
 };
 

@@ -35,6 +35,7 @@
 #include "tierflow/real/storage.h"
 #include "block_cache.h"
 #include "compute_device.h"
+#include "host_arena.h"
 #include "ranks.h"
 #include "run_state.h"
 #include "run_workers.h"
@@ -106,6 +107,11 @@ class Run {
     engine_.reset();
     workers_.clear();
     for (BufferState& b : buffers_) ReleaseBuffer(b);
+    for (HostArena& a : arenas_) {
+      if (a.base() == nullptr) continue;
+      if (device_) device_->UnregisterHost(a.base());
+      FreeIoMemory(a.base(), a.size_bytes());
+    }
     if (device_ && resident_block_ != nullptr) device_->Free(resident_block_);
   }
 
@@ -127,6 +133,12 @@ class Run {
   // order they are first named. InvalidArgument when a task names such state with no persistent
   // host buffer, or two tasks keep one range in different buffers.
   Status BindHostHomes();
+  // Makes, before the first iteration, each host pool's arena (host_arena.h): as many bytes as
+  // its buffers can hold at once, from which TakeBuffer cuts them, so that no task waits mid-run
+  // for fresh memory to be mapped and faulted in.
+  void MakeHostArenas();
+  // The arena a host buffer's memory was cut from, or null (a block of its own).
+  HostArena* ArenaHolding(const BufferState& buf);
   Status InitialiseStores();
   Status Start(const Instance& inst, size_t job_index);
   Status PrepareIo(const TaskSpec& t, Job& job, int64_t iteration);
@@ -250,6 +262,7 @@ class Run {
   std::vector<BufferState> buffers_;                   // per window slot and buffer
   int64_t ctx_iteration_ = 0;
   exec::BlockCache blocks_;                            // host memory of buffers and staging
+  std::vector<HostArena> arenas_;                      // per schedule pool (none for a GPU pool)
   std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
   std::vector<std::unique_ptr<Worker>> workers_;       // per resource
   std::vector<std::unique_ptr<CpuThreads>> threads_;   // per resource, lazily

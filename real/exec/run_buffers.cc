@@ -151,7 +151,8 @@ Status Run::TakeBuffer(BufferState& buf, const std::string& name) {
     buf.data = static_cast<char*>(*block);
     return Status::Ok();
   }
-  buf.data = static_cast<char*>(blocks_.Take(buf.size));
+  if (buf.pool >= 0 && static_cast<size_t>(buf.pool) < arenas_.size()) buf.data = arenas_[static_cast<size_t>(buf.pool)].Take(buf.size);
+  if (buf.data == nullptr) buf.data = static_cast<char*>(blocks_.Take(buf.size));
   if (buf.data == nullptr) return ResourceExhausted("buffer '" + name + "': cannot allocate " + std::to_string(buf.size) + " bytes of host memory");
   return Status::Ok();
 }
@@ -159,6 +160,7 @@ Status Run::TakeBuffer(BufferState& buf, const std::string& name) {
 void Run::GiveBuffer(BufferState& buf) {
   if (buf.data == nullptr) return;
   if (buf.on_gpu) device_->Free(buf.data);
+  else if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
   else blocks_.Give(buf.data);
   buf.data = nullptr;
   buf.pieces.clear();
@@ -167,8 +169,15 @@ void Run::GiveBuffer(BufferState& buf) {
 void Run::ReleaseBuffer(BufferState& buf) {
   if (buf.data == nullptr || (buf.on_gpu && !device_)) return;
   if (buf.on_gpu) device_->Free(buf.data);
+  else if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
   else blocks_.Release(buf.data);
   buf.data = nullptr;
+}
+
+HostArena* Run::ArenaHolding(const BufferState& buf) {
+  if (buf.pool < 0 || static_cast<size_t>(buf.pool) >= arenas_.size()) return nullptr;
+  HostArena& arena = arenas_[static_cast<size_t>(buf.pool)];
+  return arena.Holds(buf.data) ? &arena : nullptr;
 }
 
 }  // namespace tierflow::real::exec

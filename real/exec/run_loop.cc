@@ -173,6 +173,7 @@ StatusOr<RunResult> Run::Execute() {
     }
   } on_failure{engine_.get()};
   t0_ = MonotonicSeconds();
+  const int64_t made_before = blocks_.made_bytes();
   std::vector<Instance> to_start;
   Status failure;
   int64_t running = 0;
@@ -238,6 +239,7 @@ StatusOr<RunResult> Run::Execute() {
   result_.tasks = d.completed();
   for (size_t p = 0; p < s_.pools().size(); ++p) result_.pool_peak_bytes.push_back(d.pool_peak_bytes(static_cast<int32_t>(p)));
   result_.gpu_memory = device_->memory_peak();
+  result_.host_bytes_made_in_run = blocks_.made_bytes() - made_before;
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   if (comm_ != nullptr) TF_RETURN_IF_ERROR(GatherRanks());
   TF_RETURN_IF_ERROR(FinishRecords());

@@ -128,6 +128,7 @@ Status Run::Setup() {
     const BufferSpec& spec = s_.buffers()[i % s_.buffers().size()];
     buffers_[i].size = spec.size_bytes;
     buffers_[i].on_gpu = s_.devices()[static_cast<size_t>(s_.pools()[static_cast<size_t>(spec.pool)].device)].kind == DeviceKind::kGpu;
+    buffers_[i].pool = spec.pool;
   }
   // What the device keeps in blocks, in use or for reuse, stays within the GPU pools' capacity.
   int64_t gpu_pool_bytes = 0;
@@ -239,7 +240,9 @@ Status Run::Setup() {
   }
   for (int64_t i = 0; i < base_iteration_ * micro_steps_ * space_.ranks(); ++i) loader_->Next();  // the batches already trained on
   result_.first_iteration = base_iteration_;
-  return InitialiseStores();
+  TF_RETURN_IF_ERROR(InitialiseStores());
+  MakeHostArenas();
+  return Status::Ok();
 }
 
 Status Run::BindHostHomes() {
@@ -380,6 +383,47 @@ Status Run::InitialiseStores() {
   for (char* b : staged) blocks_.Release(b);
   if (!first.ok()) return Status(first.code(), "writing the initial state: " + first.message());
   return Status::Ok();
+}
+
+// A fresh host block is mapped and faulted in whole where a task takes its buffer, on the
+// dispatch thread (io_memory.h): a 200 MB parameter slot of ioc's default buffer_size took a
+// quarter of a second here, and every task in flight waited for it. Blocks kept per size for
+// reuse (BlockCache) only moved such stalls to the first time a run held one more buffer of a
+// size than before, in the second or third iteration as often as in the first, and every
+// sub-group of its own size made its own. DeepSpeed makes its swap buffers when its engine
+// starts; so does this: each host pool gets one mapping at set-up, as large as the pool's
+// buffers can hold at once (its capacity less its persistent buffers, which the dispatcher admits
+// first, and no more than every instance of its other buffers: each has one per iteration of the
+// window, each piece rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages
+// are faulted in where first touched, by the read, copy or compute that fills them, only as far as
+// the buffers use them (a 200 MB slot holding 352 KB of tiny's unit, one huge page), mostly in the
+// first iteration; faulting every mapping in here took 0.65 s per ioc run on tiny. A buffer the
+// arena has no free run for (fragmentation) gets a block of its own, as before;
+// RunResult::host_bytes_made_in_run counts it.
+void Run::MakeHostArenas() {
+  arenas_.assign(s_.pools().size(), HostArena());
+  for (size_t p = 0; p < s_.pools().size(); ++p) {
+    const PoolSpec& pool = s_.pools()[p];
+    if (s_.devices()[static_cast<size_t>(pool.device)].kind == DeviceKind::kGpu) continue;
+    // Room: the capacity less the persistent buffers, plus each live piece's rounding.
+    int64_t room = pool.capacity_bytes, instances = 0, every = 0;
+    for (const BufferSpec& spec : s_.buffers()) {
+      if (spec.pool != static_cast<int32_t>(p)) continue;
+      if (spec.persistent) {
+        room -= spec.size_bytes;
+      } else {
+        instances += window_;
+        every += window_ * AlignUp(std::max<int64_t>(spec.size_bytes, 1), kDirectAlignment);
+      }
+    }
+    const int64_t bytes = std::min(AlignUp(std::max<int64_t>(room, 0), kDirectAlignment) + instances * kDirectAlignment, every);
+    if (bytes <= 0) continue;
+    // Mapped now, faulted in where first touched: a pool's buffers use what they use of it.
+    char* base = static_cast<char*>(AllocateIoMemory(bytes, /*populate=*/false));
+    if (base == nullptr) continue;  // its buffers get blocks of their own
+    if (device_) (void)device_->RegisterHost(base, bytes);
+    arenas_[p] = HostArena(base, bytes);
+  }
 }
 
 }  // namespace tierflow::real::exec

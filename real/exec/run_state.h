@@ -117,6 +117,7 @@ struct BufferState {
   char* data = nullptr;  // host memory, or gpu0 memory for a buffer in a GPU pool
   int64_t size = 0;
   bool on_gpu = false;
+  int32_t pool = -1;  // its schedule pool (the host arena it is cut from: Run::MakeHostArenas)
   std::vector<Piece> pieces;
 };
 

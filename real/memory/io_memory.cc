@@ -11,7 +11,7 @@
 
 namespace tierflow::real {
 
-void* AllocateIoMemory(int64_t bytes) {
+void* AllocateIoMemory(int64_t bytes, bool populate) {
   if (bytes < 1) bytes = 1;
   const int64_t length = AlignUp(bytes, kDirectAlignment);
   if (length < kHugePage) {
@@ -32,6 +32,7 @@ void* AllocateIoMemory(int64_t bytes) {
   char* end = aligned + length;
   if (base + mapped > end) ::munmap(end, static_cast<size_t>(base + mapped - end));
   (void)::madvise(aligned, static_cast<size_t>(length), MADV_HUGEPAGE);  // refused without THP: 4 KiB pages
+  if (!populate) return aligned;
 #ifdef MADV_POPULATE_WRITE
   if (::madvise(aligned, static_cast<size_t>(length), MADV_POPULATE_WRITE) != 0) std::memset(aligned, 0, static_cast<size_t>(length));
 #else

@@ -551,6 +551,25 @@ TEST(Executor, TaskIoRunsWithTheSchedulesShapeAndBypassesThePageCache) {
   EXPECT_GT(io, 0);
 }
 
+// A host buffer's memory is cut from its pool's arena, made at set-up: before, each was mapped
+// and faulted in when a task first took it, on the dispatch thread, and every task in flight
+// waited (a quarter of a second for one of ioc's 200 MB parameter slots). Pools of one buffer
+// size cannot fragment; zero-infinity's and ioc's others fit whole.
+TEST(Executor, HostBuffersAreCutFromMemoryMadeAtSetUp) {
+  for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
+           {}, {"policy.name=ioc", "policy.disk_layout=split"}, {"policy.name=ioc", "policy.sub_group_size=1e6"}}) {
+    const policies::Scenario sc = LoadTiny(sets);
+    const std::string label = sets.empty() ? "zero-infinity" : sets.back();
+    TempDir root("arena");
+    RunOptions options;
+    options.iterations = 4;
+    options.disk_root = root.str();
+    auto run = RunSchedule(PlanOrDie(sc), ConfigFor(sc), options);
+    ASSERT_TRUE(run.ok()) << label << ": " << run.status().ToString();
+    EXPECT_EQ(run->host_bytes_made_in_run, 0) << label;
+  }
+}
+
 // Removing the deps that order a layer's reduce-scatters (and so its gradient copies) after its
 // backward would make them read gradients the backward has not produced. They use the GPU buffer
 // the backward allocates, so the schedule's own rules already refuse it, naming the task.

@@ -19,6 +19,7 @@ struct Vma {
   bool found = false;
   uintptr_t start = 0, end = 0;
   int thp_eligible = -1;  // smaps' THPeligible, -1 where the kernel does not say
+  int64_t rss_kb = -1;    // smaps' Rss: what of it is in memory
 };
 
 // The mapping of this process that holds `p`, from /proc/self/smaps.
@@ -33,10 +34,11 @@ Vma MappingOf(const void* p) {
     if (std::sscanf(line.c_str(), "%llx-%llx ", &s, &e) == 2 && line.find(':') > line.find('-')) {
       if (in_it) break;  // the next mapping
       in_it = at >= s && at < e;
-      if (in_it) vma = {true, static_cast<uintptr_t>(s), static_cast<uintptr_t>(e), -1};
+      if (in_it) vma = {true, static_cast<uintptr_t>(s), static_cast<uintptr_t>(e), -1, -1};
       continue;
     }
     if (in_it && line.rfind("THPeligible:", 0) == 0) vma.thp_eligible = std::stoi(line.substr(12));
+    if (in_it && line.rfind("Rss:", 0) == 0) vma.rss_kb = std::stoll(line.substr(4));
   }
   return vma;
 }
@@ -46,6 +48,31 @@ bool AllZero(const char* p, int64_t n) {
     if (p[i] != 0) return false;
   }
   return true;
+}
+
+// A mapping left unpopulated (the executor's pool arenas) is in memory only as far as it is
+// touched, and reads as zeros; a populated one is in memory whole when it is handed out.
+TEST(IoMemory, AnUnpopulatedMappingIsFaultedInWhereTouched) {
+  const int64_t bytes = 32 * kHugePage;
+  for (const bool populate : {false, true}) {
+    auto* p = static_cast<char*>(AllocateIoMemory(bytes, populate));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePage, 0u);
+    const Vma before = MappingOf(p);
+    ASSERT_TRUE(before.found);
+    ASSERT_GE(before.rss_kb, 0) << "smaps gives no Rss";
+    if (populate) {
+      EXPECT_EQ(before.rss_kb, bytes / 1024) << "faulted in whole";
+    } else {
+      EXPECT_EQ(before.rss_kb, 0) << "nothing touched yet";
+      EXPECT_TRUE(AllZero(p + kHugePage, kHugePage));  // one huge page read (a zero page or a fault)
+      p[0] = 1;
+      const Vma after = MappingOf(p);
+      EXPECT_GT(after.rss_kb, 0);
+      EXPECT_LE(after.rss_kb, 2 * kHugePage / 1024) << "the touched pages only";
+    }
+    FreeIoMemory(p, bytes);
+  }
 }
 
 TEST(IoMemory, BelowAHugePageABlockIsDirectAlignedAndZeroed) {

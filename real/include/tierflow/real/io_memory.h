@@ -22,7 +22,9 @@ inline constexpr int64_t kHugePage = int64_t{2} << 20;
 
 // `bytes` (>= 1) of zero-filled memory, kDirectAlignment-aligned (kHugePage-aligned from
 // kHugePage up); null when the system has none. Free it with FreeIoMemory and the same size.
-void* AllocateIoMemory(int64_t bytes);
+// `populate` false leaves a mapping of kHugePage or more to be faulted in where it is first
+// touched (by the thread or the kernel that touches it), as much as is touched.
+void* AllocateIoMemory(int64_t bytes, bool populate = true);
 void FreeIoMemory(void* p, int64_t bytes);
 
 // The kernel's transparent huge page setting ("always", "madvise" or "never"; empty where the

@@ -100,6 +100,11 @@ struct RunResult {
   // without O_DIRECT). Page-cache bytes run at memory speed, not the disk's.
   int64_t direct_io_bytes = 0;
   int64_t buffered_io_bytes = 0;
+  // Host memory made for buffers and staging blocks once the iterations had begun: each fresh
+  // block is mapped and faulted in on the dispatch thread while tasks are in flight. The blocks
+  // the schedule's buffers can hold at once are made at set-up (docs/executor.md), so this stays
+  // 0 unless an O_DIRECT request needs an aligned staging block of a new size.
+  int64_t host_bytes_made_in_run = 0;
   // Why each disk that goes through the page cache does ("nvme0: ..."): its file system refuses
   // O_DIRECT, or needs more alignment than host blocks have, or the first tensor homed there
   // that is not aligned as O_DIRECT needs. Empty when every disk is O_DIRECT.
