@@ -112,22 +112,26 @@ void FitBesideCompute(const Context& c, bool write, const std::map<StreamClass, 
               write ? &cpu.io_write_beside_compute : &cpu.io_read_beside_compute);
 }
 
-// A window of a read and a write stream of one class at once (probe io-cpu's stream "rw"): the
-// cores the compute lost beside it and each stream's rate.
+// A window of a read and a write stream of one class at once (probe io-cpu's stream "rw", or
+// "split": the two on two disk entries): the cores the compute lost beside it and each stream's
+// rate.
 struct MixWindow {
   double load = 0;
   double read_bw = 0, write_bw = 0;
 };
 
-// The rule the simulator combines the I/O paths of one device's streams by (models::IoPathScale:
-// together the largest class figure among them), checked against the windows of a reader and a
-// writer of one class at once, from that class's figures just fitted (cpu.io_read and
-// cpu.io_write must both have been), each as the simulator runs it (models::IoPathCores). Nothing
-// is written; the residuals are the rule's errors.
-void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<MixWindow>>& mixes) {
-  const std::string model = "cpu.io_rw";
+// The rules the simulator combines the I/O paths of streams by, checked against the windows of a
+// reader and a writer of one class at once, from that class's figures just fitted (cpu.io_read
+// and cpu.io_write must both have been), each as the simulator runs it (models::IoPathCores):
+// through one ring (`split` false: together the largest class figure among them,
+// models::IoPathScale) or each through its own (`split`: the two figures added). Nothing is
+// written; the residuals are the rule's errors.
+void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<MixWindow>>& mixes, bool split) {
+  const std::string model = split ? "cpu.io_split" : "cpu.io_rw";
+  const std::string stream = split ? "split" : "rw";
   if (mixes.empty()) {
-    c.reports->push_back(NoData(model, "probe.io_cpu.rw windows with probe.io_cpu.alone and .beside compute (tierflow probe io-cpu)"));
+    c.reports->push_back(NoData(model, "probe.io_cpu." + stream + " windows with probe.io_cpu.alone and .beside compute (tierflow probe io-cpu" +
+                                           (split ? " with two --dir)" : ")")));
     return;
   }
   for (const char* figures : {"cpu.io_read", "cpu.io_write"}) {
@@ -140,7 +144,8 @@ void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<Mi
   FitReport rep;
   rep.model = model;
   rep.condition_number = 1;
-  rep.note = "a check of the rule by which one device's streams load the cores together (the busiest class's figure); nothing written";
+  rep.note = split ? "a check of the rule by which two rings' streams load the cores together (their figures added); nothing written"
+                    : "a check of the rule by which one ring's streams load the cores together (the busiest class's figure); nothing written";
   const models::CpuSpec& cpu = c.profile->node.cpu;
   double sum_sq = 0, worst = 0, lo = 0, hi = 0, rate_lo = 0, rate_hi = 0;
   std::vector<std::string> unchecked;
@@ -151,18 +156,21 @@ void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<Mi
       unchecked.push_back(fmt::format("{}x{}", cls.first, cls.second));
       continue;
     }
-    const double rule = models::IoPathScale(cores) * (cores[0] + cores[1]);
-    // Its standard error: the larger figure's, as its fit reported it (0 when the class was not
-    // measured alone, its figure a neighbour's).
-    const bool write = cores[1] > cores[0];
-    const std::string figure = fmt::format("io_{}_cores.{}x{}", write ? "write" : "read", cls.first, cls.second);
-    double rule_rse = 0;
-    for (const FitReport& r : *c.reports) {
-      if (r.model != (write ? "cpu.io_write" : "cpu.io_read")) continue;
-      for (const FitParameter& param : r.params) {
-        if (param.name == figure) rule_rse = param.rel_std_error;
+    const double rule = split ? cores[0] + cores[1] : models::IoPathScale(cores) * (cores[0] + cores[1]);
+    // Its standard error: each figure's, as its fit reported it (0 when the class was not
+    // measured alone, its figure a neighbour's): the larger one's, or that of the sum.
+    const auto figure_rse = [&](bool write) {
+      const std::string figure = fmt::format("io_{}_cores.{}x{}", write ? "write" : "read", cls.first, cls.second);
+      for (const FitReport& r : *c.reports) {
+        if (r.model != (write ? "cpu.io_write" : "cpu.io_read")) continue;
+        for (const FitParameter& param : r.params) {
+          if (param.name == figure) return param.rel_std_error;
+        }
       }
-    }
+      return 0.0;
+    };
+    const double rule_rse = split ? std::hypot(cores[0] * figure_rse(false), cores[1] * figure_rse(true)) / rule
+                                  : figure_rse(cores[1] > cores[0]);
     std::vector<double> loads;
     for (const MixWindow& w : windows) {
       const double rel = (rule - w.load) / w.load;
@@ -177,19 +185,19 @@ void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<Mi
       ++rep.samples;
     }
     const MedianStats m = MedianOf(loads, c.options);
-    rep.params.push_back({fmt::format("io_rw_cores.{}x{}", cls.first, cls.second), m.median, m.rel_se, "cores", false});
+    rep.params.push_back({fmt::format("io_{}_cores.{}x{}", stream, cls.first, cls.second), m.median, m.rel_se, "cores", false});
     rep.params.push_back({fmt::format("rule.{}x{}", cls.first, cls.second), rule, rule_rse, "cores", false});
   }
   if (rep.samples == 0) {
-    c.reports->push_back(RefusedReport(model, fmt::format("no rw window's class has both a read and a write figure (stream classes {})",
-                                                          fmt::join(unchecked, ", "))));
+    c.reports->push_back(RefusedReport(model, fmt::format("no {} window's class has both a read and a write figure (stream classes {})",
+                                                          stream, fmt::join(unchecked, ", "))));
     return;
   }
   if (!unchecked.empty()) rep.note += fmt::format("; classes without a read and a write figure left out: {}", fmt::join(unchecked, ", "));
   rep.rms_rel_residual = std::sqrt(sum_sq / static_cast<double>(rep.samples));
   rep.max_rel_residual = worst;
-  rep.data_range = fmt::format("{} stream classes, a reader and a writer at once, {} together; compute lost {:.2f}..{:.2f} cores",
-                               rep.params.size() / 2, RangeText(rate_lo, rate_hi, FormatBandwidth), lo, hi);
+  rep.data_range = fmt::format("{} stream classes, a reader and a writer at once{}, {} together; compute lost {:.2f}..{:.2f} cores",
+                               rep.params.size() / 2, split ? " on two disk entries" : "", RangeText(rate_lo, rate_hi, FormatBandwidth), lo, hi);
   Conclude(&rep, {});
   c.reports->push_back(rep);
 }
@@ -221,8 +229,8 @@ void FitIoCpu(const Context& c) {
                                           : fmt::format("the compute beside the streams ran on {} threads, the node has {} cores: "
                                                         "the load is measured by compute on every core",
                                                         threads, cores);
-    for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw", "cpu.io_read_beside_compute",
-                              "cpu.io_write_beside_compute"}) {
+    for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw", "cpu.io_split",
+                              "cpu.io_read_beside_compute", "cpu.io_write_beside_compute"}) {
       c.reports->push_back(RefusedReport(model, why));
     }
     return;
@@ -250,11 +258,12 @@ void FitIoCpu(const Context& c) {
   };
   std::map<StreamClass, std::vector<double>> by_dir[2];
   std::vector<double> per_hand_over;
-  // A reader-and-writer window is two records, one per op, of one iteration and start.
-  std::map<std::pair<int32_t, double>, std::vector<const TraceRecord*>> rw_windows;
+  // A reader-and-writer window is two records, one per op, of one iteration and start: [0] one
+  // ring's, [1] two rings'.
+  std::map<std::pair<int32_t, double>, std::vector<const TraceRecord*>> rw_windows[2];
   for (const TraceRecord* w : windows) {
-    if (w->task == "probe.io_cpu.rw") {
-      rw_windows[{w->iteration, w->start_s}].push_back(w);
+    if (w->task == "probe.io_cpu.rw" || w->task == "probe.io_cpu.split") {
+      rw_windows[w->task == "probe.io_cpu.split" ? 1 : 0][{w->iteration, w->start_s}].push_back(w);
       continue;
     }
     const std::optional<double> load = window_load(*w);
@@ -276,13 +285,15 @@ void FitIoCpu(const Context& c) {
     if (it == rate_alone.end() || !(it->second > 0)) continue;
     kept[write ? 1 : 0][{w->block_bytes, w->queue_depth}].push_back(w->bytes / w->duration_s() / it->second);
   }
-  std::map<StreamClass, std::vector<MixWindow>> mixes;
-  for (const auto& [key, records] : rw_windows) {
-    const std::optional<double> load = window_load(*records.front());
-    if (!load) continue;
-    MixWindow m{*load, 0, 0};
-    for (const TraceRecord* r : records) (r->op == Op::kWrite ? m.write_bw : m.read_bw) = r->bytes / r->duration_s();
-    mixes[{records.front()->block_bytes, records.front()->queue_depth}].push_back(m);
+  std::map<StreamClass, std::vector<MixWindow>> mixes[2];
+  for (int split = 0; split < 2; ++split) {
+    for (const auto& [key, records] : rw_windows[split]) {
+      const std::optional<double> load = window_load(*records.front());
+      if (!load) continue;
+      MixWindow m{*load, 0, 0};
+      for (const TraceRecord* r : records) (r->op == Op::kWrite ? m.write_bw : m.read_bw) = r->bytes / r->duration_s();
+      mixes[split][{records.front()->block_bytes, records.front()->queue_depth}].push_back(m);
+    }
   }
   const std::string note = empty > 0 ? fmt::format("{} windows with no compute step inside left out", empty) : std::string();
   FitDirection(c, false, by_dir[0], note);
@@ -290,7 +301,8 @@ void FitIoCpu(const Context& c) {
   FitBesideCompute(c, false, kept[0]);
   FitBesideCompute(c, true, kept[1]);
   FitHandOvers(c, per_hand_over, note);
-  CheckIoPathMix(c, mixes);
+  CheckIoPathMix(c, mixes[0], false);
+  CheckIoPathMix(c, mixes[1], true);
 }
 
 }  // namespace tierflow::calibrate::internal

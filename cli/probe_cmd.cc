@@ -175,9 +175,15 @@ struct HostArgs {
   int threads = 0;
   std::string compute = "cpu";  // gpu0's device: the copy and compute probes measure it
   std::string trace;
-  real::IoCpuProbeOptions io;   // io-cpu: the directory, back-end and window
+  real::IoCpuProbeOptions io;   // io-cpu: the directories, back-end and window
+  std::vector<std::string> io_dirs;  // io-cpu: --dir, once or twice (the second: split's writer)
   std::string io_streams;       // io-cpu: OP:BLOCK:DEPTH,... (empty: IoCpuProbeOptions' own)
 };
+
+// With two directories, `probe io-cpu` and `probe all` add a reader on the first and a writer on
+// the second at once, each through its own ring (the executor's one ring per disk entry), at
+// DeepSpeed's default request class: the simulator adds the loads of different rings.
+const real::IoCpuProbeOptions::Stream kSplitStream{"split", 1 << 20, 8};
 
 // "read:16KiB:1,write:1MiB:8,dispatch" -> the streams of `probe io-cpu`.
 StatusOr<std::vector<real::IoCpuProbeOptions::Stream>> ParseIoStreams(const std::string& text) {
@@ -355,8 +361,15 @@ StatusOr<std::vector<TraceRecord>> RunHostProbe(HostProbe which, const HostArgs&
     case HostProbe::kIoCpu: {
       TF_ASSIGN_OR_RETURN(policies::Scenario sc, ComputeScenario(a.scenario, a.sets));
       real::IoCpuProbeOptions io = a.io;
+      if (!a.io_dirs.empty()) {
+        if (a.io_dirs.size() > 2) return InvalidArgument("probe io-cpu: --dir at most twice (the second is the writer's of stream split)");
+        io.dir = a.io_dirs[0];
+        if (a.io_dirs.size() > 1) io.split_dir = a.io_dirs[1];
+      }
       if (!a.io_streams.empty()) {
         TF_ASSIGN_OR_RETURN(io.streams, ParseIoStreams(a.io_streams));
+      } else if (!io.split_dir.empty()) {
+        io.streams.push_back(kSplitStream);
       }
       return ProbeIoCpuOf(sc, o, a.threads, io);
     }
@@ -528,11 +541,16 @@ Status RunProbeAll(const AllArgs& a) {
   steps.push_back({"optimizer", "optimizer", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kOptimizer, host, o); }});
   steps.push_back({"memory", "memory", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kMemory, host, o); }});
   steps.push_back({"dispatch", "dispatch", [&](const real::HostProbeOptions& o) { return RunHostProbe(HostProbe::kDispatch, host, o); }});
-  // The I/O path's load on the cores, on the first directory's disk: compute alone and beside
-  // each stream, windows three disk repetitions long, two rounds at most (an emulated GPU only:
-  // its compute is what shares the cores with the I/O path).
+  // The I/O path's load on the cores, on the first directory's disk (with two, also a reader on
+  // the first beside a writer on the second): compute alone and beside each stream, windows three
+  // disk repetitions long, two rounds at most (an emulated GPU only: its compute is what shares
+  // the cores with the I/O path).
   const bool io_cpu = host.compute == "cpu";
   host.io.dir = a.dirs.front();
+  if (a.dirs.size() > 1) {
+    host.io.split_dir = a.dirs[1];
+    host.io.streams.push_back(kSplitStream);
+  }
   host.io.backend = a.backend;
   host.io.window_s = std::max(0.2, 3 * a.disk_duration_s);
   const int32_t io_cpu_rounds = std::min(host.reps, 2);
@@ -707,11 +725,13 @@ Command MakeProbe(CLI::App& parent) {
   host("dispatch", "The executor's hand-over of a task to a worker thread and back (two thread wake-ups)", HostProbe::kDispatch);
   CLI::App* io_cpu = host("io-cpu", "Compute on every core alone and beside disk streams and hand-overs: what the I/O path and the executor's hand-overs take from the cores, and what the compute takes from the streams",
                           HostProbe::kIoCpu);
-  io_cpu->add_option("--dir", h->io.dir, "A directory on the disk whose streams to run")->required();
+  io_cpu->add_option("--dir", h->io_dirs,
+                     "A directory on the disk whose streams to run; a second (another disk entry, its own ring) for the split stream")
+      ->required();
   io_cpu->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to compute (default: tiny at sequence 128)");
   io_cpu->add_option("--window", h->io.window_s, "Seconds of each window: compute alone, a read or write stream alone, then the two at once");
   io_cpu->add_option("--backend", h->io.backend, "Storage back-end: auto, uring, posix");
-  io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams (OP read, write, or rw: a reader and a writer at once), or dispatch (a chain of the executor's hand-overs, each after an idle gap; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, rw at 16KiB:1 and 1MiB:8, and dispatch)");
+  io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams (OP read, write, rw: a reader and a writer at once, or split: a reader on the first --dir and a writer on the second at once), or dispatch (a chain of the executor's hand-overs, each after an idle gap; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, rw at 16KiB:1 and 1MiB:8, dispatch, and with two --dir split at 1MiB:8)");
   AddSetOption(io_cpu, &h->sets);
 
   CLI::App* coll = probe->add_subcommand("collective", "All-gather, reduce-scatter and all-reduce by message size across the ranks (run under mpirun)");

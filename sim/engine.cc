@@ -104,8 +104,7 @@ class Runner {
       --(f.write ? disk_writes_ : disk_reads_)[f.disk];
       --endpoint_flows_[static_cast<size_t>(f.endpoint)];
       f.flowing = false;
-      ShareDisk(f.disk);
-      BoundLoads(f.disk);
+      Reshare(f.disk);
       if (f.load_done) LeaveLoads(id);
     }
     if (f.user_exec >= 0 && f.activities[static_cast<size_t>(f.user_exec)].get() == &activity) {
@@ -199,6 +198,17 @@ class Runner {
     }
   }
 
+  // The streams on the device of disk slot `slot` have changed: it is shared again (ShareDisk)
+  // and the I/O-path loads of every ring on it bounded to the new rates (BoundLoads).
+  void Reshare(int32_t slot) {
+    ShareDisk(slot);
+    const int32_t node = slot / plan_.nvmes, disk = slot % plan_.nvmes;
+    for (int32_t ring = 0; ring < plan_.nvmes; ++ring) {
+      const int32_t root = hw_.node.nvme[static_cast<size_t>(ring)].same_device_as;
+      if ((root >= 0 ? root : ring) == disk) BoundLoads(node * plan_.nvmes + ring);
+    }
+  }
+
   struct Flight {
     // Its activities so far: one, or a collective's comms, one per node and level; referenced
     // until the flight ends (trap 3). Those from `unstarted` on wait for Begin.
@@ -209,6 +219,7 @@ class Runner {
     Instance instance;
     double start_s = 0;
     int32_t disk = -1;    // node * disks per node + disk, for the media link's flow counts
+    int32_t ring = -1;    // node * disks per node + the entry whose ring serves it (Endpoint::ring)
     int32_t endpoint = -1;  // of a disk flow: its class
     bool write = false;
     int32_t comm = -1;      // of a disk flow: the index of its comm in `activities`
@@ -222,8 +233,9 @@ class Runner {
     double load_rate = 0;
   };
 
-  // Sets the I/O path's load of every stream on disk slot `slot` (TaskPlan::cpu_amount) to what
-  // the streams flowing there now call for: together the largest class figure among them, each
+  // Sets the I/O path's load of every stream of ring slot `slot` (node * disks per node + the
+  // entry whose ring serves it; TaskPlan::cpu_amount) to what the streams flowing through that
+  // ring now call for: together the largest class figure among them, each
   // its share of that in proportion to its figure (models::IoPathScale). A load runs at that
   // bound for as long as its stream takes to move its bytes left at its rate now, plus any work
   // it is behind (a path short of cores holds its task's end back, not the transfer); once the
@@ -286,7 +298,7 @@ class Runner {
   // Flight `id`'s load has ended and its flow left the device: its device's figures no longer
   // count it.
   void LeaveLoads(int32_t id) {
-    std::vector<int32_t>& loads = slot_loads_[static_cast<size_t>(flights_[static_cast<size_t>(id)].disk)];
+    std::vector<int32_t>& loads = slot_loads_[static_cast<size_t>(flights_[static_cast<size_t>(id)].ring)];
     loads.erase(std::find(loads.begin(), loads.end(), id));
   }
 
@@ -427,6 +439,7 @@ class Runner {
     f.instance = inst;
     f.start_s = now;
     f.disk = -1;
+    f.ring = -1;
     f.endpoint = -1;
     f.write = false;
     f.level = 0;
@@ -473,6 +486,7 @@ class Runner {
     }
     if (e.disk >= 0) {
       f.disk = e.node * plan_.nvmes + e.disk;
+      f.ring = e.node * plan_.nvmes + e.ring;
       f.endpoint = p.endpoint;
       f.write = e.write;
     }
@@ -560,9 +574,8 @@ class Runner {
       ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
       ++endpoint_flows_[static_cast<size_t>(f.endpoint)];
       f.flowing = true;
-      ShareDisk(f.disk);
-      if (plan_.tasks[f.instance.task].cpu_amount > 0) slot_loads_[static_cast<size_t>(f.disk)].push_back(id);  // started by BoundLoads
-      BoundLoads(f.disk);
+      if (plan_.tasks[f.instance.task].cpu_amount > 0) slot_loads_[static_cast<size_t>(f.ring)].push_back(id);  // started by BoundLoads
+      Reshare(f.disk);
     }
   }
 
@@ -595,8 +608,8 @@ class Runner {
   std::vector<int32_t> endpoint_flows_;      // per endpoint: disk comms transferring now
   std::vector<std::vector<int32_t>> slot_endpoints_;  // per node and disk: the disk's endpoints
   std::vector<int32_t> sharing_;             // ShareDisk's scratch
-  // Per node and disk: the flights with an I/O path's load, from their flow's start until both
-  // it and the load have ended.
+  // Per node and ring (disk entry): the flights with an I/O path's load, from their flow's start
+  // until both it and the load have ended.
   std::vector<std::vector<int32_t>> slot_loads_;
   std::vector<double> load_cores_;  // BoundLoads' scratch
 

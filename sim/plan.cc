@@ -118,6 +118,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           e.latency_s = write ? disk.write_latency_s : disk.read_latency_s;
           // Directories on one device cross its one media link (NvmeSpec::same_device_as).
           e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;
+          e.ring = dev.index;
           e.node = dev.node;
           e.write = write;
           const double cap = e.cap_bw;

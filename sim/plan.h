@@ -36,6 +36,10 @@ struct Endpoint {
   // (models::IoRateBesideCompute; sim/engine.cc ShareDisk); 1 for every other endpoint.
   double kept_beside_compute = 1;
   int32_t disk = -1;     // nvme index whose media link the route crosses (its device's first entry), or -1
+  // nvme index whose I/O path serves the stream: the entry itself, a directory on another's
+  // device included (the executor runs one ring and its thread per entry), or -1. The loads of
+  // one ring's streams combine (models::IoPathScale); those of different rings add.
+  int32_t ring = -1;
   int32_t remote = -1;   // remote tier index, or -1
   bool collective = false;  // within the node, over its interconnect
   bool network = false;     // between nodes, over its NIC

@@ -273,8 +273,11 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
   if (io.streams.empty()) return InvalidArgument("probe io-cpu: no streams given");
   if (!(io.window_s > 0)) return InvalidArgument("probe io-cpu: the window must be positive");
   for (const IoCpuProbeOptions::Stream& st : io.streams) {
-    if (st.op != "read" && st.op != "write" && st.op != "rw" && st.op != "dispatch") {
-      return InvalidArgument("probe io-cpu: stream op '" + st.op + "' (known: read, write, rw, dispatch)");
+    if (st.op != "read" && st.op != "write" && st.op != "rw" && st.op != "split" && st.op != "dispatch") {
+      return InvalidArgument("probe io-cpu: stream op '" + st.op + "' (known: read, write, rw, split, dispatch)");
+    }
+    if (st.op == "split" && io.split_dir.empty()) {
+      return InvalidArgument("probe io-cpu: stream op 'split' runs its writer on a second directory: give two --dir");
     }
   }
   TF_ASSIGN_OR_RETURN(std::unique_ptr<LayerPasses> passes, LayerPasses::Create(config, costs, o));
@@ -304,10 +307,12 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
       return std::vector<TraceRecord>{r};
     }
     DiskProbeOptions d;
-    d.dirs = {io.dir};
-    d.device_counts = {1};
-    d.ops = {st.op};
+    const bool split = st.op == "split";
+    d.dirs = split ? std::vector<std::string>{io.dir, io.split_dir} : std::vector<std::string>{io.dir};
+    d.device_counts = {static_cast<int32_t>(d.dirs.size())};
+    d.ops = {split ? std::string("rw") : st.op};
     d.streams = {{1, 1}};  // op rw: a reader and a writer at once
+    d.split_streams = split;  // the reader on the first directory, the writer on the second
     d.block_bytes = {st.block_bytes};
     d.queue_depths = {st.queue_depth};
     d.file_bytes = io.file_bytes;
@@ -317,7 +322,9 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
     d.backend = io.backend;
     d.keep_files = true;  // filled by the first stream, reused by the others, removed below
     std::vector<TraceRecord> window;
-    TF_RETURN_IF_ERROR(RunDiskProbe(d, &window, nullptr).status().WithContext("probe io-cpu: --dir '" + io.dir + "'"));
+    TF_RETURN_IF_ERROR(RunDiskProbe(d, &window, nullptr)
+                           .status()
+                           .WithContext("probe io-cpu: --dir '" + io.dir + "'" + (split ? " and '" + io.split_dir + "'" : std::string())));
     for (TraceRecord& r : window) r.task = "probe.io_cpu." + st.op;
     return window;
   };
@@ -366,6 +373,7 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
   };
   const Status st = body();
   ::unlink(file.c_str());
+  if (!io.split_dir.empty()) ::unlink(ProbeFilePath(io.split_dir).c_str());
   TF_RETURN_IF_ERROR(st);
   return out;
 }

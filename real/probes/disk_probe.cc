@@ -300,19 +300,21 @@ Status MeasurePoint(const DiskProbeOptions& o, const std::vector<std::string>& p
   // The requests land across all of `buffers` (BufferSpan()), slot i at places i, i + slots,
   // i + 2 slots, ... in turn (never two in flight at one place): a run reads into and writes from
   // buffers far larger than a last-level cache, and a few blocks reused would stay in it.
-  const int64_t nslots = inflight * ndev;
+  // Split streams (DiskProbeOptions::split_streams): each stream's slots on one device only.
+  const bool split = streams > 0 && o.split_streams;
+  const int64_t nslots = split ? inflight : inflight * ndev;
   const int64_t places = buffers.size_bytes() / (block * nslots);
   TF_CHECK(places >= 1);  // RunDiskProbe maps room for every point's requests in flight
   (void)storage.RegisterMemory(buffers.data(), block * nslots * places);
   std::vector<Slot> slots(static_cast<size_t>(nslots));
   for (size_t i = 0; i < slots.size(); ++i) {
-    slots[i].device = static_cast<int32_t>(i % ndev);
+    slots[i].device = static_cast<int32_t>(split ? i / static_cast<size_t>(qd) % static_cast<size_t>(ndev) : i % static_cast<size_t>(ndev));
     slots[i].first = buffers.data() + static_cast<int64_t>(i) * block;
     slots[i].buf = slots[i].first;
     slots[i].stride = block * nslots;
     slots[i].places = places;
-    if (streams > 0) {  // qd * ndev slots per stream, readers first
-      slots[i].stream = static_cast<int32_t>(i / (static_cast<size_t>(qd) * ndev));
+    if (streams > 0) {  // qd * ndev slots per stream (split: qd), readers first
+      slots[i].stream = static_cast<int32_t>(i / (static_cast<size_t>(qd) * (split ? 1 : ndev)));
       slots[i].op = slots[i].stream < readers ? IoOp::kRead : IoOp::kWrite;
     }
   }

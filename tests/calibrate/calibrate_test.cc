@@ -98,8 +98,10 @@ std::vector<TraceRecord> AllRecords(const models::HardwareSpec& truth) {
   Noise quiet(0.002);  // a load of 0.3 of 8 cores is a 4 % slowdown: the fit's arithmetic, not the noise's
   testing::AddIoCpu(truth.node.cpu, truth.node.cpu.cores, 2, quiet, &r);
   // A reader and a writer of the 16 KiB class at once, the read at 0.7 of its rate alone: by the
-  // rule the read's 0.9 cores (cpu.io_rw).
+  // rule the read's 0.9 cores (cpu.io_rw); the same on two disk entries, by theirs 0.9 + the
+  // write's figure (cpu.io_split).
   testing::AddIoCpuMix(truth.node.cpu, 16384, 1, 0.7, 1.0, 0.9, 2, &r);
+  testing::AddIoCpuMix(truth.node.cpu, 16384, 1, 0.7, 1.0, 0.9 + models::IoPathCores(truth.node.cpu, true, 16384, 1), 2, &r, true);
   std::vector<int64_t> messages;
   for (int64_t b = 65536; b <= (int64_t{1} << 30); b *= 4) messages.push_back(b);
   testing::AddCollectives(truth.node.interconnect, messages, noise, &r);
@@ -133,14 +135,15 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
     EXPECT_LT(f->rms_rel_residual, 0.03) << FitSummary(*f);  // the noise, not a misfit
   }
-  for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw", "cpu.io_read_beside_compute",
-                            "cpu.io_write_beside_compute"}) {
+  for (const char* model : {"cpu.io_read", "cpu.io_write", "cpu.dispatch_load", "cpu.io_rw", "cpu.io_split",
+                            "cpu.io_read_beside_compute", "cpu.io_write_beside_compute"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
   }
   EXPECT_LT(Find(*cal, "cpu.io_rw")->rms_rel_residual, 0.01) << FitSummary(*Find(*cal, "cpu.io_rw"));
-  EXPECT_EQ(cal->fits.size(), 25u);
+  EXPECT_LT(Find(*cal, "cpu.io_split")->rms_rel_residual, 0.01) << FitSummary(*Find(*cal, "cpu.io_split"));
+  EXPECT_EQ(cal->fits.size(), 26u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -1082,36 +1085,44 @@ TEST(CalibrateIoCpuTest, HandOverWindowsThatDisagreeAreRefused) {
   EXPECT_EQ(cal->profile.node.cpu.task_overhead_cpu_s, 0.0);
 }
 
-// A reader and a writer at once (probe io-cpu's "rw") check the rule by which the simulator
-// combines one device's I/O paths (models::IoPathScale): together the busiest class's figure,
-// whatever the streams' rates. Windows that follow the rule fit it; windows where the loads add
-// up show the rule's error. Either way they are not read or write windows of their class.
-TEST(CalibrateIoCpuTest, AReaderAndAWriterAtOnceCheckTheRuleThatCombinesTheirLoads) {
+// A reader and a writer at once check the rules by which the simulator combines I/O paths: on one
+// disk entry (probe io-cpu's "rw": one ring, models::IoPathScale) together the busiest class's
+// figure, whatever the streams' rates; on two entries ("split": a ring each) the two figures
+// added. Windows that follow a rule fit it; windows that follow the other show the rule's error.
+// Either way they are not read or write windows of their class.
+TEST(CalibrateIoCpuTest, AReaderAndAWriterAtOnceCheckTheRulesThatCombineTheirLoads) {
   models::HardwareSpec truth = Base();
   truth.node.cpu.io_read_cores = {{16384, 1, 0.9}};
   truth.node.cpu.io_write_cores = {{16384, 1, 0.5}};
-  // The read at 0.7 of its rate alone, the write at its own: the read's 0.9 either way.
-  const double rule = 0.9;
-  for (const double lost : {rule, 0.9 + 0.5}) {
-    std::vector<TraceRecord> r;
-    Noise none(0.0);
-    testing::AddIoCpu(truth.node.cpu, truth.node.cpu.cores, 2, none, &r);
-    testing::AddIoCpuMix(truth.node.cpu, 16384, 1, 0.7, 1.0, lost, 2, &r);
-    auto cal = Calibrate(r, {}, Base());
-    ASSERT_TRUE(cal.ok()) << cal.status().ToString();
-    ASSERT_EQ(cal->profile.node.cpu.io_read_cores.size(), 1u);
-    EXPECT_NEAR(cal->profile.node.cpu.io_read_cores[0].cores, 0.9, 1e-9) << lost;
-    EXPECT_NEAR(cal->profile.node.cpu.io_write_cores[0].cores, 0.5, 1e-9) << lost;
-    const FitReport* f = Find(*cal, "cpu.io_rw");
-    ASSERT_NE(f, nullptr);
-    ASSERT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
-    ASSERT_EQ(f->params.size(), 2u) << FitSummary(*f);
-    EXPECT_EQ(f->params[0].name, "io_rw_cores.16384x1");
-    EXPECT_NEAR(f->params[0].value, lost, 1e-6) << "measured";
-    EXPECT_NEAR(f->params[1].value, rule, 1e-6) << "the rule";
-    EXPECT_FALSE(f->params[0].written || f->params[1].written);
-    EXPECT_EQ(f->samples, 2);
-    EXPECT_NEAR(f->rms_rel_residual, std::fabs(rule - lost) / lost, 1e-6) << FitSummary(*f);
+  // The read at 0.7 of its rate alone, the write at its own: one ring keeps the read's 0.9 busy
+  // either way, two rings 0.9 + 0.5.
+  for (const bool split : {false, true}) {
+    const double rule = split ? 0.9 + 0.5 : 0.9;
+    for (const double lost : {0.9, 0.9 + 0.5}) {
+      std::vector<TraceRecord> r;
+      Noise none(0.0);
+      testing::AddIoCpu(truth.node.cpu, truth.node.cpu.cores, 2, none, &r);
+      testing::AddIoCpuMix(truth.node.cpu, 16384, 1, 0.7, 1.0, lost, 2, &r, split);
+      auto cal = Calibrate(r, {}, Base());
+      ASSERT_TRUE(cal.ok()) << cal.status().ToString();
+      ASSERT_EQ(cal->profile.node.cpu.io_read_cores.size(), 1u);
+      EXPECT_NEAR(cal->profile.node.cpu.io_read_cores[0].cores, 0.9, 1e-9) << lost;
+      EXPECT_NEAR(cal->profile.node.cpu.io_write_cores[0].cores, 0.5, 1e-9) << lost;
+      const FitReport* f = Find(*cal, split ? "cpu.io_split" : "cpu.io_rw");
+      ASSERT_NE(f, nullptr);
+      ASSERT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
+      ASSERT_EQ(f->params.size(), 2u) << FitSummary(*f);
+      EXPECT_EQ(f->params[0].name, split ? "io_split_cores.16384x1" : "io_rw_cores.16384x1");
+      EXPECT_NEAR(f->params[0].value, lost, 1e-6) << "measured";
+      EXPECT_NEAR(f->params[1].value, rule, 1e-6) << "the rule";
+      EXPECT_FALSE(f->params[0].written || f->params[1].written);
+      EXPECT_EQ(f->samples, 2);
+      EXPECT_NEAR(f->rms_rel_residual, std::fabs(rule - lost) / lost, 1e-6) << FitSummary(*f);
+      // The other kind of window was not probed.
+      const FitReport* other = Find(*cal, split ? "cpu.io_rw" : "cpu.io_split");
+      ASSERT_NE(other, nullptr);
+      EXPECT_EQ(other->outcome, FitOutcome::kNoData) << FitSummary(*other);
+    }
   }
 }
 

@@ -252,11 +252,12 @@ inline void AddIoCpu(const models::CpuSpec& cpu, int32_t threads, int reps, Nois
   }
 }
 
-// probe io-cpu's stream "rw" after every other record: `reps` rounds of compute alone and beside a
-// reader and a writer of one class at once, which move `read_share` and `write_share` of AddIoCpu's
-// rate alone (1 GB/s) while the compute on `threads` = cpu.cores threads loses `lost` cores.
+// probe io-cpu's stream "rw" (or, `split`, "split": the writer on a second disk entry) after every
+// other record: `reps` rounds of compute alone and beside a reader and a writer of one class at
+// once, which move `read_share` and `write_share` of AddIoCpu's rate alone (1 GB/s) while the
+// compute on `threads` = cpu.cores threads loses `lost` cores.
 inline void AddIoCpuMix(const models::CpuSpec& cpu, int64_t block, int32_t depth, double read_share, double write_share,
-                        double lost, int reps, std::vector<TraceRecord>* out) {
+                        double lost, int reps, std::vector<TraceRecord>* out, bool split = false) {
   double t = 0;
   for (const TraceRecord& r : *out) t = std::max(t, r.end_s);
   const auto steps = [&](const std::string& task, double slowdown) {
@@ -278,8 +279,8 @@ inline void AddIoCpuMix(const models::CpuSpec& cpu, int64_t block, int32_t depth
     steps("probe.io_cpu.beside", cpu.cores / (cpu.cores - lost));
     for (const bool write : {false, true}) {
       const double share = write ? write_share : read_share;
-      TraceRecord w = Probe("probe.io_cpu.rw", write ? Op::kWrite : Op::kRead, write ? "nvme0.write" : "nvme0.read",
-                            static_cast<int64_t>(share * 1e9 * (t - start)), 0);
+      TraceRecord w = Probe(split ? "probe.io_cpu.split" : "probe.io_cpu.rw", write ? Op::kWrite : Op::kRead,
+                            write ? (split ? "nvme1.write" : "nvme0.write") : "nvme0.read", static_cast<int64_t>(share * 1e9 * (t - start)), 0);
       w.start_s = start;
       w.end_s = t;
       w.block_bytes = block;

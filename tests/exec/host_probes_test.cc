@@ -182,31 +182,56 @@ TEST(HostProbesTest, ComputeOnTheGpuOrWhyNot) {
 
 // Compute alone, then beside each stream: the stream's window as the disk probe records it, the
 // compute of both as the compute probe's, all from one origin, and the probe file gone after.
-TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
-  auto sc = TinyAtSequence32();
-  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
-  auto costs = policies::LayerComputeCosts(*sc);
-  ASSERT_TRUE(costs.ok()) << costs.status().ToString();
-  TrainConfig config = ConfigAtSequence32(sc->model);
-  config.threads = 2;
-  const std::filesystem::path dir = std::filesystem::path(TIERFLOW_BINARY_DIR) / "tests" / "exec" / "io_cpu_probe";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  // Windows of a few compute steps at least, however slow this build runs them (a sanitizer's).
-  auto step = ProbeCompute(config, ToLayerCosts(*costs), "t", Quick());
-  ASSERT_TRUE(step.ok()) << step.status().ToString();
-  double longest = 0;
-  for (const TraceRecord& x : *step) longest = std::max(longest, x.duration_s());
+// probe io-cpu's set-up: tiny at sequence 32 on two threads, a fresh directory `name` (and
+// `name`2 for a split stream's writer), windows of a few compute steps at least, however slow
+// this build runs them (a sanitizer's).
+struct IoCpuSetUp {
+  explicit IoCpuSetUp(const std::string& name) {
+    auto sc = TinyAtSequence32();
+    EXPECT_TRUE(sc.ok()) << sc.status().ToString();
+    if (!sc.ok()) return;
+    auto layer_costs = policies::LayerComputeCosts(*sc);
+    EXPECT_TRUE(layer_costs.ok()) << layer_costs.status().ToString();
+    if (!layer_costs.ok()) return;
+    costs = ToLayerCosts(*layer_costs);
+    config = ConfigAtSequence32(sc->model);
+    config.threads = 2;
+    for (const std::string& d : {name, name + "2"}) {
+      dirs.push_back(std::filesystem::path(TIERFLOW_BINARY_DIR) / "tests" / "exec" / d);
+      std::filesystem::remove_all(dirs.back());
+      std::filesystem::create_directories(dirs.back());
+    }
+    auto step = ProbeCompute(config, costs, "t", Quick());
+    EXPECT_TRUE(step.ok()) << step.status().ToString();
+    if (!step.ok()) return;
+    double longest = 0;
+    for (const TraceRecord& x : *step) longest = std::max(longest, x.duration_s());
+    io.dir = dirs[0].string();
+    io.window_s = std::max(0.15, 4 * longest);
+    io.file_bytes = 16 << 20;
+    options.repetitions = 1;
+    ok = true;
+  }
+  bool ok = false;
+  TrainConfig config;
+  std::vector<LayerCost> costs;
+  std::vector<std::filesystem::path> dirs;
   IoCpuProbeOptions io;
-  io.dir = dir.string();
+  HostProbeOptions options = Quick();
+};
+
+TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
+  IoCpuSetUp set_up("io_cpu_probe");
+  ASSERT_TRUE(set_up.ok);
+  const TrainConfig& config = set_up.config;
+  const std::vector<LayerCost>& costs = set_up.costs;
+  const std::filesystem::path dir = set_up.dirs[0];
+  IoCpuProbeOptions io = set_up.io;
   io.streams = {{"read", 64 << 10, 2}, {"write", 64 << 10, 2}, {"rw", 64 << 10, 2}, {"dispatch", 0, 0}};
-  io.window_s = std::max(0.15, 4 * longest);
-  io.file_bytes = 16 << 20;
-  HostProbeOptions o = Quick();
-  o.repetitions = 1;
+  HostProbeOptions o = set_up.options;
   int reports = 0;
   o.progress = [&](const std::string&) { ++reports; };
-  auto r = ProbeIoCpu(config, ToLayerCosts(*costs), io, o);
+  auto r = ProbeIoCpu(config, costs, io, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(reports, 4);  // one per stream
   std::vector<const TraceRecord*> windows, mix, streams_alone;
@@ -269,12 +294,48 @@ TEST(HostProbesTest, IoCpuTimesComputeAloneAndBesideEachStream) {
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the probe file is removed";
 
   io.streams = {{"trim", 4096, 1}};
-  auto bad = ProbeIoCpu(config, ToLayerCosts(*costs), io, o);
+  auto bad = ProbeIoCpu(config, costs, io, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'trim'"), std::string::npos) << bad.status().message();
   io.streams = {{"read", 4096, 1}};
   io.dir = (dir / "missing").string();
-  EXPECT_FALSE(ProbeIoCpu(config, ToLayerCosts(*costs), io, o).ok());
+  EXPECT_FALSE(ProbeIoCpu(config, costs, io, o).ok());
+}
+
+// Stream "split": a reader on the first directory and a writer on the second at once, each disk
+// entry through its own ring, as a run's two --disk are (cpu.io_split checks the sum of their
+// loads). One window, a record of each op, each naming its device.
+TEST(HostProbesTest, IoCpuSplitRunsTheReaderAndTheWriterOnTwoDirectories) {
+  IoCpuSetUp set_up("io_cpu_split");
+  ASSERT_TRUE(set_up.ok);
+  IoCpuProbeOptions io = set_up.io;
+  io.streams = {{"split", 64 << 10, 2}};
+  auto refused = ProbeIoCpu(set_up.config, set_up.costs, io, set_up.options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("two --dir"), std::string::npos) << refused.status().message();
+  io.split_dir = set_up.dirs[1].string();
+  auto r = ProbeIoCpu(set_up.config, set_up.costs, io, set_up.options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<const TraceRecord*> split;
+  for (const TraceRecord& x : *r) {
+    if (x.op == Op::kRead || x.op == Op::kWrite) split.push_back(&x);
+  }
+  ASSERT_EQ(split.size(), 2u);
+  std::sort(split.begin(), split.end(), [](const TraceRecord* a, const TraceRecord* b) { return a->op < b->op; });
+  for (const TraceRecord* x : split) {
+    EXPECT_EQ(x->task, "probe.io_cpu.split");
+    EXPECT_GT(x->bytes, 0) << x->resource;
+    EXPECT_EQ(x->start_s, split[0]->start_s);
+    EXPECT_EQ(x->end_s, split[0]->end_s);
+  }
+  EXPECT_EQ(split[0]->op == Op::kRead ? split[0]->resource : split[1]->resource, "nvme0.read");
+  EXPECT_EQ(split[0]->op == Op::kWrite ? split[0]->resource : split[1]->resource, "nvme1.write");
+  int inside = 0;
+  for (const TraceRecord& x : *r) {
+    inside += x.task == "probe.io_cpu.beside" && x.start_s >= split[0]->start_s && x.end_s <= split[0]->end_s ? 1 : 0;
+  }
+  EXPECT_GT(inside, 0);
+  for (const std::filesystem::path& d : set_up.dirs) EXPECT_TRUE(std::filesystem::is_empty(d)) << "the probe files are removed: " << d;
 }
 
 TEST(HostProbesTest, OptimizerAndMemoryByThreadCount) {

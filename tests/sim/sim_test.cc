@@ -571,39 +571,48 @@ TEST(SimTest, TwoStreamsSharingADiskLoadTheCoresAsOneDoes) {
 }
 
 // A read and a write that each keep their own rate on the device (shallow 16 KiB requests, far
-// below its capacity) load the cores by the larger of their class figures, not the sum; each
-// stream keeps its pace.
-TEST(SimTest, StreamsOnOneDeviceLoadTheCoresByNoMoreThanTheBusiestClass) {
-  auto hw = TestHardware();
-  hw.node.cpu.cores = 2;
-  hw.node.gpu.shares_host_cores = true;
-  hw.node.cpu.io_read_cores = {{16 * 1024, 1, 0.8}};
-  hw.node.cpu.io_write_cores = {{16 * 1024, 1, 0.6}};
-  const auto& d = hw.node.nvme[0];
-  const int64_t block = 16 * 1024, bytes = 64 * kMiB;
-  const double read_bw = models::DiskReadBandwidth(d, block, 1), write_bw = models::DiskWriteBandwidth(d, block, 1);
-  ASSERT_LT(read_bw + write_bw, models::DiskSharedCapacity(d, 1, 1)) << "each keeps its own rate";
-  const double lat_r = d.read_latency_s, lat_w = d.write_latency_s;
-  ASSERT_LT(lat_w, lat_r);
-  // Compute on both cores: both until the write begins, then 2 - 0.6 until the read does, then
-  // 2 - 0.8 for `x` while both flow.
-  const double x = 0.01;
-  ASSERT_LT(lat_r + x, static_cast<double>(bytes) / write_bw) << "both still flow when the compute ends";
-  const double work = 2 * lat_w + 1.4 * (lat_r - lat_w) + 1.2 * x;  // core-seconds
-  Builder b;
-  b.Resource("gpu0.compute", "gpu0");
-  b.Resource("nvme0.read", "nvme0");
-  b.Resource("nvme0.write", "nvme0");
-  b.Task("c", Op::kCompute, "gpu0.compute", 0).flops = work / 2 * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
-  for (const auto& [id, op] : {std::pair{"r", Op::kRead}, std::pair{"w", Op::kWrite}}) {
-    TaskSpec& t = b.Task(id, op, op == Op::kRead ? "nvme0.read" : "nvme0.write", bytes);
-    t.block_bytes = block;
-    t.queue_depth = 1;
+// below its capacity). Through one disk entry's ring they load the cores by the larger of their
+// class figures, not the sum; the write on a second entry, a directory on the same device
+// (same_device_as), runs through a ring of its own, as the executor's, and the two loads add. Each
+// stream keeps its pace either way.
+TEST(SimTest, StreamsThroughOneRingLoadTheCoresByTheBusiestClassThroughTwoByBoth) {
+  for (const bool two_rings : {false, true}) {
+    SCOPED_TRACE(two_rings ? "the write on a second entry of the device" : "both on one entry");
+    auto hw = TestHardware();
+    hw.node.cpu.cores = 2;
+    hw.node.gpu.shares_host_cores = true;
+    hw.node.cpu.io_read_cores = {{16 * 1024, 1, 0.8}};
+    hw.node.cpu.io_write_cores = {{16 * 1024, 1, 0.6}};
+    hw.node.nvme.push_back(hw.node.nvme[0]);
+    hw.node.nvme[1].same_device_as = 0;
+    const auto& d = hw.node.nvme[0];
+    const int64_t block = 16 * 1024, bytes = 64 * kMiB;
+    const double read_bw = models::DiskReadBandwidth(d, block, 1), write_bw = models::DiskWriteBandwidth(d, block, 1);
+    ASSERT_LT(read_bw + write_bw, models::DiskSharedCapacity(d, 1, 1)) << "each keeps its own rate";
+    const double lat_r = d.read_latency_s, lat_w = d.write_latency_s;
+    ASSERT_LT(lat_w, lat_r);
+    // Compute on both cores: both until the write begins, then 2 - 0.6 until the read does, then
+    // for `x` while both flow 2 - 0.8 (one ring) or 2 - 1.4 (two).
+    const double x = 0.01, both = two_rings ? 0.6 : 1.2;
+    ASSERT_LT(lat_r + x, static_cast<double>(bytes) / write_bw) << "both still flow when the compute ends";
+    const double work = 2 * lat_w + 1.4 * (lat_r - lat_w) + both * x;  // core-seconds
+    const std::string writes = two_rings ? "nvme1" : "nvme0";
+    Builder b;
+    b.Resource("gpu0.compute", "gpu0");
+    b.Resource("nvme0.read", "nvme0");
+    b.Resource(writes + ".write", writes);
+    b.Task("c", Op::kCompute, "gpu0.compute", 0).flops = work / 2 * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+    for (const auto& [id, op] : {std::pair{"r", Op::kRead}, std::pair{"w", Op::kWrite}}) {
+      TaskSpec& t = b.Task(id, op, op == Op::kRead ? "nvme0.read" : writes + ".write", bytes);
+      t.block_bytes = block;
+      t.queue_depth = 1;
+    }
+    SimResult res = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(res, "c").end_s, lat_r + x) << "the other rule would leave the compute " << 2 - (two_rings ? 0.8 : 1.4) << " cores";
+    EXPECT_REL(Find(res, "r").end_s, lat_r + static_cast<double>(bytes) / read_bw);
+    EXPECT_REL(Find(res, "w").end_s, lat_w + static_cast<double>(bytes) / write_bw);
+    EXPECT_EQ(res.disk_sharing_mismatches, 0);
   }
-  SimResult res = MustSimulate(b.s, hw);
-  EXPECT_REL(Find(res, "c").end_s, lat_r + x) << "the sum of the figures, 1.4 cores, would leave the compute 0.6";
-  EXPECT_REL(Find(res, "r").end_s, lat_r + static_cast<double>(bytes) / read_bw);
-  EXPECT_REL(Find(res, "w").end_s, lat_w + static_cast<double>(bytes) / write_bw);
 }
 
 // A hand-over's load on the cores (cpu.task_overhead_cpu) runs from the task's launch, beside its

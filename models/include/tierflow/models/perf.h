@@ -85,10 +85,11 @@ double IoPathCores(const CpuSpec& cpu, bool write, int64_t block, int32_t depth)
 // IoCpuCores takes it; 1 when none was measured.
 double IoRateBesideCompute(const CpuSpec& cpu, bool write, int64_t block, int32_t depth);
 
-// The streams on one device at once, stream i of a class that keeps `cores[i]` busy alone
-// (IoCpuCores): together they keep the largest of those figures busy, whatever their rates (one
-// device's I/O path serves its streams together, and what it takes does not follow the bytes it
-// moves: docs/calibration.md, `cpu.io_rw`), shared among them in proportion to their figures.
+// The streams through one ring (one disk entry) at once, stream i of a class that keeps
+// `cores[i]` busy alone (IoCpuCores): together they keep the largest of those figures busy,
+// whatever their rates (the ring's thread serves its streams together, and what it takes does not
+// follow the bytes it moves: docs/calibration.md, `cpu.io_rw`), shared among them in proportion
+// to their figures. Different rings' loads add (`cpu.io_split`).
 // The factor each figure is scaled by: the largest over the sum (1 for one stream, or none).
 double IoPathScale(const std::vector<double>& cores);
 

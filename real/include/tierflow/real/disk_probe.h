@@ -32,6 +32,10 @@ struct DiskProbeOptions {
   // own sequential stream of queue-depth requests over its own stretch of the file (what a
   // schedule's concurrent read and write tasks on one device are).
   std::vector<std::pair<int32_t, int32_t>> streams = {{1, 1}, {2, 2}, {4, 4}};
+  // Op "rw" over several devices: stream k (readers first) sends all its requests to device
+  // k mod devices, as a run's tasks on two disk entries do, each entry with its own ring; false:
+  // every stream spreads its requests over every device.
+  bool split_streams = false;
   std::vector<int32_t> device_counts;  // how many of dirs at once; empty: 1 and dirs.size()
   int64_t file_bytes = int64_t{1} << 30;
   double warmup_s = 0.25;

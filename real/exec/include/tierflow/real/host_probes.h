@@ -74,16 +74,19 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
 // "probe.io_cpu.alone" and "probe.io_cpu.beside" (as ProbeCompute's; a beside record counts when
 // it lies inside its stream's window), and each stream's window: op read or write, task
 // "probe.io_cpu.read" | "probe.io_cpu.write" (as the disk probe's windows; op "rw", a reader and
-// a writer at once, one record of each op, task "probe.io_cpu.rw"), or op barrier, task
+// a writer at once, one record of each op, task "probe.io_cpu.rw"; op "split", a reader on `dir`
+// and a writer on `split_dir` at once, each directory through a ring of its own as a run's two
+// disk entries are, likewise task "probe.io_cpu.split", resources nvme0.read and nvme1.write), or op barrier, task
 // "probe.io_cpu.dispatch", `tasks` = the hand-overs in it; a stream's window alone: task
 // "probe.io_cpu.read_alone" | "probe.io_cpu.write_alone"; all timed from one origin. The probe
-// file is removed when done.
+// files are removed when done.
 struct IoCpuProbeOptions {
   std::string dir;
+  std::string split_dir;  // the writer's directory of op "split" (another disk entry)
   std::string backend = "auto";  // uring, posix, auto
   struct Stream {
-    // read, write, rw (a reader and a writer at once, each of the block and depth) or dispatch
-    // (block and depth unused)
+    // read, write, rw (a reader and a writer at once, each of the block and depth), split (the
+    // same over `dir` and `split_dir`, one ring each) or dispatch (block and depth unused)
     std::string op;
     int64_t block_bytes = 0;
     int32_t queue_depth = 0;
