@@ -397,7 +397,7 @@ Status Run::InitialiseStores() {
 // window, each piece rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages
 // are faulted in where first touched, by the read, copy or compute that fills them, only as far as
 // the buffers use them (a 200 MB slot holding 352 KB of tiny's unit, one huge page), mostly in the
-// first iteration; faulting every mapping in here took 0.65 s per ioc run on tiny. A buffer the
+// first iteration; faulting every mapping in here took 0.32-1.09 s per ioc run on tiny. A buffer the
 // arena has no free run for (fragmentation) gets a block of its own, as before;
 // RunResult::host_bytes_made_in_run counts it.
 void Run::MakeHostArenas() {
