@@ -91,10 +91,11 @@ class Run {
         micro_steps_(s.MicroSteps()),
         // Host blocks are I/O memory (io_memory.h: huge pages from 2 MiB up, as the disk probe's)
         // and page-locked for the device's copies; where that fails the copies still work, staged
-        // by the driver.
+        // by the driver. Mapped, not faulted in: one made mid-run costs the dispatch thread a
+        // mapping, and its pages are faulted in by the task that fills them, as an arena's are.
         blocks_(
             [this](int64_t bytes) -> void* {
-              void* p = AllocateIoMemory(bytes);
+              void* p = AllocateIoMemory(bytes, /*populate=*/false);
               if (p != nullptr && device_) (void)device_->RegisterHost(p, AlignUp(bytes, kDirectAlignment));
               return p;
             },

@@ -151,6 +151,10 @@ Status Run::TakeBuffer(BufferState& buf, const std::string& name) {
     buf.data = static_cast<char*>(*block);
     return Status::Ok();
   }
+  if (buf.home != nullptr) {
+    buf.data = buf.home;
+    return Status::Ok();
+  }
   if (buf.pool >= 0 && static_cast<size_t>(buf.pool) < arenas_.size()) buf.data = arenas_[static_cast<size_t>(buf.pool)].Take(buf.size);
   if (buf.data == nullptr) buf.data = static_cast<char*>(blocks_.Take(buf.size));
   if (buf.data == nullptr) return ResourceExhausted("buffer '" + name + "': cannot allocate " + std::to_string(buf.size) + " bytes of host memory");
@@ -159,18 +163,24 @@ Status Run::TakeBuffer(BufferState& buf, const std::string& name) {
 
 void Run::GiveBuffer(BufferState& buf) {
   if (buf.data == nullptr) return;
-  if (buf.on_gpu) device_->Free(buf.data);
-  else if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
-  else blocks_.Give(buf.data);
+  if (buf.on_gpu) {
+    device_->Free(buf.data);
+  } else if (buf.data != buf.home) {  // a home stays the buffer's
+    if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
+    else blocks_.Give(buf.data);
+  }
   buf.data = nullptr;
   buf.pieces.clear();
 }
 
 void Run::ReleaseBuffer(BufferState& buf) {
   if (buf.data == nullptr || (buf.on_gpu && !device_)) return;
-  if (buf.on_gpu) device_->Free(buf.data);
-  else if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
-  else blocks_.Release(buf.data);
+  if (buf.on_gpu) {
+    device_->Free(buf.data);
+  } else if (buf.data != buf.home) {  // a home stays the buffer's
+    if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
+    else blocks_.Release(buf.data);
+  }
   buf.data = nullptr;
 }
 

@@ -397,9 +397,13 @@ Status Run::InitialiseStores() {
 // window, each piece rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages
 // are faulted in where first touched, by the read, copy or compute that fills them, only as far as
 // the buffers use them (a 200 MB slot holding 352 KB of tiny's unit, one huge page), mostly in the
-// first iteration; faulting every mapping in here took 0.32-1.09 s per ioc run on tiny. A buffer the
-// arena has no free run for (fragmentation) gets a block of its own, as before;
-// RunResult::host_bytes_made_in_run counts it.
+// first iteration; faulting every mapping in here took 0.32-1.09 s per ioc run on tiny. Where
+// the arena holds every instance at once, each instance has its own piece of it for the whole
+// run (BufferState::home); else pieces are cut as buffers are taken, and a buffer the arena then
+// has no free run for (fragmentation, in a pool of several sizes) gets a block of its own, as
+// before; RunResult::host_bytes_made_in_run counts it. Cut as taken, ioc's pools on tiny with
+// sub-groups of 1e6 elements made 5 MB of blocks mid-run in one CI run and none in others: which
+// runs are free when is the dispatcher's timing.
 void Run::MakeHostArenas() {
   arenas_.assign(s_.pools().size(), HostArena());
   for (size_t p = 0; p < s_.pools().size(); ++p) {
@@ -423,6 +427,16 @@ void Run::MakeHostArenas() {
     if (base == nullptr) continue;  // its buffers get blocks of their own
     if (device_) (void)device_->RegisterHost(base, bytes);
     arenas_[p] = HostArena(base, bytes);
+    if (bytes < every) continue;
+    // It holds every instance at once: each gets its own piece for the whole run, so that no
+    // order of takes and gives (the dispatcher's, which timing decides) can fragment it.
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      const BufferSpec& spec = s_.buffers()[i % s_.buffers().size()];
+      if (spec.pool != static_cast<int32_t>(p) || spec.persistent) continue;
+      BufferState& buf = buffers_[i];
+      buf.home = arenas_[p].Take(buf.size);
+      TF_CHECK(buf.home != nullptr);  // `every` is their sum
+    }
   }
 }
 

@@ -118,6 +118,9 @@ struct BufferState {
   int64_t size = 0;
   bool on_gpu = false;
   int32_t pool = -1;  // its schedule pool (the host arena it is cut from: Run::MakeHostArenas)
+  // Its own piece of that arena for the whole run, where the arena holds every instance of the
+  // pool's buffers at once; null where pieces are cut as buffers are taken.
+  char* home = nullptr;
   std::vector<Piece> pieces;
 };
 

@@ -101,9 +101,10 @@ struct RunResult {
   int64_t direct_io_bytes = 0;
   int64_t buffered_io_bytes = 0;
   // Host memory made for buffers and staging blocks once the iterations had begun: each fresh
-  // block is mapped and faulted in on the dispatch thread while tasks are in flight. The blocks
-  // the schedule's buffers can hold at once are made at set-up (docs/executor.md), so this stays
-  // 0 unless an O_DIRECT request needs an aligned staging block of a new size.
+  // block is mapped on the dispatch thread while tasks are in flight. Each host pool's arena is
+  // made at set-up (docs/executor.md), so this stays 0 unless a buffer finds no free run in an
+  // arena that cannot hold every instance of its pool's several buffer sizes at once
+  // (fragmentation), or an O_DIRECT request needs an aligned staging block of a new size.
   int64_t host_bytes_made_in_run = 0;
   // Why each disk that goes through the page cache does ("nvme0: ..."): its file system refuses
   // O_DIRECT, or needs more alignment than host blocks have, or the first tensor homed there
