@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "fd_storage.h"
 #include "io_common.h"
@@ -34,8 +35,14 @@ class PosixStorage final : public FdStorage {
   }
   std::string name() const override { return "posix"; }
 
+  // The whole batch is split first and then queued once per device, under its lock: a worker
+  // sees all of a batch's pieces or none, so a read in it goes ahead of every write in it.
   Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
     double now = MonotonicSeconds();
+    struct Batch {
+      std::vector<Piece*> reads, writes;
+    };
+    std::map<Device*, Batch> batches;
     for (const IoRequest& r : requests) {
       Entry e = Lookup(r.file);
       if (e.fd < 0) {
@@ -54,15 +61,16 @@ class PosixStorage final : public FdStorage {
       parent->path = e.path;
       parent->device = e.device;
       parent->submit_s = now;
-      std::vector<Piece*> pieces;
-      SplitRequest(parent, e.fd, options_.request_bytes, &pieces);
-      Device* dev = DeviceFor(e.device);
+      Batch& batch = batches[DeviceFor(e.device)];
+      SplitRequest(parent, e.fd, options_.request_bytes, r.op == IoOp::kRead ? &batch.reads : &batch.writes);
+    }
+    for (auto& [dev, batch] : batches) {
       {
         std::lock_guard<std::mutex> lock(dev->mu);
-        auto& q = r.op == IoOp::kRead ? dev->reads : dev->writes;
-        for (Piece* p : pieces) q.push_back(p);
+        dev->reads.insert(dev->reads.end(), batch.reads.begin(), batch.reads.end());
+        dev->writes.insert(dev->writes.end(), batch.writes.begin(), batch.writes.end());
       }
-      if (pieces.size() == 1) dev->cv.notify_one(); else dev->cv.notify_all();
+      if (batch.reads.size() + batch.writes.size() == 1) dev->cv.notify_one(); else dev->cv.notify_all();
     }
     return Status::Ok();
   }

@@ -117,11 +117,13 @@ class Ring {
     });
   }
 
-  void Enqueue(std::vector<Piece*>& pieces, IoOp op) {
+  // One Submit's pieces for this device, queued together: the thread sees all or none of them,
+  // so a read in the batch goes ahead of every write in it.
+  void Enqueue(const std::vector<Piece*>& reads, const std::vector<Piece*>& writes) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto& q = op == IoOp::kRead ? reads_ : writes_;
-      for (Piece* p : pieces) q.push_back(p);
+      reads_.insert(reads_.end(), reads.begin(), reads.end());
+      writes_.insert(writes_.end(), writes.begin(), writes.end());
     }
     Wake();
   }
@@ -312,8 +314,14 @@ class UringStorage final : public FdStorage {
   // Creates the ring of device 0 so that construction fails when io_uring is unusable.
   Status Init() { return RingFor(0).status(); }
 
+  // The whole batch is split first and then queued once per device (Ring::Enqueue).
   Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
     double now = MonotonicSeconds();
+    struct Batch {
+      std::vector<Piece*> reads, writes;
+    };
+    std::map<Ring*, Batch> batches;
+    Status status;
     for (const IoRequest& r : requests) {
       Entry e = Lookup(r.file);
       if (e.fd < 0) {
@@ -326,18 +334,21 @@ class UringStorage final : public FdStorage {
         continue;
       }
       auto ring = RingFor(e.device);
-      if (!ring.ok()) return ring.status();
+      if (!ring.ok()) {
+        status = ring.status();  // this and the later requests are not queued; the earlier are
+        break;
+      }
       auto* parent = new Parent;
       parent->request = r;
       parent->queue = queue;
       parent->path = e.path;
       parent->device = e.device;
       parent->submit_s = now;
-      std::vector<Piece*> pieces;
-      SplitRequest(parent, e.fd, options_.request_bytes, &pieces);
-      (*ring)->Enqueue(pieces, r.op);
+      Batch& batch = batches[*ring];
+      SplitRequest(parent, e.fd, options_.request_bytes, r.op == IoOp::kRead ? &batch.reads : &batch.writes);
     }
-    return Status::Ok();
+    for (auto& [ring, batch] : batches) ring->Enqueue(batch.reads, batch.writes);
+    return status;
   }
 
   // The rings are told outside mu_: a ring thread may be inside a sink that calls Submit.

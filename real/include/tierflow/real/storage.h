@@ -9,7 +9,8 @@
 // short transfers and -EAGAIN themselves and report an error only when the OS fails the request
 // or a resubmission makes no progress (a read past the end of a file, a full disk). Requests
 // longer than the back-end's request size are cut into pieces that run in parallel; the request
-// still completes once. Queued reads are started ahead of queued writes.
+// still completes once. Queued reads are started ahead of queued writes; one Submit's requests
+// are queued together (per device), so a read in it goes ahead of every write in it.
 //
 // Files opened with `direct` (O_DIRECT) require buffers, offsets and lengths aligned to the
 // file's direct-I/O alignment (OpenFile::alignment: what the kernel reports for the file, often
