@@ -4,7 +4,7 @@
 // mapped and faulted in.
 // Best fit (the shortest free run that holds it, the lowest such), each piece rounded up to
 // kDirectAlignment (O_DIRECT takes the places as they are); a piece given back joins its free
-// neighbours.
+// neighbours. Both take O(log n) in the free runs (kept by offset and by length).
 //
 // Thread safety: none; callers serialise.
 #pragma once
@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "tierflow/core/status.h"
 #include "tierflow/real/storage.h"
@@ -25,25 +27,20 @@ class HostArena {
   HostArena() = default;
   // Over `bytes` of memory at `base` (kDirectAlignment-aligned), owned by the caller.
   HostArena(char* base, int64_t bytes) : base_(base), size_(bytes) {
-    if (bytes > 0) free_[0] = bytes;
+    if (bytes > 0) AddRun(0, bytes);
   }
 
   // A piece of at least `bytes`, or null when no free run is long enough.
   char* Take(int64_t bytes) {
     const int64_t need = AlignUp(std::max<int64_t>(bytes, 1), kDirectAlignment);
-    auto it = free_.end();
-    for (auto run = free_.begin(); run != free_.end(); ++run) {
-      if (run->second >= need && (it == free_.end() || run->second < it->second)) it = run;
-    }
-    if (it != free_.end()) {
-      const int64_t at = it->first, left = it->second - need;
-      free_.erase(it);
-      if (left > 0) free_[at + need] = left;
-      taken_[at] = need;
-      in_use_ += need;
-      return base_ + at;
-    }
-    return nullptr;
+    const auto fit = by_length_.lower_bound({need, 0});  // the shortest that holds it, the lowest such
+    if (fit == by_length_.end()) return nullptr;
+    const auto [length, at] = *fit;
+    RemoveRun(at, length);
+    if (length > need) AddRun(at + need, length - need);
+    taken_[at] = need;
+    in_use_ += need;
+    return base_ + at;
   }
   // Back to the free runs (a piece Take returned).
   void Give(char* p) {
@@ -52,20 +49,23 @@ class HostArena {
     int64_t at = taken->first, length = taken->second;
     taken_.erase(taken);
     in_use_ -= length;
-    auto next = free_.find(at + length);
+    const auto next = free_.find(at + length);
     if (next != free_.end()) {
-      length += next->second;
-      free_.erase(next);
+      const int64_t next_length = next->second;
+      RemoveRun(at + length, next_length);
+      length += next_length;
     }
-    auto after = free_.lower_bound(at);
+    const auto after = free_.lower_bound(at);
     if (after != free_.begin()) {
-      auto before = std::prev(after);
+      const auto before = std::prev(after);
       if (before->first + before->second == at) {
-        before->second += length;
-        return;
+        const int64_t before_at = before->first, before_length = before->second;
+        RemoveRun(before_at, before_length);
+        at = before_at;
+        length += before_length;
       }
     }
-    free_[at] = length;
+    AddRun(at, length);
   }
   bool Holds(const char* p) const { return base_ != nullptr && p >= base_ && p < base_ + size_; }
   char* base() const { return base_; }
@@ -76,8 +76,18 @@ class HostArena {
   char* base_ = nullptr;
   int64_t size_ = 0;
   int64_t in_use_ = 0;
-  std::map<int64_t, int64_t> free_;             // offset -> length, no two adjacent
-  std::unordered_map<int64_t, int64_t> taken_;  // offset -> length
+  void AddRun(int64_t at, int64_t length) {
+    free_[at] = length;
+    by_length_.insert({length, at});
+  }
+  void RemoveRun(int64_t at, int64_t length) {
+    free_.erase(at);
+    by_length_.erase({length, at});
+  }
+
+  std::map<int64_t, int64_t> free_;                 // offset -> length, no two adjacent
+  std::set<std::pair<int64_t, int64_t>> by_length_;  // the same runs as (length, offset)
+  std::unordered_map<int64_t, int64_t> taken_;      // offset -> length
 };
 
 }  // namespace tierflow::real::exec

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <utility>
 #include <vector>
 
 namespace tierflow::real::exec {
@@ -54,6 +56,55 @@ TEST(HostArena, FreedPiecesJoinTheirNeighbours) {
   arena.Give(b);  // joins both
   EXPECT_EQ(arena.in_use_bytes(), 0);
   EXPECT_EQ(arena.Take(6 * kA), memory.data());
+}
+
+// A long random sequence of takes and gives, each take checked against best fit found the plain
+// way (every free run scanned), from the free runs that the pieces still taken leave.
+TEST(HostArena, EveryTakeIsTheBestFitOfTheRunsLeftFree) {
+  constexpr int64_t kPlaces = 64;
+  std::vector<char> memory(kPlaces * kA);
+  HostArena arena(memory.data(), kPlaces * kA);
+  std::vector<std::pair<char*, int64_t>> held;  // piece, places
+  std::mt19937 rng(7);
+  int takes = 0, refusals = 0;
+  for (int step = 0; step < 5000; ++step) {
+    if (!held.empty() && rng() % 2 == 0) {
+      const size_t i = rng() % held.size();
+      arena.Give(held[i].first);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    const int64_t places = 1 + static_cast<int64_t>(rng() % 8);
+    std::vector<bool> used(kPlaces, false);
+    for (const auto& [p, n] : held) {
+      for (int64_t k = 0; k < n; ++k) used[static_cast<size_t>((p - memory.data()) / kA + k)] = true;
+    }
+    int64_t best = -1, best_length = 0;
+    for (int64_t at = 0; at < kPlaces;) {
+      if (used[static_cast<size_t>(at)]) {
+        ++at;
+        continue;
+      }
+      int64_t end = at;
+      while (end < kPlaces && !used[static_cast<size_t>(end)]) ++end;
+      if (end - at >= places && (best < 0 || end - at < best_length)) best = at, best_length = end - at;
+      at = end;
+    }
+    char* got = arena.Take(places * kA - kA / 2);  // rounded up to `places`
+    if (best < 0) {
+      EXPECT_EQ(got, nullptr) << "step " << step;
+      ++refusals;
+      continue;
+    }
+    ASSERT_EQ(got, memory.data() + best * kA) << "step " << step;
+    held.emplace_back(got, places);
+    ++takes;
+  }
+  int64_t in_use = 0;
+  for (const auto& [p, n] : held) in_use += n * kA;
+  EXPECT_EQ(arena.in_use_bytes(), in_use);
+  EXPECT_GT(takes, 1000);
+  EXPECT_GT(refusals, 10) << "the sequence fills the arena at times";
 }
 
 }  // namespace
