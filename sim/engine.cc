@@ -202,11 +202,7 @@ class Runner {
   // and the I/O-path loads of every ring on it bounded to the new rates (BoundLoads).
   void Reshare(int32_t slot) {
     ShareDisk(slot);
-    const int32_t node = slot / plan_.nvmes, disk = slot % plan_.nvmes;
-    for (int32_t ring = 0; ring < plan_.nvmes; ++ring) {
-      const int32_t root = hw_.node.nvme[static_cast<size_t>(ring)].same_device_as;
-      if ((root >= 0 ? root : ring) == disk) BoundLoads(node * plan_.nvmes + ring);
-    }
+    for (int32_t ring : device_rings_[static_cast<size_t>(slot)]) BoundLoads(ring);
   }
 
   struct Flight {
@@ -335,6 +331,13 @@ class Runner {
     disk_writes_.assign(disk_reads_.size(), 0);
     node_threads_.assign(static_cast<size_t>(plan_.nodes), 0);
     slot_loads_.assign(disk_reads_.size(), {});
+    device_rings_.assign(disk_reads_.size(), {});
+    for (int32_t n = 0; n < plan_.nodes; ++n) {
+      for (int32_t ring = 0; ring < plan_.nvmes; ++ring) {
+        const int32_t root = node.nvme[static_cast<size_t>(ring)].same_device_as;
+        device_rings_[static_cast<size_t>(n * plan_.nvmes + (root >= 0 ? root : ring))].push_back(n * plan_.nvmes + ring);
+      }
+    }
     nodes_.resize(static_cast<size_t>(plan_.nodes));
     for (int32_t n = 0; n < plan_.nodes; ++n) {
       NodeHosts& h = nodes_[static_cast<size_t>(n)];
@@ -611,6 +614,8 @@ class Runner {
   // Per node and ring (disk entry): the flights with an I/O path's load, from their flow's start
   // until both it and the load have ended.
   std::vector<std::vector<int32_t>> slot_loads_;
+  // Per node and device (its first disk entry): the ring slots of the entries on it (Reshare).
+  std::vector<std::vector<int32_t>> device_rings_;
   std::vector<double> load_cores_;  // BoundLoads' scratch
 
   std::vector<Flight> flights_;
