@@ -52,6 +52,15 @@ inline void SplitRequest(Parent* parent, int fd, int64_t request_bytes, std::vec
   }
 }
 
+// One Submit's pieces for one device, reads apart from writes: the back-ends queue a batch
+// under one lock, so that a read in it goes ahead of every write in it.
+struct PieceBatch {
+  std::vector<Piece*> reads, writes;
+  void Add(Parent* parent, int fd, int64_t request_bytes) {
+    SplitRequest(parent, fd, request_bytes, parent->request.op == IoOp::kRead ? &reads : &writes);
+  }
+};
+
 inline std::string DescribePiece(const Piece& p) {
   return std::string(IoOpName(p.parent->request.op)) + " '" + p.parent->path + "' (device " +
          std::to_string(p.parent->device) + ") at offset " + std::to_string(p.offset_bytes) +

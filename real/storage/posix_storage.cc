@@ -39,10 +39,7 @@ class PosixStorage final : public FdStorage {
   // sees all of a batch's pieces or none, so a read in it goes ahead of every write in it.
   Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
     double now = MonotonicSeconds();
-    struct Batch {
-      std::vector<Piece*> reads, writes;
-    };
-    std::map<Device*, Batch> batches;
+    std::map<Device*, PieceBatch> batches;
     for (const IoRequest& r : requests) {
       Entry e = Lookup(r.file);
       if (e.fd < 0) {
@@ -61,8 +58,7 @@ class PosixStorage final : public FdStorage {
       parent->path = e.path;
       parent->device = e.device;
       parent->submit_s = now;
-      Batch& batch = batches[DeviceFor(e.device)];
-      SplitRequest(parent, e.fd, options_.request_bytes, r.op == IoOp::kRead ? &batch.reads : &batch.writes);
+      batches[DeviceFor(e.device)].Add(parent, e.fd, options_.request_bytes);
     }
     for (auto& [dev, batch] : batches) {
       {

@@ -119,11 +119,11 @@ class Ring {
 
   // One Submit's pieces for this device, queued together: the thread sees all or none of them,
   // so a read in the batch goes ahead of every write in it.
-  void Enqueue(const std::vector<Piece*>& reads, const std::vector<Piece*>& writes) {
+  void Enqueue(const PieceBatch& batch) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reads_.insert(reads_.end(), reads.begin(), reads.end());
-      writes_.insert(writes_.end(), writes.begin(), writes.end());
+      reads_.insert(reads_.end(), batch.reads.begin(), batch.reads.end());
+      writes_.insert(writes_.end(), batch.writes.begin(), batch.writes.end());
     }
     Wake();
   }
@@ -317,10 +317,7 @@ class UringStorage final : public FdStorage {
   // The whole batch is split first and then queued once per device (Ring::Enqueue).
   Status Submit(std::span<const IoRequest> requests, CompletionSink* queue) override {
     double now = MonotonicSeconds();
-    struct Batch {
-      std::vector<Piece*> reads, writes;
-    };
-    std::map<Ring*, Batch> batches;
+    std::map<Ring*, PieceBatch> batches;
     Status status;
     for (const IoRequest& r : requests) {
       Entry e = Lookup(r.file);
@@ -344,10 +341,9 @@ class UringStorage final : public FdStorage {
       parent->path = e.path;
       parent->device = e.device;
       parent->submit_s = now;
-      Batch& batch = batches[*ring];
-      SplitRequest(parent, e.fd, options_.request_bytes, r.op == IoOp::kRead ? &batch.reads : &batch.writes);
+      batches[*ring].Add(parent, e.fd, options_.request_bytes);
     }
-    for (auto& [ring, batch] : batches) ring->Enqueue(batch.reads, batch.writes);
+    for (auto& [ring, batch] : batches) ring->Enqueue(batch);
     return status;
   }
 
