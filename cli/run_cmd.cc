@@ -180,6 +180,7 @@ Status RunRun(const RunArgs& a) {
     report["direct_io_bytes"] = result.direct_io_bytes;
     report["buffered_io_bytes"] = result.buffered_io_bytes;
     report["buffered_disks"] = result.buffered_disks;
+    report["notes"] = result.notes;
     report["host_bytes_made_in_run"] = result.host_bytes_made_in_run;
   }
   if (!result.checkpoints.empty()) {
@@ -207,6 +208,7 @@ Status RunRun(const RunArgs& a) {
   }
   const std::string buffered = BufferedIoNote(result.direct_io_bytes, result.buffered_io_bytes, result.buffered_disks);
   if (!buffered.empty()) std::printf("\n%s", buffered.c_str());
+  for (const std::string& note : result.notes) std::printf("\nnote: %s\n", note.c_str());
   if (!result.checkpoints.empty()) std::printf("\n%s", CheckpointNote(result.checkpoints, a.checkpoint).c_str());
   std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
               FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),

@@ -9,8 +9,9 @@ namespace tierflow::real::exec {
 CpuThreads& Run::ThreadsOf(int32_t resource) {
   auto& slot = threads_[static_cast<size_t>(resource)];
   if (!slot) {
-    const int hw = config_.threads > 0 ? config_.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    slot = std::make_unique<CpuThreads>(hw);
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int planned = planned_threads_[static_cast<size_t>(resource)];
+    slot = std::make_unique<CpuThreads>(config_.threads > 0 ? config_.threads : planned > 0 ? std::min(planned, cores) : cores);
   }
   return *slot;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "tierflow/real/dir_lock.h"
@@ -222,6 +223,29 @@ Status Run::Setup() {
   }
   workers_.resize(s_.resources().size());
   threads_.resize(s_.resources().size());
+  // The threads the schedule gives each resource's CPU tasks (docs/schedule-format.md: an
+  // optimizer's or a convert's `ranks`); ThreadsOf gives them that many, and says so where this
+  // machine has fewer cores (sim's prediction of the run assumes the schedule's count).
+  planned_threads_.assign(s_.resources().size(), 0);
+  for (const TaskSpec& t : s_.tasks()) {
+    if ((t.op == Op::kOptimizer || t.op == Op::kConvert) && t.resource != kNoIndex) {
+      int32_t& p = planned_threads_[static_cast<size_t>(t.resource)];
+      p = std::max(p, t.ranks);
+    }
+  }
+  const int32_t cores = std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  for (size_t r = 0; r < s_.resources().size(); ++r) {
+    const int32_t planned = planned_threads_[r];
+    if (planned == 0) continue;
+    const int32_t given = config_.threads > 0 ? config_.threads : std::min(planned, cores);
+    if (given != planned) {
+      result_.notes.push_back(s_.resources()[r].name + ": the schedule gives its optimizer and conversions " + std::to_string(planned) +
+                              " threads, as sim times them; this run gives them " + std::to_string(given) +
+                              (config_.threads > 0 ? " (--threads)"
+                                                   : " (this machine's cores: plan with hardware.node.cpu.cores " + std::to_string(cores) +
+                                                         " for a schedule it runs as planned)"));
+    }
+  }
   for (size_t r = 0; r < s_.resources().size(); ++r) workers_[r] = std::make_unique<Worker>();
   iterations_.resize(static_cast<size_t>(window_));
   for (auto& it : iterations_) trainer_.PrepareIteration(&it);

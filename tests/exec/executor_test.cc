@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -797,6 +798,47 @@ TEST(Executor, HoldAndWaitGetsTheDeadlockReport) {
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.status().code(), StatusCode::kDeadlock) << run.status().ToString();
   EXPECT_NE(run.status().message().find("waits for pool 'host.pinned.opt.r0'"), std::string::npos) << run.status().ToString();
+}
+
+// The optimizer and the conversions run on the threads the schedule gives them (their `ranks`:
+// what sim times them with), at most this machine's cores; --threads overrides; each difference
+// from the schedule is a note of the run.
+TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
+  const int32_t cores = std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  auto threads_of = [](const RunResult& r, Op op) {
+    std::set<int32_t> seen;
+    for (const TraceRecord& x : r.records) {
+      if (x.op == op) seen.insert(x.threads);
+    }
+    return seen;
+  };
+  TempDir d0("threads");
+  RunOptions options;
+  options.iterations = 1;
+  options.disks = {d0.str()};
+  const policies::Scenario one_core = LoadTiny({"hardware.node.cpu.cores=1"});
+  auto run = RunSchedule(PlanOrDie(one_core), ConfigFor(one_core), options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{1});
+  EXPECT_EQ(threads_of(*run, Op::kConvert), std::set<int32_t>{1});
+  EXPECT_TRUE(run->notes.empty()) << run->notes.front();
+  // Planned for more cores than this machine has: every core, and a note that says so.
+  const policies::Scenario more = LoadTiny({"hardware.node.cpu.cores=" + std::to_string(cores + 7)});
+  run = RunSchedule(PlanOrDie(more), ConfigFor(more), options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{cores});
+  ASSERT_EQ(run->notes.size(), 1u);
+  EXPECT_NE(run->notes[0].find("cpu.r0: the schedule gives its optimizer and conversions " + std::to_string(cores + 7) + " threads"),
+            std::string::npos) << run->notes[0];
+  EXPECT_NE(run->notes[0].find("hardware.node.cpu.cores " + std::to_string(cores)), std::string::npos) << run->notes[0];
+  // --threads (TrainConfig::threads) overrides the schedule.
+  TrainConfig three = ConfigFor(one_core);
+  three.threads = 3;
+  run = RunSchedule(PlanOrDie(one_core), three, options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(threads_of(*run, Op::kConvert), std::set<int32_t>{3});
+  ASSERT_EQ(run->notes.size(), 1u);
+  EXPECT_NE(run->notes[0].find("this run gives them 3 (--threads)"), std::string::npos) << run->notes[0];
 }
 
 TEST(Executor, TheComputeDeviceIsCheckedBeforeTraining) {
