@@ -9,7 +9,11 @@
                                leave out
   copies vs pinned bandwidth   the 1B run's h2d and d2h tasks: each one's rate (bytes / duration)
                                against the probed pinned copy rate at the probed size nearest its
-                               bytes; the median of those ratios, and the tasks' median rate
+                               bytes; the median of those ratios, and the tasks' median rate; the
+                               same of each copy's GPU-side span (device_start_s..device_end_s:
+                               what the copy engine took, as the probe times it with events), and
+                               the median host time around it (the task's dispatch, launch and
+                               completion: duration minus span)
   iteration vs lower bound     the 1B run's steady-state iteration time against its resource lower
                                bound: per iteration, the busiest of nvme (reads and writes at the
                                probed best rates, not overlapping), PCIe (h2d, d2h at the probed
@@ -176,10 +180,16 @@ def main():
             if rs and op in pinned:
                 task = statistics.median(r["bytes"] / dur(r) for r in rs)
                 ratio = statistics.median(r["bytes"] / dur(r) / nearest(pinned[op], r["bytes"]) for r in rs)
-                report[f"copies_vs_pinned_{op}"] = {"ratio": ratio, "task_gb_s": task / 1e9,
-                                                    "median_task_bytes": statistics.median(r["bytes"] for r in rs),
-                                                    "pinned_gb_s_largest": pinned[op][max(pinned[op])] / 1e9,
-                                                    "tasks": len(rs)}
+                fig = {"ratio": ratio, "task_gb_s": task / 1e9,
+                       "median_task_bytes": statistics.median(r["bytes"] for r in rs),
+                       "pinned_gb_s_largest": pinned[op][max(pinned[op])] / 1e9, "tasks": len(rs)}
+                spans = [r for r in rs if r.get("device_end_s", 0) > r.get("device_start_s", 0) > 0]
+                if spans:
+                    span = lambda r: r["device_end_s"] - r["device_start_s"]
+                    fig["gpu_span_ratio"] = statistics.median(r["bytes"] / span(r) / nearest(pinned[op], r["bytes"]) for r in spans)
+                    fig["gpu_span_gb_s"] = statistics.median(r["bytes"] / span(r) for r in spans) / 1e9
+                    fig["host_overhead_us"] = statistics.median(dur(r) - span(r) for r in spans) * 1e6
+                report[f"copies_vs_pinned_{op}"] = fig
 
     if run is not None:
         iteration = iteration_times(run)

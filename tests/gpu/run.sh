@@ -21,7 +21,9 @@
 #
 # Usage: tests/gpu/run.sh DEPS OUT   (DEPS holds the .deb files; paths relative to where it is called)
 # Environment: STEPS (default "build tests probes finetune"; the build is kept, so the steps can
-# be separate calls, and a step that finds no build makes one), CUDA_ARCH (default 90), JOBS
+# be separate calls, and a step that finds no build makes one; without "build", a build-gpu made
+# elsewhere and carried here is used as it is), ITERS_1B (iterations of each 1B run, default 4;
+# the first is the warm-up the figures leave out), CUDA_ARCH (default 90), JOBS
 # (default nproc), DISK (the directory the probes' and fine-tunes' files go in, default OUT; the
 # 1B run needs about 25 GB there), BUNDLE (a file to pack OUT into, .tar.gz, for copying the
 # results off the machine in one piece).
@@ -47,6 +49,15 @@ step() { [[ $steps == *" $1 "* ]]; }
 log() { printf '== %s\n' "$*"; }
 tf=$build/cli/tierflow
 disk=${DISK:-$out}
+# A build made on another host and carried here (STEPS without "build"; tests/gpu/pack-deps.sh
+# --runtime packs the libraries it loads): its ctest files and tests name the source directory
+# it was configured in, so that path is made to lead here where nothing is there.
+if ! step build && [ -f "$build/CMakeCache.txt" ]; then
+  home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+  if [ -n "$home" ] && [ "$home" != "$(pwd -P)" ] && [ ! -e "$home" ]; then
+    mkdir -p "$(dirname "$home")" && ln -s "$(pwd -P)" "$home" && log "carried build: $home leads here"
+  fi
+fi
 # What the figures depend on, kept with them: the kernel (io_uring and O_DIRECT may be missing or
 # emulated, as under a sandboxing kernel), the GPU and driver, the compilers, and the file system
 # the runs' stores go to.
@@ -59,9 +70,14 @@ disk=${DISK:-$out}
 } >"$out/machine.txt" 2>&1
 log "machine"; cat "$out/machine.txt"
 # Llama-3.2-1B's shape (untied, as the executor needs), zero-infinity through cpu-host's 4 GiB
-# GPU pool: parameters, gradients and optimizer states go through NVMe.
+# GPU pool: parameters, gradients and optimizer states go through NVMe. Swap buffers as DeepSpeed
+# would need them: 3e8 elements hold lm_head (262 M), and 22 of them the parameters it keeps
+# gathered within max_reuse_distance (the planner refuses fewer, as DeepSpeed fails). Planned
+# for this machine's cores, so that the optimizer and conversions run on the threads the schedule
+# gives them (sim's prediction assumes that count; the executor gives at most every core).
 model_1b=(scenarios/tiny-cpu.yaml --set model.preset=llama3.2-1b --set model.tied_embeddings=false
-  --set training.sequence_length=1024 --set policy.buffer_size=300000000)
+  --set training.sequence_length=1024 --set policy.buffer_size=300000000 --set policy.buffer_count=22
+  --set hardware.node.cpu.cores="$(nproc)")
 
 # dpkg -x where there is dpkg; otherwise the .deb's data member by hand (ar + tar).
 unpack() {
@@ -142,6 +158,7 @@ if step probes; then
   tail -25 "$out/calibrate.log"
 fi
 
+iters_1b=${ITERS_1B:-4}
 if step finetune; then
   log "offloaded fine-tunes on the GPU (--compute cuda; parameters, gradients and optimizer states on disk)"
   mkdir -p "$disk/disk0" "$disk/disk1"
@@ -152,14 +169,15 @@ if step finetune; then
   # Nothing of an earlier call into the same OUT may stand in for this one's 1B runs.
   rm -f "$out"/finetune-1b.* "$out"/inmemory-1b.* "$out/plan-1b.log"
   if "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >"$out/plan-1b.log" 2>&1; then
-    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n 4 \
+    # In GPU memory first: it is the shorter, and the offloaded run's weights are checked against it.
+    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n "$iters_1b" >"$out/inmemory-1b.log" 2>&1
+    echo $? >"$out/inmemory-1b.rc"
+    tail -3 "$out/inmemory-1b.log"
+    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n "$iters_1b" \
       --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
     echo $? >"$out/finetune-1b.rc"
     tail -4 "$out/finetune-1b.log"
     rm -f "$disk/disk1/tierflow-run.store"
-    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n 4 >"$out/inmemory-1b.log" 2>&1
-    echo $? >"$out/inmemory-1b.rc"
-    tail -3 "$out/inmemory-1b.log"
   else
     tee "$out/finetune-1b.log" <"$out/plan-1b.log"
     echo 1 >"$out/finetune-1b.rc"
