@@ -817,14 +817,16 @@ TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
   options.iterations = 1;
   options.disks = {d0.str()};
   const policies::Scenario one_core = LoadTiny({"hardware.node.cpu.cores=1"});
-  auto run = RunSchedule(PlanOrDie(one_core), ConfigFor(one_core), options);
+  TrainConfig unset = ConfigFor(one_core);
+  unset.threads = 0;  // no --threads (ConfigFor fixes two)
+  auto run = RunSchedule(PlanOrDie(one_core), unset, options);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{1});
   EXPECT_EQ(threads_of(*run, Op::kConvert), std::set<int32_t>{1});
   EXPECT_TRUE(run->notes.empty()) << run->notes.front();
   // Planned for more cores than this machine has: every core, and a note that says so.
   const policies::Scenario more = LoadTiny({"hardware.node.cpu.cores=" + std::to_string(cores + 7)});
-  run = RunSchedule(PlanOrDie(more), ConfigFor(more), options);
+  run = RunSchedule(PlanOrDie(more), unset, options);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{cores});
   ASSERT_EQ(run->notes.size(), 1u);
@@ -832,7 +834,7 @@ TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
             std::string::npos) << run->notes[0];
   EXPECT_NE(run->notes[0].find("hardware.node.cpu.cores " + std::to_string(cores)), std::string::npos) << run->notes[0];
   // --threads (TrainConfig::threads) overrides the schedule.
-  TrainConfig three = ConfigFor(one_core);
+  TrainConfig three = unset;
   three.threads = 3;
   run = RunSchedule(PlanOrDie(one_core), three, options);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
