@@ -2,13 +2,22 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace tierflow::real {
 namespace {
+
+// A directory of this process's own under the temporary directory: two checkouts' tests at once
+// do not share it.
+std::filesystem::path ScratchDir(const std::string& name) {
+  return std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+}
 
 // A probe of one small file in `dir` (made here) on the posix back-end, one repetition per
 // point and pass; each test sets its points and windows.
@@ -60,7 +69,7 @@ TEST(DiskProbeOptions, ReaderAndWriterStreamCountsAreChecked) {
 // and verified (#wrong counts reads whose pattern does not match), the window's records name the
 // streams of each direction, and the point's rate is the two directions' sum.
 TEST(DiskProbe, ReaderAndWriterStreamsAreMeasuredApart) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-rw";
+  const std::filesystem::path dir = ScratchDir("tierflow-disk-probe-rw");
   DiskProbeOptions o = SmallProbe(dir);
   o.ops = {"rw"};
   o.streams = {{1, 2}};
@@ -98,7 +107,7 @@ TEST(DiskProbe, ReaderAndWriterStreamsAreMeasuredApart) {
 // result of a point is the median of its three; progress hears of every pass of every point
 // and gets the results only in the last pass; the results come back in sweep order.
 TEST(DiskProbe, PassesSpreadAPointsWindowsOverTheSweep) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-passes";
+  const std::filesystem::path dir = ScratchDir("tierflow-disk-probe-passes");
   DiskProbeOptions o = SmallProbe(dir);
   o.ops = {"read"};
   o.block_bytes = {64 << 10};
@@ -144,7 +153,7 @@ TEST(DiskProbe, PassesSpreadAPointsWindowsOverTheSweep) {
 // naming the file) and the time that took is reported; one that only read (op read, or rw with
 // no writer stream) is not synced at all.
 TEST(DiskProbe, PointsThatWroteAreSyncedAndReadOnlyOnesAreNot) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tierflow-disk-probe-sync";
+  const std::filesystem::path dir = ScratchDir("tierflow-disk-probe-sync");
   DiskProbeOptions o = SmallProbe(dir);
   o.streams = {{2, 0}, {1, 1}};
   o.block_bytes = {64 << 10};
