@@ -6,7 +6,8 @@
 #             against the CPU model, NCCL, the executor on the GPU) and the kernels' math on the CPU
 #   probes    tierflow-gpu-probe (copies, each op of a Llama-3.2-1B layer, NCCL: OUT/probes), then
 #             `tierflow probe all --compute cuda` on DISK with the 1B scenario (OUT/calib) and
-#             `tierflow calibrate` of it into OUT/profile.yaml
+#             `tierflow calibrate` of it into OUT/profile.yaml (over OUT/base.yaml, this machine's
+#             shape: write_base below)
 #   finetune  offloaded fine-tunes with gpu0 on the GPU (`tierflow run --compute cuda`): the tiny
 #             model, and Llama-3.2-1B's shape (untied) through a 4 GiB GPU pool with its records
 #             (OUT/finetune-1b.records.jsonl) and schedule (OUT/finetune-1b.schedule.json), and the
@@ -16,7 +17,7 @@
 # (bench/gpu_report.py: GEMM-heavy steps against cuBLAS, copies against the pinned probe, the 1B
 # run against its resource lower bound, MFU offloaded and in GPU memory). Back on a machine with
 # SimGrid, the simulator's prediction of the 1B run on the GPU's profile:
-#   tierflow sim OUT/finetune-1b.schedule.json --profile OUT/profile.yaml -n 4 --records sim.jsonl
+#   tierflow sim OUT/finetune-1b.schedule.json --profile OUT/profile.yaml -n 4 --records sim.jsonl   (-n ITERS_1B)
 #   tierflow trace compare sim.jsonl OUT/finetune-1b.records.jsonl
 #
 # Usage: tests/gpu/run.sh DEPS OUT   (DEPS holds the .deb files; paths relative to where it is called)
@@ -144,15 +145,80 @@ if step tests; then
   grep -E 'worst element|cross-entropy:|loss: gpu|gradient: worst|Passed|Failed|Skipped' "$out/gpu-tests.log" | sed 's/^[0-9]*: //' | head -60
 fi
 
+# The calibration's base: this machine's shape (its GPUs, their memory and datasheet rates, its
+# cores, memory and the disk the probes ran on), which calibrate keeps where it fits nothing
+# (the node's shape, peak_flops, capacities); the rates are assumptions the probes replace.
+# A GPU not in the table below: h100x8-pcie5's shape, as before.
+write_base() {
+  local name mib count peak hbm_bw mem_kib disk_bytes
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  count=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+  case $name in  # dense bf16 and HBM bandwidth, by the vendor's datasheets
+    *H200*) peak="989 TFLOP/s" hbm_bw="4.8 TB/s" ;;
+    *H100*PCIe*) peak="756 TFLOP/s" hbm_bw="2.0 TB/s" ;;
+    *H100*) peak="989 TFLOP/s" hbm_bw="3.35 TB/s" ;;
+    *A100*) peak="312 TFLOP/s" hbm_bw="2.0 TB/s" ;;
+    *) echo h100x8-pcie5; return ;;
+  esac
+  mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+  disk_bytes=$(df -B1 --output=avail "$disk" 2>/dev/null | tail -1 | tr -d ' ')
+  cat >"$out/base.yaml" <<YAML
+# This machine as tests/gpu/run.sh read it (nvidia-smi, nproc, /proc/meminfo, df), the base of its
+# calibration: the rates are assumptions that the probes replace.
+nodes: 1
+node:
+  name: lent-$(echo "$name" | tr -c 'A-Za-z0-9\n' - | tr 'A-Z' 'a-z' | sed 's/-*$//')
+  source: tests/gpu/run.sh on $(uname -r); the GPU's peak_flops and hbm_bw from its datasheet
+  gpu_count: $count
+  gpu:
+    name: $name
+    hbm: $mib MiB
+    peak_flops: $peak
+    hbm_bw: $hbm_bw
+    compute_efficiency: 0.45
+    kernel_overhead: 15 us
+  pcie:
+    h2d_bw: 50 GB/s
+    d2h_bw: 50 GB/s
+    pageable_factor: 0.4
+    latency: 10 us
+    root_complex_bw: 200 GB/s
+  cpu:
+    cores: $(nproc)
+    host_memory: $mem_kib KiB
+    memory_bw: 100 GB/s
+    adam_rate_per_core: 200 M elements/s
+    convert_bw_per_core: 6 GB/s
+  interconnect:
+    kind: pcie
+    bus_bw: 25 GB/s
+    latency: 10 us
+  nvme:
+    - name: the probes' disk ($(df --output=source "$disk" 2>/dev/null | tail -1), $(df --output=fstype "$disk" 2>/dev/null | tail -1))
+      capacity: $disk_bytes B
+      read_bw: 2 GB/s
+      write_bw: 2 GB/s
+      read_latency: 100 us
+      write_latency: 100 us
+      mixed_efficiency: 0.85
+  remote: []
+  nic_bw: 50 GB/s
+  nic_latency: 5 us
+YAML
+  echo "$out/base.yaml"
+}
+
 if step probes; then
-  log "GPU probes"
+  base=$(write_base)
+  log "GPU probes (calibration base: $base)"
   "$build/real/probes/tierflow-gpu-probe" --out "$out/probes" --seq 1024 --json >"$out/probes.json" 2>"$out/probes.err"
   echo $? >"$out/probes.rc"
   tail -3 "$out/probes.err"
   log "calibration probes (tierflow probe all --compute cuda) and the profile"
   mkdir -p "$disk/disk0"
   "$tf" probe all --compute cuda --dir "$disk/disk0" -o "$out/calib" --scenario "${model_1b[@]}" >"$out/calib.log" 2>&1 &&
-    "$tf" calibrate "$out/calib" --base h100x8-pcie5 --allow-refused -o "$out/profile.yaml" >"$out/calibrate.log" 2>&1
+    "$tf" calibrate "$out/calib" --base "$base" --allow-refused -o "$out/profile.yaml" >"$out/calibrate.log" 2>&1
   echo $? >"$out/calib.rc"
   tail -5 "$out/calib.log"
   tail -25 "$out/calibrate.log"
