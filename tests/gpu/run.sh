@@ -24,7 +24,9 @@
 # Environment: STEPS (default "build tests probes finetune"; the build is kept, so the steps can
 # be separate calls, and a step that finds no build makes one; without "build", a build-gpu made
 # elsewhere and carried here is used as it is), ITERS_1B (iterations of each 1B run, default 4;
-# the first is the warm-up the figures leave out), CUDA_ARCH (default 90), JOBS
+# the first is the warm-up the figures leave out), TUNED (a tuned schedule of the 1B training,
+# from `tierflow tune`, that the finetune step runs too: its weights must be the in-memory run's),
+# CUDA_ARCH (default 90), JOBS
 # (default nproc), DISK (the directory the probes' and fine-tunes' files go in, default OUT; the
 # 1B run needs about 25 GB there), BUNDLE (a file to pack OUT into, .tar.gz, for copying the
 # results off the machine in one piece).
@@ -40,6 +42,9 @@ if [ -n "${BUNDLE:-}" ]; then
 fi
 if [ -n "${DISK:-}" ]; then
   DISK=$(mkdir -p "$DISK" && cd "$DISK" && pwd) || { echo "DISK: cannot make the directory"; exit 1; }
+fi
+if [ -n "${TUNED:-}" ]; then
+  TUNED=$(cd "$(dirname "$TUNED")" && pwd)/$(basename "$TUNED") && [ -f "$TUNED" ] || { echo "TUNED: no file ${TUNED:-}"; exit 1; }
 fi
 cd "$(dirname "$0")/../.." || exit 1
 prefix=/tmp/tierflow-deps
@@ -244,6 +249,16 @@ if step finetune; then
     echo $? >"$out/finetune-1b.rc"
     tail -4 "$out/finetune-1b.log"
     rm -f "$disk/disk1/tierflow-run.store"
+    # A tuned schedule of the same training (`tierflow tune`, made where there is SimGrid): the
+    # same weights, in the time its prediction says.
+    rm -f "$out"/tuned-1b.*
+    if [ -n "${TUNED:-}" ]; then
+      "$tf" run "$TUNED" --compute cuda --disk "$disk/disk1" -n "$iters_1b" --records "$out/tuned-1b.records.jsonl" \
+        >"$out/tuned-1b.log" 2>&1
+      echo $? >"$out/tuned-1b.rc"
+      tail -4 "$out/tuned-1b.log"
+      rm -f "$disk/disk1/tierflow-run.store"
+    fi
   else
     tee "$out/finetune-1b.log" <"$out/plan-1b.log"
     echo 1 >"$out/finetune-1b.rc"
@@ -263,7 +278,7 @@ def rc(name):
 def status(name):
     r = rc(name)
     return "not run" if r is None else "pass" if r == 0 else f"FAIL (rc {r})"
-failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "calib", "finetune", "finetune-1b", "inmemory-1b"))
+failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "calib", "finetune", "finetune-1b", "inmemory-1b", "tuned-1b"))
 rows = []
 log = read("gpu-tests.log")
 if log is not None:
@@ -291,7 +306,7 @@ if rc("calib") is not None:
     rows.append(("probe all --compute cuda + calibrate", status("calib") + (" -> profile.yaml" if rc("calib") == 0 else "")))
 shas = {}
 for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2-1B shape, GPU compute, offloaded", "finetune-1b"),
-                       ("the same, everything in GPU memory", "inmemory-1b")):
+                       ("the same, everything in GPU memory", "inmemory-1b"), ("the same, the TUNED schedule, offloaded", "tuned-1b")):
     ft = read(log_name + ".log")
     if ft is None:
         continue
@@ -305,10 +320,11 @@ for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2
     rows.append((name, status(log_name) + (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "") +
                  (f", gpu0 memory {memory[-1][0]} peak ({memory[-1][1]} reserved)" if memory else "") +
                  (f", {paged[-1][0]} ({paged[-1][1]} %) of its disk I/O through the page cache" if paged else "")))
-if "finetune-1b" in shas and "inmemory-1b" in shas:
-    same = shas["finetune-1b"] == shas["inmemory-1b"]
-    failed = failed or not same
-    rows.append(("1B weights offloaded vs in GPU memory", "bit-identical (sha256 " + shas["finetune-1b"][:16] + "...)" if same else "DIFFER"))
+for run, label in (("finetune-1b", "1B weights offloaded vs in GPU memory"), ("tuned-1b", "1B weights, TUNED schedule vs in GPU memory")):
+    if run in shas and "inmemory-1b" in shas:
+        same = shas[run] == shas["inmemory-1b"]
+        failed = failed or not same
+        rows.append((label, "bit-identical (sha256 " + shas[run][:16] + "...)" if same else "DIFFER"))
 w = max(len(a) for a, _ in rows) if rows else 0
 for a, b in rows:
     print(f"{a:<{w}}  {b}")
