@@ -8,8 +8,8 @@
                                step also recomputes its forward, which its FLOPs (the schedule's)
                                leave out
   copies vs pinned bandwidth   the 1B run's h2d and d2h tasks: each one's rate (bytes / duration)
-                               against the probed pinned copy rate at the probed size nearest its
-                               bytes; the median of those ratios, and the tasks' median rate; the
+                               against the probed pinned copy rate at its bytes (interpolated in
+                               log(size) between the probed sizes); the median of those ratios, and the tasks' median rate; the
                                same of each copy's GPU-side span (device_start_s..device_end_s:
                                what the copy engine took, as the probe times it with events), and
                                the median host time around it (the task's dispatch, launch and
@@ -99,8 +99,20 @@ def pinned_rates(out):
     return rate or None
 
 
-def nearest(rates, size):
-    return rates[min(rates, key=lambda s: abs(math.log(s / size)))]
+def at_size(rates, size):
+    """The probed rate at `size`: between two probed sizes, interpolated in log(size); beyond
+    them, the nearest's."""
+    sizes = sorted(rates)
+    if size <= sizes[0]:
+        return rates[sizes[0]]
+    if size >= sizes[-1]:
+        return rates[sizes[-1]]
+    hi = next(s for s in sizes if s >= size)
+    lo = max(s for s in sizes if s <= size)
+    if hi == lo:
+        return rates[lo]
+    w = math.log(size / lo) / math.log(hi / lo)
+    return rates[lo] + w * (rates[hi] - rates[lo])
 
 
 def iteration_times(rs):
@@ -179,14 +191,14 @@ def main():
             rs = [r for r in run if r["op"] == op and dur(r) > 0 and r["bytes"] > 0]
             if rs and op in pinned:
                 task = statistics.median(r["bytes"] / dur(r) for r in rs)
-                ratio = statistics.median(r["bytes"] / dur(r) / nearest(pinned[op], r["bytes"]) for r in rs)
+                ratio = statistics.median(r["bytes"] / dur(r) / at_size(pinned[op], r["bytes"]) for r in rs)
                 fig = {"ratio": ratio, "task_gb_s": task / 1e9,
                        "median_task_bytes": statistics.median(r["bytes"] for r in rs),
                        "pinned_gb_s_largest": pinned[op][max(pinned[op])] / 1e9, "tasks": len(rs)}
                 spans = [r for r in rs if r.get("device_end_s", 0) > r.get("device_start_s", 0) > 0]
                 if spans:
                     span = lambda r: r["device_end_s"] - r["device_start_s"]
-                    fig["gpu_span_ratio"] = statistics.median(r["bytes"] / span(r) / nearest(pinned[op], r["bytes"]) for r in spans)
+                    fig["gpu_span_ratio"] = statistics.median(r["bytes"] / span(r) / at_size(pinned[op], r["bytes"]) for r in spans)
                     fig["gpu_span_gb_s"] = statistics.median(r["bytes"] / span(r) for r in spans) / 1e9
                     fig["host_overhead_us"] = statistics.median(dur(r) - span(r) for r in spans) * 1e6
                 report[f"copies_vs_pinned_{op}"] = fig
@@ -205,7 +217,7 @@ def main():
             for dev, b in nvme.items():
                 bound[dev] = sum(b[op] / disk[op] for op in b if op in disk)
         if pinned:  # every copy at the probed pinned rate of its size
-            bound["pcie"] = sum(r["bytes"] / nearest(pinned[r["op"]], r["bytes"]) for r in one
+            bound["pcie"] = sum(r["bytes"] / at_size(pinned[r["op"]], r["bytes"]) for r in one
                                 if r["op"] in ("h2d", "d2h") and r["bytes"] > 0 and r["op"] in pinned)
         if compute:
             bound["gpu0.compute"] = compute

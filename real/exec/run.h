@@ -231,10 +231,10 @@ class Run {
   void ReleaseBuffer(BufferState& buf);
   int32_t FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const;
   IterationState& Iter(int64_t iteration) { return iterations_[static_cast<size_t>(iteration % window_)]; }
-  // The pool of CPU threads of a resource's host work, made when first asked for: --threads
-  // (TrainConfig::threads) when given; else the threads the schedule gives the resource's
-  // optimizer and convert tasks (their `ranks`: what sim times them with), at most every core;
-  // else (the emulated GPU's compute, a rank's reduction) every core.
+  // Sizes each resource's pool of CPU threads (pool_threads_), noting where the run departs from
+  // the schedule's counts.
+  void SizeThreadPools();
+  // The pool of CPU threads of a resource's host work, made when first asked for.
   CpuThreads& ThreadsOf(int32_t resource);
 
   const Schedule& s_;
@@ -271,7 +271,7 @@ class Run {
   std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
   std::vector<std::unique_ptr<Worker>> workers_;       // per resource
   std::vector<std::unique_ptr<CpuThreads>> threads_;   // per resource, lazily
-  std::vector<int32_t> planned_threads_;               // per resource: its CPU tasks' threads (0: none)
+  std::vector<int32_t> pool_threads_;                  // per resource: its pool's size (SizeThreadPools)
   std::vector<IterationState> iterations_;
   std::vector<NormAccumulator> norms_;                 // per window slot
   std::vector<int64_t> completed_in_;                  // per window slot

@@ -2,17 +2,12 @@
 #include "run.h"
 
 #include <algorithm>
-#include <thread>
 
 namespace tierflow::real::exec {
 
 CpuThreads& Run::ThreadsOf(int32_t resource) {
   auto& slot = threads_[static_cast<size_t>(resource)];
-  if (!slot) {
-    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    const int planned = planned_threads_[static_cast<size_t>(resource)];
-    slot = std::make_unique<CpuThreads>(config_.threads > 0 ? config_.threads : planned > 0 ? std::min(planned, cores) : cores);
-  }
+  if (!slot) slot = std::make_unique<CpuThreads>(pool_threads_[static_cast<size_t>(resource)]);
   return *slot;
 }
 

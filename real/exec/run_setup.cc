@@ -16,6 +16,39 @@
 
 namespace tierflow::real::exec {
 
+// Each resource's pool of CPU threads (ThreadsOf): --threads when given; else the threads the
+// schedule gives the resource's optimizer and convert tasks (docs/schedule-format.md: their
+// `ranks`, what sim times them with; the planners give a rank's tasks one count, and the largest
+// is taken), at most this machine's cores; else every core. Each way the run departs from the
+// schedule is a note: sim's prediction of the run assumes the schedule's counts.
+void Run::SizeThreadPools() {
+  const size_t n = s_.resources().size();
+  std::vector<int32_t> most(n, 0), least(n, 0);
+  for (const TaskSpec& t : s_.tasks()) {
+    if ((t.op != Op::kOptimizer && t.op != Op::kConvert) || t.resource == kNoIndex || t.ranks < 1) continue;
+    const auto r = static_cast<size_t>(t.resource);
+    most[r] = std::max(most[r], t.ranks);
+    least[r] = least[r] == 0 ? t.ranks : std::min(least[r], t.ranks);
+  }
+  const int32_t cores = std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  pool_threads_.assign(n, config_.threads > 0 ? config_.threads : cores);
+  for (size_t r = 0; r < n; ++r) {
+    if (most[r] == 0) continue;
+    const std::string& name = s_.resources()[r].name;
+    if (config_.threads <= 0) pool_threads_[r] = std::min(most[r], cores);
+    if (least[r] != most[r]) {
+      result_.notes.push_back(name + ": the schedule gives its optimizer and conversions " + std::to_string(least[r]) + " to " +
+                              std::to_string(most[r]) + " threads; this run gives each of them " + std::to_string(pool_threads_[r]));
+    } else if (pool_threads_[r] != most[r]) {
+      result_.notes.push_back(name + ": the schedule gives its optimizer and conversions " + std::to_string(most[r]) +
+                              " threads, as sim times them; this run gives them " + std::to_string(pool_threads_[r]) +
+                              (config_.threads > 0 ? " (--threads)"
+                                                   : " (this machine's cores: plan with hardware.node.cpu.cores " + std::to_string(cores) +
+                                                         " for a schedule it runs as planned)"));
+    }
+  }
+}
+
 Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
   TF_ASSIGN_OR_RETURN(device_, exec::MakeComputeDevice(options_.compute, config_, trainer_));
@@ -223,29 +256,7 @@ Status Run::Setup() {
   }
   workers_.resize(s_.resources().size());
   threads_.resize(s_.resources().size());
-  // The threads the schedule gives each resource's CPU tasks (docs/schedule-format.md: an
-  // optimizer's or a convert's `ranks`); ThreadsOf gives them that many, and says so where this
-  // machine has fewer cores (sim's prediction of the run assumes the schedule's count).
-  planned_threads_.assign(s_.resources().size(), 0);
-  for (const TaskSpec& t : s_.tasks()) {
-    if ((t.op == Op::kOptimizer || t.op == Op::kConvert) && t.resource != kNoIndex) {
-      int32_t& p = planned_threads_[static_cast<size_t>(t.resource)];
-      p = std::max(p, t.ranks);
-    }
-  }
-  const int32_t cores = std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
-  for (size_t r = 0; r < s_.resources().size(); ++r) {
-    const int32_t planned = planned_threads_[r];
-    if (planned == 0) continue;
-    const int32_t given = config_.threads > 0 ? config_.threads : std::min(planned, cores);
-    if (given != planned) {
-      result_.notes.push_back(s_.resources()[r].name + ": the schedule gives its optimizer and conversions " + std::to_string(planned) +
-                              " threads, as sim times them; this run gives them " + std::to_string(given) +
-                              (config_.threads > 0 ? " (--threads)"
-                                                   : " (this machine's cores: plan with hardware.node.cpu.cores " + std::to_string(cores) +
-                                                         " for a schedule it runs as planned)"));
-    }
-  }
+  SizeThreadPools();
   for (size_t r = 0; r < s_.resources().size(); ++r) workers_[r] = std::make_unique<Worker>();
   iterations_.resize(static_cast<size_t>(window_));
   for (auto& it : iterations_) trainer_.PrepareIteration(&it);

@@ -1,10 +1,10 @@
 # The simulator's prediction of the offloaded Llama-3.2-1B run measured on an H200
 # (docs/gpu-results.md): the scenario planned as the run was, for the machine's 16 cores, simulated
 # on the calibration of that machine's probes, against the run's trace records: the steady-state
-# iteration within 10 % (measured +0.4 %); the disk's reads and writes, which bound it, each
-# within 10 % in sum (−4.3 and −5.3 %); Adam and the conversions within 50 % (+17 and −24 %: a
-# schedule whose CPU threads are not the run's puts them at −75 and −90 %, docs/executor.md "The
-# CPU threads").  -DDATA=data/gpu/<run> -DSCENARIO=scenarios/tiny-cpu.yaml -DWORK=dir
+# iteration within 10 % (measured +0.4 %; trace compare's error is (run − sim) / sim); the disk's
+# reads and writes, which bound it, each within 10 % in sum (−4.3 and −5.3 %); Adam and the
+# conversions within 50 % (+17 and −24 %: a schedule whose CPU threads are not the run's puts them
+# at −75 and −90 %, docs/executor.md "The CPU threads").  -DDATA=data/gpu/<run> -DSCENARIO=scenarios/tiny-cpu.yaml -DWORK=dir
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 file(ARCHIVE_EXTRACT INPUT ${DATA}/finetune-1b.records.tar.gz DESTINATION ${WORK})
@@ -30,6 +30,11 @@ string(JSON records GET "${out}" b_records)
 string(JSON sim_s GET "${out}" a_mean_iteration_s)
 string(JSON real_s GET "${out}" b_mean_iteration_s)
 string(JSON error GET "${out}" mean_iteration_rel_error)
+# A figure that is not a number (null, absent) would pass every comparison below.
+set(number "^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$")
+if(NOT error MATCHES "${number}")
+  message(FATAL_ERROR "mean_iteration_rel_error is not a number: '${error}'")
+endif()
 if(NOT matched EQUAL records)
   message(FATAL_ERROR "only ${matched} of the run's ${records} records have a simulated task: the plan is not the schedule that ran")
 endif()
@@ -49,6 +54,9 @@ foreach(i RANGE ${last})
     set(bound 0.50)
   else()
     continue()
+  endif()
+  if(NOT e MATCHES "${number}")
+    message(FATAL_ERROR "${op}: rel_error is not a number: '${e}'")
   endif()
   if(e GREATER ${bound} OR e LESS -${bound})
     message(FATAL_ERROR "${op}: sim's sum against the run's is off by ${e}, more than ${bound}")

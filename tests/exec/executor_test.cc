@@ -841,6 +841,17 @@ TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
   EXPECT_EQ(threads_of(*run, Op::kConvert), std::set<int32_t>{3});
   ASSERT_EQ(run->notes.size(), 1u);
   EXPECT_NE(run->notes[0].find("this run gives them 3 (--threads)"), std::string::npos) << run->notes[0];
+  // One resource's tasks with different counts: the largest, and a note.
+  const Schedule mixed = EditedOrDie(PlanOrDie(one_core), "\"id\":\"convert.", "\"ranks\":1", "\"ranks\":2");
+  run = RunSchedule(mixed, unset, options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const int32_t two = std::min(2, cores);
+  EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{two});
+  ASSERT_EQ(run->notes.size(), 1u);
+  EXPECT_NE(run->notes[0].find("cpu.r0: the schedule gives its optimizer and conversions 1 to 2 threads; this run gives each of them " +
+                               std::to_string(two)),
+            std::string::npos)
+      << run->notes[0];
 }
 
 TEST(Executor, TheComputeDeviceIsCheckedBeforeTraining) {

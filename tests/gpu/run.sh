@@ -24,7 +24,7 @@
 # Environment: STEPS (default "build tests probes finetune"; the build is kept, so the steps can
 # be separate calls, and a step that finds no build makes one; without "build", a build-gpu made
 # elsewhere and carried here is used as it is), ITERS_1B (iterations of each 1B run, default 4;
-# the first is the warm-up the figures leave out), TUNED (a tuned schedule of the 1B training,
+# the steady state the figures take leaves out the first and, from three on, the last), TUNED (a tuned schedule of the 1B training,
 # from `tierflow tune`, that the finetune step runs too: its weights must be the in-memory run's),
 # CUDA_ARCH (default 90), JOBS
 # (default nproc), DISK (the directory the probes' and fine-tunes' files go in, default OUT; the
@@ -44,7 +44,8 @@ if [ -n "${DISK:-}" ]; then
   DISK=$(mkdir -p "$DISK" && cd "$DISK" && pwd) || { echo "DISK: cannot make the directory"; exit 1; }
 fi
 if [ -n "${TUNED:-}" ]; then
-  TUNED=$(cd "$(dirname "$TUNED")" && pwd)/$(basename "$TUNED") && [ -f "$TUNED" ] || { echo "TUNED: no file ${TUNED:-}"; exit 1; }
+  [ -f "$TUNED" ] || { echo "TUNED: no file $TUNED"; exit 1; }
+  TUNED=$(cd "$(dirname "$TUNED")" && pwd)/$(basename "$TUNED")
 fi
 cd "$(dirname "$0")/../.." || exit 1
 prefix=/tmp/tierflow-deps
@@ -61,7 +62,11 @@ disk=${DISK:-$out}
 if ! step build && [ -f "$build/CMakeCache.txt" ]; then
   home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
   if [ -n "$home" ] && [ "$home" != "$(pwd -P)" ] && [ ! -e "$home" ]; then
-    mkdir -p "$(dirname "$home")" && ln -s "$(pwd -P)" "$home" && log "carried build: $home leads here"
+    if mkdir -p "$(dirname "$home")" && ln -s "$(pwd -P)" "$home"; then
+      log "carried build: $home leads here"
+    else
+      log "carried build: cannot make $home (its source directory) lead here: its tests will not find their files"
+    fi
   fi
 fi
 # What the figures depend on, kept with them: the kernel (io_uring and O_DIRECT may be missing or
@@ -168,6 +173,7 @@ write_base() {
   esac
   mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
   disk_bytes=$(df -B1 --output=avail "$disk" 2>/dev/null | tail -1 | tr -d ' ')
+  [[ $disk_bytes =~ ^[0-9]+$ ]] || disk_bytes=$((64 << 30))  # df said nothing: 64 GiB, an assumption
   cat >"$out/base.yaml" <<YAML
 # This machine as tests/gpu/run.sh read it (nvidia-smi, nproc, /proc/meminfo, df), the base of its
 # calibration: the rates are assumptions that the probes replace.
@@ -238,7 +244,7 @@ if step finetune; then
   tail -4 "$out/finetune.log"
   rm -f "$disk/disk0/tierflow-run.store"
   # Nothing of an earlier call into the same OUT may stand in for this one's 1B runs.
-  rm -f "$out"/finetune-1b.* "$out"/inmemory-1b.* "$out/plan-1b.log"
+  rm -f "$out"/finetune-1b.* "$out"/inmemory-1b.* "$out"/tuned-1b.* "$out/plan-1b.log"
   if "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >"$out/plan-1b.log" 2>&1; then
     # In GPU memory first: it is the shorter, and the offloaded run's weights are checked against it.
     "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n "$iters_1b" >"$out/inmemory-1b.log" 2>&1
@@ -251,7 +257,6 @@ if step finetune; then
     rm -f "$disk/disk1/tierflow-run.store"
     # A tuned schedule of the same training (`tierflow tune`, made where there is SimGrid): the
     # same weights, in the time its prediction says.
-    rm -f "$out"/tuned-1b.*
     if [ -n "${TUNED:-}" ]; then
       "$tf" run "$TUNED" --compute cuda --disk "$disk/disk1" -n "$iters_1b" --records "$out/tuned-1b.records.jsonl" \
         >"$out/tuned-1b.log" 2>&1
