@@ -19,8 +19,9 @@ namespace tierflow::real::exec {
 // Each resource's pool of CPU threads (ThreadsOf): --threads when given; else the threads the
 // schedule gives the resource's optimizer and convert tasks (docs/schedule-format.md: their
 // `ranks`, what sim times them with; the planners give a rank's tasks one count, and the largest
-// is taken), at most this machine's cores; else every core. Each way the run departs from the
-// schedule is a note: sim's prediction of the run assumes the schedule's counts.
+// is taken), at most this rank's share of this machine's cores (the ranks on it share them);
+// else every core. Each way the run departs from the schedule is a note: sim's prediction of the
+// run assumes the schedule's counts.
 void Run::SizeThreadPools() {
   const size_t n = s_.resources().size();
   std::vector<int32_t> most(n, 0), least(n, 0);
@@ -31,11 +32,13 @@ void Run::SizeThreadPools() {
     least[r] = least[r] == 0 ? t.ranks : std::min(least[r], t.ranks);
   }
   const int32_t cores = std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  const int32_t on_host = comm_ != nullptr ? std::max(1, comm_->ranks_on_host()) : 1;
+  const int32_t share = std::max(1, cores / on_host);
   pool_threads_.assign(n, config_.threads > 0 ? config_.threads : cores);
   for (size_t r = 0; r < n; ++r) {
     if (most[r] == 0) continue;
     const std::string& name = s_.resources()[r].name;
-    if (config_.threads <= 0) pool_threads_[r] = std::min(most[r], cores);
+    if (config_.threads <= 0) pool_threads_[r] = std::min(most[r], share);
     if (least[r] != most[r]) {
       result_.notes.push_back(name + ": the schedule gives its optimizer and conversions " + std::to_string(least[r]) + " to " +
                               std::to_string(most[r]) + " threads; this run gives each of them " + std::to_string(pool_threads_[r]));
@@ -43,7 +46,10 @@ void Run::SizeThreadPools() {
       result_.notes.push_back(name + ": the schedule gives its optimizer and conversions " + std::to_string(most[r]) +
                               " threads, as sim times them; this run gives them " + std::to_string(pool_threads_[r]) +
                               (config_.threads > 0 ? " (--threads)"
-                                                   : " (this machine's cores: plan with hardware.node.cpu.cores " + std::to_string(cores) +
+                                                   : " (this machine's cores" +
+                                                         (on_host > 1 ? ", " + std::to_string(cores) + " shared by " + std::to_string(on_host) + " ranks"
+                                                                      : std::string()) +
+                                                         ": plan with hardware.node.cpu.cores " + std::to_string(cores) +
                                                          " for a schedule it runs as planned)"));
     }
   }

@@ -952,12 +952,14 @@ TEST(Executor, ADiskThatFillsUpStopsTheRunWithTheTaskNamed) {
 }
 
 // Each rank's part of one schedule on a local group of ranks (threads of this process, the
-// collectives' fake: tests/real collective_test checks the MPI back-end against it bit for bit).
-std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainConfig& config, const std::string& root, int64_t iterations) {
+// collectives' fake: tests/real collective_test checks the MPI back-end against it bit for bit),
+// each with `threads` CPU threads (0: as the schedule says).
+std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainConfig& config, const std::string& root, int64_t iterations,
+                                          int cpu_threads = 1) {
   std::vector<std::unique_ptr<Collective>> group = MakeLocalGroup(config.ranks);
   std::vector<StatusOr<RunResult>> results(group.size(), Internal("not run"));
   TrainConfig one_thread = config;  // the ranks share this host's cores
-  one_thread.threads = 1;
+  one_thread.threads = cpu_threads;
   std::vector<std::thread> threads;
   for (size_t r = 0; r < group.size(); ++r) {
     threads.emplace_back([&, r] {
@@ -970,6 +972,30 @@ std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainC
   }
   for (std::thread& t : threads) t.join();
   return results;
+}
+
+// Ranks on one machine share its cores: each rank's optimizer and conversions get at most its
+// share, however many threads the schedule gives them, and the run says so.
+TEST(Executor, RanksOnOneMachineShareItsCores) {
+  const int32_t cores = std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  const policies::Scenario two = LoadTiny({"training.data_parallel=2", "hardware.node.gpu_count=2",
+                                           "hardware.node.cpu.cores=" + std::to_string(16 * cores)});  // 8 x cores per rank
+  TempDir root("share");
+  auto results = RunRanks(PlanOrDie(two), ConfigFor(two), root.str(), 1, /*cpu_threads=*/0);
+  const int32_t share = std::max(1, cores / 2);
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
+    for (const TraceRecord& x : results[r]->records) {
+      if (x.op == Op::kOptimizer || x.op == Op::kConvert) {
+        EXPECT_EQ(x.threads, share) << x.task;
+      }
+    }
+    ASSERT_EQ(results[r]->notes.size(), 1u) << "rank " << r;
+    EXPECT_NE(results[r]->notes[0].find("this run gives them " + std::to_string(share) + " (this machine's cores, " + std::to_string(cores) +
+                                        " shared by 2 ranks: plan with hardware.node.cpu.cores " + std::to_string(cores)),
+              std::string::npos)
+        << results[r]->notes[0];
+  }
 }
 
 // Several ranks train to the weights and losses of one process training the global batch (the

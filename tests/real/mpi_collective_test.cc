@@ -90,6 +90,15 @@ TEST(MpiCollective, EveryOperationEqualsTheLocalBackEndBitForBit) {
   EXPECT_TRUE(mpi.Barrier().ok());
 }
 
+// mpirun starts every rank on this machine: they share its cores (the executor sizes each rank's
+// CPU pools by its share).
+TEST(MpiCollective, EveryRankOfOneMachineIsOnItsHost) {
+  Collective& mpi = Mpi();
+  ASSERT_GE(mpi.ranks(), 2) << "run under mpirun -np 2 or more";
+  EXPECT_EQ(mpi.ranks_on_host(), mpi.ranks());
+  EXPECT_EQ(MakeLocalGroup(3)[0]->ranks_on_host(), 3);
+}
+
 TEST(MpiCollective, OversizedAndEmptyTransfersAreRefused) {
   float x = 0;
   EXPECT_EQ(Mpi().AllReduce(&x, &x, 0, ElementType::kFloat32).status().code(), StatusCode::kInvalidArgument);

@@ -48,6 +48,9 @@ class Collective {
   virtual std::string_view backend() const = 0;
   virtual int ranks() const = 0;
   virtual int rank() const = 0;
+  // The ranks of the group on this rank's machine, which share its cores: every rank of a local
+  // group (one process); under MPI, those that MPI_COMM_TYPE_SHARED puts with this one.
+  virtual int ranks_on_host() const { return ranks(); }
 
   // recv[r * count + i] = rank r's send[i]: recv holds ranks() * count elements.
   virtual StatusOr<std::unique_ptr<Pending>> AllGather(const void* send, void* recv, int64_t count, ElementType type) = 0;
