@@ -237,7 +237,7 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
   app->add_option("--compute", a->compute, "Where gpu0 is: cpu (emulated in host memory) or cuda (GPU 0; a build with CUDA)")
       ->capture_default_str();
-  app->add_option("--threads", a->threads, "Threads of each host compute pool (0: the schedule's for the optimizer and conversions, at most every core; every core for the rest)")->capture_default_str();
+  app->add_option("--threads", a->threads, "Threads of each host compute pool (0: the schedule's for the optimizer and conversions, at most this rank's share of the cores; every core for the rest)")->capture_default_str();
   app->add_option("--lr", a->lr, "AdamW learning rate")->capture_default_str();
   app->add_flag("--in-memory", a->in_memory, "Ignore the schedule: the same training as a plain loop in memory (the reference)");
   app->add_option("--checkpoint", a->checkpoint, "Directory for the training checkpoint (master weights, Adam moments, step)");
