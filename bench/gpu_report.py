@@ -23,8 +23,8 @@
                                its steady-state iteration time (docs/trace-format.md)
 
 Usage: bench/gpu_report.py OUT [--peak FLOP/s] [--json]
-The peak defaults to the device's dense bf16 rate by name (H100 SXM 989 TFLOP/s, H100 PCIe 756,
-H200 989, A100 312). Every figure says which files it came from; a missing input leaves its figure
+The peak defaults to the GPU's dense bf16 rate in OUT/base.yaml (`peak_flops`, from its
+datasheet: tests/gpu/run.sh's write_base, the one table of them). Every figure says which files it came from; a missing input leaves its figure
 out with the reason.
 """
 import argparse
@@ -36,7 +36,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-PEAKS = [("H200", 989.4e12), ("H100 PCIe", 756e12), ("H100", 989.4e12), ("A100", 312e12)]
+UNITS = {"FLOP/s": 1.0, "GFLOP/s": 1e9, "TFLOP/s": 1e12, "PFLOP/s": 1e15}
 
 
 def records(path):
@@ -160,15 +160,15 @@ def compute_times(out):
 def peak_of(out, given):
     if given:
         return given, "--peak"
-    try:
-        with open(os.path.join(out, "probes.json")) as f:
-            name = json.load(f)["device"]
-    except (OSError, ValueError, KeyError):
-        return None, "no probes.json to name the device (give --peak)"
-    for key, peak in PEAKS:
-        if all(word in name for word in key.split()):
-            return peak, name
-    return None, f"unknown device '{name}' (give --peak)"
+    base = os.path.join(out, "base.yaml")
+    if not os.path.exists(base):
+        return None, "no OUT/base.yaml (tests/gpu/run.sh writes it for the GPUs it knows; give --peak)"
+    text = open(base).read()
+    m = re.search(r"^\s*peak_flops:\s*([0-9.eE+]+)\s*(\S+)", text, re.M)
+    name = re.search(r"^\s*gpu:\s*\n\s*name:\s*(.+)$", text, re.M)
+    if not m or m.group(2) not in UNITS:
+        return None, "OUT/base.yaml has no peak_flops in FLOP/s, GFLOP/s, TFLOP/s or PFLOP/s (give --peak)"
+    return float(m.group(1)) * UNITS[m.group(2)], name.group(1).strip() if name else "base.yaml"
 
 
 def main():

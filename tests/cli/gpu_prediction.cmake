@@ -4,13 +4,11 @@
 # iteration within 10 % (measured +0.4 %; trace compare's error is (run − sim) / sim); the disk's
 # reads and writes, which bound it, each within 10 % in sum (−4.3 and −5.3 %); Adam and the
 # conversions within 50 % (+17 and −24 %: a schedule whose CPU threads are not the run's puts them
-# at −75 and −90 %, docs/executor.md "The CPU threads").  -DDATA=data/gpu/<run> -DSCENARIO=scenarios/tiny-cpu.yaml -DWORK=dir
+# at −75 and −90 %, docs/executor.md "The CPU threads").  -DDATA=data/gpu/<run> -DSCENARIO=scenarios/llama3.2-1b-offload.yaml -DWORK=dir
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 file(ARCHIVE_EXTRACT INPUT ${DATA}/finetune-1b.records.tar.gz DESTINATION ${WORK})
-execute_process(COMMAND ${TIERFLOW} plan ${SCENARIO} --set model.preset=llama3.2-1b --set model.tied_embeddings=false
-                        --set training.sequence_length=1024 --set policy.buffer_size=300000000 --set policy.buffer_count=22
-                        --set hardware.node.cpu.cores=16 -o ${WORK}/1b.schedule.json
+execute_process(COMMAND ${TIERFLOW} plan ${SCENARIO} --set hardware.node.cpu.cores=16 -o ${WORK}/1b.schedule.json
                 RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
 if(rc)
   message(FATAL_ERROR "plan failed: ${err}")

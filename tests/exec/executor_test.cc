@@ -803,15 +803,17 @@ TEST(Executor, HoldAndWaitGetsTheDeadlockReport) {
 // The optimizer and the conversions run on the threads the schedule gives them (their `ranks`:
 // what sim times them with), at most this machine's cores; --threads overrides; each difference
 // from the schedule is a note of the run.
+// The thread counts the run's records of `op` carry.
+std::set<int32_t> ThreadsOfOp(const RunResult& r, Op op) {
+  std::set<int32_t> seen;
+  for (const TraceRecord& x : r.records) {
+    if (x.op == op) seen.insert(x.threads);
+  }
+  return seen;
+}
+
 TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
   const int32_t cores = std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
-  auto threads_of = [](const RunResult& r, Op op) {
-    std::set<int32_t> seen;
-    for (const TraceRecord& x : r.records) {
-      if (x.op == op) seen.insert(x.threads);
-    }
-    return seen;
-  };
   TempDir d0("threads");
   RunOptions options;
   options.iterations = 1;
@@ -821,14 +823,14 @@ TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
   unset.threads = 0;  // no --threads (ConfigFor fixes two)
   auto run = RunSchedule(PlanOrDie(one_core), unset, options);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
-  EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{1});
-  EXPECT_EQ(threads_of(*run, Op::kConvert), std::set<int32_t>{1});
+  EXPECT_EQ(ThreadsOfOp(*run, Op::kOptimizer), std::set<int32_t>{1});
+  EXPECT_EQ(ThreadsOfOp(*run, Op::kConvert), std::set<int32_t>{1});
   EXPECT_TRUE(run->notes.empty()) << run->notes.front();
   // Planned for more cores than this machine has: every core, and a note that says so.
   const policies::Scenario more = LoadTiny({"hardware.node.cpu.cores=" + std::to_string(cores + 7)});
   run = RunSchedule(PlanOrDie(more), unset, options);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
-  EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{cores});
+  EXPECT_EQ(ThreadsOfOp(*run, Op::kOptimizer), std::set<int32_t>{cores});
   ASSERT_EQ(run->notes.size(), 1u);
   EXPECT_NE(run->notes[0].find("cpu.r0: the schedule gives its optimizer and conversions " + std::to_string(cores + 7) + " threads"),
             std::string::npos) << run->notes[0];
@@ -838,7 +840,7 @@ TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
   three.threads = 3;
   run = RunSchedule(PlanOrDie(one_core), three, options);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
-  EXPECT_EQ(threads_of(*run, Op::kConvert), std::set<int32_t>{3});
+  EXPECT_EQ(ThreadsOfOp(*run, Op::kConvert), std::set<int32_t>{3});
   ASSERT_EQ(run->notes.size(), 1u);
   EXPECT_NE(run->notes[0].find("this run gives them 3 (--threads)"), std::string::npos) << run->notes[0];
   // One resource's tasks with different counts: the largest, and a note.
@@ -846,7 +848,7 @@ TEST(Executor, CpuTasksRunOnTheThreadsTheScheduleGives) {
   run = RunSchedule(mixed, unset, options);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   const int32_t two = std::min(2, cores);
-  EXPECT_EQ(threads_of(*run, Op::kOptimizer), std::set<int32_t>{two});
+  EXPECT_EQ(ThreadsOfOp(*run, Op::kOptimizer), std::set<int32_t>{two});
   ASSERT_EQ(run->notes.size(), 1u);
   EXPECT_NE(run->notes[0].find("cpu.r0: the schedule gives its optimizer and conversions 1 to 2 threads; this run gives each of them " +
                                std::to_string(two)),
@@ -985,11 +987,8 @@ TEST(Executor, RanksOnOneMachineShareItsCores) {
   const int32_t share = std::max(1, cores / 2);
   for (size_t r = 0; r < results.size(); ++r) {
     ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
-    for (const TraceRecord& x : results[r]->records) {
-      if (x.op == Op::kOptimizer || x.op == Op::kConvert) {
-        EXPECT_EQ(x.threads, share) << x.task;
-      }
-    }
+    EXPECT_EQ(ThreadsOfOp(*results[r], Op::kOptimizer), std::set<int32_t>{share}) << "rank " << r;
+    EXPECT_EQ(ThreadsOfOp(*results[r], Op::kConvert), std::set<int32_t>{share}) << "rank " << r;
     ASSERT_EQ(results[r]->notes.size(), 1u) << "rank " << r;
     EXPECT_NE(results[r]->notes[0].find("this run gives them " + std::to_string(share) + " (this machine's cores, " + std::to_string(cores) +
                                         " shared by 2 ranks: plan with hardware.node.cpu.cores " + std::to_string(cores)),

@@ -80,15 +80,10 @@ fi
   df -hT "$disk" 2>/dev/null | tail -1
 } >"$out/machine.txt" 2>&1
 log "machine"; cat "$out/machine.txt"
-# Llama-3.2-1B's shape (untied, as the executor needs), zero-infinity through cpu-host's 4 GiB
-# GPU pool: parameters, gradients and optimizer states go through NVMe. Swap buffers as DeepSpeed
-# would need them: 3e8 elements hold lm_head (262 M), and 22 of them the parameters it keeps
-# gathered within max_reuse_distance (the planner refuses fewer, as DeepSpeed fails). Planned
-# for this machine's cores, so that the optimizer and conversions run on the threads the schedule
-# gives them (sim's prediction assumes that count; the executor gives at most every core).
-model_1b=(scenarios/tiny-cpu.yaml --set model.preset=llama3.2-1b --set model.tied_embeddings=false
-  --set training.sequence_length=1024 --set policy.buffer_size=300000000 --set policy.buffer_count=22
-  --set hardware.node.cpu.cores="$(nproc)")
+# Llama-3.2-1B's shape through cpu-host's 4 GiB GPU pool (scenarios/llama3.2-1b-offload.yaml),
+# planned for this machine's cores, so that the optimizer and conversions run on the threads the
+# schedule gives them (sim's prediction assumes that count; the executor gives at most every core).
+model_1b=(scenarios/llama3.2-1b-offload.yaml --set hardware.node.cpu.cores="$(nproc)")
 
 # dpkg -x where there is dpkg; otherwise the .deb's data member by hand (ar + tar).
 unpack() {

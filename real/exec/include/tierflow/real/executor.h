@@ -111,7 +111,8 @@ struct RunResult {
   // that is not aligned as O_DIRECT needs. Empty when every disk is O_DIRECT.
   std::vector<std::string> buffered_disks;
   // Where the run does otherwise than the schedule says, a line each (a CPU resource given fewer
-  // or more threads than its tasks ask for: --threads, or fewer cores than planned).
+  // or more threads than its tasks ask for: --threads, or fewer cores than planned, or the
+  // rank's share of them where ranks share the machine).
   std::vector<std::string> notes;
   std::vector<float> master;               // the final fp32 master weights, ParamLayout order
   // Each training checkpoint this run saved (RunOptions::checkpoint_every), in order: the
