@@ -420,7 +420,8 @@ void FitSharedDevices(const std::map<std::tuple<int, int64_t, double, double>, J
   std::map<std::pair<int32_t, int32_t>, std::vector<double>> ratios;  // (earlier, later) -> per window
   auto& nvme = c.profile->node.nvme;
   std::set<int32_t> unfitted;
-  for (const auto& [key, w] : joint) {
+  for (const auto& entry : joint) {
+    const auto& w = entry.second;  // a name, not a structured binding: clang 14 cannot capture one
     for (auto a = w.bytes.begin(); a != w.bytes.end(); ++a) {
       for (auto b = std::next(a); b != w.bytes.end(); ++b) {
         const int32_t i = a->first, j = b->first;

@@ -9,7 +9,7 @@ packages=(cmake ninja-build g++ pkg-config
   libopenmpi-dev openmpi-bin  # real/collective's mpi back-end
   gnuplot-nox  # `tierflow sweep --plot` (pngcairo terminal)
   python3      # tests/docs/run_examples.py: the README and docs examples, run as written
-  clang libclang-rt-dev)  # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz
+  clang libclang-rt-dev lld)  # scripts/sanitize.sh, scripts/fuzz.sh: the clang sanitizer builds, libFuzzer, lld
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,7 +3,8 @@
 # makes its tests skip with a message). Extra arguments go to ctest, e.g. -L unit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
-./scripts/build.sh
+source scripts/timing.sh
+timed setup ./scripts/setup.sh
+timed build ./scripts/build.sh
 cd "${BUILD_DIR:-build}"
-ctest --output-on-failure -j "$(nproc)" "$@"
+timed test ctest --output-on-failure -j "$(nproc)" "$@"

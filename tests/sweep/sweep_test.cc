@@ -240,6 +240,20 @@ TEST(Sweep, InfeasibleRunsAreRowsWithTheReason) {
   EXPECT_NE(ranked.find("(the base)"), std::string::npos) << ranked;
 }
 
+// GCC says so with __SANITIZE_ADDRESS__, clang with __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define TIERFLOW_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TIERFLOW_TEST_ASAN 1
+#endif
+#endif
+#ifdef TIERFLOW_TEST_ASAN
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 // 24 runs, simulated whole several times by the tests below: every run plans and simulates in
 // milliseconds (a buffer_size of 1000 elements cut the model into 1.07 M tensor pieces, a 200 MB
 // schedule, seconds a run).
@@ -256,12 +270,11 @@ TEST(Sweep, CsvIsTheSameWhateverTheJobsAndParallelism) {
   std::vector<std::string> csvs;
   for (int jobs : {1, 3}) {
     for (Parallelism p : {Parallelism::kWorkerProcesses, Parallelism::kThreads}) {
-#if defined(__SANITIZE_ADDRESS__)
-      // Threads that each fork a simulation: under GCC 12's AddressSanitizer a child can inherit
-      // the allocator's lock held by another thread and wait on it forever (glibc's malloc is
-      // fork-safe, ASan's is not). The other three variants still run under scripts/sanitize.sh.
-      if (p == Parallelism::kThreads && jobs > 1) continue;
-#endif
+      // Threads that each fork a simulation: under AddressSanitizer (GCC 12's, and clang 14's
+      // that scripts/sanitize.sh builds with) a child can inherit the allocator's lock held by
+      // another thread and wait on it forever (glibc's malloc is fork-safe, ASan's is not). The
+      // other three variants still run under scripts/sanitize.sh.
+      if (kAddressSanitizer && p == Parallelism::kThreads && jobs > 1) continue;
       EvaluateOptions eo;
       eo.jobs = jobs;
       eo.parallelism = p;
