@@ -47,9 +47,6 @@ struct Inputs {
   int64_t fio_files = 0;
 };
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 Status AddTraceFile(const std::string& path, Inputs* in) {
   TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> records, ReadTraceFile(path));
@@ -97,7 +94,7 @@ StatusOr<Inputs> LoadInputs(const std::vector<std::string>& args) {
       for (const std::string& f : files) TF_RETURN_IF_ERROR(AddTraceFile(f, &in));
       continue;
     }
-    if (EndsWith(arg, ".json")) {
+    if (arg.ends_with(".json")) {
       TF_RETURN_IF_ERROR(AddFioFile(arg, 0, &in));  // a plain .json is fio output for nvme0
       continue;
     }
@@ -107,7 +104,7 @@ StatusOr<Inputs> LoadInputs(const std::vector<std::string>& args) {
 }
 
 StatusOr<models::HardwareSpec> LoadBase(const std::string& base) {
-  if (EndsWith(base, ".yaml") || EndsWith(base, ".yml") || base.find('/') != std::string::npos) {
+  if (base.ends_with(".yaml") || base.ends_with(".yml") || base.find('/') != std::string::npos) {
     auto hw = LoadHardwareFile(base);
     if (!hw.ok()) return hw.status().WithContext("--base");
     return hw;

@@ -26,8 +26,9 @@ struct CommandRegistrar {
   explicit CommandRegistrar(CommandFactory f) { CommandRegistry().push_back(f); }
 };
 
+// (__COUNTER__, not __LINE__: the verb files are compiled a few to a unit, cli/CMakeLists.txt.)
 #define TIERFLOW_COMMAND(factory) \
-  static ::tierflow::cli::CommandRegistrar TF_CONCAT(tf_command_, __LINE__)(factory)
+  static ::tierflow::cli::CommandRegistrar TF_CONCAT(tf_command_, __COUNTER__)(factory)
 
 // Keeps option values alive for the lifetime of the program (commands bind options to them).
 template <typename T>

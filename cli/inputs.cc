@@ -24,9 +24,6 @@ namespace {
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 }  // namespace
 
 void AddSetOption(CLI::App* app, std::vector<std::string>* sets) {
@@ -91,7 +88,7 @@ Status CheckProcessCount(const real::Collective* comm, int32_t ranks, const std:
 
 StatusOr<PlannedInput> LoadPlannedInput(const std::string& path, const std::vector<std::string>& sets) {
   PlannedInput in;
-  if (EndsWith(path, ".json")) {
+  if (path.ends_with(".json")) {
     TF_ASSIGN_OR_RETURN(in.schedule, ReadScheduleFile(path));
     in.from_schedule_file = true;
     if (in.schedule.tasks().empty()) return InvalidArgument(path + ": schedule '" + in.schedule.name + "' has no tasks: nothing to simulate or run");
