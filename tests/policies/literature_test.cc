@@ -308,8 +308,9 @@ policy: {name: fuyou, prefetch_window: 4 GiB}
   std::map<std::string, double> durations;
   std::set<std::string> disks;
   for (const TaskSpec& t : s->tasks()) {
-    const std::string& resource = s->resources()[t.resource].name;
     const bool io = t.op == Op::kRead || t.op == Op::kWrite;
+    // (alloc, free and barrier run on no resource: kNoIndex, which indexes nothing)
+    const std::string resource = t.resource == kNoIndex ? "" : s->resources()[t.resource].name;
     if (io) disks.insert(resource.substr(0, resource.find('.')));
     durations[t.id] = !io ? 0.01 : resource.rfind("nvme0", 0) == 0 ? 10.0 : 0.1;
   }
