@@ -44,6 +44,13 @@ configure() {  # KIND: configures build-KIND once, with clang (gcc 12 took 2-3x 
   else
     flags=$tsan_flags
   fi
+  # A tree an older version of this script configured (gcc, or an ASan build without the
+  # fuzzers) cannot be switched in place: it is made anew.
+  if [ -f "$dir/CMakeCache.txt" ] && { ! grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++" "$dir/CMakeCache.txt" ||
+       { [ "$kind" = asan ] && ! grep -q "^TIERFLOW_FUZZ:BOOL=ON" "$dir/CMakeCache.txt"; }; }; then
+    echo "sanitize: $dir was configured by an older scripts/sanitize.sh (not clang, or no fuzzers): making it anew" >&2
+    rm -rf "$dir"
+  fi
   if [ ! -f "$dir/build.ninja" ]; then
     # -g1: line tables for the reports' stacks, without the full debug info that makes these
     # builds (every file instrumented) take most of CI's time.
