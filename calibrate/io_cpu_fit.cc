@@ -150,8 +150,9 @@ void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<Mi
   double sum_sq = 0, worst = 0, lo = 0, hi = 0, rate_lo = 0, rate_hi = 0;
   std::vector<std::string> unchecked;
   for (const auto& mix : mixes) {
-    const auto& [cls, windows] = mix;
-    const auto block_qd = cls;  // a copy the lambda below captures: clang 14 cannot capture a binding
+    // Names, not a structured binding: a lambda below captures cls, which clang 14 cannot do to a binding.
+    const StreamClass& cls = mix.first;
+    const std::vector<MixWindow>& windows = mix.second;
     const std::vector<double> cores = {models::IoPathCores(cpu, false, cls.first, cls.second),
                                        models::IoPathCores(cpu, true, cls.first, cls.second)};
     if (!(cores[0] > 0) || !(cores[1] > 0)) {
@@ -162,7 +163,7 @@ void CheckIoPathMix(const Context& c, const std::map<StreamClass, std::vector<Mi
     // Its standard error: each figure's, as its fit reported it (0 when the class was not
     // measured alone, its figure a neighbour's): the larger one's, or that of the sum.
     const auto figure_rse = [&](bool write) {
-      const std::string figure = fmt::format("io_{}_cores.{}x{}", write ? "write" : "read", block_qd.first, block_qd.second);
+      const std::string figure = fmt::format("io_{}_cores.{}x{}", write ? "write" : "read", cls.first, cls.second);
       for (const FitReport& r : *c.reports) {
         if (r.model != (write ? "cpu.io_write" : "cpu.io_read")) continue;
         for (const FitParameter& param : r.params) {

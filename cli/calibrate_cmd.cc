@@ -47,7 +47,6 @@ struct Inputs {
   int64_t fio_files = 0;
 };
 
-
 Status AddTraceFile(const std::string& path, Inputs* in) {
   TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> records, ReadTraceFile(path));
   in->records.insert(in->records.end(), records.begin(), records.end());
