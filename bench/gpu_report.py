@@ -21,6 +21,14 @@
   MFU                          3 x the forward FLOPs of an iteration / (iteration time x peak), for
                                the offloaded run and the in-GPU-memory run (--in-memory), each at
                                its steady-state iteration time (docs/trace-format.md)
+  attention                    the fused attention kernels' rates (probe.gpu.attention_*, FLOPs in
+                               FlashAttention's causal convention) at each probed sequence
+                               (OUT/probes and OUT/probes-s<SEQ>)
+  tuned vs prediction          the TUNED schedule's steady-state iteration (tuned-1b.records.jsonl)
+                               against the simulator's on the calibrated profile
+                               (OUT/tuned-prediction.json: `tierflow sim --json`'s iteration_s)
+  pytorch in GPU memory        bench/gpu_torch_peer.py's steady-state iteration (OUT/torch-1b*.json)
+                               and its MFU with the tierflow runs' FLOP count, the ceiling
 
 Usage: bench/gpu_report.py OUT [--peak FLOP/s] [--json]
 The peak defaults to the GPU's dense bf16 rate in OUT/base.yaml (`peak_flops`, from its
@@ -182,7 +190,42 @@ def main():
         fig, why = gemm_vs_cublas(a.out, phase)
         (report if fig else missing)[f"gemm_steps_vs_cublas_{phase}"] = fig or why
 
+    for probes in sorted(d for d in os.listdir(a.out) if d == "probes" or d.startswith("probes-s")):
+        ops = records(os.path.join(a.out, probes, "ops.jsonl")) or []
+        for (task, _), (r, t) in median_by([r for r in ops if r["task"].startswith("probe.gpu.attention_")],
+                                           lambda r: (r["task"], r["bytes"])).items():
+            report[f"{task[len('probe.gpu.'):]}_{probes}"] = {"tflop_s": r["flops"] / t / 1e12, "ms": t * 1e3,
+                                                             "from": f"{probes}/ops.jsonl"}
+
+    tuned = records(os.path.join(a.out, "tuned-1b.records.jsonl"))
+    prediction = os.path.join(a.out, "tuned-prediction.json")
+    if tuned and os.path.exists(prediction):
+        measured, predicted = iteration_times(tuned), json.load(open(prediction))["iteration_s"]
+        report["tuned_vs_prediction"] = {"iteration_s": measured, "predicted_s": predicted,
+                                         "error": (measured - predicted) / predicted}
+    elif os.path.exists(os.path.join(a.out, "tuned-1b.log")):
+        missing["tuned_vs_prediction"] = "needs tuned-1b.records.jsonl and tuned-prediction.json"
+
     run = records(os.path.join(a.out, "finetune-1b.records.jsonl"))
+    fwd_run = run or tuned
+    if fwd_run:
+        last = max(r["iteration"] for r in fwd_run)
+        fwd = sum(r["flops"] for r in fwd_run if r["iteration"] == last and r["op"] == "compute" and r["phase"] == "forward")
+        peak, device = peak_of(a.out, a.peak)
+        for name in sorted(f for f in os.listdir(a.out) if f.startswith("torch-1b") and f.endswith(".json")):
+            t = json.load(open(os.path.join(a.out, name)))
+            fig = {"iteration_s": t["iteration_s"], "first_loss": t["losses"][0], "last_loss": t["losses"][-1],
+                   "peak_gpu_gib": t["peak_gpu_bytes"] / 2**30}
+            if peak:
+                fig["mfu"] = 3 * fwd / (t["iteration_s"] * peak)
+            report[name[:-len(".json")].replace("-", "_")] = fig
+        log = os.path.join(a.out, "inmemory-1b.log")
+        m = re.search(r"iteration time +([0-9.]+) (ms|s) \(steady state\)", open(log).read()) if os.path.exists(log) else None
+        if peak and m:
+            t = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1)
+            report["mfu_in_memory"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t, "peak": peak}
+        if peak and tuned:
+            report["mfu_tuned"] = {"mfu": 3 * fwd / (iteration_times(tuned) * peak), "iteration_s": iteration_times(tuned)}
     pinned = pinned_rates(a.out)
     if run is None or pinned is None:
         missing["copies_vs_pinned"] = "needs finetune-1b.records.jsonl and the pinned copy probe"
@@ -233,12 +276,6 @@ def main():
         if peak:
             report["mfu_offloaded"] = {"mfu": 3 * fwd / (iteration * peak), "iteration_s": iteration, "peak": peak,
                                        "device": device}
-            log = os.path.join(a.out, "inmemory-1b.log")
-            if os.path.exists(log):
-                m = re.search(r"iteration time +([0-9.]+) (ms|s) \(steady state\)", open(log).read())
-                if m:
-                    t = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1)
-                    report["mfu_in_memory"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t, "peak": peak}
         else:
             missing["mfu"] = device
     else:

@@ -105,7 +105,7 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
   }
   const models::LlmConfig& c = spec.config;
   const int64_t rows = batch * seq, C = c.hidden, H = c.heads, KV = c.kv_heads, d = c.head_dim(), F = c.ffn;
-  const int64_t V = c.vocab, q_dim = H * d, kv_dim = KV * d, probs = batch * H * seq * seq;
+  const int64_t V = c.vocab, q_dim = H * d, kv_dim = KV * d;
   const int64_t widest = std::max({C, q_dim, F, V});
   // Activations and weights bf16, gradients fp32; one buffer of each role, reused by every op.
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer x, Filled(ctx, rows * widest * 2));
@@ -114,8 +114,7 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer w, Filled(ctx, std::max(F, V) * C * 2));
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer dx, Filled(ctx, rows * widest * 4));
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer dw, Filled(ctx, std::max(F, V) * C * 4));
-  TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer p, Filled(ctx, probs * 4));
-  TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer stats, Filled(ctx, rows * 4));
+  TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer stats, Filled(ctx, batch * H * seq * 4));  // rstd rows, attention's lse
   std::vector<float> cos_table(static_cast<size_t>(seq * d / 2)), sin_table(cos_table.size());
   cpu::RopeTables(cos_table.data(), sin_table.data(), seq, d, spec.rope_theta);
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer cos_d, ctx.Allocate(static_cast<int64_t>(cos_table.size()) * 4));
@@ -133,7 +132,6 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
   auto* wb = static_cast<uint16_t*>(w.data());
   auto* dxf = static_cast<float*>(dx.data());
   auto* dwf = static_cast<float*>(dw.data());
-  auto* pf = static_cast<float*>(p.data());
   auto* sf = static_cast<float*>(stats.data());
   auto* cf = static_cast<const float*>(cos_d.data());
   auto* snf = static_cast<const float*>(sin_d.data());
@@ -169,11 +167,15 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
                  [&] { return cuda::RopeForward(ctx, xb, cf, snf, rows, seq, H, d); }});
   ops.push_back({"rope_bwd", 6 * r * q_dim / 2, 2 * r * q_dim * b4,
                  [&] { return cuda::RopeBackward(ctx, dxf, cf, snf, rows, seq, H, d); }});
-  const double attn_mnk = static_cast<double>(batch) * H * seq * seq * d;
-  ops.push_back({"attention_fwd", 4 * attn_mnk, r * (2 * q_dim + 2 * kv_dim) * b2 + 2.0 * probs * b4,
-                 [&] { return cuda::AttentionForward(ctx, zb, pf, xb, yb, yb, batch, seq, H, KV, d); }});
-  ops.push_back({"attention_bwd", 8 * attn_mnk, r * (2 * q_dim + 2 * kv_dim) * b2 + 2.0 * probs * b4,
-                 [&] { return cuda::AttentionBackward(ctx, dxf, dwf, dwf, zb, xb, yb, yb, pf, batch, seq, H, KV, d); }});
+  // The fused kernels the Llama steps run (FlashAttention*), counted in FlashAttention's
+  // convention: the causal half of the score and output products, 2 of them forward, 5 backward
+  // (the kernels do 7, recomputing the scores and dP for the atomic-free dq pass).
+  const double causal_mnk = static_cast<double>(batch) * H * seq * seq * d / 2;
+  const double qkvo_bytes = r * (2 * q_dim + 2 * kv_dim) * b2;
+  ops.push_back({"attention_fwd", 4 * causal_mnk, qkvo_bytes + static_cast<double>(batch) * H * seq * b4,
+                 [&] { return cuda::FlashAttentionForward(ctx, zb, sf, xb, yb, yb, batch, seq, H, KV, d); }});
+  ops.push_back({"attention_bwd", 10 * causal_mnk, 2 * qkvo_bytes + r * (q_dim + 2 * kv_dim) * 2 * b4,
+                 [&] { return cuda::FlashAttentionBackward(ctx, dxf, dwf, dwf, zb, xb, yb, yb, zb, sf, batch, seq, H, KV, d); }});
   ops.push_back({"swiglu_fwd", 6 * r * F, 3 * r * F * b2, [&] { return cuda::SwiGluForward(ctx, zb, xb, yb, rows * F); }});
   ops.push_back({"swiglu_bwd", 12 * r * F, 3 * r * F * b2 + 4 * r * F * b4,
                  [&] { return cuda::SwiGluBackward(ctx, dxf, dwf, zb, xb, yb, rows * F); }});

@@ -18,8 +18,8 @@ struct LlamaBuffers {
   DeviceBuffer tokens, targets, rope_cos, rope_sin;
   DeviceBuffer boundary;                         // (L + 1) layer inputs: the embedding's output, then each decoder's
   DeviceBuffer n1, q, k, v, attn, h, n2, gate, up, act, tmp;
-  DeviceBuffer rstd1_32, rstd2_32, probs32;
-  DeviceBuffer d_x32, d_a32, d_b32, d_q32, d_k32, d_v32;  // gradients of activations
+  DeviceBuffer rstd1_32, rstd2_32, lse32;  // lse32: attention's row statistics [batch, heads, seq]
+  DeviceBuffer d_x32, d_a32, d_q32, d_k32, d_v32;  // gradients of activations
   DeviceBuffer g16, g16b, g16c;                  // those gradients rounded for the GEMMs
   DeviceBuffer xf, rstdf32, logits;              // the head
 };
@@ -59,6 +59,11 @@ StatusOr<std::unique_ptr<LlamaSteps>> LlamaSteps::Create(const Context& ctx, con
                                                          int64_t seq) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(spec));
   if (spec.config.tied_embeddings) return InvalidArgument("GPU Llama steps: tied embeddings are not supported yet");
+  const int64_t d = spec.config.head_dim();
+  if (d != 16 && d != 32 && d != 64 && d != 128) {
+    return InvalidArgument("GPU Llama steps: head_dim " + std::to_string(d) +
+                           " (the fused attention kernels take 16, 32, 64 or 128)");
+  }
   if (batch < 1 || seq < 1 || seq > spec.config.max_seq) {
     return InvalidArgument("GPU Llama steps: batch " + std::to_string(batch) + " x sequence " + std::to_string(seq) +
                            " (each at least 1, the sequence at most " + std::to_string(spec.config.max_seq) + ")");
@@ -85,14 +90,14 @@ Status LlamaSteps::Allocate() {
                             {&b.g16, widest}, {&b.g16b, widest}, {&b.g16c, widest}}) {
     TF_RETURN_IF_ERROR(alloc(buf, R * width * 2));
   }
-  for (auto [buf, width] : {std::pair{&b.d_x32, C}, {&b.d_a32, widest}, {&b.d_b32, widest}, {&b.d_q32, q_dim},
+  for (auto [buf, width] : {std::pair{&b.d_x32, C}, {&b.d_a32, widest}, {&b.d_q32, q_dim},
                             {&b.d_k32, kv_dim}, {&b.d_v32, kv_dim}}) {
     TF_RETURN_IF_ERROR(alloc(buf, R * width * 4));
   }
   TF_RETURN_IF_ERROR(alloc(&b.rstd1_32, R * 4));
   TF_RETURN_IF_ERROR(alloc(&b.rstd2_32, R * 4));
   TF_RETURN_IF_ERROR(alloc(&b.rstdf32, R * 4));
-  TF_RETURN_IF_ERROR(alloc(&b.probs32, batch_ * c.heads * seq_ * seq_ * 4));
+  TF_RETURN_IF_ERROR(alloc(&b.lse32, batch_ * c.heads * seq_ * 4));
   TF_RETURN_IF_ERROR(alloc(&b.logits, R * c.vocab * 2));
   std::vector<float> cos_table(static_cast<size_t>(seq_ * d / 2)), sin_table(cos_table.size());
   cpu::RopeTables(cos_table.data(), sin_table.data(), seq_, d, spec_.rope_theta);
@@ -141,8 +146,8 @@ Status LlamaSteps::DecoderForward(int64_t layer, const DecoderParams<const uint1
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.v), P<const uint16_t>(b.n1), w.v, R, C, KV * d));
   TF_RETURN_IF_ERROR(RopeForward(ctx_, P<uint16_t>(b.q), P<const float>(b.rope_cos), P<const float>(b.rope_sin), R, seq_, H, d));
   TF_RETURN_IF_ERROR(RopeForward(ctx_, P<uint16_t>(b.k), P<const float>(b.rope_cos), P<const float>(b.rope_sin), R, seq_, KV, d));
-  TF_RETURN_IF_ERROR(AttentionForward(ctx_, P<uint16_t>(b.attn), P<float>(b.probs32), P<const uint16_t>(b.q),
-                                      P<const uint16_t>(b.k), P<const uint16_t>(b.v), batch_, seq_, H, KV, d));
+  TF_RETURN_IF_ERROR(FlashAttentionForward(ctx_, P<uint16_t>(b.attn), P<float>(b.lse32), P<const uint16_t>(b.q),
+                                           P<const uint16_t>(b.k), P<const uint16_t>(b.v), batch_, seq_, H, KV, d));
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.tmp), P<const uint16_t>(b.attn), w.o, R, H * d, C));
   TF_RETURN_IF_ERROR(ResidualAdd(ctx_, P<uint16_t>(b.h), x_in, P<const uint16_t>(b.tmp), R * C));
   TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.n2), P<float>(b.rstd2_32), P<const uint16_t>(b.h), w.post_norm,
@@ -182,8 +187,12 @@ Status LlamaSteps::Backward(int64_t layer, const LayerParams& params, float* gra
   const int64_t L = c.layers, C = c.hidden, F = c.ffn, H = c.heads, KV = c.kv_heads, d = c.head_dim(), R = rows_;
   TF_RETURN_IF_ERROR(CheckParams(layer, params));
   LlamaBuffers& b = *b_;
-  TF_RETURN_IF_ERROR(Zero(ctx_, grads, layout_.layer_elements[static_cast<size_t>(layer)] * 4));
   float* d_x = P<float>(b.d_x32);
+  // The embedding's and the head's gradients are added into; a decoder's are written by the GEMMs
+  // that make them (GradMode::kOverwrite) but for its two norms'.
+  if (layer == 0 || layer == L + 1) {
+    TF_RETURN_IF_ERROR(Zero(ctx_, grads, layout_.layer_elements[static_cast<size_t>(layer)] * 4));
+  }
   if (layer == 0) return EmbeddingBackward(ctx_, grads, P<const int32_t>(b.tokens), P<const float>(b.d_x32), R, C);
   if (layer == L + 1) {
     // dlogits over the logits' own buffer, then back through the LM head and the final norm.
@@ -202,31 +211,27 @@ Status LlamaSteps::Backward(int64_t layer, const LayerParams& params, float* gra
   const auto g = DecoderView<float>(c, grads);
   const uint16_t* x_in = P<uint16_t>(b.boundary) + (layer - 1) * R * C;
   float* d_a = P<float>(b.d_a32);
-  float* d_b = P<float>(b.d_b32);
   uint16_t* g16 = P<uint16_t>(b.g16);
   uint16_t* g16b = P<uint16_t>(b.g16b);
   uint16_t* g16c = P<uint16_t>(b.g16c);
+  constexpr GradMode kSet = GradMode::kOverwrite, kAdd = GradMode::kAdd;
+  TF_RETURN_IF_ERROR(Zero(ctx_, g.input_norm, C * 4));
+  TF_RETURN_IF_ERROR(Zero(ctx_, g.post_norm, C * 4));
   // MLP: x_out = h + down(silu(gate(n2)) * up(n2)).
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_x, R * C));                       // d x_out
-  TF_RETURN_IF_ERROR(Zero(ctx_, d_a, R * F * 4));
-  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.down, g16, P<const uint16_t>(b.act), w.down, R, F, C));
+  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.down, g16, P<const uint16_t>(b.act), w.down, R, F, C, kSet, kSet));
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_a, R * F));                       // d act
-  TF_RETURN_IF_ERROR(Zero(ctx_, d_a, R * F * 4));
-  TF_RETURN_IF_ERROR(Zero(ctx_, d_b, R * F * 4));
-  TF_RETURN_IF_ERROR(SwiGluBackward(ctx_, d_a, d_b, g16, P<const uint16_t>(b.gate), P<const uint16_t>(b.up), R * F));
-  TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16b, d_a, R * F));                      // d gate
-  TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16c, d_b, R * F));                      // d up
-  TF_RETURN_IF_ERROR(Zero(ctx_, d_a, R * C * 4));
-  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.gate, g16b, P<const uint16_t>(b.n2), w.gate, R, C, F));
-  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.up, g16c, P<const uint16_t>(b.n2), w.up, R, C, F));
+  TF_RETURN_IF_ERROR(SwiGluBackwardBf16(ctx_, g16b, g16c, g16, P<const uint16_t>(b.gate), P<const uint16_t>(b.up),
+                                        R * F));                               // d gate, d up
+  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.gate, g16b, P<const uint16_t>(b.n2), w.gate, R, C, F, kSet, kSet));
+  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.up, g16c, P<const uint16_t>(b.n2), w.up, R, C, F, kAdd, kSet));
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_a, R * C));                       // d n2
   // d h = d x_out (the residual) + the post-norm's backward.
   TF_RETURN_IF_ERROR(RmsNormBackward(ctx_, d_x, g.post_norm, g16, P<const uint16_t>(b.h), w.post_norm,
                                      P<const float>(b.rstd2_32), R, C));
   // Attention: h = x_in + o(attn(rope(q(n1)), rope(k(n1)), v(n1))).
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_x, R * C));                       // d h
-  TF_RETURN_IF_ERROR(Zero(ctx_, d_a, R * H * d * 4));
-  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.o, g16, P<const uint16_t>(b.attn), w.o, R, H * d, C));
+  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.o, g16, P<const uint16_t>(b.attn), w.o, R, H * d, C, kSet, kSet));
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_a, R * H * d));                   // d attn
   float* d_q = P<float>(b.d_q32);
   float* d_k = P<float>(b.d_k32);
@@ -234,17 +239,17 @@ Status LlamaSteps::Backward(int64_t layer, const LayerParams& params, float* gra
   TF_RETURN_IF_ERROR(Zero(ctx_, d_q, R * H * d * 4));
   TF_RETURN_IF_ERROR(Zero(ctx_, d_k, R * KV * d * 4));
   TF_RETURN_IF_ERROR(Zero(ctx_, d_v, R * KV * d * 4));
-  TF_RETURN_IF_ERROR(AttentionBackward(ctx_, d_q, d_k, d_v, g16, P<const uint16_t>(b.q), P<const uint16_t>(b.k),
-                                       P<const uint16_t>(b.v), P<const float>(b.probs32), batch_, seq_, H, KV, d));
+  TF_RETURN_IF_ERROR(FlashAttentionBackward(ctx_, d_q, d_k, d_v, g16, P<const uint16_t>(b.q), P<const uint16_t>(b.k),
+                                            P<const uint16_t>(b.v), P<const uint16_t>(b.attn), P<const float>(b.lse32),
+                                            batch_, seq_, H, KV, d));
   TF_RETURN_IF_ERROR(RopeBackward(ctx_, d_q, P<const float>(b.rope_cos), P<const float>(b.rope_sin), R, seq_, H, d));
   TF_RETURN_IF_ERROR(RopeBackward(ctx_, d_k, P<const float>(b.rope_cos), P<const float>(b.rope_sin), R, seq_, KV, d));
-  TF_RETURN_IF_ERROR(Zero(ctx_, d_a, R * C * 4));
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_q, R * H * d));
-  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.q, g16, P<const uint16_t>(b.n1), w.q, R, C, H * d));
+  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.q, g16, P<const uint16_t>(b.n1), w.q, R, C, H * d, kSet, kSet));
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_k, R * KV * d));
-  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.k, g16, P<const uint16_t>(b.n1), w.k, R, C, KV * d));
+  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.k, g16, P<const uint16_t>(b.n1), w.k, R, C, KV * d, kAdd, kSet));
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_v, R * KV * d));
-  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.v, g16, P<const uint16_t>(b.n1), w.v, R, C, KV * d));
+  TF_RETURN_IF_ERROR(LinearBackward(ctx_, d_a, g.v, g16, P<const uint16_t>(b.n1), w.v, R, C, KV * d, kAdd, kSet));
   TF_RETURN_IF_ERROR(Fp32ToBf16(ctx_, g16, d_a, R * C));                       // d n1
   // d x_in = d h (the residual) + the input norm's backward, in place in d_x.
   return RmsNormBackward(ctx_, d_x, g.input_norm, g16, x_in, w.input_norm, P<const float>(b.rstd1_32), R, C);

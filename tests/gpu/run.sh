@@ -8,6 +8,12 @@
 #             `tierflow probe all --compute cuda` on DISK with the 1B scenario (OUT/calib) and
 #             `tierflow calibrate` of it into OUT/profile.yaml (over OUT/base.yaml, this machine's
 #             shape: write_base below)
+#   gpuprobe  only tierflow-gpu-probe of the probes step (no disk, no calibration)
+#   compute   only the layer steps of the 1B scenario through the compute device (`tierflow probe
+#             compute --compute cuda`: OUT/calib/compute.jsonl, what the probes step's `probe all`
+#             also writes), for the figure of the steps against cuBLAS without the disk probes
+#   peers     PyTorch training the 1B shape in GPU memory (bench/gpu_torch_peer.py, fused AdamW, SDPA),
+#             with and without recomputing each layer (OUT/torch-1b-ckpt.json, OUT/torch-1b.json)
 #   finetune  offloaded fine-tunes with gpu0 on the GPU (`tierflow run --compute cuda`): the tiny
 #             model, and Llama-3.2-1B's shape (untied) through a 4 GiB GPU pool with its records
 #             (OUT/finetune-1b.records.jsonl) and schedule (OUT/finetune-1b.schedule.json), and the
@@ -26,6 +32,10 @@
 # elsewhere and carried here is used as it is), ITERS_1B (iterations of each 1B run, default 4;
 # the steady state the figures take leaves out the first and, from three on, the last), TUNED (a tuned schedule of the 1B training,
 # from `tierflow tune`, that the finetune step runs too: its weights must be the in-memory run's),
+# TUNED_PREDICTION (`tierflow sim TUNED --json` on the GPU's profile, copied to OUT for the report),
+# RUNS_1B (which 1B runs the finetune step makes, default "offloaded inmemory"; TUNED adds "tuned"),
+# PROBE_SEQS (the sequences tierflow-gpu-probe runs at, default 1024: the first into OUT/probes, each
+# other into OUT/probes-s<SEQ>),
 # CUDA_ARCH (default 90), JOBS
 # (default nproc), DISK (the directory the probes' and fine-tunes' files go in, default OUT; the
 # 1B run needs about 25 GB there), BUNDLE (a file to pack OUT into, .tar.gz, for copying the
@@ -47,6 +57,11 @@ if [ -n "${TUNED:-}" ]; then
   [ -f "$TUNED" ] || { echo "TUNED: no file $TUNED"; exit 1; }
   TUNED=$(cd "$(dirname "$TUNED")" && pwd)/$(basename "$TUNED")
 fi
+if [ -n "${TUNED_PREDICTION:-}" ]; then
+  cp "$TUNED_PREDICTION" "$out/tuned-prediction.json" || { echo "TUNED_PREDICTION: cannot copy $TUNED_PREDICTION"; exit 1; }
+fi
+runs_1b=" ${RUNS_1B:-offloaded inmemory} ${TUNED:+tuned} "
+run_1b() { [[ $runs_1b == *" $1 "* ]]; }
 cd "$(dirname "$0")/../.." || exit 1
 prefix=/tmp/tierflow-deps
 build=build-gpu
@@ -215,12 +230,20 @@ YAML
   echo "$out/base.yaml"
 }
 
-if step probes; then
+if step probes || step gpuprobe; then
   base=$(write_base)
   log "GPU probes (calibration base: $base)"
-  "$build/real/probes/tierflow-gpu-probe" --out "$out/probes" --seq 1024 --json >"$out/probes.json" 2>"$out/probes.err"
-  echo $? >"$out/probes.rc"
-  tail -3 "$out/probes.err"
+  probe_rc=0
+  first_seq=
+  for seq in ${PROBE_SEQS:-1024}; do
+    dir=probes-s$seq json=probes-s$seq.json
+    [ -z "$first_seq" ] && first_seq=$seq dir=probes json=probes.json
+    "$build/real/probes/tierflow-gpu-probe" --out "$out/$dir" --seq "$seq" --json >"$out/$json" 2>"$out/$dir.err" || probe_rc=1
+    tail -3 "$out/$dir.err"
+  done
+  echo $probe_rc >"$out/probes.rc"
+fi
+if step probes; then
   log "calibration probes (tierflow probe all --compute cuda) and the profile"
   mkdir -p "$disk/disk0"
   "$tf" probe all --compute cuda --dir "$disk/disk0" -o "$out/calib" --scenario "${model_1b[@]}" >"$out/calib.log" 2>&1 &&
@@ -228,6 +251,24 @@ if step probes; then
   echo $? >"$out/calib.rc"
   tail -5 "$out/calib.log"
   tail -25 "$out/calibrate.log"
+fi
+
+if step compute; then
+  log "the 1B scenario's layer steps on the GPU (tierflow probe compute --compute cuda)"
+  mkdir -p "$out/calib"
+  "$tf" probe compute --compute cuda "${model_1b[@]}" --trace "$out/calib/compute.jsonl" >"$out/compute.log" 2>&1
+  echo $? >"$out/compute.rc"
+  tail -5 "$out/compute.log"
+fi
+
+if step peers; then
+  log "PyTorch in GPU memory (bench/gpu_torch_peer.py)"
+  for ckpt in --checkpointing ""; do
+    name=torch-1b${ckpt:+-ckpt}
+    PYTHONUNBUFFERED=1 python3 bench/gpu_torch_peer.py $ckpt --iterations 6 --json "$out/$name.json" >"$out/$name.log" 2>&1
+    echo $? >"$out/$name.rc"
+    tail -1 "$out/$name.log"
+  done
 fi
 
 iters_1b=${ITERS_1B:-4}
@@ -241,18 +282,22 @@ if step finetune; then
   # Nothing of an earlier call into the same OUT may stand in for this one's 1B runs.
   rm -f "$out"/finetune-1b.* "$out"/inmemory-1b.* "$out"/tuned-1b.* "$out/plan-1b.log"
   if "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >"$out/plan-1b.log" 2>&1; then
-    # In GPU memory first: it is the shorter, and the offloaded run's weights are checked against it.
-    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n "$iters_1b" >"$out/inmemory-1b.log" 2>&1
-    echo $? >"$out/inmemory-1b.rc"
-    tail -3 "$out/inmemory-1b.log"
-    "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n "$iters_1b" \
-      --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
-    echo $? >"$out/finetune-1b.rc"
-    tail -4 "$out/finetune-1b.log"
-    rm -f "$disk/disk1/tierflow-run.store"
+    # In GPU memory first: it is the shorter, and the offloaded runs' weights are checked against it.
+    if run_1b inmemory; then
+      "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --in-memory -n "$iters_1b" >"$out/inmemory-1b.log" 2>&1
+      echo $? >"$out/inmemory-1b.rc"
+      tail -3 "$out/inmemory-1b.log"
+    fi
+    if run_1b offloaded; then
+      "$tf" run "$out/finetune-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n "$iters_1b" \
+        --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
+      echo $? >"$out/finetune-1b.rc"
+      tail -4 "$out/finetune-1b.log"
+      rm -f "$disk/disk1/tierflow-run.store"
+    fi
     # A tuned schedule of the same training (`tierflow tune`, made where there is SimGrid): the
     # same weights, in the time its prediction says.
-    if [ -n "${TUNED:-}" ]; then
+    if [ -n "${TUNED:-}" ] && run_1b tuned; then
       "$tf" run "$TUNED" --compute cuda --disk "$disk/disk1" -n "$iters_1b" --records "$out/tuned-1b.records.jsonl" \
         >"$out/tuned-1b.log" 2>&1
       echo $? >"$out/tuned-1b.rc"
@@ -278,7 +323,8 @@ def rc(name):
 def status(name):
     r = rc(name)
     return "not run" if r is None else "pass" if r == 0 else f"FAIL (rc {r})"
-failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "calib", "finetune", "finetune-1b", "inmemory-1b", "tuned-1b"))
+failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "calib", "compute", "torch-1b", "torch-1b-ckpt",
+                                              "finetune", "finetune-1b", "inmemory-1b", "tuned-1b"))
 rows = []
 log = read("gpu-tests.log")
 if log is not None:
@@ -304,6 +350,13 @@ if rc("probes") is not None:
         rows.append(("GPU probes", f'{status("probes")}: {e}'))
 if rc("calib") is not None:
     rows.append(("probe all --compute cuda + calibrate", status("calib") + (" -> profile.yaml" if rc("calib") == 0 else "")))
+if rc("compute") is not None:
+    rows.append(("probe compute --compute cuda (1B layer steps)", status("compute")))
+for name in ("torch-1b-ckpt", "torch-1b"):
+    if rc(name) is not None:
+        t = json.load(open(os.path.join(out, name + ".json"))) if rc(name) == 0 else None
+        rows.append((f"PyTorch in GPU memory ({name})", status(name) + (f", loss {t['losses'][0]:.4f} -> {t['losses'][-1]:.4f}, "
+                     f"{t['iteration_s'] * 1e3:.1f} ms per iteration" if t else "")))
 shas = {}
 for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2-1B shape, GPU compute, offloaded", "finetune-1b"),
                        ("the same, everything in GPU memory", "inmemory-1b"), ("the same, the TUNED schedule, offloaded", "tuned-1b")):
@@ -330,7 +383,7 @@ for a, b in rows:
     print(f"{a:<{w}}  {b}")
 sys.exit(1 if failed else 0)
 PY
-if [ -f "$out/finetune-1b.records.jsonl" ]; then
+if [ -f "$out/finetune-1b.records.jsonl" ] || [ -f "$out/tuned-1b.records.jsonl" ] || [ -f "$out/probes/ops.jsonl" ]; then
   log "figures (bench/gpu_report.py)"
   python3 bench/gpu_report.py "$out" | tee "$out/figures.txt"
   python3 bench/gpu_report.py "$out" --json >"$out/figures.json"

@@ -152,6 +152,16 @@ TEST_F(CudaOps, LinearForwardAndBackward) {
               kTolerance);
     EXPECT_LE(WorstRelative(Down(d_dx, n * in), want_dx, "linear backward dx " + shape), kTolerance);
     EXPECT_LE(WorstRelative(Down(d_dw, out_dim * in), want_dw, "linear backward dw " + shape), kTolerance);
+    // Overwritten instead: what was there (NaN here) is not read.
+    std::vector<float> set_dx(static_cast<size_t>(n * in), 0.0f), set_dw(static_cast<size_t>(out_dim * in), 0.0f);
+    cpu::LinearBackward(set_dx.data(), set_dw.data(), dout.values.data(), x.values.data(), w.values.data(), n, in,
+                        out_dim, threads_);
+    d_dx = Up(std::vector<float>(set_dx.size(), NAN));
+    d_dw = Up(std::vector<float>(set_dw.size(), NAN));
+    ASSERT_OK(cuda::LinearBackward(*ctx_, d_dx, d_dw, d_dout, d_x, d_w, n, in, out_dim, cuda::GradMode::kOverwrite,
+                                   cuda::GradMode::kOverwrite));
+    EXPECT_LE(WorstRelative(Down(d_dx, n * in), set_dx, "linear backward dx overwritten " + shape), kTolerance);
+    EXPECT_LE(WorstRelative(Down(d_dw, out_dim * in), set_dw, "linear backward dw overwritten " + shape), kTolerance);
   }
   EXPECT_EQ(cuda::LinearForward<uint16_t>(*ctx_, nullptr, nullptr, nullptr, 0, 4, 4).code(), StatusCode::kInvalidArgument);
 }
@@ -209,7 +219,7 @@ TEST_F(CudaOps, EmbeddingForwardAndBackward) {
 }
 
 TEST_F(CudaOps, RmsNormForwardAndBackward) {
-  const int64_t rows = 64, channels = 2048;
+  const int64_t rows = 75, channels = 2048;  // the weight gradient's last row block is partial
   const Bf16Array x = RandomBf16(rows * channels, 1.0f, rng_), w = RandomBf16(channels, 1.0f, rng_);
   const Bf16Array dout = RandomBf16(rows * channels, 1.0f, rng_);
   const Bf16Array dx0 = RandomBf16(rows * channels, 1.0f, rng_), dw0 = RandomBf16(channels, 1.0f, rng_);
@@ -294,6 +304,57 @@ TEST_F(CudaOps, AttentionForwardAndBackward) {
             StatusCode::kInvalidArgument);  // 6 heads over 4 kv heads
 }
 
+// The fused kernels against the CPU reference: every tail (sequences past a multiple of the
+// 64-row tiles), GQA and plain heads, every head_dim they take; the backward twice, bit-identical.
+TEST_F(CudaOps, FlashAttentionForwardAndBackward) {
+  struct Shape {
+    int64_t batch, seq, heads, kv_heads, head_dim;
+  };
+  for (const Shape s : {Shape{2, 37, 4, 2, 16}, Shape{2, 33, 4, 1, 32}, Shape{1, 200, 4, 4, 64},
+                        Shape{1, 256, 32, 8, 64}, Shape{2, 130, 4, 2, 128}}) {
+    const std::string name = std::to_string(s.batch) + "x" + std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
+                             "/" + std::to_string(s.kv_heads) + " d " + std::to_string(s.head_dim);
+    const int64_t rows = s.batch * s.seq, nq = rows * s.heads * s.head_dim, nkv = rows * s.kv_heads * s.head_dim;
+    const Bf16Array q = RandomBf16(nq, 1.0f, rng_), k = RandomBf16(nkv, 1.0f, rng_), v = RandomBf16(nkv, 1.0f, rng_);
+    const Bf16Array dout = RandomBf16(nq, 1.0f, rng_);
+    const Bf16Array dq0 = RandomBf16(nq, 0.1f, rng_), dk0 = RandomBf16(nkv, 0.1f, rng_), dv0 = RandomBf16(nkv, 0.1f, rng_);
+    std::vector<float> want(nq), want_p(s.batch * s.heads * s.seq * s.seq), want_dq = dq0.values,
+                                 want_dk = dk0.values, want_dv = dv0.values;
+    cpu::AttentionForward(want.data(), want_p.data(), q.values.data(), k.values.data(), v.values.data(), s.batch, s.seq,
+                          s.heads, s.kv_heads, s.head_dim, threads_);
+    cpu::AttentionBackward(want_dq.data(), want_dk.data(), want_dv.data(), dout.values.data(), q.values.data(),
+                           k.values.data(), v.values.data(), want_p.data(), s.batch, s.seq, s.heads, s.kv_heads,
+                           s.head_dim, threads_);
+    uint16_t *d_q = Up(q.bits), *d_k = Up(k.bits), *d_v = Up(v.bits), *d_dout = Up(dout.bits);
+    uint16_t* d_out = Zeros<uint16_t>(nq);
+    float* d_lse = Zeros<float>(s.batch * s.heads * s.seq);
+    ASSERT_OK(cuda::FlashAttentionForward(*ctx_, d_out, d_lse, d_q, d_k, d_v, s.batch, s.seq, s.heads, s.kv_heads,
+                                          s.head_dim));
+    EXPECT_LE(WorstRelative(DownBf16(d_out, nq), want, "flash attention forward " + name), kTolerance);
+    std::vector<float> first[3];
+    for (int run = 0; run < 2; ++run) {
+      float *d_dq = Up(dq0.values), *d_dk = Up(dk0.values), *d_dv = Up(dv0.values);
+      ASSERT_OK(cuda::FlashAttentionBackward(*ctx_, d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.batch, s.seq,
+                                             s.heads, s.kv_heads, s.head_dim));
+      std::vector<float> got[3] = {Down(d_dq, nq), Down(d_dk, nkv), Down(d_dv, nkv)};
+      if (run == 0) {
+        EXPECT_LE(WorstRelative(got[0], want_dq, "flash attention dq " + name), kTolerance);
+        EXPECT_LE(WorstRelative(got[1], want_dk, "flash attention dk " + name), kTolerance);
+        EXPECT_LE(WorstRelative(got[2], want_dv, "flash attention dv " + name), kTolerance);
+        for (int i = 0; i < 3; ++i) first[i] = got[i];
+      } else {
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_EQ(std::memcmp(got[i].data(), first[i].data(), got[i].size() * 4), 0) << "run-to-run difference " << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cuda::FlashAttentionForward(*ctx_, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 4, 4, 48).code(),
+            StatusCode::kInvalidArgument);  // head_dim 48
+  EXPECT_EQ(cuda::FlashAttentionForward(*ctx_, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 6, 4, 64).code(),
+            StatusCode::kInvalidArgument);  // 6 heads over 4 kv heads
+}
+
 TEST_F(CudaOps, SwiGluAndResidual) {
   const int64_t n = 100003;
   const Bf16Array gate = RandomBf16(n, 2.0f, rng_), up = RandomBf16(n, 1.0f, rng_), dout = RandomBf16(n, 1.0f, rng_);
@@ -311,6 +372,16 @@ TEST_F(CudaOps, SwiGluAndResidual) {
   EXPECT_LE(WorstRelative(Down(d_du, n), want_du, "swiglu backward dup"), 1e-5);
   ASSERT_OK(cuda::ResidualAdd(*ctx_, d_out, d_gate, d_up, n));
   EXPECT_LE(WorstRelative(DownBf16(d_out, n), want_sum, "residual add"), kTolerance);
+  // The bf16 backward: the bits of the fp32 gradients (added to zero) rounded, in one pass.
+  float *d_dg0 = Zeros<float>(n), *d_du0 = Zeros<float>(n);
+  uint16_t *d_dg16 = Zeros<uint16_t>(n), *d_du16 = Zeros<uint16_t>(n), *d_want16 = Zeros<uint16_t>(n);
+  ASSERT_OK(cuda::SwiGluBackward(*ctx_, d_dg0, d_du0, Up(dout.bits), d_gate, d_up, n));
+  ASSERT_OK(cuda::SwiGluBackwardBf16(*ctx_, d_dg16, d_du16, Up(dout.bits), d_gate, d_up, n));
+  for (auto [fp32, bf16, what] : {std::tuple{d_dg0, d_dg16, "dgate"}, std::tuple{d_du0, d_du16, "dup"}}) {
+    ASSERT_OK(cuda::Fp32ToBf16(*ctx_, d_want16, fp32, n));
+    const std::vector<float> want16 = DownBf16(d_want16, n), got16 = DownBf16(bf16, n);
+    EXPECT_EQ(WorstRelative(got16, want16, std::string("swiglu backward bf16 ") + what), 0.0);
+  }
 }
 
 // Mean cross-entropy with ignored targets, dlogits written over the logits (they may alias).

@@ -166,12 +166,26 @@ __global__ void RmsNormBackwardDxKernel(float* dx, const T* dout, const T* x, co
   }
 }
 
+// The weight gradient in two levels, so that it runs over the whole GPU in a fixed order: block
+// (x, y) gives each of its channels the sum over rows [y, y + 1) * kRmsNormRowBlock in row order
+// (RmsNormDwPartialKernel), then one thread per channel adds the row blocks' sums in order.
 template <typename T>
-__global__ void RmsNormBackwardDwKernel(float* dw, const T* dout, const T* x, const float* rstd, int64_t n_rows, int64_t c) {
+__global__ void RmsNormDwPartialKernel(float* partial, const T* dout, const T* x, const float* rstd, int64_t n_rows,
+                                       int64_t c) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= c) return;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * kRmsNormRowBlock;
+  const int64_t end = first + kRmsNormRowBlock < n_rows ? first + kRmsNormRowBlock : n_rows;
+  float acc = 0;
+  for (int64_t n = first; n < end; ++n) acc += Load(dout, n * c + j) * (Load(x, n * c + j) * rstd[n]);
+  partial[blockIdx.y * c + j] = acc;
+}
+
+__global__ void RmsNormDwFinalKernel(float* dw, const float* partial, int64_t blocks, int64_t c) {
   for (int64_t j = GlobalThread(); j < c; j += GridThreads()) {
-    float acc = dw[j];  // added to row by row, as the CPU reference does
-    for (int64_t n = 0; n < n_rows; ++n) acc += Load(dout, n * c + j) * (Load(x, n * c + j) * rstd[n]);
-    dw[j] = acc;
+    float acc = 0;
+    for (int64_t r = 0; r < blocks; ++r) acc += partial[r * c + j];
+    dw[j] += acc;
   }
 }
 
@@ -248,6 +262,15 @@ __global__ void SwiGluBackwardKernel(float* dgate, float* dup, const T* dout, co
     const math::SwiGluGrad g = math::SwiGluBackward(Load(dout, i), Load(gate, i), Load(up, i));
     if (dgate != nullptr) dgate[i] += g.d_gate;
     if (dup != nullptr) dup[i] += g.d_up;
+  }
+}
+
+__global__ void SwiGluBackwardBf16Kernel(uint16_t* dgate, uint16_t* dup, const uint16_t* dout, const uint16_t* gate,
+                                         const uint16_t* up, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    const math::SwiGluGrad g = math::SwiGluBackward(Load(dout, i), Load(gate, i), Load(up, i));
+    dgate[i] = math::Fp32ToBf16Bits(g.d_gate);
+    dup[i] = math::Fp32ToBf16Bits(g.d_up);
   }
 }
 
@@ -423,8 +446,16 @@ Status RmsNormBackward(const Context& ctx, float* dx, float* dw, const T* dout, 
     TF_RETURN_IF_ERROR(LaunchStatus("RmsNormBackwardDxKernel"));
   }
   if (dw != nullptr) {
-    RmsNormBackwardDwKernel<<<GridFor(channels), kThreads, 0, StreamOf(ctx)>>>(dw, dout, x, rstd, n_rows, channels);
-    TF_RETURN_IF_ERROR(LaunchStatus("RmsNormBackwardDwKernel"));
+    const int64_t blocks = (n_rows + kRmsNormRowBlock - 1) / kRmsNormRowBlock;
+    if (blocks > 65535) return InvalidArgument("rmsnorm backward: " + std::to_string(n_rows) + " rows (at most 65535 blocks of " +
+                                               std::to_string(kRmsNormRowBlock) + ")");
+    TF_ASSIGN_OR_RETURN(void* scratch, ctx.Scratch(blocks * channels * static_cast<int64_t>(sizeof(float))));
+    float* partial = static_cast<float*>(scratch);
+    const dim3 grid(static_cast<unsigned>((channels + kThreads - 1) / kThreads), static_cast<unsigned>(blocks));
+    RmsNormDwPartialKernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(partial, dout, x, rstd, n_rows, channels);
+    TF_RETURN_IF_ERROR(LaunchStatus("RmsNormDwPartialKernel"));
+    RmsNormDwFinalKernel<<<GridFor(channels), kThreads, 0, StreamOf(ctx)>>>(dw, partial, blocks, channels);
+    TF_RETURN_IF_ERROR(LaunchStatus("RmsNormDwFinalKernel"));
   }
   return Status::Ok();
 }
@@ -440,17 +471,18 @@ Status LinearForward(const Context& ctx, T* out, const T* x, const T* w, int64_t
 
 template <typename T>
 Status LinearBackward(const Context& ctx, float* dx, float* dw, const T* dout, const T* x, const T* w, int64_t n_rows,
-                      int64_t in, int64_t out_dim) {
+                      int64_t in, int64_t out_dim, GradMode dx_mode, GradMode dw_mode) {
+  const float dx_beta = dx_mode == GradMode::kAdd ? 1.0f : 0.0f, dw_beta = dw_mode == GradMode::kAdd ? 1.0f : 0.0f;
   TF_RETURN_IF_ERROR(NeedPositive("linear backward", {{"rows", n_rows}, {"in", in}, {"out", out_dim}}));
   if (dx != nullptr) {
     // dx^T (I x N) += W^T (I x O, the column-major view of W) * dout^T (O x N).
     TF_RETURN_IF_ERROR(Gemm(ctx, "linear backward, dx", CUBLAS_OP_N, CUBLAS_OP_N, in, n_rows, out_dim, 1.0f, w,
-                                      in, 0, dout, out_dim, 0, 1.0f, dx, in, 0, 1));
+                                      in, 0, dout, out_dim, 0, dx_beta, dx, in, 0, 1));
   }
   if (dw != nullptr) {
     // dw^T (I x O) += x^T (I x N) * dout (N x O, the transpose of the column-major dout^T).
     TF_RETURN_IF_ERROR(Gemm(ctx, "linear backward, dw", CUBLAS_OP_N, CUBLAS_OP_T, in, out_dim, n_rows, 1.0f, x,
-                                      in, 0, dout, out_dim, 0, 1.0f, dw, in, 0, 1));
+                                      in, 0, dout, out_dim, 0, dw_beta, dw, in, 0, 1));
   }
   return Status::Ok();
 }
@@ -568,6 +600,13 @@ Status SwiGluBackward(const Context& ctx, float* dgate, float* dup, const T* dou
                            gate, up, n);
 }
 
+Status SwiGluBackwardBf16(const Context& ctx, uint16_t* dgate, uint16_t* dup, const uint16_t* dout, const uint16_t* gate,
+                          const uint16_t* up, int64_t n) {
+  if (dgate == nullptr || dup == nullptr) return InvalidArgument("swiglu backward (bf16): both gradients are written");
+  return LaunchElementwise(ctx, "swiglu backward (bf16)", "SwiGluBackwardBf16Kernel", SwiGluBackwardBf16Kernel, n, dgate,
+                           dup, dout, gate, up, n);
+}
+
 template <typename T>
 Status ResidualAdd(const Context& ctx, T* out, const T* a, const T* b, int64_t n) {
   return LaunchElementwise(ctx, "residual add", "ResidualAddKernel", ResidualAddKernel<T>, n, out, a, b, n);
@@ -638,7 +677,7 @@ Status RoundToBf16(const Context& ctx, float* x, int64_t n) {
                                      int64_t, int64_t);                                                                \
   template Status LinearForward<T>(const Context&, T*, const T*, const T*, int64_t, int64_t, int64_t);                 \
   template Status LinearBackward<T>(const Context&, float*, float*, const T*, const T*, const T*, int64_t, int64_t,    \
-                                    int64_t);                                                                          \
+                                    int64_t, GradMode, GradMode);                                                      \
   template Status RopeForward<T>(const Context&, T*, const float*, const float*, int64_t, int64_t, int64_t, int64_t);  \
   template Status AttentionForward<T>(const Context&, T*, float*, const T*, const T*, const T*, int64_t, int64_t,      \
                                       int64_t, int64_t, int64_t);                                                      \

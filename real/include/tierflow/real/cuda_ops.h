@@ -17,10 +17,11 @@
 //  - The calling thread's current CUDA device must be the context's (Context::Open and
 //    Allocate make it so on their thread).
 //
-// Linear layers run on cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F); attention is batched GEMMs
-// (cublasGemmStridedBatchedEx) around a fused causal-softmax kernel, with a [B, H, S, S] fp32
-// probability tensor saved for backward, as the CPU reference keeps. docs/executor.md "GPU
-// back-end".
+// Linear layers run on cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F). Attention comes two ways: the
+// fused bf16 kernels (FlashAttention*, what the Llama steps use), and batched GEMMs
+// (cublasGemmStridedBatchedEx) around a causal-softmax kernel with a [B, H, S, S] fp32 probability
+// tensor saved for backward, as the CPU reference keeps (Attention*, in fp32 or bf16: the
+// reference the fused kernels are checked against on the GPU). docs/executor.md "GPU back-end".
 //
 // Thread safety: as the Context (one thread at a time).
 #pragma once
@@ -32,6 +33,9 @@
 #include "tierflow/real/cuda_compute.h"
 
 namespace tierflow::real::cuda {
+
+// Rows per partial sum of RmsNormBackward's weight gradient.
+inline constexpr int64_t kRmsNormRowBlock = 32;
 
 // out[n,:] = table[tokens[n],:]; tokens on the device.
 template <typename T>
@@ -46,19 +50,25 @@ Status EmbeddingBackward(const Context& ctx, float* dtable, const int32_t* token
 template <typename T>
 Status RmsNormForward(const Context& ctx, T* out, float* rstd, const T* x, const T* w, int64_t n_rows,
                       int64_t channels, double eps);
-// dx += rstd * (dout*w - xhat * mean_c(dout*w*xhat)), dw += sum_n dout * xhat (rows in order).
+// dx += rstd * (dout*w - xhat * mean_c(dout*w*xhat)), dw += sum_n dout * xhat: the rows summed in
+// blocks of kRmsNormRowBlock, in order, then the blocks' sums in order (a fixed tree).
 template <typename T>
 Status RmsNormBackward(const Context& ctx, float* dx, float* dw, const T* dout, const T* x, const T* w,
                        const float* rstd, int64_t n_rows, int64_t channels);
+
+// Whether a backward op adds into a gradient (the default, as every op here) or overwrites it
+// (for a caller whose buffer holds nothing yet: no zeroing pass, no read of the old values).
+enum class GradMode { kAdd, kOverwrite };
 
 // out[N,O] = x[N,I] W[O,I]^T.
 template <typename T>
 Status LinearForward(const Context& ctx, T* out, const T* x, const T* w, int64_t n_rows, int64_t in,
                      int64_t out_dim);
-// dx[N,I] += dout W, dw[O,I] += dout^T x. Either may be null.
+// dx[N,I] += dout W, dw[O,I] += dout^T x (or =, by dx_mode and dw_mode). Either may be null.
 template <typename T>
 Status LinearBackward(const Context& ctx, float* dx, float* dw, const T* dout, const T* x, const T* w,
-                      int64_t n_rows, int64_t in, int64_t out_dim);
+                      int64_t n_rows, int64_t in, int64_t out_dim, GradMode dx_mode = GradMode::kAdd,
+                      GradMode dw_mode = GradMode::kAdd);
 
 // In place on x[N, heads*head_dim]; tables fp32 [seq, head_dim/2] (cpu::RopeTables<float>).
 template <typename T>
@@ -80,6 +90,22 @@ Status AttentionBackward(const Context& ctx, float* dq, float* dk, float* dv, co
                          const T* v, const float* probs, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                          int64_t head_dim);
 
+// Fused causal grouped-query attention in bf16 (flash_attention.cu: FlashAttention-2's tiling on
+// the tensor cores, the scores never stored): q [N, heads*d], k and v [N, kv_heads*d], out
+// [N, heads*d], and lse [batch, heads, seq] fp32 saved for the backward (each query row's
+// log-sum-exp, base 2, of its scores times scale * log2 e). head_dim 16, 32, 64 or 128; pointers
+// 16-byte aligned (heads * d and kv_heads * d are multiples of 8, so every row is).
+Status FlashAttentionForward(const Context& ctx, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
+                             const uint16_t* v, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                             int64_t head_dim);
+// dq, dk, dv += the gradients through it (any may be null), from the forward's out and lse.
+// Without atomics: each query head's share of dk and dv by one block per key tile, the group's
+// shares then added in head order; dq by one block per query tile. Repeated runs are bit-identical.
+Status FlashAttentionBackward(const Context& ctx, float* dq, float* dk, float* dv, const uint16_t* dout,
+                              const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* out,
+                              const float* lse, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim);
+
 // out = silu(gate) * up over n elements.
 template <typename T>
 Status SwiGluForward(const Context& ctx, T* out, const T* gate, const T* up, int64_t n);
@@ -87,6 +113,11 @@ Status SwiGluForward(const Context& ctx, T* out, const T* gate, const T* up, int
 template <typename T>
 Status SwiGluBackward(const Context& ctx, float* dgate, float* dup, const T* dout, const T* gate, const T* up,
                       int64_t n);
+
+// The same gradients in bf16, overwritten: bf16(the fp32 gradient), as SwiGluBackward into zeroed
+// fp32 buffers and Fp32ToBf16 would give, in one pass (both non-null).
+Status SwiGluBackwardBf16(const Context& ctx, uint16_t* dgate, uint16_t* dup, const uint16_t* dout,
+                          const uint16_t* gate, const uint16_t* up, int64_t n);
 
 // out = a + b over n elements; out may alias a or b.
 template <typename T>
