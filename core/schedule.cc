@@ -177,71 +177,79 @@ Status Schedule::Validate() const {
     }
   }
 
-  // Per-task fields, and who allocates and frees each buffer.
+  // One pass over the tasks (each task's lists read once, while they are in cache: on a schedule
+  // of 10^5 tasks the passes were bound by those reads): per-task fields, who allocates and frees
+  // each buffer, the successor lists, each buffer's users, and whether each task's buffers fit
+  // its pools. The errors come in the same order as checks made pass by pass would give them:
+  // every field error first, then the first task whose buffers do not fit.
   std::vector<int32_t> alloc_by(buffers_.size(), kNoIndex), free_by(buffers_.size(), kNoIndex);
-  for (int32_t i = 0; i < n; ++i) {
-    const TaskSpec& t = tasks_[i];
-    const std::string who = "task " + Quote(t.id);
-    if (IsInstantOp(t.op)) {
-      if (t.resource != kNoIndex) return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' runs on no resource");
-    } else if (!in_range(t.resource, resources_.size())) {
-      return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' needs a resource");
-    }
-    if (!KernelFitsOp(t.kernel, t.op)) {
-      const std::string takes = KernelsOf(t.op);
-      return InvalidArgument(who + ": op '" + std::string(OpName(t.op)) + "' " +
-                             (takes.empty() ? "takes no kernel" : "takes " + takes) + ", not '" + std::string(KernelName(t.kernel)) + "'");
-    }
-    if (t.bytes < 0) return InvalidArgument(who + ": bytes must be >= 0");
-    if (t.flops < 0) return InvalidArgument(who + ": flops must be >= 0");
-    if (t.block_bytes < 0 || t.queue_depth < 0 || t.ranks < 0 || t.micro_step < 0) {
-      return InvalidArgument(who + ": block_bytes, queue_depth, ranks and micro_step must be >= 0");
-    }
-    for (int32_t x : t.tensors) {
-      if (!in_range(x, tensors_.size())) return InvalidArgument(who + ": tensor out of range");
-    }
-    if (t.rank < kEveryRank) return InvalidArgument(who + ": rank must be >= 0 (or absent: every rank)");
-    if (t.rank != kEveryRank && (IsCollectiveOp(t.op) || t.op == Op::kBarrier)) {
-      return InvalidArgument(who + ": a " + std::string(OpName(t.op)) + " runs on every rank, so it has no rank");
-    }
-    for (int32_t x : t.tensors) {
-      if (t.rank != kEveryRank && tensors_[x].rank != t.rank) {
-        return InvalidArgument(who + " runs on rank " + std::to_string(t.rank) + " but names tensor " + Quote(tensors_[x].name) + " of rank " +
-                               std::to_string(tensors_[x].rank));
-      }
-    }
-    for (int32_t d : t.deps) {
-      if (!in_range(d, tasks_.size())) return InvalidArgument(who + ": dep names no task");
-      if (d == i) return InvalidArgument(who + ": depends on itself");
-    }
-    for (const CarriedDep& c : t.carried) {
-      if (!in_range(c.task, tasks_.size())) return InvalidArgument(who + ": carried dep names no task");
-      if (c.distance < 1) return InvalidArgument(who + ": carried dep on " + Quote(tasks_[c.task].id) + " needs distance >= 1");
-    }
-    for (int32_t b : t.uses) {
-      if (!in_range(b, buffers_.size())) return InvalidArgument(who + ": uses a buffer out of range");
-    }
-    for (int32_t b : t.allocs) {
-      if (!in_range(b, buffers_.size())) return InvalidArgument(who + ": allocates a buffer out of range");
-      if (buffers_[b].persistent) return InvalidArgument(who + ": allocates persistent buffer " + Quote(buffers_[b].name));
-      if (alloc_by[b] != kNoIndex) return InvalidArgument(who + ": buffer " + Quote(buffers_[b].name) + " is already allocated by task " + Quote(tasks_[alloc_by[b]].id));
-      alloc_by[b] = i;
-    }
-    for (int32_t b : t.frees) {
-      if (!in_range(b, buffers_.size())) return InvalidArgument(who + ": frees a buffer out of range");
-      if (buffers_[b].persistent) return InvalidArgument(who + ": frees persistent buffer " + Quote(buffers_[b].name));
-      if (free_by[b] != kNoIndex) return InvalidArgument(who + ": buffer " + Quote(buffers_[b].name) + " is already freed by task " + Quote(tasks_[free_by[b]].id));
-      free_by[b] = i;
-    }
-  }
-
+  std::vector<std::vector<int32_t>> succ(n), users(buffers_.size());
+  std::vector<int32_t> indegree(n, 0);
   // A task's buffers are all live while it runs: those it uses, allocates and frees. Beside its
   // pool's persistent buffers they must fit, or no order of the other tasks lets it start (a
   // layer's working set larger than the GPU pool is found here, not as a deadlock at run time).
   std::vector<int64_t> held(pools_.size(), 0);
   std::vector<int32_t> seen(buffers_.size(), kNoIndex), touched;
+  Status does_not_fit = Status::Ok();
   for (int32_t i = 0; i < n; ++i) {
     const TaskSpec& t = tasks_[i];
+    auto who = [&t] { return "task " + Quote(t.id); };
+    if (IsInstantOp(t.op)) {
+      if (t.resource != kNoIndex) return InvalidArgument(who() + ": op '" + std::string(OpName(t.op)) + "' runs on no resource");
+    } else if (!in_range(t.resource, resources_.size())) {
+      return InvalidArgument(who() + ": op '" + std::string(OpName(t.op)) + "' needs a resource");
+    }
+    if (!KernelFitsOp(t.kernel, t.op)) {
+      const std::string takes = KernelsOf(t.op);
+      return InvalidArgument(who() + ": op '" + std::string(OpName(t.op)) + "' " +
+                             (takes.empty() ? "takes no kernel" : "takes " + takes) + ", not '" + std::string(KernelName(t.kernel)) + "'");
+    }
+    if (t.bytes < 0) return InvalidArgument(who() + ": bytes must be >= 0");
+    if (t.flops < 0) return InvalidArgument(who() + ": flops must be >= 0");
+    if (t.block_bytes < 0 || t.queue_depth < 0 || t.ranks < 0 || t.micro_step < 0) {
+      return InvalidArgument(who() + ": block_bytes, queue_depth, ranks and micro_step must be >= 0");
+    }
+    for (int32_t x : t.tensors) {
+      if (!in_range(x, tensors_.size())) return InvalidArgument(who() + ": tensor out of range");
+    }
+    if (t.rank < kEveryRank) return InvalidArgument(who() + ": rank must be >= 0 (or absent: every rank)");
+    if (t.rank != kEveryRank && (IsCollectiveOp(t.op) || t.op == Op::kBarrier)) {
+      return InvalidArgument(who() + ": a " + std::string(OpName(t.op)) + " runs on every rank, so it has no rank");
+    }
+    for (int32_t x : t.tensors) {
+      if (t.rank != kEveryRank && tensors_[x].rank != t.rank) {
+        return InvalidArgument(who() + " runs on rank " + std::to_string(t.rank) + " but names tensor " + Quote(tensors_[x].name) + " of rank " +
+                               std::to_string(tensors_[x].rank));
+      }
+    }
+    for (int32_t d : t.deps) {
+      if (!in_range(d, tasks_.size())) return InvalidArgument(who() + ": dep names no task");
+      if (d == i) return InvalidArgument(who() + ": depends on itself");
+    }
+    for (const CarriedDep& c : t.carried) {
+      if (!in_range(c.task, tasks_.size())) return InvalidArgument(who() + ": carried dep names no task");
+      if (c.distance < 1) return InvalidArgument(who() + ": carried dep on " + Quote(tasks_[c.task].id) + " needs distance >= 1");
+    }
+    for (int32_t b : t.uses) {
+      if (!in_range(b, buffers_.size())) return InvalidArgument(who() + ": uses a buffer out of range");
+    }
+    for (int32_t b : t.allocs) {
+      if (!in_range(b, buffers_.size())) return InvalidArgument(who() + ": allocates a buffer out of range");
+      if (buffers_[b].persistent) return InvalidArgument(who() + ": allocates persistent buffer " + Quote(buffers_[b].name));
+      if (alloc_by[b] != kNoIndex) return InvalidArgument(who() + ": buffer " + Quote(buffers_[b].name) + " is already allocated by task " + Quote(tasks_[alloc_by[b]].id));
+      alloc_by[b] = i;
+    }
+    for (int32_t b : t.frees) {
+      if (!in_range(b, buffers_.size())) return InvalidArgument(who() + ": frees a buffer out of range");
+      if (buffers_[b].persistent) return InvalidArgument(who() + ": frees persistent buffer " + Quote(buffers_[b].name));
+      if (free_by[b] != kNoIndex) return InvalidArgument(who() + ": buffer " + Quote(buffers_[b].name) + " is already freed by task " + Quote(tasks_[free_by[b]].id));
+      free_by[b] = i;
+    }
+    for (int32_t d : t.deps) succ[d].push_back(i);
+    indegree[i] = static_cast<int32_t>(t.deps.size());
+    for (int32_t b : t.uses) users[b].push_back(i);
+    for (int32_t b : t.frees) users[b].push_back(i);
+    if (!does_not_fit.ok()) continue;
     touched.clear();  // (pool, non-persistent buffer) of the task, each buffer once
     for (const auto* list : {&t.uses, &t.allocs, &t.frees}) {
       for (int32_t b : *list) {
@@ -260,42 +268,47 @@ Status Schedule::Validate() const {
           ++count;
           if (buffers_[x].size_bytes > buffers_[largest].size_bytes) largest = x;
         }
-        return ResourceExhausted("task " + Quote(t.id) + " holds " + std::to_string(count) + " buffers of pool " +
-                                 Quote(pools_[p].name) + " at once (" + std::to_string(held[p]) + " bytes, the largest " +
-                                 Quote(buffers_[largest].name) + ") beside " + std::to_string(persistent_bytes[p]) +
-                                 " persistent bytes: needs " + std::to_string(held[p] + persistent_bytes[p]) +
-                                 " bytes, capacity is " + std::to_string(pools_[p].capacity_bytes));
+        does_not_fit = ResourceExhausted("task " + Quote(t.id) + " holds " + std::to_string(count) + " buffers of pool " +
+                                         Quote(pools_[p].name) + " at once (" + std::to_string(held[p]) + " bytes, the largest " +
+                                         Quote(buffers_[largest].name) + ") beside " + std::to_string(persistent_bytes[p]) +
+                                         " persistent bytes: needs " + std::to_string(held[p] + persistent_bytes[p]) +
+                                         " bytes, capacity is " + std::to_string(pools_[p].capacity_bytes));
+        break;
       }
     }
     for (int32_t b : touched) held[buffers_[b].pool] = 0;
   }
+  if (!does_not_fit.ok()) return does_not_fit;
 
-  // Cycles among same-iteration deps. Carried deps always point at earlier iterations, so the
-  // unrolled graph is acyclic exactly when this one is.
-  Graph g(n);
+  // Cycles among same-iteration deps, and a topological order: Kahn's algorithm over the
+  // successor lists (a task is placed once all its deps are). Tasks left unplaced lie on or after
+  // a cycle; a depth-first search then names one of its edges. Carried deps always point at
+  // earlier iterations, so the unrolled graph is acyclic exactly when this one is.
+  std::vector<int32_t> order;
+  order.reserve(n);
   for (int32_t i = 0; i < n; ++i) {
-    for (int32_t d : tasks_[i].deps) boost::add_edge(d, i, g);
+    if (indegree[i] == 0) order.push_back(i);
   }
-  std::pair<int32_t, int32_t> back{kNoIndex, kNoIndex};
-  boost::depth_first_search(g, boost::visitor(CycleFinder(&back)));
-  if (back.first != kNoIndex) {
+  for (size_t head = 0; head < order.size(); ++head) {
+    for (int32_t s : succ[order[head]]) {
+      if (--indegree[s] == 0) order.push_back(s);
+    }
+  }
+  if (static_cast<int32_t>(order.size()) < n) {
+    Graph g(n);
+    for (int32_t i = 0; i < n; ++i) {
+      for (int32_t d : tasks_[i].deps) boost::add_edge(d, i, g);
+    }
+    std::pair<int32_t, int32_t> back{kNoIndex, kNoIndex};
+    boost::depth_first_search(g, boost::visitor(CycleFinder(&back)));
+    TF_CHECK(back.first != kNoIndex);
     return InvalidArgument("task " + Quote(tasks_[back.second].id) + " is on a dependency cycle (through task " +
                            Quote(tasks_[back.first].id) + ")");
   }
 
   // Buffer lifetimes: allocated by one task and freed by one task, every use between them.
-  std::vector<int32_t> order = TopologicalOrder();
   std::vector<int32_t> position(n);
   for (int32_t k = 0; k < n; ++k) position[order[k]] = k;
-  std::vector<std::vector<int32_t>> succ(n);
-  for (int32_t i = 0; i < n; ++i) {
-    for (int32_t d : tasks_[i].deps) succ[d].push_back(i);
-  }
-  std::vector<std::vector<int32_t>> users(buffers_.size());
-  for (int32_t i = 0; i < n; ++i) {
-    for (int32_t b : tasks_[i].uses) users[b].push_back(i);
-    for (int32_t b : tasks_[i].frees) users[b].push_back(i);
-  }
   // Whether every task marked wanted[t] == want is a descendant of `from` whose topological
   // position is <= limit: a breadth-first search bounded by that position and ended as soon as
   // the last of them is found (most users are close successors), so the check stays cheap on
@@ -322,12 +335,12 @@ Status Schedule::Validate() const {
   for (size_t b = 0; b < buffers_.size(); ++b) {
     const BufferSpec& buf = buffers_[b];
     if (buf.persistent) continue;
-    const std::string what = "buffer " + Quote(buf.name);
+    auto what = [&buf] { return "buffer " + Quote(buf.name); };
     if (alloc_by[b] == kNoIndex) {
       if (users[b].empty() && free_by[b] == kNoIndex) continue;  // declared, never used
-      return InvalidArgument(what + " is used by task " + Quote(tasks_[users[b].front()].id) + " but no task allocates it");
+      return InvalidArgument(what() + " is used by task " + Quote(tasks_[users[b].front()].id) + " but no task allocates it");
     }
-    if (free_by[b] == kNoIndex) return InvalidArgument(what + " is allocated by task " + Quote(tasks_[alloc_by[b]].id) + " but no task frees it");
+    if (free_by[b] == kNoIndex) return InvalidArgument(what() + " is allocated by task " + Quote(tasks_[alloc_by[b]].id) + " but no task frees it");
     int32_t last = position[free_by[b]];
     const int32_t want = next_want++;
     int32_t count = 0;
@@ -343,7 +356,7 @@ Status Schedule::Validate() const {
         const int32_t one = next_want++;
         wanted[u] = one;
         if (u != alloc_by[b] && !reaches(alloc_by[b], last, one, 1)) {
-          return InvalidArgument("task " + Quote(tasks_[u].id) + " uses " + what + " without depending on task " +
+          return InvalidArgument("task " + Quote(tasks_[u].id) + " uses " + what() + " without depending on task " +
                                  Quote(tasks_[alloc_by[b]].id) + " that allocates it");
         }
       }
@@ -354,7 +367,7 @@ Status Schedule::Validate() const {
       const int32_t one = next_want++;
       wanted[free_by[b]] = one;
       if (!reaches(u, position[free_by[b]], one, 1)) {
-        return InvalidArgument("task " + Quote(tasks_[free_by[b]].id) + " frees " + what + " before task " +
+        return InvalidArgument("task " + Quote(tasks_[free_by[b]].id) + " frees " + what() + " before task " +
                                Quote(tasks_[u].id) + " that uses it has completed (missing dep)");
       }
     }
