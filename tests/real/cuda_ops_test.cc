@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -256,19 +257,22 @@ TEST_F(CudaOps, RopeForwardAndBackward) {
 
 // Grouped-query attention at a small odd shape and at Llama-3.2-1B's heads (32 query, 8 kv,
 // head_dim 64) and a 256-token sequence; backward twice, bit-identical.
+// Both attentions against the CPU reference on the same inputs: the materialised one (batched
+// GEMMs and the [B, H, S, S] probabilities) and the fused kernels, over GQA, one kv head and plain
+// heads, sequences that end mid-tile, every head_dim the fused kernels take and Llama-1B's heads;
+// each backward twice, from gradients that hold values (they are added to), bit-identical.
 TEST_F(CudaOps, AttentionForwardAndBackward) {
   struct Shape {
     int64_t batch, seq, heads, kv_heads, head_dim;
   };
-  // GQA, one kv head (a single GEMM per call, no batch), plain multi-head, and Llama-1B's heads.
-  for (const Shape s : {Shape{2, 37, 4, 2, 16}, Shape{2, 33, 4, 1, 16}, Shape{1, 40, 4, 4, 32}, Shape{1, 256, 32, 8, 64}}) {
+  for (const Shape s : {Shape{2, 37, 4, 2, 16}, Shape{2, 33, 4, 1, 32}, Shape{1, 40, 4, 4, 32}, Shape{1, 200, 4, 4, 64},
+                        Shape{1, 256, 32, 8, 64}, Shape{2, 130, 4, 2, 128}}) {
     const std::string name = std::to_string(s.batch) + "x" + std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
                              "/" + std::to_string(s.kv_heads) + " d " + std::to_string(s.head_dim);
     const int64_t rows = s.batch * s.seq, nq = rows * s.heads * s.head_dim, nkv = rows * s.kv_heads * s.head_dim;
     const int64_t np = s.batch * s.heads * s.seq * s.seq;
     const Bf16Array q = RandomBf16(nq, 1.0f, rng_), k = RandomBf16(nkv, 1.0f, rng_), v = RandomBf16(nkv, 1.0f, rng_);
     const Bf16Array dout = RandomBf16(nq, 1.0f, rng_);
-    // The gradients start from values, so that the test sees that they are added to.
     const Bf16Array dq0 = RandomBf16(nq, 0.1f, rng_), dk0 = RandomBf16(nkv, 0.1f, rng_), dv0 = RandomBf16(nkv, 0.1f, rng_);
     std::vector<float> want(nq), want_p(np), want_dq = dq0.values, want_dk = dk0.values, want_dv = dv0.values;
     cpu::AttentionForward(want.data(), want_p.data(), q.values.data(), k.values.data(), v.values.data(), s.batch, s.seq,
@@ -277,82 +281,58 @@ TEST_F(CudaOps, AttentionForwardAndBackward) {
                            k.values.data(), v.values.data(), want_p.data(), s.batch, s.seq, s.heads, s.kv_heads,
                            s.head_dim, threads_);
     uint16_t *d_q = Up(q.bits), *d_k = Up(k.bits), *d_v = Up(v.bits), *d_dout = Up(dout.bits);
-    uint16_t* d_out = Zeros<uint16_t>(nq);
-    float* d_p = Zeros<float>(np);
-    ASSERT_OK(cuda::AttentionForward(*ctx_, d_out, d_p, d_q, d_k, d_v, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim));
-    EXPECT_LE(WorstRelative(DownBf16(d_out, nq), want, "attention forward " + name), kTolerance);
-    EXPECT_LE(WorstRelative(Down(d_p, np), want_p, "attention probabilities " + name), kTolerance);
-    std::vector<float> first[3];
-    for (int run = 0; run < 2; ++run) {
-      float *d_dq = Up(dq0.values), *d_dk = Up(dk0.values), *d_dv = Up(dv0.values);
-      ASSERT_OK(cuda::AttentionBackward(*ctx_, d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_p, s.batch, s.seq, s.heads,
-                                        s.kv_heads, s.head_dim));
-      std::vector<float> got[3] = {Down(d_dq, nq), Down(d_dk, nkv), Down(d_dv, nkv)};
-      if (run == 0) {
-        EXPECT_LE(WorstRelative(got[0], want_dq, "attention dq " + name), kTolerance);
-        EXPECT_LE(WorstRelative(got[1], want_dk, "attention dk " + name), kTolerance);
-        EXPECT_LE(WorstRelative(got[2], want_dv, "attention dv " + name), kTolerance);
-        for (int i = 0; i < 3; ++i) first[i] = got[i];
-      } else {
-        for (int i = 0; i < 3; ++i) {
-          EXPECT_EQ(std::memcmp(got[i].data(), first[i].data(), got[i].size() * 4), 0) << "run-to-run difference " << i;
+    // One implementation: its forward into d_out, then its backward twice.
+    auto check = [&](const std::string& kind, uint16_t* d_out, const std::function<Status()>& forward,
+                     const std::function<Status(float*, float*, float*)>& backward) {
+      ASSERT_OK(forward());
+      EXPECT_LE(WorstRelative(DownBf16(d_out, nq), want, kind + " forward " + name), kTolerance);
+      std::vector<float> first[3];
+      for (int run = 0; run < 2; ++run) {
+        float *d_dq = Up(dq0.values), *d_dk = Up(dk0.values), *d_dv = Up(dv0.values);
+        ASSERT_OK(backward(d_dq, d_dk, d_dv));
+        std::vector<float> got[3] = {Down(d_dq, nq), Down(d_dk, nkv), Down(d_dv, nkv)};
+        if (run == 0) {
+          EXPECT_LE(WorstRelative(got[0], want_dq, kind + " dq " + name), kTolerance);
+          EXPECT_LE(WorstRelative(got[1], want_dk, kind + " dk " + name), kTolerance);
+          EXPECT_LE(WorstRelative(got[2], want_dv, kind + " dv " + name), kTolerance);
+          for (int i = 0; i < 3; ++i) first[i] = got[i];
+        } else {
+          for (int i = 0; i < 3; ++i) {
+            EXPECT_EQ(std::memcmp(got[i].data(), first[i].data(), got[i].size() * 4), 0)
+                << kind << " " << name << ": run-to-run difference " << i;
+          }
         }
       }
-    }
+    };
+    uint16_t* d_out = Zeros<uint16_t>(nq);
+    float* d_p = Zeros<float>(np);
+    check(
+        "attention", d_out,
+        [&] { return cuda::AttentionForward(*ctx_, d_out, d_p, d_q, d_k, d_v, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim); },
+        [&](float* dq, float* dk, float* dv) {
+          return cuda::AttentionBackward(*ctx_, dq, dk, dv, d_dout, d_q, d_k, d_v, d_p, s.batch, s.seq, s.heads, s.kv_heads,
+                                         s.head_dim);
+        });
+    EXPECT_LE(WorstRelative(Down(d_p, np), want_p, "attention probabilities " + name), kTolerance);
+    uint16_t* d_flash_out = Zeros<uint16_t>(nq);
+    float* d_lse = Zeros<float>(s.batch * s.heads * s.seq);
+    check(
+        "flash attention", d_flash_out,
+        [&] {
+          return cuda::FlashAttentionForward(*ctx_, d_flash_out, d_lse, d_q, d_k, d_v, s.batch, s.seq, s.heads, s.kv_heads,
+                                             s.head_dim);
+        },
+        [&](float* dq, float* dk, float* dv) {
+          return cuda::FlashAttentionBackward(*ctx_, dq, dk, dv, d_dout, d_q, d_k, d_v, d_flash_out, d_lse, s.batch, s.seq,
+                                              s.heads, s.kv_heads, s.head_dim);
+        });
   }
   EXPECT_EQ(cuda::AttentionForward<uint16_t>(*ctx_, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 6, 4, 16).code(),
             StatusCode::kInvalidArgument);  // 6 heads over 4 kv heads
-}
-
-// The fused kernels against the CPU reference: every tail (sequences past a multiple of the
-// 64-row tiles), GQA and plain heads, every head_dim they take; the backward twice, bit-identical.
-TEST_F(CudaOps, FlashAttentionForwardAndBackward) {
-  struct Shape {
-    int64_t batch, seq, heads, kv_heads, head_dim;
-  };
-  for (const Shape s : {Shape{2, 37, 4, 2, 16}, Shape{2, 33, 4, 1, 32}, Shape{1, 200, 4, 4, 64},
-                        Shape{1, 256, 32, 8, 64}, Shape{2, 130, 4, 2, 128}}) {
-    const std::string name = std::to_string(s.batch) + "x" + std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
-                             "/" + std::to_string(s.kv_heads) + " d " + std::to_string(s.head_dim);
-    const int64_t rows = s.batch * s.seq, nq = rows * s.heads * s.head_dim, nkv = rows * s.kv_heads * s.head_dim;
-    const Bf16Array q = RandomBf16(nq, 1.0f, rng_), k = RandomBf16(nkv, 1.0f, rng_), v = RandomBf16(nkv, 1.0f, rng_);
-    const Bf16Array dout = RandomBf16(nq, 1.0f, rng_);
-    const Bf16Array dq0 = RandomBf16(nq, 0.1f, rng_), dk0 = RandomBf16(nkv, 0.1f, rng_), dv0 = RandomBf16(nkv, 0.1f, rng_);
-    std::vector<float> want(nq), want_p(s.batch * s.heads * s.seq * s.seq), want_dq = dq0.values,
-                                 want_dk = dk0.values, want_dv = dv0.values;
-    cpu::AttentionForward(want.data(), want_p.data(), q.values.data(), k.values.data(), v.values.data(), s.batch, s.seq,
-                          s.heads, s.kv_heads, s.head_dim, threads_);
-    cpu::AttentionBackward(want_dq.data(), want_dk.data(), want_dv.data(), dout.values.data(), q.values.data(),
-                           k.values.data(), v.values.data(), want_p.data(), s.batch, s.seq, s.heads, s.kv_heads,
-                           s.head_dim, threads_);
-    uint16_t *d_q = Up(q.bits), *d_k = Up(k.bits), *d_v = Up(v.bits), *d_dout = Up(dout.bits);
-    uint16_t* d_out = Zeros<uint16_t>(nq);
-    float* d_lse = Zeros<float>(s.batch * s.heads * s.seq);
-    ASSERT_OK(cuda::FlashAttentionForward(*ctx_, d_out, d_lse, d_q, d_k, d_v, s.batch, s.seq, s.heads, s.kv_heads,
-                                          s.head_dim));
-    EXPECT_LE(WorstRelative(DownBf16(d_out, nq), want, "flash attention forward " + name), kTolerance);
-    std::vector<float> first[3];
-    for (int run = 0; run < 2; ++run) {
-      float *d_dq = Up(dq0.values), *d_dk = Up(dk0.values), *d_dv = Up(dv0.values);
-      ASSERT_OK(cuda::FlashAttentionBackward(*ctx_, d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_out, d_lse, s.batch, s.seq,
-                                             s.heads, s.kv_heads, s.head_dim));
-      std::vector<float> got[3] = {Down(d_dq, nq), Down(d_dk, nkv), Down(d_dv, nkv)};
-      if (run == 0) {
-        EXPECT_LE(WorstRelative(got[0], want_dq, "flash attention dq " + name), kTolerance);
-        EXPECT_LE(WorstRelative(got[1], want_dk, "flash attention dk " + name), kTolerance);
-        EXPECT_LE(WorstRelative(got[2], want_dv, "flash attention dv " + name), kTolerance);
-        for (int i = 0; i < 3; ++i) first[i] = got[i];
-      } else {
-        for (int i = 0; i < 3; ++i) {
-          EXPECT_EQ(std::memcmp(got[i].data(), first[i].data(), got[i].size() * 4), 0) << "run-to-run difference " << i;
-        }
-      }
-    }
-  }
+  EXPECT_EQ(cuda::FlashAttentionForward(*ctx_, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 6, 4, 64).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::FlashAttentionForward(*ctx_, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 4, 4, 48).code(),
             StatusCode::kInvalidArgument);  // head_dim 48
-  EXPECT_EQ(cuda::FlashAttentionForward(*ctx_, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 6, 4, 64).code(),
-            StatusCode::kInvalidArgument);  // 6 heads over 4 kv heads
 }
 
 TEST_F(CudaOps, SwiGluAndResidual) {

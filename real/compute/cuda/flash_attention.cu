@@ -115,6 +115,23 @@ __device__ __forceinline__ void LoadTile(uint16_t* smem, const uint16_t* g, int6
   }
 }
 
+// Key tiles walked in two shared-memory stages (K and V, kKeys rows each): starts tile j + 1's
+// copies into the other stage, then waits for tile j's (every thread's, then a barrier).
+template <int D>
+__device__ __forceinline__ void AwaitKeyTile(int j, int tiles, uint16_t* s_k, uint16_t* s_v, const uint16_t* kb,
+                                             const uint16_t* vb, int64_t ldkv, int seq) {
+  if (j + 1 < tiles) {
+    const int next = (j + 1) * kKeys, other = ((j & 1) ^ 1) * kKeys * D;
+    LoadTile<D, kKeys>(s_k + other, kb + next * ldkv, ldkv, seq - next);
+    LoadTile<D, kKeys>(s_v + other, vb + next * ldkv, ldkv, seq - next);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+  } else {
+    CpAsyncWait<0>();
+  }
+  __syncthreads();
+}
+
 // A fragment of rows [r0, r0+16) and k columns [16 kk, 16 kk + 16) of a row-major tile (Q, dO,
 // K or V as the left operand).
 template <int D>
@@ -146,6 +163,42 @@ __device__ __forceinline__ float QuadMax(float v) {
 __device__ __forceinline__ float QuadSum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// acc (16 x N) += a (16 x D, fragments in registers) times the first N rows of `tile`
+// transposed: S = Q K^T, dP = dO V^T.
+template <int D, int N>
+__device__ __forceinline__ void FragsTimesRowsT(float (&acc)[N / 8][4], const uint32_t (&a)[D / 16][4],
+                                                const uint16_t* tile, int lane) {
+#pragma unroll
+  for (int np = 0; np < N / 16; ++np) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t bf[4];
+      LoadBRows<D>(bf, tile, np * 16, kk, lane);
+      Mma(acc[2 * np], a[kk], bf[0], bf[1]);
+      Mma(acc[2 * np + 1], a[kk], bf[2], bf[3]);
+    }
+  }
+}
+
+// acc (16 x D) += p (16 x K, accumulator tiles, rounded to bf16) times the first K rows of
+// `tile`, 16 of them per product: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <int D, int K>
+__device__ __forceinline__ void AccTimesRows(float (&acc)[D / 8][4], const float (&p)[K / 8][4], const uint16_t* tile,
+                                             int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t pa[4];
+    AccToA(pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int dd = 0; dd < D / 16; ++dd) {
+      uint32_t bf[4];
+      LoadBCols<D>(bf, tile, kk * 16, dd, lane);
+      Mma(acc[2 * dd], pa, bf[0], bf[1]);
+      Mma(acc[2 * dd + 1], pa, bf[2], bf[3]);
+    }
+  }
 }
 
 struct Dims {
@@ -186,16 +239,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(uint16_t* out, fl
 
   for (int j = 0; j < tiles; ++j) {
     const int stage = j & 1, n0 = j * kKeys;
-    if (j + 1 < tiles) {
-      const int next = (j + 1) * kKeys;
-      LoadTile<D, kKeys>(s_k + (stage ^ 1) * kKeys * D, kb + next * ldkv, ldkv, seq - next);
-      LoadTile<D, kKeys>(s_v + (stage ^ 1) * kKeys * D, vb + next * ldkv, ldkv, seq - next);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    AwaitKeyTile<D>(j, tiles, s_k, s_v, kb, vb, ldkv, seq);
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) LoadA<D>(qf[kk], s_q, warp * 16, kk, lane);
@@ -203,16 +247,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(uint16_t* out, fl
     const uint16_t* tk = s_k + stage * kKeys * D;
     const uint16_t* tv = s_v + stage * kKeys * D;
     float s[kKeys / 8][4] = {};
-#pragma unroll
-    for (int np = 0; np < kKeys / 16; ++np) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t bf[4];
-        LoadBRows<D>(bf, tk, np * 16, kk, lane);
-        Mma(s[2 * np], qf[kk], bf[0], bf[1]);
-        Mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
-      }
-    }
+    FragsTimesRowsT<D, kKeys>(s, qf, tk, lane);
     // Scale into base 2 and mask: keys past the query (causal) or past the sequence.
     const bool edge = n0 + kKeys - 1 > m0 + warp * 16 || n0 + kKeys > seq;
 #pragma unroll
@@ -248,19 +283,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardKernel(uint16_t* out, fl
         o[dt][2 * r + 1] *= alpha;
       }
     }
-    // O += P V, P from the accumulators, 16 keys per product.
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t pa[4];
-      AccToA(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t bf[4];
-        LoadBCols<D>(bf, tv, kk * 16, dd, lane);
-        Mma(o[2 * dd], pa, bf[0], bf[1]);
-        Mma(o[2 * dd + 1], pa, bf[2], bf[3]);
-      }
-    }
+    AccTimesRows<D, kKeys>(o, s, tv, lane);  // O += P V, P from the accumulators
     __syncthreads();  // the stage is refilled two tiles on
   }
 
@@ -396,23 +419,8 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvKernel(float* dk_part
         dpt[nt][e] = p * (dpt[nt][e] - td[qi]);
       }
     }
-    // dV += P^T dO and dK += dS^T Q, 16 queries per product.
-#pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) {
-      uint32_t pa[4], da[4];
-      AccToA(pa, st[2 * kk], st[2 * kk + 1]);
-      AccToA(da, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t bf[4];
-        LoadBCols<D>(bf, tdo, kk * 16, dd, lane);
-        Mma(dv_acc[2 * dd], pa, bf[0], bf[1]);
-        Mma(dv_acc[2 * dd + 1], pa, bf[2], bf[3]);
-        LoadBCols<D>(bf, tq, kk * 16, dd, lane);
-        Mma(dk_acc[2 * dd], da, bf[0], bf[1]);
-        Mma(dk_acc[2 * dd + 1], da, bf[2], bf[3]);
-      }
-    }
+    AccTimesRows<D, BQ>(dv_acc, st, tdo, lane);  // dV += P^T dO
+    AccTimesRows<D, BQ>(dk_acc, dpt, tq, lane);  // dK += dS^T Q
     __syncthreads();
   }
 
@@ -488,16 +496,7 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(float* dq, cons
   float dq_acc[D / 8][4] = {};
   for (int j = 0; j < tiles; ++j) {
     const int stage = j & 1, n0 = j * kKeys;
-    if (j + 1 < tiles) {
-      const int next = (j + 1) * kKeys;
-      LoadTile<D, kKeys>(s_k + (stage ^ 1) * kKeys * D, kb + next * ldkv, ldkv, seq - next);
-      LoadTile<D, kKeys>(s_v + (stage ^ 1) * kKeys * D, vb + next * ldkv, ldkv, seq - next);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    AwaitKeyTile<D>(j, tiles, s_k, s_v, kb, vb, ldkv, seq);
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -508,19 +507,8 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(float* dq, cons
     const uint16_t* tk = s_k + stage * kKeys * D;
     const uint16_t* tv = s_v + stage * kKeys * D;
     float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-#pragma unroll
-    for (int np = 0; np < kKeys / 16; ++np) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t bf[4];
-        LoadBRows<D>(bf, tk, np * 16, kk, lane);
-        Mma(s[2 * np], qf[kk], bf[0], bf[1]);
-        Mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
-        LoadBRows<D>(bf, tv, np * 16, kk, lane);
-        Mma(dp[2 * np], dof[kk], bf[0], bf[1]);
-        Mma(dp[2 * np + 1], dof[kk], bf[2], bf[3]);
-      }
-    }
+    FragsTimesRowsT<D, kKeys>(s, qf, tk, lane);
+    FragsTimesRowsT<D, kKeys>(dp, dof, tv, lane);
     const bool edge = n0 + kKeys - 1 > m0 + warp * 16 || n0 + kKeys > seq;
 #pragma unroll
     for (int nt = 0; nt < kKeys / 8; ++nt) {
@@ -532,19 +520,7 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(float* dq, cons
         dp[nt][e] = p * (dp[nt][e] - row_delta[r]);
       }
     }
-    // dQ += dS K, 16 keys per product.
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t da[4];
-      AccToA(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t bf[4];
-        LoadBCols<D>(bf, tk, kk * 16, dd, lane);
-        Mma(dq_acc[2 * dd], da, bf[0], bf[1]);
-        Mma(dq_acc[2 * dd + 1], da, bf[2], bf[3]);
-      }
-    }
+    AccTimesRows<D, kKeys>(dq_acc, dp, tk, lane);  // dQ += dS K
     __syncthreads();
   }
 
