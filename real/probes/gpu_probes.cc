@@ -157,10 +157,12 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
     const double mnk = r * static_cast<double>(in) * static_cast<double>(out);
     ops.push_back({std::string("linear_fwd.") + name, 2 * mnk, (r * in + static_cast<double>(in) * out + r * out) * b2,
                    [&ctx, xb, wb, yb, rows, in, out] { return cuda::LinearForward(ctx, yb, xb, wb, rows, in, out); }});
+    // As the Llama steps run a projection's backward: both gradients written, not added to.
     ops.push_back({std::string("linear_bwd.") + name, 4 * mnk,
-                   (r * out + r * in + static_cast<double>(in) * out) * b2 + 2 * (r * in + static_cast<double>(in) * out) * b4,
+                   (r * out + r * in + static_cast<double>(in) * out) * b2 + (r * in + static_cast<double>(in) * out) * b4,
                    [&ctx, xb, wb, yb, dxf, dwf, rows, in, out] {
-                     return cuda::LinearBackward(ctx, dxf, dwf, yb, xb, wb, rows, in, out);
+                     return cuda::LinearBackward(ctx, dxf, dwf, yb, xb, wb, rows, in, out, cuda::GradMode::kOverwrite,
+                                                 cuda::GradMode::kOverwrite);
                    }});
   }
   ops.push_back({"rope_fwd", 6 * r * q_dim / 2, 2 * r * q_dim * b2,
