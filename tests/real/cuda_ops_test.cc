@@ -236,6 +236,19 @@ TEST_F(CudaOps, RmsNormForwardAndBackward) {
   EXPECT_LE(WorstRelative(Down(d_rstd, rows), want_rstd, "rmsnorm rstd"), 1e-5);
   EXPECT_LE(WorstRelative(Down(d_dx, rows * channels), want_dx, "rmsnorm backward dx"), kTolerance);
   EXPECT_LE(WorstRelative(Down(d_dw, channels), want_dw, "rmsnorm backward dw"), kTolerance);
+
+  // More row blocks than a grid's 65535 in y: the weight gradient's blocks are grid-strided.
+  const int64_t many = 65535 * cuda::kRmsNormRowBlock + 77, narrow = 8;
+  const Bf16Array mx = RandomBf16(many * narrow, 1.0f, rng_), mw = RandomBf16(narrow, 1.0f, rng_);
+  const Bf16Array mdout = RandomBf16(many * narrow, 1.0f, rng_);
+  std::vector<float> m_out(many * narrow), m_rstd(many), m_dw(narrow, 0.0f);
+  cpu::RmsNormForward(m_out.data(), m_rstd.data(), mx.values.data(), mw.values.data(), many, narrow, 1e-5, threads_);
+  cpu::RmsNormBackward(static_cast<float*>(nullptr), m_dw.data(), mdout.values.data(), mx.values.data(), mw.values.data(),
+                       m_rstd.data(), many, narrow, threads_);
+  float* d_mdw = Zeros<float>(narrow);
+  ASSERT_OK(cuda::RmsNormBackward(*ctx_, static_cast<float*>(nullptr), d_mdw, Up(mdout.bits), Up(mx.bits), Up(mw.bits),
+                                  Up(m_rstd), many, narrow));
+  EXPECT_LE(WorstRelative(Down(d_mdw, narrow), m_dw, "rmsnorm backward dw over 2M rows"), kTolerance);
 }
 
 TEST_F(CudaOps, RopeForwardAndBackward) {
@@ -255,8 +268,6 @@ TEST_F(CudaOps, RopeForwardAndBackward) {
   EXPECT_LE(WorstRelative(Down(d_dx, n), want_d, "rope backward"), 1e-5);  // fp32 throughout
 }
 
-// Grouped-query attention at a small odd shape and at Llama-3.2-1B's heads (32 query, 8 kv,
-// head_dim 64) and a 256-token sequence; backward twice, bit-identical.
 // Both attentions against the CPU reference on the same inputs: the materialised one (batched
 // GEMMs and the [B, H, S, S] probabilities) and the fused kernels, over GQA, one kv head and plain
 // heads, sequences that end mid-tile, every head_dim the fused kernels take and Llama-1B's heads;
@@ -265,8 +276,9 @@ TEST_F(CudaOps, AttentionForwardAndBackward) {
   struct Shape {
     int64_t batch, seq, heads, kv_heads, head_dim;
   };
-  for (const Shape s : {Shape{2, 37, 4, 2, 16}, Shape{2, 33, 4, 1, 32}, Shape{1, 40, 4, 4, 32}, Shape{1, 200, 4, 4, 64},
-                        Shape{1, 256, 32, 8, 64}, Shape{2, 130, 4, 2, 128}}) {
+  // 1x37 with 3/1 heads: an odd batch * heads * seq (the fused backward's scratch alignment).
+  for (const Shape s : {Shape{2, 37, 4, 2, 16}, Shape{2, 33, 4, 1, 32}, Shape{1, 40, 4, 4, 32}, Shape{1, 37, 3, 1, 64},
+                        Shape{1, 200, 4, 4, 64}, Shape{1, 256, 32, 8, 64}, Shape{2, 130, 4, 2, 128}}) {
     const std::string name = std::to_string(s.batch) + "x" + std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
                              "/" + std::to_string(s.kv_heads) + " d " + std::to_string(s.head_dim);
     const int64_t rows = s.batch * s.seq, nq = rows * s.heads * s.head_dim, nkv = rows * s.kv_heads * s.head_dim;
@@ -326,6 +338,24 @@ TEST_F(CudaOps, AttentionForwardAndBackward) {
           return cuda::FlashAttentionBackward(*ctx_, dq, dk, dv, d_dout, d_q, d_k, d_v, d_flash_out, d_lse, s.batch, s.seq,
                                               s.heads, s.kv_heads, s.head_dim);
         });
+    // One gradient at a time (the others null): each the same as with all three.
+    const std::vector<float>* starts[3] = {&dq0.values, &dk0.values, &dv0.values};
+    std::vector<float> all[3];
+    for (int pass = -1; pass < 3; ++pass) {
+      float* d[3];
+      for (int i = 0; i < 3; ++i) d[i] = (pass < 0 || pass == i) ? Up(*starts[i]) : nullptr;
+      ASSERT_OK(cuda::FlashAttentionBackward(*ctx_, d[0], d[1], d[2], d_dout, d_q, d_k, d_v, d_flash_out, d_lse, s.batch,
+                                             s.seq, s.heads, s.kv_heads, s.head_dim));
+      for (int i = 0; i < 3; ++i) {
+        if (d[i] == nullptr) continue;
+        std::vector<float> got = Down(d[i], static_cast<int64_t>(starts[i]->size()));
+        if (pass < 0) {
+          all[i] = std::move(got);
+        } else {
+          EXPECT_EQ(std::memcmp(got.data(), all[i].data(), got.size() * 4), 0) << name << ": gradient " << i << " alone";
+        }
+      }
+    }
   }
   EXPECT_EQ(cuda::AttentionForward<uint16_t>(*ctx_, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 6, 4, 16).code(),
             StatusCode::kInvalidArgument);  // 6 heads over 4 kv heads

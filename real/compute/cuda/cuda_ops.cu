@@ -166,19 +166,23 @@ __global__ void RmsNormBackwardDxKernel(float* dx, const T* dout, const T* x, co
   }
 }
 
-// The weight gradient in two levels, so that it runs over the whole GPU in a fixed order: block
-// (x, y) gives each of its channels the sum over rows [y, y + 1) * kRmsNormRowBlock in row order
-// (RmsNormDwPartialKernel), then one thread per channel adds the row blocks' sums in order.
+// The weight gradient in two levels, so that it runs over the whole GPU in a fixed order: for
+// each row block y (rows [y, y + 1) * kRmsNormRowBlock), each channel's sum over its rows in row
+// order (RmsNormDwPartialKernel: blocks (x, y), y grid-strided over the row blocks), then one
+// thread per channel adds the row blocks' sums in order.
 template <typename T>
 __global__ void RmsNormDwPartialKernel(float* partial, const T* dout, const T* x, const float* rstd, int64_t n_rows,
                                        int64_t c) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= c) return;
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * kRmsNormRowBlock;
-  const int64_t end = first + kRmsNormRowBlock < n_rows ? first + kRmsNormRowBlock : n_rows;
-  float acc = 0;
-  for (int64_t n = first; n < end; ++n) acc += Load(dout, n * c + j) * (Load(x, n * c + j) * rstd[n]);
-  partial[blockIdx.y * c + j] = acc;
+  const int64_t blocks = (n_rows + kRmsNormRowBlock - 1) / kRmsNormRowBlock;
+  for (int64_t y = blockIdx.y; y < blocks; y += gridDim.y) {
+    const int64_t first = y * kRmsNormRowBlock;
+    const int64_t end = first + kRmsNormRowBlock < n_rows ? first + kRmsNormRowBlock : n_rows;
+    float acc = 0;
+    for (int64_t n = first; n < end; ++n) acc += Load(dout, n * c + j) * (Load(x, n * c + j) * rstd[n]);
+    partial[y * c + j] = acc;
+  }
 }
 
 __global__ void RmsNormDwFinalKernel(float* dw, const float* partial, int64_t blocks, int64_t c) {
@@ -447,11 +451,10 @@ Status RmsNormBackward(const Context& ctx, float* dx, float* dw, const T* dout, 
   }
   if (dw != nullptr) {
     const int64_t blocks = (n_rows + kRmsNormRowBlock - 1) / kRmsNormRowBlock;
-    if (blocks > 65535) return InvalidArgument("rmsnorm backward: " + std::to_string(n_rows) + " rows (at most 65535 blocks of " +
-                                               std::to_string(kRmsNormRowBlock) + ")");
     TF_ASSIGN_OR_RETURN(void* scratch, ctx.Scratch(blocks * channels * static_cast<int64_t>(sizeof(float))));
     float* partial = static_cast<float*>(scratch);
-    const dim3 grid(static_cast<unsigned>((channels + kThreads - 1) / kThreads), static_cast<unsigned>(blocks));
+    const dim3 grid(static_cast<unsigned>((channels + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(std::min<int64_t>(blocks, 65535)));
     RmsNormDwPartialKernel<<<grid, kThreads, 0, StreamOf(ctx)>>>(partial, dout, x, rstd, n_rows, channels);
     TF_RETURN_IF_ERROR(LaunchStatus("RmsNormDwPartialKernel"));
     RmsNormDwFinalKernel<<<GridFor(channels), kThreads, 0, StreamOf(ctx)>>>(dw, partial, blocks, channels);

@@ -596,13 +596,15 @@ Status Backward(const Context& ctx, float* dq, float* dk, float* dv, const uint1
                 int64_t heads, int64_t kv_heads) {
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream());
   const Dims dims = MakeDims(seq, heads, kv_heads, D);
-  // Scratch: delta [batch, heads, seq], then dK's and dV's per-query-head shares [batch, heads, seq, D].
-  const int64_t rows_of_heads = batch * heads * seq;
+  // Scratch: delta [batch, heads, seq], then dK's and dV's per-query-head shares [batch, heads, seq,
+  // D] from the next 256-byte boundary (their float2 stores need 8-byte alignment, which an odd
+  // batch * heads * seq would not give).
+  const int64_t rows_of_heads = batch * heads * seq, delta_floats = (rows_of_heads + 63) / 64 * 64;
   const bool kv = dk != nullptr || dv != nullptr;
-  TF_ASSIGN_OR_RETURN(void* scratch,
-                      ctx.Scratch(rows_of_heads * static_cast<int64_t>(sizeof(float)) * (kv ? 1 + 2 * D : 1)));
+  TF_ASSIGN_OR_RETURN(void* scratch, ctx.Scratch((delta_floats + (kv ? 2 * rows_of_heads * D : 0)) *
+                                                 static_cast<int64_t>(sizeof(float))));
   float* delta = static_cast<float*>(scratch);
-  float* dk_part = delta + rows_of_heads;
+  float* dk_part = delta + delta_floats;
   float* dv_part = dk_part + rows_of_heads * D;
   const int64_t items = batch * seq * heads;
   FlashDeltaKernel<D><<<static_cast<unsigned>((items + 7) / 8), 256, 0, stream>>>(delta, dout, out, batch * seq,

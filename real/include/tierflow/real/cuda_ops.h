@@ -114,8 +114,9 @@ template <typename T>
 Status SwiGluBackward(const Context& ctx, float* dgate, float* dup, const T* dout, const T* gate, const T* up,
                       int64_t n);
 
-// The same gradients in bf16, overwritten: bf16(the fp32 gradient), as SwiGluBackward into zeroed
-// fp32 buffers and Fp32ToBf16 would give, in one pass (both non-null).
+// The same gradients in bf16, overwritten: bf16(the fp32 gradient), the values SwiGluBackward into
+// zeroed fp32 buffers and Fp32ToBf16 would give (a zero keeps its sign here, where 0 + -0 gave +0),
+// in one pass (both non-null).
 Status SwiGluBackwardBf16(const Context& ctx, uint16_t* dgate, uint16_t* dup, const uint16_t* dout,
                           const uint16_t* gate, const uint16_t* up, int64_t n);
 
