@@ -206,12 +206,14 @@ def main():
     elif os.path.exists(os.path.join(a.out, "tuned-1b.log")):
         missing["tuned_vs_prediction"] = "needs tuned-1b.records.jsonl and tuned-prediction.json"
 
+    # MFU: 3 x the forward FLOPs of an iteration of the 1B schedule that ran (its last iteration's
+    # compute records), the same count for every run of the same training.
     run = records(os.path.join(a.out, "finetune-1b.records.jsonl"))
+    peak, device = peak_of(a.out, a.peak)
     fwd_run = run or tuned
     if fwd_run:
         last = max(r["iteration"] for r in fwd_run)
         fwd = sum(r["flops"] for r in fwd_run if r["iteration"] == last and r["op"] == "compute" and r["phase"] == "forward")
-        peak, device = peak_of(a.out, a.peak)
         for name in sorted(f for f in os.listdir(a.out) if f.startswith("torch-1b") and f.endswith(".json")):
             t = json.load(open(os.path.join(a.out, name)))
             fig = {"iteration_s": t["iteration_s"], "first_loss": t["losses"][0], "last_loss": t["losses"][-1],
@@ -225,7 +227,8 @@ def main():
             t = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1)
             report["mfu_in_memory"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t, "peak": peak}
         if peak and tuned:
-            report["mfu_tuned"] = {"mfu": 3 * fwd / (iteration_times(tuned) * peak), "iteration_s": iteration_times(tuned)}
+            t = iteration_times(tuned)
+            report["mfu_tuned"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t}
     pinned = pinned_rates(a.out)
     if run is None or pinned is None:
         missing["copies_vs_pinned"] = "needs finetune-1b.records.jsonl and the pinned copy probe"
@@ -271,8 +274,6 @@ def main():
                                                   "resources_s": dict(bound)}
         else:
             missing["iteration_vs_lower_bound"] = "needs calib/disk.jsonl, the pinned copy probe or probe.compute records"
-        peak, device = peak_of(a.out, a.peak)
-        fwd = sum(r["flops"] for r in one if r["op"] == "compute" and r["phase"] == "forward")
         if peak:
             report["mfu_offloaded"] = {"mfu": 3 * fwd / (iteration * peak), "iteration_s": iteration, "peak": peak,
                                        "device": device}

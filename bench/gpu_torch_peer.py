@@ -45,21 +45,15 @@ def main():
         p.error("--iterations: at least 3 (the steady state leaves out the first and the last)")
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from train_peers import hf_model
     if not torch.cuda.is_available():
         print("gpu_torch_peer: no CUDA device", file=sys.stderr)
         return 2
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=a.hidden, intermediate_size=a.ffn, num_hidden_layers=a.layers,
-                         num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
-                         max_position_embeddings=max(a.seq, 2048), rms_norm_eps=1e-5, rope_theta=a.rope_theta,
-                         tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu")
-    config._attn_implementation = "sdpa"
+    model = {"hidden": a.hidden, "ffn": a.ffn, "layers": a.layers, "heads": a.heads, "kv_heads": a.kv_heads,
+             "vocab": a.vocab, "max_seq": max(a.seq, 2048), "tied_embeddings": False}
     dev = torch.device("cuda")
-    net = LlamaForCausalLM(config).to(dev)
-    if a.checkpointing:
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    net.train()
+    net = hf_model(model, a.checkpointing, attention="sdpa", rope_theta=a.rope_theta).to(dev)
     params = sum(x.numel() for x in net.parameters())
     opt = torch.optim.AdamW(net.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=True)
     gen = torch.Generator(device="cpu").manual_seed(1)

@@ -85,15 +85,18 @@ def batches(seq, iterations, seed):
         yield window[:-1].unsqueeze(0), window[1:].unsqueeze(0)
 
 
-def hf_model(model, checkpointing):
+def hf_model(model, checkpointing, attention="eager", rope_theta=10000.0):
+    """Hugging Face's Llama of `model`'s shape (tierflow's names: hidden, ffn, layers, heads,
+    kv_heads, vocab, max_seq, tied_embeddings), in training mode. bench/gpu_torch_peer.py builds
+    its GPU peer with it too (attention="sdpa")."""
     from transformers import LlamaConfig, LlamaForCausalLM
     config = LlamaConfig(hidden_size=model["hidden"], intermediate_size=model["ffn"],
                          num_hidden_layers=model["layers"], num_attention_heads=model["heads"],
                          num_key_value_heads=model["kv_heads"], vocab_size=model["vocab"],
                          max_position_embeddings=model["max_seq"], rms_norm_eps=1e-5,
-                         rope_theta=10000.0, tie_word_embeddings=model["tied_embeddings"],
+                         rope_theta=rope_theta, tie_word_embeddings=model["tied_embeddings"],
                          attention_bias=False, mlp_bias=False, hidden_act="silu")
-    config._attn_implementation = "eager"
+    config._attn_implementation = attention
     net = LlamaForCausalLM(config)
     if checkpointing:  # as the scenario trains: each decoder layer's forward recomputed in the backward
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -59,9 +59,8 @@ StatusOr<std::unique_ptr<LlamaSteps>> LlamaSteps::Create(const Context& ctx, con
                                                          int64_t seq) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(spec));
   if (spec.config.tied_embeddings) return InvalidArgument("GPU Llama steps: tied embeddings are not supported yet");
-  const int64_t d = spec.config.head_dim();
-  if (d != 16 && d != 32 && d != 64 && d != 128) {
-    return InvalidArgument("GPU Llama steps: head_dim " + std::to_string(d) +
+  if (!FlashAttentionTakesHeadDim(spec.config.head_dim())) {
+    return InvalidArgument("GPU Llama steps: head_dim " + std::to_string(spec.config.head_dim()) +
                            " (the fused attention kernels take 16, 32, 64 or 128)");
   }
   if (batch < 1 || seq < 1 || seq > spec.config.max_seq) {

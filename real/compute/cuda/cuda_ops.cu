@@ -18,6 +18,7 @@
 
 #include "tierflow/real/cuda_status.h"
 #include "device_math.h"
+#include "op_checks.h"
 
 namespace tierflow::real::cuda {
 namespace {
@@ -69,41 +70,14 @@ __device__ float BlockMax(float v, float* shared /* kWarps */) {
 template <typename T>
 constexpr cudaDataType_t kCudaType = std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 
-// --- argument checks -------------------------------------------------------------------------
+// --- argument checks (op_checks.h) ---------------------------------------------------------
 
-Status NeedPositive(const char* op, std::initializer_list<std::pair<const char*, int64_t>> dims) {
-  for (const auto& [name, value] : dims) {
-    if (value < 1) return InvalidArgument(std::string(op) + ": " + name + " = " + std::to_string(value) + " (must be >= 1)");
-  }
-  return Status::Ok();
-}
-
-// cuBLAS takes int dimensions and leading dimensions.
-Status NeedInt(const char* op, std::initializer_list<std::pair<const char*, int64_t>> dims) {
-  for (const auto& [name, value] : dims) {
-    if (value > std::numeric_limits<int>::max()) {
-      return InvalidArgument(std::string(op) + ": " + name + " = " + std::to_string(value) + " (cuBLAS takes at most 2^31-1)");
-    }
-  }
-  return Status::Ok();
-}
-
-// A grid of one block per row: at most 2^31-1 blocks.
-Status NeedRowGrid(const char* op, int64_t rows) {
-  if (rows > std::numeric_limits<int>::max()) {
-    return InvalidArgument(std::string(op) + ": " + std::to_string(rows) + " rows (one block each: at most 2^31-1)");
-  }
-  return Status::Ok();
-}
-
-// Scratch partitions start on 256-byte boundaries (cuBLAS's fast kernels want aligned operands).
-constexpr int64_t AlignScratch(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-
-Status LaunchStatus(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return CudaError(e, std::string("launch of ") + kernel);
-  return Status::Ok();
-}
+using internal::AlignScratch;
+using internal::LaunchStatus;
+using internal::NeedHeadGroups;
+using internal::NeedInt;
+using internal::NeedPositive;
+using internal::NeedRowGrid;
 
 // An elementwise op: n checked, then `kernel` launched grid-stride over n elements with `args`
 // (n among them, as the kernel takes it).
@@ -402,10 +376,7 @@ Status Gemm(const Context& ctx, const char* what, cublasOperation_t op_a, cublas
 Status CheckAttention(const char* op, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) {
   TF_RETURN_IF_ERROR(
       NeedPositive(op, {{"batch", batch}, {"seq", seq}, {"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", head_dim}}));
-  if (heads % kv_heads != 0) {
-    return InvalidArgument(std::string(op) + ": heads = " + std::to_string(heads) + " is not a multiple of kv_heads = " +
-                           std::to_string(kv_heads));
-  }
+  TF_RETURN_IF_ERROR(NeedHeadGroups(op, heads, kv_heads));
   TF_RETURN_IF_ERROR(NeedRowGrid(op, batch * heads * seq));
   return NeedInt(op, {{"heads * head_dim", heads * head_dim}, {"seq * seq", seq * seq}});
 }

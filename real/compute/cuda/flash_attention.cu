@@ -32,6 +32,7 @@
 
 #include "tierflow/real/cuda_ops.h"
 #include "tierflow/real/cuda_status.h"
+#include "op_checks.h"
 
 namespace tierflow::real::cuda {
 namespace {
@@ -539,27 +540,17 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQKernel(float* dq, cons
 // --- launches -----------------------------------------------------------------------------------
 
 Status CheckFlash(const char* op, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  const std::string name(op);
-  if (batch < 1 || seq < 1 || heads < 1 || kv_heads < 1) {
-    return InvalidArgument(name + ": batch, seq, heads and kv_heads must be >= 1");
-  }
-  if (heads % kv_heads != 0) {
-    return InvalidArgument(name + ": heads = " + std::to_string(heads) + " is not a multiple of kv_heads = " +
-                           std::to_string(kv_heads));
-  }
-  if (head_dim != 16 && head_dim != 32 && head_dim != 64 && head_dim != 128) {
-    return InvalidArgument(name + ": head_dim = " + std::to_string(head_dim) + " (the fused kernels take 16, 32, 64 or 128)");
+  TF_RETURN_IF_ERROR(
+      internal::NeedPositive(op, {{"batch", batch}, {"seq", seq}, {"heads", heads}, {"kv_heads", kv_heads}}));
+  TF_RETURN_IF_ERROR(internal::NeedHeadGroups(op, heads, kv_heads));
+  if (!FlashAttentionTakesHeadDim(head_dim)) {
+    return InvalidArgument(std::string(op) + ": head_dim = " + std::to_string(head_dim) +
+                           " (the fused kernels take 16, 32, 64 or 128)");
   }
   if (batch * heads > 0x7fffffff || seq > (int64_t{65535} * kRows) || batch * seq > 0x7fffffff) {
-    return InvalidArgument(name + ": batch " + std::to_string(batch) + " x heads " + std::to_string(heads) + " x seq " +
-                           std::to_string(seq) + " is past the kernels' grid");
+    return InvalidArgument(std::string(op) + ": batch " + std::to_string(batch) + " x heads " + std::to_string(heads) +
+                           " x seq " + std::to_string(seq) + " is past the kernels' grid");
   }
-  return Status::Ok();
-}
-
-Status Launched(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return CudaError(e, std::string("launch of ") + kernel);
   return Status::Ok();
 }
 
@@ -587,7 +578,7 @@ Status Forward(const Context& ctx, uint16_t* out, float* lse, const uint16_t* q,
   const dim3 grid(static_cast<unsigned>(batch * heads), static_cast<unsigned>((seq + kRows - 1) / kRows));
   FlashForwardKernel<D><<<grid, kThreads, smem, static_cast<cudaStream_t>(ctx.stream())>>>(
       out, lse, q, k, v, MakeDims(seq, heads, kv_heads, D));
-  return Launched("FlashForwardKernel");
+  return internal::LaunchStatus("FlashForwardKernel");
 }
 
 template <int D>
@@ -599,7 +590,7 @@ Status Backward(const Context& ctx, float* dq, float* dk, float* dv, const uint1
   // Scratch: delta [batch, heads, seq], then dK's and dV's per-query-head shares [batch, heads, seq,
   // D] from the next 256-byte boundary (their float2 stores need 8-byte alignment, which an odd
   // batch * heads * seq would not give).
-  const int64_t rows_of_heads = batch * heads * seq, delta_floats = (rows_of_heads + 63) / 64 * 64;
+  const int64_t rows_of_heads = batch * heads * seq, delta_floats = internal::AlignScratch(rows_of_heads * 4) / 4;
   const bool kv = dk != nullptr || dv != nullptr;
   TF_ASSIGN_OR_RETURN(void* scratch, ctx.Scratch((delta_floats + (kv ? 2 * rows_of_heads * D : 0)) *
                                                  static_cast<int64_t>(sizeof(float))));
@@ -610,7 +601,7 @@ Status Backward(const Context& ctx, float* dq, float* dk, float* dv, const uint1
   FlashDeltaKernel<D><<<static_cast<unsigned>((items + 7) / 8), 256, 0, stream>>>(delta, dout, out, batch * seq,
                                                                                  static_cast<int>(seq),
                                                                                  static_cast<int>(heads));
-  TF_RETURN_IF_ERROR(Launched("FlashDeltaKernel"));
+  TF_RETURN_IF_ERROR(internal::LaunchStatus("FlashDeltaKernel"));
   const unsigned row_tiles = static_cast<unsigned>((seq + kRows - 1) / kRows);
   if (kv) {
     constexpr int BQ = kBwdQueries<D>;
@@ -618,19 +609,19 @@ Status Backward(const Context& ctx, float* dq, float* dk, float* dv, const uint1
     TF_RETURN_IF_ERROR(AllowSmem(FlashBackwardKvKernel<D>, smem));
     FlashBackwardKvKernel<D><<<dim3(static_cast<unsigned>(batch * heads), row_tiles), kThreads, smem, stream>>>(
         dk_part, dv_part, dout, q, k, v, lse, delta, dims);
-    TF_RETURN_IF_ERROR(Launched("FlashBackwardKvKernel"));
+    TF_RETURN_IF_ERROR(internal::LaunchStatus("FlashBackwardKvKernel"));
     const int64_t n = batch * seq * kv_heads * D;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, int64_t{1} << 20));
     FlashGroupSumKernel<D><<<blocks, 256, 0, stream>>>(dk, dv, dk_part, dv_part, batch * seq, static_cast<int>(seq),
                                                       static_cast<int>(heads), static_cast<int>(kv_heads));
-    TF_RETURN_IF_ERROR(Launched("FlashGroupSumKernel"));
+    TF_RETURN_IF_ERROR(internal::LaunchStatus("FlashGroupSumKernel"));
   }
   if (dq != nullptr) {
     const int smem = (2 * kRows + 4 * kKeys) * D * 2;
     TF_RETURN_IF_ERROR(AllowSmem(FlashBackwardQKernel<D>, smem));
     FlashBackwardQKernel<D><<<dim3(static_cast<unsigned>(batch * heads), row_tiles), kThreads, smem, stream>>>(
         dq, dout, q, k, v, lse, delta, dims);
-    TF_RETURN_IF_ERROR(Launched("FlashBackwardQKernel"));
+    TF_RETURN_IF_ERROR(internal::LaunchStatus("FlashBackwardQKernel"));
   }
   return Status::Ok();
 }

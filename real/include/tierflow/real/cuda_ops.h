@@ -90,6 +90,11 @@ Status AttentionBackward(const Context& ctx, float* dq, float* dk, float* dv, co
                          const T* v, const float* probs, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                          int64_t head_dim);
 
+// Whether the fused attention kernels below take this head_dim (16, 32, 64 or 128).
+constexpr bool FlashAttentionTakesHeadDim(int64_t head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
 // Fused causal grouped-query attention in bf16 (flash_attention.cu: FlashAttention-2's tiling on
 // the tensor cores, the scores never stored): q [N, heads*d], k and v [N, kv_heads*d], out
 // [N, heads*d], and lse [batch, heads, seq] fp32 saved for the backward (each query row's
