@@ -10,11 +10,11 @@
 namespace tierflow {
 namespace {
 
-template <typename Spec>
-int32_t Append(std::vector<Spec>* v, std::unordered_map<std::string, int32_t>* index, Spec s) {
-  int32_t i = static_cast<int32_t>(v->size());
-  bool inserted = index->emplace(s.name, i).second;
-  TF_CHECK(inserted);
+// Appends `s` to `v` and its name to `index`. A duplicate name is a bug of the caller.
+template <typename Spec, typename NameOf>
+int32_t Append(std::vector<Spec>* v, NameIndex* index, Spec s, NameOf name_of) {
+  const int32_t i = static_cast<int32_t>(v->size());
+  TF_CHECK(index->Add(name_of(s), *v, name_of));
   v->push_back(std::move(s));
   return i;
 }
@@ -36,19 +36,12 @@ struct CycleFinder : public boost::default_dfs_visitor {
 
 }  // namespace
 
-int32_t Schedule::AddDevice(DeviceSpec d) { return Append(&devices_, &device_index_, std::move(d)); }
-int32_t Schedule::AddResource(ResourceSpec r) { return Append(&resources_, &resource_index_, std::move(r)); }
-int32_t Schedule::AddPool(PoolSpec p) { return Append(&pools_, &pool_index_, std::move(p)); }
-int32_t Schedule::AddBuffer(BufferSpec b) { return Append(&buffers_, &buffer_index_, std::move(b)); }
-int32_t Schedule::AddTensor(TensorSpec t) { return Append(&tensors_, &tensor_index_, std::move(t)); }
-
-int32_t Schedule::AddTask(TaskSpec t) {
-  int32_t i = static_cast<int32_t>(tasks_.size());
-  bool inserted = task_index_.emplace(t.id, i).second;
-  TF_CHECK(inserted);
-  tasks_.push_back(std::move(t));
-  return i;
-}
+int32_t Schedule::AddDevice(DeviceSpec d) { return Append(&devices_, &device_index_, std::move(d), NameOf<DeviceSpec>); }
+int32_t Schedule::AddResource(ResourceSpec r) { return Append(&resources_, &resource_index_, std::move(r), NameOf<ResourceSpec>); }
+int32_t Schedule::AddPool(PoolSpec p) { return Append(&pools_, &pool_index_, std::move(p), NameOf<PoolSpec>); }
+int32_t Schedule::AddBuffer(BufferSpec b) { return Append(&buffers_, &buffer_index_, std::move(b), NameOf<BufferSpec>); }
+int32_t Schedule::AddTensor(TensorSpec t) { return Append(&tensors_, &tensor_index_, std::move(t), NameOf<TensorSpec>); }
+int32_t Schedule::AddTask(TaskSpec t) { return Append(&tasks_, &task_index_, std::move(t), IdOf); }
 
 bool Schedule::operator==(const Schedule& o) const {
   return name == o.name && iteration_window == o.iteration_window && meta == o.meta && sections == o.sections &&

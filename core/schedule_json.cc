@@ -248,20 +248,19 @@ StatusOr<Schedule> Parse(const Json& root) {
   // Tasks refer to each other by id, forwards as well as backwards: register all ids first.
   section.clear();
   TF_RETURN_IF_ERROR(ReadSection(root, "tasks", &section));
-  std::vector<std::string> ids(section.size());
-  std::unordered_map<std::string, int32_t> task_index;
+  std::vector<std::string> ids;
+  ids.reserve(section.size());
+  NameIndex task_index;
+  const auto same = [](const std::string& id) -> const std::string& { return id; };
   for (size_t i = 0; i < section.size(); ++i) {
     Fields f(*section[i], "task #" + std::to_string(i));
     TF_RETURN_IF_ERROR(f.CheckObject());
-    TF_RETURN_IF_ERROR(f.String("id", &ids[i], true));
-    if (!task_index.emplace(ids[i], static_cast<int32_t>(i)).second) {
-      return InvalidArgument("task " + Q(ids[i]) + " is defined twice");
-    }
+    std::string id;
+    TF_RETURN_IF_ERROR(f.String("id", &id, true));
+    if (!task_index.Add(id, ids, same)) return InvalidArgument("task " + Q(id) + " is defined twice");
+    ids.push_back(std::move(id));
   }
-  auto find_task = [&](const std::string& n) {
-    auto it = task_index.find(n);
-    return it == task_index.end() ? kNoIndex : it->second;
-  };
+  auto find_task = [&](const std::string& n) { return task_index.Find(n, ids, same); };
   for (size_t i = 0; i < section.size(); ++i) {
     const std::string owner = "task " + Q(ids[i]);
     Fields f(*section[i], owner);

@@ -272,5 +272,33 @@ TEST(ScheduleValidate, TopologicalOrderKeepsScheduleOrderAmongTies) {
   EXPECT_EQ(order, (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
+
+// The name indices (NameIndex) past many rebuilds: every name is found at its position, a name
+// never added is not, and a copy of the schedule finds the same (a file with an id twice:
+// RejectsMalformedFilesWithOneClearError).
+TEST(ScheduleNames, EveryNameIsFoundAtItsPositionThroughGrowthAndCopies) {
+  Schedule s;
+  s.AddDevice({"host", DeviceKind::kHost});
+  s.AddResource({"host.cpu", 0, 1});
+  constexpr int kTasks = 5000;
+  for (int i = 0; i < kTasks; ++i) {
+    TaskSpec t;
+    t.id = "fwd.L" + std::to_string(i) + (i % 2 ? ".a_name_past_the_small_string_buffer" : "");
+    t.op = Op::kFree;
+    EXPECT_EQ(s.AddTask(t), i);
+  }
+  const Schedule copy = s;
+  for (const Schedule* x : {static_cast<const Schedule*>(&s), &copy}) {
+    for (int i = 0; i < kTasks; ++i) ASSERT_EQ(x->FindTask(x->tasks()[i].id), i) << x->tasks()[i].id;
+    EXPECT_EQ(x->FindTask("fwd.L5000"), kNoIndex);
+    EXPECT_EQ(x->FindTask("fwd.L1"), kNoIndex);  // L1 carries the long suffix
+    EXPECT_EQ(x->FindTask(""), kNoIndex);
+    EXPECT_EQ(x->FindDevice("host"), 0);
+    EXPECT_EQ(x->FindResource("host.cpu"), 0);
+    EXPECT_EQ(x->FindResource("host"), kNoIndex);  // each kind of thing has its own names
+    EXPECT_EQ(x->FindPool("host"), kNoIndex);
+  }
+}
+
 }  // namespace
 }  // namespace tierflow

@@ -15,17 +15,18 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "tierflow/core/name_index.h"
 #include "tierflow/core/ops.h"
 #include "tierflow/core/status.h"
 
 namespace tierflow {
 
 inline constexpr const char* kScheduleFormat = "tierflow.schedule/1";
-inline constexpr int32_t kNoIndex = -1;
+inline constexpr int32_t kNoIndex = NameIndex::kAbsent;
 
 struct DeviceSpec {
   std::string name;  // "gpu0", "host", "nvme0", "remote0", "net"
@@ -159,12 +160,12 @@ class Schedule {
   int32_t AddTask(TaskSpec t);
 
   // kNoIndex when absent.
-  int32_t FindDevice(const std::string& name) const { return Find(device_index_, name); }
-  int32_t FindResource(const std::string& name) const { return Find(resource_index_, name); }
-  int32_t FindPool(const std::string& name) const { return Find(pool_index_, name); }
-  int32_t FindBuffer(const std::string& name) const { return Find(buffer_index_, name); }
-  int32_t FindTensor(const std::string& name) const { return Find(tensor_index_, name); }
-  int32_t FindTask(const std::string& name) const { return Find(task_index_, name); }
+  int32_t FindDevice(std::string_view name) const { return device_index_.Find(name, devices_, NameOf<DeviceSpec>); }
+  int32_t FindResource(std::string_view name) const { return resource_index_.Find(name, resources_, NameOf<ResourceSpec>); }
+  int32_t FindPool(std::string_view name) const { return pool_index_.Find(name, pools_, NameOf<PoolSpec>); }
+  int32_t FindBuffer(std::string_view name) const { return buffer_index_.Find(name, buffers_, NameOf<BufferSpec>); }
+  int32_t FindTensor(std::string_view name) const { return tensor_index_.Find(name, tensors_, NameOf<TensorSpec>); }
+  int32_t FindTask(std::string_view name) const { return task_index_.Find(name, tasks_, IdOf); }
 
   // Checks every rule of docs/schedule-format.md: references in range, sizes and counts in
   // range, no cycle among same-iteration deps (so none in the unrolled graph either), every
@@ -182,18 +183,16 @@ class Schedule {
   bool operator==(const Schedule& o) const;
 
  private:
-  static int32_t Find(const std::unordered_map<std::string, int32_t>& index, const std::string& n) {
-    auto it = index.find(n);
-    return it == index.end() ? kNoIndex : it->second;
-  }
+  template <typename Spec>
+  static const std::string& NameOf(const Spec& s) { return s.name; }
+  static const std::string& IdOf(const TaskSpec& t) { return t.id; }
   std::vector<DeviceSpec> devices_;
   std::vector<ResourceSpec> resources_;
   std::vector<PoolSpec> pools_;
   std::vector<BufferSpec> buffers_;
   std::vector<TensorSpec> tensors_;
   std::vector<TaskSpec> tasks_;
-  std::unordered_map<std::string, int32_t> device_index_, resource_index_, pool_index_,
-      buffer_index_, tensor_index_, task_index_;
+  NameIndex device_index_, resource_index_, pool_index_, buffer_index_, tensor_index_, task_index_;
 };
 
 // The file format (JSON, "format": "tierflow.schedule/1"). Writing is deterministic and
