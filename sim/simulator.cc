@@ -28,33 +28,40 @@ double CpuSeconds(int who) {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-// Builds trace records in the calling process from (task, iteration, start, end).
-class RecordBuilder {
+// What the calling process does with each completed instance: a trace record
+// (options.record_trace) and the caller's own callback (options.on_complete).
+class Completions {
  public:
-  RecordBuilder(const Schedule& schedule, const Plan& plan, SimResult* result)
-      : schedule_(schedule), plan_(plan), result_(result) {}
+  Completions(const Schedule& schedule, const Plan& plan, const SimOptions& options, SimResult* result)
+      : schedule_(schedule), plan_(plan), options_(options), result_(result) {}
+  // Whether anything reads completions (else the engine's child sends none).
+  static bool Wanted(const SimOptions& options) { return options.record_trace || static_cast<bool>(options.on_complete); }
   void Add(int32_t task, int64_t iteration, double start_s, double end_s) {
-    result_->records.push_back(TaskRecord(schedule_, task, iteration, start_s, end_s, "sim", plan_.tasks[task].record_threads));
+    if (options_.record_trace) {
+      result_->records.push_back(TaskRecord(schedule_, task, iteration, start_s, end_s, "sim", plan_.tasks[task].record_threads));
+    }
+    if (options_.on_complete) options_.on_complete(task, iteration, start_s, end_s);
   }
 
  private:
   const Schedule& schedule_;
   const Plan& plan_;
+  const SimOptions& options_;
   SimResult* result_;
 };
 
 class InProcessSink : public RunSink {
  public:
-  InProcessSink(RecordBuilder* builder, const SimOptions& options) : builder_(builder), options_(options) {}
+  InProcessSink(Completions* completions, const SimOptions& options) : completions_(completions), options_(options) {}
   void OnComplete(int32_t task, int64_t iteration, double start_s, double end_s) override {
-    if (options_.record_trace) builder_->Add(task, iteration, start_s, end_s);
+    completions_->Add(task, iteration, start_s, end_s);
   }
   void OnProgress(const SimProgress& progress) override {
     if (options_.progress) options_.progress(progress);
   }
 
  private:
-  RecordBuilder* builder_;
+  Completions* completions_;
   const SimOptions& options_;
 };
 
@@ -154,7 +161,7 @@ class PipeSink : public RunSink {
 [[noreturn]] void RunChild(int fd, const Schedule& schedule, const models::HardwareSpec& hw,
                            const Plan& plan, const SimOptions& options) {
   FrameWriter writer(fd);
-  PipeSink sink(&writer, options.record_trace);
+  PipeSink sink(&writer, Completions::Wanted(options));
   RunStats stats;
   Status s = internal::RunEngine(schedule, hw, plan, options.iterations,
                                  static_cast<bool>(options.progress), options.simgrid_config, &sink, &stats);
@@ -180,7 +187,7 @@ class PipeSink : public RunSink {
 }
 
 Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
-                 const SimOptions& options, RecordBuilder* builder, SimResult* result) {
+                 const SimOptions& options, Completions* completions, SimResult* result) {
   int fds[2];
   if (::pipe(fds) != 0) return FromErrno(errno, "pipe for the simulation process");
   // Output buffered in this process would otherwise be written a second time by the child
@@ -216,7 +223,7 @@ Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const
     switch (static_cast<FrameType>(header[0])) {
       case kCompletions: {
         WireCompletion c;
-        while (Get(payload, &pos, &c)) builder->Add(c.task, c.iteration, c.start_s, c.end_s);
+        while (Get(payload, &pos, &c)) completions->Add(c.task, c.iteration, c.start_s, c.end_s);
         break;
       }
       case kProgress: {
@@ -272,18 +279,18 @@ StatusOr<SimResult> Simulate(const Schedule& schedule, const models::HardwareSpe
                              const SimOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   if (options.iterations < 0) return InvalidArgument("iterations must be >= 0");
-  TF_RETURN_IF_ERROR(schedule.Validate());
+  if (!options.schedule_validated) TF_RETURN_IF_ERROR(schedule.Validate());
   TF_ASSIGN_OR_RETURN(Plan plan, internal::MakePlan(schedule, hw));
 
   SimResult result;
   if (options.record_trace) {
     result.records.reserve(static_cast<size_t>(schedule.tasks().size() * options.iterations));
   }
-  RecordBuilder builder(schedule, plan, &result);
+  Completions completions(schedule, plan, options, &result);
   if (options.isolation == SimIsolation::kFork) {
-    TF_RETURN_IF_ERROR(RunForked(schedule, hw, plan, options, &builder, &result));
+    TF_RETURN_IF_ERROR(RunForked(schedule, hw, plan, options, &completions, &result));
   } else {
-    InProcessSink sink(&builder, options);
+    InProcessSink sink(&completions, options);
     RunStats stats;
     const double cpu0 = CpuSeconds(RUSAGE_THREAD);
     TF_RETURN_IF_ERROR(internal::RunEngine(schedule, hw, plan, options.iterations,

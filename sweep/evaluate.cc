@@ -131,21 +131,9 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
     e.reason = "plan: " + schedule.status().message();
     return e;
   }
-  sim::SimOptions options;
-  options.iterations = iterations;
-  options.record_trace = true;
-  options.isolation = isolation;
-  const double t1 = Now();
-  built->result.emplace(sim::Simulate(*schedule, scenario->hardware, options));
-  const auto& result = *built->result;
-  e.sim_s = Now() - t1;
-  if (!result.ok()) {
-    e.reason = std::string(result.status().code() == StatusCode::kDeadlock ? "" : "sim: ") +
-               result.status().ToString();
-    return e;
-  }
   // Iteration bounds and phase spans, as traces::Summarize defines them (docs/trace-format.md),
-  // over the same steady-state iterations (traces::SteadyIterations); records only, no summary.
+  // over the same steady-state iterations (traces::SteadyIterations), from each instance as it
+  // completes: no trace records are built.
   struct Span {
     double start = 0, end = 0;
     bool present = false;
@@ -158,10 +146,25 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
     }
   };
   std::map<int64_t, std::array<Span, kPhaseCount + 1>> spans;  // [kPhaseCount] = whole iteration
-  for (const TraceRecord& r : result->records) {
-    auto& s = spans[r.iteration];
-    s[static_cast<int>(r.phase)].Add(r.start_s, r.end_s);
-    s[kPhaseCount].Add(r.start_s, r.end_s);
+  const std::vector<TaskSpec>& tasks = schedule->tasks();
+  sim::SimOptions options;
+  options.iterations = iterations;
+  options.record_trace = false;
+  options.on_complete = [&](int32_t task, int64_t iteration, double start_s, double end_s) {
+    auto& s = spans[iteration];
+    s[static_cast<int>(tasks[static_cast<size_t>(task)].phase)].Add(start_s, end_s);
+    s[kPhaseCount].Add(start_s, end_s);
+  };
+  options.schedule_validated = true;  // policies::Plan validates what it returns
+  options.isolation = isolation;
+  const double t1 = Now();
+  built->result.emplace(sim::Simulate(*schedule, scenario->hardware, options));
+  const auto& result = *built->result;
+  e.sim_s = Now() - t1;
+  if (!result.ok()) {
+    e.reason = std::string(result.status().code() == StatusCode::kDeadlock ? "" : "sim: ") +
+               result.status().ToString();
+    return e;
   }
   std::vector<const std::array<Span, kPhaseCount + 1>*> ordered;  // by iteration number
   for (const auto& [it, s] : spans) ordered.push_back(&s);

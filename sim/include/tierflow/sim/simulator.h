@@ -42,6 +42,14 @@ enum class SimIsolation {
 struct SimOptions {
   int64_t iterations = 1;
   bool record_trace = true;  // fill SimResult::records
+  // Called in the calling thread for each instance as it completes, in completion order, with or
+  // without records: for a caller that needs less than a TraceRecord per instance (the sweep's
+  // phase spans), and then sets record_trace = false.
+  std::function<void(int32_t task, int64_t iteration, double start_s, double end_s)> on_complete;
+  // The caller had schedule.Validate() return Ok on this very schedule, unchanged since
+  // (policies::Plan validates what it builds): Simulate does not check it a second time. An
+  // invalid schedule given so breaks the dispatcher's requirements: leave it false otherwise.
+  bool schedule_validated = false;
   // Called in the calling thread about every 1% of instances and once at the end.
   std::function<void(const SimProgress&)> progress;
   SimIsolation isolation = SimIsolation::kFork;
@@ -66,7 +74,7 @@ struct SimResult {
 
 // Runs `options.iterations` iterations of `schedule` on `hw`.
 // Requires nothing of the schedule: it is validated here (an invalid one returns Validate()'s
-// Status). Schedule devices map to the hardware by name: gpu0..gpu{N-1}, host, nvme0.. (node.nvme[i]),
+// Status) unless options.schedule_validated says the caller has. Schedule devices map to the hardware by name: gpu0..gpu{N-1}, host, nvme0.. (node.nvme[i]),
 // remote0.. (node.remote[i]) and net; any other name, or an index out of range, is an
 // InvalidArgument naming the device, as is an op on a device that cannot run it (a read on a
 // GPU) or a bandwidth the op needs that the hardware leaves at 0. A schedule that cannot make
