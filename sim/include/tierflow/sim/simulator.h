@@ -74,7 +74,8 @@ struct SimResult {
 
 // Runs `options.iterations` iterations of `schedule` on `hw`.
 // Requires nothing of the schedule: it is validated here (an invalid one returns Validate()'s
-// Status) unless options.schedule_validated says the caller has. Schedule devices map to the hardware by name: gpu0..gpu{N-1}, host, nvme0.. (node.nvme[i]),
+// Status) unless options.schedule_validated says the caller has.
+// Schedule devices map to the hardware by name: gpu0..gpu{N-1}, host, nvme0.. (node.nvme[i]),
 // remote0.. (node.remote[i]) and net; any other name, or an index out of range, is an
 // InvalidArgument naming the device, as is an op on a device that cannot run it (a read on a
 // GPU) or a bandwidth the op needs that the hardware leaves at 0. A schedule that cannot make
