@@ -3,15 +3,16 @@
 // with the library preloaded and without): every `tierflow` command, every test and every rank
 // paid it, GPU or none. tierflow calls seven cuBLAS functions; this file defines them (with the
 // prototypes of cublas_api.h, so a change there fails to compile here) and each forwards to the
-// library, which the first call opens. When it cannot be opened, each returns
-// CUBLAS_STATUS_NOT_INITIALIZED and cublasGetStatusString says why (dlopen's message), so the
-// error reaches the user as any cuBLAS error does (cuda_status.h).
+// library, which the first call opens. When it cannot be opened, or lacks the function, the call
+// returns CUBLAS_STATUS_NOT_INITIALIZED and cublasGetStatusString says why (dlopen's message, or
+// the function missing), so the error reaches the user as any cuBLAS error does (cuda_status.h).
 //
 // Nothing that links this may link libcublas itself (CUDA::cublas): these definitions would then
 // stand in for the library's own.
 #include <cublas_v2.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <string>
 
 namespace {
@@ -42,11 +43,18 @@ const Library& Cublas() {
   return library;
 }
 
+// A function the opened library lacks (its calls return CUBLAS_STATUS_NOT_INITIALIZED, which
+// cublasGetStatusString then explains by this, not by the library's own "not initialized").
+std::atomic<const char*> missing{nullptr};
+
 // The library's function `name`, of the type of ours (null when the library or it is missing).
 template <typename F>
 F Forward(F, const char* name) {
   const Library& l = Cublas();
-  return l.handle ? reinterpret_cast<F>(::dlsym(l.handle, name)) : nullptr;
+  if (l.handle == nullptr) return nullptr;
+  const F f = reinterpret_cast<F>(::dlsym(l.handle, name));
+  if (f == nullptr) missing.store(name);
+  return f;
 }
 
 }  // namespace
@@ -75,7 +83,12 @@ const char* CUBLASWINAPI cublasGetStatusName(cublasStatus_t status) {
 
 const char* CUBLASWINAPI cublasGetStatusString(cublasStatus_t status) {
   static const auto f = Forward(&cublasGetStatusString, "cublasGetStatusString");
-  return f ? f(status) : Cublas().error.c_str();
+  if (f == nullptr) return Cublas().handle ? "cublasGetStatusString is missing from the cuBLAS library" : Cublas().error.c_str();
+  const char* lacking = missing.load();
+  if (status != CUBLAS_STATUS_NOT_INITIALIZED || lacking == nullptr) return f(status);
+  thread_local std::string why;  // valid until this thread's next call, as a message is used
+  why = std::string(lacking) + " is missing from libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  return why.c_str();
 }
 
 // cublas_api.h adds C++ overloads of these two (computeType as a cudaDataType): the casts pick
