@@ -9,7 +9,9 @@
 # Usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...]   (default all; e.g. `asan -LE slow`)
 #        scripts/sanitize.sh build asan|tsan [cmake --build args...]   (configure and build only)
 # A test that runs past 15 minutes (a hang) fails. CUDA is left out of both (nothing here can run
-# it, and nvcc code is not instrumented). ASAN_ALL=1 and TSAN_ALL=1 add the long cases (below);
+# it, and nvcc code is not instrumented). Both builds precompile the standard and third-party
+# headers (TIERFLOW_PCH, cmake/TierflowPch.cmake); the plain build does not, so that a file that
+# forgets an #include still fails there. ASAN_ALL=1 and TSAN_ALL=1 add the long cases (below);
 # scripts/check-full.sh runs both with the fuzzers for longer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,11 +46,12 @@ configure() {  # KIND: configures build-KIND once, with clang (gcc 12 took 2-3x 
   else
     flags=$tsan_flags
   fi
-  # A tree an older version of this script configured (gcc, or an ASan build without the
-  # fuzzers) cannot be switched in place: it is made anew.
+  # A tree an older version of this script configured (gcc, an ASan build without the fuzzers,
+  # no precompiled headers) cannot be switched in place: it is made anew.
   if [ -f "$dir/CMakeCache.txt" ] && { ! grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++" "$dir/CMakeCache.txt" ||
+       ! grep -q "^TIERFLOW_PCH:BOOL=ON" "$dir/CMakeCache.txt" ||
        { [ "$kind" = asan ] && ! grep -q "^TIERFLOW_FUZZ:BOOL=ON" "$dir/CMakeCache.txt"; }; }; then
-    echo "sanitize: $dir was configured by an older scripts/sanitize.sh (not clang, or no fuzzers): making it anew" >&2
+    echo "sanitize: $dir was configured by an older scripts/sanitize.sh (not clang, no fuzzers or no precompiled headers): making it anew" >&2
     rm -rf "$dir"
   fi
   if [ ! -f "$dir/build.ninja" ]; then
@@ -57,7 +60,7 @@ configure() {  # KIND: configures build-KIND once, with clang (gcc 12 took 2-3x 
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIERFLOW_WERROR=OFF \
       -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-      -DTIERFLOW_CUDA=OFF -DTIERFLOW_BUILD_BENCH=OFF -DTIERFLOW_SLOW_TIMEOUT=5400 "${extra[@]}" \
+      -DTIERFLOW_CUDA=OFF -DTIERFLOW_BUILD_BENCH=OFF -DTIERFLOW_SLOW_TIMEOUT=5400 -DTIERFLOW_PCH=ON "${extra[@]}" \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
       -DCMAKE_EXE_LINKER_FLAGS="$flags $linker" -DCMAKE_SHARED_LINKER_FLAGS="$flags $linker" >/dev/null
   fi
