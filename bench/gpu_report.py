@@ -7,13 +7,14 @@
                                (tierflow-gpu-probe --seq = the scenario's sequence); a backward
                                step also recomputes its forward, which its FLOPs (the schedule's)
                                leave out
-  copies vs pinned bandwidth   the 1B run's h2d and d2h tasks: each one's rate (bytes / duration)
+  copies vs pinned bandwidth   the 1B run's h2d and d2h tasks (the offloaded run's, else the tuned
+                               run's): each one's rate (bytes / duration)
                                against the probed pinned copy rate at its bytes (interpolated in
                                log(size) between the probed sizes); the median of those ratios, and the tasks' median rate; the
                                same of each copy's GPU-side span (device_start_s..device_end_s:
                                what the copy engine took, as the probe times it with events), and
                                the median host time around it (the task's dispatch, launch and
-                               completion: duration minus span)
+                               completion: duration minus span), before the span and after it
   iteration vs lower bound     the 1B run's steady-state iteration time against its resource lower
                                bound: per iteration, the busiest of nvme (reads and writes at the
                                probed best rates, not overlapping), PCIe (h2d, d2h at the probed
@@ -230,15 +231,16 @@ def main():
             t = iteration_times(tuned)
             report["mfu_tuned"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t}
     pinned = pinned_rates(a.out)
-    if run is None or pinned is None:
-        missing["copies_vs_pinned"] = "needs finetune-1b.records.jsonl and the pinned copy probe"
+    copied = run or tuned  # the offloaded run's copies, else the tuned run's
+    if copied is None or pinned is None:
+        missing["copies_vs_pinned"] = "needs finetune-1b.records.jsonl (or tuned-1b's) and the pinned copy probe"
     else:
         for op in ("h2d", "d2h"):
-            rs = [r for r in run if r["op"] == op and dur(r) > 0 and r["bytes"] > 0]
+            rs = [r for r in copied if r["op"] == op and dur(r) > 0 and r["bytes"] > 0]
             if rs and op in pinned:
                 task = statistics.median(r["bytes"] / dur(r) for r in rs)
                 ratio = statistics.median(r["bytes"] / dur(r) / at_size(pinned[op], r["bytes"]) for r in rs)
-                fig = {"ratio": ratio, "task_gb_s": task / 1e9,
+                fig = {"ratio": ratio, "task_gb_s": task / 1e9, "from": "finetune-1b" if run else "tuned-1b",
                        "median_task_bytes": statistics.median(r["bytes"] for r in rs),
                        "pinned_gb_s_largest": pinned[op][max(pinned[op])] / 1e9, "tasks": len(rs)}
                 spans = [r for r in rs if r.get("device_end_s", 0) > r.get("device_start_s", 0) > 0]
@@ -247,6 +249,9 @@ def main():
                     fig["gpu_span_ratio"] = statistics.median(r["bytes"] / span(r) / at_size(pinned[op], r["bytes"]) for r in spans)
                     fig["gpu_span_gb_s"] = statistics.median(r["bytes"] / span(r) for r in spans) / 1e9
                     fig["host_overhead_us"] = statistics.median(dur(r) - span(r) for r in spans) * 1e6
+                    # The host's part before the GPU's span (hand-over, launch) and after it (wake-up, completion).
+                    fig["host_before_us"] = statistics.median(r["device_start_s"] - r["start_s"] for r in spans) * 1e6
+                    fig["host_after_us"] = statistics.median(r["end_s"] - r["device_end_s"] for r in spans) * 1e6
                 report[f"copies_vs_pinned_{op}"] = fig
 
     if run is not None:
