@@ -231,7 +231,7 @@ def main():
             t = iteration_times(tuned)
             report["mfu_tuned"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t}
     pinned = pinned_rates(a.out)
-    copied = run or tuned  # the offloaded run's copies, else the tuned run's
+    copied, copied_from = (run, "finetune-1b") if run else (tuned, "tuned-1b")  # the offloaded run's copies, else the tuned run's
     if copied is None or pinned is None:
         missing["copies_vs_pinned"] = "needs finetune-1b.records.jsonl (or tuned-1b's) and the pinned copy probe"
     else:
@@ -240,7 +240,7 @@ def main():
             if rs and op in pinned:
                 task = statistics.median(r["bytes"] / dur(r) for r in rs)
                 ratio = statistics.median(r["bytes"] / dur(r) / at_size(pinned[op], r["bytes"]) for r in rs)
-                fig = {"ratio": ratio, "task_gb_s": task / 1e9, "from": "finetune-1b" if run else "tuned-1b",
+                fig = {"ratio": ratio, "task_gb_s": task / 1e9, "from": copied_from,
                        "median_task_bytes": statistics.median(r["bytes"] for r in rs),
                        "pinned_gb_s_largest": pinned[op][max(pinned[op])] / 1e9, "tasks": len(rs)}
                 spans = [r for r in rs if r.get("device_end_s", 0) > r.get("device_start_s", 0) > 0]
