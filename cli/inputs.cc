@@ -1,5 +1,7 @@
 #include "inputs.h"
 
+#include "command.h"
+
 #include <cstdlib>
 #include <map>
 
@@ -28,6 +30,17 @@ double Now() {
 
 void AddSetOption(CLI::App* app, std::vector<std::string>* sets) {
   app->add_option("--set", *sets, "Override a scenario value: key.path=value (repeatable)")->take_all();
+  std::string* model_dir = Keep<std::string>();
+  app->add_option("--model-dir", *model_dir,
+                  "The model of a Hugging Face directory (its config.json; run starts from its weights): the scenario's "
+                  "model becomes {hf_dir: DIR}, before any --set");
+  app->parse_complete_callback([sets, model_dir] {
+    if (model_dir->empty()) return;
+    YAML::Emitter e;
+    e << YAML::Flow << YAML::BeginMap << YAML::Key << "hf_dir" << YAML::Value << YAML::DoubleQuoted << *model_dir
+      << YAML::EndMap;
+    sets->insert(sets->begin(), std::string(kModelDirSet) + e.c_str());
+  });
 }
 
 StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const std::string& path, const std::vector<std::string>& sets) {
@@ -43,6 +56,7 @@ StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const 
   std::map<std::string, std::string> knobs;  // the planner writes each knob set as meta "policy.<knob>"
   for (const auto& [k, v] : schedule.meta) {
     if (k == "policy") s.policy = v;
+    if (k == "model.hf_dir") s.model_dir = v;
     if (k.rfind("policy.", 0) == 0) knobs[k.substr(7)] = v;
   }
   s.knobs = policies::Knobs(std::move(knobs));
@@ -52,6 +66,9 @@ StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const 
     s.model = std::move(model).value();
     YAML::Node hardware = YAML::Load(sections.hardware);
     for (const auto& set : sets) {
+      if (set.rfind(kModelDirSet, 0) == 0) {
+        return InvalidArgument("--model-dir: " + path + " is a schedule, already planned for its model; give --model-dir with a scenario");
+      }
       if (set.rfind("hardware.", 0) != 0) {
         return InvalidArgument("--set " + set + ": a schedule file is already planned; only hardware.* can be overridden");
       }
@@ -117,15 +134,8 @@ StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path) {
 
 StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, const std::string& data, float lr,
                                             int threads) {
-  real::TrainConfig config;
-  config.spec.config = scenario.model;
-  config.batch = scenario.training.micro_batch_size;
-  config.seq = scenario.training.sequence_length;
-  config.micro_steps = static_cast<int32_t>(scenario.training.gradient_accumulation_steps);
-  config.ranks = std::max<int32_t>(1, scenario.training.data_parallel);
-  config.adam.lr = lr;
-  config.dynamic_loss_scaling = scenario.training.loss_scaling == "dynamic";
-  config.gradient_clipping = scenario.training.gradient_clipping;
+  real::TrainConfig config = real::TrainConfigFor(scenario.model, scenario.training);
+  if (lr > 0) config.adam.lr = lr;
   config.threads = threads;
   const std::string path = data.empty() ? kDefaultCorpus : data;
   auto tokens = LoadTokens(path);

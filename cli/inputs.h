@@ -29,8 +29,10 @@ struct PlannedInput {
   bool from_schedule_file = false;
 };
 
-// Adds `--set key.path=value` (repeatable) to a subcommand.
+// Adds `--set key.path=value` (repeatable) and `--model-dir DIR` to a subcommand: --model-dir
+// puts the override `model={hf_dir: DIR}` before the --set ones (kModelDirSet).
 void AddSetOption(CLI::App* app, std::vector<std::string>* sets);
+inline constexpr const char* kModelDirSet = "model=";
 
 // Loads a scenario (and plans it) or a schedule. --set applies to scenarios; on a schedule file
 // it is an error (the schedule is already planned), except for hardware.* keys, which re-target
@@ -50,7 +52,9 @@ StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const 
 
 // The training set-up `run` and `validate` give the executor: the scenario's model and shape,
 // the corpus (`data`: a .txt file is byte-tokenized, anything else an llm.c token file; empty:
-// kDefaultCorpus, looked up from the working directory), AdamW's learning rate, compute threads.
+// kDefaultCorpus, looked up from the working directory), AdamW and its schedule from the
+// scenario's training.optimizer and lr_schedule (`lr` > 0 in place of its lr), training.seed, and
+// the compute threads.
 inline constexpr const char* kDefaultCorpus = "data/corpus/kjv-genesis.txt";
 StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, const std::string& data, float lr,
                                             int threads);

@@ -1,4 +1,4 @@
-// `tierflow model`: an LLM preset's (or a YAML file's) dimensions, parameters per layer kind,
+// `tierflow model`: an LLM preset's (or a YAML file's, or a Hugging Face directory's) dimensions, parameters per layer kind,
 // FLOPs per token and activation bytes; `--list` lists the presets; `--json` for machines.
 #include <fmt/format.h>
 
@@ -17,6 +17,7 @@ namespace {
 struct ModelOptions {
   std::string preset;
   std::string file;
+  std::string model_dir;
   bool json = false;
   bool list = false;
   int64_t seq = 0;  // 0: min(max_seq, 2048)
@@ -61,6 +62,18 @@ KindTotals ByKind(const models::LlmConfig& c) {
   return t;
 }
 
+nlohmann::json RopeScalingJson(const models::RopeScaling& r) {
+  using Kind = models::RopeScaling::Kind;
+  if (r.kind == Kind::kNone) return {{"type", "none"}};
+  nlohmann::json j = {{"type", r.kind == Kind::kLinear ? "linear" : "llama3"}, {"factor", r.factor}};
+  if (r.kind == Kind::kLlama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+    j["original_max_seq"] = r.original_max_seq;
+  }
+  return j;
+}
+
 nlohmann::json ToJson(const models::LlmConfig& c, int64_t seq) {
   const KindTotals k = ByKind(c);
   const models::Flops f = models::ModelFlops(c, 1, seq, /*activation_checkpointing=*/true);
@@ -81,6 +94,12 @@ nlohmann::json ToJson(const models::LlmConfig& c, int64_t seq) {
   j["norm"] = NormName(c.norm);
   j["tied_embeddings"] = c.tied_embeddings;
   j["attention_bias"] = c.attention_bias;
+  j["norm_eps"] = c.norm_eps;
+  if (c.position == models::PositionKind::kRotary) {
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = RopeScalingJson(c.rope_scaling);
+  }
+  j["sliding_window"] = c.sliding_window;
   j["parameters"] = models::ParameterCount(c);
   j["parameters_by_kind"] = {{"embedding", k.embedding},
                              {"decoder_each", k.decoder_each},
@@ -103,9 +122,15 @@ void PrintTable(const models::LlmConfig& c, int64_t seq) {
   fmt::print("model {}\n  source: {}\n\n", c.name, c.source);
   fmt::print("  hidden {}  ffn {}  layers {}  heads {}  kv_heads {}  head_dim {}\n", c.hidden,
              c.ffn, c.layers, c.heads, c.kv_heads, c.head_dim());
-  fmt::print("  vocab {}  max_seq {}  mlp {}  position {}  norm {}  tied {}  bias {}\n\n", c.vocab,
+  fmt::print("  vocab {}  max_seq {}  mlp {}  position {}  norm {}  tied {}  bias {}\n", c.vocab,
              c.max_seq, MlpName(c.mlp), PositionName(c.position), NormName(c.norm),
              c.tied_embeddings ? "yes" : "no", c.attention_bias ? "yes" : "no");
+  std::string rope;
+  if (c.position == models::PositionKind::kRotary) {
+    rope = fmt::format("  rope_theta {}  rope_scaling {}", c.rope_theta, RopeScalingJson(c.rope_scaling).dump());
+  }
+  fmt::print("  norm_eps {}{}{}\n\n", c.norm_eps, rope,
+             c.sliding_window > 0 ? fmt::format("  sliding_window {}", c.sliding_window) : "");
   fmt::print("  {:<10} {:>6} {:>16} {:>18} {:>12}\n", "layer kind", "count", "parameters each",
              "parameters total", "bf16 total");
   auto row = [](const char* kind, int64_t count, int64_t each, int64_t sum) {
@@ -154,8 +179,12 @@ Status Run(const ModelOptions& o) {
     return Status::Ok();
   }
   models::LlmConfig c;
-  if (!o.file.empty()) {
-    if (!o.preset.empty()) return InvalidArgument("give a preset or --file, not both");
+  if (!o.preset.empty() + !o.file.empty() + !o.model_dir.empty() > 1) {
+    return InvalidArgument("give one of a preset, --file and --model-dir");
+  }
+  if (!o.model_dir.empty()) {
+    TF_ASSIGN_OR_RETURN(c, models::LlmFromHfDir(o.model_dir));
+  } else if (!o.file.empty()) {
     TF_ASSIGN_OR_RETURN(std::string text, ReadFile(o.file));
     auto parsed = models::LlmFromYamlText(text);
     if (!parsed.ok()) return parsed.status().WithContext("model file '" + o.file + "'");
@@ -163,7 +192,7 @@ Status Run(const ModelOptions& o) {
   } else if (!o.preset.empty()) {
     TF_ASSIGN_OR_RETURN(c, models::LlmPreset(o.preset));
   } else {
-    return InvalidArgument("name a preset (tierflow model --list shows them) or give --file");
+    return InvalidArgument("name a preset (tierflow model --list shows them), or give --file or --model-dir");
   }
   if (o.seq < 0) return InvalidArgument("--seq must be positive");
   const int64_t seq = o.seq > 0 ? o.seq : std::min<int64_t>(c.max_seq, 2048);
@@ -182,6 +211,7 @@ Command MakeModelCommand(CLI::App& parent) {
   app->add_option("preset", o->preset, "preset name (see --list)");
   app->add_option("--file", o->file,
                   "YAML model description ({preset: NAME, overrides} or all dims)");
+  app->add_option("--model-dir", o->model_dir, "A Hugging Face model directory (its config.json)");
   app->add_option("--seq", o->seq,
                   "sequence length for FLOPs and activations (default min(max_seq, 2048))");
   app->add_flag("--json", o->json, "print JSON");

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <memory>
 #include <optional>
 
 #include "command.h"
+#include "fine_tune.h"
 #include "inputs.h"
 #include "report.h"
 #include "tierflow/core/files.h"
@@ -34,10 +36,14 @@ struct RunArgs {
   std::string records;
   std::string data;
   std::string init;  // safetensors file of the initial weights (Hugging Face names)
+  std::string save_model;  // a Hugging Face directory for the fine-tuned model
+  std::string save_dtype;  // bf16 | fp32; empty: the input directory's (bf16 without one)
+  int64_t save_every = 0;  // also save it after every K iterations
+  int64_t eval_every = 0;  // the held-out loss after every K iterations
   std::string storage = "auto";
   std::string compute = "cpu";
   int threads = 0;
-  float lr = 1e-3f;
+  float lr = 0;  // 0: the scenario's training.optimizer.lr
   bool in_memory = false;
   bool plain_loop = false;
   std::string checkpoint;
@@ -79,7 +85,9 @@ Status RunRun(const RunArgs& a) {
     return InvalidArgument("--iterations " + std::to_string(a.iterations) + " must be between 1 and " + std::to_string(kMaxIterations));
   }
   if (a.in_memory && a.plain_loop) return InvalidArgument("--in-memory ignores the schedule and --plain-loop runs it: give one");
-  if (!(a.lr > 0) || !std::isfinite(a.lr)) return InvalidArgument("--lr " + std::to_string(a.lr) + ": the learning rate must be a finite number > 0");
+  if (a.lr != 0 && (!(a.lr > 0) || !std::isfinite(a.lr))) {
+    return InvalidArgument("--lr " + std::to_string(a.lr) + ": the learning rate must be a finite number > 0");
+  }
   if (a.threads < 0 || a.threads > kMaxThreads) {
     return InvalidArgument("--threads " + std::to_string(a.threads) + " must be between 0 (every core) and " + std::to_string(kMaxThreads));
   }
@@ -105,24 +113,40 @@ Status RunRun(const RunArgs& a) {
   auto config_or = MakeTrainConfig(in.scenario, a.data, a.lr, a.threads);
   TF_RETURN_IF_ERROR(before_run(config_or.status()));
   real::TrainConfig config = std::move(config_or).value();
-  if (!a.init.empty()) {  // the initial weights of another system (a Hugging Face checkpoint), not our own
-    auto file = real::SafetensorsFile::Open(a.init);
-    TF_RETURN_IF_ERROR(before_run(file.status().WithContext("--init")));
-    const real::ParamLayout layout = real::MakeParamLayout(config.spec.config);
-    config.initial_weights.assign(static_cast<size_t>(layout.total), 0.0f);
-    TF_RETURN_IF_ERROR(before_run(real::LoadLlamaWeights(*file, layout, config.initial_weights.data()).WithContext("--init")));
-  }
+  FineTuneArgs ft;
+  ft.init = a.init;
+  ft.model_dir = in.scenario.model_dir;
+  ft.save_model = a.save_model;
+  ft.save_dtype = a.save_dtype;
+  ft.save_every = a.save_every;
+  ft.eval_every = a.eval_every;
+  for (const std::string& d : a.disks) ft.run_dirs.push_back({"--disk", d.find('=') == std::string::npos ? d : d.substr(d.find('=') + 1)});
+  if (!a.disk_root.empty()) ft.run_dirs.push_back({"--disk-root", a.disk_root});
+  if (!a.checkpoint.empty()) ft.run_dirs.push_back({"--checkpoint", a.checkpoint});
+  auto fine_tune_or = FineTune::Prepare(std::move(ft), &config);
+  TF_RETURN_IF_ERROR(before_run(fine_tune_or.status()));
+  FineTune fine_tune = std::move(fine_tune_or).value();
   TF_RETURN_IF_ERROR(before_run(CheckProcessCount(comm.get(), config.ranks, a.input)));
   const bool reports = comm == nullptr || comm->rank() == 0;
+  // A line per iteration: its loss, the tokens per second so far and the time left.
+  const double tokens_per_iteration = static_cast<double>(config.batch * config.seq * config.micro_steps * config.ranks);
+  const auto started = std::chrono::steady_clock::now();
+  int64_t lines = 0;
   auto print_loss = [&](int64_t iteration, double loss) {
     if (a.json || !reports) return;
-    std::printf("iteration %4lld  loss %.6f%s\n", static_cast<long long>(iteration), loss, comm != nullptr ? "  (rank 0's batches)" : "");
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ++lines;
+    const double per = elapsed / static_cast<double>(lines);
+    std::printf("iteration %4lld  loss %.6f  %s tokens/s  ETA %s%s\n", static_cast<long long>(iteration), loss,
+                FormatCount(tokens_per_iteration / per).c_str(), FormatDuration(per * static_cast<double>(a.iterations - 1 - iteration)).c_str(),
+                comm != nullptr ? "  (rank 0's batches)" : "");
     std::fflush(stdout);
   };
+  const real::MasterHook on_master = fine_tune.Hook(!a.json && reports);
   real::RunResult result;
   std::optional<TraceWriter> records_out;  // put in place only when the run succeeds
   if (a.in_memory) {
-    TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss, a.compute));
+    TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss, a.compute, on_master));
   } else {
     real::RunOptions options;
     options.iterations = a.iterations;
@@ -131,6 +155,7 @@ Status RunRun(const RunArgs& a) {
     options.storage = a.storage;
     options.compute = a.compute;
     options.on_iteration = print_loss;
+    options.on_master = on_master;
     options.plain_loop = a.plain_loop;
     options.checkpoint_dir = a.checkpoint;
     options.checkpoint_every = a.checkpoint_every;
@@ -195,6 +220,8 @@ Status RunRun(const RunArgs& a) {
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
+  TF_RETURN_IF_ERROR(fine_tune.Finish(result.master, result.first_iteration + static_cast<int64_t>(result.loss.size()), &report,
+                                       !a.json));
   if (!a.records.empty() && a.in_memory) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result.records));
   if (!a.trace.empty()) TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, result.records, &in.schedule));
   if (a.json) {
@@ -232,13 +259,22 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("-n,--iterations", a->iterations, "Training iterations")->capture_default_str();
   app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
   app->add_option("--records", a->records, "Write the trace records (JSON Lines, the format of sim --records)");
-  app->add_option("--init", a->init, "Initial weights: a safetensors file of the model's tensors under their Hugging Face names (default: tierflow's own initialisation)");
+  app->add_option("--init", a->init, "Initial weights: a safetensors file of the model's tensors under their Hugging Face names (default: the model directory's with --model-dir, else tierflow's own initialisation)");
+  app->add_option("--save-model", a->save_model,
+                  "After the run, save the fine-tuned model as a Hugging Face directory (config.json and safetensors "
+                  "shards of at most 5 GB), in place of any earlier save there");
+  app->add_option("--save-every", a->save_every, "Also save it (in place of the last save) after every K iterations (needs --save-model)");
+  app->add_option("--save-dtype", a->save_dtype, "The saved weights' type: bf16 or fp32 (default: the input directory's, else bf16)")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  app->add_option("--eval-every", a->eval_every,
+                  "The loss and perplexity on a held-out batch (the corpus's last batch of windows, not trained on) after every K "
+                  "iterations and at the end");
   app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
   app->add_option("--compute", a->compute, "Where gpu0 is: cpu (emulated in host memory) or cuda (GPU 0; a build with CUDA)")
       ->capture_default_str();
   app->add_option("--threads", a->threads, "Threads of each host compute pool (0: the schedule's for the optimizer and conversions, at most this rank's share of the cores; every core for the rest)")->capture_default_str();
-  app->add_option("--lr", a->lr, "AdamW learning rate")->capture_default_str();
+  app->add_option("--lr", a->lr, "AdamW's peak learning rate, in place of the scenario's training.optimizer.lr (default 1e-3)");
   app->add_flag("--in-memory", a->in_memory, "Ignore the schedule: the same training as a plain loop in memory (the reference)");
   app->add_option("--checkpoint", a->checkpoint, "Directory for the training checkpoint (master weights, Adam moments, step)");
   app->add_option("--checkpoint-every", a->checkpoint_every, "Save a checkpoint after every K iterations (needs --checkpoint)");

@@ -85,7 +85,7 @@ Status RunValidate(const ValidateArgs& a) {
   auto simulated = sim::Simulate(in.schedule, profile, so);
   if (!simulated.ok()) return before_run(simulated.status().WithContext("sim with profile '" + a.profile + "'"));
 
-  auto config_or = MakeTrainConfig(in.scenario, a.data, 1e-3f, 0);
+  auto config_or = MakeTrainConfig(in.scenario, a.data, 0, 0);
   TF_RETURN_IF_ERROR(before_run(config_or.status()));
   const real::TrainConfig config = std::move(config_or).value();
   TF_RETURN_IF_ERROR(before_run(CheckProcessCount(comm.get(), config.ranks, a.input)));

@@ -1,9 +1,12 @@
 #include "tierflow/models/llm.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
+#include <numbers>
 #include <string>
 
 #include "tierflow/models/yaml_tree.h"
@@ -34,6 +37,13 @@ LlmConfig Llama(std::string name, int64_t hidden, int64_t ffn, int64_t layers, i
   return c;
 }
 
+// Llama 3's rotary base, 500000, and its scaling (Llama 3.1 and 3.2: llama3).
+LlmConfig Llama3(LlmConfig c, RopeScaling scaling = {}) {
+  c.rope_theta = 500000;
+  c.rope_scaling = scaling;
+  return c;
+}
+
 // Megatron-DeepSpeed GPT as MLP-Offload runs it: rotary, RMSNorm, no biases, untied embeddings,
 // GPT-2 BPE vocabulary 50257 padded by Megatron to a multiple of 128 = 50304.
 constexpr int64_t kMegatronGpt2Vocab = 50304;
@@ -45,10 +55,14 @@ std::vector<LlmConfig> MakePresets() {
                     "tierflow test model: byte-level vocabulary, Llama layout, small enough for "
                     "CPU reference runs"));
   // 1,235,814,400 parameters.
-  p.push_back(Llama("llama3.2-1b", 2048, 8192, 16, 32, 8, 128256, 131072, true,
-                    "meta-llama/Llama-3.2-1B config.json (hidden_size 2048, intermediate_size "
-                    "8192, 16 layers, 32 heads, 8 kv heads, vocab 128256, "
-                    "max_position_embeddings 131072, tie_word_embeddings true)"));
+  p.push_back(Llama3(Llama("llama3.2-1b", 2048, 8192, 16, 32, 8, 128256, 131072, true,
+                           "meta-llama/Llama-3.2-1B config.json (hidden_size 2048, intermediate_size "
+                           "8192, 16 layers, 32 heads, 8 kv heads, vocab 128256, "
+                           "max_position_embeddings 131072, tie_word_embeddings true, rope_theta "
+                           "500000, rope_scaling llama3: factor 32, low_freq_factor 1, "
+                           "high_freq_factor 4, original_max_position_embeddings 8192)"),
+                     {.kind = RopeScaling::Kind::kLlama3, .factor = 32, .low_freq_factor = 1,
+                      .high_freq_factor = 4, .original_max_seq = 8192}));
   // 6,738,415,616 parameters.
   p.push_back(Llama("llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, false,
                     "meta-llama/Llama-2-7b-hf config.json (hidden_size 4096, intermediate_size "
@@ -63,15 +77,15 @@ std::vector<LlmConfig> MakePresets() {
                     "28672, 80 layers, 64 heads, 8 kv heads, vocab 32000, "
                     "max_position_embeddings 4096)"));
   // 8,030,261,248 parameters.
-  p.push_back(Llama("llama3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, false,
-                    "meta-llama/Meta-Llama-3-8B config.json (hidden_size 4096, intermediate_size "
-                    "14336, 32 layers, 32 heads, 8 kv heads, vocab 128256, "
-                    "max_position_embeddings 8192)"));
+  p.push_back(Llama3(Llama("llama3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, false,
+                           "meta-llama/Meta-Llama-3-8B config.json (hidden_size 4096, intermediate_size "
+                           "14336, 32 layers, 32 heads, 8 kv heads, vocab 128256, "
+                           "max_position_embeddings 8192, rope_theta 500000)")));
   // 70,553,706,496 parameters.
-  p.push_back(Llama("llama3-70b", 8192, 28672, 80, 64, 8, 128256, 8192, false,
-                    "meta-llama/Meta-Llama-3-70B config.json (hidden_size 8192, "
-                    "intermediate_size 28672, 80 layers, 64 heads, 8 kv heads, vocab 128256, "
-                    "max_position_embeddings 8192)"));
+  p.push_back(Llama3(Llama("llama3-70b", 8192, 28672, 80, 64, 8, 128256, 8192, false,
+                           "meta-llama/Meta-Llama-3-70B config.json (hidden_size 8192, "
+                           "intermediate_size 28672, 80 layers, 64 heads, 8 kv heads, vocab 128256, "
+                           "max_position_embeddings 8192, rope_theta 500000)")));
   {
     // 174,604,259,328 parameters (GPT-2 layout: learned positions, LayerNorm with bias, biases
     // on every linear layer, GELU MLP of 4 x d_model, embeddings tied to the output layer).
@@ -226,7 +240,69 @@ Status ValidateLlm(const LlmConfig& c) {
     return InvalidArgument(who + ": kv_heads " + std::to_string(c.kv_heads) +
                            " must divide heads " + std::to_string(c.heads));
   }
+  if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) {
+    return InvalidArgument(who + ": norm_eps must be a finite number > 0");
+  }
+  if (!(c.rope_theta > 1) || !std::isfinite(c.rope_theta)) {
+    return InvalidArgument(who + ": rope_theta must be a finite number > 1");
+  }
+  if (c.sliding_window < 0) return InvalidArgument(who + ": sliding_window must be >= 0 (0: none)");
+  const RopeScaling& r = c.rope_scaling;
+  if (r.kind != RopeScaling::Kind::kNone) {
+    if (c.position != PositionKind::kRotary) {
+      return InvalidArgument(who + ": rope_scaling needs position rotary");
+    }
+    if (!(r.factor >= 1) || !std::isfinite(r.factor)) {
+      return InvalidArgument(who + ": rope_scaling.factor must be a finite number >= 1");
+    }
+  }
+  if (r.kind == RopeScaling::Kind::kLlama3) {
+    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor) || !std::isfinite(r.high_freq_factor)) {
+      return InvalidArgument(who + ": rope_scaling llama3 needs 0 < low_freq_factor < high_freq_factor");
+    }
+    if (r.original_max_seq <= 0) {
+      return InvalidArgument(who + ": rope_scaling llama3 needs original_max_seq > 0 (original_max_position_embeddings)");
+    }
+  }
   return Status::Ok();
+}
+
+std::vector<double> RopeInverseFrequencies(const LlmConfig& c) {
+  TF_CHECK(c.heads > 0);
+  return RopeInverseFrequencies(c.head_dim(), c.rope_theta, c.rope_scaling);
+}
+
+std::vector<double> RopeInverseFrequencies(int64_t dim, double theta, const RopeScaling& r) {
+  TF_CHECK(dim > 0 && dim % 2 == 0);
+  std::vector<double> inv(static_cast<size_t>(dim / 2));
+  for (int64_t j = 0; j < dim / 2; ++j) {
+    double f = 1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(dim));
+    switch (r.kind) {
+      case RopeScaling::Kind::kNone:
+        break;
+      case RopeScaling::Kind::kLinear:
+        f /= r.factor;
+        break;
+      case RopeScaling::Kind::kLlama3: {
+        // transformers' _compute_llama3_parameters: wavelengths longer than the original
+        // context over low_freq_factor are stretched by factor, those shorter than it over
+        // high_freq_factor kept, and the band between blended linearly in context / wavelength.
+        const double original = static_cast<double>(r.original_max_seq);
+        const double wavelen = 2 * std::numbers::pi / f;
+        const double low_freq_wavelen = original / r.low_freq_factor;
+        const double high_freq_wavelen = original / r.high_freq_factor;
+        if (wavelen > low_freq_wavelen) {
+          f /= r.factor;
+        } else if (wavelen >= high_freq_wavelen) {
+          const double smooth = (original / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+          f = (1 - smooth) * f / r.factor + smooth * f;
+        }
+        break;
+      }
+    }
+    inv[static_cast<size_t>(j)] = f;
+  }
+  return inv;
 }
 
 std::vector<LayerInfo> Layers(const LlmConfig& c) {
@@ -372,19 +448,56 @@ Status ParseEnum(internal::FieldReader* r, const std::string& key,
   return InvalidArgument(r->KeyPath(key) + ": '" + s + "' is not one of " + JoinNames(names));
 }
 
+// {type: none|linear|llama3, factor, low_freq_factor, high_freq_factor, original_max_seq}; null
+// or type none clears it.
+Status ReadRopeScaling(const YAML::Node& node, const std::string& path, RopeScaling* out) {
+  if (!node.IsDefined() || node.IsNull()) {
+    *out = RopeScaling{};
+    return Status::Ok();
+  }
+  internal::FieldReader r(node, path);
+  TF_RETURN_IF_ERROR(r.status());
+  if (!r.Has("type") && out->kind == RopeScaling::Kind::kNone) {
+    return InvalidArgument(r.KeyPath("type") + ": missing (none, linear or llama3; the model has no scaling to change)");
+  }
+  int kind = static_cast<int>(out->kind);
+  TF_RETURN_IF_ERROR(ParseEnum(&r, "type", {"none", "linear", "llama3"}, &kind));
+  RopeScaling s;
+  s.kind = static_cast<RopeScaling::Kind>(kind);
+  if (out->kind == s.kind) s = *out;  // overriding one field of the base's scaling
+  TF_RETURN_IF_ERROR(r.Fraction("factor", &s.factor));
+  TF_RETURN_IF_ERROR(r.Fraction("low_freq_factor", &s.low_freq_factor));
+  TF_RETURN_IF_ERROR(r.Fraction("high_freq_factor", &s.high_freq_factor));
+  TF_RETURN_IF_ERROR(r.Int("original_max_seq", &s.original_max_seq));
+  TF_RETURN_IF_ERROR(r.Finish());
+  *out = s;
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
   internal::FieldReader r(node, "model");
   TF_RETURN_IF_ERROR(r.status());
   LlmConfig c;
-  std::string preset;
+  std::string preset, hf_dir;
   TF_RETURN_IF_ERROR(r.String("preset", &preset));
+  TF_RETURN_IF_ERROR(r.String("hf_dir", &hf_dir));
+  if (!preset.empty() && !hf_dir.empty()) {
+    return InvalidArgument(r.KeyPath("hf_dir") + ": give a preset or a Hugging Face directory, not both");
+  }
   if (!preset.empty()) {
     auto p = LlmPreset(preset);
     if (!p.ok()) return InvalidArgument("model.preset: " + p.status().message());
     c = p.value();
   }
+  if (!hf_dir.empty()) {
+    auto p = LlmFromHfDir(hf_dir);
+    if (!p.ok()) return p.status().WithContext(r.KeyPath("hf_dir"));
+    c = p.value();
+  }
+  // A preset or a directory is the base: every dimension given, any may be overridden.
+  const bool has_base = !preset.empty() || !hf_dir.empty();
   const LlmConfig base = c;
   TF_RETURN_IF_ERROR(r.String("name", &c.name));
   TF_RETURN_IF_ERROR(r.String("source", &c.source));
@@ -405,8 +518,8 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
         return InvalidArgument(r.KeyPath(d.key) + ": must be positive, got " +
                                std::to_string(*d.field));
       }
-    } else if (preset.empty() && std::string(d.key) != "kv_heads") {
-      return InvalidArgument(r.KeyPath(d.key) + ": missing (give every dimension, or a preset)");
+    } else if (!has_base && std::string(d.key) != "kv_heads") {
+      return InvalidArgument(r.KeyPath(d.key) + ": missing (give every dimension, a preset or an hf_dir)");
     }
   }
   int mlp = static_cast<int>(c.mlp), position = static_cast<int>(c.position),
@@ -419,11 +532,15 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
   c.norm = static_cast<NormKind>(norm);
   TF_RETURN_IF_ERROR(r.Bool("tied_embeddings", &c.tied_embeddings));
   TF_RETURN_IF_ERROR(r.Bool("attention_bias", &c.attention_bias));
+  TF_RETURN_IF_ERROR(r.Fraction("norm_eps", &c.norm_eps));
+  TF_RETURN_IF_ERROR(r.Fraction("rope_theta", &c.rope_theta));
+  TF_RETURN_IF_ERROR(r.Int("sliding_window", &c.sliding_window));
+  if (r.Has("rope_scaling")) TF_RETURN_IF_ERROR(ReadRopeScaling(r.Child("rope_scaling"), r.KeyPath("rope_scaling"), &c.rope_scaling));
   TF_RETURN_IF_ERROR(r.Finish());
   // A custom model without kv_heads has multi-head attention.
-  if (preset.empty() && c.kv_heads == 0) c.kv_heads = c.heads;
+  if (!has_base && c.kv_heads == 0) c.kv_heads = c.heads;
   if (c.name.empty()) c.name = "custom";
-  if (!preset.empty() && !overridden.empty() && c.source == base.source) {
+  if (has_base && !overridden.empty() && c.source == base.source) {
     c.source = base.source + "; overridden: " + JoinNames(overridden);
   }
   TF_RETURN_IF_ERROR(ValidateLlm(c));
@@ -444,6 +561,22 @@ std::string LlmToYaml(const LlmConfig& c) {
   e << YAML::Key << "norm" << YAML::Value << (c.norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm");
   e << YAML::Key << "tied_embeddings" << YAML::Value << c.tied_embeddings;
   e << YAML::Key << "attention_bias" << YAML::Value << c.attention_bias;
+  // Shortest text that reads back to the same double ("1e-05", "500000").
+  e << YAML::Key << "norm_eps" << YAML::Value << fmt::format("{}", c.norm_eps);
+  e << YAML::Key << "rope_theta" << YAML::Value << fmt::format("{}", c.rope_theta);
+  if (c.rope_scaling.kind != RopeScaling::Kind::kNone) {
+    const RopeScaling& r = c.rope_scaling;
+    e << YAML::Key << "rope_scaling" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "type" << YAML::Value << (r.kind == RopeScaling::Kind::kLinear ? "linear" : "llama3");
+    e << YAML::Key << "factor" << YAML::Value << fmt::format("{}", r.factor);
+    if (r.kind == RopeScaling::Kind::kLlama3) {
+      e << YAML::Key << "low_freq_factor" << YAML::Value << fmt::format("{}", r.low_freq_factor);
+      e << YAML::Key << "high_freq_factor" << YAML::Value << fmt::format("{}", r.high_freq_factor);
+      e << YAML::Key << "original_max_seq" << YAML::Value << r.original_max_seq;
+    }
+    e << YAML::EndMap;
+  }
+  if (c.sliding_window > 0) e << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

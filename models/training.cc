@@ -30,6 +30,68 @@ StatusOr<int64_t> PositiveInt(const YAML::Node& node, const std::string& where, 
   return static_cast<int64_t>(v);
 }
 
+// A finite number in [lo, hi]; `rule` says the range in the error.
+StatusOr<double> Number(const YAML::Node& node, const std::string& where, double lo, double hi, const std::string& rule) {
+  if (!node.IsScalar()) return InvalidArgument(where + ": expected a number");
+  double v = 0;
+  try {
+    v = node.as<double>();
+  } catch (const YAML::Exception&) {
+    return InvalidArgument(where + ": " + Q(node.Scalar()) + " is not a number");
+  }
+  if (!std::isfinite(v) || v < lo || v > hi) return InvalidArgument(where + ": " + Q(node.Scalar()) + " " + rule);
+  return v;
+}
+
+Status ReadOptimizer(const YAML::Node& node, OptimizerSetup* o) {
+  if (node.IsNull()) return Status::Ok();
+  TF_RETURN_IF_ERROR(CheckYamlKeys(node, "training.optimizer", {"lr", "betas", "eps", "weight_decay"}));
+  if (node["lr"]) {
+    TF_ASSIGN_OR_RETURN(o->lr, Number(node["lr"], "training.optimizer.lr", 0, 1e3, "must be a finite number > 0"));
+    if (!(o->lr > 0)) return InvalidArgument("training.optimizer.lr: " + Q(node["lr"].Scalar()) + " must be a finite number > 0");
+  }
+  if (node["betas"]) {
+    const YAML::Node& b = node["betas"];
+    if (!b.IsSequence() || b.size() != 2) return InvalidArgument("training.optimizer.betas: expected [beta1, beta2]");
+    TF_ASSIGN_OR_RETURN(o->beta1, Number(b[0], "training.optimizer.betas[0]", 0, 1, "must be in [0, 1)"));
+    TF_ASSIGN_OR_RETURN(o->beta2, Number(b[1], "training.optimizer.betas[1]", 0, 1, "must be in [0, 1)"));
+    if (o->beta1 >= 1 || o->beta2 >= 1) return InvalidArgument("training.optimizer.betas: each must be in [0, 1)");
+  }
+  if (node["eps"]) {
+    TF_ASSIGN_OR_RETURN(o->eps, Number(node["eps"], "training.optimizer.eps", 0, 1, "must be in (0, 1]"));
+    if (!(o->eps > 0)) return InvalidArgument("training.optimizer.eps: " + Q(node["eps"].Scalar()) + " must be in (0, 1]");
+  }
+  if (node["weight_decay"]) {
+    TF_ASSIGN_OR_RETURN(o->weight_decay, Number(node["weight_decay"], "training.optimizer.weight_decay", 0, 1, "must be in [0, 1]"));
+  }
+  return Status::Ok();
+}
+
+Status ReadLrSchedule(const YAML::Node& node, LrScheduleSetup* s) {
+  if (node.IsNull()) return Status::Ok();
+  TF_RETURN_IF_ERROR(CheckYamlKeys(node, "training.lr_schedule", {"type", "warmup_steps", "total_steps", "min_lr_ratio"}));
+  if (node["type"]) {
+    s->type = node["type"].as<std::string>();
+    if (s->type != "constant" && s->type != "linear" && s->type != "cosine") {
+      return InvalidArgument("training.lr_schedule.type: " + Q(s->type) + " (constant, linear or cosine)");
+    }
+  }
+  if (node["warmup_steps"]) {
+    TF_ASSIGN_OR_RETURN(s->warmup_steps, PositiveInt(node["warmup_steps"], "training.lr_schedule.warmup_steps", int64_t{1} << 40, true));
+  }
+  if (node["total_steps"]) {
+    TF_ASSIGN_OR_RETURN(s->total_steps, PositiveInt(node["total_steps"], "training.lr_schedule.total_steps", int64_t{1} << 40, true));
+  }
+  if (node["min_lr_ratio"]) {
+    TF_ASSIGN_OR_RETURN(s->min_lr_ratio, Number(node["min_lr_ratio"], "training.lr_schedule.min_lr_ratio", 0, 1, "must be in [0, 1]"));
+  }
+  if (s->type != "constant" && s->total_steps <= s->warmup_steps) {
+    return InvalidArgument("training.lr_schedule: a " + s->type + " schedule needs total_steps above warmup_steps (" +
+                           std::to_string(s->total_steps) + " <= " + std::to_string(s->warmup_steps) + ")");
+  }
+  return Status::Ok();
+}
+
 StatusOr<bool> Boolean(const YAML::Node& node, const std::string& where) {
   try {
     return node.as<bool>();
@@ -45,7 +107,8 @@ StatusOr<TrainingSetup> TrainingFromYaml(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return t;
   TF_RETURN_IF_ERROR(CheckYamlKeys(node, "training",
                                    {"micro_batch_size", "sequence_length", "gradient_accumulation_steps", "data_parallel",
-                                    "activation_checkpointing", "dtype", "loss_scaling", "gradient_clipping"}));
+                                    "activation_checkpointing", "dtype", "loss_scaling", "gradient_clipping", "optimizer",
+                                    "lr_schedule", "seed"}));
   try {
     if (node["micro_batch_size"]) {
       TF_ASSIGN_OR_RETURN(t.micro_batch_size, PositiveInt(node["micro_batch_size"], "training.micro_batch_size", int64_t{1} << 20));
@@ -89,6 +152,11 @@ StatusOr<TrainingSetup> TrainingFromYaml(const YAML::Node& node) {
       }
       t.gradient_clipping = v;
     }
+    if (node["optimizer"]) TF_RETURN_IF_ERROR(ReadOptimizer(node["optimizer"], &t.optimizer));
+    if (node["lr_schedule"]) TF_RETURN_IF_ERROR(ReadLrSchedule(node["lr_schedule"], &t.lr_schedule));
+    if (node["seed"]) {
+      TF_ASSIGN_OR_RETURN(t.seed, PositiveInt(node["seed"], "training.seed", int64_t{1} << 53, true));
+    }
   } catch (const YAML::Exception& e) {
     return InvalidArgument(std::string("training: ") + e.what());
   }
@@ -105,6 +173,13 @@ std::string TrainingToYaml(const TrainingSetup& t) {
   y += fmt::format("dtype: {}\n", t.dtype);
   y += fmt::format("loss_scaling: {}\n", t.loss_scaling);
   y += fmt::format("gradient_clipping: {:.17g}\n", t.gradient_clipping);
+  const OptimizerSetup& o = t.optimizer;
+  y += fmt::format("optimizer: {{lr: {:.17g}, betas: [{:.17g}, {:.17g}], eps: {:.17g}, weight_decay: {:.17g}}}\n", o.lr, o.beta1,
+                   o.beta2, o.eps, o.weight_decay);
+  const LrScheduleSetup& s = t.lr_schedule;
+  y += fmt::format("lr_schedule: {{type: {}, warmup_steps: {}, total_steps: {}, min_lr_ratio: {:.17g}}}\n", s.type, s.warmup_steps,
+                   s.total_steps, s.min_lr_ratio);
+  if (t.seed >= 0) y += fmt::format("seed: {}\n", t.seed);
   return y;
 }
 

@@ -124,6 +124,7 @@ ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenar
   schedule_.name = s.name;
   schedule_.meta.emplace_back("policy", policy_);
   schedule_.meta.emplace_back("model", s.model.name);
+  if (!s.model_dir.empty()) schedule_.meta.emplace_back("model.hf_dir", s.model_dir);
   schedule_.meta.emplace_back("hardware", s.hardware.node.name);
   // What `sim`, `run` and `validate` of the schedule file read (ScheduleToJson writes them as
   // JSON objects).

@@ -140,6 +140,9 @@ StatusOr<Scenario> LoadScenarioText(const std::string& yaml, const std::vector<s
     auto model = models::LlmFromYaml(root["model"]);
     if (!model.ok()) return model.status().WithContext(origin);
     s.model = std::move(model).value();
+    if (root["model"].IsMap() && root["model"]["hf_dir"] && root["model"]["hf_dir"].IsScalar()) {
+      s.model_dir = root["model"]["hf_dir"].Scalar();
+    }
     auto hw = models::HardwareFromYaml(root["hardware"]);
     if (!hw.ok()) return hw.status().WithContext(origin);
     s.hardware = std::move(hw).value();

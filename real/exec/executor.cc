@@ -22,6 +22,7 @@ using exec::UpdateGradScale;
 
 Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
+  TF_RETURN_IF_ERROR(ValidateLlamaSequence(config.spec, config.seq, "training.sequence_length"));
   TF_RETURN_IF_ERROR(schedule.Validate());
   TF_RETURN_IF_ERROR(exec::CheckTaskContracts(schedule));
   if (!HasGlobalCheck(schedule) && (config.dynamic_loss_scaling || config.gradient_clipping > 0)) {
@@ -120,6 +121,9 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
   if (options.compute != "cpu") return InvalidArgument("tierflow run over " + std::to_string(ranks) + " ranks runs on the CPU back-end (--compute cpu)");
   if (options.plain_loop) return InvalidArgument("--plain-loop runs one rank");
   if (!options.checkpoint_dir.empty()) return InvalidArgument("--checkpoint: tierflow run saves checkpoints of one rank only");
+  if (options.on_master.every > 0) {
+    return InvalidArgument("--save-every: tierflow run saves the model every K iterations on one rank only (--save-model at the end gathers every rank's)");
+  }
   TF_ASSIGN_OR_RETURN(exec::RankSpace space, exec::RankSpace::Make(MakeParamLayout(config.spec.config), comm->rank(), ranks));
   TF_ASSIGN_OR_RETURN(Schedule part, exec::RankPart(schedule, comm->rank()));
   Run run(part, config, options, std::move(space), comm);
@@ -127,8 +131,10 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
 }
 
 StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
-                                const std::function<void(int64_t, double)>& on_iteration, const std::string& compute) {
+                                const std::function<void(int64_t, double)>& on_iteration, const std::string& compute,
+                                const MasterHook& on_master) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
+  TF_RETURN_IF_ERROR(ValidateLlamaSequence(config.spec, config.seq, "training.sequence_length"));
   if (iterations < 1) return InvalidArgument("iterations must be >= 1");
   Trainer trainer(config);
   TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(compute, config, trainer));
@@ -142,6 +148,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     return InvalidArgument("--in-memory with training.data_parallel " + std::to_string(ranks) + " runs on the CPU back-end (--compute cpu)");
   }
   std::vector<float> master = trainer.InitialMaster();
+  TF_ASSIGN_OR_RETURN(const exec::RankSpace whole, exec::RankSpace::Make(trainer.layout(), 0, 1));  // AdamW's decay runs
   std::vector<float> m(master.size(), 0.0f), v(master.size(), 0.0f), grad(master.size());
   std::vector<uint16_t> p16(master.size());
   // Several contributions to a gradient (micro-steps; the tied table's two uses) are summed in
@@ -250,8 +257,8 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     if (scaler.Update(total.finite)) {
       ++updates;
       const float clip = cpu::ClipCoefficient(total, config.gradient_clipping);
-      cpu::AdamW(master.data(), m.data(), v.data(), grad.data(), nullptr, static_cast<int64_t>(master.size()), updates,
-                 UpdateGradScale(it.loss_scale, clip), config.adam, threads);
+      exec::AdamWSparingVectors(whole, config, trainer.layout(), 0, static_cast<int64_t>(master.size()), master.data(), m.data(),
+                                v.data(), grad.data(), updates, UpdateGradScale(it.loss_scale, clip), threads);
     }
     cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
     TF_RETURN_IF_ERROR(model->Load(p16));
@@ -261,6 +268,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
     result.loss.push_back(loss);
     result.iteration_end_s.push_back(MonotonicSeconds() - t0);
     if (on_iteration) on_iteration(i, loss);
+    if (on_master.every > 0 && on_master.fn && (i + 1) % on_master.every == 0) TF_RETURN_IF_ERROR(on_master.fn(i + 1, master));
   }
   result.wall_s = MonotonicSeconds() - t0;  // no schedule: no tasks, records or pools
   result.gpu_memory = device->memory_peak();

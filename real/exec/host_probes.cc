@@ -167,11 +167,8 @@ class LayerPasses {
   static StatusOr<std::unique_ptr<LayerPasses>> Create(const TrainConfig& config, const std::vector<LayerCost>& costs,
                                                        const HostProbeOptions& o) {
     TF_RETURN_IF_ERROR(ValidateLlamaSpec(config.spec));
-    if (config.batch < 1 || config.seq < 1) return InvalidArgument("probe compute: batch and sequence must be at least 1");
-    if (config.seq > config.spec.config.max_seq) {
-      return InvalidArgument("probe compute: sequence " + std::to_string(config.seq) + " exceeds the model's context of " +
-                             std::to_string(config.spec.config.max_seq));
-    }
+    if (config.batch < 1) return InvalidArgument("probe compute: batch must be at least 1");
+    TF_RETURN_IF_ERROR(ValidateLlamaSequence(config.spec, config.seq, "probe compute: sequence"));
     std::unique_ptr<LayerPasses> p(new LayerPasses(config, costs, o));
     if (static_cast<int64_t>(costs.size()) != p->trainer_.layer_count()) {
       return InvalidArgument("probe compute: " + std::to_string(costs.size()) + " layer costs for a model of " +

@@ -45,9 +45,8 @@ Status Run::PrepareOptimizer(const TaskSpec& t, Job& job, int64_t iteration) {
   const int64_t step = global_check_ ? adam_step_[slot] : updates_at_start_ + iteration + 1;
   const float grad_scale = UpdateGradScale(Iter(iteration).loss_scale, global_check_ ? clip_[slot] : 1.0f);
   CpuThreads* threads = &ThreadsOf(t.resource);
-  const AdamWConfig cfg = config_.adam;
-  job.work = [=] {
-    if (update) cpu::AdamW(state[0], state[1], state[2], grad, nullptr, n, step, grad_scale, cfg, *threads);
+  job.work = [=, this] {
+    if (update) AdamWSparingVectors(space_, config_, trainer_.layout(), begin, n, state[0], state[1], state[2], grad, step, grad_scale, *threads);
     return Status::Ok();
   };
   job.finish = [this, where, begin, n, iteration] {

@@ -2,6 +2,8 @@
 #include "ranks.h"
 
 #include <algorithm>
+
+#include "tierflow/real/adamw.h"
 #include <array>
 #include <cstring>
 #include <string>
@@ -132,6 +134,38 @@ std::vector<const RankSpace::Unit*> RankSpace::UnitsIn(int64_t begin, int64_t n)
     at = u.local + u.part;
   }
   return out;
+}
+
+std::vector<RankSpace::DecayRun> RankSpace::DecayRuns(const ParamLayout& layout, int64_t begin, int64_t n) const {
+  std::vector<DecayRun> out;
+  for (const Unit* u : UnitsIn(begin, n)) {
+    const auto tensor = std::lower_bound(layout.tensors.begin(), layout.tensors.end(), u->global,
+                                         [](const ParamTensor& t, int64_t at) { return t.offset < at; });
+    TF_CHECK(tensor != layout.tensors.end() && tensor->offset == u->global);  // a unit is a tensor
+    const bool decay = tensor->shape.size() >= 2;
+    const int64_t from = std::max(begin, u->local), to = std::min(begin + n, u->local + u->part);
+    if (!out.empty() && out.back().decay == decay) {
+      out.back().n += to - from;
+    } else {
+      out.push_back({from - begin, to - from, decay});
+    }
+  }
+  return out;
+}
+
+void AdamWSparingVectors(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n,
+                         float* param, float* m, float* v, const float* grad, int64_t step, float grad_scale, CpuThreads& threads) {
+  AdamWConfig cfg = config.adam;
+  cfg.lr = LearningRate(config.lr_schedule, cfg.lr, step);
+  if (cfg.weight_decay == 0) {
+    cpu::AdamW(param, m, v, grad, nullptr, n, step, grad_scale, cfg, threads);
+    return;
+  }
+  for (const RankSpace::DecayRun& r : space.DecayRuns(layout, begin, n)) {
+    AdamWConfig run_cfg = cfg;
+    if (!r.decay) run_cfg.weight_decay = 0;
+    cpu::AdamW(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, nullptr, r.n, step, grad_scale, run_cfg, threads);
+  }
 }
 
 std::vector<RankSpace::Segment> RankSpace::Segments(int64_t begin, int64_t n) const {

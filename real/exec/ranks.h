@@ -17,7 +17,9 @@
 
 #include "tierflow/core/schedule.h"
 #include "tierflow/real/collective.h"
+#include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/llama.h"
+#include "tierflow/real/train_config.h"
 #include "run_workers.h"
 
 namespace tierflow::real::exec {
@@ -60,12 +62,26 @@ class RankSpace {
   std::vector<Segment> Segments(int64_t begin, int64_t n) const;
   // The rank's own elements of the model, as local and global runs (one per tensor).
   const std::vector<Unit>& units() const { return units_; }
+  // Local [begin, begin + n) as runs with whether AdamW's weight decay applies: to a model tensor
+  // of two or more dimensions, not to a vector (a norm's weight, a bias), as Hugging Face's
+  // Trainer groups the parameters by default. Offsets from `begin`; neighbours alike are merged.
+  struct DecayRun {
+    int64_t offset = 0, n = 0;
+    bool decay = false;
+  };
+  std::vector<DecayRun> DecayRuns(const ParamLayout& layout, int64_t begin, int64_t n) const;
 
  private:
   int32_t rank_ = 0, ranks_ = 1;
   int64_t local_total_ = 0;
   std::vector<Unit> units_;  // by local (and global) order
 };
+
+// One AdamW step (cpu::AdamW) over local [begin, begin + n), whose states and gradient start at
+// param, m, v and grad: the learning rate LearningRate gives update `step`, and the weight decay
+// on the runs DecayRuns says take it. Elementwise: any split of a range gives the same bits.
+void AdamWSparingVectors(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n,
+                         float* param, float* m, float* v, const float* grad, int64_t step, float grad_scale, CpuThreads& threads);
 
 // Runs every collective of a rank on one thread, in one order on every rank: rank 0 runs them in
 // the order they are posted to it (ready there) and first broadcasts which one it is; every

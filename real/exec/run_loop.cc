@@ -85,7 +85,13 @@ Status Run::IterationDone(int64_t iteration) {
   if (options_.on_iteration) options_.on_iteration(base_iteration_ + iteration, loss);
   const int64_t done = base_iteration_ + iteration + 1;
   if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty() && done % options_.checkpoint_every == 0) {
-    return SaveTrainingCheckpoint(iteration);
+    TF_RETURN_IF_ERROR(SaveTrainingCheckpoint(iteration));
+  }
+  const MasterHook& hook = options_.on_master;
+  if (hook.every > 0 && hook.fn && done % hook.every == 0) {
+    std::vector<float> master;
+    TF_RETURN_IF_ERROR(ReadState(kMaster, iteration + 1, &master));
+    TF_RETURN_IF_ERROR(hook.fn(done, master));
   }
   return Status::Ok();
 }

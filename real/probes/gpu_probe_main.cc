@@ -77,7 +77,6 @@ int main(int argc, char** argv) {
   std::string out_dir, model = "llama3.2-1b";
   int64_t batch = 1, seq = 2048;
   int32_t reps = 5;
-  double rope_theta = 500000.0;
   bool json = false;
   std::vector<int64_t> copy_sizes = {int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 24, int64_t{1} << 27};
   std::vector<int64_t> nccl_sizes = {int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 24, int64_t{1} << 27};
@@ -85,7 +84,6 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "model preset whose decoder layer the op probe runs")->capture_default_str();
   app.add_option("--batch", batch, "micro-batch of the op probe")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seq", seq, "sequence length of the op probe")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--rope-theta", rope_theta, "rotary base (Llama 3: 500000)")->capture_default_str();
   app.add_option("--repetitions", reps, "measured repetitions per point")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--copy-sizes", copy_sizes, "copy sizes in bytes")->capture_default_str();
   app.add_option("--nccl-sizes", nccl_sizes, "collective sizes in bytes per rank")->capture_default_str();
@@ -115,7 +113,6 @@ int main(int argc, char** argv) {
   };
   tf::real::LlamaSpec spec;
   spec.config = *preset;
-  spec.rope_theta = rope_theta;
 
   nlohmann::json summary = {{"device", (*ctx)->device_name()}, {"compute_capability", (*ctx)->compute_capability()},
                             {"model", model}, {"batch", batch}, {"seq", seq}};

@@ -98,11 +98,8 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
                                                int64_t seq, const GpuProbeOptions& o) {
   TF_RETURN_IF_ERROR(CheckOptions(o, "probe gpu ops"));
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(spec));
-  if (batch < 1 || seq < 1 || seq > spec.config.max_seq) {
-    return InvalidArgument("probe gpu ops: batch " + std::to_string(batch) + " x sequence " + std::to_string(seq) +
-                           " (each at least 1, the sequence at most the model's " + std::to_string(spec.config.max_seq) +
-                           ")");
-  }
+  if (batch < 1) return InvalidArgument("probe gpu ops: batch " + std::to_string(batch) + " must be at least 1");
+  TF_RETURN_IF_ERROR(ValidateLlamaSequence(spec, seq, "probe gpu ops: sequence"));
   const models::LlmConfig& c = spec.config;
   const int64_t rows = batch * seq, C = c.hidden, H = c.heads, KV = c.kv_heads, d = c.head_dim(), F = c.ffn;
   const int64_t V = c.vocab, q_dim = H * d, kv_dim = KV * d;
@@ -116,7 +113,7 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer dw, Filled(ctx, std::max(F, V) * C * 4));
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer stats, Filled(ctx, batch * H * seq * 4));  // rstd rows, attention's lse
   std::vector<float> cos_table(static_cast<size_t>(seq * d / 2)), sin_table(cos_table.size());
-  cpu::RopeTables(cos_table.data(), sin_table.data(), seq, d, spec.rope_theta);
+  cpu::RopeTables(cos_table.data(), sin_table.data(), seq, models::RopeInverseFrequencies(c));
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer cos_d, ctx.Allocate(static_cast<int64_t>(cos_table.size()) * 4));
   TF_ASSIGN_OR_RETURN(cuda::DeviceBuffer sin_d, ctx.Allocate(static_cast<int64_t>(sin_table.size()) * 4));
   TF_RETURN_IF_ERROR(cos_d.CopyFromHost(ctx, cos_table.data(), cos_d.size_bytes()));
@@ -146,7 +143,7 @@ StatusOr<std::vector<TraceRecord>> ProbeGpuOps(const cuda::Context& ctx, const L
   const double b2 = 2, b4 = 4, r = static_cast<double>(rows);
   ops.push_back({"embedding_fwd", 0, r * C * 2 * b2, [&] { return cuda::EmbeddingForward(ctx, xb, tk, wb, rows, C); }});
   ops.push_back({"rmsnorm_fwd", 4 * r * C, r * C * 2 * b2,
-                 [&] { return cuda::RmsNormForward(ctx, yb, sf, xb, wb, rows, C, spec.rms_norm_eps); }});
+                 [&] { return cuda::RmsNormForward(ctx, yb, sf, xb, wb, rows, C, spec.config.norm_eps); }});
   ops.push_back({"rmsnorm_bwd", 10 * r * C, r * C * (2 * b2 + 2 * b4),
                  [&] { return cuda::RmsNormBackward(ctx, dxf, dwf, yb, xb, wb, sf, rows, C); }});
   const std::pair<const char*, std::pair<int64_t, int64_t>> linears[] = {

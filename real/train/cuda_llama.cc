@@ -63,10 +63,8 @@ StatusOr<std::unique_ptr<LlamaSteps>> LlamaSteps::Create(const Context& ctx, con
     return InvalidArgument("GPU Llama steps: head_dim " + std::to_string(spec.config.head_dim()) +
                            " (the fused attention kernels take 16, 32, 64 or 128)");
   }
-  if (batch < 1 || seq < 1 || seq > spec.config.max_seq) {
-    return InvalidArgument("GPU Llama steps: batch " + std::to_string(batch) + " x sequence " + std::to_string(seq) +
-                           " (each at least 1, the sequence at most " + std::to_string(spec.config.max_seq) + ")");
-  }
+  if (batch < 1) return InvalidArgument("GPU Llama steps: batch " + std::to_string(batch) + " must be at least 1");
+  TF_RETURN_IF_ERROR(ValidateLlamaSequence(spec, seq, "GPU Llama steps: sequence"));
   std::unique_ptr<LlamaSteps> s(new LlamaSteps(ctx, spec, batch, seq));
   TF_RETURN_IF_ERROR(s->Allocate());
   return s;
@@ -99,7 +97,7 @@ Status LlamaSteps::Allocate() {
   TF_RETURN_IF_ERROR(alloc(&b.lse32, batch_ * c.heads * seq_ * 4));
   TF_RETURN_IF_ERROR(alloc(&b.logits, R * c.vocab * 2));
   std::vector<float> cos_table(static_cast<size_t>(seq_ * d / 2)), sin_table(cos_table.size());
-  cpu::RopeTables(cos_table.data(), sin_table.data(), seq_, d, spec_.rope_theta);
+  cpu::RopeTables(cos_table.data(), sin_table.data(), seq_, models::RopeInverseFrequencies(spec_.config));
   TF_RETURN_IF_ERROR(alloc(&b.rope_cos, static_cast<int64_t>(cos_table.size()) * 4));
   TF_RETURN_IF_ERROR(alloc(&b.rope_sin, static_cast<int64_t>(sin_table.size()) * 4));
   TF_RETURN_IF_ERROR(b.rope_cos.CopyFromHost(ctx_, cos_table.data(), b.rope_cos.size_bytes()));
@@ -139,7 +137,7 @@ Status LlamaSteps::DecoderForward(int64_t layer, const DecoderParams<const uint1
   LlamaBuffers& b = *b_;
   const uint16_t* x_in = P<uint16_t>(b.boundary) + (layer - 1) * R * C;
   TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.n1), P<float>(b.rstd1_32), x_in, w.input_norm, R, C,
-                                    spec_.rms_norm_eps));
+                                    spec_.config.norm_eps));
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.q), P<const uint16_t>(b.n1), w.q, R, C, H * d));
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.k), P<const uint16_t>(b.n1), w.k, R, C, KV * d));
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.v), P<const uint16_t>(b.n1), w.v, R, C, KV * d));
@@ -150,7 +148,7 @@ Status LlamaSteps::DecoderForward(int64_t layer, const DecoderParams<const uint1
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.tmp), P<const uint16_t>(b.attn), w.o, R, H * d, C));
   TF_RETURN_IF_ERROR(ResidualAdd(ctx_, P<uint16_t>(b.h), x_in, P<const uint16_t>(b.tmp), R * C));
   TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.n2), P<float>(b.rstd2_32), P<const uint16_t>(b.h), w.post_norm,
-                                    R, C, spec_.rms_norm_eps));
+                                    R, C, spec_.config.norm_eps));
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.gate), P<const uint16_t>(b.n2), w.gate, R, C, F));
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.up), P<const uint16_t>(b.n2), w.up, R, C, F));
   TF_RETURN_IF_ERROR(SwiGluForward(ctx_, P<uint16_t>(b.act), P<const uint16_t>(b.gate), P<const uint16_t>(b.up), R * F));
@@ -165,7 +163,7 @@ Status LlamaSteps::HeadForward(const LayerParams& params, uint16_t* dlogits, flo
   const int64_t C = c.hidden, R = rows_;
   LlamaBuffers& b = *b_;
   const uint16_t* x_in = P<uint16_t>(b.boundary) + c.layers * R * C;
-  TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.xf), P<float>(b.rstdf32), x_in, params[0], R, C, spec_.rms_norm_eps));
+  TF_RETURN_IF_ERROR(RmsNormForward(ctx_, P<uint16_t>(b.xf), P<float>(b.rstdf32), x_in, params[0], R, C, spec_.config.norm_eps));
   TF_RETURN_IF_ERROR(LinearForward(ctx_, P<uint16_t>(b.logits), P<const uint16_t>(b.xf), params[1], R, C, c.vocab));
   TF_ASSIGN_OR_RETURN(loss_, CrossEntropyForwardBackward(ctx_, dlogits, P<const uint16_t>(b.logits),
                                                          P<const int32_t>(b.targets), R, c.vocab, loss_scale));

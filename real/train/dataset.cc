@@ -111,6 +111,30 @@ StatusOr<std::vector<int32_t>> ParseTokenFile(std::string_view bytes, const std:
   return tokens;
 }
 
+StatusOr<HeldOutSplit> SplitHeldOut(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq) {
+  if (batch < 1 || seq < 1) return InvalidArgument("held-out split: batch and seq must be >= 1");
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t held = batch * seq + 1;
+  // The training part must make one batch of windows too: batch * seq + 1 tokens.
+  if (n < 2 * held) {
+    return InvalidArgument("held-out split: " + std::to_string(n) + " tokens, fewer than the " + std::to_string(2 * held) +
+                           " that a held-out batch and a training batch of " + std::to_string(batch) + " x " + std::to_string(seq + 1) +
+                           " tokens need");
+  }
+  HeldOutSplit split;
+  const int64_t start = n - held;
+  split.train.assign(tokens.begin(), tokens.begin() + start);
+  split.eval.inputs.resize(static_cast<size_t>(batch * seq));
+  split.eval.targets.resize(static_cast<size_t>(batch * seq));
+  for (int64_t r = 0; r < batch; ++r) {
+    for (int64_t t = 0; t < seq; ++t) {
+      split.eval.inputs[static_cast<size_t>(r * seq + t)] = tokens[static_cast<size_t>(start + r * seq + t)];
+      split.eval.targets[static_cast<size_t>(r * seq + t)] = tokens[static_cast<size_t>(start + r * seq + t + 1)];
+    }
+  }
+  return split;
+}
+
 StatusOr<TokenLoader> TokenLoader::Create(std::vector<int32_t> tokens, int64_t batch, int64_t seq,
                                           uint64_t seed) {
   if (batch < 1 || seq < 1) return InvalidArgument("token loader: batch and seq must be >= 1");

@@ -2,13 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <numbers>
-#include <sstream>
 
-#include <nlohmann/json.hpp>
-
-#include "tierflow/core/json_checked.h"
 #include "tierflow/real/cpu_ops.h"
 
 namespace tierflow::real {
@@ -31,94 +26,21 @@ Status ValidateLlamaSpec(const LlamaSpec& spec) {
   if (c.hidden % c.heads != 0 || c.head_dim() % 2 != 0) {
     return InvalidArgument(what + "head_dim = hidden / heads must be an even integer");
   }
-  if (!(spec.rms_norm_eps > 0) || !(spec.rope_theta > 0)) {
-    return InvalidArgument(what + "rms_norm_eps and rope_theta must be positive");
-  }
   return Status::Ok();
 }
 
-StatusOr<LlamaSpec> LlamaSpecFromHfConfig(std::string_view json_text, std::string_view what) {
-  const std::string where(what);
-  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return InvalidArgument("'" + where + "': not a JSON object");
+Status ValidateLlamaSequence(const LlamaSpec& spec, int64_t seq, const std::string& what) {
+  const LlmConfig& c = spec.config;
+  if (seq < 1 || seq > c.max_seq) {
+    return InvalidArgument(what + " " + std::to_string(seq) + " is outside 1.." + std::to_string(c.max_seq) +
+                           " (the model's max_seq)");
   }
-  auto get_int = [&](const char* key, int64_t* out, bool required) -> Status {
-    if (!j.contains(key)) {
-      return required ? InvalidArgument("'" + where + "': missing '" + key + "'") : Status::Ok();
-    }
-    if (!j[key].is_number_integer()) {
-      return InvalidArgument("'" + where + "': '" + key + "' must be an integer");
-    }
-    TF_ASSIGN_OR_RETURN(*out, JsonInteger<int64_t>(j[key], "'" + where + "': '" + key + "'"));
-    return Status::Ok();
-  };
-  auto get_number = [&](const char* key, double* out) -> Status {
-    if (!j.contains(key)) return Status::Ok();
-    if (!j[key].is_number()) return InvalidArgument("'" + where + "': '" + key + "' must be a number");
-    *out = j[key].get<double>();
-    return Status::Ok();
-  };
-  auto get_bool = [&](const char* key, bool* out) -> Status {
-    if (!j.contains(key) || j[key].is_null()) return Status::Ok();
-    if (!j[key].is_boolean()) return InvalidArgument("'" + where + "': '" + key + "' must be a bool");
-    *out = j[key].get<bool>();
-    return Status::Ok();
-  };
-  LlamaSpec spec;
-  LlmConfig& c = spec.config;
-  c.name = j.value("model_type", std::string("llama"));
-  c.source = where;
-  TF_RETURN_IF_ERROR(get_int("hidden_size", &c.hidden, true));
-  TF_RETURN_IF_ERROR(get_int("intermediate_size", &c.ffn, true));
-  TF_RETURN_IF_ERROR(get_int("num_hidden_layers", &c.layers, true));
-  TF_RETURN_IF_ERROR(get_int("num_attention_heads", &c.heads, true));
-  c.kv_heads = c.heads;
-  TF_RETURN_IF_ERROR(get_int("num_key_value_heads", &c.kv_heads, false));
-  TF_RETURN_IF_ERROR(get_int("vocab_size", &c.vocab, true));
-  TF_RETURN_IF_ERROR(get_int("max_position_embeddings", &c.max_seq, true));
-  TF_RETURN_IF_ERROR(get_number("rms_norm_eps", &spec.rms_norm_eps));
-  TF_RETURN_IF_ERROR(get_number("rope_theta", &spec.rope_theta));
-  // transformers >= 5 writes {"rope_parameters": {"rope_type": "default", "rope_theta": ...}}.
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    const nlohmann::json& rope = j["rope_parameters"];
-    if (!rope.is_object()) return InvalidArgument("'" + where + "': rope_parameters must be an object");
-    if (rope.contains("rope_type") && rope["rope_type"] != "default") {
-      return InvalidArgument("'" + where + "': rope_type '" + rope["rope_type"].dump() +
-                             "' is not supported (only default)");
-    }
-    if (rope.contains("rope_theta")) {
-      if (!rope["rope_theta"].is_number()) {
-        return InvalidArgument("'" + where + "': rope_parameters.rope_theta must be a number");
-      }
-      spec.rope_theta = rope["rope_theta"].get<double>();
-    }
+  if (c.sliding_window > 0 && seq > c.sliding_window) {
+    return InvalidArgument(what + " " + std::to_string(seq) + " is above the model's sliding_window " +
+                           std::to_string(c.sliding_window) +
+                           ": sliding-window attention is not implemented (train sequences within the window)");
   }
-  TF_RETURN_IF_ERROR(get_bool("tie_word_embeddings", &c.tied_embeddings));
-  bool mlp_bias = false;
-  TF_RETURN_IF_ERROR(get_bool("attention_bias", &c.attention_bias));
-  TF_RETURN_IF_ERROR(get_bool("mlp_bias", &mlp_bias));
-  if (mlp_bias) return InvalidArgument("'" + where + "': mlp_bias is not supported");
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    return InvalidArgument("'" + where + "': rope_scaling is not supported");
-  }
-  if (j.contains("head_dim") && !j["head_dim"].is_null() && c.heads > 0) {
-    int64_t head_dim = 0;
-    TF_RETURN_IF_ERROR(get_int("head_dim", &head_dim, false));
-    if (head_dim != c.hidden / c.heads || c.hidden % c.heads != 0) {
-      return InvalidArgument("'" + where + "': head_dim * num_attention_heads != hidden_size");
-    }
-  }
-  TF_RETURN_IF_ERROR(ValidateLlamaSpec(spec).WithContext("'" + where + "'"));
-  return spec;
-}
-
-StatusOr<LlamaSpec> LoadHfConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return LlamaSpecFromHfConfig(text.str(), path);
+  return Status::Ok();
 }
 
 const ParamTensor* ParamLayout::Find(std::string_view name) const {
@@ -191,7 +113,7 @@ LlamaWorkspace<T>::LlamaWorkspace(const LlamaSpec& spec, int64_t batch_in, int64
   const int64_t kv_dim = c.kv_heads * c.head_dim();
   rope_cos.resize(n(seq * c.head_dim() / 2));
   rope_sin.resize(n(seq * c.head_dim() / 2));
-  cpu::RopeTables(rope_cos.data(), rope_sin.data(), seq, c.head_dim(), spec.rope_theta);
+  cpu::RopeTables(rope_cos.data(), rope_sin.data(), seq, models::RopeInverseFrequencies(c));
   for (auto* buffer : {&xn1, &h, &xn2, &d_h, &d_xn, &xf, &d_xf}) buffer->resize(n(rows * c.hidden));
   for (auto* buffer : {&rstd1, &rstd2, &rstdf}) buffer->resize(n(rows));
   for (auto* buffer : {&q, &attn, &d_q, &d_attn}) buffer->resize(n(rows * q_dim));
@@ -222,7 +144,7 @@ void DecoderForward(const LlamaSpec& spec, const DecoderParams<const T*>& w, con
   const int64_t q_dim = c.heads * D, kv_dim = c.kv_heads * D;
   // Attention block.
   cpu::RmsNormForward(ws.xn1.data(), ws.rstd1.data(), x_in, w.input_norm, N, C,
-                      spec.rms_norm_eps, threads);
+                      spec.config.norm_eps, threads);
   cpu::LinearForward(ws.q.data(), ws.xn1.data(), w.q, N, C, q_dim, threads);
   cpu::LinearForward(ws.k.data(), ws.xn1.data(), w.k, N, C, kv_dim, threads);
   cpu::LinearForward(ws.v.data(), ws.xn1.data(), w.v, N, C, kv_dim, threads);
@@ -236,7 +158,7 @@ void DecoderForward(const LlamaSpec& spec, const DecoderParams<const T*>& w, con
   cpu::ResidualAdd(ws.h.data(), ws.h.data(), x_in, N * C, threads);
   // MLP block.
   cpu::RmsNormForward(ws.xn2.data(), ws.rstd2.data(), ws.h.data(), w.post_norm, N, C,
-                      spec.rms_norm_eps, threads);
+                      spec.config.norm_eps, threads);
   cpu::LinearForward(ws.gate.data(), ws.xn2.data(), w.gate, N, C, F, threads);
   cpu::LinearForward(ws.up.data(), ws.xn2.data(), w.up, N, C, F, threads);
   cpu::SwiGluForward(ws.act.data(), ws.gate.data(), ws.up.data(), N * F, threads);
@@ -304,7 +226,7 @@ double HeadForwardBackward(const LlamaSpec& spec, const T* norm, const T* lm_hea
                            double loss_scale, LlamaWorkspace<T>& ws, CpuThreads& threads) {
   const LlmConfig& c = spec.config;
   const int64_t N = ws.rows, C = c.hidden, V = c.vocab;
-  cpu::RmsNormForward(ws.xf.data(), ws.rstdf.data(), x_in, norm, N, C, spec.rms_norm_eps,
+  cpu::RmsNormForward(ws.xf.data(), ws.rstdf.data(), x_in, norm, N, C, spec.config.norm_eps,
                       threads);
   cpu::LinearForward(ws.logits.data(), ws.xf.data(), lm_head, N, C, V, threads);
   if (targets == nullptr) return 0.0;
@@ -408,6 +330,14 @@ double Uniform01(uint64_t& state) {
 }
 
 }  // namespace
+
+double EvalLoss(const LlamaSpec& spec, const float* params, const std::vector<int32_t>& inputs,
+                const std::vector<int32_t>& targets, int64_t batch, int64_t seq, CpuThreads& threads) {
+  TF_CHECK(inputs.size() == static_cast<size_t>(batch * seq) && targets.size() == inputs.size());
+  Llama model(spec, batch, seq, threads);
+  std::copy(params, params + model.layout().total, model.params().begin());
+  return model.Forward(inputs.data(), targets.data());
+}
 
 void InitLlamaParams(const ParamLayout& layout, float* params, uint64_t seed, float std_dev) {
   // One sequence of uniforms, two per drawn element in layout order. SplitMix64's state is a

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -293,28 +294,78 @@ Status SafetensorsWriter::Write(const std::string& path) const {
   return Status::Ok();
 }
 
+namespace {
+
+// One tensor of the layout from the file, checked for presence and shape.
+Status LoadTensor(const SafetensorsFile& file, const ParamTensor& t, float* params) {
+  if (!file.Has(t.name)) return NotFound(Where(file.path(), t.name) + ": missing (the model needs it)");
+  TF_ASSIGN_OR_RETURN(StTensorInfo info, file.Info(t.name));
+  if (info.shape != t.shape) {
+    std::string got, want;
+    for (int64_t d : info.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
+    for (int64_t d : t.shape) want += (want.empty() ? "" : ",") + std::to_string(d);
+    return InvalidArgument(Where(file.path(), t.name) + ": shape [" + got + "], expected [" + want + "]");
+  }
+  return file.ReadF32(t.name, params + t.offset, t.elements);
+}
+
+}  // namespace
+
 Status LoadLlamaWeights(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                         bool strict) {
-  for (const ParamTensor& t : layout.tensors) {
-    if (!file.Has(t.name)) {
-      return NotFound(Where(file.path(), t.name) + ": missing (the model needs it)");
-    }
-    TF_ASSIGN_OR_RETURN(StTensorInfo info, file.Info(t.name));
-    if (info.shape != t.shape) {
-      std::string got, want;
-      for (int64_t d : info.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-      for (int64_t d : t.shape) want += (want.empty() ? "" : ",") + std::to_string(d);
-      return InvalidArgument(Where(file.path(), t.name) + ": shape [" + got + "], expected [" +
-                             want + "]");
-    }
-    TF_RETURN_IF_ERROR(file.ReadF32(t.name, params + t.offset, t.elements));
-  }
+  for (const ParamTensor& t : layout.tensors) TF_RETURN_IF_ERROR(LoadTensor(file, t, params));
   if (strict) {
     for (const std::string& name : file.Names()) {
       if (layout.Find(name) == nullptr) {
         return InvalidArgument(Where(file.path(), name) + ": not a parameter of the model");
       }
     }
+  }
+  return Status::Ok();
+}
+
+Status LoadLlamaWeightsFromDir(const std::string& dir, const ParamLayout& layout, float* params) {
+  namespace fs = std::filesystem;
+  const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  std::error_code ec;
+  if (!fs::exists(index_path, ec)) {
+    if (!fs::exists(single, ec)) {
+      return NotFound("Hugging Face model directory '" + dir +
+                      "': neither model.safetensors nor model.safetensors.index.json is there");
+    }
+    TF_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(single.string()));
+    return LoadLlamaWeights(file, layout, params);
+  }
+  const std::string where = "'" + index_path.string() + "'";
+  std::ifstream in(index_path, std::ios::binary);
+  if (!in) return NotFound(where + ": cannot open it");
+  std::stringstream text;
+  text << in.rdbuf();
+  TF_ASSIGN_OR_RETURN(const nlohmann::ordered_json index, ParseJsonChecked(text.str(), where));
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return InvalidArgument(where + ": no 'weight_map' object (tensor name -> shard file)");
+  }
+  // The layout's tensors by the shard that holds them, each shard read once, in name order.
+  std::map<std::string, std::vector<const ParamTensor*>> by_shard;
+  const nlohmann::ordered_json& map = index["weight_map"];
+  for (const ParamTensor& t : layout.tensors) {
+    if (!map.contains(t.name)) return NotFound(where + ": weight_map has no '" + t.name + "' (the model needs it)");
+    if (!map[t.name].is_string()) return InvalidArgument(where + ": weight_map '" + t.name + "' must be a file name");
+    const std::string shard = map[t.name].get<std::string>();
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+      return InvalidArgument(where + ": weight_map '" + t.name + "' names '" + shard +
+                             "', not a file of the directory (a shard is a plain file name)");
+    }
+    by_shard[shard].push_back(&t);
+  }
+  for (const auto& [shard, tensors] : by_shard) {
+    const fs::path path = fs::path(dir) / shard;
+    if (!fs::exists(path, ec)) {
+      return NotFound(where + ": shard '" + shard + "' (of '" + tensors.front()->name + "') is missing");
+    }
+    TF_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path.string()));
+    for (const ParamTensor* t : tensors) TF_RETURN_IF_ERROR(LoadTensor(file, *t, params));
   }
   return Status::Ok();
 }

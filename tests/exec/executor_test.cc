@@ -284,6 +284,34 @@ TEST(Executor, GradientClippingMatchesTheReferenceAndChangesTraining) {
   }
 }
 
+// Weight decay (on the matrices only) and a warmed-up cosine schedule: every policy's updates,
+// sub-group by sub-group, take the in-memory reference's, bit for bit, and the training differs
+// from a constant rate without decay.
+TEST(Executor, WeightDecayAndTheRateScheduleMatchTheReference) {
+  const std::vector<std::string> sets = {"training.optimizer={lr: 2e-3, weight_decay: 0.1}",
+                                         "training.lr_schedule={type: cosine, warmup_steps: 1, total_steps: 3, min_lr_ratio: 0.1}"};
+  const TrainConfig config = ConfigFor(LoadTiny(sets));
+  ASSERT_EQ(config.adam.weight_decay, 0.1f);
+  ASSERT_EQ(config.lr_schedule.type, "cosine");
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  auto plain = RunInMemory(ConfigFor(LoadTiny({})), kIterations);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(SameBits(plain->master, reference->master));
+  for (const std::string policy : {"zero-infinity", "mlp-offload", "ioc"}) {
+    TempDir root(std::string("decay-") + policy);
+    RunOptions options;
+    options.iterations = kIterations;
+    options.disk_root = root.str();
+    std::vector<std::string> planned = sets;
+    planned.push_back("policy.name=" + policy);
+    auto run = RunSchedule(PlanOrDie(LoadTiny(planned)), config, options);
+    ASSERT_TRUE(run.ok()) << policy << ": " << run.status().ToString();
+    EXPECT_EQ(run->loss, reference->loss) << policy;
+    EXPECT_TRUE(SameBits(run->master, reference->master)) << policy;
+  }
+}
+
 // An update overlapped with backward cannot wait for the global check: with dynamic loss scaling
 // or clipping the planner refuses it, naming the knob, and so does the executor for a schedule
 // planned without them but run with them.

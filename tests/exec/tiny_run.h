@@ -23,16 +23,9 @@ inline policies::Scenario LoadTiny(std::vector<std::string> sets) {
   return std::move(s).value();
 }
 
-// The scenario's model, batch, sequence, micro-steps, ranks, loss scaling and clipping.
+// The scenario's training set-up (TrainConfigFor) on the shipped corpus.
 inline TrainConfig ConfigFor(const policies::Scenario& s) {
-  TrainConfig c;
-  c.spec.config = s.model;
-  c.batch = s.training.micro_batch_size;
-  c.seq = s.training.sequence_length;
-  c.micro_steps = static_cast<int32_t>(s.training.gradient_accumulation_steps);
-  c.ranks = s.training.data_parallel;
-  c.dynamic_loss_scaling = s.training.loss_scaling == "dynamic";
-  c.gradient_clipping = s.training.gradient_clipping;
+  TrainConfig c = TrainConfigFor(s.model, s.training);
   std::ifstream in(std::string(TIERFLOW_SOURCE_DIR) + "/data/corpus/kjv-genesis.txt", std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();

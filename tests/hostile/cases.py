@@ -407,7 +407,102 @@ add(g, "unknown_preset", "model llama9", 1, r"llama9")
 add(g, "file_missing", "model --file nope.yaml", 1, r"nope\.yaml")
 add(g, "file_bad", "model --file m.yaml", 2, r"model file 'm\.yaml': model\.hidden: must be positive, got -1", files={"m.yaml": "name: m\nhidden: -1\n"})
 add(g, "seq_negative", "model tiny --seq -5", 2, r"--seq must be positive")
-add(g, "preset_and_file", "model tiny --file m.yaml", 2, r"not both", files={"m.yaml": "name: m\n"})
+add(g, "preset_and_file", "model tiny --file m.yaml", 2, r"give one of a preset, --file and --model-dir", files={"m.yaml": "name: m\n"})
 add(g, "hardware_unknown", "hardware dgx", 1, r"dgx")
 add(g, "hardware_file_bad", "hardware --file h.yaml", 2, r"hardware file 'h\.yaml': hardware\.node\.gpu\.hbm: size '-1 GiB' is negative", files={"h.yaml": "preset: cpu-host\nnode: {gpu: {hbm: -1 GiB}}\n"})
 add(g, "hardware_json_and_yaml", "hardware cpu-host --json --yaml", 2, r"not both")
+
+# ---- Hugging Face model directories in (--model-dir, model.hf_dir) and out (--save-model) ------
+g = "hf"
+HF_CONFIG = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=32, intermediate_size=64,
+                 num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                 max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                 hidden_act="silu", torch_dtype="bfloat16")
+
+
+def hf_tensors(c):
+    """(name, shape) of a Llama's tensors, as models::Layers() lists them."""
+    h, f, d = c["hidden_size"], c["intermediate_size"], c["hidden_size"] // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * d
+    out = [("model.embed_tokens.weight", [c["vocab_size"], h])]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", [h]), (p + "self_attn.q_proj.weight", [h, h]),
+                (p + "self_attn.k_proj.weight", [kv, h]), (p + "self_attn.v_proj.weight", [kv, h]),
+                (p + "self_attn.o_proj.weight", [h, h]), (p + "post_attention_layernorm.weight", [h]),
+                (p + "mlp.gate_proj.weight", [f, h]), (p + "mlp.up_proj.weight", [f, h]), (p + "mlp.down_proj.weight", [h, f])]
+    out.append(("model.norm.weight", [h]))
+    if not c["tie_word_embeddings"]:
+        out.append(("lm_head.weight", [c["vocab_size"], h]))
+    return out
+
+
+def hf_safetensors(tensors):
+    """A BF16 safetensors file of zeros for (name, shape) pairs."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in tensors:
+        n = 2
+        for dim in shape:
+            n *= dim
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    return safetensors(header, bytes(offset))
+
+
+def hf_dir(config=None, weights=True, **extra):
+    """Files of a Hugging Face directory m/: config.json (HF_CONFIG updated with `config`), and its
+    weights in model.safetensors unless weights is False; extra: more files by name."""
+    c = dict(HF_CONFIG, **(config or {}))
+    files = {"m/config.json": json.dumps(c)}
+    if weights:
+        files["m/model.safetensors"] = hf_safetensors(hf_tensors(c))
+    files.update(extra)
+    return files
+
+
+RUN_HF = f"run {TINY} --model-dir m --disk d -n 1 {DATA}"
+add(g, "dir_missing", "model --model-dir nope", 1, r"Hugging Face model directory 'nope': not a directory")
+add(g, "config_missing", f"plan {TINY} --model-dir m -o p.json", 1, r"model\.hf_dir: 'm/config\.json': cannot open it", dirs=("m",))
+add(g, "config_not_json", "model --model-dir m", 2, r"'m/config\.json': not valid JSON", files={"m/config.json": "{model_type: llama"})
+add(g, "model_type_unsupported", f"sim {TINY} --model-dir m", 2, r"'model_type' 'qwen2' is not supported \(llama and mistral are",
+    files=hf_dir({"model_type": "qwen2"}))
+add(g, "rope_type_unsupported", f"tune {TINY} --model-dir m", 2, r"'rope_scaling' type 'yarn' is not supported \(default, linear and llama3 are\)",
+    files=hf_dir({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}))
+add(g, "llama3_rope_incomplete", "model --model-dir m", 2, r"'rope_parameters\.original_max_position_embeddings' is missing \(rope type llama3\)",
+    files=hf_dir({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0}}))
+add(g, "biases_unsupported", "model --model-dir m", 2, r"'attention_bias' true is not supported", files=hf_dir({"attention_bias": True}))
+add(g, "head_dim_of_its_own", "model --model-dir m", 2, r"'head_dim' 16 is not hidden_size / num_attention_heads", files=hf_dir({"head_dim": 16}))
+add(g, "model_dir_and_schedule", "run {fx}/tiny.schedule.json --model-dir m --disk d", 2, r"--model-dir: .* is a schedule, already planned for its model",
+    files=hf_dir(), dirs=("d",))
+add(g, "weights_missing", RUN_HF, 1, r"'m': neither model\.safetensors nor model\.safetensors\.index\.json is there",
+    files=hf_dir(weights=False), dirs=("d",))
+add(g, "shapes_disagree_with_config", RUN_HF, 2,
+    r"safetensors 'm/model\.safetensors' tensor 'model\.layers\.0\.mlp\.gate_proj\.weight': shape \[128,32\], expected \[64,32\]",
+    files=hf_dir(**{"m/model.safetensors": hf_safetensors(hf_tensors(dict(HF_CONFIG, intermediate_size=128)))}), dirs=("d",))
+add(g, "header_truncated", RUN_HF, 1, r"safetensors 'm/model\.safetensors'",
+    files=hf_dir(**{"m/model.safetensors": struct.pack("<Q", 4096) + b'{"model.embed'}), dirs=("d",))
+SHARDED_INDEX = json.dumps({"metadata": {"total_size": 0},
+                            "weight_map": {name: "model-00001-of-00002.safetensors" if i < 4 else "model-00002-of-00002.safetensors"
+                                           for i, (name, _) in enumerate(hf_tensors(HF_CONFIG))}})
+add(g, "shard_missing", RUN_HF, 1, r"'m/model\.safetensors\.index\.json': shard 'model-00002-of-00002\.safetensors' \(of '.*'\) is missing",
+    files=hf_dir(weights=False, **{"m/model.safetensors.index.json": SHARDED_INDEX,
+                                   "m/model-00001-of-00002.safetensors": hf_safetensors(hf_tensors(HF_CONFIG)[:4])}), dirs=("d",))
+add(g, "shard_outside_the_directory", RUN_HF, 2, r"names '\.\./w\.safetensors', not a file of the directory",
+    files=hf_dir(weights=False, **{"m/model.safetensors.index.json": json.dumps(
+        {"weight_map": {name: "../w.safetensors" for name, _ in hf_tensors(HF_CONFIG)}})}), dirs=("d",))
+add(g, "save_over_the_input", RUN_HF + " --save-model m", 2, r"--save-model 'm' is the input model's directory 'm'", files=hf_dir(), dirs=("d",))
+add(g, "save_inside_the_input", RUN_HF + " --save-model m/out", 2, r"--save-model 'm/out' is the input model's directory", files=hf_dir(), dirs=("d",))
+add(g, "save_inside_a_disk", RUN_HF + " --save-model d/out", 2, r"--save-model 'd/out' overlaps --disk 'd'", files=hf_dir(), dirs=("d",))
+add(g, "save_over_other_files", RUN_HF + " --save-model o", 1,
+    r"--save-model: save model 'o': the directory holds files but no config\.json, so it is not a model a save may replace",
+    files=hf_dir(**{"o/notes.txt": "mine\n"}), dirs=("d",))
+add(g, "save_dtype_unknown", RUN_HF + " --save-model out --save-dtype fp8", 2, r"--save-dtype", files=hf_dir(), dirs=("d",))
+add(g, "save_dtype_without_save", RUN_HF + " --save-dtype fp32", 2, r"--save-dtype and --save-every need --save-model DIR", files=hf_dir(), dirs=("d",))
+add(g, "window_shorter_than_the_sequence", RUN_HF, 2,
+    r"training\.sequence_length 128 is above the model's sliding_window 64: sliding-window attention is not implemented",
+    files=hf_dir({"model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 64}), dirs=("d",))
+add(g, "eval_every_negative", RUN_HF + " --eval-every -2", 2, r"--eval-every must be >= 0", files=hf_dir(), dirs=("d",))
+add(g, "eval_corpus_too_small", f"run {TINY} --disk d -n 1 --eval-every 1 --data c.txt", 2,
+    r"--eval-every: the corpus: held-out split: 200 tokens, fewer than the 258 that a held-out batch and a training batch of 1 x 129 tokens need",
+    files={"c.txt": "x" * 200}, dirs=("d",))

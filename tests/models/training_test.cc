@@ -25,6 +25,9 @@ TEST(TrainingSetupTest, DefaultsAndTheLossScalingThatFollowsTheDtype) {
 }
 
 TEST(TrainingSetupTest, WrittenAndReadBackIsTheSame) {
+  auto defaults = TrainingOf(TrainingToYaml(TrainingSetup{}));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString() << "\n" << TrainingToYaml(TrainingSetup{});
+  EXPECT_EQ(*defaults, TrainingSetup{});
   TrainingSetup t;
   t.micro_batch_size = 3;
   t.sequence_length = 2048;
@@ -34,6 +37,9 @@ TEST(TrainingSetupTest, WrittenAndReadBackIsTheSame) {
   t.dtype = "fp16";
   t.loss_scaling = "none";
   t.gradient_clipping = 1.0 / 3.0;
+  t.optimizer = {.lr = 2e-5, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.01};
+  t.lr_schedule = {.type = "cosine", .warmup_steps = 100, .total_steps = 1000, .min_lr_ratio = 0.1};
+  t.seed = 42;
   auto back = TrainingOf(TrainingToYaml(t));
   ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << TrainingToYaml(t);
   EXPECT_EQ(*back, t);
@@ -41,6 +47,26 @@ TEST(TrainingSetupTest, WrittenAndReadBackIsTheSame) {
   auto via_json = TrainingOf(YamlToJson(YAML::Load(TrainingToYaml(t))));
   ASSERT_TRUE(via_json.ok()) << via_json.status().ToString();
   EXPECT_EQ(*via_json, t);
+}
+
+TEST(TrainingSetupTest, TheOptimizerAndItsScheduleAreChecked) {
+  auto t = TrainingOf("{optimizer: {lr: 3e-4, betas: [0.9, 0.95]}, lr_schedule: {type: linear, warmup_steps: 10, total_steps: 100}}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->optimizer.lr, 3e-4);
+  EXPECT_EQ(t->optimizer.weight_decay, 0);
+  EXPECT_EQ(t->lr_schedule.type, "linear");
+  EXPECT_EQ(t->seed, -1);
+  EXPECT_EQ(TrainingOf("{optimizer: {lr: 0}}").status().message(), "training.optimizer.lr: '0' must be a finite number > 0");
+  EXPECT_EQ(TrainingOf("{optimizer: {lr: .inf}}").status().message(), "training.optimizer.lr: '.inf' must be a finite number > 0");
+  EXPECT_EQ(TrainingOf("{optimizer: {betas: [0.9]}}").status().message(), "training.optimizer.betas: expected [beta1, beta2]");
+  EXPECT_EQ(TrainingOf("{optimizer: {betas: [0.9, 1]}}").status().message(), "training.optimizer.betas: each must be in [0, 1)");
+  EXPECT_EQ(TrainingOf("{optimizer: {weight_decay: 2}}").status().message(), "training.optimizer.weight_decay: '2' must be in [0, 1]");
+  EXPECT_EQ(TrainingOf("{optimizer: {momentum: 0.9}}").status().message().substr(0, 48), "training.optimizer: unknown key 'momentum' (know");
+  EXPECT_EQ(TrainingOf("{lr_schedule: {type: polynomial}}").status().message(),
+            "training.lr_schedule.type: 'polynomial' (constant, linear or cosine)");
+  EXPECT_EQ(TrainingOf("{lr_schedule: {type: cosine, warmup_steps: 10}}").status().message(),
+            "training.lr_schedule: a cosine schedule needs total_steps above warmup_steps (0 <= 10)");
+  EXPECT_EQ(TrainingOf("{seed: -3}").status().message(), "training.seed: '-3' must be >= 0");
 }
 
 TEST(TrainingSetupTest, BadValuesNameTheKey) {

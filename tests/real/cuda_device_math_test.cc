@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device_math.h"
+#include "tierflow/models/llm.h"
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/cpu_ops.h"
 #include "tierflow/real/cpu_threads.h"
@@ -74,7 +75,7 @@ TEST(CudaDeviceMath, SwiGluMatchesTheCpuReference) {
 TEST(CudaDeviceMath, RotaryPairsCoverTheTensorAsTheCpuReference) {
   const int64_t batch = 2, seq = 5, heads = 3, head_dim = 8, half = head_dim / 2, rows = batch * seq;
   std::vector<float> cos_table(seq * half), sin_table(seq * half);
-  cpu::RopeTables(cos_table.data(), sin_table.data(), seq, head_dim, 10000.0);
+  cpu::RopeTables(cos_table.data(), sin_table.data(), seq, models::RopeInverseFrequencies(head_dim, 10000.0));
   std::mt19937 rng(4);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(rows * heads * head_dim);

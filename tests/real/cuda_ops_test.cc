@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tierflow/models/llm.h"
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/cpu_ops.h"
 #include "tierflow/real/cpu_threads.h"
@@ -254,7 +255,7 @@ TEST_F(CudaOps, RmsNormForwardAndBackward) {
 TEST_F(CudaOps, RopeForwardAndBackward) {
   const int64_t batch = 2, seq = 128, heads = 8, head_dim = 64, rows = batch * seq, n = rows * heads * head_dim;
   std::vector<float> cos_table(seq * head_dim / 2), sin_table(cos_table.size());
-  cpu::RopeTables(cos_table.data(), sin_table.data(), seq, head_dim, 500000.0);
+  cpu::RopeTables(cos_table.data(), sin_table.data(), seq, models::RopeInverseFrequencies(head_dim, 500000.0));
   const Bf16Array x = RandomBf16(n, 1.0f, rng_), dx = RandomBf16(n, 1.0f, rng_);
   std::vector<float> want = x.values, want_d = dx.values;
   cpu::RopeForward(want.data(), cos_table.data(), sin_table.data(), rows, seq, heads, head_dim, threads_);

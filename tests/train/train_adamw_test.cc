@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "tierflow/real/adamw.h"
+#include "tierflow/real/train_config.h"
 
 namespace tierflow::real {
 namespace {
@@ -193,6 +194,35 @@ TEST(TrainAdamW, LossScalerHalvesOnOverflowAndGrows) {
   EXPECT_FALSE(none.dynamic());
   EXPECT_TRUE(none.Update(false));
   EXPECT_EQ(none.scale(), 1.0f);
+}
+
+// Hugging Face's schedules (transformers' optimization.py), factor at scheduler step s = step - 1:
+// warm-up s / warmup; linear (total - s) / (total - warmup); cosine 0.5 (1 + cos(pi progress)),
+// both ending at min_lr_ratio x lr, and staying there past total_steps.
+TEST(LearningRate, HuggingFacesSchedulesStepByStep) {
+  const float lr = 1e-3f;
+  const double d = lr;  // the rate times the factor, in double, rounded once
+  const models::LrScheduleSetup constant{};
+  EXPECT_EQ(LearningRate(constant, lr, 1), lr);
+  EXPECT_EQ(LearningRate(constant, lr, 1000), lr);
+  const models::LrScheduleSetup warm{.type = "constant", .warmup_steps = 4};
+  EXPECT_EQ(LearningRate(warm, lr, 1), 0.0f);  // the first update, at factor(0)
+  EXPECT_EQ(LearningRate(warm, lr, 3), static_cast<float>(d * 2 / 4));
+  EXPECT_EQ(LearningRate(warm, lr, 5), lr);
+  const models::LrScheduleSetup linear{.type = "linear", .warmup_steps = 2, .total_steps = 10};
+  EXPECT_EQ(LearningRate(linear, lr, 2), static_cast<float>(d * 0.5));
+  EXPECT_EQ(LearningRate(linear, lr, 3), lr);
+  EXPECT_EQ(LearningRate(linear, lr, 7), static_cast<float>(d * ((10 - 6) / 8.0)));
+  EXPECT_EQ(LearningRate(linear, lr, 11), 0.0f);
+  EXPECT_EQ(LearningRate(linear, lr, 50), 0.0f);
+  const models::LrScheduleSetup cosine{.type = "cosine", .warmup_steps = 2, .total_steps = 10, .min_lr_ratio = 0.1};
+  for (int64_t step = 3; step <= 11; ++step) {
+    const double progress = (static_cast<double>(step - 1) - 2) / 8;
+    const double shape = 0.5 * (1 + std::cos(3.14159265358979323846 * progress));
+    const double factor = 0.1 + (1 - 0.1) * shape;
+    EXPECT_EQ(LearningRate(cosine, lr, step), static_cast<float>(d * factor)) << step;
+  }
+  EXPECT_EQ(LearningRate(cosine, lr, 40), static_cast<float>(d * (0.1 + 0.9 * 0.0)));
 }
 
 }  // namespace

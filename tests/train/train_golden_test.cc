@@ -1,5 +1,8 @@
-// The tiny Llama's logits, loss and every parameter gradient against golden outputs of Hugging
-// Face's PyTorch Llama (tests/train/make_golden.py) on the same safetensors weights and tokens.
+// Each family's tiny model — its logits, loss and every parameter gradient — against golden
+// outputs of Hugging Face's PyTorch implementation (tests/train/make_golden.py) on the same
+// weights and tokens. Each family is a Hugging Face directory under tests/train/data/: its
+// config.json, read as `--model-dir` reads it (models::LlmFromHfDir), model.safetensors and
+// golden.safetensors.
 //
 // Error measure, per tensor: rel = max_i |ours_i - ref_i| / max_i |ref_i| (the worst absolute
 // error relative to the tensor's scale; elementwise relative error is meaningless for entries
@@ -11,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tierflow/models/llm.h"
 #include "tierflow/real/llama.h"
 #include "tierflow/real/safetensors.h"
 
@@ -43,12 +47,17 @@ Compare RelError(const float* ours, const float* ref, int64_t n) {
   return c;
 }
 
-TEST(TrainGolden, TinyLlamaMatchesHuggingFace) {
-  auto spec = LoadHfConfig(kData + "golden_llama_config.json");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  auto weights = SafetensorsFile::Open(kData + "golden_llama.safetensors");
+class TrainGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainGolden, TinyModelMatchesHuggingFace) {
+  const std::string dir = kData + GetParam() + "/";
+  auto config = models::LlmFromHfDir(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const LlamaSpec spec{*config};
+  ASSERT_TRUE(ValidateLlamaSpec(spec).ok());
+  auto weights = SafetensorsFile::Open(dir + "model.safetensors");
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-  auto golden = SafetensorsFile::Open(kData + "golden_outputs.safetensors");
+  auto golden = SafetensorsFile::Open(dir + "golden.safetensors");
   ASSERT_TRUE(golden.ok()) << golden.status().ToString();
 
   auto token_info = golden->Info("tokens");
@@ -66,8 +75,9 @@ TEST(TrainGolden, TinyLlamaMatchesHuggingFace) {
     }
   }
 
+  ASSERT_TRUE(ValidateLlamaSequence(spec, seq, "the golden tokens' sequence").ok());
   CpuThreads threads(2);
-  Llama model(*spec, batch, seq, threads);
+  Llama model(spec, batch, seq, threads);
   ASSERT_TRUE(LoadLlamaWeights(*weights, model.layout(), model.params().data(), true).ok());
   model.ZeroGrads();
   const double loss = model.ForwardBackward(tokens.data(), targets.data());
@@ -82,7 +92,7 @@ TEST(TrainGolden, TinyLlamaMatchesHuggingFace) {
   };
   std::vector<Row> rows;
   rows.push_back({"loss", RelError(&our_loss, &ref_loss, 1)});
-  const int64_t vocab = spec->config.vocab;
+  const int64_t vocab = spec.config.vocab;
   std::vector<float> ref_logits(static_cast<size_t>(batch * seq * vocab));
   ASSERT_TRUE(golden->ReadF32("logits", ref_logits.data(), batch * seq * vocab).ok());
   rows.push_back({"logits", RelError(model.logits().data(), ref_logits.data(), batch * seq * vocab)});
@@ -104,7 +114,15 @@ TEST(TrainGolden, TinyLlamaMatchesHuggingFace) {
               worst->name.c_str(), worst->c.rel, static_cast<long long>(worst->c.worst),
               kTolerance);
   for (const Row& r : rows) EXPECT_LE(r.c.rel, kTolerance) << r.name;
+  // The held-out loss of `tierflow run --eval-every` is the same fp32 forward.
+  const float eval_loss = static_cast<float>(EvalLoss(spec, model.params().data(), tokens, targets, batch, seq, threads));
+  EXPECT_LE(RelError(&eval_loss, &ref_loss, 1).rel, kTolerance);
 }
+
+// llama: Llama 2 style (grouped-query attention, untied, default rotary); llama3: Llama 3.2 style
+// (tied, rope_theta 500000, rope scaling llama3); mistral: Mistral (a sliding window the sequence
+// fits). make_golden.py says how each is made.
+INSTANTIATE_TEST_SUITE_P(Families, TrainGolden, ::testing::Values("llama", "llama3", "mistral"));
 
 }  // namespace
 }  // namespace tierflow::real

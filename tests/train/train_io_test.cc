@@ -146,23 +146,19 @@ TEST(TrainIo, LlamaWeightsSaveLoadWithHuggingFaceNames) {
   EXPECT_NE(missing.message().find(path), std::string::npos);
 }
 
-TEST(TrainIo, HfConfigParsing) {
-  auto spec = LlamaSpecFromHfConfig(R"({"hidden_size": 64, "intermediate_size": 160,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-      "vocab_size": 256, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
-      "rope_theta": 500000.0, "tie_word_embeddings": true})", "config.json");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(spec->config.kv_heads, 2);
-  EXPECT_EQ(spec->rms_norm_eps, 1e-6);
-  EXPECT_EQ(spec->rope_theta, 500000.0);
-  EXPECT_TRUE(spec->config.tied_embeddings);
-  auto scaled = LlamaSpecFromHfConfig(R"({"hidden_size": 64, "intermediate_size": 160,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
-      "max_position_embeddings": 128, "rope_parameters": {"rope_type": "llama3"}})", "c.json");
-  EXPECT_FALSE(scaled.ok());
-  EXPECT_NE(scaled.status().message().find("rope_type"), std::string::npos);
-  auto missing = LlamaSpecFromHfConfig(R"({"hidden_size": 64})", "c.json");
-  EXPECT_NE(missing.status().message().find("intermediate_size"), std::string::npos);
+// The held-out batch is the corpus's last batch * seq + 1 tokens, as windows starting every seq
+// tokens; training keeps everything before them.
+TEST(TrainIo, TheHeldOutBatchIsTheCorpussLastWindows) {
+  std::vector<int32_t> tokens(40);
+  for (int32_t i = 0; i < 40; ++i) tokens[static_cast<size_t>(i)] = i;
+  auto split = SplitHeldOut(tokens, 2, 4);  // 9 tokens held out: 31..39
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  EXPECT_EQ(split->train.size(), 31u);
+  EXPECT_EQ(split->train.back(), 30);
+  EXPECT_EQ(split->eval.inputs, (std::vector<int32_t>{31, 32, 33, 34, 35, 36, 37, 38}));
+  EXPECT_EQ(split->eval.targets, (std::vector<int32_t>{32, 33, 34, 35, 36, 37, 38, 39}));
+  EXPECT_EQ(SplitHeldOut(tokens, 2, 16).status().message(),
+            "held-out split: 40 tokens, fewer than the 66 that a held-out batch and a training batch of 2 x 17 tokens need");
 }
 
 TEST(TrainIo, TokenFilesU16AndU32) {

@@ -113,7 +113,7 @@ TEST(TrainOps, RmsNormGradients) {
 TEST(TrainOps, RopeGradientAndInverse) {
   const int64_t B = 2, T = 5, H = 3, D = 8, N = B * T;
   Vec cos_t(T * D / 2), sin_t(T * D / 2);
-  cpu::RopeTables(cos_t.data(), sin_t.data(), T, D, 10000.0);
+  cpu::RopeTables(cos_t.data(), sin_t.data(), T, models::RopeInverseFrequencies(D, 10000.0));
   Vec x = Random(N * H * D, 7), r = Random(N * H * D, 8);
   auto loss = [&] {
     Vec y = x;

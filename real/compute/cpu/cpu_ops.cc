@@ -129,13 +129,11 @@ void LinearBackward(T* dx, T* dw, const T* dout, const T* x, const T* w, int64_t
 }
 
 template <typename T>
-void RopeTables(T* cos_table, T* sin_table, int64_t seq, int64_t head_dim, double theta) {
-  TF_CHECK(head_dim % 2 == 0);
-  const int64_t half = head_dim / 2;
+void RopeTables(T* cos_table, T* sin_table, int64_t seq, std::span<const double> inv_freq) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
   for (int64_t t = 0; t < seq; ++t) {
     for (int64_t j = 0; j < half; ++j) {
-      const double inv_freq = 1.0 / std::pow(theta, static_cast<double>(2 * j) / head_dim);
-      const double angle = static_cast<double>(t) * inv_freq;
+      const double angle = static_cast<double>(t) * inv_freq[static_cast<size_t>(j)];
       cos_table[t * half + j] = static_cast<T>(std::cos(angle));
       sin_table[t * half + j] = static_cast<T>(std::sin(angle));
     }
@@ -357,7 +355,7 @@ double CrossEntropyForwardBackward(T* dlogits, const T* logits, const int32_t* t
                                  CpuThreads&);                                                   \
   template void LinearBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, int64_t,        \
                                   int64_t, CpuThreads&);                                         \
-  template void RopeTables<T>(T*, T*, int64_t, int64_t, double);                                 \
+  template void RopeTables<T>(T*, T*, int64_t, std::span<const double>);                         \
   template void RopeForward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
                                CpuThreads&);                                                     \
   template void RopeBackward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,      \

@@ -22,6 +22,19 @@ enum class MlpKind { kSwiGlu, kGelu };           // SwiGLU: gate, up, down; GELU
 enum class PositionKind { kRotary, kLearned };   // learned adds a [max_seq, hidden] table
 enum class NormKind { kRmsNorm, kLayerNorm };    // LayerNorm adds a bias to every norm
 
+// How rotary position embeddings stretch their frequencies past the length a model was trained
+// at, as Hugging Face's `rope_scaling` (transformers 4) or `rope_parameters` (5) names it:
+// none (`default`), `linear` (every inverse frequency divided by factor) or `llama3` (Llama 3.1
+// and 3.2: low frequencies divided by factor, high ones kept, the band between blended).
+struct RopeScaling {
+  enum class Kind { kNone, kLinear, kLlama3 };
+  Kind kind = Kind::kNone;
+  double factor = 1;             // linear, llama3
+  double low_freq_factor = 1;    // llama3
+  double high_freq_factor = 4;   // llama3
+  int64_t original_max_seq = 0;  // llama3: original_max_position_embeddings
+};
+
 struct LlmConfig {
   std::string name;
   int64_t hidden = 0;
@@ -36,6 +49,15 @@ struct LlmConfig {
   bool tied_embeddings = false;  // LM head shares the embedding matrix
   bool attention_bias = false;   // GPT-style biases on the linear layers
   NormKind norm = NormKind::kRmsNorm;  // added with the implementation (additive)
+  // The constants of the math that no count depends on (the simulator ignores them; the
+  // training math and the Hugging Face files need them).
+  double norm_eps = 1e-5;        // RMSNorm / LayerNorm epsilon (rms_norm_eps)
+  double rope_theta = 10000;     // rotary base (rope_theta; Llama 3: 500000)
+  RopeScaling rope_scaling;
+  // Mistral's sliding-window attention: a token attends to at most this many before it
+  // (itself included); 0 = unlimited. The math runs sequences no longer than the window, where
+  // it is plain causal attention.
+  int64_t sliding_window = 0;
   std::string source;            // where the dimensions come from
 
   int64_t head_dim() const { return hidden / heads; }
@@ -60,15 +82,47 @@ struct LayerInfo {
 StatusOr<LlmConfig> LlmPreset(std::string_view name);  // error lists the known names
 std::vector<std::string> LlmPresetNames();
 // Accepts {preset: NAME, <overrides>} or all dimensions spelled out; unknown keys are errors.
-// Keys: preset, name, source, hidden, ffn, layers, heads, kv_heads, vocab, max_seq,
+// Keys: preset or hf_dir (a Hugging Face model directory, whose config.json gives the base:
+// LlmFromHfDir), name, source, hidden, ffn, layers, heads, kv_heads, vocab, max_seq,
 // mlp (swiglu|gelu), position (rotary|learned), norm (rmsnorm|layernorm), tied_embeddings,
-// attention_bias. Errors name the key as "model.<key>". docs/models.md has the format.
+// attention_bias, norm_eps, rope_theta, rope_scaling {type: none|linear|llama3, factor,
+// low_freq_factor, high_freq_factor, original_max_seq}, sliding_window. Errors name the key as
+// "model.<key>". docs/models.md has the format.
 StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node);
 // The same from YAML text (parse errors become Statuses); lets callers avoid yaml-cpp.
 StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text);
-// Every field, spelt out (no preset), as LlmFromYaml reads it back to the same config.
+// Every field, spelt out (no preset), as LlmFromYaml reads it back to the same config
+// (rope_scaling and sliding_window only when set).
 std::string LlmToYaml(const LlmConfig& c);
 Status ValidateLlm(const LlmConfig& config);
+
+// The architecture of a Hugging Face config.json as transformers 4 and 5 write it, for the
+// families the training math implements: model_type llama (Llama 2, 3, 3.1, 3.2) and mistral.
+// Reads hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads (default: heads), vocab_size, max_position_embeddings, rms_norm_eps,
+// rope_theta and rope_scaling (transformers 4) or rope_parameters (5), tie_word_embeddings,
+// sliding_window (mistral), head_dim (must be hidden / heads); refuses, naming the field, any
+// other model_type, hidden_act other than silu, attention or MLP biases and other rope types.
+// `what` names the file in errors.
+StatusOr<LlmConfig> LlmFromHfConfig(std::string_view json_text, std::string_view what);
+// The same from DIR/config.json; the config's name is the directory's last component.
+StatusOr<LlmConfig> LlmFromHfDir(const std::string& dir);
+// The config.json of `config` for transformers (LlamaForCausalLM, or MistralForCausalLM for
+// model_type mistral): `base_json` (the input directory's config.json; empty: a fresh Llama
+// config) with every key LlmFromHfConfig reads set from `config`, in the base's rope spelling
+// (rope_parameters where it has one, else rope_theta and rope_scaling), and its dtype field
+// (`dtype`, `torch_dtype`, or torch_dtype when it has neither) set to `dtype` ("bfloat16",
+// "float32"). LlmFromHfConfig reads it back to `config`'s architecture; written again from what
+// it reads, it is the same text. Refuses a config the Llama form cannot hold (GELU, learned
+// positions, LayerNorm, biases).
+StatusOr<std::string> LlmToHfConfig(const LlmConfig& config, std::string_view base_json, std::string_view dtype);
+
+// The rotary inverse frequencies of one head, head_dim / 2 of them: theta^(-2j / head_dim),
+// then scaled as `scaling` says (transformers' ROPE_INIT_FUNCTIONS). Requires an even
+// head_dim > 0 and a scaling ValidateLlm accepts.
+std::vector<double> RopeInverseFrequencies(int64_t head_dim, double theta, const RopeScaling& scaling = {});
+// Those of a valid config's heads.
+std::vector<double> RopeInverseFrequencies(const LlmConfig& config);
 
 // The functions below require ValidateLlm(config).ok() (presets and LlmFromYaml results are).
 std::vector<LayerInfo> Layers(const LlmConfig& config);

@@ -19,6 +19,27 @@ namespace tierflow::models {
 // The most micro-steps per iteration a scenario may ask for (training.gradient_accumulation_steps).
 inline constexpr int64_t kMaxMicroSteps = 1024;
 
+// The AdamW update a run takes (torch.optim.AdamW): training.optimizer. Weight decay spares the
+// norms' weights (and biases), as Hugging Face's Trainer groups the parameters by default.
+struct OptimizerSetup {
+  double lr = 1e-3;  // the peak learning rate (tierflow run --lr overrides it)
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool operator==(const OptimizerSetup&) const = default;
+};
+
+// The learning rate over the updates, by Hugging Face's names (get_scheduler): `constant`, or a
+// linear warm-up from 0 over warmup_steps then `constant`, `linear` decay to min_lr_ratio x lr at
+// total_steps, or `cosine` (half a cosine) down to it. training.lr_schedule.
+struct LrScheduleSetup {
+  std::string type = "constant";  // constant | linear | cosine
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;        // linear and cosine: required, > warmup_steps
+  double min_lr_ratio = 0;        // linear and cosine: the rate they end at, over lr
+  bool operator==(const LrScheduleSetup&) const = default;
+};
+
 struct TrainingSetup {
   int64_t micro_batch_size = 1;          // sequences per rank per micro-step
   int64_t sequence_length = 4096;
@@ -32,6 +53,11 @@ struct TrainingSetup {
   std::string loss_scaling = "none";
   // Clip the gradients to this global L2 norm before the update (torch's clip_grad_norm_); 0 = off.
   double gradient_clipping = 0;
+  OptimizerSetup optimizer;
+  LrScheduleSetup lr_schedule;
+  // Seeds the initial weights (when not read from a file) and the batches' order; absent (-1):
+  // tierflow's defaults (1234 for the weights, 1 for the batches).
+  int64_t seed = -1;
   // Whether the update of a sub-group must wait for the global gradient check (the overflow check
   // and the norm over every gradient): true when the loss scale is dynamic or clipping is on.
   bool UpdateNeedsGlobalCheck() const { return loss_scaling == "dynamic" || gradient_clipping > 0; }

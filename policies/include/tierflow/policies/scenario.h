@@ -72,6 +72,9 @@ struct Scenario {
   // with their own overrides. (A schedule file carries the model, hardware and training as typed
   // sections instead: Schedule::Sections.)
   std::string yaml;
+  // The Hugging Face directory the model was read from (model.hf_dir, --model-dir), whose weights
+  // a run starts from; "" otherwise. A schedule carries it as meta "model.hf_dir".
+  std::string model_dir;
   bool has_paper = false;
   PaperClaim paper;
 };

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tierflow/real/compute_ops.h"
 #include "tierflow/real/cpu_threads.h"
@@ -52,11 +53,12 @@ template <typename T>
 void LinearBackward(T* dx, T* dw, const T* dout, const T* x, const T* w, int64_t n_rows,
                     int64_t in, int64_t out_dim, CpuThreads& threads);
 
-// Rotary tables for positions 0..seq-1: cos/sin[t * head_dim/2 + j] of t * theta^(-2j/head_dim),
-// computed in fp64. Hugging Face's `cat(freqs, freqs)` means column j and j + head_dim/2 share
-// the angle, so half a table suffices. Requires an even head_dim.
+// Rotary tables for positions 0..seq-1: cos/sin[t * head_dim/2 + j] of t * inv_freq[j]
+// (models::RopeInverseFrequencies: theta^(-2j/head_dim), scaled as the model says), computed in
+// fp64. Hugging Face's `cat(freqs, freqs)` means column j and j + head_dim/2 share the angle, so
+// half a table (head_dim/2 = inv_freq.size() columns) suffices.
 template <typename T>
-void RopeTables(T* cos_table, T* sin_table, int64_t seq, int64_t head_dim, double theta);
+void RopeTables(T* cos_table, T* sin_table, int64_t seq, std::span<const double> inv_freq);
 // In place on x[N, heads*head_dim], position t = n % seq, rotate_half convention:
 // x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin for the halves x1 = x[:d/2], x2 = x[d/2:].
 template <typename T>

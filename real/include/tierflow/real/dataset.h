@@ -40,6 +40,17 @@ struct TokenBatch {
   int64_t epoch = 0;
 };
 
+// A corpus with its last `batch` windows held out for evaluation (tierflow run --eval-every): the
+// held-out batch is the last batch * seq + 1 tokens, as `batch` windows of seq + 1 tokens starting
+// every seq tokens (window r: inputs tokens[start + r seq, + seq), targets one further), and
+// training reads the tokens before them, so no token of the held-out batch is trained on.
+// InvalidArgument when what is left does not make one training batch (TokenLoader::Create).
+struct HeldOutSplit {
+  std::vector<int32_t> train;
+  TokenBatch eval;
+};
+StatusOr<HeldOutSplit> SplitHeldOut(const std::vector<int32_t>& tokens, int64_t batch, int64_t seq);
+
 class TokenLoader {
  public:
   // Requires batch >= 1, seq >= 1 and at least batch windows (tokens.size() >= batch*seq + 1);

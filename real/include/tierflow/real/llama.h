@@ -27,23 +27,19 @@
 
 namespace tierflow::real {
 
-// The architecture plus the constants the math needs that models::LlmConfig does not carry.
+// The architecture, for this math (ValidateLlamaSpec): models::LlmConfig carries the constants
+// it needs besides the dimensions (norm_eps, rope_theta, rope_scaling, sliding_window), and
+// models::LlmFromHfConfig reads a Hugging Face config.json into one.
 struct LlamaSpec {
   models::LlmConfig config;
-  double rms_norm_eps = 1e-5;    // Hugging Face config.json "rms_norm_eps"
-  double rope_theta = 10000.0;   // "rope_theta"
 };
 
 // OK for what this math implements: SwiGLU, rotary, RMSNorm, no linear biases, untied or tied
 // embeddings, heads % kv_heads == 0, an even head_dim. Errors name the unsupported field.
 Status ValidateLlamaSpec(const LlamaSpec& spec);
-// From the text of a Hugging Face config.json (LlamaConfig); `what` names it in errors.
-// Reads hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
-// num_key_value_heads (default: heads), vocab_size, max_position_embeddings, rms_norm_eps,
-// rope_theta (or rope_parameters.rope_theta, transformers >= 5), tie_word_embeddings,
-// attention_bias, mlp_bias; rejects rope_scaling and rope types other than "default".
-StatusOr<LlamaSpec> LlamaSpecFromHfConfig(std::string_view json_text, std::string_view what);
-StatusOr<LlamaSpec> LoadHfConfig(const std::string& path);
+// OK when sequences of `seq` tokens run as the model defines them: 1 <= seq <= max_seq, and
+// within a sliding window (where attention is plain causal). Errors name `what`.
+Status ValidateLlamaSequence(const LlamaSpec& spec, int64_t seq, const std::string& what);
 
 struct ParamTensor {
   std::string name;             // Hugging Face name
@@ -165,6 +161,13 @@ class LlamaModel {
   LlamaWorkspace<T> ws_;
 };
 using Llama = LlamaModel<float>;
+
+// The mean cross-entropy of fp32 parameters (MakeParamLayout order) on `batch` sequences of
+// `seq` tokens (inputs and targets [batch * seq]), in LlamaModel's fp32 math: a held-out batch's
+// loss, as transformers computes it from the same weights saved in fp32. Requires
+// ValidateLlamaSpec(spec) and ValidateLlamaSequence(spec, seq).
+double EvalLoss(const LlamaSpec& spec, const float* params, const std::vector<int32_t>& inputs,
+                const std::vector<int32_t>& targets, int64_t batch, int64_t seq, CpuThreads& threads);
 
 // Fills params like Hugging Face's LlamaPreTrainedModel: normal(0, std) for embeddings and
 // linear weights, 1 for norms; deterministic for a seed on any platform and thread count (it

@@ -91,6 +91,10 @@ class SafetensorsWriter {
 // `strict` (then an error names the first one). Errors name the file and tensor.
 Status LoadLlamaWeights(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                         bool strict = false);
+// The same from a Hugging Face model directory: its model.safetensors, or the shards its
+// model.safetensors.index.json maps the tensors to (each shard read once; a shard is a file of
+// the directory). Errors name the index or the file, and the tensor.
+Status LoadLlamaWeightsFromDir(const std::string& dir, const ParamLayout& layout, float* params);
 // Saves every tensor of the layout under its Hugging Face name in `dtype` (F32, F16 or BF16).
 Status SaveLlamaWeights(const std::string& path, const ParamLayout& layout, const float* params,
                         StDtype dtype);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tierflow/models/training.h"
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/llama.h"
 
@@ -34,7 +35,11 @@ struct TrainConfig {
   // backward of each starting from loss_scale / (micro_steps x ranks), so that the iteration's
   // gradient is the mean over its ranks x micro_steps batches, as its loss is.
   int32_t ranks = 1;
+  // Scenario training.optimizer (lr: the peak; `tierflow run --lr` overrides it). The weight decay
+  // spares vectors (norm weights, biases): RankSpace::DecayRuns.
   AdamWConfig adam{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+  // Scenario training.lr_schedule: the rate of each update (LearningRate).
+  models::LrScheduleSetup lr_schedule;
   // Dynamic loss scaling (fp16: an overflow skips the step and halves the scale) from
   // initial_loss_scale, or none (bf16: scale 1, every step taken). Scenario training.loss_scaling.
   bool dynamic_loss_scaling = false;
@@ -50,5 +55,16 @@ struct TrainConfig {
   std::vector<int32_t> tokens;      // the training corpus, already tokenized
   int threads = 0;                  // compute threads, 0 = the hardware's
 };
+
+// What a scenario's model and training section say of a run (the rest — the corpus, initial
+// weights, threads — is the caller's): the model, batch, sequence, micro-steps, ranks (at least
+// 1), loss scaling, clipping, AdamW and its schedule, and the seeds when training.seed is set.
+TrainConfig TrainConfigFor(const models::LlmConfig& model, const models::TrainingSetup& training);
+
+// The learning rate of AdamW step `step` (1-based: the updates taken so far, this one included):
+// lr x the factor of Hugging Face's schedule at scheduler step step - 1 (its Trainer steps the
+// scheduler after each update, so the first update runs at factor(0): 0 under a warm-up). A
+// skipped update (an fp16 overflow) does not advance it, as DeepSpeed's engine does not.
+float LearningRate(const models::LrScheduleSetup& schedule, float lr, int64_t step);
 
 }  // namespace tierflow::real

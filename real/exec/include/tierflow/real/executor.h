@@ -33,6 +33,15 @@
 
 namespace tierflow::real {
 
+// Every `every` iterations done (counted as checkpoints count them, from the first iteration of
+// a resumed run's start), the fp32 master weights after that iteration, gathered from wherever
+// the schedule keeps them (MakeParamLayout order), are handed to `fn` on the calling thread; an
+// error it returns ends the run. One rank only (RunSchedule refuses it with several).
+struct MasterHook {
+  int64_t every = 0;  // 0: never
+  std::function<Status(int64_t iterations_done, const std::vector<float>& master)> fn;
+};
+
 struct RunOptions {
   int64_t iterations = 1;
   // A directory per storage device: "DIR" for nvme0, nvme1, ..., then remote0, ... in order, or
@@ -63,6 +72,8 @@ struct RunOptions {
   int64_t exit_after_tasks = 0;
   // Called on the calling thread after each iteration completes, with its loss.
   std::function<void(int64_t iteration, double loss)> on_iteration;
+  // The master weights every few iterations (--save-every: a Hugging Face directory).
+  MasterHook on_master;
   // Trace records held, so that a long run's memory stays flat: with keep_iterations > 0,
   // RunResult::records ends with the records of the last keep_iterations iterations only (the
   // run drops older ones as it goes, in batches). With on_record, every record is handed over once,
@@ -143,6 +154,6 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
 // compared against, and the baseline of the dispatcher's overhead.
 StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
                                 const std::function<void(int64_t, double)>& on_iteration = {},
-                                const std::string& compute = "cpu");
+                                const std::string& compute = "cpu", const MasterHook& on_master = {});
 
 }  // namespace tierflow::real
