@@ -94,6 +94,7 @@ nlohmann::json ToJson(const models::LlmConfig& c, int64_t seq) {
   j["norm"] = NormName(c.norm);
   j["tied_embeddings"] = c.tied_embeddings;
   j["attention_bias"] = c.attention_bias;
+  j["qkv_bias"] = c.qkv_bias;
   j["norm_eps"] = c.norm_eps;
   if (c.position == models::PositionKind::kRotary) {
     j["rope_theta"] = c.rope_theta;
@@ -124,7 +125,7 @@ void PrintTable(const models::LlmConfig& c, int64_t seq) {
              c.ffn, c.layers, c.heads, c.kv_heads, c.head_dim());
   fmt::print("  vocab {}  max_seq {}  mlp {}  position {}  norm {}  tied {}  bias {}\n", c.vocab,
              c.max_seq, MlpName(c.mlp), PositionName(c.position), NormName(c.norm),
-             c.tied_embeddings ? "yes" : "no", c.attention_bias ? "yes" : "no");
+             c.tied_embeddings ? "yes" : "no", c.attention_bias ? "yes" : c.qkv_bias ? "q, k, v" : "no");
   std::string rope;
   if (c.position == models::PositionKind::kRotary) {
     rope = fmt::format("  rope_theta {}  rope_scaling {}", c.rope_theta, RopeScalingJson(c.rope_scaling).dump());

@@ -92,9 +92,9 @@ StatusOr<LlmConfig> LlmFromHfConfig(std::string_view json_text, std::string_view
   const HfFields f(j, where);
   std::string model_type;
   TF_RETURN_IF_ERROR(f.String("model_type", &model_type));
-  if (model_type != "llama" && model_type != "mistral") {
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2") {
     return f.Error("model_type", (model_type.empty() ? std::string("is missing") : "'" + model_type + "' is not supported") +
-                                     " (llama and mistral are: Llama 2, 3, 3.1, 3.2 and Mistral)");
+                                     " (llama, mistral and qwen2 are: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2 and Qwen2.5)");
   }
   LlmConfig c;
   c.name = model_type;
@@ -120,9 +120,14 @@ StatusOr<LlmConfig> LlmFromHfConfig(std::string_view json_text, std::string_view
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     bool bias = false;
     TF_RETURN_IF_ERROR(f.Bool(key, &bias));
-    if (bias) return f.Error(key, "true is not supported (the math has no linear biases)");
+    if (bias) return f.Error(key, "true is not supported (the math has biases on q, k and v only, as Qwen2's)");
   }
-  if (model_type == "mistral") TF_RETURN_IF_ERROR(f.Int("sliding_window", &c.sliding_window, false));
+  // Qwen2 always has biases on q, k and v (Qwen2Attention), and slides its window only where
+  // use_sliding_window says so.
+  c.qkv_bias = model_type == "qwen2";
+  bool sliding = model_type == "mistral";
+  if (model_type == "qwen2") TF_RETURN_IF_ERROR(f.Bool("use_sliding_window", &sliding));
+  if (sliding) TF_RETURN_IF_ERROR(f.Int("sliding_window", &c.sliding_window, false));
   if (f.Has("head_dim")) {
     int64_t head_dim = 0;
     TF_RETURN_IF_ERROR(f.Int("head_dim", &head_dim, false));
@@ -139,18 +144,24 @@ StatusOr<std::string> LlmToHfConfig(const LlmConfig& c, std::string_view base_js
   if (c.mlp != MlpKind::kSwiGlu || c.position != PositionKind::kRotary || c.norm != NormKind::kRmsNorm ||
       c.attention_bias) {
     return InvalidArgument("model '" + c.name +
-                           "' has no Hugging Face Llama form (it needs mlp swiglu, position rotary, norm rmsnorm, no biases)");
+                           "' has no Hugging Face Llama form (it needs mlp swiglu, position rotary, norm rmsnorm, no biases but q, k, v's)");
   }
   Json j = Json::object();
   if (!base_json.empty()) {
     TF_ASSIGN_OR_RETURN(j, ParseJsonChecked(std::string(base_json), "the input's config.json"));
     if (!j.is_object()) return InvalidArgument("the input's config.json: not a JSON object");
   }
-  const bool mistral = j.value("model_type", std::string()) == "mistral";
-  if (!j.contains("architectures") || j["architectures"].is_null()) {
-    j["architectures"] = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+  // The family: the base's, or Qwen2 for q/k/v biases (which Llama's config cannot express).
+  std::string family = c.qkv_bias ? "qwen2" : j.value("model_type", std::string("llama"));
+  if (family != "mistral" && family != "qwen2") family = "llama";
+  if (family == "qwen2" && !c.qkv_bias) {
+    return InvalidArgument("model '" + c.name + "' has no q/k/v biases, which a Qwen2 config.json implies");
   }
-  j["model_type"] = mistral ? "mistral" : "llama";
+  const bool mistral = family == "mistral", qwen2 = family == "qwen2";
+  if (!j.contains("architectures") || j["architectures"].is_null() || j.value("model_type", std::string()) != family) {
+    j["architectures"] = {mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  }
+  j["model_type"] = family;
   j["hidden_size"] = c.hidden;
   j["intermediate_size"] = c.ffn;
   j["num_hidden_layers"] = c.layers;
@@ -161,12 +172,16 @@ StatusOr<std::string> LlmToHfConfig(const LlmConfig& c, std::string_view base_js
   j["rms_norm_eps"] = c.norm_eps;
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["hidden_act"] = "silu";
-  if (!mistral) {
+  if (!mistral && !qwen2) {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
   }
   if (j.contains("head_dim")) j["head_dim"] = c.head_dim();
   if (mistral) j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+  if (qwen2) {
+    j["use_sliding_window"] = c.sliding_window > 0;
+    if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  }
   // The rotary settings, as the base spells them.
   const RopeScaling& r = c.rope_scaling;
   Json scaling = nullptr;

@@ -313,6 +313,7 @@ std::vector<LayerInfo> Layers(const LlmConfig& c) {
   const int64_t q_dim = c.heads * c.head_dim();
   const int64_t kv_dim = c.kv_heads * c.head_dim();
   const bool bias = c.attention_bias;
+  const bool qkv_bias = bias || c.qkv_bias;
 
   LayerInfo emb;
   emb.kind = LayerInfo::Kind::kEmbedding;
@@ -329,9 +330,9 @@ std::vector<LayerInfo> Layers(const LlmConfig& c) {
     l.index = static_cast<int32_t>(i + 1);
     const std::string p = "model.layers." + std::to_string(i);
     AddNorm(&l.tensors, p + ".input_layernorm", h, c.norm);
-    AddLinear(&l.tensors, p + ".self_attn.q_proj", q_dim, h, bias);
-    AddLinear(&l.tensors, p + ".self_attn.k_proj", kv_dim, h, bias);
-    AddLinear(&l.tensors, p + ".self_attn.v_proj", kv_dim, h, bias);
+    AddLinear(&l.tensors, p + ".self_attn.q_proj", q_dim, h, qkv_bias);
+    AddLinear(&l.tensors, p + ".self_attn.k_proj", kv_dim, h, qkv_bias);
+    AddLinear(&l.tensors, p + ".self_attn.v_proj", kv_dim, h, qkv_bias);
     AddLinear(&l.tensors, p + ".self_attn.o_proj", h, q_dim, bias);
     AddNorm(&l.tensors, p + ".post_attention_layernorm", h, c.norm);
     if (c.mlp == MlpKind::kSwiGlu) {
@@ -532,6 +533,7 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
   c.norm = static_cast<NormKind>(norm);
   TF_RETURN_IF_ERROR(r.Bool("tied_embeddings", &c.tied_embeddings));
   TF_RETURN_IF_ERROR(r.Bool("attention_bias", &c.attention_bias));
+  TF_RETURN_IF_ERROR(r.Bool("qkv_bias", &c.qkv_bias));
   TF_RETURN_IF_ERROR(r.Fraction("norm_eps", &c.norm_eps));
   TF_RETURN_IF_ERROR(r.Fraction("rope_theta", &c.rope_theta));
   TF_RETURN_IF_ERROR(r.Int("sliding_window", &c.sliding_window));
@@ -561,6 +563,7 @@ std::string LlmToYaml(const LlmConfig& c) {
   e << YAML::Key << "norm" << YAML::Value << (c.norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm");
   e << YAML::Key << "tied_embeddings" << YAML::Value << c.tied_embeddings;
   e << YAML::Key << "attention_bias" << YAML::Value << c.attention_bias;
+  e << YAML::Key << "qkv_bias" << YAML::Value << c.qkv_bias;
   // Shortest text that reads back to the same double ("1e-05", "500000").
   e << YAML::Key << "norm_eps" << YAML::Value << fmt::format("{}", c.norm_eps);
   e << YAML::Key << "rope_theta" << YAML::Value << fmt::format("{}", c.rope_theta);

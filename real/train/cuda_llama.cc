@@ -59,6 +59,7 @@ StatusOr<std::unique_ptr<LlamaSteps>> LlamaSteps::Create(const Context& ctx, con
                                                          int64_t seq) {
   TF_RETURN_IF_ERROR(ValidateLlamaSpec(spec));
   if (spec.config.tied_embeddings) return InvalidArgument("GPU Llama steps: tied embeddings are not supported yet");
+  if (spec.config.qkv_bias) return InvalidArgument("GPU Llama steps: q/k/v biases (Qwen2) are not supported yet (--compute cpu runs them)");
   if (!FlashAttentionTakesHeadDim(spec.config.head_dim())) {
     return InvalidArgument("GPU Llama steps: head_dim " + std::to_string(spec.config.head_dim()) +
                            " (the fused attention kernels take 16, 32, 64 or 128)");

@@ -92,10 +92,14 @@ DecoderParams<T*> DecoderView(const LlmConfig& c, T* base) {
     return t;
   };
   // The order of models::Layers().
+  const bool bias = c.qkv_bias;
   p.input_norm = take(h);
   p.q = take(q_dim * h);
+  if (bias) p.q_bias = take(q_dim);
   p.k = take(kv_dim * h);
+  if (bias) p.k_bias = take(kv_dim);
   p.v = take(kv_dim * h);
+  if (bias) p.v_bias = take(kv_dim);
   p.o = take(h * q_dim);
   p.post_norm = take(h);
   p.gate = take(c.ffn * h);
@@ -148,6 +152,11 @@ void DecoderForward(const LlamaSpec& spec, const DecoderParams<const T*>& w, con
   cpu::LinearForward(ws.q.data(), ws.xn1.data(), w.q, N, C, q_dim, threads);
   cpu::LinearForward(ws.k.data(), ws.xn1.data(), w.k, N, C, kv_dim, threads);
   cpu::LinearForward(ws.v.data(), ws.xn1.data(), w.v, N, C, kv_dim, threads);
+  if (w.q_bias != nullptr) {  // Qwen2: before the rotation
+    cpu::BiasForward(ws.q.data(), w.q_bias, N, q_dim, threads);
+    cpu::BiasForward(ws.k.data(), w.k_bias, N, kv_dim, threads);
+    cpu::BiasForward(ws.v.data(), w.v_bias, N, kv_dim, threads);
+  }
   cpu::RopeForward(ws.q.data(), ws.rope_cos.data(), ws.rope_sin.data(), N, ws.seq, c.heads, D,
                    threads);
   cpu::RopeForward(ws.k.data(), ws.rope_cos.data(), ws.rope_sin.data(), N, ws.seq, c.kv_heads, D,
@@ -209,6 +218,11 @@ void DecoderBackward(const LlamaSpec& spec, const DecoderParams<const T*>& w,
                     threads);
   cpu::RopeBackward(ws.d_k.data(), ws.rope_cos.data(), ws.rope_sin.data(), N, ws.seq, c.kv_heads,
                     D, threads);
+  if (g.q_bias != nullptr) {
+    cpu::BiasBackward(g.q_bias, ws.d_q.data(), N, q_dim, threads);
+    cpu::BiasBackward(g.k_bias, ws.d_k.data(), N, kv_dim, threads);
+    cpu::BiasBackward(g.v_bias, ws.d_v.data(), N, kv_dim, threads);
+  }
   zero(ws.d_xn);
   cpu::LinearBackward(ws.d_xn.data(), g.q, ws.d_q.data(), ws.xn1.data(), w.q, N, C, q_dim,
                       threads);

@@ -54,6 +54,8 @@ RULES = [
      "installs PyTorch, TorchSnapshot and DeepSpeed (several GB) into a venv of its own: a benchmark's peers, never a test's dependency"),
     (r"^bench/train_peers\.sh\b.*", None,
      "installs PyTorch, DeepSpeed and transformers (several GB) into a venv of its own and trains with each for minutes: a benchmark's peers, never a test's dependency"),
+    (r"^bench/hf_roundtrip\.sh\b.*", None,
+     "installs PyTorch and transformers (several GB) into a venv of its own: a benchmark's reference, never a test's dependency (CI checks each family's golden outputs instead)"),
     (r"^bench/deepspeed/run\.sh\b.*", None,
      "installs PyTorch, DeepSpeed and transformers into bench/train_peers.sh's venv and trains with DeepSpeed for minutes per knob setting: a benchmark's peer, never a test's dependency"),
     (r"^bench/deepspeed/torch_compute_probe\.py\b.*", None,

@@ -464,14 +464,15 @@ RUN_HF = f"run {TINY} --model-dir m --disk d -n 1 {DATA}"
 add(g, "dir_missing", "model --model-dir nope", 1, r"Hugging Face model directory 'nope': not a directory")
 add(g, "config_missing", f"plan {TINY} --model-dir m -o p.json", 1, r"model\.hf_dir: 'm/config\.json': cannot open it", dirs=("m",))
 add(g, "config_not_json", "model --model-dir m", 2, r"'m/config\.json': not valid JSON", files={"m/config.json": "{model_type: llama"})
-add(g, "model_type_unsupported", f"sim {TINY} --model-dir m", 2, r"'model_type' 'qwen2' is not supported \(llama and mistral are",
-    files=hf_dir({"model_type": "qwen2"}))
+add(g, "model_type_unsupported", f"sim {TINY} --model-dir m", 2, r"'model_type' 'gemma' is not supported \(llama, mistral and qwen2 are",
+    files=hf_dir({"model_type": "gemma"}))
 add(g, "rope_type_unsupported", f"tune {TINY} --model-dir m", 2, r"'rope_scaling' type 'yarn' is not supported \(default, linear and llama3 are\)",
     files=hf_dir({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}))
 add(g, "llama3_rope_incomplete", "model --model-dir m", 2, r"'rope_parameters\.original_max_position_embeddings' is missing \(rope type llama3\)",
     files=hf_dir({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 4.0}}))
-add(g, "biases_unsupported", "model --model-dir m", 2, r"'attention_bias' true is not supported", files=hf_dir({"attention_bias": True}))
+add(g, "biases_unsupported", "model --model-dir m", 2, r"'attention_bias' true is not supported \(the math has biases on q, k and v only",
+    files=hf_dir({"attention_bias": True}))
 add(g, "head_dim_of_its_own", "model --model-dir m", 2, r"'head_dim' 16 is not hidden_size / num_attention_heads", files=hf_dir({"head_dim": 16}))
 add(g, "model_dir_and_schedule", "run {fx}/tiny.schedule.json --model-dir m --disk d", 2, r"--model-dir: .* is a schedule, already planned for its model",
     files=hf_dir(), dirs=("d",))

@@ -65,15 +65,37 @@ TEST(HfConfig, Transformers5RopeParametersAndMistral) {
   EXPECT_EQ(unlimited->sliding_window, 0);
 }
 
+TEST(HfConfig, Qwen2HasBiasesOnQKVAndSlidesOnlyWhenItSaysSo) {
+  auto c = LlmFromHfConfig(Config(R"("sliding_window": 32, "use_sliding_window": false, "tie_word_embeddings": true)", "qwen2"),
+                           "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->sliding_window, 0);
+  const std::vector<LayerInfo> layers = Layers(*c);
+  std::vector<std::string> names;
+  for (const TensorShape& t : layers[1].tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",
+                                             "model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.k_proj.weight",
+                                             "model.layers.0.self_attn.k_proj.bias", "model.layers.0.self_attn.v_proj.weight",
+                                             "model.layers.0.self_attn.v_proj.bias", "model.layers.0.self_attn.o_proj.weight",
+                                             "model.layers.0.post_attention_layernorm.weight", "model.layers.0.mlp.gate_proj.weight",
+                                             "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight"}));
+  auto sliding = LlmFromHfConfig(Config(R"("sliding_window": 32, "use_sliding_window": true)", "qwen2"), "config.json");
+  ASSERT_TRUE(sliding.ok());
+  EXPECT_EQ(sliding->sliding_window, 32);
+}
+
 TEST(HfConfig, RefusesWhatTheMathDoesNotImplementNamingTheField) {
-  EXPECT_EQ(ErrorOf(Config("", "qwen2")),
-            "'config.json': 'model_type' 'qwen2' is not supported (llama and mistral are: Llama 2, 3, 3.1, 3.2 and Mistral)");
+  EXPECT_EQ(ErrorOf(Config("", "gemma")),
+            "'config.json': 'model_type' 'gemma' is not supported (llama, mistral and qwen2 are: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2 and "
+            "Qwen2.5)");
   EXPECT_EQ(ErrorOf(Config(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
             "'config.json': 'rope_scaling' type 'yarn' is not supported (default, linear and llama3 are)");
   EXPECT_EQ(ErrorOf(Config(R"("rope_parameters": {"rope_type": "llama3", "factor": 8.0})")),
             "'config.json': 'rope_parameters.low_freq_factor' is missing (rope type llama3)");
   EXPECT_EQ(ErrorOf(Config(R"("attention_bias": true)")),
-            "'config.json': 'attention_bias' true is not supported (the math has no linear biases)");
+            "'config.json': 'attention_bias' true is not supported (the math has biases on q, k and v only, as Qwen2's)");
   EXPECT_EQ(ErrorOf(Config("", "llama", "gelu")),
             "'config.json': 'hidden_act' 'gelu' is not supported (the SwiGLU MLP uses silu)");
   EXPECT_EQ(ErrorOf(Config(R"("head_dim": 32)")),

@@ -85,7 +85,17 @@ TEST(HfModel, ConfigWrittenOutReadsBackToTheSameArchitecture) {
     EXPECT_EQ(*again, *text) << name;
   }
   EXPECT_EQ(models::LlmToHfConfig(models::LlmPreset("gpt3-175b").value(), "", "float32").status().message(),
-            "model 'gpt3-175b' has no Hugging Face Llama form (it needs mlp swiglu, position rotary, norm rmsnorm, no biases)");
+            "model 'gpt3-175b' has no Hugging Face Llama form (it needs mlp swiglu, position rotary, norm rmsnorm, no biases but q, k, "
+            "v's)");
+  // q/k/v biases make it a Qwen2, whatever the base said.
+  models::LlmConfig qwen = models::LlmPreset("tiny").value();
+  qwen.qkv_bias = true;
+  auto text = models::LlmToHfConfig(qwen, R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})", "bfloat16");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  auto back = models::LlmFromHfConfig(*text, "config.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->qkv_bias);
+  EXPECT_NE(text->find("\"Qwen2ForCausalLM\""), std::string::npos);
 }
 
 TEST(HfModel, ConfigKeepsTheInputsSpellingAndFields) {
@@ -111,9 +121,11 @@ TEST(HfModel, ConfigKeepsTheInputsSpellingAndFields) {
 }
 
 TEST(HfModel, SaveLoadSaveIsByteIdenticalInOneFileAndInShards) {
-  for (bool tied : {false, true}) {
+  for (int variant = 0; variant < 3; ++variant) {  // untied, tied, untied with q/k/v biases
+    const bool tied = variant == 1;
     for (StDtype dtype : {StDtype::kBF16, StDtype::kF32}) {
-      const models::LlmConfig c = Small(tied);
+      models::LlmConfig c = Small(tied);
+      c.qkv_bias = variant == 2;
       const std::vector<float> w = Weights(c);
       const ParamLayout layout = MakeParamLayout(c);
       for (int64_t shard : {int64_t{5'000'000'000}, int64_t{300'000}}) {

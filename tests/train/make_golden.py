@@ -17,6 +17,8 @@ Families (each a Hugging Face class and what of it the C++ must match):
            spans stretched, blended and kept frequencies), grouped-query attention
   mistral  MistralForCausalLM: grouped-query attention, untied, a sliding window of 16 (the
            sequence fits it: plain causal attention, as tierflow runs it)
+  qwen2    Qwen2ForCausalLM: biases on q, k and v, grouped-query attention, untied,
+           rope_theta 1e6
 
 The loss is the CausalLM's with labels = input_ids: the mean cross-entropy over the B*(T-1)
 shifted positions (position t predicts token t+1; the last position of each row has no target).
@@ -68,6 +70,8 @@ FAMILIES = {
                                           high_freq_factor=4.0, original_max_position_embeddings=8)))),
     "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM,
                 dict(COMMON, tie_word_embeddings=False, sliding_window=16, **rope(1000000.0))),
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+              dict(COMMON, tie_word_embeddings=False, use_sliding_window=False, **rope(1000000.0))),
 }
 BATCH, SEQ = 2, 16
 TEXT = ("In the beginning God created the heaven and the earth. "
@@ -82,7 +86,9 @@ def make(family):
     model = model_class(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1:  # norm weights: around 1, so their gradients are exercised
+            if name.endswith(".bias"):  # Qwen2's q, k and v biases: around 0
+                p.copy_(0.1 * torch.randn_like(p))
+            elif p.ndim == 1:  # norm weights: around 1, so their gradients are exercised
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:  # larger than the 0.02 init so that attention is far from uniform
                 p.copy_(0.15 * torch.randn_like(p))

@@ -121,8 +121,8 @@ TEST_P(TrainGolden, TinyModelMatchesHuggingFace) {
 
 // llama: Llama 2 style (grouped-query attention, untied, default rotary); llama3: Llama 3.2 style
 // (tied, rope_theta 500000, rope scaling llama3); mistral: Mistral (a sliding window the sequence
-// fits). make_golden.py says how each is made.
-INSTANTIATE_TEST_SUITE_P(Families, TrainGolden, ::testing::Values("llama", "llama3", "mistral"));
+// fits); qwen2: Qwen2 (q/k/v biases). make_golden.py says how each is made.
+INSTANTIATE_TEST_SUITE_P(Families, TrainGolden, ::testing::Values("llama", "llama3", "mistral", "qwen2"));
 
 }  // namespace
 }  // namespace tierflow::real

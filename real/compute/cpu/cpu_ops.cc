@@ -306,6 +306,24 @@ void ResidualAdd(T* out, const T* a, const T* b, int64_t n, CpuThreads& threads)
 }
 
 template <typename T>
+void BiasForward(T* x, const T* bias, int64_t n_rows, int64_t dim, CpuThreads& threads) {
+  threads.ParallelFor(n_rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t c = 0; c < dim; ++c) x[n * dim + c] += bias[c];
+    }
+  });
+}
+
+template <typename T>
+void BiasBackward(T* dbias, const T* dout, int64_t n_rows, int64_t dim, CpuThreads& threads) {
+  threads.ParallelFor(dim, 64, [&](int64_t c0, int64_t c1) {
+    for (int64_t n = 0; n < n_rows; ++n) {
+      for (int64_t c = c0; c < c1; ++c) dbias[c] += dout[n * dim + c];
+    }
+  });
+}
+
+template <typename T>
 double CrossEntropyForwardBackward(T* dlogits, const T* logits, const int32_t* targets,
                                    int64_t n_rows, int64_t vocab, double grad_scale,
                                    CpuThreads& threads) {
@@ -368,6 +386,8 @@ double CrossEntropyForwardBackward(T* dlogits, const T* logits, const int32_t* t
   template void SwiGluForward<T>(T*, const T*, const T*, int64_t, CpuThreads&);                  \
   template void SwiGluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, CpuThreads&);   \
   template void ResidualAdd<T>(T*, const T*, const T*, int64_t, CpuThreads&);                    \
+  template void BiasForward<T>(T*, const T*, int64_t, int64_t, CpuThreads&);                     \
+  template void BiasBackward<T>(T*, const T*, int64_t, int64_t, CpuThreads&);                    \
   template double CrossEntropyForwardBackward<T>(T*, const T*, const int32_t*, int64_t, int64_t, \
                                                  double, CpuThreads&);
 

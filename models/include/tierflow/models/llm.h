@@ -48,6 +48,7 @@ struct LlmConfig {
   PositionKind position = PositionKind::kRotary;
   bool tied_embeddings = false;  // LM head shares the embedding matrix
   bool attention_bias = false;   // GPT-style biases on the linear layers
+  bool qkv_bias = false;         // Qwen2's biases on the q, k and v projections only
   NormKind norm = NormKind::kRmsNorm;  // added with the implementation (additive)
   // The constants of the math that no count depends on (the simulator ignores them; the
   // training math and the Hugging Face files need them).
@@ -85,7 +86,7 @@ std::vector<std::string> LlmPresetNames();
 // Keys: preset or hf_dir (a Hugging Face model directory, whose config.json gives the base:
 // LlmFromHfDir), name, source, hidden, ffn, layers, heads, kv_heads, vocab, max_seq,
 // mlp (swiglu|gelu), position (rotary|learned), norm (rmsnorm|layernorm), tied_embeddings,
-// attention_bias, norm_eps, rope_theta, rope_scaling {type: none|linear|llama3, factor,
+// attention_bias, qkv_bias, norm_eps, rope_theta, rope_scaling {type: none|linear|llama3, factor,
 // low_freq_factor, high_freq_factor, original_max_seq}, sliding_window. Errors name the key as
 // "model.<key>". docs/models.md has the format.
 StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node);
@@ -97,7 +98,8 @@ std::string LlmToYaml(const LlmConfig& c);
 Status ValidateLlm(const LlmConfig& config);
 
 // The architecture of a Hugging Face config.json as transformers 4 and 5 write it, for the
-// families the training math implements: model_type llama (Llama 2, 3, 3.1, 3.2) and mistral.
+// families the training math implements: model_type llama (Llama 2, 3, 3.1, 3.2), mistral and
+// qwen2 (Qwen2, Qwen2.5: q/k/v biases; its sliding window only with use_sliding_window).
 // Reads hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
 // num_key_value_heads (default: heads), vocab_size, max_position_embeddings, rms_norm_eps,
 // rope_theta and rope_scaling (transformers 4) or rope_parameters (5), tie_word_embeddings,
@@ -108,7 +110,7 @@ StatusOr<LlmConfig> LlmFromHfConfig(std::string_view json_text, std::string_view
 // The same from DIR/config.json; the config's name is the directory's last component.
 StatusOr<LlmConfig> LlmFromHfDir(const std::string& dir);
 // The config.json of `config` for transformers (LlamaForCausalLM, or MistralForCausalLM for
-// model_type mistral): `base_json` (the input directory's config.json; empty: a fresh Llama
+// model_type mistral, Qwen2ForCausalLM for qwen2): `base_json` (the input directory's config.json; empty: a fresh Llama
 // config) with every key LlmFromHfConfig reads set from `config`, in the base's rope spelling
 // (rope_parameters where it has one, else rope_theta and rope_scaling), and its dtype field
 // (`dtype`, `torch_dtype`, or torch_dtype when it has neither) set to `dtype` ("bfloat16",

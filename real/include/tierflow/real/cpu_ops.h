@@ -53,6 +53,13 @@ template <typename T>
 void LinearBackward(T* dx, T* dw, const T* dout, const T* x, const T* w, int64_t n_rows,
                     int64_t in, int64_t out_dim, CpuThreads& threads);
 
+// x[n, c] += bias[c]: a linear layer's bias (Qwen2's q, k and v).
+template <typename T>
+void BiasForward(T* x, const T* bias, int64_t n_rows, int64_t dim, CpuThreads& threads);
+// dbias[c] += sum over n of dout[n, c], rows in order (any thread count: the same bits).
+template <typename T>
+void BiasBackward(T* dbias, const T* dout, int64_t n_rows, int64_t dim, CpuThreads& threads);
+
 // Rotary tables for positions 0..seq-1: cos/sin[t * head_dim/2 + j] of t * inv_freq[j]
 // (models::RopeInverseFrequencies: theta^(-2j/head_dim), scaled as the model says), computed in
 // fp64. Hugging Face's `cat(freqs, freqs)` means column j and j + head_dim/2 share the angle, so

@@ -34,8 +34,9 @@ struct LlamaSpec {
   models::LlmConfig config;
 };
 
-// OK for what this math implements: SwiGLU, rotary, RMSNorm, no linear biases, untied or tied
-// embeddings, heads % kv_heads == 0, an even head_dim. Errors name the unsupported field.
+// OK for what this math implements: SwiGLU, rotary, RMSNorm, no linear biases but on q, k and v
+// (qkv_bias), untied or tied embeddings, heads % kv_heads == 0, an even head_dim. Errors name the
+// unsupported field.
 Status ValidateLlamaSpec(const LlamaSpec& spec);
 // OK when sequences of `seq` tokens run as the model defines them: 1 <= seq <= max_seq, and
 // within a sliding window (where attention is plain causal). Errors name `what`.
@@ -71,19 +72,23 @@ std::vector<T*> LayerTensorPointers(const ParamLayout& layout, int64_t layer, T*
   return out;
 }
 
-// The tensors of one decoder layer inside its contiguous slice (P = const T* or T*).
+// The tensors of one decoder layer inside its contiguous slice (P = const T* or T*); the q, k and
+// v biases are null unless the model has them (qkv_bias, Qwen2).
 template <typename P>
 struct DecoderParams {
   P input_norm, q, k, v, o, post_norm, gate, up, down;
+  P q_bias = nullptr, k_bias = nullptr, v_bias = nullptr;
 };
 template <typename T>
 DecoderParams<T*> DecoderView(const models::LlmConfig& config, T* layer_base);
 // The same from a pointer per tensor in models::Layers() order (LayerTensorPointers, or wherever
-// each tensor lives: the tensors need not share one slice). Requires the decoder's 9 tensors.
+// each tensor lives: the tensors need not share one slice). Requires the decoder's 9 tensors, or
+// 12 with q/k/v biases (each after its weight).
 template <typename T>
 DecoderParams<T*> DecoderFromTensors(const std::vector<T*>& t) {
-  TF_CHECK(t.size() == 9);
-  return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]};
+  TF_CHECK(t.size() == 9 || t.size() == 12);
+  if (t.size() == 9) return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]};
+  return {t[0], t[1], t[3], t[5], t[7], t[8], t[9], t[10], t[11], t[2], t[4], t[6]};
 }
 
 // Scratch for one (batch, seq): the rotary tables, one layer's forward intermediates (reused by
