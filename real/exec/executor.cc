@@ -122,7 +122,8 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
   if (options.plain_loop) return InvalidArgument("--plain-loop runs one rank");
   if (!options.checkpoint_dir.empty()) return InvalidArgument("--checkpoint: tierflow run saves checkpoints of one rank only");
   if (options.on_master.every > 0) {
-    return InvalidArgument("--save-every: tierflow run saves the model every K iterations on one rank only (--save-model at the end gathers every rank's)");
+    return InvalidArgument("--save-every and --eval-every: tierflow run hands on the model every K iterations on one rank only "
+                           "(--save-model at the end gathers every rank's)");
   }
   TF_ASSIGN_OR_RETURN(exec::RankSpace space, exec::RankSpace::Make(MakeParamLayout(config.spec.config), comm->rank(), ranks));
   TF_ASSIGN_OR_RETURN(Schedule part, exec::RankPart(schedule, comm->rank()));
