@@ -92,6 +92,8 @@ class Section {
 
 std::string Text(int64_t v) { return std::to_string(v); }
 std::string Text(bool v) { return v ? "true" : "false"; }
+// The shortest text that reads back to the same double ("3e-05", "0.9").
+std::string Real(double v) { return fmt::format("{}", v); }
 
 }  // namespace
 
@@ -226,7 +228,20 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
     for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (t != "adam" && t != "adamw") return (InvalidArgument("optimizer.type '" + *type + "': tierflow's optimizer is (CPU) Adam/AdamW"));
   }
-  optimizer.Ignore("params", "learning rate and betas are the run's (tierflow run --lr)");
+  // Adam's hyper-parameters: what tierflow run's AdamW takes (training.optimizer; --lr overrides
+  // the rate).
+  TF_ASSIGN_OR_RETURN(Section params, optimizer.Child("params"));
+  for (const char* key : {"lr", "eps", "weight_decay"}) {
+    TF_ASSIGN_OR_RETURN(auto v, params.Number(key));
+    if (v) set(std::string("training.optimizer.") + key, Real(*v));
+  }
+  if (const Json* betas = params.Get("betas"); betas != nullptr) {
+    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() || !(*betas)[1].is_number()) {
+      return InvalidArgument(params.Path("betas") + ": expected [beta1, beta2], got " + betas->dump());
+    }
+    set("training.optimizer.betas", "[" + Real((*betas)[0].get<double>()) + ", " + Real((*betas)[1].get<double>()) + "]");
+  }
+  params.Rest("not modelled (tierflow's update is AdamW with decoupled weight decay)");
   optimizer.Rest("not modelled");
   top.Ignore("scheduler", "the learning-rate schedule does not change the I/O");
   top.Rest("not modelled");

@@ -54,6 +54,22 @@ TEST(DeepSpeedImport, MapsTheBatchPrecisionAndKnobs) {
   EXPECT_FALSE(HasNote(d, "queue_depth")) << "a mapped key is not noted";
 }
 
+// Adam's hyper-parameters become the scenario's training.optimizer; "auto" (the HF Trainer's) and
+// what AdamW does not take are noted.
+TEST(DeepSpeedImport, TheOptimizersParametersBecomeTheScenarios) {
+  const DeepSpeedImport d = ImportOk(std::string(R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-5, "betas": [0.9, 0.999],
+      "eps": "auto", "weight_decay": 0.01, "torch_adam": true}}, )") + kNvme + "}");
+  const auto sets = Sets(d);
+  EXPECT_EQ(sets.at("training.optimizer.lr"), "3e-05");
+  EXPECT_EQ(sets.at("training.optimizer.betas"), "[0.9, 0.999]");
+  EXPECT_EQ(sets.at("training.optimizer.weight_decay"), "0.01");
+  EXPECT_EQ(sets.count("training.optimizer.eps"), 0u);
+  EXPECT_TRUE(HasNote(d, "ignored: optimizer.params.eps is \"auto\""));
+  EXPECT_TRUE(HasNote(d, "ignored: optimizer.params.torch_adam: not modelled"));
+  auto bad = ImportDeepSpeedConfig(std::string(R"({"bf16": {"enabled": true}, "optimizer": {"type": "Adam", "params": {"betas": 0.9}}, )") + kNvme + "}", "ds.json");
+  EXPECT_EQ(bad.status().message(), "ds.json: optimizer.params.betas: expected [beta1, beta2], got 0.9");
+}
+
 TEST(DeepSpeedImport, AutoValuesAndUnknownKeysAreNamedOnceEach) {
   const DeepSpeedImport d = ImportOk(std::string(R"({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
       "bf16": {"enabled": true}, "flops_profiler": {"enabled": true}, "comms_logger": {}, )") + kNvme + "}");
