@@ -20,7 +20,6 @@
 #include "tierflow/real/collective.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/llama.h"
-#include "tierflow/real/safetensors.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/summary.h"
 

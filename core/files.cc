@@ -90,12 +90,17 @@ Status ReplaceWith(const std::string& tmp, const std::string& path, std::string_
     ::unlink(tmp.c_str());
     return FromErrno(err, "write " + Named(what, path) + " (rename)");
   }
-  const int dir = ::open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {  // the rename itself durable; a directory that cannot be opened is not an error
-    (void)::fsync(dir);
-    ::close(dir);
-  }
+  (void)SyncDirectory(DirectoryOf(path));  // the rename durable; a directory that cannot be opened is not an error
   return Status::Ok();
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return FromErrno(errno, "open directory '" + dir + "' to sync it");
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  return rc == 0 ? Status::Ok() : FromErrno(err, "fsync directory '" + dir + "'");
 }
 
 Status RefuseOutputOverInput(const std::string& output, const std::string& input, std::string_view flag) {

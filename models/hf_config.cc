@@ -2,9 +2,8 @@
 // writes the rotary settings as `rope_theta` and `rope_scaling` ({"rope_type" or "type", "factor",
 // ...}); transformers 5 as one `rope_parameters` object holding rope_theta too. Both are read.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "tierflow/core/files.h"
 #include "tierflow/core/json_checked.h"
 #include "tierflow/models/llm.h"
 
@@ -212,11 +211,9 @@ StatusOr<LlmConfig> LlmFromHfDir(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return NotFound("Hugging Face model directory '" + dir + "': not a directory");
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("'" + path + "': cannot open it (a Hugging Face model directory holds config.json)");
-  std::stringstream text;
-  text << in.rdbuf();
-  TF_ASSIGN_OR_RETURN(LlmConfig c, LlmFromHfConfig(text.str(), path));
+  auto text = ReadFileToString(path, "config.json");
+  if (!text.ok()) return NotFound("'" + path + "': cannot open it (a Hugging Face model directory holds config.json)");
+  TF_ASSIGN_OR_RETURN(LlmConfig c, LlmFromHfConfig(*text, path));
   std::filesystem::path normal = std::filesystem::path(dir).lexically_normal();
   if (normal.filename().empty()) normal = normal.parent_path();  // "DIR/"
   const std::string name = normal.filename().string();

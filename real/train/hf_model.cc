@@ -25,16 +25,8 @@ std::string ShardName(size_t k, size_t n) {
   return name;
 }
 
-Status SyncDirectory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return FromErrno(errno, "open directory '" + dir.string() + "' to sync it");
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : FromErrno(err, "fsync directory '" + dir.string() + "'");
-}
-
-// Every file of the model into `tmp` (an empty directory).
+// Every file of the model into `tmp` (an empty directory), each written and synced with its
+// directory entry by WriteFileAtomically.
 Status WriteModelFiles(const fs::path& tmp, const models::LlmConfig& config, std::string_view base_config_json,
                        const float* params, const HfSaveOptions& o) {
   TF_ASSIGN_OR_RETURN(const std::string config_json, models::LlmToHfConfig(config, base_config_json, HfDtypeName(o.dtype)));
@@ -72,7 +64,7 @@ Status WriteModelFiles(const fs::path& tmp, const models::LlmConfig& config, std
     TF_RETURN_IF_ERROR(WriteFileAtomically((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n",
                                            "model.safetensors.index.json"));
   }
-  return SyncDirectory(tmp);
+  return Status::Ok();
 }
 
 fs::path Target(const std::string& dir) {
@@ -160,7 +152,7 @@ Status SaveHfModel(const std::string& dir, const models::LlmConfig& config, std:
     fs::remove_all(tmp, ec);
     return FromErrno(err, label + ": put the new model in place");
   }
-  TF_RETURN_IF_ERROR(SyncDirectory(parent).WithContext(label));
+  TF_RETURN_IF_ERROR(SyncDirectory(parent.string()).WithContext(label));
   if (exchanged) fs::remove_all(tmp, ec);  // now the old model's files
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tierflow/core/files.h"
 #include "tierflow/core/json_checked.h"
 #include "tierflow/real/adamw.h"
 
@@ -338,11 +339,8 @@ Status LoadLlamaWeightsFromDir(const std::string& dir, const ParamLayout& layout
     return LoadLlamaWeights(file, layout, params);
   }
   const std::string where = "'" + index_path.string() + "'";
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return NotFound(where + ": cannot open it");
-  std::stringstream text;
-  text << in.rdbuf();
-  TF_ASSIGN_OR_RETURN(const nlohmann::ordered_json index, ParseJsonChecked(text.str(), where));
+  TF_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(index_path.string(), "model.safetensors.index.json"));
+  TF_ASSIGN_OR_RETURN(const nlohmann::ordered_json index, ParseJsonChecked(text, where));
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     return InvalidArgument(where + ": no 'weight_map' object (tensor name -> shard file)");
   }

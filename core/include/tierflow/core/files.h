@@ -32,6 +32,9 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents, s
 std::string TemporaryPath(const std::string& path);
 Status ReplaceWith(const std::string& tmp, const std::string& path, std::string_view what = "file");
 
+// fsync of the directory `dir` itself: the renames and new entries in it made durable.
+Status SyncDirectory(const std::string& dir);
+
 // InvalidArgument when `output` names the same file as `input` (after following links and
 // `..`), which writing it would destroy; `flag` names the output ("-o").
 Status RefuseOutputOverInput(const std::string& output, const std::string& input, std::string_view flag);

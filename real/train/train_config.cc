@@ -1,6 +1,7 @@
-// TrainConfigFor and LearningRate (train_config.h). LearningRate: Hugging Face's learning-rate schedules (transformers'
-// optimization.py: get_constant_schedule_with_warmup, get_linear_schedule_with_warmup,
-// get_cosine_schedule_with_warmup with num_cycles 0.5, and their min_lr_rate form).
+// TrainConfigFor and LearningRate (train_config.h). LearningRate is Hugging Face's learning-rate
+// schedules (transformers' optimization.py: get_constant_schedule_with_warmup,
+// get_linear_schedule_with_warmup, get_cosine_schedule_with_warmup with num_cycles 0.5, and their
+// min_lr_rate form).
 #include <algorithm>
 #include <cmath>
 #include <numbers>
