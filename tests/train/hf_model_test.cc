@@ -167,7 +167,10 @@ TEST(HfModel, SaveLoadSaveIsByteIdenticalInOneFileAndInShards) {
 TEST(HfModel, ASaveReplacesOnlyAModelAndLeavesNothingBehind) {
   const models::LlmConfig c = Small(false);
   const std::vector<float> w = Weights(c);
-  const fs::path dir = Scratch("replace");
+  // Its own parent: the other tests' saves run beside it under ctest -j.
+  const fs::path dir = Scratch("replace/model");
+  fs::remove_all(dir.parent_path());
+  fs::create_directories(dir.parent_path());
   ASSERT_TRUE(SaveHfModel(dir.string(), c, "", w.data()).ok());
   std::vector<float> changed = w;
   changed[0] += 1.0f;
