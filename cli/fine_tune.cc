@@ -85,7 +85,8 @@ StatusOr<FineTune> FineTune::Prepare(FineTuneArgs args, real::TrainConfig* confi
       if (!file.ok()) return file.status().WithContext("--init");
       TF_RETURN_IF_ERROR(real::LoadLlamaWeights(*file, layout, config->initial_weights.data()).WithContext("--init"));
     } else {
-      TF_RETURN_IF_ERROR(real::LoadLlamaWeightsFromDir(args.model_dir, layout, config->initial_weights.data())
+      TF_RETURN_IF_ERROR(real::LoadHfWeights(args.model_dir, layout, config->initial_weights.data())
+                             .status()
                              .WithContext("the model's weights (model.hf_dir)"));
     }
   }

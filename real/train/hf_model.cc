@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hf_io.h"
 #include "tierflow/core/files.h"
 #include "tierflow/real/llama.h"
 
@@ -25,8 +26,8 @@ std::string ShardName(size_t k, size_t n) {
   return name;
 }
 
-// Every file of the model into `tmp` (an empty directory), each written and synced with its
-// directory entry by WriteFileAtomically.
+// Every file of the model into `tmp` (an empty directory), each written and synced, then the
+// directory's entries.
 Status WriteModelFiles(const fs::path& tmp, const models::LlmConfig& config, std::string_view base_config_json,
                        const float* params, const HfSaveOptions& o) {
   TF_ASSIGN_OR_RETURN(const std::string config_json, models::LlmToHfConfig(config, base_config_json, HfDtypeName(o.dtype)));
@@ -48,13 +49,8 @@ Status WriteModelFiles(const fs::path& tmp, const models::LlmConfig& config, std
   std::map<std::string, std::string> weight_map;  // sorted by name, as transformers writes it
   for (size_t k = 0; k < shards.size(); ++k) {
     const std::string name = shards.size() == 1 ? "model.safetensors" : ShardName(k, shards.size());
-    SafetensorsWriter writer;
-    writer.SetMetadata("format", "pt");  // transformers refuses safetensors without it
-    for (const ParamTensor* t : shards[k]) {
-      TF_RETURN_IF_ERROR(writer.AddF32(t->name, o.dtype, t->shape, params + t->offset));
-      weight_map[t->name] = name;
-    }
-    TF_RETURN_IF_ERROR(WriteFileAtomically((tmp / name).string(), writer.Serialize(), "safetensors shard"));
+    for (const ParamTensor* t : shards[k]) weight_map[t->name] = name;
+    TF_RETURN_IF_ERROR(WriteHfShard((tmp / name).string(), shards[k], params, o.dtype, o.io));
   }
   if (shards.size() > 1) {
     nlohmann::ordered_json index;
@@ -64,7 +60,7 @@ Status WriteModelFiles(const fs::path& tmp, const models::LlmConfig& config, std
     TF_RETURN_IF_ERROR(WriteFileAtomically((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n",
                                            "model.safetensors.index.json"));
   }
-  return Status::Ok();
+  return SyncDirectory(tmp.string());
 }
 
 fs::path Target(const std::string& dir) {

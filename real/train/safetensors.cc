@@ -66,6 +66,10 @@ int64_t StDtypeBytes(StDtype dtype) {
   return 0;
 }
 
+bool StDtypeIsFloat(StDtype dtype) {
+  return dtype == StDtype::kF32 || dtype == StDtype::kF16 || dtype == StDtype::kBF16 || dtype == StDtype::kF64;
+}
+
 int64_t StTensorInfo::elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -82,23 +86,38 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const std::string& path) {
+  SafetensorsFile file;
+  TF_ASSIGN_OR_RETURN(file.header_, SafetensorsHeader::Parse(bytes, static_cast<int64_t>(bytes.size()), path));
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
+StatusOr<int64_t> SafetensorsHeader::Length(std::string_view first, int64_t file_size, const std::string& path) {
   const std::string what = "safetensors '" + path + "'";
-  if (bytes.size() < 8) return DataLoss(what + ": shorter than the 8-byte header length");
-  const uint64_t header_len = Load<uint64_t>(bytes.data());
-  if (header_len > bytes.size() - 8) {
+  if (first.size() < 8 || file_size < 8) return DataLoss(what + ": shorter than the 8-byte header length");
+  const uint64_t header_len = Load<uint64_t>(first.data());
+  if (header_len > static_cast<uint64_t>(file_size - 8)) {
     return DataLoss(what + ": header length " + std::to_string(header_len) +
-                    " exceeds the file size " + std::to_string(bytes.size()));
+                    " exceeds the file size " + std::to_string(file_size));
   }
-  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8,
-                                                bytes.begin() + 8 + static_cast<int64_t>(header_len),
+  return static_cast<int64_t>(header_len);
+}
+
+StatusOr<SafetensorsHeader> SafetensorsHeader::Parse(std::string_view head, int64_t file_size, const std::string& path) {
+  const std::string what = "safetensors '" + path + "'";
+  TF_ASSIGN_OR_RETURN(const int64_t header_len, Length(head, file_size, path));
+  if (static_cast<int64_t>(head.size()) < 8 + header_len) {
+    return DataLoss(what + ": the header's " + std::to_string(header_len) + " bytes were not all read");
+  }
+  nlohmann::json header = nlohmann::json::parse(head.begin() + 8, head.begin() + 8 + header_len,
                                                 nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return InvalidArgument(what + ": the header is not a JSON object");
   }
-  SafetensorsFile file;
+  SafetensorsHeader file;
   file.path_ = path;
-  file.data_start_ = 8 + static_cast<int64_t>(header_len);
-  const int64_t data_size = static_cast<int64_t>(bytes.size()) - file.data_start_;
+  file.data_start_ = 8 + header_len;
+  const int64_t data_size = file_size - file.data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") {
@@ -146,11 +165,10 @@ StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, const std::s
     }
     file.tensors_[name] = std::move(info);
   }
-  file.bytes_ = std::move(bytes);
   return file;
 }
 
-std::vector<std::string> SafetensorsFile::Names() const {
+std::vector<std::string> SafetensorsHeader::Names() const {
   std::vector<std::pair<int64_t, std::string>> order;
   for (const auto& [name, info] : tensors_) order.emplace_back(info.begin, name);
   std::sort(order.begin(), order.end());
@@ -159,43 +177,47 @@ std::vector<std::string> SafetensorsFile::Names() const {
   return names;
 }
 
-StatusOr<StTensorInfo> SafetensorsFile::Info(std::string_view name) const {
+StatusOr<StTensorInfo> SafetensorsHeader::Info(std::string_view name) const {
   auto it = tensors_.find(std::string(name));
   if (it == tensors_.end()) return NotFound(Where(path_, name) + ": no such tensor");
   return it->second;
 }
 
-Status SafetensorsFile::ReadF32(std::string_view name, float* out, int64_t out_elements) const {
-  TF_ASSIGN_OR_RETURN(StTensorInfo info, Info(name));
-  if (info.elements() != out_elements) {
-    return InvalidArgument(Where(path_, name) + ": has " + std::to_string(info.elements()) +
-                           " elements, expected " + std::to_string(out_elements));
-  }
-  const char* p = bytes_.data() + data_start_ + info.begin;
-  const int64_t n = out_elements;
-  switch (info.dtype) {
+bool ConvertToF32(StDtype dtype, const char* p, int64_t n, float* out) {
+  switch (dtype) {
     case StDtype::kF32:
       // A zero-element tensor may come with a null `out` (an empty vector's data()).
       if (n > 0) std::memcpy(out, p, static_cast<size_t>(n) * 4);
-      return Status::Ok();
+      return true;
     case StDtype::kBF16:
       for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFp32(Load<uint16_t>(p + 2 * i));
-      return Status::Ok();
+      return true;
     case StDtype::kF16:
       for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFp32(Load<uint16_t>(p + 2 * i));
-      return Status::Ok();
+      return true;
     case StDtype::kF64:
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(Load<double>(p + 8 * i));
-      return Status::Ok();
+      return true;
     default:
-      return InvalidArgument(Where(path_, name) + ": dtype " +
-                             std::string(StDtypeName(info.dtype)) + " is not a float type");
+      return false;
   }
+}
+
+Status SafetensorsFile::ReadF32(std::string_view name, float* out, int64_t out_elements) const {
+  TF_ASSIGN_OR_RETURN(StTensorInfo info, Info(name));
+  if (info.elements() != out_elements) {
+    return InvalidArgument(Where(path(), name) + ": has " + std::to_string(info.elements()) +
+                           " elements, expected " + std::to_string(out_elements));
+  }
+  if (!ConvertToF32(info.dtype, bytes_.data() + header_.data_start() + info.begin, out_elements, out)) {
+    return InvalidArgument(Where(path(), name) + ": dtype " + std::string(StDtypeName(info.dtype)) + " is not a float type");
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::vector<int64_t>> SafetensorsFile::ReadInts(std::string_view name) const {
   TF_ASSIGN_OR_RETURN(StTensorInfo info, Info(name));
-  const char* p = bytes_.data() + data_start_ + info.begin;
+  const char* p = bytes_.data() + header_.data_start() + info.begin;
   const int64_t n = info.elements();
   std::vector<int64_t> out(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -205,7 +227,7 @@ StatusOr<std::vector<int64_t>> SafetensorsFile::ReadInts(std::string_view name) 
       case StDtype::kU16: out[i] = Load<uint16_t>(p + 2 * i); break;
       case StDtype::kU8: out[i] = Load<uint8_t>(p + i); break;
       default:
-        return InvalidArgument(Where(path_, name) + ": dtype " +
+        return InvalidArgument(Where(path(), name) + ": dtype " +
                                std::string(StDtypeName(info.dtype)) + " is not an integer type");
     }
   }
@@ -295,75 +317,33 @@ Status SafetensorsWriter::Write(const std::string& path) const {
   return Status::Ok();
 }
 
-namespace {
-
-// One tensor of the layout from the file, checked for presence and shape.
-Status LoadTensor(const SafetensorsFile& file, const ParamTensor& t, float* params) {
-  if (!file.Has(t.name)) return NotFound(Where(file.path(), t.name) + ": missing (the model needs it)");
-  TF_ASSIGN_OR_RETURN(StTensorInfo info, file.Info(t.name));
+StatusOr<StTensorInfo> LayoutTensorInfo(const SafetensorsHeader& header, const ParamTensor& t) {
+  if (!header.Has(t.name)) return NotFound(Where(header.path(), t.name) + ": missing (the model needs it)");
+  TF_ASSIGN_OR_RETURN(StTensorInfo info, header.Info(t.name));
   if (info.shape != t.shape) {
     std::string got, want;
     for (int64_t d : info.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
     for (int64_t d : t.shape) want += (want.empty() ? "" : ",") + std::to_string(d);
-    return InvalidArgument(Where(file.path(), t.name) + ": shape [" + got + "], expected [" + want + "]");
+    return InvalidArgument(Where(header.path(), t.name) + ": shape [" + got + "], expected [" + want + "]");
   }
-  return file.ReadF32(t.name, params + t.offset, t.elements);
+  if (!StDtypeIsFloat(info.dtype)) {
+    return InvalidArgument(Where(header.path(), t.name) + ": dtype " + std::string(StDtypeName(info.dtype)) + " is not a float type");
+  }
+  return info;
 }
-
-}  // namespace
 
 Status LoadLlamaWeights(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                         bool strict) {
-  for (const ParamTensor& t : layout.tensors) TF_RETURN_IF_ERROR(LoadTensor(file, t, params));
+  for (const ParamTensor& t : layout.tensors) {
+    TF_RETURN_IF_ERROR(LayoutTensorInfo(file.header(), t).status());
+    TF_RETURN_IF_ERROR(file.ReadF32(t.name, params + t.offset, t.elements));
+  }
   if (strict) {
     for (const std::string& name : file.Names()) {
       if (layout.Find(name) == nullptr) {
         return InvalidArgument(Where(file.path(), name) + ": not a parameter of the model");
       }
     }
-  }
-  return Status::Ok();
-}
-
-Status LoadLlamaWeightsFromDir(const std::string& dir, const ParamLayout& layout, float* params) {
-  namespace fs = std::filesystem;
-  const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  std::error_code ec;
-  if (!fs::exists(index_path, ec)) {
-    if (!fs::exists(single, ec)) {
-      return NotFound("Hugging Face model directory '" + dir +
-                      "': neither model.safetensors nor model.safetensors.index.json is there");
-    }
-    TF_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(single.string()));
-    return LoadLlamaWeights(file, layout, params);
-  }
-  const std::string where = "'" + index_path.string() + "'";
-  TF_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(index_path.string(), "model.safetensors.index.json"));
-  TF_ASSIGN_OR_RETURN(const nlohmann::ordered_json index, ParseJsonChecked(text, where));
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    return InvalidArgument(where + ": no 'weight_map' object (tensor name -> shard file)");
-  }
-  // The layout's tensors by the shard that holds them, each shard read once, in name order.
-  std::map<std::string, std::vector<const ParamTensor*>> by_shard;
-  const nlohmann::ordered_json& map = index["weight_map"];
-  for (const ParamTensor& t : layout.tensors) {
-    if (!map.contains(t.name)) return NotFound(where + ": weight_map has no '" + t.name + "' (the model needs it)");
-    if (!map[t.name].is_string()) return InvalidArgument(where + ": weight_map '" + t.name + "' must be a file name");
-    const std::string shard = map[t.name].get<std::string>();
-    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
-      return InvalidArgument(where + ": weight_map '" + t.name + "' names '" + shard +
-                             "', not a file of the directory (a shard is a plain file name)");
-    }
-    by_shard[shard].push_back(&t);
-  }
-  for (const auto& [shard, tensors] : by_shard) {
-    const fs::path path = fs::path(dir) / shard;
-    if (!fs::exists(path, ec)) {
-      return NotFound(where + ": shard '" + shard + "' (of '" + tensors.front()->name + "') is missing");
-    }
-    TF_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path.string()));
-    for (const ParamTensor* t : tensors) TF_RETURN_IF_ERROR(LoadTensor(file, *t, params));
   }
   return Status::Ok();
 }

@@ -1,11 +1,13 @@
 // Hugging Face model directories in and out: config.json written from an LlmConfig
 // (models::LlmToHfConfig) and read back, weights saved as one file or as shards with their index
-// (SaveHfModel) and loaded back (LoadLlamaWeightsFromDir), save -> load -> save byte for byte,
+// (SaveHfModel) and loaded back (LoadHfWeights), save -> load -> save byte for byte,
 // a save that replaces only a model, and the loader's errors, each naming the file and the rule.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,9 +17,11 @@
 
 #include "tierflow/models/llm.h"
 #include "tierflow/real/adamw.h"
+#include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/hf_model.h"
 #include "tierflow/real/llama.h"
 #include "tierflow/real/safetensors.h"
+#include "tierflow/real/storage.h"
 
 namespace tierflow::real {
 namespace {
@@ -133,6 +137,22 @@ TEST(HfModel, SaveLoadSaveIsByteIdenticalInOneFileAndInShards) {
         const fs::path first = Scratch("first"), second = Scratch("second");
         ASSERT_TRUE(SaveHfModel(first.string(), c, "", w.data(), {.dtype = dtype, .max_shard_bytes = shard}).ok()) << label;
         const auto files = Files(first);
+        for (const auto& [name, bytes] : files) {  // the data starts on a block, the file ends with it
+          if (name.find(".safetensors") == std::string::npos || name.find(".json") != std::string::npos) continue;
+          auto header = SafetensorsHeader::Parse(bytes, static_cast<int64_t>(bytes.size()), name);
+          ASSERT_TRUE(header.ok()) << header.status().ToString();
+          EXPECT_EQ(header->data_start() % 4096, 0) << label << " " << name;
+          int64_t data_end = 0;
+          for (const std::string& t : header->Names()) data_end = std::max(data_end, header->Info(t)->end);
+          EXPECT_EQ(header->data_start() + data_end, static_cast<int64_t>(bytes.size())) << label << " " << name;
+        }
+        if (variant == 0 && shard < 1'000'000) {  // buffered writes give the same bytes
+          const fs::path buffered = Scratch("buffered");
+          ASSERT_TRUE(SaveHfModel(buffered.string(), c, "", w.data(),
+                                  {.dtype = dtype, .max_shard_bytes = shard, .io = {.chunk_bytes = 8192, .direct = false}})
+                          .ok());
+          EXPECT_EQ(Files(buffered), files) << label;
+        }
         if (shard < 1'000'000) {
           ASSERT_GT(files.size(), 3u) << label;
           const size_t n = files.size() - 2;  // besides config.json and the index
@@ -149,7 +169,7 @@ TEST(HfModel, SaveLoadSaveIsByteIdenticalInOneFileAndInShards) {
         auto back = models::LlmFromHfDir(first.string());
         ASSERT_TRUE(back.ok()) << back.status().ToString();
         std::vector<float> loaded(w.size());
-        const Status s = LoadLlamaWeightsFromDir(first.string(), layout, loaded.data());
+        const Status s = LoadHfWeights(first.string(), layout, loaded.data()).status();
         ASSERT_TRUE(s.ok()) << s.ToString();
         for (size_t i = 0; i < w.size(); ++i) {
           const float want = dtype == StDtype::kF32 ? w[i] : Bf16ToFp32(Fp32ToBf16(w[i]));
@@ -176,7 +196,7 @@ TEST(HfModel, ASaveReplacesOnlyAModelAndLeavesNothingBehind) {
   changed[0] += 1.0f;
   ASSERT_TRUE(SaveHfModel(dir.string() + "/", c, "", changed.data(), {.dtype = StDtype::kF32}).ok());
   std::vector<float> loaded(w.size());
-  ASSERT_TRUE(LoadLlamaWeightsFromDir(dir.string(), MakeParamLayout(c), loaded.data()).ok());
+  ASSERT_TRUE(LoadHfWeights(dir.string(), MakeParamLayout(c), loaded.data()).ok());
   EXPECT_EQ(loaded, changed);
   for (const auto& e : fs::directory_iterator(dir.parent_path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
@@ -195,6 +215,109 @@ TEST(HfModel, ASaveReplacesOnlyAModelAndLeavesNothingBehind) {
             "save model '" + (other / "notes.txt").string() + "': a file is there, not a directory");
 }
 
+// A file whose data sits anywhere but on block boundaries, as other writers leave it: a 3-byte U8
+// tensor first (so every later one starts at an odd offset), a tensor the model does not have in
+// the middle, the layout's tensors in F32, BF16 and F16 by turns, and one space more of header
+// (so that the data itself starts at an odd offset).
+fs::path AwkwardFile(const std::string& name, const models::LlmConfig& c, const std::vector<float>& w) {
+  const ParamLayout layout = MakeParamLayout(c);
+  SafetensorsWriter writer;
+  writer.SetMetadata("format", "pt");
+  EXPECT_TRUE(writer.AddRaw("extra.odd", StDtype::kU8, {3}, "abc").ok());
+  const StDtype dtypes[] = {StDtype::kF32, StDtype::kBF16, StDtype::kF16};
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    const ParamTensor& t = layout.tensors[i];
+    EXPECT_TRUE(writer.AddF32(t.name, dtypes[i % 3], t.shape, w.data() + t.offset).ok());
+    if (i == layout.tensors.size() / 2) {
+      EXPECT_TRUE(writer.AddRaw("extra.gap", StDtype::kU8, {5000}, std::string(5000, 'x')).ok());
+    }
+  }
+  std::string bytes = writer.Serialize();
+  uint64_t len = 0;
+  std::memcpy(&len, bytes.data(), 8);
+  bytes.insert(8 + len, " ");
+  ++len;
+  std::memcpy(bytes.data(), &len, 8);
+  const fs::path dir = Scratch(name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << bytes;
+  return dir;
+}
+
+TEST(HfModel, TheStreamedLoadGivesWhatTheWholeFileHoldsWhateverTheChunksAndTheRange) {
+  const models::LlmConfig c = Small(false);
+  const ParamLayout layout = MakeParamLayout(c);
+  const std::vector<float> w = Weights(c);
+  const fs::path dir = AwkwardFile("awkward", c, w);
+  auto whole = SafetensorsFile::Open((dir / "model.safetensors").string());
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  std::vector<float> want(w.size());
+  ASSERT_TRUE(LoadLlamaWeights(*whole, layout, want.data()).ok());
+  ASSERT_NE(want, w);  // the BF16 and F16 tensors were rounded: the file is not the fp32 weights
+  const int64_t total = layout.total;
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 1}, {total / 3, 2 * total / 3}, {total - 5, total}, {7, 7}};
+  std::vector<std::unique_ptr<Storage>> backends;
+  backends.push_back(NewPosixStorage());
+  if (auto uring = NewUringStorage(); uring.ok()) backends.push_back(std::move(*uring));
+  CpuThreads threads(2);
+  auto check = [&](Storage* storage, bool direct, int64_t chunk, int depth, int64_t begin, int64_t end) {
+    const std::string label = storage->name() + (direct ? " direct" : " buffered") + " chunk " + std::to_string(chunk) + " depth " +
+                              std::to_string(depth) + " [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+    std::vector<float> got(w.size(), 12345.0f);
+    const HfIoOptions io{.storage = storage, .chunk_bytes = chunk, .depth = depth, .direct = direct, .threads = &threads};
+    auto stats = LoadHfWeights(dir.string(), layout, got.data(), io, begin, end);
+    ASSERT_TRUE(stats.ok()) << label << ": " << stats.status().ToString();
+    EXPECT_EQ(stats->files, 1);
+    for (int64_t i = 0; i < total; ++i) ASSERT_EQ(got[i], i >= begin && i < end ? want[i] : 12345.0f) << label << " element " << i;
+  };
+  for (const auto& storage : backends) {
+    for (const bool direct : {true, false}) {
+      for (const int64_t chunk : {int64_t{4096}, int64_t{1} << 20}) {
+        for (const int depth : {1, 3}) check(storage.get(), direct, chunk, depth, 0, total);
+      }
+    }
+    for (const auto& [begin, end] : ranges) check(storage.get(), true, 8192, 3, begin, end);
+  }
+  std::vector<float> got(w.size());
+  EXPECT_EQ(LoadHfWeights(dir.string(), layout, got.data(), {}, 5, total + 1).status().message(),
+            "load the weights of '" + dir.string() + "': the range [5, " + std::to_string(total + 1) +
+                ") is not inside the model's " + std::to_string(total) + " parameters");
+}
+
+TEST(HfModel, ADiskErrorInTheMiddleOfALoadOrASaveNamesTheFile) {
+  const models::LlmConfig c = Small(false);
+  const ParamLayout layout = MakeParamLayout(c);
+  const std::vector<float> w = Weights(c);
+  const fs::path dir = Scratch("faulty");
+  ASSERT_TRUE(SaveHfModel(dir.string(), c, "", w.data()).ok());
+  std::unique_ptr<Storage> inner = NewPosixStorage();
+  std::unique_ptr<FaultInjectingStorage> faulty = NewFaultInjectingStorage(inner.get());
+  const std::string file = (dir / "model.safetensors").string();
+  for (const FaultKind kind : {FaultKind::kError, FaultKind::kShort}) {
+    faulty->ClearRules();
+    faulty->AddRule({.kind = kind, .ops = static_cast<uint32_t>(FaultOpMask::kRead), .path_contains = "model.safetensors", .skip = 4,
+                     .short_bytes = 100});
+    std::vector<float> got(w.size());
+    const Status s = LoadHfWeights(dir.string(), layout, got.data(), {.storage = faulty.get(), .chunk_bytes = 8192, .depth = 3}).status();
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("read '" + file + "'"), std::string::npos) << s.ToString();
+  }
+  // A failed save leaves the model that was there.
+  faulty->ClearRules();
+  faulty->AddRule({.ops = static_cast<uint32_t>(FaultOpMask::kWrite), .path_contains = "model.safetensors", .skip = 2, .error = 28});
+  std::vector<float> changed = w;
+  changed[0] += 1;
+  const Status s = SaveHfModel(dir.string(), c, "", changed.data(), {.io = {.storage = faulty.get(), .chunk_bytes = 8192}});
+  EXPECT_NE(s.message().find("model.safetensors'"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.ToString();
+  std::vector<float> got(w.size());
+  ASSERT_TRUE(LoadHfWeights(dir.string(), layout, got.data()).ok());
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(got[i], Bf16ToFp32(Fp32ToBf16(w[i]))) << i;
+  for (const auto& e : fs::directory_iterator(dir.parent_path())) {
+    EXPECT_EQ(e.path().filename().string().find("faulty.tmp-"), std::string::npos) << e.path();
+  }
+}
+
 // A directory in five shards of at most 1 MB (bf16), which the test below breaks one way each.
 fs::path Sharded(const std::string& name, const models::LlmConfig& c) {
   const fs::path dir = Scratch(name);
@@ -208,7 +331,7 @@ TEST(HfModel, TheLoaderNamesTheFileAndTheRule) {
   const models::LlmConfig c = Small(false);
   const ParamLayout layout = MakeParamLayout(c);
   std::vector<float> out(static_cast<size_t>(layout.total));
-  auto error = [&](const fs::path& dir) { return LoadLlamaWeightsFromDir(dir.string(), layout, out.data()).message(); };
+  auto error = [&](const fs::path& dir) { return LoadHfWeights(dir.string(), layout, out.data()).status().message(); };
 
   const fs::path missing_shard = Sharded("missing_shard", c);
   fs::remove(missing_shard / ShardName(1, 5));
@@ -242,7 +365,7 @@ TEST(HfModel, TheLoaderNamesTheFileAndTheRule) {
   const ParamLayout deeper_layout = MakeParamLayout(deeper);
   std::vector<float> more(static_cast<size_t>(deeper_layout.total));
   const fs::path two = Sharded("two_layers", c);
-  EXPECT_NE(LoadLlamaWeightsFromDir(two.string(), deeper_layout, more.data()).message().find(
+  EXPECT_NE(LoadHfWeights(two.string(), deeper_layout, more.data()).status().message().find(
                 "weight_map has no 'model.layers.2.input_layernorm.weight' (the model needs it)"),
             std::string::npos);
 }

@@ -2,8 +2,9 @@
 // length, a JSON header {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
 // "__metadata__": {string: string}} and the raw little-endian tensor bytes after it.
 //
-// SafetensorsFile reads a whole file into memory and validates the header (dtypes, that offsets
-// lie inside the data and match shape * dtype size). SafetensorsWriter collects tensors and
+// SafetensorsHeader validates a header (dtypes, that offsets lie inside the data and match
+// shape * dtype size); SafetensorsFile reads a whole file into memory with its header (small
+// files: test data, --init; Hugging Face directories stream through hf_model.h). SafetensorsWriter collects tensors and
 // writes a file atomically (to "<path>.tmp", then rename). Errors name the file and the tensor.
 // Also here: loading and saving a Llama's flat fp32 parameter buffer by Hugging Face names.
 // Thread safety: values; distinct objects may be used from distinct threads.
@@ -23,6 +24,7 @@ namespace tierflow::real {
 enum class StDtype { kF32, kF16, kBF16, kF64, kI32, kI64, kU16, kU8 };
 std::string_view StDtypeName(StDtype dtype);  // "F32", "BF16", ...
 int64_t StDtypeBytes(StDtype dtype);
+bool StDtypeIsFloat(StDtype dtype);  // F32, F16, BF16, F64
 
 struct StTensorInfo {
   StDtype dtype = StDtype::kF32;
@@ -32,19 +34,45 @@ struct StTensorInfo {
   int64_t elements() const;
 };
 
-class SafetensorsFile {
+// A file's header: its tensors and metadata, validated against the file's size (dtypes, that
+// offsets lie inside the data and match shape * dtype size) without its data.
+class SafetensorsHeader {
  public:
-  static StatusOr<SafetensorsFile> Open(const std::string& path);
-  // The same from bytes already in memory; `path` names it in errors.
-  static StatusOr<SafetensorsFile> Parse(std::string bytes, const std::string& path);
+  // The header's length in bytes after the first 8: `first` holds at least the file's first 8
+  // bytes; a length past `file_size` is DataLoss naming the file.
+  static StatusOr<int64_t> Length(std::string_view first, int64_t file_size, const std::string& path);
+  // `head` holds at least the file's first 8 + Length() bytes; `file_size` is the whole file's.
+  static StatusOr<SafetensorsHeader> Parse(std::string_view head, int64_t file_size, const std::string& path);
 
   const std::string& path() const { return path_; }
+  int64_t data_start() const { return data_start_; }  // the data section's offset in the file
   // Names in file order of their data offsets.
   std::vector<std::string> Names() const;
   bool Has(std::string_view name) const { return tensors_.count(std::string(name)) != 0; }
   // NotFound naming the file and tensor when absent.
   StatusOr<StTensorInfo> Info(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::string path_;
+  int64_t data_start_ = 0;
+  std::map<std::string, StTensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// A whole file in memory: its header and its bytes.
+class SafetensorsFile {
+ public:
+  static StatusOr<SafetensorsFile> Open(const std::string& path);
+  // The same from bytes already in memory; `path` names it in errors.
+  static StatusOr<SafetensorsFile> Parse(std::string bytes, const std::string& path);
+
+  const SafetensorsHeader& header() const { return header_; }
+  const std::string& path() const { return header_.path(); }
+  std::vector<std::string> Names() const { return header_.Names(); }
+  bool Has(std::string_view name) const { return header_.Has(name); }
+  StatusOr<StTensorInfo> Info(std::string_view name) const { return header_.Info(name); }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata(); }
 
   // Converts a floating-point tensor (F32, F16, BF16, F64) to fp32 into out[0, elements).
   // Requires out.size() == elements; errors name the file and tensor.
@@ -53,12 +81,13 @@ class SafetensorsFile {
   StatusOr<std::vector<int64_t>> ReadInts(std::string_view name) const;
 
  private:
-  std::string path_;
+  SafetensorsHeader header_;
   std::string bytes_;
-  int64_t data_start_ = 0;
-  std::map<std::string, StTensorInfo> tensors_;
-  std::map<std::string, std::string> metadata_;
 };
+
+// n elements of a float dtype (F32, F16, BF16, F64) at `src` (any alignment) to fp32; false for
+// another dtype.
+bool ConvertToF32(StDtype dtype, const char* src, int64_t n, float* out);
 
 class SafetensorsWriter {
  public:
@@ -86,15 +115,15 @@ class SafetensorsWriter {
   std::map<std::string, std::string> metadata_;
 };
 
+// The header's entry for a tensor of the layout: NotFound when it is missing, InvalidArgument when
+// its shape differs or its dtype is not a float type; each names the file and the tensor.
+StatusOr<StTensorInfo> LayoutTensorInfo(const SafetensorsHeader& header, const ParamTensor& t);
+
 // Fills params (layout.total elements) from the file: every tensor of the layout must be present
 // with its shape (any float dtype); tensors the layout does not have are ignored unless
 // `strict` (then an error names the first one). Errors name the file and tensor.
 Status LoadLlamaWeights(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                         bool strict = false);
-// The same from a Hugging Face model directory: its model.safetensors, or the shards its
-// model.safetensors.index.json maps the tensors to (each shard read once; a shard is a file of
-// the directory). Errors name the index or the file, and the tensor.
-Status LoadLlamaWeightsFromDir(const std::string& dir, const ParamLayout& layout, float* params);
 // Saves every tensor of the layout under its Hugging Face name in `dtype` (F32, F16 or BF16).
 Status SaveLlamaWeights(const std::string& path, const ParamLayout& layout, const float* params,
                         StDtype dtype);
