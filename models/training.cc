@@ -69,12 +69,15 @@ Status ReadOptimizer(const YAML::Node& node, OptimizerSetup* o) {
 
 Status ReadLrSchedule(const YAML::Node& node, LrScheduleSetup* s) {
   if (node.IsNull()) return Status::Ok();
-  TF_RETURN_IF_ERROR(CheckYamlKeys(node, "training.lr_schedule", {"type", "warmup_steps", "total_steps", "min_lr_ratio"}));
+  TF_RETURN_IF_ERROR(CheckYamlKeys(node, "training.lr_schedule",
+                                   {"type", "warmup_steps", "total_steps", "min_lr_ratio", "warmup_type", "warmup_min_ratio"}));
   if (node["type"]) {
     s->type = node["type"].as<std::string>();
-    if (s->type != "constant" && s->type != "linear" && s->type != "cosine") {
-      return InvalidArgument("training.lr_schedule.type: " + Q(s->type) + " (constant, linear or cosine)");
+    if (s->type != "constant" && s->type != "linear" && s->type != "cosine" && !s->deepspeed()) {
+      return InvalidArgument("training.lr_schedule.type: " + Q(s->type) +
+                             " (constant, linear or cosine; DeepSpeed's WarmupLR, WarmupDecayLR or WarmupCosineLR)");
     }
+    if (s->deepspeed()) s->warmup_type = "log";  // DeepSpeed's default
   }
   if (node["warmup_steps"]) {
     TF_ASSIGN_OR_RETURN(s->warmup_steps, PositiveInt(node["warmup_steps"], "training.lr_schedule.warmup_steps", int64_t{1} << 40, true));
@@ -85,9 +88,28 @@ Status ReadLrSchedule(const YAML::Node& node, LrScheduleSetup* s) {
   if (node["min_lr_ratio"]) {
     TF_ASSIGN_OR_RETURN(s->min_lr_ratio, Number(node["min_lr_ratio"], "training.lr_schedule.min_lr_ratio", 0, 1, "must be in [0, 1]"));
   }
-  if (s->type != "constant" && s->total_steps <= s->warmup_steps) {
+  for (const char* key : {"warmup_type", "warmup_min_ratio"}) {
+    if (node[key] && !s->deepspeed()) {
+      return InvalidArgument(std::string("training.lr_schedule.") + key + ": DeepSpeed's schedules take it (WarmupLR, WarmupDecayLR, "
+                             "WarmupCosineLR), not " + Q(s->type) + " (its warm-up is linear from 0)");
+    }
+  }
+  if (node["warmup_type"]) {
+    s->warmup_type = node["warmup_type"].as<std::string>();
+    if (s->warmup_type != "log" && s->warmup_type != "linear") {
+      return InvalidArgument("training.lr_schedule.warmup_type: " + Q(s->warmup_type) + " (log or linear)");
+    }
+  }
+  if (node["warmup_min_ratio"]) {
+    TF_ASSIGN_OR_RETURN(s->warmup_min_ratio,
+                        Number(node["warmup_min_ratio"], "training.lr_schedule.warmup_min_ratio", 0, 1, "must be in [0, 1]"));
+  }
+  if ((s->type == "linear" || s->type == "cosine") && s->total_steps <= s->warmup_steps) {
     return InvalidArgument("training.lr_schedule: a " + s->type + " schedule needs total_steps above warmup_steps (" +
                            std::to_string(s->total_steps) + " <= " + std::to_string(s->warmup_steps) + ")");
+  }
+  if ((s->type == "WarmupDecayLR" || s->type == "WarmupCosineLR") && s->total_steps < 1) {
+    return InvalidArgument("training.lr_schedule: " + s->type + " needs total_steps (DeepSpeed's total_num_steps)");
   }
   return Status::Ok();
 }
@@ -177,8 +199,10 @@ std::string TrainingToYaml(const TrainingSetup& t) {
   y += fmt::format("optimizer: {{lr: {:.17g}, betas: [{:.17g}, {:.17g}], eps: {:.17g}, weight_decay: {:.17g}}}\n", o.lr, o.beta1,
                    o.beta2, o.eps, o.weight_decay);
   const LrScheduleSetup& s = t.lr_schedule;
-  y += fmt::format("lr_schedule: {{type: {}, warmup_steps: {}, total_steps: {}, min_lr_ratio: {:.17g}}}\n", s.type, s.warmup_steps,
-                   s.total_steps, s.min_lr_ratio);
+  const std::string deepspeed =
+      s.deepspeed() ? fmt::format(", warmup_type: {}, warmup_min_ratio: {:.17g}", s.warmup_type, s.warmup_min_ratio) : "";
+  y += fmt::format("lr_schedule: {{type: {}, warmup_steps: {}, total_steps: {}, min_lr_ratio: {:.17g}{}}}\n", s.type, s.warmup_steps,
+                   s.total_steps, s.min_lr_ratio, deepspeed);
   if (t.seed >= 0) y += fmt::format("seed: {}\n", t.seed);
   return y;
 }

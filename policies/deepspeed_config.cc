@@ -37,6 +37,10 @@ class Section {
     }
     return &v;
   }
+  // The value as written ("auto" included), without taking the key; null when absent.
+  const Json* Raw(const std::string& key) const {
+    return j_ != nullptr && j_->contains(key) ? &(*j_)[key] : nullptr;
+  }
   StatusOr<Section> Child(const std::string& key) {
     const Json* v = Get(key);
     if (v != nullptr && !v->is_object()) return InvalidArgument(Path(key) + ": expected an object");
@@ -98,6 +102,77 @@ std::string Real(double v) { return fmt::format("{}", v); }
 }  // namespace
 
 namespace {
+
+// scheduler {type, params}: DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR become
+// training.lr_schedule of the same type (models::LrScheduleSetup), with DeepSpeed's defaults for
+// what the config leaves out; the others are noted.
+Status ImportScheduler(Section& top, std::optional<double> optimizer_lr, DeepSpeedImport* out) {
+  auto set = [&](const std::string& key, const std::string& value) { out->sets.emplace_back(key, value); };
+  TF_ASSIGN_OR_RETURN(Section scheduler, top.Child("scheduler"));
+  TF_ASSIGN_OR_RETURN(auto type, scheduler.String("type"));
+  if (!type) return Status::Ok();
+  TF_ASSIGN_OR_RETURN(Section params, scheduler.Child("params"));
+  if (*type != "WarmupLR" && *type != "WarmupDecayLR" && *type != "WarmupCosineLR") {
+    out->notes.push_back("ignored: scheduler.type '" + *type + "': tierflow runs DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR "
+                         "(and Hugging Face's constant, linear and cosine); the scenario's schedule stays");
+    params.Rest("its schedule is not taken");
+    return Status::Ok();
+  }
+  TF_ASSIGN_OR_RETURN(auto warmup, params.Int("warmup_num_steps", 0));
+  TF_ASSIGN_OR_RETURN(auto warmup_type, params.String("warmup_type"));
+  if (warmup_type && *warmup_type != "log" && *warmup_type != "linear") {
+    return InvalidArgument(params.Path("warmup_type") + " '" + *warmup_type + "': log or linear");
+  }
+  std::optional<int64_t> total;
+  if (*type != "WarmupLR") {
+    const bool automatic = params.present() && params.Raw("total_num_steps") != nullptr && params.Raw("total_num_steps")->is_string();
+    TF_ASSIGN_OR_RETURN(total, params.Int("total_num_steps", 1));
+    if (!total) {
+      out->notes.push_back(std::string("ignored: scheduler ") + *type + ": total_num_steps is " + (automatic ? "\"auto\"" : "absent") +
+                           ", and its decay needs it: the scenario's schedule stays (--set training.lr_schedule.type=" + *type +
+                           " and total_steps=N to run it)");
+      params.Rest("the schedule is not taken");
+      return Status::Ok();
+    }
+  }
+  double min_ratio = 0, warmup_min_ratio = 0;
+  if (*type == "WarmupCosineLR") {
+    TF_ASSIGN_OR_RETURN(auto cos_min, params.Number("cos_min_ratio"));
+    TF_ASSIGN_OR_RETURN(auto start, params.Number("warmup_min_ratio"));
+    min_ratio = cos_min.value_or(0.0001);  // DeepSpeed's default
+    warmup_min_ratio = start.value_or(0);
+    for (const auto& [key, v] : {std::pair{"cos_min_ratio", min_ratio}, std::pair{"warmup_min_ratio", warmup_min_ratio}}) {
+      if (v < 0 || v > 1) return InvalidArgument(params.Path(key) + ": " + Real(v) + " must be in [0, 1]");
+    }
+  } else {
+    // The rate runs from warmup_min_lr to warmup_max_lr, which replaces the optimizer's.
+    TF_ASSIGN_OR_RETURN(auto min_lr, params.Number("warmup_min_lr"));
+    TF_ASSIGN_OR_RETURN(auto max_lr, params.Number("warmup_max_lr"));
+    const double peak = max_lr.value_or(optimizer_lr.value_or(0.001));
+    if (!(peak > 0) || min_lr.value_or(0) < 0 || min_lr.value_or(0) > peak) {
+      return InvalidArgument(params.Path("warmup_min_lr") + " " + Real(min_lr.value_or(0)) + " and warmup_max_lr " + Real(peak) +
+                             ": need 0 <= warmup_min_lr <= warmup_max_lr, warmup_max_lr > 0");
+    }
+    if (max_lr && optimizer_lr && *optimizer_lr != *max_lr) {
+      out->notes.push_back("replaced: optimizer.params.lr " + Real(*optimizer_lr) + " by scheduler.params.warmup_max_lr " + Real(*max_lr) +
+                           " (DeepSpeed's " + *type + " sets the rate)");
+    }
+    if (max_lr || !optimizer_lr) {
+      std::erase_if(out->sets, [](const auto& kv) { return kv.first == "training.optimizer.lr"; });
+      set("training.optimizer.lr", Real(peak));
+    }
+    min_ratio = min_lr.value_or(0) / peak;
+  }
+  set("training.lr_schedule.type", *type);
+  set("training.lr_schedule.warmup_steps", Text(warmup.value_or(1000)));  // DeepSpeed's default
+  if (total) set("training.lr_schedule.total_steps", Text(*total));
+  set("training.lr_schedule.min_lr_ratio", Real(min_ratio));
+  set("training.lr_schedule.warmup_type", warmup_type.value_or("log"));
+  if (*type == "WarmupCosineLR") set("training.lr_schedule.warmup_min_ratio", Real(warmup_min_ratio));
+  params.Rest("not a parameter of " + *type);
+  scheduler.Rest("not modelled");
+  return Status::Ok();
+}
 
 StatusOr<DeepSpeedImport> Import(const Json& root) {
   DeepSpeedImport out;
@@ -231,9 +306,11 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
   // Adam's hyper-parameters: what tierflow run's AdamW takes (training.optimizer; --lr overrides
   // the rate).
   TF_ASSIGN_OR_RETURN(Section params, optimizer.Child("params"));
+  std::optional<double> optimizer_lr;
   for (const char* key : {"lr", "eps", "weight_decay"}) {
     TF_ASSIGN_OR_RETURN(auto v, params.Number(key));
     if (v) set(std::string("training.optimizer.") + key, Real(*v));
+    if (std::string(key) == "lr") optimizer_lr = v;
   }
   if (const Json* betas = params.Get("betas"); betas != nullptr) {
     if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() || !(*betas)[1].is_number()) {
@@ -243,7 +320,7 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
   }
   params.Rest("not modelled (tierflow's update is AdamW with decoupled weight decay)");
   optimizer.Rest("not modelled");
-  top.Ignore("scheduler", "the learning-rate schedule does not change the I/O");
+  TF_RETURN_IF_ERROR(ImportScheduler(top, optimizer_lr, &out));
   top.Rest("not modelled");
   return out;
 }

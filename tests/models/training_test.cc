@@ -63,10 +63,32 @@ TEST(TrainingSetupTest, TheOptimizerAndItsScheduleAreChecked) {
   EXPECT_EQ(TrainingOf("{optimizer: {weight_decay: 2}}").status().message(), "training.optimizer.weight_decay: '2' must be in [0, 1]");
   EXPECT_EQ(TrainingOf("{optimizer: {momentum: 0.9}}").status().message().substr(0, 48), "training.optimizer: unknown key 'momentum' (know");
   EXPECT_EQ(TrainingOf("{lr_schedule: {type: polynomial}}").status().message(),
-            "training.lr_schedule.type: 'polynomial' (constant, linear or cosine)");
+            "training.lr_schedule.type: 'polynomial' (constant, linear or cosine; DeepSpeed's WarmupLR, WarmupDecayLR or WarmupCosineLR)");
   EXPECT_EQ(TrainingOf("{lr_schedule: {type: cosine, warmup_steps: 10}}").status().message(),
             "training.lr_schedule: a cosine schedule needs total_steps above warmup_steps (0 <= 10)");
   EXPECT_EQ(TrainingOf("{seed: -3}").status().message(), "training.seed: '-3' must be >= 0");
+}
+
+// DeepSpeed's schedules by its names: a log warm-up unless told, their own keys, and back through
+// the YAML a schedule carries.
+TEST(TrainingSetupTest, DeepSpeedsSchedulesKeepTheirKeys) {
+  auto t = TrainingOf("{lr_schedule: {type: WarmupCosineLR, warmup_steps: 10, total_steps: 100, min_lr_ratio: 0.0001, warmup_min_ratio: 0.2}}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->lr_schedule.warmup_type, "log");
+  EXPECT_EQ(t->lr_schedule.warmup_min_ratio, 0.2);
+  auto back = TrainingOf(TrainingToYaml(*t));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *t);
+  auto linear = TrainingOf("{lr_schedule: {type: WarmupLR, warmup_steps: 5, warmup_type: linear}}");
+  ASSERT_TRUE(linear.ok()) << linear.status().ToString();
+  EXPECT_EQ(linear->lr_schedule.warmup_type, "linear");
+  EXPECT_EQ(TrainingOf("{lr_schedule: {type: WarmupDecayLR, warmup_steps: 5}}").status().message(),
+            "training.lr_schedule: WarmupDecayLR needs total_steps (DeepSpeed's total_num_steps)");
+  EXPECT_EQ(TrainingOf("{lr_schedule: {type: cosine, total_steps: 9, warmup_type: log}}").status().message(),
+            "training.lr_schedule.warmup_type: DeepSpeed's schedules take it (WarmupLR, WarmupDecayLR, WarmupCosineLR), not 'cosine' "
+            "(its warm-up is linear from 0)");
+  EXPECT_EQ(TrainingOf("{lr_schedule: {type: WarmupLR, warmup_type: exp}}").status().message(),
+            "training.lr_schedule.warmup_type: 'exp' (log or linear)");
 }
 
 TEST(TrainingSetupTest, BadValuesNameTheKey) {

@@ -70,6 +70,44 @@ TEST(DeepSpeedImport, TheOptimizersParametersBecomeTheScenarios) {
   EXPECT_EQ(bad.status().message(), "ds.json: optimizer.params.betas: expected [beta1, beta2], got 0.9");
 }
 
+// DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR become the scenario's schedule of the same
+// name, with DeepSpeed's defaults for what is left out; warmup_max_lr sets the rate.
+TEST(DeepSpeedImport, TheSchedulerBecomesTheScenarios) {
+  const std::string opt = R"("bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-5}}, )";
+  const DeepSpeedImport decay = ImportOk("{" + opt + R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 500,
+      "warmup_min_lr": 1e-5, "warmup_max_lr": 4e-5, "warmup_num_steps": 50}}, )" + kNvme + "}");
+  auto sets = Sets(decay);
+  EXPECT_EQ(sets.at("training.lr_schedule.type"), "WarmupDecayLR");
+  EXPECT_EQ(sets.at("training.lr_schedule.warmup_steps"), "50");
+  EXPECT_EQ(sets.at("training.lr_schedule.total_steps"), "500");
+  EXPECT_EQ(sets.at("training.lr_schedule.min_lr_ratio"), "0.25");
+  EXPECT_EQ(sets.at("training.lr_schedule.warmup_type"), "log") << "DeepSpeed's default";
+  EXPECT_EQ(sets.at("training.optimizer.lr"), "4e-05") << "warmup_max_lr is the rate";
+  EXPECT_EQ(std::count_if(decay.sets.begin(), decay.sets.end(), [](const auto& kv) { return kv.first == "training.optimizer.lr"; }), 1);
+  EXPECT_TRUE(HasNote(decay, "replaced: optimizer.params.lr 3e-05 by scheduler.params.warmup_max_lr 4e-05"));
+
+  const DeepSpeedImport cosine = ImportOk("{" + opt + R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 300,
+      "warmup_type": "linear", "warmup_min_ratio": 0.1, "last_batch_iteration": -1}}, )" + kNvme + "}");
+  sets = Sets(cosine);
+  EXPECT_EQ(sets.at("training.lr_schedule.type"), "WarmupCosineLR");
+  EXPECT_EQ(sets.at("training.lr_schedule.warmup_steps"), "1000") << "DeepSpeed's default";
+  EXPECT_EQ(sets.at("training.lr_schedule.min_lr_ratio"), "0.0001") << "DeepSpeed's cos_min_ratio default";
+  EXPECT_EQ(sets.at("training.lr_schedule.warmup_min_ratio"), "0.1");
+  EXPECT_EQ(sets.at("training.lr_schedule.warmup_type"), "linear");
+  EXPECT_EQ(sets.at("training.optimizer.lr"), "3e-05") << "the cosine scales the optimizer's rate";
+  EXPECT_TRUE(HasNote(cosine, "ignored: scheduler.params.last_batch_iteration: not a parameter of WarmupCosineLR"));
+
+  const DeepSpeedImport automatic = ImportOk("{" + opt + R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}}, )" +
+                                             kNvme + "}");
+  EXPECT_EQ(Sets(automatic).count("training.lr_schedule.type"), 0u);
+  EXPECT_TRUE(HasNote(automatic, "ignored: scheduler WarmupDecayLR: total_num_steps is \"auto\", and its decay needs it"));
+  const DeepSpeedImport other = ImportOk("{" + opt + R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0}}, )" + kNvme + "}");
+  EXPECT_EQ(Sets(other).count("training.lr_schedule.type"), 0u);
+  EXPECT_TRUE(HasNote(other, "ignored: scheduler.type 'OneCycle'"));
+  auto bad = ImportDeepSpeedConfig("{" + opt + R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "exp"}}, )" + kNvme + "}", "ds.json");
+  EXPECT_EQ(bad.status().message(), "ds.json: scheduler.params.warmup_type 'exp': log or linear");
+}
+
 TEST(DeepSpeedImport, AutoValuesAndUnknownKeysAreNamedOnceEach) {
   const DeepSpeedImport d = ImportOk(std::string(R"({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
       "bf16": {"enabled": true}, "flops_profiler": {"enabled": true}, "comms_logger": {}, )") + kNvme + "}");

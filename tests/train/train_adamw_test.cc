@@ -3,11 +3,14 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/train_config.h"
@@ -223,6 +226,42 @@ TEST(LearningRate, HuggingFacesSchedulesStepByStep) {
     EXPECT_EQ(LearningRate(cosine, lr, step), static_cast<float>(d * factor)) << step;
   }
   EXPECT_EQ(LearningRate(cosine, lr, 40), static_cast<float>(d * (0.1 + 0.9 * 0.0)));
+}
+
+// DeepSpeed's schedules against DeepSpeed itself: tests/train/data/deepspeed_lr.json holds the rate
+// of each of 40 updates as its engine applies them (made by tests/train/make_deepspeed_lr.py from
+// deepspeed.runtime.lr_schedules). DeepSpeed forms min_lr + delta x gamma in fp64, tierflow lr x
+// factor: the two may part in the last fp64 bit, so each must round to the same fp32 value or its
+// neighbour (a relative 2^-23).
+TEST(LearningRate, DeepSpeedsSchedulesAsItsEngineStepsThem) {
+  std::ifstream in(std::string(TIERFLOW_SOURCE_DIR) + "/tests/train/data/deepspeed_lr.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json golden = nlohmann::json::parse(text.str());
+  ASSERT_EQ(golden["cases"].size(), 6u);
+  double worst = 0;
+  for (const auto& c : golden["cases"]) {
+    const auto& p = c["params"];
+    models::LrScheduleSetup s{.type = c["type"].get<std::string>()};
+    s.warmup_steps = p["warmup_num_steps"].get<int64_t>();
+    s.total_steps = p.value("total_num_steps", int64_t{0});
+    s.warmup_type = p["warmup_type"].get<std::string>();
+    const float lr = c["lr"].get<float>();
+    if (s.type == "WarmupCosineLR") {
+      s.min_lr_ratio = p["cos_min_ratio"].get<double>();
+      s.warmup_min_ratio = p["warmup_min_ratio"].get<double>();
+    } else {
+      s.min_lr_ratio = p["warmup_min_lr"].get<double>() / p["warmup_max_lr"].get<double>();
+    }
+    for (size_t k = 0; k < c["rates"].size(); ++k) {
+      const double want = c["rates"][k].get<double>();
+      const float got = LearningRate(s, lr, static_cast<int64_t>(k) + 1);
+      const double error = want == 0 ? std::abs(got) : std::abs(got - want) / want;
+      worst = std::max(worst, error);
+      EXPECT_LE(error, std::ldexp(1.0, -23)) << s.type << " update " << k + 1 << ": " << got << " vs DeepSpeed's " << want;
+    }
+  }
+  std::printf("DeepSpeed's schedules: worst relative error %.3g (tolerance 2^-23)\n", worst);
 }
 
 }  // namespace

@@ -31,12 +31,20 @@ struct OptimizerSetup {
 
 // The learning rate over the updates, by Hugging Face's names (get_scheduler): `constant`, or a
 // linear warm-up from 0 over warmup_steps then `constant`, `linear` decay to min_lr_ratio x lr at
-// total_steps, or `cosine` (half a cosine) down to it. training.lr_schedule.
+// total_steps, or `cosine` (half a cosine) down to it; and by DeepSpeed's (lr_schedules.py, as its
+// engine steps them: after each update, from iteration -1): `WarmupLR` (a `log` or `linear`
+// warm-up from min_lr_ratio x lr to lr over max(2, warmup_steps), then lr), `WarmupDecayLR` (the
+// same, then linear decay back to min_lr_ratio x lr at total_steps), `WarmupCosineLR` (a warm-up
+// from warmup_min_ratio x lr, then a cosine to min_lr_ratio x lr at total_steps).
+// training.lr_schedule.
 struct LrScheduleSetup {
-  std::string type = "constant";  // constant | linear | cosine
+  std::string type = "constant";  // constant | linear | cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;        // linear and cosine: required, > warmup_steps
-  double min_lr_ratio = 0;        // linear and cosine: the rate they end at, over lr
+  int64_t total_steps = 0;        // linear and cosine: required, > warmup_steps; DeepSpeed's decays: >= 1
+  double min_lr_ratio = 0;        // where the decay ends (DeepSpeed's WarmupLR and WarmupDecayLR: where the warm-up starts too)
+  std::string warmup_type = "linear";  // DeepSpeed's: log (its default) or linear
+  double warmup_min_ratio = 0;         // WarmupCosineLR: where its warm-up starts, over lr
+  bool deepspeed() const { return type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR"; }
   bool operator==(const LrScheduleSetup&) const = default;
 };
 

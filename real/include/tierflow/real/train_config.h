@@ -63,8 +63,10 @@ TrainConfig TrainConfigFor(const models::LlmConfig& model, const models::Trainin
 
 // The learning rate of AdamW step `step` (1-based: the updates taken so far, this one included):
 // lr x the factor of Hugging Face's schedule at scheduler step step - 1 (its Trainer steps the
-// scheduler after each update, so the first update runs at factor(0): 0 under a warm-up). A
-// skipped update (an fp16 overflow) does not advance it, as DeepSpeed's engine does not.
+// scheduler after each update, so the first update runs at factor(0): 0 under a warm-up), or of
+// DeepSpeed's at iteration step - 2 (its engine also steps after each update, but its schedulers
+// start at iteration -1). A skipped update (an fp16 overflow) does not advance it, as neither
+// steps its scheduler then.
 float LearningRate(const models::LrScheduleSetup& schedule, float lr, int64_t step);
 
 }  // namespace tierflow::real
