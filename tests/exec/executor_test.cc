@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "tierflow/real/checkpoint.h"
 #include "tierflow/real/collective.h"
 #include "tierflow/real/dir_lock.h"
+#include "tierflow/real/hf_model.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/llama.h"
 #include "tierflow/real/safetensors.h"
@@ -1239,6 +1241,58 @@ TEST(Executor, InitialWeightsFromASafetensorsFileTrainAsTheirOwn) {
   ASSERT_TRUE(c.ok());
   EXPECT_NE(a->loss.front(), c->loss.front());
 }
+
+// Each Hugging Face family through an offloaded schedule (zero-infinity, its states on a disk),
+// started from the family's weights on the golden tokens: tests/train/make_golden.py chains its
+// rows (each starts with the last token of the one before), so that they are the windows the token
+// loader cuts from the chain at sequence T - 1, and the run's first loss is the loss transformers
+// computed (within train_golden_test's tolerance, 1e-4 relative); after two iterations the weights
+// are the in-memory run's bit for bit.
+class OffloadedGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OffloadedGolden, TheFirstLossIsTransformersAndTheWeightsTheInMemoryRuns) {
+  const std::string dir = std::string(TIERFLOW_SOURCE_DIR) + "/tests/train/data/" + GetParam();
+  auto golden = SafetensorsFile::Open(dir + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+  auto info = golden->Info("tokens");
+  ASSERT_TRUE(info.ok() && info->shape.size() == 2);
+  const int64_t batch = info->shape[0], seq = info->shape[1];
+  auto rows = golden->ReadInts("tokens");
+  ASSERT_TRUE(rows.ok());
+  std::vector<int32_t> chain(rows->begin(), rows->begin() + seq);
+  for (int64_t b = 1; b < batch; ++b) {
+    ASSERT_EQ((*rows)[static_cast<size_t>(b * seq)], chain.back()) << "make_golden.py chains its rows";
+    chain.insert(chain.end(), rows->begin() + b * seq + 1, rows->begin() + (b + 1) * seq);
+  }
+  auto scenario = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/tiny-cpu.yaml",
+                                             {"model={hf_dir: " + dir + "}", "training.micro_batch_size=" + std::to_string(batch),
+                                              "training.sequence_length=" + std::to_string(seq - 1)});
+  ASSERT_TRUE(scenario.ok()) << scenario.status().ToString();
+  TrainConfig config = TrainConfigFor(scenario->model, scenario->training);
+  config.threads = 2;
+  config.tokens = chain;
+  const ParamLayout layout = MakeParamLayout(config.spec.config);
+  config.initial_weights.assign(static_cast<size_t>(layout.total), 0.0f);
+  ASSERT_TRUE(LoadHfWeights(dir, layout, config.initial_weights.data()).ok());
+  auto reference = RunInMemory(config, 2);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  TempDir disks("golden-" + GetParam());
+  RunOptions options;
+  options.iterations = 2;
+  options.disk_root = disks.str();
+  auto run = RunSchedule(PlanOrDie(*scenario), config, options);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->loss, reference->loss);
+  EXPECT_TRUE(SameBits(run->master, reference->master));
+  float want = 0;
+  ASSERT_TRUE(golden->ReadF32("loss", &want, 1).ok());
+  const double error = std::abs(run->loss.front() - want) / want;
+  std::printf("%s through zero-infinity on a disk: first loss %.7f, transformers' %.7f, relative %.2e (tolerance 1e-4)\n",
+              GetParam().c_str(), run->loss.front(), want, error);
+  EXPECT_LE(error, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, OffloadedGolden, ::testing::Values("llama", "llama3", "mistral", "qwen2"));
 
 }  // namespace
 }  // namespace tierflow::real

@@ -102,8 +102,11 @@ def make(family):
     config_dict.pop("_attn_implementation_autoset", None)
     (out_dir / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
 
+    # Each row starts with the last token of the one before: the rows are the windows tierflow's
+    # token loader cuts from the chain raw[: BATCH * (SEQ - 1) + 1] at sequence SEQ - 1, so that a
+    # run of the chain gives this loss (HF's labels = input_ids drop each row's last position).
     raw = TEXT.encode("ascii")
-    tokens = torch.tensor(list(raw[: BATCH * SEQ]), dtype=torch.long).view(BATCH, SEQ)
+    tokens = torch.tensor([list(raw[b * (SEQ - 1): b * (SEQ - 1) + SEQ]) for b in range(BATCH)], dtype=torch.long)
     assert int(tokens.max()) < COMMON["vocab_size"]
 
     model = model.double()
