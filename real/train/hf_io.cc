@@ -197,8 +197,9 @@ std::vector<ReadUnit> PlanReads(const ShardPlan& plan, int64_t chunk) {
     const int64_t A = a / align * align, B = b / align * align;
     const int64_t tail = B > A ? std::max(a, B - kMaxElement) : a;
     const int64_t over = direct ? align : kMaxElement;
-    for (int64_t c = A; c < tail; c += chunk) {
-      const int64_t own_end = std::min(c + chunk, tail);
+    const int64_t step = AlignUp(chunk, align);  // a block larger than the chunk: whole blocks still
+    for (int64_t c = A; c < tail; c += step) {
+      const int64_t own_end = std::min(c + step, tail);
       const int64_t read_end = direct ? std::min(own_end + over, B) : std::min(own_end + over, b);
       if (std::max(c, a) < own_end) units.push_back({plan.direct.id, c, read_end - c, std::max(c, a), own_end});
     }
