@@ -157,14 +157,18 @@ Status ImportScheduler(Section& top, std::optional<double> optimizer_lr, DeepSpe
       out->notes.push_back("replaced: optimizer.params.lr " + Real(*optimizer_lr) + " by scheduler.params.warmup_max_lr " + Real(*max_lr) +
                            " (DeepSpeed's " + *type + " sets the rate)");
     }
-    if (max_lr || !optimizer_lr) {
+    if (max_lr) {
       std::erase_if(out->sets, [](const auto& kv) { return kv.first == "training.optimizer.lr"; });
       set("training.optimizer.lr", Real(peak));
+    } else if (min_lr.value_or(0) > 0 && !optimizer_lr) {
+      out->notes.push_back("default: scheduler.params.warmup_min_lr " + Real(*min_lr) + " is taken over DeepSpeed's default rate 0.001 "
+                           "(no warmup_max_lr or optimizer lr says it): training.lr_schedule.min_lr_ratio " + Real(*min_lr / peak));
     }
     min_ratio = min_lr.value_or(0) / peak;
   }
   set("training.lr_schedule.type", *type);
-  set("training.lr_schedule.warmup_steps", Text(warmup.value_or(1000)));  // DeepSpeed's default
+  const bool warmup_auto = params.Raw("warmup_num_steps") != nullptr && params.Raw("warmup_num_steps")->is_string();
+  if (!warmup_auto) set("training.lr_schedule.warmup_steps", Text(warmup.value_or(1000)));  // DeepSpeed's default
   if (total) set("training.lr_schedule.total_steps", Text(*total));
   set("training.lr_schedule.min_lr_ratio", Real(min_ratio));
   set("training.lr_schedule.warmup_type", warmup_type.value_or("log"));

@@ -114,17 +114,17 @@ StatusOr<SafetensorsHeader> SafetensorsHeader::Parse(std::string_view head, int6
   if (header.is_discarded() || !header.is_object()) {
     return InvalidArgument(what + ": the header is not a JSON object");
   }
-  SafetensorsHeader file;
-  file.path_ = path;
-  file.data_start_ = 8 + header_len;
-  const int64_t data_size = file_size - file.data_start_;
+  SafetensorsHeader parsed;
+  parsed.path_ = path;
+  parsed.data_start_ = 8 + header_len;
+  const int64_t data_size = file_size - parsed.data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") {
       if (!it->is_object()) return InvalidArgument(what + ": __metadata__ must be an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) return InvalidArgument(what + ": __metadata__ values must be strings");
-        file.metadata_[m.key()] = m->get<std::string>();
+        parsed.metadata_[m.key()] = m->get<std::string>();
       }
       continue;
     }
@@ -163,9 +163,9 @@ StatusOr<SafetensorsHeader> SafetensorsHeader::Parse(std::string_view head, int6
       return InvalidArgument(where + ": " + std::to_string(info.end - info.begin) +
                              " bytes do not match shape x dtype");
     }
-    file.tensors_[name] = std::move(info);
+    parsed.tensors_[name] = std::move(info);
   }
-  return file;
+  return parsed;
 }
 
 std::vector<std::string> SafetensorsHeader::Names() const {

@@ -101,6 +101,13 @@ TEST(DeepSpeedImport, TheSchedulerBecomesTheScenarios) {
                                              kNvme + "}");
   EXPECT_EQ(Sets(automatic).count("training.lr_schedule.type"), 0u);
   EXPECT_TRUE(HasNote(automatic, "ignored: scheduler WarmupDecayLR: total_num_steps is \"auto\", and its decay needs it"));
+  // "auto" (the Hugging Face Trainer's) keeps the scenario's value, as elsewhere: no DeepSpeed default.
+  const DeepSpeedImport filled = ImportOk("{" + opt + R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto",
+      "warmup_max_lr": "auto"}}, )" + kNvme + "}");
+  EXPECT_EQ(Sets(filled).at("training.lr_schedule.type"), "WarmupLR");
+  EXPECT_EQ(Sets(filled).count("training.lr_schedule.warmup_steps"), 0u);
+  EXPECT_EQ(Sets(filled).at("training.optimizer.lr"), "3e-05") << "the optimizer's rate stays";
+  EXPECT_TRUE(HasNote(filled, "ignored: scheduler.params.warmup_num_steps is \"auto\""));
   const DeepSpeedImport other = ImportOk("{" + opt + R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0}}, )" + kNvme + "}");
   EXPECT_EQ(Sets(other).count("training.lr_schedule.type"), 0u);
   EXPECT_TRUE(HasNote(other, "ignored: scheduler.type 'OneCycle'"));

@@ -8,7 +8,7 @@
 // The weights stream through the storage back-end (storage.h) in both directions: O_DIRECT where
 // the file system takes it, in chunks with several in flight, each chunk converted between fp32
 // and the file's dtype while the others move, so that a model loads and saves at the disk's pace
-// (bench/hf_io.sh measures both against fio). Nothing holds a whole file in memory.
+// (bench/hf_io_bench.cc measures both against fio). Nothing holds a whole file in memory.
 //
 // A save never leaves a partial directory in place of a good one: everything is written, fsynced,
 // into DIR.tmp-PID beside it, which then takes DIR's place in one rename (an atomic exchange
