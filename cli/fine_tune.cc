@@ -101,19 +101,26 @@ StatusOr<FineTune> FineTune::Prepare(FineTuneArgs args, real::TrainConfig* confi
   return f;
 }
 
+real::CpuThreads& FineTune::Threads() {
+  if (threads_ == nullptr) {
+    const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    threads_ = std::make_unique<real::CpuThreads>(config_->threads > 0 ? config_->threads : hw);
+  }
+  return *threads_;
+}
+
 Status FineTune::Save(const std::vector<float>& master, const std::string& flag) {
   real::HfSaveOptions o;
   o.dtype = save_dtype_;
+  o.io.threads = &Threads();
   return real::SaveHfModel(args_.save_model, config_->spec.config, base_config_json_, master.data(), o).WithContext(flag);
 }
 
 void FineTune::Eval(const std::vector<float>& master, int64_t iterations_done, bool print) {
   if (iterations_done == last_eval_) return;
   last_eval_ = iterations_done;
-  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  real::CpuThreads threads(config_->threads > 0 ? config_->threads : hw);
   const double loss = real::EvalLoss(config_->spec, master.data(), eval_batch_.inputs, eval_batch_.targets, config_->batch,
-                                     config_->seq, threads);
+                                     config_->seq, Threads());
   evals_.push_back({{"iterations_done", iterations_done}, {"loss", loss}, {"perplexity", std::exp(loss)}});
   if (print) {
     std::printf("eval after %lld iterations: held-out loss %.6f, perplexity %.4f\n", static_cast<long long>(iterations_done), loss,

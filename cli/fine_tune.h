@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tierflow/core/status.h"
+#include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/safetensors.h"
@@ -46,6 +48,8 @@ class FineTune {
  private:
   Status Save(const std::vector<float>& master, const std::string& flag);
   void Eval(const std::vector<float>& master, int64_t iterations_done, bool print);
+  // The saves' conversions and the evaluations' math: the run's thread count, started once.
+  real::CpuThreads& Threads();
 
   FineTuneArgs args_;
   const real::TrainConfig* config_ = nullptr;
@@ -54,6 +58,7 @@ class FineTune {
   real::TokenBatch eval_batch_;
   int64_t last_eval_ = -1;        // iterations done at the last evaluation
   nlohmann::ordered_json evals_ = nlohmann::ordered_json::array();
+  std::unique_ptr<real::CpuThreads> threads_;  // made at the first save or evaluation
 };
 
 }  // namespace tierflow::cli
