@@ -10,6 +10,88 @@
 #include "tierflow/traces/summary.h"
 
 namespace tierflow::cli {
+namespace {
+
+// A resource's or pool's name with its rank's GPU and rank index as '*' (gpu3.compute as
+// gpu*.compute, host.pinned.opt.r2 as host.pinned.opt.r*): the rows the report folds.
+std::string FoldRanks(const std::string& name) {
+  std::string out;
+  size_t at = 0;
+  while (at <= name.size()) {
+    size_t end = name.find('.', at);
+    if (end == std::string::npos) end = name.size();
+    const std::string part = name.substr(at, end - at);
+    auto numbered = [&](const char* prefix) {
+      const size_t n = std::strlen(prefix);
+      return part.size() > n && part.compare(0, n, prefix) == 0 && part.find_first_not_of("0123456789", n) == std::string::npos;
+    };
+    out += numbered("gpu") ? "gpu*" : numbered("r") ? "r*" : part;
+    if (end < name.size()) out += '.';
+    at = end + 1;
+  }
+  return out;
+}
+
+// Per iteration over the steady-state iterations, each rank's copies of a resource as one row.
+nlohmann::ordered_json PerIteration(const Schedule& schedule, const std::vector<TraceRecord>& records, const traces::TraceSummary& summary,
+                                    const traces::SteadyRange& steady) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  const size_t n = steady.end - steady.first;
+  if (n == 0) return rows;
+  std::vector<int64_t> kept;
+  for (size_t i = steady.first; i < steady.end; ++i) kept.push_back(summary.iterations[i].iteration);
+  std::sort(kept.begin(), kept.end());
+  std::vector<TraceRecord> in_steady;
+  for (const TraceRecord& r : records) {
+    if (std::binary_search(kept.begin(), kept.end(), r.iteration)) in_steady.push_back(r);
+  }
+  const traces::TraceSummary s = traces::Summarize(in_steady, &schedule);
+  struct Row {
+    int64_t count = 0;
+    double busy = 0, busy_min = 0, busy_max = 0, utilization = 0, exposed = 0, bytes = 0;
+  };
+  std::vector<std::pair<std::string, Row>> folded;  // in the summary's order of first appearance
+  const double per = 1.0 / static_cast<double>(n);
+  for (const traces::ResourceSummary& r : s.resources) {
+    const std::string name = FoldRanks(r.name);
+    auto it = std::find_if(folded.begin(), folded.end(), [&](const auto& f) { return f.first == name; });
+    if (it == folded.end()) it = folded.insert(folded.end(), {name, Row{0, 0, r.busy_s * per, r.busy_s * per, 0, 0, 0}});
+    Row& row = it->second;
+    ++row.count;
+    row.busy += r.busy_s * per;
+    row.busy_min = std::min(row.busy_min, r.busy_s * per);
+    row.busy_max = std::max(row.busy_max, r.busy_s * per);
+    row.utilization += r.utilization;
+    row.exposed += r.exposed_s * per;
+    row.bytes += static_cast<double>(r.bytes) * per;
+  }
+  for (const auto& [name, row] : folded) {
+    const double c = static_cast<double>(row.count);
+    rows.push_back({{"resource", name}, {"count", row.count}, {"busy_s", row.busy / c}, {"busy_min_s", row.busy_min},
+                    {"busy_max_s", row.busy_max}, {"utilization", row.utilization / c}, {"exposed_s", row.exposed / c},
+                    {"bytes_per_s", row.busy > 0 ? row.bytes / row.busy : 0.0}});
+  }
+  return rows;
+}
+
+}  // namespace
+
+RunSetting SettingOf(const policies::Scenario& scenario) {
+  RunSetting r;
+  r.model = scenario.model.name;
+  r.hardware = scenario.hardware.node.name;
+  r.calibrated = scenario.hardware.node.source.rfind("tierflow calibrate", 0) == 0;
+  r.nodes = scenario.hardware.nodes;
+  const models::TrainingSetup& t = scenario.training;
+  r.sequence_length = t.sequence_length;
+  r.micro_batch = t.micro_batch_size;
+  r.accumulation = t.gradient_accumulation_steps;
+  r.ranks = std::max(1, t.data_parallel);
+  const models::Flops f = models::ModelFlops(scenario.model, t.micro_batch_size, t.sequence_length, t.activation_checkpointing);
+  r.flops_per_iteration = (f.forward + f.backward) * static_cast<double>(r.accumulation * r.ranks);
+  r.peak_flops_per_gpu = scenario.hardware.node.gpu.peak_flops;
+  return r;
+}
 
 nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<TraceRecord>& records,
                                    const RunFacts& facts) {
@@ -19,6 +101,25 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
   j["policy"] = facts.policy;
   j["iterations"] = facts.iterations;
   if (facts.summarised_iterations > 0) j["summarised_iterations"] = facts.summarised_iterations;
+  const RunSetting& set = facts.setting;
+  if (set.ranks > 0) {
+    j["setting"] = {{"model", set.model},
+                    {"hardware", set.hardware},
+                    {"calibrated", set.calibrated},
+                    {"nodes", set.nodes},
+                    {"sequence_length", set.sequence_length},
+                    {"micro_batch", set.micro_batch},
+                    {"accumulation", set.accumulation},
+                    {"ranks", set.ranks},
+                    {"global_batch", set.global_batch()}};
+    const double it = summary.mean_iteration_s;
+    const double samples = it > 0 ? static_cast<double>(set.global_batch()) / it : 0.0;
+    const double per_gpu = it > 0 ? set.flops_per_iteration / it / static_cast<double>(set.ranks) : 0.0;
+    j["throughput"] = {{"tokens_per_s", samples * static_cast<double>(set.sequence_length)},
+                       {"samples_per_s", samples},
+                       {"model_tflops_per_gpu", per_gpu / 1e12},
+                       {"mfu", set.peak_flops_per_gpu > 0 ? per_gpu / set.peak_flops_per_gpu : 0.0}};
+  }
   j["iteration_s"] = summary.mean_iteration_s;
   std::vector<double> per_iteration;
   for (const auto& it : summary.iterations) per_iteration.push_back(it.time_s);
@@ -61,6 +162,7 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
     rj[r.name] = e;
   }
   j["resources"] = rj;
+  j["per_iteration"] = PerIteration(schedule, records, summary, steady);
   nlohmann::ordered_json peaks = nlohmann::ordered_json::object();
   for (size_t p = 0; p < schedule.pools().size() && p < facts.pool_peak_bytes.size(); ++p) {
     peaks[schedule.pools()[p].name] = facts.pool_peak_bytes[p];
@@ -80,13 +182,25 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
 
 std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json& r) {
   std::string out;
-  char line[256];
+  char line[512];
   auto add = [&](const char* fmt, auto... args) {
     std::snprintf(line, sizeof(line), fmt, args...);
     out += line;
   };
   add("%s  (policy %s, %lld iterations)\n", r["scenario"].get<std::string>().c_str(),
       r["policy"].get<std::string>().c_str(), static_cast<long long>(r["iterations"].get<int64_t>()));
+  if (r.contains("setting")) {
+    const auto& st = r["setting"];
+    const int64_t batch = st["global_batch"].get<int64_t>();
+    add("%s on %s (%s), %d node%s x %lld ranks\nsequence %lld, micro-batch %lld, accumulation %lld: global batch %lld sequences (%s tokens)\n",
+        st["model"].get<std::string>().c_str(), st["hardware"].get<std::string>().c_str(),
+        st["calibrated"].get<bool>() ? "calibrated by tierflow calibrate"
+                                     : "not calibrated: a preset's datasheet figures and assumptions, or a hand-written profile",
+        st["nodes"].get<int>(), st["nodes"].get<int>() == 1 ? "" : "s", static_cast<long long>(st["ranks"].get<int64_t>() / std::max(1, st["nodes"].get<int>())),
+        static_cast<long long>(st["sequence_length"].get<int64_t>()), static_cast<long long>(st["micro_batch"].get<int64_t>()),
+        static_cast<long long>(st["accumulation"].get<int64_t>()), static_cast<long long>(batch),
+        FormatCount(static_cast<double>(batch * st["sequence_length"].get<int64_t>())).c_str());
+  }
   const double it = r["iteration_s"].get<double>();
   if (r.contains("summarised_iterations")) {
     add("\niteration time   %s (steady state of the last %lld iterations)\n", FormatDuration(it).c_str(),
@@ -94,40 +208,60 @@ std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json&
   } else {
     add("\niteration time   %s (steady state)\n", FormatDuration(it).c_str());
   }
+  if (r.contains("throughput")) {
+    const auto& tp = r["throughput"];
+    add("throughput       %s tokens/s, %.3g samples/s; %.1f model TFLOP/s per GPU, MFU %.1f %%\n",
+        FormatCount(tp["tokens_per_s"].get<double>()).c_str(), tp["samples_per_s"].get<double>(),
+        tp["model_tflops_per_gpu"].get<double>(), 100 * tp["mfu"].get<double>());
+  }
+  // The timers' cut adds up to the iteration; the spans overlap where prefetch, write-back and the
+  // update run beside another phase.
   const auto& ph = r["phases"];
+  const auto& tp = r["timer_phases"];
+  const auto& ov = r["phase_overlap"];
+  add("  %-10s %12s %7s %12s %12s\n", "phase", "time", "share", "span", "beside");
   for (const char* k : {"forward_s", "backward_s", "step_s"}) {
-    const double v = ph[k].get<double>();
-    add("  %-14s %12s  %5.1f%%\n", std::string(k, std::strlen(k) - 2).c_str(), FormatDuration(v).c_str(),
-        it > 0 ? 100 * v / it : 0.0);
+    const double v = tp[k].get<double>();
+    add("  %-10s %12s %6.1f%% %12s %12s\n", std::string(k, std::strlen(k) - 2).c_str(), FormatDuration(v).c_str(),
+        it > 0 ? 100 * v / it : 0.0, FormatDuration(ph[k].get<double>()).c_str(), FormatDuration(ov[k].get<double>()).c_str());
   }
-  if (r.contains("timer_phases")) {
-    const auto& tp = r["timer_phases"];
-    const auto& ov = r["phase_overlap"];
-    add("  as DeepSpeed's timers cut them: forward %s, backward %s, step %s (overlap they hide: %s, %s, %s)\n",
-        FormatDuration(tp["forward_s"].get<double>()).c_str(), FormatDuration(tp["backward_s"].get<double>()).c_str(),
-        FormatDuration(tp["step_s"].get<double>()).c_str(), FormatDuration(ov["forward_s"].get<double>()).c_str(),
-        FormatDuration(ov["backward_s"].get<double>()).c_str(), FormatDuration(ov["step_s"].get<double>()).c_str());
-  }
-  // Resources, busiest first.
-  std::vector<std::pair<std::string, nlohmann::ordered_json>> res;
-  for (auto e = r["resources"].begin(); e != r["resources"].end(); ++e) res.emplace_back(e.key(), e.value());
+  add("  (time: cut back to back as DeepSpeed's timers cut it, adding up to the iteration; span: the phase's first start to its "
+      "last end; beside: its work outside its own time, which the spans overlap by)\n");
+  // Resources per iteration, each rank's copies folded into one row, busiest first.
+  std::vector<nlohmann::ordered_json> res(r["per_iteration"].begin(), r["per_iteration"].end());
   std::stable_sort(res.begin(), res.end(), [](const auto& a, const auto& b) {
-    return a.second["utilization"].template get<double>() > b.second["utilization"].template get<double>();
+    return a["utilization"].template get<double>() > b["utilization"].template get<double>();
   });
-  add("\n%-28s %12s %8s %12s %12s\n", "resource", "busy", "util", "exposed", "rate");
-  for (const auto& [name, e] : res) {
+  add("\n%-32s %12s %23s %8s %12s %12s\n", "resource (per iteration)", "busy", "min - max", "util", "exposed", "rate");
+  for (const auto& e : res) {
+    const int64_t count = e["count"].get<int64_t>();
+    const std::string name = e["resource"].get<std::string>() + (count > 1 ? " x" + std::to_string(count) : "");
+    const double lo = e["busy_min_s"].get<double>(), hi = e["busy_max_s"].get<double>();
+    const std::string range = count > 1 && hi > lo ? FormatDuration(lo) + " - " + FormatDuration(hi) : "";
     const double bps = e["bytes_per_s"].get<double>();
-    add("%-28s %12s %7.1f%% %12s %12s\n", name.c_str(), FormatDuration(e["busy_s"].get<double>()).c_str(),
-        100 * e["utilization"].get<double>(), FormatDuration(e["exposed_s"].get<double>()).c_str(),
-        bps > 0 ? FormatBandwidth(bps).c_str() : "-");
+    add("%-32s %12s %23s %7.1f%% %12s %12s\n", name.c_str(), FormatDuration(e["busy_s"].get<double>()).c_str(), range.c_str(),
+        100 * e["utilization"].get<double>(), FormatDuration(e["exposed_s"].get<double>()).c_str(), bps > 0 ? FormatBandwidth(bps).c_str() : "-");
   }
-  add("\n%-28s %14s %14s %8s\n", "pool", "peak", "capacity", "used");
+  // Pools, folded the same way: the largest peak of the row's pools.
+  struct PoolRow {
+    int64_t count = 0;
+    double peak = 0, capacity = 0;
+  };
+  std::vector<std::pair<std::string, PoolRow>> pools;
   for (const PoolSpec& p : schedule.pools()) {
     if (!r["peak_bytes"].contains(p.name)) continue;
-    const double peak = static_cast<double>(r["peak_bytes"][p.name].get<int64_t>());
-    add("%-28s %14s %14s %7.1f%%\n", p.name.c_str(), FormatBytes(peak).c_str(),
-        FormatBytes(static_cast<double>(p.capacity_bytes)).c_str(),
-        p.capacity_bytes ? 100 * peak / static_cast<double>(p.capacity_bytes) : 0.0);
+    const std::string name = FoldRanks(p.name);
+    auto f = std::find_if(pools.begin(), pools.end(), [&](const auto& e) { return e.first == name; });
+    if (f == pools.end()) f = pools.insert(pools.end(), {name, PoolRow{}});
+    ++f->second.count;
+    f->second.peak = std::max(f->second.peak, static_cast<double>(r["peak_bytes"][p.name].get<int64_t>()));
+    f->second.capacity = std::max(f->second.capacity, static_cast<double>(p.capacity_bytes));
+  }
+  add("\n%-32s %14s %14s %8s\n", "pool (largest of a row)", "peak", "capacity", "used");
+  for (const auto& [name, row] : pools) {
+    const std::string label = name + (row.count > 1 ? " x" + std::to_string(row.count) : "");
+    add("%-32s %14s %14s %7.1f%%\n", label.c_str(), FormatBytes(row.peak).c_str(), FormatBytes(row.capacity).c_str(),
+        row.capacity > 0 ? 100 * row.peak / row.capacity : 0.0);
   }
   if (!r["critical_path_s"].empty()) {
     add("\ncritical path by op:");
@@ -163,6 +297,19 @@ std::string StorageBoundText(const models::StorageBound& bound, double iteration
                        FormatDuration(l.seconds));
   }
   return out;
+}
+
+nlohmann::ordered_json MemoryFitJson(const models::MemoryFit& fit) {
+  nlohmann::ordered_json j;
+  j["fits"] = fit.fits();
+  j["host_peak_bytes"] = fit.host_peak_bytes;
+  j["host_bytes"] = fit.host_bytes;
+  j["host"] = fit.host_node;
+  j["gpu_peak_bytes"] = fit.gpu_peak_bytes;
+  j["gpu_bytes"] = fit.gpu_bytes;
+  j["gpu_pool"] = fit.gpu_pool;
+  if (!fit.fits()) j["problem"] = fit.Problem();
+  return j;
 }
 
 std::string BufferedIoNote(int64_t direct_io_bytes, int64_t buffered_io_bytes, const std::vector<std::string>& buffered_disks) {

@@ -191,6 +191,7 @@ Status RunRun(const RunArgs& a) {
   facts.tasks = result.tasks;
   facts.wall_s = result.wall_s;
   facts.tasks_key = "tasks_executed";
+  facts.setting = SettingOf(in.scenario);
   if (a.iterations > kReportIterations) facts.summarised_iterations = kReportIterations;
   nlohmann::ordered_json report;
   if (a.in_memory) {

@@ -126,9 +126,14 @@ Status RunSim(const SimArgs& a) {
   facts.pool_peak_bytes = result->pool_peak_bytes;
   facts.tasks = result->tasks_simulated;
   facts.wall_s = result->wall_s;
+  facts.setting = SettingOf(in.scenario);
   nlohmann::ordered_json report = BuildReport(in.schedule, result->records, facts);
   TF_ASSIGN_OR_RETURN(const models::StorageBound bound, models::StorageLowerBound(in.schedule, in.scenario.hardware));
   report["storage_bound"] = StorageBoundJson(bound);
+  // A plan whose pools exceed the machine's memory is no prediction: its figures are printed, and
+  // the command fails naming the memory and the bytes short.
+  const models::MemoryFit fit = models::CheckMemoryFit(in.schedule, in.scenario.hardware, result->pool_peak_bytes);
+  report["memory"] = MemoryFitJson(fit);
   if (in.scenario.has_paper) {
     TF_ASSIGN_OR_RETURN(report["paper"], ComparePaper(in.scenario, in.schedule, report, a.iterations,
                                                          a.profile.empty() ? nullptr : &in.scenario.hardware));
@@ -138,6 +143,7 @@ Status RunSim(const SimArgs& a) {
   if (a.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
+    if (!fit.fits()) std::printf("INFEASIBLE: %s\n\n", fit.Problem().c_str());
     std::printf("%s", ReportToText(in.schedule, report).c_str());
     std::printf("\nsimulated %lld task instances in %s (%s tasks/s)\n", static_cast<long long>(result->tasks_simulated),
                 FormatDuration(result->wall_s).c_str(), FormatCount(report["tasks_per_s"].get<double>()).c_str());
@@ -152,6 +158,10 @@ Status RunSim(const SimArgs& a) {
                   p["baseline_set"].dump().c_str());
       std::printf("  expected ratio %.3f (%s)\n", p["expected_ratio"].get<double>(), p["source"].get<std::string>().c_str());
     }
+  }
+  if (!fit.fits()) {
+    return ResourceExhausted("the plan does not fit the machine, so its figures predict nothing: " + fit.Problem() +
+                             " (smaller pools or buffers, another policy, or `tierflow tune`, which keeps to the machine's memory)");
   }
   return Status::Ok();
 #endif

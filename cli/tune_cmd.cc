@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
@@ -73,10 +74,35 @@ Status RunTune(const TuneArgs& a) {
   const std::string output = a.output.empty() ? scenario.name + ".tuned.json" : a.output;
   TF_RETURN_IF_ERROR(WriteScheduleFile(output, schedule));
 
+  // DeepSpeed runs zero-infinity only: a winner of another policy comes with the fastest
+  // zero-infinity configuration found, as a schedule of its own that `deepspeed export` takes.
+  std::string deepspeed_schedule, deepspeed_note;
+  const sweep::PolicyBest* zero = nullptr;
+  for (const sweep::PolicyBest& p : r.per_policy) zero = p.policy == "zero-infinity" ? &p : zero;
+  if (r.best_policy != "zero-infinity") {
+    if (zero != nullptr) {
+      TF_ASSIGN_OR_RETURN(policies::Scenario z, policies::LoadScenarioText(scenario.yaml, zero->overrides, a.scenario));
+      z.name = scenario.name + "-tuned-zero-infinity";
+      TF_ASSIGN_OR_RETURN(const Schedule zs, policies::Plan(z));
+      const std::string stem = output.size() > 5 && output.compare(output.size() - 5, 5, ".json") == 0 ? output.substr(0, output.size() - 5) : output;
+      deepspeed_schedule = stem + ".zero-infinity.json";
+      TF_RETURN_IF_ERROR(WriteScheduleFile(deepspeed_schedule, zs));
+      deepspeed_note = fmt::format(
+          "DeepSpeed cannot run the winner ({} has no DeepSpeed config); the fastest zero-infinity configuration found takes {} "
+          "({:.2f}x the winner's time): {} (tierflow deepspeed export {} --base YOUR_ds_config.json -o ...)",
+          r.best_policy, FormatDuration(zero->evaluation.iteration_s), zero->evaluation.iteration_s / r.best.iteration_s, deepspeed_schedule,
+          deepspeed_schedule);
+    } else {
+      deepspeed_note = "DeepSpeed cannot run the winner (" + r.best_policy +
+                       " has no DeepSpeed config), and zero-infinity was not searched or nothing of it fits: add --policy zero-infinity for a "
+                       "configuration DeepSpeed can run";
+    }
+  }
   const double speedup = r.best.iteration_s > 0 ? r.baseline.iteration_s / r.best.iteration_s : 0;
   // What storage alone allows each of the two (models::StorageLowerBound): a best close to its
   // bound can only get faster by moving fewer bytes, which takes memory.
-  TF_ASSIGN_OR_RETURN(const Schedule baseline_schedule, policies::Plan(scenario));
+  TF_ASSIGN_OR_RETURN(const policies::Scenario baseline_scenario, policies::LoadScenarioText(scenario.yaml, r.baseline_overrides, a.scenario));
+  TF_ASSIGN_OR_RETURN(const Schedule baseline_schedule, policies::Plan(baseline_scenario));
   TF_ASSIGN_OR_RETURN(const models::StorageBound baseline_bound,
                       models::StorageLowerBound(baseline_schedule, scenario.hardware));
   TF_ASSIGN_OR_RETURN(const models::StorageBound best_bound, models::StorageLowerBound(schedule, best_scenario.hardware));
@@ -102,6 +128,11 @@ Status RunTune(const TuneArgs& a) {
     nlohmann::ordered_json changes = nlohmann::ordered_json::array();
     for (const auto& c : r.changes) changes.push_back({{"knob", c.knob}, {"from", c.from}, {"to", c.to}});
     j["changes"] = changes;
+    if (!r.baseline_problem.empty()) {
+      nlohmann::ordered_json repairs = nlohmann::ordered_json::array();
+      for (const auto& c : r.repairs) repairs.push_back({{"knob", c.knob}, {"from", c.from}, {"to", c.to}});
+      j["baseline_repaired"] = {{"problem", r.baseline_problem}, {"repairs", repairs}};
+    }
     j["budget"] = {{"host_bytes", r.budget.host_bytes}, {"gpu_bytes", r.budget.gpu_bytes}};
     j["baseline_peak_bytes"] = {{"host", r.baseline.host_peak_bytes}, {"gpu", r.baseline.gpu_peak_bytes}};
     j["best_peak_bytes"] = {{"host", r.best.host_peak_bytes}, {"gpu", r.best.gpu_peak_bytes}};
@@ -110,6 +141,13 @@ Status RunTune(const TuneArgs& a) {
     j["infeasible"] = r.infeasible;
     j["over_budget"] = r.over_budget;
     j["notes"] = r.notes;
+    if (!deepspeed_note.empty()) {
+      j["deepspeed"] = {{"note", deepspeed_note}};
+      if (zero != nullptr) {
+        j["deepspeed"]["schedule"] = deepspeed_schedule;
+        j["deepspeed"]["iteration_s"] = zero->evaluation.iteration_s;
+      }
+    }
     nlohmann::ordered_json lit = nlohmann::ordered_json::array();
     for (size_t i = 0; i < names.size(); ++i) {
       const sweep::Evaluation& e = defaults[i];
@@ -132,6 +170,12 @@ Status RunTune(const TuneArgs& a) {
               static_cast<long long>(r.evaluations), static_cast<long long>(r.infeasible),
               static_cast<long long>(r.over_budget));
   std::printf("memory budget    %s\n\n", sweep::MemoryBudgetToString(r.budget).c_str());
+  if (!r.baseline_problem.empty()) {
+    std::printf("the baseline as given does not run: %s\nrepaired (the baseline below, and the start of its policy's search):",
+                r.baseline_problem.c_str());
+    for (const auto& c : r.repairs) std::printf(" %s %s -> %s", c.knob.c_str(), c.from.c_str(), c.to.c_str());
+    std::printf("\n\n");
+  }
   std::printf("%-10s %-16s %12s %12s %12s %14s\n", "", "policy", "iteration", "host peak", "gpu peak", "storage bound");
   std::printf("%-10s %-16s %12s %12s %12s %14s\n", "baseline", scenario.policy.c_str(), FormatDuration(r.baseline.iteration_s).c_str(),
               FormatBytes(static_cast<double>(r.baseline.host_peak_bytes)).c_str(),
@@ -144,7 +188,7 @@ Status RunTune(const TuneArgs& a) {
   for (size_t i = 0; i < names.size(); ++i) {
     const sweep::Evaluation& e = defaults[i];
     if (!e.feasible) {
-      std::printf("  %-24s does not plan or run here: %s\n", names[i].c_str(), e.reason.substr(0, 100).c_str());
+      std::printf("  %-24s does not plan or run here: %s\n", names[i].c_str(), e.reason.c_str());
       continue;
     }
     std::printf("  %-24s %12s %12s %12s %8s %7.2fx\n", names[i].c_str(), FormatDuration(e.iteration_s).c_str(),
@@ -162,6 +206,7 @@ Status RunTune(const TuneArgs& a) {
   }
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
   std::printf("schedule: %s\n", output.c_str());
+  if (!deepspeed_note.empty()) std::printf("%s\n", deepspeed_note.c_str());
   return Status::Ok();
 }
 #endif

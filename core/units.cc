@@ -144,7 +144,9 @@ std::string FormatBandwidth(double bytes_per_s) {
 
 std::string FormatCount(double count) {
   static const char* const kUnits[] = {"", "K", "M", "B", "T"};
-  return Scaled(count, kUnits, 5, 1000.0);
+  std::string out = Scaled(count, kUnits, 5, 1000.0);
+  if (!out.empty() && out.back() == ' ') out.pop_back();  // no unit: "510.82", not "510.82 "
+  return out;
 }
 
 std::string FormatDuration(double s) {

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <optional>
 #include <string>
@@ -240,9 +241,18 @@ Status ApplyHardware(const YAML::Node& node, const std::string& path, bool allow
   return r.Finish();
 }
 
+// By name, or by the name in another case (A100x4-1NVMe).
 const PresetText* FindPreset(std::string_view name) {
   for (const auto& p : kHardwarePresets) {
     if (name == p.name) return &p;
+  }
+  auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  for (const auto& p : kHardwarePresets) {
+    if (lower(name) == lower(p.name)) return &p;
   }
   return nullptr;
 }

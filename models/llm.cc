@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <iterator>
 #include <numbers>
@@ -202,12 +203,57 @@ std::vector<std::string> LlmPresetNames() {
   return names;
 }
 
+namespace {
+
+// A preset's Hugging Face id: its source's first word when that is "org/repo".
+std::string HfIdOf(const LlmConfig& preset) {
+  const std::string id = preset.source.substr(0, preset.source.find(' '));
+  return id.find('/') != std::string::npos && id.find('/') == id.rfind('/') ? id : "";
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Lower case without '-', '_', '.', an "org/" and a trailing "hf": llama2-7B, Llama-2-7b and
+// meta-llama/Llama-2-7b-hf all read "llama27b".
+std::string Loose(std::string_view s) {
+  if (const size_t slash = s.rfind('/'); slash != std::string_view::npos) s.remove_prefix(slash + 1);
+  std::string out;
+  for (char c : Lower(s)) {
+    if (c != '-' && c != '_' && c != '.') out += c;
+  }
+  if (out.size() > 2 && out.compare(out.size() - 2, 2, "hf") == 0) out.resize(out.size() - 2);
+  return out;
+}
+
+}  // namespace
+
 StatusOr<LlmConfig> LlmPreset(std::string_view name) {
   for (const auto& p : Presets()) {
     if (p.name == name) return p;
   }
-  return NotFound("unknown model preset '" + std::string(name) +
-                  "' (known: " + JoinNames(LlmPresetNames()) + ")");
+  // A Hugging Face id or a variant of a name, when it means one preset only.
+  for (auto same : {+[](std::string_view a, std::string_view b) { return Lower(a) == Lower(b); },
+                    +[](std::string_view a, std::string_view b) { return Loose(a) == Loose(b); }}) {
+    std::vector<const LlmConfig*> found;
+    for (const auto& p : Presets()) {
+      const std::string id = HfIdOf(p);
+      if (same(name, p.name) || (!id.empty() && same(name, id))) found.push_back(&p);
+    }
+    if (found.size() == 1) return *found.front();
+    if (found.size() > 1) {
+      std::vector<std::string> names;
+      for (const LlmConfig* p : found) names.push_back(p->name);
+      return NotFound("model preset '" + std::string(name).substr(0, 80) + "' could be any of " + JoinNames(names) + ": name one");
+    }
+  }
+  std::vector<std::string> known;
+  for (const auto& p : Presets()) known.push_back(HfIdOf(p).empty() ? p.name : p.name + " (" + HfIdOf(p) + ")");
+  return NotFound("unknown model preset '" + std::string(name).substr(0, 80) + "' (known: " + JoinNames(known) +
+                  "; or a Hugging Face model directory as model.hf_dir)");
 }
 
 Status ValidateLlm(const LlmConfig& c) {

@@ -1,5 +1,7 @@
 #include "tierflow/models/perf.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -288,5 +290,46 @@ StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const Hardwar
   return bound;
 }
 
-}  // namespace tierflow::models
+MemoryFit CheckMemoryFit(const Schedule& schedule, const HardwareSpec& hw, const std::vector<int64_t>& pool_peak_bytes) {
+  MemoryFit fit;
+  fit.host_bytes = hw.node.cpu.host_memory_bytes > 0 ? hw.node.cpu.host_memory_bytes - hw.node.cpu.HostReserveBytes() : 0;
+  fit.gpu_bytes = hw.node.gpu.hbm_bytes;
+  std::vector<int64_t> host_by_node(static_cast<size_t>(std::max(1, hw.nodes)), 0);
+  int64_t fullest = -1;
+  for (size_t p = 0; p < schedule.pools().size() && p < pool_peak_bytes.size(); ++p) {
+    const PoolSpec& pool = schedule.pools()[p];
+    if (pool.device < 0) continue;
+    const DeviceSpec& device = schedule.devices()[static_cast<size_t>(pool.device)];
+    if (device.kind == DeviceKind::kGpu && pool_peak_bytes[p] > fit.gpu_peak_bytes) {
+      fit.gpu_peak_bytes = pool_peak_bytes[p];
+      fit.gpu_pool = pool.name;
+    }
+    if (device.kind != DeviceKind::kHost) continue;
+    const StatusOr<HardwareDevice> hd = ParseHardwareDevice(device.name, hw);
+    const size_t node = hd.ok() ? static_cast<size_t>(hd->node) : 0;
+    if (node >= host_by_node.size()) continue;
+    host_by_node[node] += pool_peak_bytes[p];
+    if (host_by_node[node] > fit.host_peak_bytes) {
+      fit.host_peak_bytes = host_by_node[node];
+      fullest = static_cast<int64_t>(node);
+    }
+  }
+  if (fullest >= 0) fit.host_node = NodeDeviceName(hw, static_cast<int32_t>(fullest), "host");
+  return fit;
+}
 
+std::string MemoryFit::Problem() const {
+  std::string out;
+  auto gib = [](int64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024)); };
+  if (!host_fits()) {
+    out += fmt::format("pinned host memory on {} peaks at {}, and the node has {} (cpu.host_memory less cpu.host_reserve): {} short", host_node,
+                       gib(host_peak_bytes), gib(host_bytes), gib(host_peak_bytes - host_bytes));
+  }
+  if (!gpu_fits()) {
+    out += fmt::format("{}{} peaks at {}, and the GPU has {} (gpu.hbm): {} short", out.empty() ? "" : "; ", gpu_pool, gib(gpu_peak_bytes),
+                       gib(gpu_bytes), gib(gpu_peak_bytes - gpu_bytes));
+  }
+  return out;
+}
+
+}  // namespace tierflow::models

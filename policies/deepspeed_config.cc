@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "hf_trainer_auto.h"
 #include "policies_internal.h"
 #include "tierflow/core/json_checked.h"
 
@@ -22,17 +23,24 @@ using Json = nlohmann::ordered_json;
 // Reads one JSON object, remembering which keys were taken; the rest are reported as ignored.
 class Section {
  public:
-  Section(const Json* j, std::string path, DeepSpeedImport* out) : j_(j), path_(std::move(path)), out_(out) {}
+  Section(const Json* j, std::string path, DeepSpeedImport* out, const HfAutoValues* autos)
+      : j_(j), path_(std::move(path)), out_(out), autos_(autos) {}
 
   std::string Path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-  // The value of `key`, or null when absent; "auto" (the HF Trainer fills it at launch) counts as
-  // absent, with a note.
+  // The value of `key`, or null when absent. "auto" is what the Hugging Face Trainer would write
+  // at launch (HfAutoValues), with a note saying from what; one it fills from what an import
+  // cannot know counts as absent, with a note.
   const Json* Get(const std::string& key) {
     taken_.insert(key);
     if (j_ == nullptr || !j_->contains(key)) return nullptr;
     const Json& v = (*j_)[key];
     if (v.is_string() && v.get<std::string>() == "auto") {
-      out_->notes.push_back("ignored: " + Path(key) + " is \"auto\" (the Hugging Face Trainer fills it at launch): the scenario's value stays (--set to change it)");
+      if (const AutoValue* a = autos_->Find(Path(key)); a != nullptr) {
+        out_->notes.push_back("auto: " + Path(key) + " = " + a->value.dump() + " (as the Hugging Face Trainer fills it: " + a->from + ")");
+        return &a->value;
+      }
+      out_->notes.push_back("ignored: " + Path(key) + " is \"auto\" (the Hugging Face Trainer fills it at launch from what an import does not know): "
+                            "the scenario's value stays (--set to change it)");
       return nullptr;
     }
     return &v;
@@ -44,7 +52,7 @@ class Section {
   StatusOr<Section> Child(const std::string& key) {
     const Json* v = Get(key);
     if (v != nullptr && !v->is_object()) return InvalidArgument(Path(key) + ": expected an object");
-    return Section(v, Path(key), out_);
+    return Section(v, Path(key), out_, autos_);
   }
   // A count: an integral number >= min (1e9 written as 1e9 or 1000000000.0 is accepted).
   StatusOr<std::optional<int64_t>> Int(const std::string& key, int64_t min) {
@@ -82,7 +90,12 @@ class Section {
   void Rest(const std::string& why) {
     if (j_ == nullptr) return;
     for (auto it = j_->begin(); it != j_->end(); ++it) {
-      if (taken_.count(it.key()) == 0) out_->notes.push_back("ignored: " + Path(it.key()) + ": " + why);
+      if (taken_.count(it.key()) != 0) continue;
+      // An "auto" not modelled still says what the Trainer would make it.
+      const AutoValue* a = it.value().is_string() && it.value().get<std::string>() == "auto" ? autos_->Find(Path(it.key())) : nullptr;
+      out_->notes.push_back("ignored: " + Path(it.key()) +
+                            (a != nullptr ? " \"auto\" = " + a->value.dump() + " (as the Hugging Face Trainer fills it: " + a->from + ")" : "") +
+                            ": " + why);
     }
   }
   bool present() const { return j_ != nullptr; }
@@ -91,6 +104,7 @@ class Section {
   const Json* j_;
   std::string path_;
   DeepSpeedImport* out_;
+  const HfAutoValues* autos_;
   std::set<std::string> taken_;
 };
 
@@ -168,7 +182,7 @@ Status ImportScheduler(Section& top, std::optional<double> optimizer_lr, DeepSpe
   }
   set("training.lr_schedule.type", *type);
   const bool warmup_auto = params.Raw("warmup_num_steps") != nullptr && params.Raw("warmup_num_steps")->is_string();
-  if (!warmup_auto) set("training.lr_schedule.warmup_steps", Text(warmup.value_or(1000)));  // DeepSpeed's default
+  if (warmup || !warmup_auto) set("training.lr_schedule.warmup_steps", Text(warmup.value_or(1000)));  // DeepSpeed's default
   if (total) set("training.lr_schedule.total_steps", Text(*total));
   set("training.lr_schedule.min_lr_ratio", Real(min_ratio));
   set("training.lr_schedule.warmup_type", warmup_type.value_or("log"));
@@ -178,11 +192,11 @@ Status ImportScheduler(Section& top, std::optional<double> optimizer_lr, DeepSpe
   return Status::Ok();
 }
 
-StatusOr<DeepSpeedImport> Import(const Json& root) {
+StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
   DeepSpeedImport out;
   out.sets.emplace_back("policy.name", "zero-infinity");
   auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
-  Section top(&root, "", &out);
+  Section top(&root, "", &out, &autos);
 
   // The batch: micro-batch x accumulation x data-parallel ranks = train_batch_size.
   TF_ASSIGN_OR_RETURN(auto micro, top.Int("train_micro_batch_size_per_gpu", 1));
@@ -331,61 +345,14 @@ StatusOr<DeepSpeedImport> Import(const Json& root) {
 
 }  // namespace
 
-StatusOr<DeepSpeedImport> ImportDeepSpeedConfig(const std::string& json_text, const std::string& origin) {
+StatusOr<DeepSpeedImport> ImportDeepSpeedConfig(const std::string& json_text, const std::string& origin, const HfTrainerArgs& trainer) {
   TF_ASSIGN_OR_RETURN(const Json root, ParseJsonChecked(json_text, origin));
   if (!root.is_object()) return InvalidArgument(origin + ": expected a JSON object (a DeepSpeed config)");
-  StatusOr<DeepSpeedImport> out = Import(root);
+  StatusOr<HfAutoValues> autos = HfAutoValues::Make(root, trainer);
+  if (!autos.ok()) return Status(autos.status().code(), origin + ": " + autos.status().message());
+  StatusOr<DeepSpeedImport> out = Import(root, *autos);
   if (!out.ok()) return Status(out.status().code(), origin + ": " + out.status().message());
   return out;
-}
-
-StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string& nvme_path, std::vector<std::string>* notes) {
-  if (s.policy != "zero-infinity") {
-    return InvalidArgument("policy '" + s.policy + "' has no DeepSpeed config: DeepSpeed schedules ZeRO-Infinity only (" +
-                           (s.policy == "fuyou" || s.policy == "hitrain" || s.policy == "tierflow"
-                                ? std::string("an update overlapped with backward, GPU prefetch windows, several disks and cached optimizer states are not DeepSpeed's")
-                                : std::string("decoupled all-gathers, several disks, a remote tier and adaptive pinned pools are not DeepSpeed's")) +
-                           "); export a zero-infinity scenario or schedule (tierflow tune --policy zero-infinity)");
-  }
-  TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs k, ReadZeroInfinityKnobs(s));  // the planner's knobs and defaults
-  if (k.cpu_threads > 0) notes->push_back(fmt::format("not exported: policy.cpu_threads {}: DeepSpeed's CPU Adam takes the threads of its process", k.cpu_threads));
-  if (k.pin_rounding) notes->push_back("not exported: policy.pin_memory_rounding models what DeepSpeed does anyway (PyTorch's caching host allocator)");
-  if (k.overflow_temporaries) notes->push_back("not exported: policy.overflow_check_temporaries models what DeepSpeed does anyway (its unfused overflow check)");
-
-  const TrainingSetup& t = s.training;
-  Json j;
-  j["train_micro_batch_size_per_gpu"] = t.micro_batch_size;
-  j["gradient_accumulation_steps"] = t.gradient_accumulation_steps;
-  j["train_batch_size"] = t.micro_batch_size * t.gradient_accumulation_steps * std::max<int64_t>(1, t.data_parallel);
-  j["gradient_clipping"] = t.gradient_clipping;
-  if (t.dtype == "fp16") {
-    if (t.loss_scaling != "dynamic") return InvalidArgument("training.dtype fp16 with loss_scaling '" + t.loss_scaling + "': DeepSpeed's fp16 scales the loss (dynamic)");
-    j["fp16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}};
-  } else {
-    if (t.loss_scaling != "none") return InvalidArgument("training.dtype bf16 with loss_scaling '" + t.loss_scaling + "': DeepSpeed's bf16 does not scale the loss");
-    j["bf16"] = {{"enabled", true}};
-  }
-  Json zero;
-  zero["stage"] = 3;
-  zero["sub_group_size"] = k.sub_group_size;
-  zero["stage3_param_persistence_threshold"] = k.persistence;
-  zero["reduce_bucket_size"] = k.reduce_bucket_size;
-  zero["stage3_max_live_parameters"] = k.max_live_parameters;
-  zero["stage3_max_reuse_distance"] = k.max_reuse_distance;
-  if (k.params_on_nvme) {
-    zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme_path}, {"pin_memory", true}, {"buffer_count", k.buffer_count}, {"buffer_size", k.buffer_size},
-                             {"max_in_cpu", k.max_in_cpu}};
-  } else {
-    zero["offload_param"] = {{"device", "none"}};
-  }
-  zero["offload_optimizer"] = {{"device", "nvme"},           {"nvme_path", nvme_path},         {"pin_memory", true},
-                               {"buffer_count", k.optimizer_buffer_count}, {"pipeline_read", k.pipeline_read}, {"pipeline_write", k.pipeline_write}};
-  j["zero_optimization"] = zero;
-  j["aio"] = {{"block_size", k.block_size}, {"queue_depth", k.queue_depth}};
-  if (!t.activation_checkpointing) {
-    notes->push_back("not exported: training.activation_checkpointing false: activation checkpointing is the model's (gradient_checkpointing_enable), not DeepSpeed's config");
-  }
-  return j.dump(2) + "\n";
 }
 
 }  // namespace tierflow::policies

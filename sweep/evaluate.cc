@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "tierflow/core/units.h"
+#include "tierflow/models/perf.h"
 #include "tierflow/policies/policy.h"
 #include "tierflow/sim/simulator.h"
 #include "tierflow/traces/summary.h"
@@ -195,7 +196,10 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
     if (kind == DeviceKind::kGpu) e.gpu_peak_bytes = std::max(e.gpu_peak_bytes, peak);
   }
   e.tasks = result->tasks_simulated;
-  e.feasible = true;
+  // What the machine's memory cannot hold is no prediction; its figures stay for the table.
+  const models::MemoryFit fit = models::CheckMemoryFit(*schedule, scenario->hardware, result->pool_peak_bytes);
+  e.feasible = fit.fits();
+  if (!fit.fits()) e.reason = "does not fit the machine: " + fit.Problem();
   return e;
 }
 

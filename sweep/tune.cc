@@ -1,7 +1,11 @@
 #include "tierflow/sweep/tune.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -174,6 +178,105 @@ class Search {
     return Status::Ok();
   }
 
+  // A start that does not plan or run: each knob its reason names (`policy.X`, as every
+  // planner's error does) whose value is a whole number, moved alone — doubled, or halved, up to
+  // 20 times until the reason no longer names it, then bisected back towards the value as written
+  // (to 1/64 of the step) — and the fastest move that runs. A move past one problem may meet
+  // another (a larger buffer_size, then too few buffers): then the first knob's move is kept and
+  // the next problem repaired the same way, up to four. Null when no move gets past a problem.
+  StatusOr<std::optional<Config>> Repair(const Config& broken) {
+    Config current = broken;
+    for (int problem = 0; problem < 4; ++problem) {
+      TF_ASSIGN_OR_RETURN(const std::vector<Config> moves, RepairMoves(current, Get(current).reason));
+      if (moves.empty()) return std::optional<Config>();
+      std::optional<Config> best;
+      for (const Config& c : moves) {
+        if (Get(c).feasible && (!best || Get(c).iteration_s < Get(*best).iteration_s)) best = c;
+      }
+      if (best) return best;
+      current = moves.front();
+    }
+    return std::optional<Config>();
+  }
+
+  // The moves past the problem `reason` names, one per knob it names that has one (in the
+  // reason's order).
+  StatusOr<std::vector<Config>> RepairMoves(const Config& broken, const std::string& reason) {
+    struct Walk {
+      std::string knob;
+      int64_t from;
+      int direction;               // +1 up, -1 down
+      int64_t bad = 0, good = -1;  // the value still failing nearest the start, the nearest past it
+    };
+    std::vector<Walk> walks;
+    for (size_t at = reason.find("policy."); at != std::string::npos; at = reason.find("policy.", at + 1)) {
+      size_t end = at + 7;
+      while (end < reason.size() && (std::islower(static_cast<unsigned char>(reason[end])) || reason[end] == '_')) ++end;
+      const std::string knob = reason.substr(at + 7, end - at - 7);
+      const auto it = broken.knobs.find(knob);
+      if (it == broken.knobs.end() || std::any_of(walks.begin(), walks.end(), [&](const Walk& w) { return w.knob == knob; })) continue;
+      char* end_of_number = nullptr;
+      const double v = std::strtod(it->second.c_str(), &end_of_number);
+      if (it->second.empty() || *end_of_number != '\0' || v != std::floor(v) || v < 0 || v > 4e18) continue;
+      for (int direction : {+1, -1}) walks.push_back({knob, static_cast<int64_t>(v), direction, static_cast<int64_t>(v), -1});
+    }
+    auto with = [&](const std::string& knob, int64_t value) {
+      Config c = broken;
+      c.knobs[knob] = std::to_string(value);
+      return c;
+    };
+    // Past the problem: it runs, or fails for a reason that no longer names the knob.
+    auto past = [&](const std::string& knob, int64_t value) {
+      const Evaluation& e = Get(with(knob, value));
+      return e.feasible || e.reason.find("policy." + knob) == std::string::npos;
+    };
+    auto step = [](const Walk& w, int k) { return w.direction > 0 ? w.from << k : w.from >> k; };
+    std::vector<Config> batch;
+    for (const Walk& w : walks) {
+      for (int k = 1; k <= 20; ++k) {
+        const int64_t v = step(w, k);
+        if (v == w.from || (w.direction > 0 && v > (int64_t{1} << 62))) break;
+        batch.push_back(with(w.knob, v));
+        if (v == 0) break;
+      }
+    }
+    TF_RETURN_IF_ERROR(EvaluateBatch(batch, "repairing the baseline"));
+    for (Walk& w : walks) {
+      for (int k = 1; k <= 20; ++k) {
+        const int64_t v = step(w, k);
+        if (v == w.from || !cache_.count(with(w.knob, v))) break;
+        if (past(w.knob, v)) {
+          w.good = v;
+          break;
+        }
+        w.bad = v;
+      }
+    }
+    // Bisect each walk that got past back towards its start, every walk in one batch per step.
+    auto open = [](const Walk& w) {
+      const int64_t gap = w.good < 0 ? 0 : (w.good > w.bad ? w.good - w.bad : w.bad - w.good);
+      return gap > 1 && gap * 64 > std::max(w.good, w.bad);
+    };
+    for (int round = 0; round < 64; ++round) {
+      std::vector<Config> mids;
+      for (const Walk& w : walks) {
+        if (open(w)) mids.push_back(with(w.knob, w.bad + (w.good - w.bad) / 2));
+      }
+      if (mids.empty()) break;
+      TF_RETURN_IF_ERROR(EvaluateBatch(mids, "repairing the baseline"));
+      for (Walk& w : walks) {
+        if (!open(w)) continue;
+        const int64_t mid = w.bad + (w.good - w.bad) / 2;
+        (past(w.knob, mid) ? w.good : w.bad) = mid;
+      }
+    }
+    std::vector<Config> moves;
+    for (const Walk& w : walks) {
+      if (w.good >= 0) moves.push_back(with(w.knob, w.good));
+    }
+    return moves;
+  }
+
   // Re-ranks what is cached under the budget now in result->budget.
   void Rescore() {
     have_best_ = false;
@@ -185,6 +288,15 @@ class Search {
         have_best_ = true;
       }
     }
+  }
+
+  // The fastest configuration of `policy` within the budget, or null.
+  const Config* BestOf(const std::string& policy) const {
+    const Config* best = nullptr;
+    for (const auto& [c, e] : cache_) {
+      if (c.policy == policy && WithinBudget(result_->budget, e) && (best == nullptr || e.iteration_s < cache_.at(*best).iteration_s)) best = &c;
+    }
+    return best;
   }
 
   bool have_best() const { return have_best_; }
@@ -220,10 +332,24 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
   TuneResult result;
   const Config baseline{scenario.policy, scenario.knobs.values()};
   Search search(scenario_yaml, origin, options, &result);
-  // The baseline first, without a budget: its peaks are the default budget.
+  // The baseline first, without a budget: its peaks are the default budget. One that does not
+  // run as written (DeepSpeed's swap buffers too few, say) is repaired first, and said so.
   TF_RETURN_IF_ERROR(search.EvaluateBatch({baseline}, "baseline"));
-  result.baseline = search.Get(baseline);
-  if (!result.baseline.feasible) return FailedPrecondition("the baseline cannot be simulated: " + result.baseline.reason);
+  Config start_point = baseline;
+  if (!search.Get(baseline).feasible) {
+    const std::string reason = search.Get(baseline).reason;
+    TF_ASSIGN_OR_RETURN(const std::optional<Config> repaired, search.Repair(baseline));
+    if (!repaired) {
+      return FailedPrecondition("the baseline cannot be simulated, and no move of the knobs its reasons name makes it run: " + reason);
+    }
+    start_point = *repaired;
+    result.baseline_problem = reason;
+    for (const auto& [k, v] : repaired->knobs) {
+      if (baseline.knobs.at(k) != v) result.repairs.push_back({"policy." + k, baseline.knobs.at(k), v});
+    }
+  }
+  result.baseline = search.Get(start_point);
+  result.baseline_overrides = Overrides(start_point);
   result.budget = options.budget;
   if (result.budget.host_bytes <= 0) result.budget.host_bytes = result.baseline.host_peak_bytes;
   if (result.budget.gpu_bytes <= 0) result.budget.gpu_bytes = result.baseline.gpu_peak_bytes;
@@ -235,7 +361,7 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
   for (const std::string& policy : searched) {
     policies::Scenario as_policy = scenario;
     as_policy.policy = policy;
-    Config start{policy, policy == scenario.policy ? scenario.knobs.values() : std::map<std::string, std::string>{}};
+    Config start{policy, policy == scenario.policy ? start_point.knobs : std::map<std::string, std::string>{}};
     as_policy.knobs = policies::Knobs(start.knobs);
     const std::vector<policies::KnobChoice> knobs = policies::TunableKnobs(policy, as_policy);
     if (knobs.empty()) result.notes.push_back("policy '" + policy + "' declares no tunable knobs: its defaults only");
@@ -250,8 +376,7 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
   // Leave out the knobs the best set that make no difference (a value equal to the policy's
   // default, or a knob the simulation does not feel), so that `changes` lists what matters.
   Config best = budgeted.best();
-  const Config start{best.policy, best.policy == scenario.policy ? scenario.knobs.values()
-                                                                 : std::map<std::string, std::string>{}};
+  const Config start{best.policy, best.policy == scenario.policy ? start_point.knobs : std::map<std::string, std::string>{}};
   auto same = [&](const Evaluation& a, const Evaluation& b) {
     return a.feasible && b.feasible && a.iteration_s == b.iteration_s && a.host_peak_bytes == b.host_peak_bytes &&
            a.gpu_peak_bytes == b.gpu_peak_bytes;
@@ -276,6 +401,9 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
       TF_RETURN_IF_ERROR(budgeted.EvaluateBatch({pruned}, "simplifying"));
       if (same(budgeted.Get(pruned), budgeted.Get(best))) best = pruned;
     }
+  }
+  for (const std::string& policy : searched) {
+    if (const Config* c = budgeted.BestOf(policy)) result.per_policy.push_back({policy, Overrides(*c), budgeted.Get(*c)});
   }
   result.best = budgeted.Get(best);
   result.best_policy = best.policy;

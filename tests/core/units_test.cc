@@ -41,6 +41,7 @@ TEST(Units, FormatsForTables) {
   EXPECT_EQ(FormatBandwidth(6.8e9), "6.80 GB/s");
   EXPECT_EQ(FormatDuration(0.0123), "12.3 ms");
   EXPECT_EQ(FormatCount(68.98e9), "68.98 B");
+  EXPECT_EQ(FormatCount(510.82), "510.82") << "no unit, no trailing space";
 }
 
 }  // namespace

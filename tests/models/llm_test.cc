@@ -6,6 +6,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tierflow::models {
 namespace {
@@ -299,6 +301,21 @@ TEST(LlmTest, UnknownPresetIsNotFound) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
   EXPECT_NE(p.status().message().find("llama3-8b"), std::string::npos);
+}
+
+// What a Hugging Face user types: the model's id, its repository name, a case variant.
+TEST(LlmTest, HuggingFaceIdsAndVariantsNameTheirPreset) {
+  for (const auto& [typed, preset] : std::vector<std::pair<std::string, std::string>>{
+           {"meta-llama/Llama-2-7b-hf", "llama2-7b"}, {"Llama-2-7b-hf", "llama2-7b"}, {"llama2-7B", "llama2-7b"},
+           {"Llama-2-7b", "llama2-7b"}, {"meta-llama/Meta-Llama-3-8B", "llama3-8b"}, {"Meta-Llama-3-8B", "llama3-8b"},
+           {"meta-llama/Llama-3.2-1B", "llama3.2-1b"}, {"LLAMA2-70B", "llama2-70b"}, {"GPT3-175B", "gpt3-175b"}}) {
+    auto p = LlmPreset(typed);
+    ASSERT_TRUE(p.ok()) << typed << ": " << p.status().ToString();
+    EXPECT_EQ(p->name, preset) << typed;
+  }
+  auto p = LlmPreset("meta-llama/Llama-9-1t");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("llama2-7b (meta-llama/Llama-2-7b-hf)"), std::string::npos) << p.status().message();
 }
 
 TEST(LlmTest, EveryPresetValidatesAndCitesASource) {

@@ -4,10 +4,12 @@
 #include "tierflow/policies/deepspeed.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace tierflow::policies {
 namespace {
@@ -63,8 +65,8 @@ TEST(DeepSpeedImport, TheOptimizersParametersBecomeTheScenarios) {
   EXPECT_EQ(sets.at("training.optimizer.lr"), "3e-05");
   EXPECT_EQ(sets.at("training.optimizer.betas"), "[0.9, 0.999]");
   EXPECT_EQ(sets.at("training.optimizer.weight_decay"), "0.01");
-  EXPECT_EQ(sets.count("training.optimizer.eps"), 0u);
-  EXPECT_TRUE(HasNote(d, "ignored: optimizer.params.eps is \"auto\""));
+  EXPECT_EQ(sets.at("training.optimizer.eps"), "1e-08") << "\"auto\": the Trainer's adam_epsilon default";
+  EXPECT_TRUE(HasNote(d, "auto: optimizer.params.eps = 1e-08 (as the Hugging Face Trainer fills it: adam_epsilon 1e-08, the Trainer's default)"));
   EXPECT_TRUE(HasNote(d, "ignored: optimizer.params.torch_adam: not modelled"));
   auto bad = ImportDeepSpeedConfig(std::string(R"({"bf16": {"enabled": true}, "optimizer": {"type": "Adam", "params": {"betas": 0.9}}, )") + kNvme + "}", "ds.json");
   EXPECT_EQ(bad.status().message(), "ds.json: optimizer.params.betas: expected [beta1, beta2], got 0.9");
@@ -118,13 +120,83 @@ TEST(DeepSpeedImport, TheSchedulerBecomesTheScenarios) {
 TEST(DeepSpeedImport, AutoValuesAndUnknownKeysAreNamedOnceEach) {
   const DeepSpeedImport d = ImportOk(std::string(R"({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
       "bf16": {"enabled": true}, "flops_profiler": {"enabled": true}, "comms_logger": {}, )") + kNvme + "}");
-  EXPECT_EQ(Sets(d).count("training.micro_batch_size"), 0u);
-  EXPECT_TRUE(HasNote(d, "ignored: train_micro_batch_size_per_gpu is \"auto\""));
-  EXPECT_TRUE(HasNote(d, "ignored: gradient_clipping is \"auto\""));
+  EXPECT_EQ(Sets(d).at("training.micro_batch_size"), "8") << "the Trainer's per_device_train_batch_size default";
+  EXPECT_EQ(Sets(d).at("training.gradient_clipping"), "1") << "the Trainer's max_grad_norm default";
+  EXPECT_TRUE(HasNote(d, "auto: train_micro_batch_size_per_gpu = 8 (as the Hugging Face Trainer fills it: per_device_train_batch_size 8, the Trainer's default)"));
+  EXPECT_TRUE(HasNote(d, "auto: gradient_clipping = 1.0"));
   EXPECT_FALSE(HasNote(d, "default: gradient_clipping")) << "auto is not absent";
   for (const char* key : {"ignored: flops_profiler:", "ignored: comms_logger:"}) {
     EXPECT_EQ(std::count_if(d.notes.begin(), d.notes.end(), [&](const std::string& n) { return n.find(key) == 0; }), 1) << key;
   }
+}
+
+// "auto" as the Hugging Face Trainer fills it at launch (transformers' HfTrainerDeepSpeedConfig):
+// from the arguments given, else from what the config's explicit keys say they were, else the
+// Trainer's defaults; the buckets from the model's hidden size, the batch from the world size.
+TEST(DeepSpeedImport, AutoIsWhatTheTrainerWouldWrite) {
+  const std::string config = R"({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": 4,
+      "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                    "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+      "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+          "stage3_prefetch_bucket_size": "auto",
+          "offload_param": {"device": "nvme", "nvme_path": "/n"}, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}}})";
+  HfTrainerArgs trainer;
+  trainer.hidden_size = 4096;
+  trainer.world_size = 4;
+  trainer.arguments = {{"per_device_train_batch_size", "2"}, {"learning_rate", "2e-5"}, {"max_steps", "1000"}, {"warmup_ratio", "0.03"}};
+  auto d = ImportDeepSpeedConfig(config, "ds.json", trainer);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const auto sets = Sets(*d);
+  EXPECT_EQ(sets.at("training.micro_batch_size"), "2");
+  EXPECT_EQ(sets.at("training.gradient_accumulation_steps"), "4");
+  EXPECT_EQ(sets.at("training.data_parallel"), "4") << "train_batch_size = 4 ranks x 2 x 4 = 32";
+  EXPECT_EQ(sets.at("training.dtype"), "bf16") << "\"auto\" with neither --bf16 nor --fp16: bf16, said";
+  EXPECT_TRUE(HasNote(*d, "auto: bf16.enabled = true (as the Hugging Face Trainer fills it: taken as launched with --bf16"));
+  EXPECT_EQ(sets.at("training.optimizer.lr"), "2e-05");
+  EXPECT_EQ(sets.at("training.optimizer.betas"), "[0.9, 0.999]");
+  EXPECT_EQ(sets.at("training.optimizer.weight_decay"), "0");
+  EXPECT_EQ(sets.at("training.lr_schedule.type"), "WarmupDecayLR");
+  EXPECT_EQ(sets.at("training.lr_schedule.total_steps"), "1000");
+  EXPECT_EQ(sets.at("training.lr_schedule.warmup_steps"), "30") << "ceil(0.03 x 1000)";
+  EXPECT_EQ(sets.at("training.lr_schedule.min_lr_ratio"), "0") << "the Trainer writes warmup_min_lr 0";
+  EXPECT_EQ(sets.at("policy.reduce_bucket_size"), "16777216") << "hidden_size squared";
+  EXPECT_EQ(sets.at("policy.param_persistence_threshold"), "40960") << "10 x hidden_size";
+  EXPECT_TRUE(HasNote(*d, "ignored: zero_optimization.stage3_prefetch_bucket_size \"auto\" = 15099494 (as the Hugging Face Trainer fills it: "
+                          "int(0.9 x hidden_size x hidden_size), the model's hidden size 4096): not modelled"));
+  EXPECT_TRUE(HasNote(*d, "auto: train_batch_size = 32 (as the Hugging Face Trainer fills it: world size 4 x per_device_train_batch_size 2 x "
+                          "gradient_accumulation_steps 4)"));
+
+  // Without the arguments, the config's explicit keys say what they were: its optimizer's rate is
+  // the Trainer's learning_rate, which warmup_max_lr "auto" takes; the step count stays unknown.
+  const std::string explicit_lr = R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto", "warmup_num_steps": "auto"}}, )" + std::string(kNvme) + "}";
+  const DeepSpeedImport inferred = ImportOk(explicit_lr);
+  EXPECT_EQ(Sets(inferred).at("training.optimizer.lr"), "0.0003");
+  EXPECT_TRUE(HasNote(inferred, "auto: scheduler.params.warmup_max_lr = 0.0003 (as the Hugging Face Trainer fills it: learning_rate 0.0003, as your "
+                                "optimizer.params.lr says)"));
+  EXPECT_EQ(Sets(inferred).count("training.lr_schedule.warmup_steps"), 0u);
+  EXPECT_TRUE(HasNote(inferred, "ignored: scheduler.params.warmup_num_steps is \"auto\""));
+
+  // The Trainer refuses a config that disagrees with its arguments, and so does the import.
+  HfTrainerArgs other;
+  other.arguments = {{"learning_rate", "1e-5"}};
+  auto mismatch = ImportDeepSpeedConfig(explicit_lr, "ds.json", other);
+  EXPECT_EQ(mismatch.status().message(), "ds.json: optimizer.params.lr is 0.0003 in the config and --hf learning_rate=1e-5: the Trainer refuses a "
+                                         "config that disagrees with its arguments; make them equal, or write \"auto\"");
+  other.arguments = {{"learning_rat", "1e-5"}};
+  EXPECT_NE(ImportDeepSpeedConfig(explicit_lr, "ds.json", other).status().message().find("--hf learning_rat: not a TrainingArguments field"),
+            std::string::npos);
+  other.arguments = {{"max_steps", "1.5"}};
+  EXPECT_EQ(ImportDeepSpeedConfig(explicit_lr, "ds.json", other).status().message(), "ds.json: --hf max_steps=1.5: expected an integer");
+  other.arguments = {{"bf16", "yes"}};
+  EXPECT_EQ(ImportDeepSpeedConfig(explicit_lr, "ds.json", other).status().message(), "ds.json: --hf bf16=yes: expected true or false");
+  // --hf fp16=true with both "auto": fp16, as the Trainer launched with --fp16.
+  other.arguments = {{"fp16", "true"}};
+  auto fp16 = ImportDeepSpeedConfig(std::string(R"({"bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}, )") + kNvme + "}", "ds.json", other);
+  ASSERT_TRUE(fp16.ok()) << fp16.status().ToString();
+  EXPECT_EQ(Sets(*fp16).at("training.dtype"), "fp16");
 }
 
 TEST(DeepSpeedImport, RefusesWhatZeroInfinityIsNot) {
@@ -206,6 +278,72 @@ hardware: {preset: a100x4-1nvme}
   auto refused = ExportDeepSpeedConfig(*s, "/mnt/nvme", &notes);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("policy 'mlp-offload' has no DeepSpeed config"), std::string::npos);
+}
+
+// Every leaf of a config, by dotted path.
+void Leaves(const nlohmann::ordered_json& j, const std::string& path, std::map<std::string, nlohmann::ordered_json>* out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) Leaves(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
+  } else {
+    (*out)[path] = j;
+  }
+}
+
+// A Hugging Face-style config with "auto" values, tuned to more swap buffers: the export onto it
+// changes that key alone, and every other key (its "auto"s, optimizer, scheduler, overlap_comm)
+// stays as written.
+TEST(DeepSpeedExport, OntoTheUsersConfigChangesOnlyTheTunedKeys) {
+  const std::string base = R"({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": 4,
+      "gradient_clipping": 1.0, "bf16": {"enabled": "auto"},
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto", "warmup_num_steps": "auto"}},
+      "zero_optimization": {"stage": 3, "overlap_comm": true, "reduce_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+          "sub_group_size": 1e9, "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+          "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 5, "buffer_size": 1e8},
+          "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true}},
+      "aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1}, "steps_per_print": 2000})";
+  HfTrainerArgs trainer;
+  trainer.hidden_size = 4096;
+  trainer.world_size = 4;
+  auto imported = ImportDeepSpeedConfig(base, "ds.json", trainer);
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  std::vector<std::string> sets;
+  for (const auto& [k, v] : imported->sets) sets.push_back(k + "=" + v);
+  const std::string yaml = "name: t\nmodel: {preset: llama2-7b}\nhardware: {preset: a100x4-1nvme}\n";
+  auto as_written = LoadScenarioText(yaml, sets);
+  ASSERT_TRUE(as_written.ok()) << as_written.status().ToString();
+  std::vector<std::string> notes, changed;
+  auto same = ExportDeepSpeedConfigOnto(*as_written, base, "ds.json", {}, &notes, &changed);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_TRUE(changed.empty()) << changed.front() << ": the scenario imported from the config changes nothing";
+  EXPECT_EQ(nlohmann::ordered_json::parse(*same), nlohmann::ordered_json::parse(base));
+
+  sets.push_back("policy.buffer_count=9");
+  sets.push_back("policy.pipeline_read=true");
+  auto tuned = LoadScenarioText(yaml, sets);
+  ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
+  auto out = ExportDeepSpeedConfigOnto(*tuned, base, "ds.json", {}, &notes, &changed);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(changed, (std::vector<std::string>{"zero_optimization.offload_param.buffer_count: 5 -> 9",
+                                               "zero_optimization.offload_optimizer.pipeline_read: absent (DeepSpeed's default false) -> true"}));
+  std::map<std::string, nlohmann::ordered_json> before, after;
+  Leaves(nlohmann::ordered_json::parse(base), "", &before);
+  Leaves(nlohmann::ordered_json::parse(*out), "", &after);
+  for (const auto& [path, value] : before) {
+    if (path == "zero_optimization.offload_param.buffer_count") {
+      EXPECT_EQ(after.at(path), 9) << path;
+    } else {
+      ASSERT_TRUE(after.count(path)) << path << " is gone";
+      EXPECT_EQ(after.at(path), value) << path;
+    }
+  }
+  EXPECT_EQ(after.size(), before.size() + 1) << "one key added: pipeline_read";
+  EXPECT_EQ(after.at("zero_optimization.offload_optimizer.pipeline_read"), true);
+
+  // A base that import refuses is refused with its reason.
+  auto bad = ExportDeepSpeedConfigOnto(*tuned, R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})", "mine.json", {}, &notes, &changed);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("mine.json: zero_optimization.stage 2"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tierflow/policies/policy.h"
+#include "tierflow/policies/scenario.h"
 #include "tierflow/sim/simulator.h"
 #include "tierflow/sweep/sweep.h"
 #include "tierflow/sweep/tune.h"
@@ -418,6 +419,72 @@ TEST(Tune, RespectsATightBudget) {
   auto none = Tune(SmallYaml(), "small", options);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+}
+
+// A baseline that does not run as written (parameters on NVMe in swap buffers smaller than a
+// partition, which DeepSpeed asserts on) is repaired along the knob its error names, to within
+// 1/64 of the least value that runs; past that problem lies the next (DeepSpeed's default five
+// swap buffers are too few for whole partitions), repaired the same way; the search starts there,
+// and the changes still start from the scenario as written.
+TEST(Tune, RepairsABaselineThatDoesNotRun) {
+  auto broken = policies::LoadScenarioText(SmallYaml(), {"policy.buffer_size=1000", "policy.max_in_cpu=0", "policy.buffer_count=5"}, "small");
+  ASSERT_TRUE(broken.ok()) << broken.status().ToString();
+  const auto plan = policies::Plan(*broken);
+  ASSERT_FALSE(plan.ok());
+  const std::string reason = plan.status().message();
+  const size_t at = reason.find("raise policy.buffer_size to at least ");
+  ASSERT_NE(at, std::string::npos) << reason;
+  const int64_t least = std::stoll(reason.substr(at + std::string("raise policy.buffer_size to at least ").size()));
+  TuneOptions options;
+  options.jobs = 2;
+  options.max_rounds = 1;
+  options.policies = {"zero-infinity"};
+  auto r = Tune(broken->yaml, "small", options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->baseline_problem.find("policy.buffer_size: the partition of"), std::string::npos) << r->baseline_problem;
+  ASSERT_EQ(r->repairs.size(), 2u);
+  EXPECT_EQ(r->repairs[1].knob, "policy.buffer_size");
+  EXPECT_EQ(r->repairs[1].from, "1000");
+  const int64_t repaired = std::stoll(r->repairs[1].to);
+  EXPECT_GE(repaired, least);
+  EXPECT_LE(repaired, least + least / 64 + 1) << "bisected back to within 1/64 of the least that runs";
+  EXPECT_EQ(r->repairs[0].knob, "policy.buffer_count");
+  EXPECT_EQ(r->repairs[0].from, "5");
+  // The least count that runs: one fewer does not plan.
+  auto fewer = policies::LoadScenarioText(
+      SmallYaml(), {"policy.buffer_size=" + r->repairs[1].to, "policy.max_in_cpu=0", "policy.buffer_count=" + std::to_string(std::stoll(r->repairs[0].to) - 1)},
+      "small");
+  ASSERT_TRUE(fewer.ok());
+  EXPECT_FALSE(policies::Plan(*fewer).ok()) << r->repairs[0].to << " - 1 buffers";
+  EXPECT_TRUE(r->baseline.feasible);
+  auto again = EvaluateOne(broken->yaml, "small", {r->baseline_overrides}, {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_DOUBLE_EQ(again->iteration_s, r->baseline.iteration_s);
+  bool from_written = false;
+  for (const KnobChange& c : r->changes) from_written = from_written || (c.knob == "policy.buffer_size" && c.from == "1000");
+  EXPECT_TRUE(from_written) << "changes start from the scenario as written";
+
+  // Nothing the error names can repair: said, with the reason.
+  auto hopeless = policies::LoadScenarioText(SmallYaml(), {"policy.bufer_count=3"}, "small");
+  ASSERT_TRUE(hopeless.ok());
+  auto none = Tune(hopeless->yaml, "small", options);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no move of the knobs its reasons name makes it run"), std::string::npos) << none.status().message();
+}
+
+// A run whose pinned pools exceed the machine's memory is infeasible whatever the budget, with
+// the bytes short; its figures stay for the table.
+TEST(Evaluate, APlanBeyondTheMachinesMemoryIsInfeasible) {
+  auto fits = EvaluateOne(SmallYaml(), "small", {{}}, {});
+  ASSERT_TRUE(fits.ok());
+  EXPECT_TRUE(fits->feasible) << fits->reason;
+  auto over = EvaluateOne(SmallYaml(), "small", {{"hardware.node.cpu.host_memory=4 GiB", "hardware.node.cpu.host_reserve=1 GiB"}}, {});
+  ASSERT_TRUE(over.ok());
+  EXPECT_FALSE(over->feasible);
+  EXPECT_NE(over->reason.find("does not fit the machine: pinned host memory on host peaks at"), std::string::npos) << over->reason;
+  EXPECT_NE(over->reason.find("and the node has 3.00 GiB (cpu.host_memory less cpu.host_reserve)"), std::string::npos) << over->reason;
+  EXPECT_EQ(over->host_peak_bytes, fits->host_peak_bytes);
+  EXPECT_GT(over->iteration_s, 0);
 }
 
 TEST(Tune, RejectsAnUnknownPolicy) {

@@ -113,4 +113,24 @@ struct StorageBound {
 // Errors name a task whose device is not in `hw` or lacks the bandwidth its op needs.
 StatusOr<StorageBound> StorageLowerBound(const Schedule& schedule, const HardwareSpec& hw);
 
+// Whether a run's memory fits the machine (docs/simulator.md, "Memory the machine has"): on each
+// node, the peaks of its host pools (pinned memory) summed, against its DRAM less its reserve
+// (cpu.host_reserve); each GPU pool's peak against one GPU's memory. `pool_peak_bytes` holds a
+// run's peak per schedule pool. A hardware figure of 0 sets no limit. Sums of peaks, so that a
+// plan is never called fitting when it does not.
+struct MemoryFit {
+  int64_t host_peak_bytes = 0;  // the fullest node's host pools, summed
+  int64_t host_bytes = 0;       // what one node allows: host_memory - host_reserve
+  std::string host_node;        // the fullest node's host device ("host", "node1.host")
+  int64_t gpu_peak_bytes = 0;   // the largest GPU pool's peak
+  int64_t gpu_bytes = 0;        // one GPU's memory
+  std::string gpu_pool;         // which pool
+  bool host_fits() const { return host_bytes <= 0 || host_peak_bytes <= host_bytes; }
+  bool gpu_fits() const { return gpu_bytes <= 0 || gpu_peak_bytes <= gpu_bytes; }
+  bool fits() const { return host_fits() && gpu_fits(); }
+  // "" when it fits; else one sentence per memory exceeded, naming it and the bytes short.
+  std::string Problem() const;
+};
+MemoryFit CheckMemoryFit(const Schedule& schedule, const HardwareSpec& hw, const std::vector<int64_t>& pool_peak_bytes);
+
 }  // namespace tierflow::models

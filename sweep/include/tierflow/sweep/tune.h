@@ -45,8 +45,19 @@ struct KnobChange {
   std::string to;
 };
 
+// The fastest configuration of one policy found within the budget.
+struct PolicyBest {
+  std::string policy;
+  std::vector<std::string> overrides;  // "policy=..." --set list giving it
+  Evaluation evaluation;
+};
+
 struct TuneResult {
+  // The baseline's figures: the scenario as given, or as repaired when it does not run as given.
   Evaluation baseline;
+  std::string baseline_problem;            // why the scenario as given does not run ("" when it does)
+  std::vector<KnobChange> repairs;         // what made it run (empty when it ran)
+  std::vector<std::string> baseline_overrides;  // "policy=..." --set list giving the baseline searched from
   Evaluation best;
   MemoryBudget budget;                  // the budget the search respected
   std::string best_policy;
@@ -57,11 +68,14 @@ struct TuneResult {
   int64_t infeasible = 0;               // of which failed to plan or simulate
   int64_t over_budget = 0;              // of which exceeded the budget
   std::vector<std::string> notes;       // e.g. a policy that could not be searched, and why
+  std::vector<PolicyBest> per_policy;   // each policy searched that has one within the budget, in search order
 };
 
 // `scenario_yaml` is a scenario text (overrides already applied); origin names it in messages.
-// Errors: a baseline that cannot be planned or simulated (nothing to compare with), options out
-// of range, workers that cannot start.
+// A baseline that does not plan or run is repaired first: each knob its error names, moved alone
+// until it runs (TuneResult::repairs), the fastest of those; `changes` still start from the
+// scenario as given. Errors: a baseline no such move repairs, options out of range, workers that
+// cannot start.
 StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& origin, const TuneOptions& options);
 
 }  // namespace tierflow::sweep
