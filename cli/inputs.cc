@@ -132,16 +132,31 @@ StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path) {
 
 }  // namespace
 
+std::string DefaultCorpusPath() {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(kDefaultCorpus, ec)) return kDefaultCorpus;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return kDefaultCorpus;
+  for (const std::filesystem::path& candidate : {exe.parent_path() / "../share/tierflow/corpus/kjv-genesis.txt",
+                                                 exe.parent_path() / "../.." / kDefaultCorpus}) {
+    if (std::filesystem::is_regular_file(candidate, ec)) return candidate.lexically_normal().string();
+  }
+  return kDefaultCorpus;
+}
+
 StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, const std::string& data, float lr,
                                             int threads) {
   real::TrainConfig config = real::TrainConfigFor(scenario.model, scenario.training);
   if (lr > 0) config.adam.lr = lr;
   config.threads = threads;
-  const std::string path = data.empty() ? kDefaultCorpus : data;
+  const std::string path = data.empty() ? DefaultCorpusPath() : data;
   auto tokens = LoadTokens(path);
   if (!tokens.ok()) {
-    return Status(tokens.status().code(), tokens.status().message() +
-                                              (data.empty() ? " (the shipped corpus is looked up from the repository root; give --data FILE)" : ""));
+    return Status(tokens.status().code(),
+                  tokens.status().message() +
+                      (data.empty() ? " (the shipped corpus is looked up under the working directory, then under the binary's "
+                                      "../share/tierflow (cmake --install) and its checkout; give --data FILE)"
+                                    : ""));
   }
   config.tokens = std::move(*tokens);
   // Enough for one batch, by the loader's own rule, checked here to name the file, before a run

@@ -52,10 +52,13 @@ StatusOr<policies::Scenario> ScenarioOfSchedule(const Schedule& schedule, const 
 
 // The training set-up `run` and `validate` give the executor: the scenario's model and shape,
 // the corpus (`data`: a .txt file is byte-tokenized, anything else an llm.c token file; empty:
-// kDefaultCorpus, looked up from the working directory), AdamW and its schedule from the
-// scenario's training.optimizer and lr_schedule (`lr` > 0 in place of its lr), training.seed, and
-// the compute threads.
+// DefaultCorpusPath()), AdamW and its schedule from the scenario's training.optimizer and
+// lr_schedule (`lr` > 0 in place of its lr), training.seed, and the compute threads.
 inline constexpr const char* kDefaultCorpus = "data/corpus/kjv-genesis.txt";
+// The shipped corpus, from any directory: kDefaultCorpus under the working directory (a
+// checkout), else beside the binary — <prefix>/share/tierflow/corpus of an installed one
+// (`cmake --install`), the checkout's data/ of one in build/cli/. kDefaultCorpus when none holds it.
+std::string DefaultCorpusPath();
 StatusOr<real::TrainConfig> MakeTrainConfig(const policies::Scenario& scenario, const std::string& data, float lr,
                                             int threads);
 

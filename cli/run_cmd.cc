@@ -269,7 +269,7 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("--eval-every", a->eval_every,
                   "The loss and perplexity on a held-out batch (the corpus's last batch of windows, not trained on) after every K "
                   "iterations and at the end");
-  app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default ") + kDefaultCorpus);
+  app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default: the shipped ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
   app->add_option("--compute", a->compute, "Where gpu0 is: cpu (emulated in host memory) or cuda (GPU 0; a build with CUDA)")
       ->capture_default_str();

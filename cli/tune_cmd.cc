@@ -56,16 +56,22 @@ Status RunTune(const TuneArgs& a) {
   options.max_rounds = a.rounds;
   if (a.jobs < 0) return InvalidArgument("-j must be >= 1");
   options.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Progress: an open-ended search, so a status line (stage, evaluations, best) rather than a bar.
+  // Progress: an open-ended search, so a status line (stage, the batch under way with its ETA,
+  // evaluations, best) rather than one bar.
   const bool tty = isatty(STDERR_FILENO);
-  options.progress = [&](const std::string& stage, int64_t evaluations, double best_s) {
+  options.progress = [&](const sweep::TuneProgress& p) {
     if (!tty) return;
-    std::fprintf(stderr, "\rtune: %-28s %4lld configurations simulated, best %s      ", stage.c_str(),
-                 static_cast<long long>(evaluations), best_s < 1e300 ? FormatDuration(best_s).c_str() : "-");
+    std::string eta = "-";
+    if (p.batch_done > 0 && p.batch_done < p.batch_total) {
+      eta = FormatDuration(p.batch_elapsed_s / static_cast<double>(p.batch_done) * static_cast<double>(p.batch_total - p.batch_done));
+    }
+    std::fprintf(stderr, "\rtune: %-30s %4lld/%-4lld of the batch (ETA %s), %lld simulated, best %s      ", p.stage.c_str(),
+                 static_cast<long long>(p.batch_done), static_cast<long long>(p.batch_total), eta.c_str(),
+                 static_cast<long long>(p.evaluations), p.best_s < 1e300 ? FormatDuration(p.best_s).c_str() : "-");
     std::fflush(stderr);
   };
   TF_ASSIGN_OR_RETURN(sweep::TuneResult r, sweep::Tune(scenario.yaml, a.scenario, options));
-  if (tty) std::fprintf(stderr, "\r%*s\r", 100, "");
+  if (tty) std::fprintf(stderr, "\r%*s\r", 140, "");
 
   // The best schedule, planned again here (workers send back figures only).
   TF_ASSIGN_OR_RETURN(policies::Scenario best_scenario, policies::LoadScenarioText(scenario.yaml, r.best_overrides, a.scenario));

@@ -210,7 +210,7 @@ Command MakeValidate(CLI::App& parent) {
   app->add_option("--disk", a->disks, "Directory for nvme0, then nvme1, ..., remote0, ..., or NAME=DIR (as tierflow run)");
   app->add_option("--disk-root", a->disk_root, "A subdirectory here for every storage device without a --disk (as tierflow run)");
   app->add_option("-n,--iterations", a->iterations, "Iterations of each (the first is warm-up)")->capture_default_str();
-  app->add_option("--data", a->data, std::string("Training text or token file; default ") + kDefaultCorpus);
+  app->add_option("--data", a->data, std::string("Training text or token file; default: the shipped ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end of the real run: uring, posix, auto")->capture_default_str();
   app->add_option("--trace", a->trace, "Write both timelines (real and sim) into one Perfetto file");
   app->add_option("--records-dir", a->records_dir, "Write real.jsonl and sim.jsonl there");

@@ -83,7 +83,7 @@ std::string Text(double v, Kind kind) { return kind == Kind::kBool ? (v != 0 ? "
 // The value as the config would hold it.
 Json ToJson(double v, Kind kind) {
   if (kind == Kind::kBool) return v != 0;
-  if (kind == Kind::kInt) return static_cast<int64_t>(v);
+  if (kind == Kind::kInt && std::fabs(v) < 9e18) return static_cast<int64_t>(v);  // larger: as written, for import to refuse
   return v;
 }
 
@@ -157,8 +157,11 @@ StatusOr<HfAutoValues> HfAutoValues::Make(const Json& root, const HfTrainerArgs&
   };
   from_field("train_micro_batch_size_per_gpu", "per_device_train_batch_size");
   from_field("gradient_accumulation_steps", "gradient_accumulation_steps");
-  if (args.world_size > 0) {
-    const auto batch = static_cast<int64_t>(value("per_device_train_batch_size") * value("gradient_accumulation_steps")) * args.world_size;
+  // A product that is no batch (a --hf size of 0, or past 10^15) is left unresolved: import's
+  // own checks name the size.
+  const double product = value("per_device_train_batch_size") * value("gradient_accumulation_steps") * static_cast<double>(args.world_size);
+  if (args.world_size > 0 && product >= 1 && product < 1e15) {
+    const auto batch = static_cast<int64_t>(product);
     fill("train_batch_size", batch,
          fmt::format("world size {} x per_device_train_batch_size {} x gradient_accumulation_steps {}", args.world_size,
                      Text(value("per_device_train_batch_size"), Kind::kInt), Text(value("gradient_accumulation_steps"), Kind::kInt)));

@@ -69,7 +69,7 @@ bool GetInt(const std::string& in, size_t* pos, int64_t* v) {
 
 std::string Encode(const Evaluation& e) {
   std::string out;
-  PutInt(&out, e.feasible ? 1 : 0);
+  PutInt(&out, (e.feasible ? 1 : 0) | (e.simulated ? 2 : 0));
   PutField(&out, e.reason);
   PutField(&out, e.policy);
   for (double v : {e.iteration_s, e.forward_s, e.backward_s, e.step_s}) PutNumber(&out, v);
@@ -94,7 +94,8 @@ bool Decode(const std::string& in, Evaluation* e) {
             GetNumber(in, &pos, &e->backward_s) && GetNumber(in, &pos, &e->step_s) &&
             GetInt(in, &pos, &e->host_peak_bytes) && GetInt(in, &pos, &e->gpu_peak_bytes) &&
             GetInt(in, &pos, &pools);
-  e->feasible = feasible != 0;
+  e->feasible = (feasible & 1) != 0;
+  e->simulated = (feasible & 2) != 0;
   for (int64_t p = 0; ok && p < pools; ++p) {
     std::pair<std::string, int64_t> peak;
     ok = GetField(in, &pos, &peak.first) && GetInt(in, &pos, &peak.second);
@@ -198,6 +199,7 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
   e.tasks = result->tasks_simulated;
   // What the machine's memory cannot hold is no prediction; its figures stay for the table.
   const models::MemoryFit fit = models::CheckMemoryFit(*schedule, scenario->hardware, result->pool_peak_bytes);
+  e.simulated = true;
   e.feasible = fit.fits();
   if (!fit.fits()) e.reason = "does not fit the machine: " + fit.Problem();
   return e;

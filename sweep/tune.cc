@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -65,9 +66,13 @@ class Search {
     eo.iterations = options_.iterations;
     eo.jobs = options_.jobs;
     const int64_t before = result_->evaluations;
-    eo.progress = [&](int64_t done, int64_t) {
-      if (options_.progress) options_.progress(stage, before + done, best_s_);
+    const auto start = std::chrono::steady_clock::now();
+    auto report = [&](int64_t evaluations, int64_t done) {
+      if (!options_.progress) return;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      options_.progress({stage, evaluations, best_s_, done, static_cast<int64_t>(todo.size()), elapsed});
     };
+    eo.progress = [&](int64_t done, int64_t) { report(before + done, done); };
     TF_ASSIGN_OR_RETURN(std::vector<Evaluation> evals, EvaluateAll(yaml_, origin_, variations, eo));
     for (size_t i = 0; i < todo.size(); ++i) {
       ++result_->evaluations;
@@ -80,7 +85,7 @@ class Search {
       }
       cache_.emplace(todo[i], std::move(evals[i]));
     }
-    if (options_.progress) options_.progress(stage, result_->evaluations, best_s_);
+    report(result_->evaluations, static_cast<int64_t>(todo.size()));
     return Status::Ok();
   }
 
@@ -91,7 +96,7 @@ class Search {
   // when it cannot be planned or simulated).
   double Excess(const Config& c) const {
     const Evaluation& e = cache_.at(c);
-    if (!e.feasible) return std::numeric_limits<double>::infinity();
+    if (!e.simulated) return std::numeric_limits<double>::infinity();
     const MemoryBudget& b = result_->budget;
     double excess = 0;
     if (b.host_bytes > 0 && e.host_peak_bytes > b.host_bytes) {
@@ -181,7 +186,8 @@ class Search {
   // A start that does not plan or run: each knob its reason names (`policy.X`, as every
   // planner's error does) whose value is a whole number, moved alone — doubled, or halved, up to
   // 20 times until the reason no longer names it, then bisected back towards the value as written
-  // (to 1/64 of the step) — and the fastest move that runs. A move past one problem may meet
+  // (to 1/64 of the step) — and the fastest move that plans and simulates (one beyond the
+  // memory then walks back into it as any start does). A move past one problem may meet
   // another (a larger buffer_size, then too few buffers): then the first knob's move is kept and
   // the next problem repaired the same way, up to four. Null when no move gets past a problem.
   StatusOr<std::optional<Config>> Repair(const Config& broken) {
@@ -191,7 +197,7 @@ class Search {
       if (moves.empty()) return std::optional<Config>();
       std::optional<Config> best;
       for (const Config& c : moves) {
-        if (Get(c).feasible && (!best || Get(c).iteration_s < Get(*best).iteration_s)) best = c;
+        if (Get(c).simulated && (!best || Get(c).iteration_s < Get(*best).iteration_s)) best = c;
       }
       if (best) return best;
       current = moves.front();
@@ -228,7 +234,7 @@ class Search {
     // Past the problem: it runs, or fails for a reason that no longer names the knob.
     auto past = [&](const std::string& knob, int64_t value) {
       const Evaluation& e = Get(with(knob, value));
-      return e.feasible || e.reason.find("policy." + knob) == std::string::npos;
+      return e.simulated || e.reason.find("policy." + knob) == std::string::npos;
     };
     auto step = [](const Walk& w, int k) { return w.direction > 0 ? w.from << k : w.from >> k; };
     std::vector<Config> batch;
@@ -336,7 +342,7 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
   // run as written (DeepSpeed's swap buffers too few, say) is repaired first, and said so.
   TF_RETURN_IF_ERROR(search.EvaluateBatch({baseline}, "baseline"));
   Config start_point = baseline;
-  if (!search.Get(baseline).feasible) {
+  if (!search.Get(baseline).simulated) {
     const std::string reason = search.Get(baseline).reason;
     TF_ASSIGN_OR_RETURN(const std::optional<Config> repaired, search.Repair(baseline));
     if (!repaired) {
@@ -353,6 +359,11 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
   result.budget = options.budget;
   if (result.budget.host_bytes <= 0) result.budget.host_bytes = result.baseline.host_peak_bytes;
   if (result.budget.gpu_bytes <= 0) result.budget.gpu_bytes = result.baseline.gpu_peak_bytes;
+  // Never more than the machine has: a start beyond its memory walks back into it as into any
+  // budget.
+  const MemoryBudget machine = HardwareMemoryBudget(scenario.hardware);
+  if (machine.host_bytes > 0) result.budget.host_bytes = std::min(result.budget.host_bytes, machine.host_bytes);
+  if (machine.gpu_bytes > 0) result.budget.gpu_bytes = std::min(result.budget.gpu_bytes, machine.gpu_bytes);
   // Re-rank the baseline under the budget now known (a user budget may exclude it).
   search.Rescore();
   if (!WithinBudget(result.budget, result.baseline)) ++result.over_budget;

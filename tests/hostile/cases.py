@@ -208,6 +208,10 @@ add(g, "trace_into_a_file", f"sim {TINY} --trace f/t.json", 1, r"create the dire
 add(g, "records_onto_the_input", "sim s.yaml --records s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
 add(g, "unknown_flag", f"sim {TINY} --fast", 2, r"--fast")
 add(g, "no_input", "sim", 2, r"usage: input is required")
+add(g, "beyond_host_memory", f"sim {SMALL} --set hardware.node.cpu.host_memory=4GiB --set hardware.node.cpu.host_reserve=1GiB", 1,
+    r"the plan does not fit the machine, so its figures predict nothing: pinned host memory on host peaks at [0-9.]+ GiB, "
+    r"and the node has 3\.00 GiB \(cpu\.host_memory less cpu\.host_reserve\): [0-9.]+ GiB short")
+add(g, "beyond_gpu_memory", f"sim {SMALL} --set hardware.node.gpu.hbm=2GiB", 1, r"pool 'gpu0\.hbm'.*capacity is 2147483648")
 
 # ---- run ---------------------------------------------------------------------------------------
 g = "run"
@@ -284,6 +288,11 @@ add(g, "negative_budget", f"tune {TINY} --memory-budget host=-1GiB,gpu=1GiB", 2,
 add(g, "budget_nothing_fits", f"tune {TINY} --policy zero-infinity --memory-budget host=1KiB,gpu=1KiB -o x.json", 1,
     r"no configuration fits the memory budget")
 add(g, "jobs_negative", f"tune {TINY} -j -1", 2, r"-j")
+add(g, "beyond_host_memory", f"tune {SMALL} --policy zero-infinity --rounds 1 --set hardware.node.cpu.host_memory=2GiB "
+    "--set hardware.node.cpu.host_reserve=1GiB -o x.json", 1, r"no configuration fits the memory budget \(host 1\.00 GiB", timeout=300)
+add(g, "unrepairable_baseline", f"tune s.yaml --policy zero-infinity --rounds 1 -o x.json", 1,
+    r"the baseline cannot be simulated, and no move of the knobs its reasons name makes it run: .*policy\.bufer_count",
+    files={"s.yaml": scenario(policy="policy: {name: zero-infinity, bufer_count: 3}")}, timeout=120)
 add(g, "iterations_zero", f"tune {TINY} -n 0", 2, r"iterations must be >= 1")
 add(g, "output_onto_the_scenario", "tune s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
 
@@ -400,6 +409,16 @@ add(g, "unknown_model", f"deepspeed import {DS}quickstart.ds_config.json --model
 add(g, "export_other_policy", "deepspeed export s.yaml -o c.json", 2, r"policy 'ioc' has no DeepSpeed config",
     files={"s.yaml": scenario(policy="policy: {name: ioc}")})
 add(g, "export_onto_input", "deepspeed export s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})
+HF = f"deepspeed import {DS}hf_auto.ds_config.json --model tiny --hardware cpu-host -o o.yaml"
+add(g, "hf_unknown_field", HF + " --hf batch=4", 2, r"--hf batch: not a TrainingArguments field the DeepSpeed integration reads \(known: ")
+add(g, "hf_not_name_value", HF + " --hf lots", 2, r"--hf lots: expected NAME=VALUE")
+add(g, "hf_not_a_number", HF + " --hf learning_rate=fast", 2, r"--hf learning_rate=fast: expected a number")
+add(g, "hf_contradicts_the_config", HF + " --hf gradient_accumulation_steps=8", 2,
+    r"gradient_accumulation_steps is 4 in the config and --hf gradient_accumulation_steps=8: the Trainer refuses")
+add(g, "export_base_missing", "deepspeed export s.yaml --base nope.json -o c.json", 1, r"nope\.json", files={"s.yaml": GOOD})
+add(g, "export_base_stage_2", f"deepspeed export s.yaml --base {DS}stage2.json -o c.json", 2, r"stage2\.json: zero_optimization\.stage 2",
+    files={"s.yaml": GOOD})
+add(g, "export_onto_the_base", "deepspeed export s.yaml --base c.json -o c.json", 2, r"c\.json", files={"s.yaml": GOOD, "c.json": "{}"})
 
 # ---- model and hardware --------------------------------------------------------------------------
 g = "model"

@@ -15,6 +15,15 @@ run(sweep ${DATA}/small-grid.yaml -j 2 -o ${WORK}/all.csv)
 if(NOT out MATCHES "12 runs: 6 feasible, 6 not")
   message(FATAL_ERROR "unexpected table:\n${out}")
 endif()
+# A run whose pinned pools exceed the machine's memory is a row marked infeasible, with the bytes
+# short, whatever the sweep's budget.
+file(WRITE ${WORK}/memory.yaml "base: ${DATA}/../../cli/data/small.yaml\nruns:\n  - {}\n"
+                                "  - {hardware.node.cpu.host_memory: 4 GiB, hardware.node.cpu.host_reserve: 1 GiB}\n")
+run(sweep ${WORK}/memory.yaml -j 2 -o ${WORK}/memory.csv)
+file(READ ${WORK}/memory.csv memory_csv)
+if(NOT out MATCHES "2 runs: 1 feasible, 1 not" OR NOT memory_csv MATCHES "does not fit the machine: pinned host memory on host peaks at [0-9.]+ GiB, and the node has 3.00 GiB")
+  message(FATAL_ERROR "a run beyond the machine's memory should be infeasible:\n${out}\n${memory_csv}")
+endif()
 run(sweep ${DATA}/small-grid.yaml -j 1 --shard 0/2 -o ${WORK}/s0.csv)
 run(sweep ${DATA}/small-grid.yaml -j 2 --shard 1/2 -o ${WORK}/s1.csv)
 run(sweep merge ${WORK}/s1.csv ${WORK}/s0.csv -o ${WORK}/merged.csv)

@@ -47,8 +47,11 @@ struct Variation {
 };
 
 struct Evaluation {
+  // Planned, simulated, within the machine's memory (models::CheckMemoryFit) and the budget.
   bool feasible = false;
-  std::string reason;  // why not, when !feasible: the plan's, the simulator's or the budget's message
+  // Planned and simulated: its figures are those of the simulation, whether or not it fits.
+  bool simulated = false;
+  std::string reason;  // why not, when !feasible: the plan's, the simulator's, the machine's or the budget's message
   std::string policy;  // the policy the variation planned with ("" when it could not be loaded)
   double iteration_s = 0;
   double forward_s = 0;

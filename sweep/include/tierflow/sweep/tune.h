@@ -28,6 +28,15 @@
 
 namespace tierflow::sweep {
 
+struct TuneProgress {
+  std::string stage;            // "zero-infinity round 2", "repairing the baseline"
+  int64_t evaluations = 0;      // configurations simulated so far
+  double best_s = 0;            // the best within the budget so far; +inf when none yet
+  int64_t batch_done = 0;       // of the batch under way: candidates done,
+  int64_t batch_total = 0;      // in all,
+  double batch_elapsed_s = 0;   // and the seconds since it started (an ETA for the batch)
+};
+
 struct TuneOptions {
   std::vector<std::string> policies;  // empty: every name in policies::PolicyNames()
   MemoryBudget budget;                // 0 parts: the baseline's peaks
@@ -35,8 +44,9 @@ struct TuneOptions {
   int jobs = 1;                       // worker processes
   int max_rounds = 12;                // coordinate-descent rounds per policy
   double min_gain = 1e-3;             // a move must cut iteration time by this fraction
-  // Called after each evaluated batch: what is being searched, evaluations so far, best so far.
-  std::function<void(const std::string& stage, int64_t evaluations, double best_s)> progress;
+  // Called as candidates complete (TuneProgress): what is being searched, evaluations so far,
+  // the best so far, and where the batch under way stands.
+  std::function<void(const TuneProgress&)> progress;
 };
 
 struct KnobChange {
