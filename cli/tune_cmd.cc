@@ -132,7 +132,12 @@ Status RunTune(const TuneArgs& a) {
     j["policy"] = r.best_policy;
     j["schedule"] = output;
     nlohmann::ordered_json changes = nlohmann::ordered_json::array();
-    for (const auto& c : r.changes) changes.push_back({{"knob", c.knob}, {"from", c.from}, {"to", c.to}});
+    for (const auto& c : r.changes) {
+      nlohmann::ordered_json change = {{"knob", c.knob}, {"from", c.from}, {"to", c.to}};
+      if (!c.from_default.empty()) change["from_default"] = c.from_default;
+      if (!c.to_default.empty()) change["to_default"] = c.to_default;
+      changes.push_back(change);
+    }
     j["changes"] = changes;
     if (!r.baseline_problem.empty()) {
       nlohmann::ordered_json repairs = nlohmann::ordered_json::array();
@@ -205,9 +210,17 @@ Status RunTune(const TuneArgs& a) {
     std::printf("no change beats the baseline\n");
   } else {
     std::printf("changes:\n");
+    // A side at its policy's default says which value that is; a knob the side's policy does not
+    // read (the policy changed) says so.
+    const bool policy_changed = r.best_policy != scenario.policy;
+    auto side = [&](const std::string& value, const std::string& default_value, const std::string& policy) {
+      if (!value.empty()) return value;
+      if (!default_value.empty()) return default_value + " (default)";
+      return policy_changed ? "(not a knob of " + policy + ")" : std::string("(default)");
+    };
     for (const auto& c : r.changes) {
-      std::printf("  %-36s %s -> %s\n", c.knob.c_str(), c.from.empty() ? "(default)" : c.from.c_str(),
-                  c.to.empty() ? "(default)" : c.to.c_str());
+      std::printf("  %-36s %s -> %s\n", c.knob.c_str(), side(c.from, c.from_default, scenario.policy).c_str(),
+                  side(c.to, c.to_default, r.best_policy).c_str());
     }
   }
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());

@@ -64,7 +64,8 @@ StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string
                            (s.policy == "fuyou" || s.policy == "hitrain" || s.policy == "tierflow"
                                 ? std::string("an update overlapped with backward, GPU prefetch windows, several disks and cached optimizer states are not DeepSpeed's")
                                 : std::string("decoupled all-gathers, several disks, a remote tier and adaptive pinned pools are not DeepSpeed's")) +
-                           "); export a zero-infinity scenario or schedule (tierflow tune --policy zero-infinity)");
+                           "); export a zero-infinity scenario or schedule: the one tierflow tune writes beside a winner of another policy "
+                           "(<output>.zero-infinity.json, the fastest zero-infinity configuration it found), or tierflow tune --policy zero-infinity");
   }
   TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs k, ReadZeroInfinityKnobs(s));  // the planner's knobs and defaults
   if (k.cpu_threads > 0) notes->push_back(fmt::format("not exported: policy.cpu_threads {}: DeepSpeed's CPU Adam takes the threads of its process", k.cpu_threads));

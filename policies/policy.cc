@@ -36,6 +36,14 @@ std::vector<KnobChoice> TunableKnobs(const std::string& policy, const Scenario& 
   return {};
 }
 
+std::map<std::string, std::string> KnobDefaults(const Scenario& scenario) {
+  std::map<std::string, std::string> defaults;
+  Scenario copy = scenario;
+  copy.knobs.RecordDefaultsIn(&defaults);
+  (void)Plan(copy);  // only what it reads matters, not whether it plans
+  return defaults;
+}
+
 StatusOr<Schedule> Plan(Scenario scenario) {
   for (const Entry& e : kPolicies) {
     if (scenario.policy == e.name) return e.plan(scenario);

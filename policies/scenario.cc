@@ -1,5 +1,6 @@
 #include "tierflow/policies/scenario.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -59,7 +60,10 @@ StatusOr<PaperClaim> ReadPaper(const YAML::Node& node) {
 StatusOr<bool> Knobs::Bool(const std::string& name, bool default_value) {
   read_.insert(name);
   auto it = values_.find(name);
-  if (it == values_.end()) return default_value;
+  if (it == values_.end()) {
+    NoteDefault(name, default_value ? "true" : "false");
+    return default_value;
+  }
   if (it->second == "true") return true;
   if (it->second == "false") return false;
   return InvalidArgument("policy." + name + ": " + Q(it->second) + " is not true or false");
@@ -68,7 +72,10 @@ StatusOr<bool> Knobs::Bool(const std::string& name, bool default_value) {
 StatusOr<int64_t> Knobs::Int(const std::string& name, int64_t default_value) {
   read_.insert(name);
   auto it = values_.find(name);
-  if (it == values_.end()) return default_value;
+  if (it == values_.end()) {
+    NoteDefault(name, std::to_string(default_value));
+    return default_value;
+  }
   char* end = nullptr;
   double v = std::strtod(it->second.c_str(), &end);
   if (end == it->second.c_str() || *end != '\0' || v != std::floor(v) || !std::isfinite(v)) {
@@ -81,7 +88,10 @@ StatusOr<int64_t> Knobs::Int(const std::string& name, int64_t default_value) {
 StatusOr<int64_t> Knobs::Bytes(const std::string& name, int64_t default_value) {
   read_.insert(name);
   auto it = values_.find(name);
-  if (it == values_.end()) return default_value;
+  if (it == values_.end()) {
+    NoteDefault(name, std::to_string(default_value) + " B");
+    return default_value;
+  }
   auto b = ParseBytes(it->second);
   if (!b.ok()) return b.status().WithContext("policy." + name);
   return b;
@@ -90,7 +100,10 @@ StatusOr<int64_t> Knobs::Bytes(const std::string& name, int64_t default_value) {
 StatusOr<double> Knobs::Number(const std::string& name, double default_value) {
   read_.insert(name);
   auto it = values_.find(name);
-  if (it == values_.end()) return default_value;
+  if (it == values_.end()) {
+    NoteDefault(name, fmt::format("{}", default_value));
+    return default_value;
+  }
   char* end = nullptr;
   double v = std::strtod(it->second.c_str(), &end);
   if (end == it->second.c_str() || *end != '\0' || !std::isfinite(v)) {
@@ -103,7 +116,10 @@ StatusOr<std::string> Knobs::String(const std::string& name, const std::string& 
                                     const std::vector<std::string>& allowed) {
   read_.insert(name);
   auto it = values_.find(name);
-  if (it == values_.end()) return default_value;
+  if (it == values_.end()) {
+    NoteDefault(name, default_value);
+    return default_value;
+  }
   for (const auto& a : allowed) {
     if (a == it->second) return it->second;
   }

@@ -424,12 +424,26 @@ StatusOr<TuneResult> Tune(const std::string& scenario_yaml, const std::string& o
   std::set<std::string> keys;
   for (const auto& [k, v] : baseline.knobs) keys.insert(k);
   for (const auto& [k, v] : best.knobs) keys.insert(k);
+  // The defaults a change comes from or goes to, as each side's policy reads them.
+  auto defaults_of = [&](const Config& c) {
+    policies::Scenario as = scenario;
+    as.policy = c.policy;
+    as.knobs = policies::Knobs(c.knobs);
+    return policies::KnobDefaults(as);
+  };
+  const std::map<std::string, std::string> from_defaults = defaults_of(baseline), to_defaults = defaults_of(best);
+  auto lookup = [](const std::map<std::string, std::string>& m, const std::string& k) {
+    const auto it = m.find(k);
+    return it == m.end() ? std::string() : it->second;
+  };
   for (const std::string& k : keys) {
     const auto a = baseline.knobs.find(k);
     const auto b = std::as_const(best.knobs).find(k);
     const std::string from = a == baseline.knobs.end() ? "" : a->second;
     const std::string to = b == best.knobs.end() ? "" : b->second;
-    if (from != to || best.policy != baseline.policy) result.changes.push_back({"policy." + k, from, to});
+    if (from != to || best.policy != baseline.policy) {
+      result.changes.push_back({"policy." + k, from, to, from.empty() ? lookup(from_defaults, k) : "", to.empty() ? lookup(to_defaults, k) : ""});
+    }
   }
   return result;
 }

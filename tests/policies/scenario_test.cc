@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
+#include "tierflow/policies/policy.h"
+
 namespace tierflow::policies {
 namespace {
 
@@ -71,6 +76,31 @@ TEST(Knobs, TypedGettersAndUnknownKnobs) {
   auto unitless = bad.Bytes("c", 0);
   ASSERT_FALSE(unitless.ok());
   EXPECT_NE(unitless.status().message().find("policy.c"), std::string::npos);
+}
+
+// A policy's defaults, as its plan reads them: what tune shows beside a change to or from one.
+TEST(Knobs, DefaultsAreWhatThePlanReads) {
+  std::map<std::string, std::string> recorded;
+  Knobs k(std::map<std::string, std::string>{{"a", "3"}});
+  k.RecordDefaultsIn(&recorded);
+  Knobs copy = k;  // a policy reads a copy
+  EXPECT_EQ(copy.Int("a", 0).value(), 3);
+  EXPECT_EQ(copy.Int("n", 7).value(), 7);
+  EXPECT_TRUE(copy.Bool("flag", true).value());
+  EXPECT_EQ(copy.Bytes("size", 1 << 20).value(), 1 << 20);
+  EXPECT_EQ(copy.String("mode", "nvme", {"nvme", "none"}).value(), "nvme");
+  EXPECT_EQ(recorded, (std::map<std::string, std::string>{{"flag", "true"}, {"mode", "nvme"}, {"n", "7"}, {"size", "1048576 B"}}))
+      << "set knobs are not defaults";
+
+  auto s = LoadScenarioText(kBase, {"policy.buffer_count=9"}, "s.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::map<std::string, std::string> defaults = KnobDefaults(*s);
+  EXPECT_EQ(defaults.at("optimizer_buffer_count"), "4") << "DeepSpeed's";
+  EXPECT_EQ(defaults.at("pipeline_write"), "false");
+  EXPECT_EQ(defaults.at("block_size"), "1048576 B");
+  EXPECT_EQ(defaults.count("buffer_count"), 0u) << "set in the scenario";
+  EXPECT_EQ(defaults.count("pipeline_read"), 0u) << "set in the scenario";
+  EXPECT_TRUE(s->knobs.values().count("buffer_count")) << "the scenario itself is not changed";
 }
 
 }  // namespace

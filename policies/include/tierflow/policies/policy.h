@@ -4,6 +4,7 @@
 // Thread safety: pure functions of their arguments.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct LayerCompute {
   int32_t tasks = 0;  // compute tasks the layer is split into, in each phase (one per parameter unit)
 };
 StatusOr<std::vector<LayerCompute>> LayerComputeCosts(const Scenario& scenario);
+
+// The default of each knob `scenario.policy` reads and the scenario leaves unset, spelt as a
+// scenario would ("5", "true", "1048576 B"): what `tune` shows beside a change from or to a
+// default. Found by planning a copy (Knobs::RecordDefaultsIn); a plan that fails early has read
+// fewer.
+std::map<std::string, std::string> KnobDefaults(const Scenario& scenario);
 
 // A knob the tuner may change, with the values worth trying (spelt as in a scenario).
 struct KnobChoice {

@@ -42,10 +42,18 @@ class Knobs {
   // Error naming the first knob no getter asked for, and the knobs `policy` knows.
   Status Finish(const std::string& policy) const;
   const std::map<std::string, std::string>& values() const { return values_; }
+  // Where the getters record the default they return for a knob not set, spelt as a scenario
+  // would ("5", "true", "1048576 B"); copies share it, so that planning a copy fills it
+  // (policies::KnobDefaults). Null (the default): nothing is recorded.
+  void RecordDefaultsIn(std::map<std::string, std::string>* out) { defaults_ = out; }
 
  private:
+  void NoteDefault(const std::string& name, std::string text) {
+    if (defaults_ != nullptr) defaults_->emplace(name, std::move(text));
+  }
   std::map<std::string, std::string> values_;
   std::set<std::string> read_;
+  std::map<std::string, std::string>* defaults_ = nullptr;
 };
 
 // A paper's headline figure that a scenario reproduces (`paper:` in the file). `tierflow sim`

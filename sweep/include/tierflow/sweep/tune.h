@@ -52,7 +52,10 @@ struct TuneOptions {
 struct KnobChange {
   std::string knob;  // "policy.name", "policy.buffer_count"
   std::string from;  // "" when the baseline leaves it at the policy's default
-  std::string to;
+  std::string to;    // "" when the best leaves it at its policy's default
+  // Those defaults, where from or to is "" (policies::KnobDefaults; "" when the plan did not read it).
+  std::string from_default;
+  std::string to_default;
 };
 
 // The fastest configuration of one policy found within the budget.
