@@ -200,7 +200,7 @@ StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& di
 Progress::Progress(std::string label, double total)
     : label_(std::move(label)), total_(total), start_(Now()), tty_(isatty(STDERR_FILENO)) {}
 
-void Progress::Update(double done) {
+void Progress::Update(double done, const std::string& note) {
   if (!tty_ || total_ <= 0) return;
   const double now = Now();
   if (now - last_print_ < 0.1 && done < total_) return;
@@ -210,13 +210,13 @@ void Progress::Update(double done) {
   const int filled = static_cast<int>(frac * width);
   const double elapsed = now - start_;
   const double eta = frac > 0 ? elapsed * (1 - frac) / frac : 0;
-  std::fprintf(stderr, "\r%s [%.*s%*s] %5.1f%%  %.1fs elapsed, ETA %.1fs ", label_.c_str(), filled,
-               "##############################", width - filled, "", 100 * frac, elapsed, eta);
+  std::fprintf(stderr, "\r%s [%.*s%*s] %5.1f%%  %.1fs elapsed, ETA %.1fs %s ", label_.c_str(), filled,
+               "##############################", width - filled, "", 100 * frac, elapsed, eta, note.c_str());
   std::fflush(stderr);
 }
 
 void Progress::Finish() {
-  if (tty_ && last_print_ >= 0) std::fprintf(stderr, "\r%*s\r", 90, "");
+  if (tty_ && last_print_ >= 0) std::fprintf(stderr, "\r%*s\r", 110, "");
 }
 
 }  // namespace tierflow::cli

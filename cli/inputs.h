@@ -75,7 +75,8 @@ StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& di
 class Progress {
  public:
   Progress(std::string label, double total);
-  void Update(double done);
+  // `note`, when given, follows the ETA ("best 1.234 s").
+  void Update(double done, const std::string& note = "");
   void Finish();
 
  private:

@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <cstring>
 
@@ -32,8 +33,41 @@ std::string FoldRanks(const std::string& name) {
   return out;
 }
 
-// Per iteration over the steady-state iterations, each rank's copies of a resource as one row.
-nlohmann::ordered_json PerIteration(const Schedule& schedule, const std::vector<TraceRecord>& records, const traces::TraceSummary& summary,
+// Sorted, disjoint intervals covering `spans` (sorted in place).
+std::vector<std::pair<double, double>> Merge(std::vector<std::pair<double, double>>& spans) {
+  std::sort(spans.begin(), spans.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& [a, b] : spans) {
+    if (!out.empty() && a <= out.back().second) {
+      out.back().second = std::max(out.back().second, b);
+    } else {
+      out.emplace_back(a, b);
+    }
+  }
+  return out;
+}
+
+double Length(const std::vector<std::pair<double, double>>& merged) {
+  double total = 0;
+  for (const auto& [a, b] : merged) total += b - a;
+  return total;
+}
+
+// The length both merged lists cover.
+double Overlap(const std::vector<std::pair<double, double>>& x, const std::vector<std::pair<double, double>>& y) {
+  double total = 0;
+  for (size_t i = 0, j = 0; i < x.size() && j < y.size();) {
+    total += std::max(0.0, std::min(x[i].second, y[j].second) - std::max(x[i].first, y[j].first));
+    (x[i].second < y[j].second ? i : j)++;
+  }
+  return total;
+}
+
+// Per iteration over the steady-state iterations, each rank's copies of a resource as one row:
+// the summary's figures (docs/trace-format.md, "Summary") over those iterations' records alone —
+// busy the union of a resource's intervals, exposed its busy time outside every compute
+// resource's, utilization over the records' span — divided by their count.
+nlohmann::ordered_json PerIteration(const std::vector<TraceRecord>& records, const traces::TraceSummary& summary,
                                     const traces::SteadyRange& steady) {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   const size_t n = steady.end - steady.first;
@@ -41,29 +75,48 @@ nlohmann::ordered_json PerIteration(const Schedule& schedule, const std::vector<
   std::vector<int64_t> kept;
   for (size_t i = steady.first; i < steady.end; ++i) kept.push_back(summary.iterations[i].iteration);
   std::sort(kept.begin(), kept.end());
-  std::vector<TraceRecord> in_steady;
+  struct Busy {
+    std::vector<std::pair<double, double>> spans;
+    int64_t bytes = 0;
+    bool compute = false;
+  };
+  std::map<std::string, Busy> by_resource;
+  std::vector<std::pair<double, double>> compute;
+  double first = 0, last = 0;
+  bool any = false;
   for (const TraceRecord& r : records) {
-    if (std::binary_search(kept.begin(), kept.end(), r.iteration)) in_steady.push_back(r);
+    if (r.resource.empty() || !std::binary_search(kept.begin(), kept.end(), r.iteration)) continue;
+    Busy& b = by_resource[r.resource];
+    b.spans.emplace_back(r.start_s, r.end_s);
+    b.bytes += r.bytes;
+    b.compute = b.compute || r.op == Op::kCompute;
+    if (r.op == Op::kCompute) compute.emplace_back(r.start_s, r.end_s);
+    first = any ? std::min(first, r.start_s) : r.start_s;
+    last = any ? std::max(last, r.end_s) : r.end_s;
+    any = true;
   }
-  const traces::TraceSummary s = traces::Summarize(in_steady, &schedule);
+  const std::vector<std::pair<double, double>> compute_merged = Merge(compute);
   struct Row {
     int64_t count = 0;
     double busy = 0, busy_min = 0, busy_max = 0, utilization = 0, exposed = 0, bytes = 0;
   };
-  std::vector<std::pair<std::string, Row>> folded;  // in the summary's order of first appearance
+  std::vector<std::pair<std::string, Row>> folded;  // in name order of their first member
   const double per = 1.0 / static_cast<double>(n);
-  for (const traces::ResourceSummary& r : s.resources) {
-    const std::string name = FoldRanks(r.name);
-    auto it = std::find_if(folded.begin(), folded.end(), [&](const auto& f) { return f.first == name; });
-    if (it == folded.end()) it = folded.insert(folded.end(), {name, Row{0, 0, r.busy_s * per, r.busy_s * per, 0, 0, 0}});
+  for (auto& [name, b] : by_resource) {
+    const std::vector<std::pair<double, double>> merged = Merge(b.spans);
+    const double busy = Length(merged);
+    const double exposed = b.compute ? 0.0 : busy - Overlap(merged, compute_merged);
+    const std::string key = FoldRanks(name);
+    auto it = std::find_if(folded.begin(), folded.end(), [&](const auto& f) { return f.first == key; });
+    if (it == folded.end()) it = folded.insert(folded.end(), {key, Row{0, 0, busy * per, busy * per, 0, 0, 0}});
     Row& row = it->second;
     ++row.count;
-    row.busy += r.busy_s * per;
-    row.busy_min = std::min(row.busy_min, r.busy_s * per);
-    row.busy_max = std::max(row.busy_max, r.busy_s * per);
-    row.utilization += r.utilization;
-    row.exposed += r.exposed_s * per;
-    row.bytes += static_cast<double>(r.bytes) * per;
+    row.busy += busy * per;
+    row.busy_min = std::min(row.busy_min, busy * per);
+    row.busy_max = std::max(row.busy_max, busy * per);
+    row.utilization += last > first ? busy / (last - first) : 0.0;
+    row.exposed += exposed * per;
+    row.bytes += static_cast<double>(b.bytes) * per;
   }
   for (const auto& [name, row] : folded) {
     const double c = static_cast<double>(row.count);
@@ -162,7 +215,7 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
     rj[r.name] = e;
   }
   j["resources"] = rj;
-  j["per_iteration"] = PerIteration(schedule, records, summary, steady);
+  j["per_iteration"] = PerIteration(records, summary, steady);
   nlohmann::ordered_json peaks = nlohmann::ordered_json::object();
   for (size_t p = 0; p < schedule.pools().size() && p < facts.pool_peak_bytes.size(); ++p) {
     peaks[schedule.pools()[p].name] = facts.pool_peak_bytes[p];

@@ -83,7 +83,11 @@ Status RunSweepVerb(const SweepArgs& a) {
   sweep::EvaluateOptions options;
   options.jobs = jobs;
   options.parallelism = a.parallelism == "threads" ? sweep::Parallelism::kThreads : sweep::Parallelism::kWorkerProcesses;
-  options.progress = [&](int64_t done, int64_t) { progress.Update(static_cast<double>(done)); };
+  double best_s = 0;  // the fastest feasible run so far, shown beside the bar
+  options.progress = [&](int64_t done, int64_t, const sweep::Evaluation& completed) {
+    if (completed.feasible && (best_s == 0 || completed.iteration_s < best_s)) best_s = completed.iteration_s;
+    progress.Update(static_cast<double>(done), best_s > 0 ? "best " + FormatDuration(best_s) : "");
+  };
   const double t0 = Now();
   TF_ASSIGN_OR_RETURN(std::vector<sweep::SweepRow> rows, sweep::RunSweep(spec, runs, options));
   const double wall_s = Now() - t0;

@@ -280,6 +280,7 @@ StatusOr<std::vector<Evaluation>> EvaluateInThreads(const std::string& base_yaml
   std::condition_variable cv;
   size_t next = 0;
   int64_t done = 0;
+  std::vector<size_t> completed;  // indices in the order they completed
   auto work = [&] {
     while (true) {
       size_t i;
@@ -295,6 +296,7 @@ StatusOr<std::vector<Evaluation>> EvaluateInThreads(const std::string& base_yaml
       ApplyBudget(options.budget, &e);
       std::lock_guard<std::mutex> lock(mu);
       results[i] = std::move(e);
+      completed.push_back(i);
       ++done;
       cv.notify_one();
     }
@@ -306,10 +308,12 @@ StatusOr<std::vector<Evaluation>> EvaluateInThreads(const std::string& base_yaml
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done > reported; });
     const int64_t now_done = done;
+    const std::vector<size_t> order(completed.begin() + reported, completed.begin() + now_done);
     lock.unlock();
-    for (; reported < now_done;) {
+    for (size_t i : order) {
       ++reported;
-      if (options.progress) options.progress(reported, static_cast<int64_t>(variations.size()));
+      // results[i] is final: its worker wrote it before counting it done, and nothing writes it again.
+      if (options.progress) options.progress(reported, static_cast<int64_t>(variations.size()), results[i]);
     }
   }
   for (auto& t : threads) t.join();
@@ -338,7 +342,7 @@ StatusOr<std::vector<Evaluation>> EvaluateInWorkers(const std::string& base_yaml
     e.wall_s = Now() - w.start;
     ApplyBudget(options.budget, &e);
     ++done;
-    if (options.progress) options.progress(done, static_cast<int64_t>(variations.size()));
+    if (options.progress) options.progress(done, static_cast<int64_t>(variations.size()), e);
   };
   while (done < static_cast<int64_t>(variations.size())) {
     while (failure.ok() && next < variations.size() && running.size() < static_cast<size_t>(options.jobs)) {

@@ -72,7 +72,7 @@ class Search {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       options_.progress({stage, evaluations, best_s_, done, static_cast<int64_t>(todo.size()), elapsed});
     };
-    eo.progress = [&](int64_t done, int64_t) { report(before + done, done); };
+    eo.progress = [&](int64_t done, int64_t, const Evaluation&) { report(before + done, done); };
     TF_ASSIGN_OR_RETURN(std::vector<Evaluation> evals, EvaluateAll(yaml_, origin_, variations, eo));
     for (size_t i = 0; i < todo.size(); ++i) {
       ++result_->evaluations;

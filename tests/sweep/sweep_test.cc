@@ -280,14 +280,21 @@ TEST(Sweep, CsvIsTheSameWhateverTheJobsAndParallelism) {
       eo.jobs = jobs;
       eo.parallelism = p;
       int64_t last = 0;
-      eo.progress = [&](int64_t done, int64_t total) {
+      std::set<double> seen;  // each run's time, as it completes
+      eo.progress = [&](int64_t done, int64_t total, const Evaluation& completed) {
         EXPECT_EQ(done, last + 1);
         EXPECT_EQ(total, 24);
         last = done;
+        if (completed.feasible) seen.insert(completed.iteration_s);
       };
       auto rows = RunSweep(*spec, spec->runs, eo);
       ASSERT_TRUE(rows.ok()) << rows.status().ToString();
       EXPECT_EQ(last, 24);
+      std::set<double> rows_seen;
+      for (const SweepRow& row : *rows) {
+        if (row.eval.feasible) rows_seen.insert(row.eval.iteration_s);
+      }
+      EXPECT_EQ(seen, rows_seen) << "progress hands on each run as it completes";
       csvs.push_back(SweepCsv(*spec, *rows));
     }
   }

@@ -81,8 +81,9 @@ struct EvaluateOptions {
   int jobs = 1;            // worker processes at once (>= 1)
   MemoryBudget budget;     // a run whose peaks exceed it is infeasible
   Parallelism parallelism = Parallelism::kWorkerProcesses;
-  // Called in the calling thread after each variation completes (done counts completed ones).
-  std::function<void(int64_t done, int64_t total)> progress;
+  // Called in the calling thread after each variation completes (done counts completed ones;
+  // `completed` is the one that just did).
+  std::function<void(int64_t done, int64_t total, const Evaluation& completed)> progress;
 };
 
 // Evaluates every variation of `base_yaml` (origin names it in messages: a path or "inline").
