@@ -236,12 +236,19 @@ class Search {
       const Evaluation& e = Get(with(knob, value));
       return e.simulated || e.reason.find("policy." + knob) == std::string::npos;
     };
-    auto step = [](const Walk& w, int k) { return w.direction > 0 ? w.from << k : w.from >> k; };
+    // The k-th value of a walk: the start doubled (from 0: 1, 2, 4, ...) or halved k times; -1
+    // past 2^62, where a walk up stops.
+    auto step = [](const Walk& w, int k) -> int64_t {
+      if (w.direction < 0) return w.from >> k;
+      const int64_t base = w.from == 0 ? 1 : w.from;
+      const int shift = w.from == 0 ? k - 1 : k;
+      return base > (int64_t{1} << 62) >> shift ? -1 : base << shift;
+    };
     std::vector<Config> batch;
     for (const Walk& w : walks) {
       for (int k = 1; k <= 20; ++k) {
         const int64_t v = step(w, k);
-        if (v == w.from || (w.direction > 0 && v > (int64_t{1} << 62))) break;
+        if (v == w.from || v < 0) break;
         batch.push_back(with(w.knob, v));
         if (v == 0) break;
       }
@@ -250,7 +257,7 @@ class Search {
     for (Walk& w : walks) {
       for (int k = 1; k <= 20; ++k) {
         const int64_t v = step(w, k);
-        if (v == w.from || !cache_.count(with(w.knob, v))) break;
+        if (v == w.from || v < 0 || !cache_.count(with(w.knob, v))) break;
         if (past(w.knob, v)) {
           w.good = v;
           break;
