@@ -94,13 +94,6 @@ struct TensorSet {
 // Every flag in its range, checked first by each verb, before any tensor is made (a million
 // ranks took minutes).
 Status CheckArgs(const CkptArgs& a) {
-  if (a.ranks < 1 || a.ranks > 65536) return InvalidArgument("--ranks " + std::to_string(a.ranks) + " must be between 1 and 65536");
-  if (a.small_count < 0 || a.large_count < 0 || a.small_count > 1000000 || a.large_count > 1000000) {
-    return InvalidArgument("--small-count and --large-count must be between 0 and 1000000 (got " + std::to_string(a.small_count) +
-                           " and " + std::to_string(a.large_count) + ")");
-  }
-  if (a.queue_depth < 1 || a.queue_depth > 4096) return InvalidArgument("--qd " + std::to_string(a.queue_depth) + " must be between 1 and 4096");
-  if (a.reps < 1) return InvalidArgument("--reps " + std::to_string(a.reps) + " must be at least 1");
   if (!a.preset.empty() && !a.model_file.empty()) return InvalidArgument("give --preset or --model, not both");
   TF_ASSIGN_OR_RETURN(const int64_t align, ParseBytes(a.align, true));
   if (align < 1 || align > (int64_t{1} << 30)) return InvalidArgument("--align " + a.align + " must be between 1 B and 1 GiB");
@@ -313,11 +306,11 @@ Command MakeCheckpoint(CLI::App& parent) {
     s->add_option("--backend", a->backend, "Storage back-end for aggregated I/O: auto, uring, posix");
     s->add_option("--preset", a->preset, "Model preset whose per-rank ZeRO-3 shards to save (bf16 parameters, fp32 master, Adam m and v; held in memory)");
     s->add_option("--model", a->model_file, "YAML model file ({preset: NAME, overrides} or all dims) whose shards to save, as --preset");
-    s->add_option("--ranks", a->ranks, "Ranks (one file per rank per device)");
-    s->add_option("--small-count", a->small_count, "Small tensors per rank (4 KiB - 256 KiB, log-uniform)");
-    s->add_option("--large-count", a->large_count, "Large tensors per rank (16 - 64 MiB)");
+    AddNumber(s, "--ranks", &a->ranks, "Ranks (one file per rank per device)", 1, 65536);
+    AddNumber(s, "--small-count", &a->small_count, "Small tensors per rank (4 KiB - 256 KiB, log-uniform)", 0, 1000000);
+    AddNumber(s, "--large-count", &a->large_count, "Large tensors per rank (16 - 64 MiB)", 0, 1000000);
     s->add_option("--request-size", a->request_size, "Largest I/O request");
-    s->add_option("--qd", a->queue_depth, "Queue depth per device");
+    AddNumber(s, "--qd", &a->queue_depth, "Queue depth per device", 1, 4096);
     s->add_option("--staging", a->staging, "Size of one pinned staging buffer");
     s->add_flag("--buffered", a->buffered, "Aggregated files through the page cache, not O_DIRECT");
   };
@@ -340,12 +333,12 @@ Command MakeCheckpoint(CLI::App& parent) {
   CLI::App* tensors = ck->add_subcommand("tensors", "List the tensor set save and bench use (rank, dtype, name, bytes), for peers to save the same");
   tensors->add_option("--preset", a->preset, "Model preset whose per-rank ZeRO-3 shards to list");
   tensors->add_option("--model", a->model_file, "YAML model file, as --preset");
-  tensors->add_option("--ranks", a->ranks, "Ranks");
-  tensors->add_option("--small-count", a->small_count, "Small tensors per rank (the default set)");
-  tensors->add_option("--large-count", a->large_count, "Large tensors per rank (the default set)");
+  AddNumber(tensors, "--ranks", &a->ranks, "Ranks", 1, 65536);
+  AddNumber(tensors, "--small-count", &a->small_count, "Small tensors per rank (the default set)", 0, 1000000);
+  AddNumber(tensors, "--large-count", &a->large_count, "Large tensors per rank (the default set)", 0, 1000000);
   tensors->add_flag("--json", a->json, "Print JSON: [{name, rank, dtype, size_bytes}]");
   tensors->callback([which] { *which = "tensors"; });
-  bench->add_option("--reps", a->reps, "Repetitions");
+  AddNumber(bench, "--reps", &a->reps, "Repetitions", 1, 1000000);
   bench->add_flag("--json", a->json, "Print JSON");
   bench->add_flag("--keep", a->keep, "Keep the benchmark checkpoints");
   return Command{ck, [a, which]() -> Status {

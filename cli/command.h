@@ -5,11 +5,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tierflow/core/status.h"
+#include "tierflow/core/text.h"
 
 namespace tierflow::cli {
 
@@ -36,6 +41,39 @@ T* Keep() {
   static std::vector<std::unique_ptr<T>> kept;
   kept.push_back(std::make_unique<T>());
   return kept.back().get();
+}
+
+// A numeric flag under core's one rule (ParseInteger, ParseReal in tierflow/core/text.h): its text
+// is checked against [lo, hi] (by default what T holds) before CLI11 converts it, so that `-n 1e20`
+// says "--iterations: '1e20' is above 1000000000000 (an integer from 1 to 1000000000000)", NaN is
+// not a number, and a 100,000-digit value is echoed as its first few dozen characters.
+template <typename T>
+CLI::Option* AddNumber(CLI::App* app, const std::string& name, T* value, const std::string& help,
+                       T lo = std::numeric_limits<T>::lowest(), T hi = std::numeric_limits<T>::max()) {
+  static_assert(std::is_arithmetic_v<T>);
+  CLI::Option* o = app->add_option(name, *value, help);
+  const std::string flag = o->get_name();
+  o->transform(CLI::Validator(
+      [flag, lo, hi](std::string& text) -> std::string {
+        Status bad;
+        if constexpr (std::is_integral_v<T>) {
+          auto v = ParseInteger(text, flag, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
+          if (v.ok()) text = std::to_string(*v);
+          bad = v.status();
+        } else {
+          auto v = ParseReal(text, flag, static_cast<double>(lo), static_cast<double>(hi));
+          if (v.ok()) {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.17g", *v);
+            text = buf;
+          }
+          bad = v.status();
+        }
+        // CLI11 puts the flag in front of the message itself.
+        return bad.ok() ? std::string() : bad.message().substr(flag.size() + 2);
+      },
+      "", "number"));
+  return o;
 }
 
 }  // namespace tierflow::cli

@@ -195,7 +195,6 @@ Status Run(const ModelOptions& o) {
   } else {
     return InvalidArgument("name a preset (tierflow model --list shows them), or give --file or --model-dir");
   }
-  if (o.seq < 0) return InvalidArgument("--seq must be positive");
   const int64_t seq = o.seq > 0 ? o.seq : std::min<int64_t>(c.max_seq, 2048);
   if (o.json) {
     fmt::print("{}\n", ToJson(c, seq).dump(2));
@@ -213,8 +212,7 @@ Command MakeModelCommand(CLI::App& parent) {
   app->add_option("--file", o->file,
                   "YAML model description ({preset: NAME, overrides} or all dims)");
   app->add_option("--model-dir", o->model_dir, "A Hugging Face model directory (its config.json)");
-  app->add_option("--seq", o->seq,
-                  "sequence length for FLOPs and activations (default min(max_seq, 2048))");
+  AddNumber(app, "--seq", &o->seq, "sequence length for FLOPs and activations (default min(max_seq, 2048))", int64_t{0}, int64_t{1} << 24);
   app->add_flag("--json", o->json, "print JSON");
   app->add_flag("--list", o->list, "list the presets");
   return Command{app, [o] { return Run(*o); }};

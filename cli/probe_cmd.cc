@@ -690,10 +690,10 @@ Command MakeProbe(CLI::App& parent) {
   disk->add_option("--streams", a->streams, "For op rw: READERS:WRITERS stream counts, comma-separated (each stream --qd deep; default 1:1,2:2,4:4)");
   disk->add_option("--devices", a->devices, "How many of the directories at once, comma-separated (default: 1 and all)");
   disk->add_option("--file-size", a->file_size, "Size of the probe file in each directory");
-  disk->add_option("--duration", a->duration_s, "Seconds per repetition");
-  disk->add_option("--warmup", a->warmup_s, "Warm-up seconds per point");
-  disk->add_option("--reps", a->reps, "Repetitions per point and pass");
-  disk->add_option("--passes", a->passes, "Passes over all points, every other one backwards: a point is the median of its windows from all passes");
+  AddNumber(disk, "--duration", &a->duration_s, "Seconds per repetition", 0.0, 86400.0);
+  AddNumber(disk, "--warmup", &a->warmup_s, "Warm-up seconds per point", 0.0, 86400.0);
+  AddNumber(disk, "--reps", &a->reps, "Repetitions per point and pass", 1, 1000000);
+  AddNumber(disk, "--passes", &a->passes, "Passes over all points, every other one backwards: a point is the median of its windows from all passes", 1, 1000);
   disk->add_flag("--random", a->random, "Random block offsets (default: sequential)");
   disk->add_option("--backend", a->backend, "Storage back-end: auto, uring, posix");
   disk->add_flag("--json", a->json, "Print JSON instead of the table");
@@ -704,8 +704,8 @@ Command MakeProbe(CLI::App& parent) {
   auto* which = Keep<HostProbe>();
   auto host = [&](const char* name, const char* help, HostProbe w) {
     CLI::App* app = probe->add_subcommand(name, help);
-    app->add_option("--reps", h->reps, "Measured repetitions per point (after one warm-up)");
-    app->add_option("--threads", h->threads, "Most threads to use (0: every core)");
+    AddNumber(app, "--reps", &h->reps, "Measured repetitions per point (after one warm-up)", 1, 1000000);
+    AddNumber(app, "--threads", &h->threads, "Most threads to use (0: every core)", 0, 1024);
     app->add_option("--trace", h->trace, "Write trace records (JSON Lines) for calibration");
     if (w == HostProbe::kCopy || w == HostProbe::kCompute) {
       app->add_option("--compute", h->compute, "gpu0's device, as `run --compute`: cpu (emulated in host memory) or cuda (GPU 0)");
@@ -729,7 +729,7 @@ Command MakeProbe(CLI::App& parent) {
                      "A directory on the disk whose streams to run; a second (another disk entry, its own ring) for the split stream")
       ->required();
   io_cpu->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to compute (default: tiny at sequence 128)");
-  io_cpu->add_option("--window", h->io.window_s, "Seconds of each window: compute alone, a read or write stream alone, then the two at once");
+  AddNumber(io_cpu, "--window", &h->io.window_s, "Seconds of each window: compute alone, a read or write stream alone, then the two at once", 0.0, 86400.0);
   io_cpu->add_option("--backend", h->io.backend, "Storage back-end: auto, uring, posix");
   io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams (OP read, write, rw: a reader and a writer at once, or split: a reader on the first --dir and a writer on the second at once), or dispatch (a chain of the executor's hand-overs, each after an idle gap; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, rw at 16KiB:1 and 1MiB:8, dispatch, and with two --dir split at 1MiB:8)");
   AddSetOption(io_cpu, &h->sets);
@@ -739,7 +739,7 @@ Command MakeProbe(CLI::App& parent) {
   coll->add_option("--backend", ca->backend, "Collective back-end: auto (mpi under mpirun, else local), local, mpi");
   coll->add_option("--sizes", ca->sizes, "Message sizes, comma-separated (nccl-tests' size: the gathered size of an all-gather)");
   coll->add_option("--ops", ca->ops, "Collectives, comma-separated: allgather, reducescatter, allreduce");
-  coll->add_option("--reps", ca->reps, "Measured repetitions per point (after one warm-up)");
+  AddNumber(coll, "--reps", &ca->reps, "Measured repetitions per point (after one warm-up)", 1, 1000000);
   coll->add_option("--trace", ca->trace, "Write trace records (JSON Lines) for calibration (rank 0)");
   coll->add_flag("--json", ca->json, "Print JSON instead of the table");
 
@@ -751,9 +751,9 @@ Command MakeProbe(CLI::App& parent) {
   AddSetOption(all, &al->host.sets);
   all->add_option("--disk-sizes", al->disk_sizes, "Disk request sizes, comma-separated");
   all->add_option("--disk-qd", al->disk_qds, "Disk queue depths, comma-separated");
-  all->add_option("--disk-duration", al->disk_duration_s, "Seconds per disk repetition");
-  all->add_option("--disk-passes", al->disk_passes, "Passes over the disk points, every other one backwards (each a warm-up and one repetition): a point's windows come from moments a pass apart");
-  all->add_option("--reps", al->host.reps, "Repetitions of the host probes");
+  AddNumber(all, "--disk-duration", &al->disk_duration_s, "Seconds per disk repetition", 0.0, 86400.0);
+  AddNumber(all, "--disk-passes", &al->disk_passes, "Passes over the disk points, every other one backwards (each a warm-up and one repetition): a point's windows come from moments a pass apart", 1, 1000);
+  AddNumber(all, "--reps", &al->host.reps, "Repetitions of the host probes", 1, 1000000);
   all->add_option("--compute", al->host.compute, "gpu0's device for the copy and compute probes: cpu or cuda (GPU 0)");
   all->add_option("--backend", al->backend, "Storage back-end: auto, uring, posix");
 

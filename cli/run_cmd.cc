@@ -80,18 +80,8 @@ std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>&
 }
 
 Status RunRun(const RunArgs& a) {
-  if (a.iterations < 1 || a.iterations > kMaxIterations) {
-    return InvalidArgument("--iterations " + std::to_string(a.iterations) + " must be between 1 and " + std::to_string(kMaxIterations));
-  }
   if (a.in_memory && a.plain_loop) return InvalidArgument("--in-memory ignores the schedule and --plain-loop runs it: give one");
-  if (a.lr != 0 && (!(a.lr > 0) || !std::isfinite(a.lr))) {
-    return InvalidArgument("--lr " + std::to_string(a.lr) + ": the learning rate must be a finite number > 0");
-  }
-  if (a.threads < 0 || a.threads > kMaxThreads) {
-    return InvalidArgument("--threads " + std::to_string(a.threads) + " must be between 0 (every core) and " + std::to_string(kMaxThreads));
-  }
   if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
-  if (a.checkpoint_every < 0) return InvalidArgument("--checkpoint-every must be >= 0");
   for (const auto& [flag, output] : {std::pair<const char*, std::string>{"--records", a.records}, {"--trace", a.trace}}) {
     if (!output.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.input, flag));
   }
@@ -256,33 +246,32 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("--disk", a->disks,
                   "Directory for nvme0, then nvme1, ..., then remote0, ... (one per storage device of the schedule), or NAME=DIR");
   app->add_option("--disk-root", a->disk_root, "Give every storage device without a --disk its own subdirectory here (DIR/nvme0, ...)");
-  app->add_option("-n,--iterations", a->iterations, "Training iterations")->capture_default_str();
+  AddNumber(app, "-n,--iterations", &a->iterations, "Training iterations", int64_t{1}, kMaxIterations)->capture_default_str();
   app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
   app->add_option("--records", a->records, "Write the trace records (JSON Lines, the format of sim --records)");
   app->add_option("--init", a->init, "Initial weights: a safetensors file of the model's tensors under their Hugging Face names (default: the model directory's with --model-dir, else tierflow's own initialisation)");
   app->add_option("--save-model", a->save_model,
                   "After the run, save the fine-tuned model as a Hugging Face directory (config.json and safetensors "
                   "shards of at most 5 GB), in place of any earlier save there");
-  app->add_option("--save-every", a->save_every, "Also save it (in place of the last save) after every K iterations (needs --save-model)");
+  AddNumber(app, "--save-every", &a->save_every, "Also save it (in place of the last save) after every K iterations (needs --save-model)", int64_t{0}, kMaxIterations);
   app->add_option("--save-dtype", a->save_dtype, "The saved weights' type: bf16 or fp32 (default: the input directory's, else bf16)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
-  app->add_option("--eval-every", a->eval_every,
-                  "The loss and perplexity on a held-out batch (the corpus's last batch of windows, not trained on) after every K "
+  AddNumber(app, "--eval-every", &a->eval_every, "The loss and perplexity on a held-out batch (the corpus's last batch of windows, not trained on) after every K "
                   "iterations and at the end");
   app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default: the shipped ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
   app->add_option("--compute", a->compute, "Where gpu0 is: cpu (emulated in host memory) or cuda (GPU 0; a build with CUDA)")
       ->capture_default_str();
-  app->add_option("--threads", a->threads, "Threads of each host compute pool (0: the schedule's for the optimizer and conversions, at most this rank's share of the cores; every core for the rest)")->capture_default_str();
-  app->add_option("--lr", a->lr, "AdamW's peak learning rate, in place of the scenario's training.optimizer.lr (default 1e-3)");
+  AddNumber(app, "--threads", &a->threads, "Threads of each host compute pool (0: the schedule's for the optimizer and conversions, at most this rank's share of the cores; every core for the rest)", 0, kMaxThreads)->capture_default_str();
+  AddNumber(app, "--lr", &a->lr, "AdamW's peak learning rate, in place of the scenario's training.optimizer.lr (0: the scenario's, whose default is 1e-3)", 0.0f, 1e3f);
   app->add_flag("--in-memory", a->in_memory, "Ignore the schedule: the same training as a plain loop in memory (the reference)");
   app->add_option("--checkpoint", a->checkpoint, "Directory for the training checkpoint (master weights, Adam moments, step)");
-  app->add_option("--checkpoint-every", a->checkpoint_every, "Save a checkpoint after every K iterations (needs --checkpoint)");
+  AddNumber(app, "--checkpoint-every", &a->checkpoint_every, "Save a checkpoint after every K iterations (needs --checkpoint)", int64_t{0}, kMaxIterations);
   app->add_flag("--resume", a->resume, "Start from the committed checkpoint in --checkpoint, if any; -n is the total to reach");
-  app->add_option("--exit-after-tasks", a->exit_after_tasks, "Testing: exit at once (as if killed) after N task completions")
+  AddNumber(app, "--exit-after-tasks", &a->exit_after_tasks, "Testing: exit at once (as if killed) after N task completions", int64_t{0})
       ->group("");
-  app->add_option("--fail-io-after", a->fail_io_after, "Testing: the I/O operation after N fails with EIO")->group("");
-  app->add_option("--exit-rank", a->exit_rank, "Testing: under mpirun, only this rank exits or fails (--exit-after-tasks, --fail-io-after)")
+  AddNumber(app, "--fail-io-after", &a->fail_io_after, "Testing: the I/O operation after N fails with EIO", int64_t{-1})->group("");
+  AddNumber(app, "--exit-rank", &a->exit_rank, "Testing: under mpirun, only this rank exits or fails (--exit-after-tasks, --fail-io-after)", -1, 65535)
       ->group("");
   app->add_flag("--plain-loop", a->plain_loop,
                 "Run the schedule's tasks one at a time in topological order, without the dispatcher (its overhead's baseline)");

@@ -91,7 +91,6 @@ Status RunSim(const SimArgs& a) {
   (void)a;
   return Unavailable("this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
 #else
-  if (a.iterations < 1) return InvalidArgument("--iterations must be >= 1");
   for (const auto& [output, flag] : {std::pair{a.records, "--records"}, std::pair{a.trace, "--trace"}}) {
     if (output.empty()) continue;
     TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.input, flag));
@@ -171,7 +170,7 @@ Command MakeSim(CLI::App& parent) {
   auto* a = Keep<SimArgs>();
   CLI::App* app = parent.add_subcommand("sim", "Simulate a scenario or a schedule on SimGrid");
   app->add_option("input", a->input, "Scenario (YAML) or schedule (JSON)")->required();
-  app->add_option("-n,--iterations", a->iterations, "Iterations to simulate")->capture_default_str();
+  AddNumber(app, "-n,--iterations", &a->iterations, "Iterations to simulate", int64_t{1})->capture_default_str();
   app->add_option("--trace", a->trace, "Write a Chrome/Perfetto timeline (JSON)");
   app->add_option("--records", a->records, "Write the trace records (JSON Lines)");
   AddSetOption(app, &a->sets);

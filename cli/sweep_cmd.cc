@@ -60,9 +60,7 @@ Status RunMerge(const SweepArgs& a) {
 Status RunSweepVerb(const SweepArgs& a) {
   if (a.merge->parsed()) return RunMerge(a);
   if (a.input.empty()) return InvalidArgument("sweep: give a SWEEP.yaml (or `tierflow sweep merge A.csv B.csv -o all.csv`)");
-  if (a.top < 0) return InvalidArgument("--top must be >= 0");
   const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (a.jobs < 0) return InvalidArgument("-j must be >= 1");
   sweep::Shard shard;
   if (!a.shard.empty()) {
     TF_ASSIGN_OR_RETURN(shard, sweep::ParseShard(a.shard));
@@ -149,11 +147,11 @@ Command MakeSweep(CLI::App& parent) {
   auto* a = Keep<SweepArgs>();
   CLI::App* app = parent.add_subcommand("sweep", "Simulate many variations of a scenario in parallel into a CSV");
   app->add_option("sweep", a->input, "Sweep file (YAML, docs/sweep-format.md)");
-  app->add_option("-j,--jobs", a->jobs, "Worker processes (default: one per core)");
+  AddNumber(app, "-j,--jobs", &a->jobs, "Worker processes (0: one per core)", 0, 1024);
   app->add_option("-o,--output", a->output, "CSV to write (default: <sweep name>.csv)");
   app->add_option("--plot", a->plot, "Also write a PNG plot (needs gnuplot)");
   app->add_option("--shard", a->shard, "Run only slice I of N (runs with index % N == I), e.g. 0/4");
-  app->add_option("--top", a->top, "Rows of the ranked table")->capture_default_str();
+  AddNumber(app, "--top", &a->top, "Rows of the ranked table", 0)->capture_default_str();
   app->add_option("--parallelism", a->parallelism,
                   "processes: a worker process plans and simulates each run (fastest); threads: threads plan, "
                   "each simulation forks")
@@ -166,7 +164,7 @@ Command MakeSweep(CLI::App& parent) {
   a->merge->add_option("csv", a->merge_inputs, "Shard CSVs")->required();
   a->merge->add_option("-o,--output", a->merge_output, "Merged CSV to write")->required();
   a->merge->add_option("--plot", a->merge_plot, "Also write a PNG plot (needs gnuplot)");
-  a->merge->add_option("--top", a->merge_top, "Rows of the ranked table")->capture_default_str();
+  AddNumber(a->merge, "--top", &a->merge_top, "Rows of the ranked table", 0)->capture_default_str();
   return {app, [a] {
 #ifdef TIERFLOW_HAVE_SIMGRID
             return RunSweepVerb(*a);

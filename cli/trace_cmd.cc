@@ -94,7 +94,6 @@ Status RunChrome(const TraceOptions& o) {
 Status RunCompare(const TraceOptions& o) {
   TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> a, ReadTraceFile(o.traces.at(0)));
   TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> b, ReadTraceFile(o.traces.at(1)));
-  if (o.worst < 0) return InvalidArgument("--worst must be >= 0");
   traces::CompareOptions options;
   options.worst_count = o.worst;
   traces::TraceComparison c = traces::Compare(a, b, options);
@@ -129,7 +128,7 @@ Command MakeTraceCommand(CLI::App& parent) {
   TraceOptions* compare = Keep<TraceOptions>();
   CLI::App* k = app->add_subcommand("compare", "Compare two traces of one schedule; errors are (B - A) / A");
   k->add_option("traces", compare->traces, "A.jsonl (the reference) and B.jsonl")->required()->expected(2);
-  k->add_option("--worst", compare->worst, "how many worst tasks to list")->capture_default_str();
+  AddNumber(k, "--worst", &compare->worst, "how many worst tasks to list", 0)->capture_default_str();
   k->add_flag("--json", compare->json, "print JSON instead of tables");
 
   return Command{app, [=]() -> Status {

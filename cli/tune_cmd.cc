@@ -52,9 +52,7 @@ Status RunTune(const TuneArgs& a) {
     TF_ASSIGN_OR_RETURN(options.budget, sweep::ParseMemoryBudget(a.budget));
   }
   options.iterations = a.iterations;
-  if (a.rounds < 1) return InvalidArgument("--rounds must be >= 1, got " + std::to_string(a.rounds));
   options.max_rounds = a.rounds;
-  if (a.jobs < 0) return InvalidArgument("-j must be >= 1");
   options.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Progress: an open-ended search, so a status line (stage, the batch under way with its ETA,
   // evaluations, best) rather than one bar.
@@ -237,10 +235,9 @@ Command MakeTune(CLI::App& parent) {
   app->add_option("--memory-budget", a->budget,
                   "hardware (default: each GPU's memory, DRAM less cpu.host_reserve per node), baseline (the baseline's own peaks), or host=SIZE,gpu=SIZE");
   app->add_option("--policy", a->policies, "Policy to search (repeatable; default: every policy)")->take_all();
-  app->add_option("-j,--jobs", a->jobs, "Worker processes (default: one per core)");
-  app->add_option("-n,--iterations", a->iterations, "Iterations simulated per candidate")->capture_default_str();
-  app->add_option("--rounds", a->rounds,
-                  "Coordinate-descent rounds per policy: fewer for a quick look (each round tries every knob, then pairs)")
+  AddNumber(app, "-j,--jobs", &a->jobs, "Worker processes (0: one per core)", 0, 1024);
+  AddNumber(app, "-n,--iterations", &a->iterations, "Iterations simulated per candidate", int64_t{1}, int64_t{1000})->capture_default_str();
+  AddNumber(app, "--rounds", &a->rounds, "Coordinate-descent rounds per policy: fewer for a quick look (each round tries every knob, then pairs)", 1, 1000)
       ->capture_default_str();
   app->add_option("-o,--output", a->output, "Schedule file to write (default: <scenario name>.tuned.json)");
   AddSetOption(app, &a->sets);

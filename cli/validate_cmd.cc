@@ -55,11 +55,6 @@ Status RunValidate(const ValidateArgs& a) {
   (void)a;
   return Unavailable("validate needs the simulator: this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
 #else
-  // The steady-state mean drops the first and the last iteration (docs/trace-format.md).
-  if (a.iterations < 3) {
-    return InvalidArgument("--iterations must be >= 3 (the first is warm-up and the last drains alone; the mean needs one between)");
-  }
-  if (a.repeats < 1) return InvalidArgument("--repeats must be >= 1");
   // Several ranks: one process per rank under mpirun, as `run` (docs/executor.md "Many ranks");
   // every rank runs the real runs, rank 0 compares every rank's records with sim's and reports.
   std::unique_ptr<real::Collective> comm;
@@ -209,13 +204,13 @@ Command MakeValidate(CLI::App& parent) {
   app->add_option("--profile", a->profile, "Hardware profile to simulate on (from tierflow calibrate)")->required();
   app->add_option("--disk", a->disks, "Directory for nvme0, then nvme1, ..., remote0, ..., or NAME=DIR (as tierflow run)");
   app->add_option("--disk-root", a->disk_root, "A subdirectory here for every storage device without a --disk (as tierflow run)");
-  app->add_option("-n,--iterations", a->iterations, "Iterations of each (the first is warm-up)")->capture_default_str();
+  AddNumber(app, "-n,--iterations", &a->iterations, "Iterations of each, at least 3 (the steady-state mean drops the first, a warm-up, and the last, which drains alone: docs/trace-format.md)", int64_t{3}, int64_t{1000000})->capture_default_str();
   app->add_option("--data", a->data, std::string("Training text or token file; default: the shipped ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end of the real run: uring, posix, auto")->capture_default_str();
   app->add_option("--trace", a->trace, "Write both timelines (real and sim) into one Perfetto file");
   app->add_option("--records-dir", a->records_dir, "Write real.jsonl and sim.jsonl there");
-  app->add_option("--worst", a->worst, "How many worst tasks to list")->capture_default_str();
-  app->add_option("--repeats", a->repeats, "Real runs; the one of median iteration time is compared")->capture_default_str();
+  AddNumber(app, "--worst", &a->worst, "How many worst tasks to list", 0)->capture_default_str();
+  AddNumber(app, "--repeats", &a->repeats, "Real runs; the one of median iteration time is compared", 1, 1000)->capture_default_str();
   AddSetOption(app, &a->sets);
   app->add_flag("--json", a->json, "Print the result as JSON");
   return {app, [a] { return RunValidate(*a); }};

@@ -1,5 +1,7 @@
 #include "tierflow/core/units.h"
 
+#include "tierflow/core/text.h"
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -23,9 +25,9 @@ StatusOr<Split> SplitQuantity(std::string_view text, const char* kind) {
   char* end = nullptr;
   double number = std::strtod(s.c_str(), &end);
   if (end == s.c_str()) {
-    return InvalidArgument("'" + s + "' is not a " + kind + " (expected a number and a unit)");
+    return InvalidArgument(Quoted(s) + " is not a " + kind + " (expected a number and a unit)");
   }
-  if (!std::isfinite(number)) return InvalidArgument("'" + s + "' is not a finite " + kind);
+  if (!std::isfinite(number)) return InvalidArgument(Quoted(s) + " is not a finite " + kind);
   std::string unit(end);
   size_t u = 0;
   while (u < unit.size() && std::isspace(static_cast<unsigned char>(unit[u]))) ++u;
@@ -60,19 +62,17 @@ StatusOr<int64_t> ParseBytes(std::string_view text, bool allow_bare) {
   double mult = 1.0;
   if (unit.empty()) {
     if (!allow_bare) {
-      return InvalidArgument("size '" + std::string(text) +
-                             "' has no unit (write e.g. '4096 B', '1 MiB', '80 GB')");
+      return InvalidArgument("size " + Quoted(text) + " has no unit (write e.g. '4096 B', '1 MiB', '80 GB')");
     }
   } else {
     TakePrefix(&unit, &mult);
     if (unit != "B" && unit != "bytes" && unit != "byte") {
-      return InvalidArgument("size '" + std::string(text) +
-                             "' has unit '" + q.unit + "' (accepted: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+      return InvalidArgument("size " + Quoted(text) + " has unit '" + q.unit + "' (accepted: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)");
     }
   }
   double bytes = q.number * mult;
-  if (bytes < 0) return InvalidArgument("size '" + std::string(text) + "' is negative");
-  if (bytes > 9.0e18) return InvalidArgument("size '" + std::string(text) + "' is too large");
+  if (bytes < 0) return InvalidArgument("size " + Quoted(text) + " is negative (a size from 0 B to 9e18 B)");
+  if (bytes > 9.0e18) return InvalidArgument("size " + Quoted(text) + " is above 9e18 B (a size from 0 B to 9e18 B)");
   return static_cast<int64_t>(std::llround(bytes));
 }
 
@@ -82,10 +82,9 @@ StatusOr<double> ParseBandwidth(std::string_view text) {
   double mult = 1.0;
   TakePrefix(&unit, &mult);
   if (unit != "B/s") {
-    return InvalidArgument("bandwidth '" + std::string(text) +
-                           "' needs a unit per second (accepted: B/s, MB/s, GB/s, GiB/s, ...)");
+    return InvalidArgument("bandwidth " + Quoted(text) + " needs a unit per second (accepted: B/s, MB/s, GB/s, GiB/s, ...)");
   }
-  if (q.number <= 0) return InvalidArgument("bandwidth '" + std::string(text) + "' must be positive");
+  if (q.number <= 0) return InvalidArgument("bandwidth " + Quoted(text) + " must be positive");
   return q.number * mult;
 }
 
@@ -97,12 +96,11 @@ StatusOr<double> ParseDuration(std::string_view text) {
   } kUnits[] = {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}, {"h", 3600.0}};
   for (const auto& u : kUnits) {
     if (q.unit == u.unit) {
-      if (q.number < 0) return InvalidArgument("duration '" + std::string(text) + "' is negative");
+      if (q.number < 0) return InvalidArgument("duration " + Quoted(text) + " is negative");
       return q.number * u.seconds;
     }
   }
-  return InvalidArgument("duration '" + std::string(text) +
-                         "' needs a unit (accepted: ns, us, ms, s, min, h)");
+  return InvalidArgument("duration " + Quoted(text) + " needs a unit (accepted: ns, us, ms, s, min, h)");
 }
 
 StatusOr<double> ParseFlopRate(std::string_view text) {
@@ -111,10 +109,9 @@ StatusOr<double> ParseFlopRate(std::string_view text) {
   double mult = 1.0;
   TakePrefix(&unit, &mult);
   if (unit != "FLOP/s" && unit != "FLOPS") {
-    return InvalidArgument("compute rate '" + std::string(text) +
-                           "' needs a unit (accepted: FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s)");
+    return InvalidArgument("compute rate " + Quoted(text) + " needs a unit (accepted: FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s)");
   }
-  if (q.number <= 0) return InvalidArgument("compute rate '" + std::string(text) + "' must be positive");
+  if (q.number <= 0) return InvalidArgument("compute rate " + Quoted(text) + " must be positive");
   return q.number * mult;
 }
 

@@ -256,6 +256,21 @@ StatusOr<LlmConfig> LlmPreset(std::string_view name) {
                   "; or a Hugging Face model directory as model.hf_dir)");
 }
 
+namespace {
+
+// Far above any model trained (GPT-3: 96 layers, hidden 12288; Llama 3: vocab 128256), low enough
+// that parameter and FLOP counts stay exact in int64 and double, and that a typo cannot make the
+// planner build billions of tasks.
+int64_t MostOfDimension(std::string_view dim) {
+  if (dim == "layers") return 10'000;
+  if (dim == "hidden") return int64_t{1} << 20;
+  if (dim == "ffn") return int64_t{1} << 22;
+  if (dim == "heads" || dim == "kv_heads") return int64_t{1} << 16;
+  return int64_t{1} << 24;  // vocab, max_seq
+}
+
+}  // namespace
+
 Status ValidateLlm(const LlmConfig& c) {
   const struct {
     const char* field;
@@ -264,18 +279,15 @@ Status ValidateLlm(const LlmConfig& c) {
               {"heads", c.heads},    {"kv_heads", c.kv_heads}, {"vocab", c.vocab},
               {"max_seq", c.max_seq}};
   std::string who = c.name.empty() ? "model" : "model '" + c.name + "'";
-  // Far above any model trained (GPT-3: 96 layers, hidden 12288; Llama 3: vocab 128256), low
-  // enough that parameter and FLOP counts stay exact in int64 and double, and that a typo cannot
-  // make the planner build billions of tasks.
-  const int64_t most[] = {int64_t{1} << 20, int64_t{1} << 22, 10'000, int64_t{1} << 16, int64_t{1} << 16, int64_t{1} << 24, int64_t{1} << 24};
   for (size_t i = 0; i < std::size(dims); ++i) {
     const auto& d = dims[i];
+    const int64_t most = MostOfDimension(d.field);
     if (d.value <= 0) {
       return InvalidArgument(who + ": " + d.field + " must be positive, got " +
                              std::to_string(d.value));
     }
-    if (d.value > most[i]) {
-      return InvalidArgument(who + ": " + d.field + " " + std::to_string(d.value) + " is above the most tierflow models, " + std::to_string(most[i]));
+    if (d.value > most) {
+      return InvalidArgument(who + ": " + d.field + " " + std::to_string(d.value) + " is above the most tierflow models, " + std::to_string(most));
     }
   }
   if (c.hidden % c.heads != 0) {
@@ -558,13 +570,9 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
   std::vector<std::string> overridden;
   for (const Dim& d : dims) {
     const bool present = r.Has(d.key);
-    TF_RETURN_IF_ERROR(r.Int(d.key, d.field));
+    TF_RETURN_IF_ERROR(r.Int(d.key, d.field, 1, MostOfDimension(d.key)));
     if (present) {
       overridden.push_back(d.key);
-      if (*d.field <= 0) {
-        return InvalidArgument(r.KeyPath(d.key) + ": must be positive, got " +
-                               std::to_string(*d.field));
-      }
     } else if (!has_base && std::string(d.key) != "kv_heads") {
       return InvalidArgument(r.KeyPath(d.key) + ": missing (give every dimension, a preset or an hf_dir)");
     }

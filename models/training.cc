@@ -3,66 +3,50 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
+#include "tierflow/core/text.h"
 #include "tierflow/models/yaml_tree.h"
 
 namespace tierflow::models {
 namespace {
 
-std::string Q(const std::string& s) { return "'" + s + "'"; }
+std::string Q(const std::string& s) { return Quoted(s); }
 
-// An integer in [1, most] (or [0, most]), bounded before it is converted.
+// An integer in [1, most] (or [0, most]): core's one rule (ParseInteger), before it is converted.
 StatusOr<int64_t> PositiveInt(const YAML::Node& node, const std::string& where, int64_t most, bool allow_zero = false) {
   if (!node.IsScalar()) return InvalidArgument(where + ": expected an integer");
-  double v;
-  try {
-    v = node.as<double>();
-  } catch (const YAML::Exception&) {
-    return InvalidArgument(where + ": " + Q(node.Scalar()) + " is not an integer");
-  }
-  if (v != std::floor(v)) return InvalidArgument(where + ": " + Q(node.Scalar()) + " is not an integer");
-  if (v < 0 || (!allow_zero && v == 0)) {
-    return InvalidArgument(where + ": " + Q(node.Scalar()) + (allow_zero ? " must be >= 0" : " must be > 0"));
-  }
-  if (v > static_cast<double>(most)) return InvalidArgument(where + ": " + Q(node.Scalar()) + " is above " + std::to_string(most));
-  return static_cast<int64_t>(v);
+  return ParseInteger(node.Scalar(), where, allow_zero ? 0 : 1, most);
 }
 
-// A finite number in [lo, hi]; `rule` says the range in the error.
-StatusOr<double> Number(const YAML::Node& node, const std::string& where, double lo, double hi, const std::string& rule) {
+// A finite number in [lo, hi] (ParseReal).
+StatusOr<double> Number(const YAML::Node& node, const std::string& where, double lo, double hi) {
   if (!node.IsScalar()) return InvalidArgument(where + ": expected a number");
-  double v = 0;
-  try {
-    v = node.as<double>();
-  } catch (const YAML::Exception&) {
-    return InvalidArgument(where + ": " + Q(node.Scalar()) + " is not a number");
-  }
-  if (!std::isfinite(v) || v < lo || v > hi) return InvalidArgument(where + ": " + Q(node.Scalar()) + " " + rule);
-  return v;
+  return ParseReal(node.Scalar(), where, lo, hi);
 }
 
 Status ReadOptimizer(const YAML::Node& node, OptimizerSetup* o) {
   if (node.IsNull()) return Status::Ok();
   TF_RETURN_IF_ERROR(CheckYamlKeys(node, "training.optimizer", {"lr", "betas", "eps", "weight_decay"}));
   if (node["lr"]) {
-    TF_ASSIGN_OR_RETURN(o->lr, Number(node["lr"], "training.optimizer.lr", 0, 1e3, "must be a finite number > 0"));
+    TF_ASSIGN_OR_RETURN(o->lr, Number(node["lr"], "training.optimizer.lr", 0, 1e3));
     if (!(o->lr > 0)) return InvalidArgument("training.optimizer.lr: " + Q(node["lr"].Scalar()) + " must be a finite number > 0");
   }
   if (node["betas"]) {
     const YAML::Node& b = node["betas"];
     if (!b.IsSequence() || b.size() != 2) return InvalidArgument("training.optimizer.betas: expected [beta1, beta2]");
-    TF_ASSIGN_OR_RETURN(o->beta1, Number(b[0], "training.optimizer.betas[0]", 0, 1, "must be in [0, 1)"));
-    TF_ASSIGN_OR_RETURN(o->beta2, Number(b[1], "training.optimizer.betas[1]", 0, 1, "must be in [0, 1)"));
+    TF_ASSIGN_OR_RETURN(o->beta1, Number(b[0], "training.optimizer.betas[0]", 0, 1));
+    TF_ASSIGN_OR_RETURN(o->beta2, Number(b[1], "training.optimizer.betas[1]", 0, 1));
     if (o->beta1 >= 1 || o->beta2 >= 1) return InvalidArgument("training.optimizer.betas: each must be in [0, 1)");
   }
   if (node["eps"]) {
-    TF_ASSIGN_OR_RETURN(o->eps, Number(node["eps"], "training.optimizer.eps", 0, 1, "must be in (0, 1]"));
+    TF_ASSIGN_OR_RETURN(o->eps, Number(node["eps"], "training.optimizer.eps", 0, 1));
     if (!(o->eps > 0)) return InvalidArgument("training.optimizer.eps: " + Q(node["eps"].Scalar()) + " must be in (0, 1]");
   }
   if (node["weight_decay"]) {
-    TF_ASSIGN_OR_RETURN(o->weight_decay, Number(node["weight_decay"], "training.optimizer.weight_decay", 0, 1, "must be in [0, 1]"));
+    TF_ASSIGN_OR_RETURN(o->weight_decay, Number(node["weight_decay"], "training.optimizer.weight_decay", 0, 1));
   }
   return Status::Ok();
 }
@@ -86,7 +70,7 @@ Status ReadLrSchedule(const YAML::Node& node, LrScheduleSetup* s) {
     TF_ASSIGN_OR_RETURN(s->total_steps, PositiveInt(node["total_steps"], "training.lr_schedule.total_steps", int64_t{1} << 40, true));
   }
   if (node["min_lr_ratio"]) {
-    TF_ASSIGN_OR_RETURN(s->min_lr_ratio, Number(node["min_lr_ratio"], "training.lr_schedule.min_lr_ratio", 0, 1, "must be in [0, 1]"));
+    TF_ASSIGN_OR_RETURN(s->min_lr_ratio, Number(node["min_lr_ratio"], "training.lr_schedule.min_lr_ratio", 0, 1));
   }
   for (const char* key : {"warmup_type", "warmup_min_ratio"}) {
     if (node[key] && !s->deepspeed()) {
@@ -102,7 +86,7 @@ Status ReadLrSchedule(const YAML::Node& node, LrScheduleSetup* s) {
   }
   if (node["warmup_min_ratio"]) {
     TF_ASSIGN_OR_RETURN(s->warmup_min_ratio,
-                        Number(node["warmup_min_ratio"], "training.lr_schedule.warmup_min_ratio", 0, 1, "must be in [0, 1]"));
+                        Number(node["warmup_min_ratio"], "training.lr_schedule.warmup_min_ratio", 0, 1));
   }
   if ((s->type == "linear" || s->type == "cosine") && s->total_steps <= s->warmup_steps) {
     return InvalidArgument("training.lr_schedule: a " + s->type + " schedule needs total_steps above warmup_steps (" +
@@ -162,16 +146,8 @@ StatusOr<TrainingSetup> TrainingFromYaml(const YAML::Node& node) {
       }
     }
     if (node["gradient_clipping"]) {
-      const YAML::Node& c = node["gradient_clipping"];
-      double v = -1;
-      try {
-        v = c.as<double>();
-      } catch (const YAML::Exception&) {
-        return InvalidArgument("training.gradient_clipping: " + Q(c.IsScalar() ? c.Scalar() : "?") + " is not a number");
-      }
-      if (!(v >= 0) || !std::isfinite(v)) {
-        return InvalidArgument("training.gradient_clipping: " + Q(c.Scalar()) + " must be a finite number >= 0 (0 = off)");
-      }
+      TF_ASSIGN_OR_RETURN(const double v, Number(node["gradient_clipping"], "training.gradient_clipping", 0,
+                                                  std::numeric_limits<double>::max()));
       t.gradient_clipping = v;
     }
     if (node["optimizer"]) TF_RETURN_IF_ERROR(ReadOptimizer(node["optimizer"], &t.optimizer));

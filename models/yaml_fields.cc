@@ -6,7 +6,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
+#include "tierflow/core/text.h"
 #include "tierflow/core/units.h"
 
 namespace tierflow::models::internal {
@@ -43,7 +45,7 @@ StatusOr<double> ParseElementRate(const std::string& text) {
   char* end = nullptr;
   double number = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || !std::isfinite(number)) {
-    return InvalidArgument("'" + s + "' is not an element rate (write e.g. '150 M elements/s')");
+    return InvalidArgument(Quoted(s) + " is not an element rate (write e.g. '150 M elements/s')");
   }
   std::string unit;
   for (const char* p = end; *p; ++p) {
@@ -57,11 +59,10 @@ StatusOr<double> ParseElementRate(const std::string& text) {
     unit.erase(0, 1);
   }
   if (unit != "elements/s" && unit != "elem/s") {
-    return InvalidArgument("element rate '" + s +
-                           "' needs a unit (accepted: elements/s, k elements/s, M elements/s, "
+    return InvalidArgument("element rate " + Quoted(s) + " needs a unit (accepted: elements/s, k elements/s, M elements/s, "
                            "G elements/s; 'elem/s' also accepted)");
   }
-  if (number <= 0) return InvalidArgument("element rate '" + s + "' must be positive");
+  if (number <= 0) return InvalidArgument("element rate " + Quoted(s) + " must be positive");
   return number * mult;
 }
 
@@ -127,27 +128,17 @@ Status FieldReader::String(const std::string& key, std::string* out) {
   return Status::Ok();
 }
 
-Status FieldReader::Int(const std::string& key, int64_t* out) {
+Status FieldReader::Int(const std::string& key, int64_t* out, int64_t lo, int64_t hi) {
   bool present = false;
   TF_ASSIGN_OR_RETURN(std::string s, Scalar(key, &present));
   if (!present) return Status::Ok();
-  std::string t = Trim(s);
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(t.c_str(), &end, 10);
-  if (t.empty() || end == t.c_str() || *end != '\0' || errno == ERANGE) {
-    return InvalidArgument(KeyPath(key) + ": '" + s + "' is not an integer");
-  }
-  *out = static_cast<int64_t>(v);
+  TF_ASSIGN_OR_RETURN(*out, ParseInteger(s, KeyPath(key), lo, hi));
   return Status::Ok();
 }
 
-Status FieldReader::Int32(const std::string& key, int32_t* out) {
+Status FieldReader::Int32(const std::string& key, int32_t* out, int32_t lo, int32_t hi) {
   int64_t v = *out;
-  TF_RETURN_IF_ERROR(Int(key, &v));
-  if (v > INT32_MAX || v < INT32_MIN) {
-    return InvalidArgument(KeyPath(key) + ": " + std::to_string(v) + " is out of range");
-  }
+  TF_RETURN_IF_ERROR(Int(key, &v, lo, hi));
   *out = static_cast<int32_t>(v);
   return Status::Ok();
 }
@@ -157,9 +148,9 @@ Status FieldReader::Fraction(const std::string& key, double* out) {
   TF_ASSIGN_OR_RETURN(std::string s, Scalar(key, &present));
   if (!present) return Status::Ok();
   if (!IsBareNumber(s)) {
-    return InvalidArgument(KeyPath(key) + ": '" + s + "' is not a number (a plain ratio, no unit)");
+    return InvalidArgument(KeyPath(key) + ": " + Quoted(s) + " is not a number (a plain ratio, no unit)");
   }
-  *out = std::strtod(Trim(s).c_str(), nullptr);
+  TF_ASSIGN_OR_RETURN(*out, ParseReal(s, KeyPath(key), std::numeric_limits<double>::lowest(), std::numeric_limits<double>::max()));
   return Status::Ok();
 }
 
@@ -173,7 +164,7 @@ Status FieldReader::Bool(const std::string& key, bool* out) {
   } else if (t == "false" || t == "no" || t == "off") {
     *out = false;
   } else {
-    return InvalidArgument(KeyPath(key) + ": '" + s + "' is not true or false");
+    return InvalidArgument(KeyPath(key) + ": " + Quoted(s) + " is not true or false");
   }
   return Status::Ok();
 }
@@ -187,7 +178,7 @@ Status ReadQuantity(FieldReader* reader, const std::string& key, const std::stri
   const std::string& s = scalar.value();
   if (IsBareNumber(s)) {
     std::string t = Trim(s);
-    return InvalidArgument(reader->KeyPath(key) + ": '" + t + "' has no unit (write e.g. '" + t +
+    return InvalidArgument(reader->KeyPath(key) + ": " + Quoted(t) + " has no unit (write e.g. '" + t +
                            " " + example_unit + "')");
   }
   auto v = parse(s);

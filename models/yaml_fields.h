@@ -31,9 +31,11 @@ class FieldReader {
   bool Has(const std::string& key);  // marks the key as known
 
   Status String(const std::string& key, std::string* out);
-  Status Int(const std::string& key, int64_t* out);  // a count: bare integer, no unit
-  Status Int32(const std::string& key, int32_t* out);
-  Status Fraction(const std::string& key, double* out);  // a bare number (ratios, efficiencies)
+  // Numbers follow core's one rule (ParseInteger, ParseReal in tierflow/core/text.h): the error
+  // names the key path and the range, and echoes at most a few dozen characters of the value.
+  Status Int(const std::string& key, int64_t* out, int64_t lo = 0, int64_t hi = INT64_MAX);  // a count: no unit
+  Status Int32(const std::string& key, int32_t* out, int32_t lo = 0, int32_t hi = INT32_MAX);
+  Status Fraction(const std::string& key, double* out);  // a finite bare number (ratios, efficiencies)
   Status Bool(const std::string& key, bool* out);
   Status Bytes(const std::string& key, int64_t* out);       // "80 GiB"
   Status Bandwidth(const std::string& key, double* out);    // "25 GB/s"

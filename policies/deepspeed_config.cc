@@ -14,6 +14,7 @@
 #include "hf_trainer_auto.h"
 #include "policies_internal.h"
 #include "tierflow/core/json_checked.h"
+#include "tierflow/core/text.h"
 
 namespace tierflow::policies {
 namespace {
@@ -59,10 +60,8 @@ class Section {
     const Json* v = Get(key);
     if (v == nullptr) return std::optional<int64_t>();
     if (!v->is_number()) return InvalidArgument(Path(key) + ": expected a number, got " + v->dump());
-    const StatusOr<int64_t> i = JsonInteger<int64_t>(*v, Path(key));
-    if (!i.ok()) return InvalidArgument(Path(key) + ": " + v->dump() + " is not an integer");
-    if (*i < min) return InvalidArgument(Path(key) + ": " + v->dump() + " must be >= " + std::to_string(min));
-    return std::optional<int64_t>(*i);
+    TF_ASSIGN_OR_RETURN(const int64_t i, ParseInteger(v->dump(), Path(key), min, INT64_MAX));
+    return std::optional<int64_t>(i);
   }
   StatusOr<std::optional<double>> Number(const std::string& key) {
     const Json* v = Get(key);

@@ -4,16 +4,18 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
+#include "tierflow/core/text.h"
 #include "tierflow/core/units.h"
 #include "tierflow/models/yaml_tree.h"
 
 namespace tierflow::policies {
 namespace {
 
-std::string Q(const std::string& s) { return "'" + s + "'"; }
+std::string Q(const std::string& s) { return Quoted(s); }
 
 using models::CheckYamlKeys;
 
@@ -69,20 +71,14 @@ StatusOr<bool> Knobs::Bool(const std::string& name, bool default_value) {
   return InvalidArgument("policy." + name + ": " + Q(it->second) + " is not true or false");
 }
 
-StatusOr<int64_t> Knobs::Int(const std::string& name, int64_t default_value) {
+StatusOr<int64_t> Knobs::Int(const std::string& name, int64_t default_value, int64_t lo, int64_t hi) {
   read_.insert(name);
   auto it = values_.find(name);
   if (it == values_.end()) {
     NoteDefault(name, std::to_string(default_value));
     return default_value;
   }
-  char* end = nullptr;
-  double v = std::strtod(it->second.c_str(), &end);
-  if (end == it->second.c_str() || *end != '\0' || v != std::floor(v) || !std::isfinite(v)) {
-    return InvalidArgument("policy." + name + ": " + Q(it->second) + " is not an integer");
-  }
-  if (v < 0) return InvalidArgument("policy." + name + ": " + Q(it->second) + " must be >= 0");
-  return static_cast<int64_t>(v);
+  return ParseInteger(it->second, "policy." + name, lo, hi);
 }
 
 StatusOr<int64_t> Knobs::Bytes(const std::string& name, int64_t default_value) {
@@ -104,12 +100,7 @@ StatusOr<double> Knobs::Number(const std::string& name, double default_value) {
     NoteDefault(name, fmt::format("{}", default_value));
     return default_value;
   }
-  char* end = nullptr;
-  double v = std::strtod(it->second.c_str(), &end);
-  if (end == it->second.c_str() || *end != '\0' || !std::isfinite(v)) {
-    return InvalidArgument("policy." + name + ": " + Q(it->second) + " is not a number");
-  }
-  return v;
+  return ParseReal(it->second, "policy." + name, std::numeric_limits<double>::lowest(), std::numeric_limits<double>::max());
 }
 
 StatusOr<std::string> Knobs::String(const std::string& name, const std::string& default_value,

@@ -1,7 +1,11 @@
-// The UTF-8 check every text input passes at the door.
+// The UTF-8 check every text input passes at the door, and the one rule for every number.
 #include "tierflow/core/text.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
+#include <map>
+#include <string>
 
 namespace tierflow {
 namespace {
@@ -22,6 +26,65 @@ TEST(Utf8, EveryMalformedFormIsNamedWithItsOffset) {
   EXPECT_EQ(CheckUtf8("ok\xed\xa0\x80", "x").message(), "x: byte 2 (0xED) is not UTF-8");    // a surrogate
   EXPECT_EQ(CheckUtf8("\xf4\x90\x80\x80", "x").message(), "x: byte 0 (0xF4) is not UTF-8");  // above U+10FFFF
   EXPECT_EQ(CheckUtf8("\x80", "x").message(), "x: byte 0 (0x80) is not UTF-8");              // a lone continuation
+}
+
+
+TEST(Numbers, AnIntegerInItsRange) {
+  EXPECT_EQ(*ParseInteger("42", "k", 1, 100), 42);
+  EXPECT_EQ(*ParseInteger(" 1e2 ", "k", 1, 100), 100);
+  EXPECT_EQ(*ParseInteger("2.0", "k", 1, 100), 2);
+  EXPECT_EQ(*ParseInteger("-9223372036854775808", "k", INT64_MIN, INT64_MAX), INT64_MIN);
+  EXPECT_EQ(*ParseInteger("9223372036854775807", "k", 0, INT64_MAX), INT64_MAX);
+}
+
+TEST(Numbers, EveryValuePastItsRangeNamesTheRange) {
+  // The values of the hostile suite: 0, -1, 2^31, 2^63, 2^64, 1e308 and NaN against [1, 2^20].
+  const std::map<std::string, std::string> want = {
+      {"0", "k: '0' is below 1 (an integer from 1 to 1048576)"},
+      {"-1", "k: '-1' is below 1 (an integer from 1 to 1048576)"},
+      {"2147483648", "k: '2147483648' is above 1048576 (an integer from 1 to 1048576)"},
+      {"9223372036854775808", "k: '9223372036854775808' is above 1048576 (an integer from 1 to 1048576)"},
+      {"18446744073709551616", "k: '18446744073709551616' is above 1048576 (an integer from 1 to 1048576)"},
+      {"-18446744073709551616", "k: '-18446744073709551616' is below 1 (an integer from 1 to 1048576)"},
+      {"1e308", "k: '1e308' is above 1048576 (an integer from 1 to 1048576)"},
+      {"-1e308", "k: '-1e308' is below 1 (an integer from 1 to 1048576)"},
+      {"1e20", "k: '1e20' is above 1048576 (an integer from 1 to 1048576)"},
+      {"nan", "k: 'nan' is not an integer (an integer from 1 to 1048576)"},
+      {"inf", "k: 'inf' is above 1048576 (an integer from 1 to 1048576)"},
+      {"1.5", "k: '1.5' is not an integer (an integer from 1 to 1048576)"},
+      {"4 KiB", "k: '4 KiB' is not an integer (an integer from 1 to 1048576)"},
+      {"", "k: '' is not an integer (an integer from 1 to 1048576)"},
+  };
+  for (const auto& [text, message] : want) {
+    auto v = ParseInteger(text, "k", 1, 1 << 20);
+    ASSERT_FALSE(v.ok()) << text;
+    EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(v.status().message(), message);
+  }
+  EXPECT_EQ(ParseInteger("9223372036854775808", "k", 0, INT64_MAX).status().message(),
+            "k: '9223372036854775808' is above 9223372036854775807 (an integer of at least 0)");
+}
+
+TEST(Numbers, ARealIsFiniteAndInItsRange) {
+  EXPECT_EQ(*ParseReal("0.5", "f", 0, 1), 0.5);
+  EXPECT_EQ(*ParseReal("1e-3", "f", 0, 1), 1e-3);
+  EXPECT_EQ(ParseReal("nan", "f", 0, 1).status().message(), "f: 'nan' is not a number (a number from 0 to 1)");
+  EXPECT_EQ(ParseReal("1e308", "f", 0, 1).status().message(), "f: '1e308' is above 1 (a number from 0 to 1)");
+  EXPECT_EQ(ParseReal("-inf", "f", 0, 1).status().message(), "f: '-inf' is below 0 (a number from 0 to 1)");
+  EXPECT_EQ(ParseReal("1e999", "f", 0, std::numeric_limits<double>::max()).status().message(),
+            "f: '1e999' is above 1.7976931348623157e+308 (a number of at least 0)");
+}
+
+TEST(Numbers, AnErrorEchoesAFewDozenCharactersOfTheValue) {
+  const std::string digits(100000, '9');
+  auto v = ParseInteger(digits, "training.micro_batch_size", 1, 1 << 20);
+  ASSERT_FALSE(v.ok());
+  EXPECT_LT(v.status().message().size(), 200u);
+  EXPECT_EQ(v.status().message(), "training.micro_batch_size: '" + std::string(40, '9') +
+                                      "...' (100000 characters) is above 1048576 (an integer from 1 to 1048576)");
+  EXPECT_EQ(Quoted("short"), "'short'");
+  // A cut never splits a UTF-8 character: 39 ASCII bytes, then a two-byte one.
+  EXPECT_EQ(Quoted(std::string(39, 'a') + "\xC3\xA9" + std::string(10, 'b')), "'" + std::string(39, 'a') + "...' (50 characters)");
 }
 
 }  // namespace

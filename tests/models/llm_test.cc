@@ -273,8 +273,9 @@ TEST(LlmYamlTest, UnknownKeyIsNamed) {
 }
 
 TEST(LlmYamlTest, NegativeAndZeroDimsAreNamed) {
-  ExpectError("{preset: llama2-7b, hidden: -4096}", {"model.hidden", "positive", "-4096"});
-  ExpectError("{preset: llama2-7b, layers: 0}", {"model.layers", "positive"});
+  ExpectError("{preset: llama2-7b, hidden: -4096}", {"model.hidden: '-4096' is below 1 (an integer from 1 to 1048576)"});
+  ExpectError("{preset: llama2-7b, layers: 0}", {"model.layers: '0' is below 1 (an integer from 1 to 10000)"});
+  ExpectError("{preset: llama2-7b, layers: 1e300}", {"model.layers: '1e300' is above 10000 (an integer from 1 to 10000)"});
 }
 
 TEST(LlmYamlTest, UnknownPresetListsKnownOnes) {

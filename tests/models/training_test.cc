@@ -57,16 +57,16 @@ TEST(TrainingSetupTest, TheOptimizerAndItsScheduleAreChecked) {
   EXPECT_EQ(t->lr_schedule.type, "linear");
   EXPECT_EQ(t->seed, -1);
   EXPECT_EQ(TrainingOf("{optimizer: {lr: 0}}").status().message(), "training.optimizer.lr: '0' must be a finite number > 0");
-  EXPECT_EQ(TrainingOf("{optimizer: {lr: .inf}}").status().message(), "training.optimizer.lr: '.inf' must be a finite number > 0");
+  EXPECT_EQ(TrainingOf("{optimizer: {lr: .inf}}").status().message(), "training.optimizer.lr: '.inf' is above 1000 (a number from 0 to 1000)");
   EXPECT_EQ(TrainingOf("{optimizer: {betas: [0.9]}}").status().message(), "training.optimizer.betas: expected [beta1, beta2]");
   EXPECT_EQ(TrainingOf("{optimizer: {betas: [0.9, 1]}}").status().message(), "training.optimizer.betas: each must be in [0, 1)");
-  EXPECT_EQ(TrainingOf("{optimizer: {weight_decay: 2}}").status().message(), "training.optimizer.weight_decay: '2' must be in [0, 1]");
+  EXPECT_EQ(TrainingOf("{optimizer: {weight_decay: 2}}").status().message(), "training.optimizer.weight_decay: '2' is above 1 (a number from 0 to 1)");
   EXPECT_EQ(TrainingOf("{optimizer: {momentum: 0.9}}").status().message().substr(0, 48), "training.optimizer: unknown key 'momentum' (know");
   EXPECT_EQ(TrainingOf("{lr_schedule: {type: polynomial}}").status().message(),
             "training.lr_schedule.type: 'polynomial' (constant, linear or cosine; DeepSpeed's WarmupLR, WarmupDecayLR or WarmupCosineLR)");
   EXPECT_EQ(TrainingOf("{lr_schedule: {type: cosine, warmup_steps: 10}}").status().message(),
             "training.lr_schedule: a cosine schedule needs total_steps above warmup_steps (0 <= 10)");
-  EXPECT_EQ(TrainingOf("{seed: -3}").status().message(), "training.seed: '-3' must be >= 0");
+  EXPECT_EQ(TrainingOf("{seed: -3}").status().message(), "training.seed: '-3' is below 0 (an integer from 0 to 9007199254740992)");
 }
 
 // DeepSpeed's schedules by its names: a log warm-up unless told, their own keys, and back through
@@ -92,13 +92,13 @@ TEST(TrainingSetupTest, DeepSpeedsSchedulesKeepTheirKeys) {
 }
 
 TEST(TrainingSetupTest, BadValuesNameTheKey) {
-  EXPECT_EQ(TrainingOf("{sequence_length: -5}").status().message(), "training.sequence_length: '-5' must be > 0");
-  EXPECT_EQ(TrainingOf("{gradient_accumulation_steps: 2000}").status().message(), "training.gradient_accumulation_steps: '2000' is above 1024");
-  EXPECT_EQ(TrainingOf("{data_parallel: 4294967297}").status().message(), "training.data_parallel: '4294967297' is above 1048576");
-  EXPECT_EQ(TrainingOf("{sequence_length: 1e300}").status().message(), "training.sequence_length: '1e300' is above 16777216");
+  EXPECT_EQ(TrainingOf("{sequence_length: -5}").status().message(), "training.sequence_length: '-5' is below 1 (an integer from 1 to 16777216)");
+  EXPECT_EQ(TrainingOf("{gradient_accumulation_steps: 2000}").status().message(), "training.gradient_accumulation_steps: '2000' is above 1024 (an integer from 1 to 1024)");
+  EXPECT_EQ(TrainingOf("{data_parallel: 4294967297}").status().message(), "training.data_parallel: '4294967297' is above 1048576 (an integer from 0 to 1048576)");
+  EXPECT_EQ(TrainingOf("{sequence_length: 1e300}").status().message(), "training.sequence_length: '1e300' is above 16777216 (an integer from 1 to 16777216)");
   EXPECT_NE(TrainingOf("{micro_batch: 2}").status().message().find("training: unknown key 'micro_batch'"), std::string::npos);
   EXPECT_EQ(TrainingOf("{gradient_clipping: .nan}").status().message(),
-            "training.gradient_clipping: '.nan' must be a finite number >= 0 (0 = off)");
+            "training.gradient_clipping: '.nan' is not a number (a number of at least 0)");
 }
 
 // Every preset, written out dimension by dimension, reads back to itself, as YAML and as the

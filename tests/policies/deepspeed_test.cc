@@ -222,7 +222,7 @@ TEST(DeepSpeedImport, RefusesWhatZeroInfinityIsNot) {
               "offload_optimizer": {"device": "nvme", "nvme_path": "/b"}}})",
             "offload_param.nvme_path '/a' and offload_optimizer.nvme_path '/b' differ"},
            {"{" + bf16 + R"("zero_optimization": {"stage": 3, "sub_group_size": 1.5, "offload_optimizer": {"device": "nvme"}}})",
-            "zero_optimization.sub_group_size: 1.5 is not an integer"},
+            "zero_optimization.sub_group_size: '1.5' is not an integer (an integer of at least 1)"},
            {"{" + bf16 + R"("optimizer": {"type": "SGD"}, )" + nvme + "}", "optimizer.type 'SGD'"},
            {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": []}})", "zero_optimization.offload_optimizer: expected an object"},
        }) {

@@ -47,7 +47,7 @@ TEST(Scenario, SetOverridesApplyBeforeReading) {
 TEST(Scenario, MalformedFilesGetOneClearErrorNamingTheKey) {
   EXPECT_NE(ErrorOf("name: [").find("not valid YAML"), std::string::npos);
   EXPECT_NE(ErrorOf(std::string(kBase) + "colour: red\n").find("unknown key 'colour'"), std::string::npos);
-  EXPECT_NE(ErrorOf(kBase, {"training.sequence_length=-5"}).find("training.sequence_length: '-5' must be > 0"),
+  EXPECT_NE(ErrorOf(kBase, {"training.sequence_length=-5"}).find("training.sequence_length: '-5' is below 1 (an integer from 1 to 16777216)"),
             std::string::npos);
   EXPECT_NE(ErrorOf(kBase, {"training.sequence_length=long"}).find("training.sequence_length: 'long' is not an integer"),
             std::string::npos);
