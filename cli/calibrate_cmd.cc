@@ -187,10 +187,10 @@ void PrintTable(const calibrate::Calibration& cal, const Inputs& in, const std::
 
 Status Run(const CalibrateArgs& a) {
   if (a.inputs.empty()) return InvalidArgument("calibrate: give at least one trace file, directory or fio JSON");
+  std::vector<CommandPath> paths = {{"-o", a.output, PathUse::kWrites}, {"--base", a.base, PathUse::kReads}};
+  for (const std::string& input : a.inputs) paths.push_back({"input", InputPath(input), PathUse::kReads});
+  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
   TF_ASSIGN_OR_RETURN(models::HardwareSpec base, LoadBase(a.base));
-  if (!a.output.empty()) {
-    for (const std::string& input : a.inputs) TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, InputPath(input), "-o"));
-  }
   TF_ASSIGN_OR_RETURN(Inputs in, LoadInputs(a.inputs));
   // The simulator's own records measure nothing: a profile fitted to them would only give back
   // the hardware file they were simulated on.

@@ -77,7 +77,7 @@ StatusOr<policies::HfTrainerArgs> TrainerArgs(const ImportArgs& a, const policie
 }
 
 Status RunImport(const ImportArgs& a) {
-  TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.config, "-o"));
+  TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.config, PathUse::kReads}, {"--model", a.model, PathUse::kReads}, {"--hardware", a.hardware, PathUse::kReads}, {"-o", a.output, PathUse::kWrites}}));
   TF_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(a.config, "DeepSpeed config"));
   const std::string name = a.name.empty() ? std::filesystem::path(a.config).stem().string() : a.name;
   TF_ASSIGN_OR_RETURN(const std::string model, Section("model", a.model));
@@ -136,8 +136,7 @@ Status RunImport(const ImportArgs& a) {
 }
 
 Status RunExport(const ExportArgs& a) {
-  TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.input, "-o"));
-  if (!a.base.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.base, "-o"));
+  TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.input, PathUse::kReads}, {"--base", a.base, PathUse::kReads}, {"-o", a.output, PathUse::kWrites}}));
   TF_ASSIGN_OR_RETURN(const PlannedInput in, LoadPlannedInput(a.input, a.sets));
   std::vector<std::string> notes, changed;
   std::string config;

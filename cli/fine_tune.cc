@@ -15,35 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool PathInside(const fs::path& path, const fs::path& dir) {
-  const fs::path rel = path.lexically_relative(dir);
-  return !rel.empty() && *rel.begin() != "..";
-}
-
-// --save-model must be a directory a save may write (real::CheckHfSaveTarget), and may not be
-// (in, or hold) the input model's directory, nor overlap the run's own directories.
-Status CheckSaveModel(const FineTuneArgs& a) {
-  TF_RETURN_IF_ERROR(real::CheckHfSaveTarget(a.save_model).WithContext("--save-model"));
-  std::error_code ec;
-  const fs::path save = fs::weakly_canonical(a.save_model, ec);
-  if (ec) return InvalidArgument("--save-model '" + a.save_model + "': " + ec.message());
-  if (!a.model_dir.empty()) {
-    const fs::path input = fs::weakly_canonical(a.model_dir, ec);
-    if (!ec && (PathInside(save, input) || PathInside(input, save))) {
-      return InvalidArgument("--save-model '" + a.save_model + "' is the input model's directory '" + a.model_dir +
-                             "', or in it, or holds it: the save would replace what the run reads (give another directory)");
-    }
-  }
-  for (const auto& [flag, dir] : a.run_dirs) {
-    const fs::path d = fs::weakly_canonical(dir, ec);
-    if (!ec && (PathInside(save, d) || PathInside(d, save))) {
-      return InvalidArgument("--save-model '" + a.save_model + "' overlaps " + flag + " '" + dir +
-                             "': a saved model lives apart from the run's own files (give another directory)");
-    }
-  }
-  return Status::Ok();
-}
-
 // --save-dtype, or the input directory's dtype (config.json's dtype or torch_dtype), else bf16.
 real::StDtype SaveDtype(const std::string& flag, const std::string& base_config_json) {
   std::string name = flag;
@@ -65,11 +36,9 @@ StatusOr<FineTune> FineTune::Prepare(FineTuneArgs args, real::TrainConfig* confi
   if (!args.save_dtype.empty() && args.save_dtype != "bf16" && args.save_dtype != "fp32") {
     return InvalidArgument("--save-dtype '" + args.save_dtype + "': bf16 or fp32");
   }
-  if (args.save_every < 0) return InvalidArgument("--save-every must be >= 0");
-  if (args.eval_every < 0) return InvalidArgument("--eval-every must be >= 0");
   FineTune f;
   if (!args.save_model.empty()) {
-    TF_RETURN_IF_ERROR(CheckSaveModel(args));
+    TF_RETURN_IF_ERROR(real::CheckHfSaveTarget(args.save_model).WithContext("--save-model"));
     if (!args.model_dir.empty()) {
       TF_ASSIGN_OR_RETURN(f.base_config_json_, ReadFileToString((fs::path(args.model_dir) / "config.json").string(), "config.json"));
     }

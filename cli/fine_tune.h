@@ -27,8 +27,6 @@ struct FineTuneArgs {
   std::string save_dtype;    // bf16 | fp32; "": the input directory's, else bf16
   int64_t save_every = 0;    // also save after every K iterations
   int64_t eval_every = 0;    // the held-out loss after every K iterations, and at the end
-  // The run's own directories, which a save may not overlap: (flag, directory).
-  std::vector<std::pair<std::string, std::string>> run_dirs;
 };
 
 class FineTune {

@@ -17,6 +17,7 @@
 #include "tierflow/models/training.h"
 #include "tierflow/models/yaml_tree.h"
 #include "tierflow/policies/policy.h"
+#include "tierflow/core/files.h"
 #include "tierflow/real/collective.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/tokenizer.h"
@@ -185,6 +186,9 @@ StatusOr<models::HardwareSpec> LoadHardwareFile(const std::string& path) {
 
 StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& dirs, const std::string& flag, bool create) {
   std::vector<real::DirLock> locks;
+  std::vector<CommandPath> paths;  // one directory given twice is not "another process" holding it
+  for (const std::string& dir : dirs) paths.push_back({flag, dir, PathUse::kWritesIn});
+  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
   for (const std::string& dir : dirs) {
     const std::string label = flag + " '" + dir + "'";
     std::error_code ec;

@@ -5,6 +5,7 @@
 #include "command.h"
 #include "tierflow/core/files.h"
 #include "inputs.h"
+#include "report.h"
 #include "tierflow/core/units.h"
 
 namespace tierflow::cli {
@@ -18,7 +19,7 @@ struct PlanArgs {
 };
 
 Status RunPlan(const PlanArgs& a) {
-  TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.scenario, "-o"));
+  TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.scenario, PathUse::kReads}, {"-o", a.output, PathUse::kWrites}}));
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.scenario, a.sets));
   if (in.from_schedule_file) return InvalidArgument(a.scenario + ": plan takes a scenario (YAML), not a schedule");
   TF_RETURN_IF_ERROR(WriteScheduleFile(a.output, in.schedule));
@@ -39,12 +40,15 @@ Status RunPlan(const PlanArgs& a) {
     j["buffers"] = s.buffers().size();
     j["io_bytes_per_iteration"] = io_bytes;
     j["flops_per_iteration"] = flops;
+    const std::vector<std::string> notes = PlanNotes(s);
+    if (!notes.empty()) j["plan_notes"] = notes;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("planned %s (%s) -> %s\n", in.scenario.name.c_str(), in.scenario.policy.c_str(), a.output.c_str());
     std::printf("  %zu tasks, %zu resources, %zu pools, %zu buffers per iteration\n", s.tasks().size(),
                 s.resources().size(), s.pools().size(), s.buffers().size());
     std::printf("  %s of disk I/O and %.3g FLOP per iteration\n", FormatBytes(static_cast<double>(io_bytes)).c_str(), flops);
+    for (const std::string& note : PlanNotes(s)) std::printf("note: %s\n", note.c_str());
   }
   return Status::Ok();
 }

@@ -22,6 +22,8 @@
 
 #include "command.h"
 #include "inputs.h"
+#include "tierflow/core/files.h"
+#include "tierflow/core/text.h"
 #include "tierflow/core/units.h"
 #include "tierflow/policies/policy.h"
 #include "tierflow/real/collective_probe.h"
@@ -50,10 +52,9 @@ StatusOr<std::vector<T>> ParseList(const std::string& text, F parse) {
   return out;
 }
 
+// A count in a comma-separated list (a queue depth, a device count): core's one rule.
 StatusOr<int32_t> ParseInt(const std::string& s) {
-  char* end = nullptr;
-  long v = std::strtol(s.c_str(), &end, 10);
-  if (end == s.c_str() || *end != '\0' || v <= 0) return InvalidArgument("expected a positive integer, got '" + s + "'");
+  TF_ASSIGN_OR_RETURN(const int64_t v, ParseInteger(s, "a count", 1, INT32_MAX));
   return static_cast<int32_t>(v);
 }
 
@@ -76,6 +77,9 @@ struct ProbeArgs {
 };
 
 Status RunProbeDisk(const ProbeArgs& a) {
+  std::vector<CommandPath> paths = {{"--trace", a.trace, PathUse::kWrites}};
+  for (const std::string& d : a.dirs) paths.push_back({"--dir", d, PathUse::kWritesIn});
+  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
   TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", false));  // its files are this probe's alone
   real::DiskProbeOptions o;
   o.dirs = a.dirs;
@@ -462,6 +466,9 @@ Status RunProbeAll(const AllArgs& a) {
   for (const std::string& dir : a.dirs) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument("--dir '" + dir + "': not a directory");
   }
+  std::vector<CommandPath> paths = {{"-o", a.out, PathUse::kWritesIn}, {"--scenario", a.host.scenario, PathUse::kReads}};
+  for (const std::string& d : a.dirs) paths.push_back({"--dir", d, PathUse::kWritesIn});
+  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
   TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", false));
   real::DiskProbeOptions d;
   d.dirs = a.dirs;
@@ -690,7 +697,7 @@ Command MakeProbe(CLI::App& parent) {
   disk->add_option("--streams", a->streams, "For op rw: READERS:WRITERS stream counts, comma-separated (each stream --qd deep; default 1:1,2:2,4:4)");
   disk->add_option("--devices", a->devices, "How many of the directories at once, comma-separated (default: 1 and all)");
   disk->add_option("--file-size", a->file_size, "Size of the probe file in each directory");
-  AddNumber(disk, "--duration", &a->duration_s, "Seconds per repetition", 0.0, 86400.0);
+  AddNumber(disk, "--duration", &a->duration_s, "Seconds per repetition", 0.001, 86400.0);
   AddNumber(disk, "--warmup", &a->warmup_s, "Warm-up seconds per point", 0.0, 86400.0);
   AddNumber(disk, "--reps", &a->reps, "Repetitions per point and pass", 1, 1000000);
   AddNumber(disk, "--passes", &a->passes, "Passes over all points, every other one backwards: a point is the median of its windows from all passes", 1, 1000);
@@ -729,7 +736,7 @@ Command MakeProbe(CLI::App& parent) {
                      "A directory on the disk whose streams to run; a second (another disk entry, its own ring) for the split stream")
       ->required();
   io_cpu->add_option("input", h->scenario, "SCENARIO or SCHEDULE whose model and shape to compute (default: tiny at sequence 128)");
-  AddNumber(io_cpu, "--window", &h->io.window_s, "Seconds of each window: compute alone, a read or write stream alone, then the two at once", 0.0, 86400.0);
+  AddNumber(io_cpu, "--window", &h->io.window_s, "Seconds of each window: compute alone, a read or write stream alone, then the two at once", 0.001, 86400.0);
   io_cpu->add_option("--backend", h->io.backend, "Storage back-end: auto, uring, posix");
   io_cpu->add_option("--streams", h->io_streams, "Streams, comma-separated: OP:BLOCK:DEPTH disk streams (OP read, write, rw: a reader and a writer at once, or split: a reader on the first --dir and a writer on the second at once), or dispatch (a chain of the executor's hand-overs, each after an idle gap; default read and write at 16KiB:1, 256KiB:4, 1MiB:8, rw at 16KiB:1 and 1MiB:8, dispatch, and with two --dir split at 1MiB:8)");
   AddSetOption(io_cpu, &h->sets);
@@ -751,7 +758,7 @@ Command MakeProbe(CLI::App& parent) {
   AddSetOption(all, &al->host.sets);
   all->add_option("--disk-sizes", al->disk_sizes, "Disk request sizes, comma-separated");
   all->add_option("--disk-qd", al->disk_qds, "Disk queue depths, comma-separated");
-  AddNumber(all, "--disk-duration", &al->disk_duration_s, "Seconds per disk repetition", 0.0, 86400.0);
+  AddNumber(all, "--disk-duration", &al->disk_duration_s, "Seconds per disk repetition", 0.001, 86400.0);
   AddNumber(all, "--disk-passes", &al->disk_passes, "Passes over the disk points, every other one backwards (each a warm-up and one repetition): a point's windows come from moments a pass apart", 1, 1000);
   AddNumber(all, "--reps", &al->host.reps, "Repetitions of the host probes", 1, 1000000);
   all->add_option("--compute", al->host.compute, "gpu0's device for the copy and compute probes: cpu or cuda (GPU 0)");
@@ -761,6 +768,9 @@ Command MakeProbe(CLI::App& parent) {
                    if (disk->parsed()) return RunProbeDisk(*a);
                    if (coll->parsed()) return RunProbeCollective(*ca);
                    if (all->parsed()) return RunProbeAll(*al);
+                   std::vector<CommandPath> paths = {{"--trace", h->trace, PathUse::kWrites}, {"input", h->scenario, PathUse::kReads}};
+                   for (const std::string& d : h->io_dirs) paths.push_back({"--dir", d, PathUse::kWritesIn});
+                   TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
                    double done = 0;
                    real::HostProbeOptions o = HostOptions(*h, nullptr, &done);
                    auto records = RunHostProbe(*which, *h, o);

@@ -230,7 +230,17 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
   j[facts.tasks_key] = facts.tasks;
   j["wall_s"] = facts.wall_s;
   j["tasks_per_s"] = facts.wall_s > 0 ? static_cast<double>(facts.tasks) / facts.wall_s : 0.0;
+  const std::vector<std::string> notes = PlanNotes(schedule);
+  if (!notes.empty()) j["plan_notes"] = notes;
   return j;
+}
+
+std::vector<std::string> PlanNotes(const Schedule& schedule) {
+  std::vector<std::string> notes;
+  for (const auto& [key, value] : schedule.meta) {
+    if (key.rfind("note.", 0) == 0) notes.push_back(value);
+  }
+  return notes;
 }
 
 std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json& r) {
@@ -322,6 +332,9 @@ std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json&
       add("  %s %s", e.key().c_str(), FormatDuration(e.value().get<double>()).c_str());
     }
     add("\n");
+  }
+  if (r.contains("plan_notes")) {
+    for (const auto& n : r["plan_notes"]) out += "\nnote: " + n.get<std::string>() + "\n";
   }
   return out;
 }

@@ -58,6 +58,10 @@ struct RunFacts {  // what the executor knows beyond the records
 // (gpu3.compute and gpu0.compute as gpu*.compute, cpu.r2 as cpu.r*; mean, min and max);
 // peak_bytes {pool: bytes}; critical_path_s {op: seconds}; <tasks_key>, wall_s, and
 // summarised_iterations when RunFacts has it.
+// What the planner says of its schedule for the user to read (its meta entries "note.*": a
+// schedule that moves no bytes to disk says why), in plan's and sim's and run's reports.
+std::vector<std::string> PlanNotes(const Schedule& schedule);
+
 nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<TraceRecord>& records,
                                    const RunFacts& facts);
 // The same report as readable tables: the setting and throughput, the phases as the timers cut

@@ -81,10 +81,12 @@ std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>&
 
 Status RunRun(const RunArgs& a) {
   if (a.in_memory && a.plain_loop) return InvalidArgument("--in-memory ignores the schedule and --plain-loop runs it: give one");
-  if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
-  for (const auto& [flag, output] : {std::pair<const char*, std::string>{"--records", a.records}, {"--trace", a.trace}}) {
-    if (!output.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.input, flag));
+  if (a.in_memory && (!a.records.empty() || !a.trace.empty())) {
+    return InvalidArgument(std::string(a.records.empty() ? "--trace" : "--records") +
+                           " with --in-memory: the in-memory reference runs no schedule, so it has no task records to write (its "
+                           "iteration times are in --json's report)");
   }
+  if ((a.checkpoint_every > 0 || a.resume) && a.checkpoint.empty()) return InvalidArgument("--checkpoint-every and --resume need --checkpoint DIR");
   // Several ranks: one process per rank under mpirun, each running its part of the schedule;
   // rank 0 reports (docs/executor.md "Many ranks"). What every rank finds wrong before the run
   // (its inputs, the rank count) rank 0 says, once.
@@ -99,6 +101,20 @@ Status RunRun(const RunArgs& a) {
   auto in_or = LoadPlannedInput(a.input, a.sets);
   TF_RETURN_IF_ERROR(before_run(in_or.status()));
   PlannedInput in = std::move(in_or).value();
+  // Every path the run names, apart before anything is written (core/files.h).
+  std::vector<CommandPath> paths = {{"input", a.input, PathUse::kReads},
+                                    {"--init", a.init, PathUse::kReads},
+                                    {"--data", a.data, PathUse::kReads},
+                                    {"model.hf_dir (the input model's directory)", in.scenario.model_dir, PathUse::kReads},
+                                    {"--records", a.records, PathUse::kWrites},
+                                    {"--trace", a.trace, PathUse::kWrites},
+                                    {"--save-model", a.save_model, PathUse::kReplaces},
+                                    {"--disk-root", a.disk_root, PathUse::kWritesIn}};
+  if (!a.in_memory) {
+    for (const std::string& d : a.disks) paths.push_back({"--disk", d.find('=') == std::string::npos ? d : d.substr(d.find('=') + 1), PathUse::kWritesIn});
+  }
+  paths.push_back({"--checkpoint", a.checkpoint, PathUse::kWritesIn});
+  TF_RETURN_IF_ERROR(before_run(CheckCommandPaths(paths)));
   auto config_or = MakeTrainConfig(in.scenario, a.data, a.lr, a.threads);
   TF_RETURN_IF_ERROR(before_run(config_or.status()));
   real::TrainConfig config = std::move(config_or).value();
@@ -109,9 +125,6 @@ Status RunRun(const RunArgs& a) {
   ft.save_dtype = a.save_dtype;
   ft.save_every = a.save_every;
   ft.eval_every = a.eval_every;
-  for (const std::string& d : a.disks) ft.run_dirs.push_back({"--disk", d.find('=') == std::string::npos ? d : d.substr(d.find('=') + 1)});
-  if (!a.disk_root.empty()) ft.run_dirs.push_back({"--disk-root", a.disk_root});
-  if (!a.checkpoint.empty()) ft.run_dirs.push_back({"--checkpoint", a.checkpoint});
   auto fine_tune_or = FineTune::Prepare(std::move(ft), &config);
   TF_RETURN_IF_ERROR(before_run(fine_tune_or.status()));
   FineTune fine_tune = std::move(fine_tune_or).value();
@@ -212,7 +225,6 @@ Status RunRun(const RunArgs& a) {
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
   TF_RETURN_IF_ERROR(fine_tune.Finish(result.master, result.first_iteration + static_cast<int64_t>(result.loss.size()), &report,
                                        !a.json));
-  if (!a.records.empty() && a.in_memory) TF_RETURN_IF_ERROR(WriteTraceFile(a.records, result.records));
   if (!a.trace.empty()) TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, result.records, &in.schedule));
   if (a.json) {
     std::printf("%s\n", report.dump(2).c_str());
@@ -257,7 +269,7 @@ Command MakeRun(CLI::App& parent) {
   app->add_option("--save-dtype", a->save_dtype, "The saved weights' type: bf16 or fp32 (default: the input directory's, else bf16)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
   AddNumber(app, "--eval-every", &a->eval_every, "The loss and perplexity on a held-out batch (the corpus's last batch of windows, not trained on) after every K "
-                  "iterations and at the end");
+                  "iterations and at the end", int64_t{0}, kMaxIterations);
   app->add_option("--data", a->data, std::string("Training text (.txt, byte-tokenized) or llm.c token file; default: the shipped ") + kDefaultCorpus);
   app->add_option("--storage", a->storage, "I/O back-end: uring, posix, memory (store files in RAM), auto")->capture_default_str();
   app->add_option("--compute", a->compute, "Where gpu0 is: cpu (emulated in host memory) or cuda (GPU 0; a build with CUDA)")

@@ -91,11 +91,10 @@ Status RunSim(const SimArgs& a) {
   (void)a;
   return Unavailable("this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
 #else
-  for (const auto& [output, flag] : {std::pair{a.records, "--records"}, std::pair{a.trace, "--trace"}}) {
-    if (output.empty()) continue;
-    TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.input, flag));
-    if (!a.profile.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(output, a.profile, flag));
-  }
+  TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.input, PathUse::kReads},
+                                        {"--profile", a.profile, PathUse::kReads},
+                                        {"--records", a.records, PathUse::kWrites},
+                                        {"--trace", a.trace, PathUse::kWrites}}));
   TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
   // Every task instance is kept as a trace record: bounded before anything is allocated.
   const int64_t per_iteration = std::max<int64_t>(1, static_cast<int64_t>(in.schedule.tasks().size()));

@@ -45,7 +45,9 @@ double Now() {
 }
 
 Status RunMerge(const SweepArgs& a) {
-  for (const std::string& input : a.merge_inputs) TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.merge_output, input, "-o"));
+  std::vector<CommandPath> paths = {{"-o", a.merge_output, PathUse::kWrites}, {"--plot", a.merge_plot, PathUse::kWrites}};
+  for (const std::string& input : a.merge_inputs) paths.push_back({"input", input, PathUse::kReads});
+  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
   TF_ASSIGN_OR_RETURN(sweep::CsvTable merged, sweep::MergeCsvs(a.merge_inputs));
   TF_RETURN_IF_ERROR(sweep::WriteTextFile(a.merge_output, sweep::CsvToText(merged)));
   std::printf("merged %zu files, %zu runs -> %s\n\n", a.merge_inputs.size(), merged.rows.size(), a.merge_output.c_str());
@@ -67,7 +69,7 @@ Status RunSweepVerb(const SweepArgs& a) {
   }
   TF_ASSIGN_OR_RETURN(sweep::SweepSpec spec, sweep::LoadSweepFile(a.input, a.sets));
   const std::vector<sweep::SweepRun> runs = sweep::RunsOfShard(spec, shard);
-  TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.input, "-o"));
+  TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.input, PathUse::kReads}, {"-o", a.output, PathUse::kWrites}, {"--plot", a.plot, PathUse::kWrites}}));
   std::string output = a.output;
   if (output.empty()) {
     output = spec.name + (shard.count > 1 ? ".shard" + std::to_string(shard.index) + "of" + std::to_string(shard.count) : "") + ".csv";

@@ -63,8 +63,9 @@ Status RunSummary(const TraceOptions& o) {
 }
 
 Status RunChrome(const TraceOptions& o) {
-  for (const std::string& path : o.traces) TF_RETURN_IF_ERROR(RefuseOutputOverInput(o.output_path, path, "-o"));
-  if (!o.schedule_path.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(o.output_path, o.schedule_path, "-o"));
+  std::vector<CommandPath> paths = {{"-o", o.output_path, PathUse::kWrites}, {"--schedule", o.schedule_path, PathUse::kReads}};
+  for (const std::string& path : o.traces) paths.push_back({"input", path, PathUse::kReads});
+  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
   TF_ASSIGN_OR_RETURN(std::optional<Schedule> schedule, LoadOptionalSchedule(o.schedule_path));
   std::vector<TraceRecord> all;
   std::set<std::string> seen;

@@ -40,7 +40,7 @@ Status RunTune(const TuneArgs& a) {
   if (a.scenario.size() >= 5 && a.scenario.compare(a.scenario.size() - 5, 5, ".json") == 0) {
     return InvalidArgument(a.scenario + ": tune takes a scenario (YAML), not a schedule");
   }
-  if (!a.output.empty()) TF_RETURN_IF_ERROR(RefuseOutputOverInput(a.output, a.scenario, "-o"));
+  TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.scenario, PathUse::kReads}, {"-o", a.output, PathUse::kWrites}}));
   TF_ASSIGN_OR_RETURN(policies::Scenario scenario, policies::LoadScenarioFile(a.scenario, a.sets));
   sweep::TuneOptions options;
   options.policies = a.policies;

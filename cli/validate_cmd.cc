@@ -18,6 +18,7 @@
 #include "command.h"
 #include "inputs.h"
 #include "report.h"
+#include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/real/collective.h"
 #include "tierflow/real/disk_probe.h"
@@ -69,6 +70,11 @@ Status RunValidate(const ValidateArgs& a) {
   auto in_or = LoadPlannedInput(a.input, a.sets);
   TF_RETURN_IF_ERROR(before_run(in_or.status()));
   PlannedInput in = std::move(in_or).value();
+  std::vector<CommandPath> paths = {{"input", a.input, PathUse::kReads},       {"--profile", a.profile, PathUse::kReads},
+                                    {"--data", a.data, PathUse::kReads},        {"--trace", a.trace, PathUse::kWrites},
+                                    {"--records-dir", a.records_dir, PathUse::kWritesIn}, {"--disk-root", a.disk_root, PathUse::kWritesIn}};
+  for (const std::string& d : a.disks) paths.push_back({"--disk", d.find('=') == std::string::npos ? d : d.substr(d.find('=') + 1), PathUse::kWritesIn});
+  TF_RETURN_IF_ERROR(before_run(CheckCommandPaths(paths)));
   auto profile_or = LoadHardwareFile(a.profile);
   TF_RETURN_IF_ERROR(before_run(profile_or.status()));
   models::HardwareSpec profile = std::move(profile_or).value();

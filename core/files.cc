@@ -103,11 +103,78 @@ Status SyncDirectory(const std::string& dir) {
   return rc == 0 ? Status::Ok() : FromErrno(err, "fsync directory '" + dir + "'");
 }
 
-Status RefuseOutputOverInput(const std::string& output, const std::string& input, std::string_view flag) {
-  struct stat out {}, in {};
-  if (::stat(output.c_str(), &out) != 0 || ::stat(input.c_str(), &in) != 0) return Status::Ok();  // nothing to destroy
-  if (out.st_dev == in.st_dev && out.st_ino == in.st_ino) {
-    return InvalidArgument(std::string(flag) + " '" + output + "' is the input '" + input + "': writing it would destroy it; choose another file");
+namespace {
+
+namespace fs = std::filesystem;
+
+// `path` with links and `..` resolved as far as it exists (an output not made yet, under a
+// directory that is), and its file's identity when it exists.
+struct Resolved {
+  fs::path path;
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+Resolved Resolve(const std::string& path) {
+  Resolved r;
+  std::error_code ec;
+  r.path = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) r.path = fs::absolute(path, ec).lexically_normal();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    r.exists = true;
+    r.dev = st.st_dev;
+    r.ino = st.st_ino;
+  }
+  return r;
+}
+
+bool SameFile(const Resolved& a, const Resolved& b) {
+  if (a.exists && b.exists) return a.dev == b.dev && a.ino == b.ino;
+  return a.path == b.path;
+}
+
+// `inner` is `outer` or lies under it.
+bool Within(const Resolved& inner, const Resolved& outer) {
+  if (SameFile(inner, outer)) return true;
+  const fs::path rel = inner.path.lexically_relative(outer.path);
+  return !rel.empty() && *rel.begin() != ".." && *rel.begin() != ".";
+}
+
+std::string Name(const CommandPath& p) { return p.flag + " '" + p.path + "'"; }
+
+}  // namespace
+
+Status CheckCommandPaths(const std::vector<CommandPath>& paths) {
+  std::vector<Resolved> resolved;
+  resolved.reserve(paths.size());
+  for (const CommandPath& p : paths) resolved.push_back(p.path.empty() ? Resolved{} : Resolve(p.path));
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const CommandPath& a = paths[i];
+    if (a.path.empty()) continue;
+    for (size_t j = 0; j < paths.size(); ++j) {
+      const CommandPath& b = paths[j];
+      if (j == i || b.path.empty()) continue;
+      const Resolved &ra = resolved[i], &rb = resolved[j];
+      if (a.use == PathUse::kWrites && b.use == PathUse::kReads && rb.exists && SameFile(ra, rb)) {
+        return InvalidArgument(Name(a) + " is the input " + (b.flag == "input" ? "" : b.flag + " ") + "'" + b.path +
+                               "': writing it would destroy it; choose another file");
+      }
+      if (a.use == PathUse::kWrites && b.use == PathUse::kWrites && j > i && SameFile(ra, rb)) {
+        return InvalidArgument(Name(a) + " and " + Name(b) + " are one file: each output needs its own");
+      }
+      if (a.use == PathUse::kWrites && (b.use == PathUse::kWritesIn || b.use == PathUse::kReplaces) && Within(ra, rb)) {
+        return InvalidArgument(Name(a) + " is inside " + Name(b) + ", whose files this command writes: write it outside that directory");
+      }
+      if (a.use == PathUse::kWritesIn && b.use == PathUse::kWritesIn && j > i && SameFile(ra, rb)) {
+        return InvalidArgument(Name(a) + " and " + Name(b) + " are one directory: each needs its own");
+      }
+      if (a.use == PathUse::kReplaces && b.use != PathUse::kWrites && (Within(ra, rb) || Within(rb, ra))) {
+        return InvalidArgument(Name(a) + " overlaps " + Name(b) + ": a directory replaced as a whole neither holds nor lies in another of the "
+                               "command's paths (give another directory)");
+      }
+    }
   }
   return Status::Ok();
 }

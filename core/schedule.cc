@@ -1,6 +1,7 @@
 #include "tierflow/core/schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/depth_first_search.hpp>
 #include <nlohmann/json.hpp>
@@ -202,8 +203,17 @@ Status Schedule::Validate() const {
     if (t.block_bytes < 0 || t.queue_depth < 0 || t.ranks < 0 || t.micro_step < 0) {
       return InvalidArgument(who() + ": block_bytes, queue_depth, ranks and micro_step must be >= 0");
     }
+    int64_t tensor_bytes = 0;
     for (int32_t x : t.tensors) {
       if (!in_range(x, tensors_.size())) return InvalidArgument(who() + ": tensor out of range");
+      const int64_t size = tensors_[x].size_bytes;  // >= 0, checked above
+      tensor_bytes = size > INT64_MAX - tensor_bytes ? INT64_MAX : tensor_bytes + size;
+    }
+    // A disk or PCIe transfer moves exactly the state it names: sim times `bytes`, run moves the
+    // tensors, and a task of 2^62 bytes over a tensor of a few MiB simulated without complaint.
+    if ((t.op == Op::kRead || t.op == Op::kWrite || t.op == Op::kH2D || t.op == Op::kD2H) && !t.tensors.empty() && t.bytes != tensor_bytes) {
+      return InvalidArgument(who() + ": moves " + std::to_string(t.bytes) + " bytes, but its tensors hold " + std::to_string(tensor_bytes) +
+                             " (a " + std::string(OpName(t.op)) + " moves exactly the state it names)");
     }
     if (t.rank < kEveryRank) return InvalidArgument(who() + ": rank must be >= 0 (or absent: every rank)");
     if (t.rank != kEveryRank && (IsCollectiveOp(t.op) || t.op == Op::kBarrier)) {

@@ -1,6 +1,7 @@
 #include "tierflow/core/trace_record.h"
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <unordered_map>
 
@@ -87,7 +88,15 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
   }
   // Field by field: no value a summary would misread, and what every record has.
   if (r.iteration < 0) return InvalidArgument("iteration is negative");
-  if (!std::isfinite(r.start_s) || !std::isfinite(r.end_s) || r.start_s < 0) return InvalidArgument("start_s and end_s must be finite, start_s >= 0");
+  // Seconds from the start of one run or probe: 1e9 s is 31 years, and a time past it (1e308) would
+  // be summarised as a span no run has.
+  constexpr double kMostSeconds = 1e9;
+  if (!(r.start_s >= 0 && r.start_s <= kMostSeconds) || !(r.end_s >= 0 && r.end_s <= kMostSeconds)) {
+    char text[160];
+    std::snprintf(text, sizeof text, "start_s %g and end_s %g: each must be seconds from 0 to 1e9 (31 years) since the run began", r.start_s, r.end_s);
+    return InvalidArgument(text);
+  }
+  if (!std::isfinite(r.device_start_s) || !std::isfinite(r.device_end_s)) return InvalidArgument("device_start_s and device_end_s must be finite");
   if (r.end_s < r.start_s) return InvalidArgument("end_s is before start_s");
   if (r.bytes < 0) return InvalidArgument("bytes is negative");
   if (!(r.flops >= 0) || !std::isfinite(r.flops)) return InvalidArgument("flops must be finite and >= 0");

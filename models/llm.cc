@@ -298,11 +298,11 @@ Status ValidateLlm(const LlmConfig& c) {
     return InvalidArgument(who + ": kv_heads " + std::to_string(c.kv_heads) +
                            " must divide heads " + std::to_string(c.heads));
   }
-  if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) {
-    return InvalidArgument(who + ": norm_eps must be a finite number > 0");
+  if (!(c.norm_eps > 0 && c.norm_eps <= 1)) {
+    return InvalidArgument(who + ": norm_eps " + fmt::format("{}", c.norm_eps) + " must be a number in (0, 1]");
   }
-  if (!(c.rope_theta > 1) || !std::isfinite(c.rope_theta)) {
-    return InvalidArgument(who + ": rope_theta must be a finite number > 1");
+  if (!(c.rope_theta > 1 && c.rope_theta <= 1e12)) {
+    return InvalidArgument(who + ": rope_theta " + fmt::format("{}", c.rope_theta) + " must be a number in (1, 1e12]");
   }
   if (c.sliding_window < 0) return InvalidArgument(who + ": sliding_window must be >= 0 (0: none)");
   const RopeScaling& r = c.rope_scaling;

@@ -22,11 +22,11 @@ StatusOr<Schedule> PlanIoc(const Scenario& s) {
   d.policy = "ioc";
   d.optimizer_buffers = 12;  // DeepSpeed's pipelined swapper's minimum
   TF_RETURN_IF_ERROR(ReadCommonKnobs(knobs, &d));
-  TF_ASSIGN_OR_RETURN(d.slot_elements, knobs.Int("buffer_size", 100000000));
+  TF_ASSIGN_OR_RETURN(d.slot_elements, knobs.Int("buffer_size", 100000000, 1, int64_t{1} << 40));
   TF_ASSIGN_OR_RETURN(const bool decouple, knobs.Bool("decouple_allgather", true));
   TF_ASSIGN_OR_RETURN(const bool isolate, knobs.Bool("isolate_reads", true));
   TF_ASSIGN_OR_RETURN(const bool semi_async, knobs.Bool("semi_async_writeback", true));
-  TF_ASSIGN_OR_RETURN(const int64_t disks, knobs.Int("disks", 0));
+  TF_ASSIGN_OR_RETURN(const int64_t disks, knobs.Int("disks", 0, 0, 1024));
   TF_ASSIGN_OR_RETURN(const std::string layout, knobs.String("disk_layout", "stripe", {"stripe", "split"}));
   TF_RETURN_IF_ERROR(knobs.Finish("ioc"));
   const int32_t have = static_cast<int32_t>(s.hardware.node.nvme.size());

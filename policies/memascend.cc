@@ -24,7 +24,7 @@ StatusOr<Schedule> PlanMemAscend(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const bool exact_pinned, knobs.Bool("alignment_free_pinning", true));
   TF_ASSIGN_OR_RETURN(const bool fused, knobs.Bool("fused_overflow_check", true));
   const bool buffer_size_given = knobs.values().count("buffer_size") > 0;
-  TF_ASSIGN_OR_RETURN(const int64_t buffer_size, knobs.Int("buffer_size", 100000000));
+  TF_ASSIGN_OR_RETURN(const int64_t buffer_size, knobs.Int("buffer_size", 100000000, 1, int64_t{1} << 40));
   TF_RETURN_IF_ERROR(knobs.Finish("memascend"));
   if (!fused) TF_RETURN_IF_ERROR(UnfusedOverflowCheckNeedsFp16(s, "policy.fused_overflow_check: false"));
   if (adaptive && buffer_size_given) {

@@ -25,13 +25,13 @@ StatusOr<Schedule> PlanMlpOffload(const Scenario& s) {
   d.block_bytes = 2 << 20;
   d.optimizer_buffers = 25;
   TF_RETURN_IF_ERROR(ReadCommonKnobs(knobs, &d));
-  TF_ASSIGN_OR_RETURN(const int64_t ratio, knobs.Int("ratio", 3));
+  TF_ASSIGN_OR_RETURN(const int64_t ratio, knobs.Int("ratio", 3, 0, 1024));
   TF_ASSIGN_OR_RETURN(const bool cache, knobs.Bool("cache", true));
   TF_ASSIGN_OR_RETURN(const std::string cache_mode, knobs.String("cache_mode", "keep", {"keep", "alternate"}));
   TF_ASSIGN_OR_RETURN(const bool locks, knobs.Bool("concurrency_control", true));
   TF_ASSIGN_OR_RETURN(const bool flush, knobs.Bool("gradient_flush", false));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "none", {"none", "nvme"}));
-  TF_ASSIGN_OR_RETURN(d.slot_elements, knobs.Int("buffer_size", 100000000));
+  TF_ASSIGN_OR_RETURN(d.slot_elements, knobs.Int("buffer_size", 100000000, 1, int64_t{1} << 40));
   TF_RETURN_IF_ERROR(knobs.Finish("mlp-offload"));
   d.remote_ratio = static_cast<int32_t>(ratio);
   if (ratio > 0 && s.hardware.node.remote.empty()) {

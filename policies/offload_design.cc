@@ -48,13 +48,13 @@ Status PlaceOnDisks(const std::string& layout, int32_t disks, OffloadDesign* d) 
 }
 
 Status ReadCommonKnobs(Knobs& knobs, OffloadDesign* d) {
-  TF_ASSIGN_OR_RETURN(d->sub_group_size, knobs.Int("sub_group_size", d->sub_group_size));
-  TF_ASSIGN_OR_RETURN(d->persistence_threshold, knobs.Int("param_persistence_threshold", d->persistence_threshold));
+  TF_ASSIGN_OR_RETURN(d->sub_group_size, knobs.Int("sub_group_size", d->sub_group_size, 1, int64_t{1} << 40));
+  TF_ASSIGN_OR_RETURN(d->persistence_threshold, knobs.Int("param_persistence_threshold", d->persistence_threshold, 0, int64_t{1} << 40));
   TF_ASSIGN_OR_RETURN(d->block_bytes, knobs.Bytes("block_size", d->block_bytes));
-  TF_ASSIGN_OR_RETURN(const int64_t qd, knobs.Int("queue_depth", d->queue_depth));
-  TF_ASSIGN_OR_RETURN(const int64_t threads, knobs.Int("cpu_threads", d->cpu_threads));
-  TF_ASSIGN_OR_RETURN(const int64_t buffers, knobs.Int("buffer_count", d->param_buffers));
-  TF_ASSIGN_OR_RETURN(const int64_t opt_buffers, knobs.Int("optimizer_buffer_count", d->optimizer_buffers));
+  TF_ASSIGN_OR_RETURN(const int64_t qd, knobs.Int("queue_depth", d->queue_depth, 1, 4096));
+  TF_ASSIGN_OR_RETURN(const int64_t threads, knobs.Int("cpu_threads", d->cpu_threads, 0, 1024));
+  TF_ASSIGN_OR_RETURN(const int64_t buffers, knobs.Int("buffer_count", d->param_buffers, 1, 65536));
+  TF_ASSIGN_OR_RETURN(const int64_t opt_buffers, knobs.Int("optimizer_buffer_count", d->optimizer_buffers, 1, 65536));
   d->queue_depth = static_cast<int32_t>(qd);
   d->cpu_threads = static_cast<int32_t>(threads);
   d->param_buffers = static_cast<int32_t>(buffers);

@@ -156,6 +156,13 @@ StatusOr<Scenario> LoadScenarioText(const std::string& yaml, const std::vector<s
     auto training = models::TrainingFromYaml(root["training"]);
     if (!training.ok()) return training.status().WithContext(origin);
     s.training = *training;
+    // Learned positions end at the table's last row: a longer sequence has no position to embed.
+    // (Rotary positions extrapolate; `run` refuses past max_seq for every model, as it trains.)
+    if (s.model.position == models::PositionKind::kLearned && s.training.sequence_length > s.model.max_seq) {
+      return InvalidArgument(origin + ": training.sequence_length " + std::to_string(s.training.sequence_length) +
+                             " is above model.max_seq " + std::to_string(s.model.max_seq) +
+                             ": the model's learned positions end there (its position table has max_seq rows)");
+    }
     if (s.training.data_parallel == 0) s.training.data_parallel = s.hardware.node.gpu_count;
     if (s.training.data_parallel > s.hardware.node.gpu_count * s.hardware.nodes) {
       return InvalidArgument(origin + ": training.data_parallel " + std::to_string(s.training.data_parallel) +

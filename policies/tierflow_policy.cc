@@ -23,10 +23,10 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
   d.optimizer_buffers = 12;
   d.queue_depth = 32;
   TF_RETURN_IF_ERROR(ReadCommonKnobs(knobs, &d));
-  TF_ASSIGN_OR_RETURN(const int64_t disks, knobs.Int("disks", 0));
+  TF_ASSIGN_OR_RETURN(const int64_t disks, knobs.Int("disks", 0, 0, 1024));
   TF_ASSIGN_OR_RETURN(const std::string layout, knobs.String("disk_layout", "stripe", {"stripe", "split"}));
-  TF_ASSIGN_OR_RETURN(const int64_t ratio, knobs.Int("ratio", s.hardware.node.remote.empty() ? 0 : 3));
-  TF_ASSIGN_OR_RETURN(const int64_t cached, knobs.Int("cached_sub_groups", 0));
+  TF_ASSIGN_OR_RETURN(const int64_t ratio, knobs.Int("ratio", s.hardware.node.remote.empty() ? 0 : 3, 0, 1024));
+  TF_ASSIGN_OR_RETURN(const int64_t cached, knobs.Int("cached_sub_groups", 0, 0, INT32_MAX));
   TF_ASSIGN_OR_RETURN(const bool overlap, knobs.Bool("overlap_optimizer", false));
   TF_ASSIGN_OR_RETURN(const bool host_grads, knobs.Bool("host_gradients", true));
   TF_ASSIGN_OR_RETURN(const bool isolate, knobs.Bool("isolate_reads", true));

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "blocks.h"
+#include "tierflow/core/units.h"
 #include "policies_internal.h"
 
 namespace tierflow::policies {
@@ -41,33 +42,27 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   Knobs knobs = s.knobs;
   ZeroInfinityKnobs k;
   // DeepSpeed's names and defaults (offload_param, offload_optimizer, aio, zero_optimization).
-  TF_ASSIGN_OR_RETURN(k.buffer_count, knobs.Int("buffer_count", k.buffer_count));
-  TF_ASSIGN_OR_RETURN(k.buffer_size, knobs.Int("buffer_size", k.buffer_size));
-  TF_ASSIGN_OR_RETURN(k.optimizer_buffer_count, knobs.Int("optimizer_buffer_count", k.optimizer_buffer_count));
+  TF_ASSIGN_OR_RETURN(k.buffer_count, knobs.Int("buffer_count", k.buffer_count, 1, 65536));
+  TF_ASSIGN_OR_RETURN(k.buffer_size, knobs.Int("buffer_size", k.buffer_size, 1, int64_t{1} << 40));
+  TF_ASSIGN_OR_RETURN(k.optimizer_buffer_count, knobs.Int("optimizer_buffer_count", k.optimizer_buffer_count, 1, 65536));
   TF_ASSIGN_OR_RETURN(k.pipeline_read, knobs.Bool("pipeline_read", k.pipeline_read));
   TF_ASSIGN_OR_RETURN(k.pipeline_write, knobs.Bool("pipeline_write", k.pipeline_write));
-  TF_ASSIGN_OR_RETURN(k.sub_group_size, knobs.Int("sub_group_size", k.sub_group_size));
+  TF_ASSIGN_OR_RETURN(k.sub_group_size, knobs.Int("sub_group_size", k.sub_group_size, 1, int64_t{1} << 40));
   TF_ASSIGN_OR_RETURN(k.block_size, knobs.Bytes("block_size", k.block_size));
-  TF_ASSIGN_OR_RETURN(k.queue_depth, knobs.Int("queue_depth", k.queue_depth));
-  TF_ASSIGN_OR_RETURN(k.persistence, knobs.Int("param_persistence_threshold", k.persistence));
-  TF_ASSIGN_OR_RETURN(k.cpu_threads, knobs.Int("cpu_threads", k.cpu_threads));
+  TF_ASSIGN_OR_RETURN(k.queue_depth, knobs.Int("queue_depth", k.queue_depth, 1, 4096));
+  TF_ASSIGN_OR_RETURN(k.persistence, knobs.Int("param_persistence_threshold", k.persistence, 0, int64_t{1} << 40));
+  TF_ASSIGN_OR_RETURN(k.cpu_threads, knobs.Int("cpu_threads", k.cpu_threads, 0, 1024));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   k.params_on_nvme = offload_param == "nvme";
-  TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu));
-  TF_ASSIGN_OR_RETURN(k.reduce_bucket_size, knobs.Int("reduce_bucket_size", k.reduce_bucket_size));
-  TF_ASSIGN_OR_RETURN(k.max_live_parameters, knobs.Int("max_live_parameters", k.max_live_parameters));
-  TF_ASSIGN_OR_RETURN(k.max_reuse_distance, knobs.Int("max_reuse_distance", k.max_reuse_distance));
+  TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu, 0, int64_t{1} << 50));
+  TF_ASSIGN_OR_RETURN(k.reduce_bucket_size, knobs.Int("reduce_bucket_size", k.reduce_bucket_size, 1, int64_t{1} << 50));
+  TF_ASSIGN_OR_RETURN(k.max_live_parameters, knobs.Int("max_live_parameters", k.max_live_parameters, 1, int64_t{1} << 50));
+  TF_ASSIGN_OR_RETURN(k.max_reuse_distance, knobs.Int("max_reuse_distance", k.max_reuse_distance, 0, int64_t{1} << 50));
   TF_ASSIGN_OR_RETURN(k.pin_rounding, knobs.Bool("pin_memory_rounding", k.pin_rounding));
   TF_ASSIGN_OR_RETURN(k.overflow_temporaries, knobs.Bool("overflow_check_temporaries", k.overflow_temporaries));
   TF_RETURN_IF_ERROR(knobs.Finish("zero-infinity"));
   if (k.overflow_temporaries) TF_RETURN_IF_ERROR(UnfusedOverflowCheckNeedsFp16(s, "policy.overflow_check_temporaries"));
-  if (k.buffer_count < 1) return InvalidArgument("policy.buffer_count must be >= 1");
-  if (k.optimizer_buffer_count < 1) return InvalidArgument("policy.optimizer_buffer_count must be >= 1");
-  if (k.queue_depth < 1) return InvalidArgument("policy.queue_depth must be >= 1");
-  if (k.max_in_cpu < 0) return InvalidArgument("policy.max_in_cpu must be >= 0");
   if (k.block_size < 1) return InvalidArgument("policy.block_size must be > 0");
-  if (k.reduce_bucket_size < 1) return InvalidArgument("policy.reduce_bucket_size must be >= 1 (elements)");
-  if (k.max_live_parameters < 1) return InvalidArgument("policy.max_live_parameters must be >= 1 (elements)");
   return k;
 }
 
@@ -270,6 +265,21 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
 
   ScheduleBuilder b(s, "zero-infinity");
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
+  // What DeepSpeed keeps off the disk is said, not left for a user to find in an I/O-free run
+  // (policy.sub_group_size=1 makes every sub-group one small parameter).
+  const int64_t swap_minimum = std::max<int64_t>(int64_t{1} << 20, block_size);
+  if (std::none_of(place.states_in_host.begin(), place.states_in_host.end(), [](bool in_host) { return !in_host; })) {
+    b.Meta("note.optimizer_states", "no optimizer state goes to NVMe: DeepSpeed swaps a sub-group's states only when they take at least " +
+                       FormatBytes(static_cast<double>(swap_minimum)) + " (its swap minimum, or policy.block_size), and every sub-group here is " +
+                       "smaller (at most " + std::to_string(max_subgroup) + " elements, policy.sub_group_size " + std::to_string(sub_group_size) +
+                       "), so DeepSpeed keeps them all in host memory, and so does this schedule");
+  }
+  bool params_to_nvme = false;
+  for (size_t i = 0; i < plan.units.size(); ++i) params_to_nvme |= params_on_nvme && !plan.units[i].gpu_resident && !place.param_in_host[i];
+  if (params_on_nvme && !params_to_nvme) {
+    b.Meta("note.parameters", "no parameter goes to NVMe: every partition is within policy.max_in_cpu or under DeepSpeed's swap minimum of " +
+                       FormatBytes(static_cast<double>(swap_minimum)) + ", so DeepSpeed keeps them in host memory, and so does this schedule");
+  }
 
   // Per rank: the aio handles (param swapper; optimizer read and write), the pinned pools, the
   // GPU's resident state.

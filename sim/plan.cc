@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "tierflow/core/trace_record.h"
+#include "tierflow/core/units.h"
 #include "tierflow/models/perf.h"
 
 namespace tierflow::sim::internal {
@@ -40,6 +41,17 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
   for (const DeviceSpec& d : schedule.devices()) {
     TF_ASSIGN_OR_RETURN(HardwareDevice hd, models::ParseHardwareDevice(d.name, hw));
     devices.push_back(hd);
+  }
+  // A tensor on a disk lies within the disk (a store at 2^62 bytes simulated without complaint).
+  for (const TensorSpec& t : schedule.tensors()) {
+    const HardwareDevice& hd = devices[static_cast<size_t>(t.device)];
+    if (hd.kind != models::HardwareDeviceKind::kNvme) continue;
+    const int64_t capacity = node.nvme[static_cast<size_t>(hd.index)].capacity_bytes;
+    if (capacity > 0 && t.offset_bytes > capacity - t.size_bytes) {
+      return InvalidArgument("tensor '" + t.name + "': its bytes [" + std::to_string(t.offset_bytes) + ", +" + std::to_string(t.size_bytes) + ") end past " +
+                             schedule.devices()[static_cast<size_t>(t.device)].name + "'s capacity, " + FormatBytes(static_cast<double>(capacity)) +
+                             " (hardware.node.nvme[" + std::to_string(hd.index) + "].capacity)");
+    }
   }
 
   // Endpoints are shared by every task of one class: (kind, node, device, write, block, depth,

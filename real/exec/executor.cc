@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "tierflow/core/units.h"
 #include "tierflow/real/cpu_ops.h"
 #include "tierflow/real/dataset.h"
 #include "run.h"
@@ -91,7 +92,17 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
     }
   }
   const int64_t partition = layout.total / ranks;  // each rank's elements
+  // A device's store holds at most one region per kind of every rank's partition (each rank's
+  // stretch and each region aligned: docs/schedule-format.md "Tensors"); an address past that is
+  // no state of this model (a tensor at 2^62 in host memory trained without complaint).
+  const int64_t mib = int64_t{1} << 20;
+  const int64_t store_most = kStateKindCount * ((int64_t{ranks} * (partition + mib) * 4 + mib - 1) / mib * mib);
   for (const TensorSpec& ts : schedule.tensors()) {
+    if (ts.offset_bytes > store_most - ts.size_bytes) {
+      return InvalidArgument("tensor '" + ts.name + "': its bytes [" + std::to_string(ts.offset_bytes) + ", +" + std::to_string(ts.size_bytes) +
+                             ") of device '" + schedule.devices()[static_cast<size_t>(ts.device)].name + "' end past the " + FormatBytes(static_cast<double>(store_most)) +
+                             " that every kind of this model's state takes there at most");
+    }
     if (ts.rank < 0 || ts.rank >= ranks) {
       return InvalidArgument("tensor '" + ts.name + "': rank " + std::to_string(ts.rank) + ", but training.data_parallel is " + std::to_string(ranks));
     }

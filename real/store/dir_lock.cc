@@ -35,10 +35,16 @@ StatusOr<DirLock> DirLock::Acquire(const std::string& dir, const std::string& la
 }
 
 Status DirLock::Refuse(int fd, int err, const std::string& path, const std::string& label) {
+  if (err != EWOULDBLOCK) {
+    ::close(fd);
+    return FromErrno(err, label + ": locking '" + path + "'");
+  }
+  // The holder writes its pid just after it takes the lock: a second run started at the same
+  // moment waits for it (at most 200 ms), so that its one error names the holder.
   char text[32] = {};
-  const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+  ssize_t n = 0;
+  for (int wait = 0; wait < 100 && (n = ::pread(fd, text, sizeof text - 1, 0)) <= 0; ++wait) ::usleep(2000);
   ::close(fd);
-  if (err != EWOULDBLOCK) return FromErrno(err, label + ": locking '" + path + "'");
   std::string holder = n > 0 ? std::string(text, static_cast<size_t>(n)) : "";
   while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
   return FailedPrecondition(label + ": in use by another tierflow process" + (holder.empty() ? "" : " (pid " + holder + ")") +

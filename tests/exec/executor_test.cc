@@ -56,13 +56,21 @@ Schedule PlanOrDie(const policies::Scenario& s) {
   return std::move(schedule).value();
 }
 
-// `s` with the first `from` after `anchor` in its JSON replaced by `to`: the schedule edited as a
-// user would edit its file.
-Schedule EditedOrDie(const Schedule& s, const std::string& anchor, const std::string& from, const std::string& to) {
+// `s` with the first `from` after `anchor` in its JSON replaced by `to` (each of `more` too, in
+// the same text): the schedule edited as a user would edit its file, loaded once.
+struct Edit {
+  std::string anchor, from, to;
+};
+Schedule EditedOrDie(const Schedule& s, const std::string& anchor, const std::string& from, const std::string& to,
+                     const std::vector<Edit>& more = {}) {
   std::string json = ScheduleToJson(s);
-  const size_t at = json.find(from, json.find(anchor));
-  EXPECT_NE(at, std::string::npos) << "'" << from << "' after '" << anchor << "'";
-  if (at != std::string::npos) json.replace(at, from.size(), to);
+  std::vector<Edit> edits = {{anchor, from, to}};
+  edits.insert(edits.end(), more.begin(), more.end());
+  for (const Edit& e : edits) {
+    const size_t at = json.find(e.from, json.find(e.anchor));
+    EXPECT_NE(at, std::string::npos) << "'" << e.from << "' after '" << e.anchor << "'";
+    if (at != std::string::npos) json.replace(at, e.from.size(), e.to);
+  }
   auto edited = ScheduleFromJson(json);
   EXPECT_TRUE(edited.ok()) << edited.status().ToString();
   return edited.ok() ? std::move(edited).value() : s;
@@ -715,8 +723,10 @@ TEST(Executor, WhatTheExecutorCannotRunIsRefusedWhenLoaded) {
   const Schedule no_kernel = EditedOrDie(planned, "\"id\":\"fwd.", "\"kernel\":\"fwd\",", "");
   Status st = CheckRunnable(no_kernel, config);
   EXPECT_NE(st.message().find("(compute): names no kernel (fwd, bwd)"), std::string::npos) << st.ToString();
+  // (its bytes with the master's 3295488 fp32 elements added: a copy moves exactly its tensors)
   const Schedule master_to_gpu = EditedOrDie(planned, "\"id\":\"h2d.", "\"tensors\":[\"param16",
-                                             "\"tensors\":[\"master.r0[0+3295488]@nvme0\",\"param16");
+                                             "\"tensors\":[\"master.r0[0+3295488]@nvme0\",\"param16",
+                                             {{"\"id\":\"h2d.", "\"bytes\":352256,", "\"bytes\":" + std::to_string(352256 + 3295488 * 4) + ","}});
   st = CheckRunnable(master_to_gpu, config);
   EXPECT_NE(st.message().find("(h2d): copies 'master.r0[0+3295488]@nvme0' (master) to the GPU; only param16 goes there"), std::string::npos)
       << st.ToString();

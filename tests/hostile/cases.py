@@ -4,7 +4,7 @@ C(group, name, args, rc, err, files={}, dirs=(), outputs=(), setup=None, timeout
   args     the command line after `tierflow`; {S} is the checkout, {fx} the fixtures directory;
            relative paths are in the case's own directory
   rc       the exit status: 1 (the input is wrong: not found, failed precondition, data loss) or 2
-           (an invalid argument, a usage error)
+           (an invalid argument, a usage error); a tuple where either is right
   err      a regex stderr must match: it names the thing and the rule
   files    name -> content (str, bytes, or a function of the fixtures) written before the run
   dirs     directories made before the run
@@ -29,6 +29,7 @@ class C:
 
 TINY = "{S}/scenarios/tiny-cpu.yaml"
 SMALL = "{S}/tests/cli/data/small.yaml"
+DATA = "--data {S}/data/corpus/kjv-genesis.txt"
 GOOD = """name: t
 model: {preset: tiny}
 hardware: {preset: cpu-host}
@@ -196,6 +197,32 @@ add(g, "carried_distance_negative", "sim s.json", 2, r"distance",
 add(g, "run_dangling", "run s.json --disk d", 2, r"no-such-task", dirs=("d",),
     files={"s.json": schedule(lambda j: j["tasks"][3].setdefault("deps", []).append("no-such-task"))})
 
+
+def tensor_on(kind, **fields):
+    """The first tensor homed on a device of `kind` (nvme, host, gpu), with `fields` set."""
+    def edit(j):
+        kinds = {d["name"]: d["kind"] for d in j["devices"]}
+        next(t for t in j["tensors"] if kinds[t["device"]] == kind).update(fields)
+    return schedule(edit)
+
+
+# Every size and offset a schedule names, past its device and past the training's own state.
+add(g, "disk_offset_past_the_disk", "sim s.json", 2, r"tensor 'master\.r0\[0\+\d+\]@nvme0': its bytes \[4611686018427387904, \+\d+\) end past nvme0's capacity",
+    files={"s.json": tensor_on("nvme", offset_bytes=2**62)})
+add(g, "run_disk_offset_past_the_state", f"run s.json --disk d {DATA}", 2,
+    r"tensor 'master\.r0\[0\+\d+\]@nvme0': its bytes \[4611686018427387904, \+\d+\) of device 'nvme0' end past the [0-9.]+ MiB",
+    files={"s.json": tensor_on("nvme", offset_bytes=2**62)}, dirs=("d",))
+add(g, "run_host_offset_past_the_state", f"run s.json --disk d {DATA}", 2,
+    r"tensor 'param16\.r0\[\d+\+\d+\]@host': its bytes \[4611686018427387904, \+\d+\) of device 'host' end past the [0-9.]+ MiB that every kind",
+    files={"s.json": tensor_on("host", offset_bytes=2**62)}, dirs=("d",))
+add(g, "run_elements_past_the_partition", f"run s.json --disk d {DATA}", 2, r"its range is outside the \d+ parameters of a rank's partition",
+    files={"s.json": tensor_on("nvme", element_offset=2**40)}, dirs=("d",))
+add(g, "offset_past_2_63", "sim s.json", 2, r"offset_bytes",
+    files={"s.json": lambda fx: tensor_on("nvme", offset_bytes=123456789)(fx).replace("123456789", "18446744073709551616", 1)})
+add(g, "buffer_past_its_pool", "sim s.json", 1, r"larger than pool",
+    files={"s.json": schedule(lambda j: j["buffers"][0].update(size_bytes=2**62))})
+add(g, "task_bytes_past_its_tensors", "sim s.json", 2, r"task 'read\.[^']*': moves 4611686018427387904 bytes, but its tensors hold \d+ \(a read moves exactly the state it names\)",
+    files={"s.json": schedule(lambda j: first_task("read")(j).update(bytes=2**62))})
 # ---- sim ---------------------------------------------------------------------------------------
 g = "sim"
 add(g, "zero_iterations", f"sim {TINY} -n 0", 2, r"--iterations: '0' is below 1 \(an integer of at least 1\)")
@@ -215,7 +242,6 @@ add(g, "beyond_gpu_memory", f"sim {SMALL} --set hardware.node.gpu.hbm=2GiB", 1, 
 
 # ---- run ---------------------------------------------------------------------------------------
 g = "run"
-DATA = "--data {S}/data/corpus/kjv-genesis.txt"
 add(g, "no_disk", f"run {TINY} {DATA}", 2, r"--disk")
 add(g, "missing_disk_dir", f"run {TINY} --disk nodir {DATA}", 1, r"nodir")
 add(g, "disk_is_a_file", f"run {TINY} --disk f {DATA}", 2, r"--disk 'f' \(nvme0\): not a directory", files={"f": "x\n"})
@@ -344,7 +370,7 @@ add(g, "no_disk", f"validate {TINY} --data {{S}}/data/corpus/kjv-genesis.txt --p
 # ---- probes ------------------------------------------------------------------------------------
 g = "probe"
 add(g, "disk_zero_reps", "probe disk --dir d --reps 0", 2, r"probe disk: error: usage: --reps: '0' is below 1 \(an integer from 1 to 1000000\)", dirs=("d",))
-add(g, "disk_negative_duration", "probe disk --dir d --duration -1", 2, r"--duration: '-1' is below 0 \(a number from 0 to 86400\)", dirs=("d",))
+add(g, "disk_negative_duration", "probe disk --dir d --duration -1", 2, r"--duration: '-1' is below 0\.001 \(a number from 0\.001 to 86400\)", dirs=("d",))
 add(g, "disk_missing_dir", "probe disk --dir nodir", 1, r"nodir")
 add(g, "disk_bad_sizes", "probe disk --dir d --sizes 4KiB,lots", 2, r"'lots' is not a size", dirs=("d",))
 add(g, "disk_zero_size", "probe disk --dir d --sizes 0", 2, r"block size 0 is not a positive multiple of 4 KiB", dirs=("d",))
@@ -511,9 +537,9 @@ add(g, "shard_missing", RUN_HF, 1, r"'m/model\.safetensors\.index\.json': shard 
 add(g, "shard_outside_the_directory", RUN_HF, 2, r"names '\.\./w\.safetensors', not a file of the directory",
     files=hf_dir(weights=False, **{"m/model.safetensors.index.json": json.dumps(
         {"weight_map": {name: "../w.safetensors" for name, _ in hf_tensors(HF_CONFIG)}})}), dirs=("d",))
-add(g, "save_over_the_input", RUN_HF + " --save-model m", 2, r"--save-model 'm' is the input model's directory 'm'", files=hf_dir(), dirs=("d",))
-add(g, "save_inside_the_input", RUN_HF + " --save-model m/out", 2, r"--save-model 'm/out' is the input model's directory", files=hf_dir(), dirs=("d",))
-add(g, "save_inside_a_disk", RUN_HF + " --save-model d/out", 2, r"--save-model 'd/out' overlaps --disk 'd'", files=hf_dir(), dirs=("d",))
+add(g, "save_over_the_input", RUN_HF + " --save-model m", 2, r"--save-model 'm' overlaps model\.hf_dir \(the input model's directory\) 'm': a directory replaced as a whole", files=hf_dir(), dirs=("d",))
+add(g, "save_inside_the_input", RUN_HF + " --save-model m/out", 2, r"--save-model 'm/out' overlaps model\.hf_dir \(the input model's directory\) 'm'", files=hf_dir(), dirs=("d",))
+add(g, "save_inside_a_disk", RUN_HF + " --save-model d/out", 2, r"--save-model 'd/out' overlaps --disk 'd': a directory replaced as a whole", files=hf_dir(), dirs=("d",))
 add(g, "save_over_other_files", RUN_HF + " --save-model o", 1,
     r"--save-model: save model 'o': the directory holds files but no config\.json, so it is not a model a save may replace",
     files=hf_dir(**{"o/notes.txt": "mine\n"}), dirs=("d",))
@@ -522,7 +548,151 @@ add(g, "save_dtype_without_save", RUN_HF + " --save-dtype fp32", 2, r"--save-dty
 add(g, "window_shorter_than_the_sequence", RUN_HF, 2,
     r"training\.sequence_length 128 is above the model's sliding_window 64: sliding-window attention is not implemented",
     files=hf_dir({"model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 64}), dirs=("d",))
-add(g, "eval_every_negative", RUN_HF + " --eval-every -2", 2, r"--eval-every must be >= 0", files=hf_dir(), dirs=("d",))
+add(g, "eval_every_negative", RUN_HF + " --eval-every -2", 2, r"--eval-every: '-2' is below 0 \(an integer from 0 to 1000000000\)", files=hf_dir(), dirs=("d",))
 add(g, "eval_corpus_too_small", f"run {TINY} --disk d -n 1 --eval-every 1 --data c.txt", 2,
     r"--eval-every: the corpus: held-out split: 200 tokens, fewer than the 258 that a held-out batch and a training batch of 1 x 129 tokens need",
     files={"c.txt": "x" * 200}, dirs=("d",))
+
+# ---- paths: every output flag against every input and every directory the command writes -----
+g = "paths"
+INPUT = r"is the input"
+INSIDE = r"whose files this command writes: write it outside that directory"
+ONE_FILE = r"are one file: each output needs its own"
+ONE_DIR = r"are one directory: each needs its own"
+SIM_RECORDS = lambda fx: fx.text("tiny.sim.jsonl")
+for verb, flags in {"sim": ("--records", "--trace"), "run": ("--records", "--trace")}.items():
+    extra = f" --disk d {DATA}" if verb == "run" else ""
+    for flag in flags:
+        add(g, f"{verb}_{flag[2:]}_onto_the_input", f"{verb} s.yaml {flag} s.yaml{extra}", 2, rf"{flag} 's\.yaml' {INPUT} 's\.yaml'",
+            files={"s.yaml": GOOD}, dirs=("d",))
+        add(g, f"{verb}_{flag[2:]}_through_a_link_to_the_input", f"{verb} s.yaml {flag} l.yaml{extra}", 2, rf"{flag} 'l\.yaml' {INPUT} 's\.yaml'",
+            files={"s.yaml": GOOD}, dirs=("d",), setup=lambda d, fx: os.symlink("s.yaml", os.path.join(d, "l.yaml")))
+    add(g, f"{verb}_records_and_trace_one_file", f"{verb} {TINY} --records o.json --trace ./o.json{extra}", 2, ONE_FILE, dirs=("d",))
+add(g, "sim_records_onto_the_profile", f"sim {TINY} --profile p.yaml --records p.yaml", 2, rf"--records 'p\.yaml' {INPUT} --profile 'p\.yaml'",
+    files={"p.yaml": "nodes: 1\n"})
+# The data loss of issue 60: the records over the run's own store file, and into its checkpoint.
+add(g, "run_records_onto_its_store_file", f"run {TINY} --disk d --records d/tierflow-run.store {DATA}", 2,
+    rf"--records 'd/tierflow-run\.store' is inside --disk 'd', {INSIDE}", files={"d/tierflow-run.store": "the training state\n"})
+add(g, "run_trace_into_the_checkpoint", f"run {TINY} --disk d --checkpoint c --trace c/t.json {DATA}", 2,
+    rf"--trace 'c/t\.json' is inside --checkpoint 'c', {INSIDE}", dirs=("d", "c"))
+add(g, "run_records_into_the_disk_root", f"run {TINY} --disk-root r --records r/nvme0/x.jsonl {DATA}", 2,
+    rf"--records 'r/nvme0/x\.jsonl' is inside --disk-root 'r', {INSIDE}", dirs=("r",))
+add(g, "run_records_onto_the_data", f"run {TINY} --disk d --data c.txt --records c.txt", 2, rf"--records 'c\.txt' {INPUT} --data 'c\.txt'",
+    files={"c.txt": "text " * 400}, dirs=("d",))
+add(g, "run_trace_onto_init", f"run {TINY} --disk d --init w.safetensors --trace w.safetensors {DATA}", 2,
+    rf"--trace 'w\.safetensors' {INPUT} --init 'w\.safetensors'", files={"w.safetensors": "x"}, dirs=("d",))
+add(g, "run_checkpoint_is_the_disk", f"run {TINY} --disk d --checkpoint d {DATA}", 2, rf"--disk 'd' and --checkpoint 'd' {ONE_DIR}", dirs=("d",))
+add(g, "run_checkpoint_is_the_disk_by_a_link", f"run {TINY} --disk d --checkpoint l {DATA}", 2, rf"--disk 'd' and --checkpoint 'l' {ONE_DIR}",
+    dirs=("d",), setup=lambda d, fx: os.symlink("d", os.path.join(d, "l")))
+add(g, "run_save_model_is_the_checkpoint", f"run {TINY} --disk d --checkpoint c --save-model c {DATA}", 2,
+    r"--save-model 'c' overlaps --checkpoint 'c'", dirs=("d", "c"))
+add(g, "run_save_model_holds_the_disk", f"run {TINY} --disk m/d --save-model m {DATA}", 2, r"--save-model 'm' overlaps --disk 'm/d'", dirs=("m/d",))
+add(g, "validate_trace_onto_the_input", "validate s.yaml --profile {S}/tests/cli/data/cpu-host-1disk.profile.yaml --disk d --trace s.yaml",
+    2, rf"--trace 's\.yaml' {INPUT} 's\.yaml'", files={"s.yaml": GOOD}, dirs=("d",))
+add(g, "validate_records_dir_is_the_disk", "validate {S}/scenarios/tiny-cpu.yaml --profile {S}/tests/cli/data/cpu-host-1disk.profile.yaml "
+    "--disk d --records-dir d", 2, rf"--records-dir 'd' and --disk 'd' {ONE_DIR}", dirs=("d",))
+add(g, "plan_onto_the_scenario_by_a_link", "plan s.yaml -o l.yaml", 2, rf"-o 'l\.yaml' {INPUT} 's\.yaml'", files={"s.yaml": GOOD},
+    setup=lambda d, fx: os.symlink("s.yaml", os.path.join(d, "l.yaml")))
+add(g, "tune_onto_the_scenario_through_dotdot", "tune s.yaml -o x/../s.yaml", 2, rf"-o 'x/\.\./s\.yaml' {INPUT} 's\.yaml'",
+    files={"s.yaml": GOOD}, dirs=("x",))
+add(g, "sweep_plot_onto_the_sweep", "sweep w.yaml -o o.csv --plot w.yaml", 2, rf"--plot 'w\.yaml' {INPUT} 'w\.yaml'", files={"w.yaml": SWEEP})
+add(g, "sweep_plot_and_output_one_file", "sweep w.yaml -o o.csv --plot o.csv", 2, ONE_FILE, files={"w.yaml": SWEEP})
+add(g, "sweep_merge_onto_a_shard", "sweep merge a.csv b.csv -o b.csv", 2, rf"-o 'b\.csv' {INPUT} 'b\.csv'",
+    files={"a.csv": "x\n", "b.csv": "x\n"})
+add(g, "calibrate_onto_the_base", "calibrate {fx}/tiny.sim.jsonl --base b.yaml -o b.yaml", 2, rf"-o 'b\.yaml' {INPUT} --base 'b\.yaml'",
+    files={"b.yaml": "nodes: 1\n"})
+add(g, "calibrate_onto_a_trace", "calibrate t.jsonl -o t.jsonl", 2, rf"-o 't\.jsonl' {INPUT} 't\.jsonl'", files={"t.jsonl": SIM_RECORDS})
+add(g, "deepspeed_import_onto_the_model_file", f"deepspeed import {DS}negative_size.json --model m.yaml --hardware cpu-host -o m.yaml", 2,
+    rf"-o 'm\.yaml' {INPUT} --model 'm\.yaml'", files={"m.yaml": "preset: tiny\n"})
+add(g, "deepspeed_export_onto_the_base", f"deepspeed export {TINY} --base b.json -o b.json", 2, rf"-o 'b\.json' {INPUT} --base 'b\.json'",
+    files={"b.json": "{}"})
+add(g, "trace_chrome_onto_the_schedule", "trace chrome t.jsonl --schedule s.json -o s.json", 2, rf"-o 's\.json' {INPUT} --schedule 's\.json'",
+    files={"t.jsonl": SIM_RECORDS, "s.json": lambda fx: fx.text("tiny.schedule.json")})
+add(g, "probe_disk_dir_twice", "probe disk --dir d --dir ./d", 2, rf"--dir 'd' and --dir '\./d' {ONE_DIR}", dirs=("d",))
+add(g, "probe_disk_trace_into_the_dir", "probe disk --dir d --trace d/t.jsonl", 2, rf"--trace 'd/t\.jsonl' is inside --dir 'd', {INSIDE}", dirs=("d",))
+add(g, "probe_all_out_is_a_dir", "probe all --dir d -o d", 2, rf"-o 'd' and --dir 'd' {ONE_DIR}", dirs=("d",))
+add(g, "probe_compute_trace_onto_the_scenario", "probe compute s.yaml --trace s.yaml", 2, rf"--trace 's\.yaml' {INPUT} 's\.yaml'",
+    files={"s.yaml": GOOD})
+add(g, "checkpoint_save_dir_twice", "checkpoint save --dir d --dir d/ --preset tiny", 2, rf"--dir 'd' and --dir 'd/' {ONE_DIR}", dirs=("d",))
+
+
+# ---- numbers: every numeric field and flag at 0, -1, 2^31, 2^63, 2^64, 1e308 and NaN ------------
+# Each value past a field's range gets core's one rule (ParseInteger, ParseReal): the field, at most
+# 40 characters of the value, and the range. A value in the range is either accepted (skipped
+# here: plan or the verb would run) or refused by a rule of its own that names the field.
+g = "numbers"
+VALUES = {"0": 0, "-1": -1, "2147483648": 2**31, "9223372036854775808": 2**63, "18446744073709551616": 2**64, "1e308": 1e308, "nan": None}
+I64 = 2**63 - 1
+I32 = 2**31 - 1
+# field: (integer?, lo, hi, values in range that the field accepts)
+FIELDS = {
+    "model.hidden": (True, 1, 2**20, ()), "model.ffn": (True, 1, 2**22, ()), "model.layers": (True, 1, 10000, ()),
+    "model.heads": (True, 1, 2**16, ()), "model.kv_heads": (True, 1, 2**16, ()), "model.vocab": (True, 1, 2**24, ()),
+    "model.max_seq": (True, 1, 2**24, ()), "model.sliding_window": (True, 0, I64, ("0", "2147483648")),
+    "training.micro_batch_size": (True, 1, 2**20, ()), "training.sequence_length": (True, 1, 2**24, ()),
+    "training.gradient_accumulation_steps": (True, 1, 1024, ()), "training.data_parallel": (True, 0, 2**20, ("0",)),
+    "training.seed": (True, 0, 2**53, ("0", "2147483648")),
+    "training.lr_schedule.warmup_steps": (True, 0, 2**40, ("0", "2147483648")),
+    "training.lr_schedule.total_steps": (True, 0, 2**40, ("0", "2147483648")),
+    "training.optimizer.lr": (False, 0, 1000, ()), "training.optimizer.eps": (False, 0, 1, ()),
+    "training.optimizer.weight_decay": (False, 0, 1, ("0",)), "training.gradient_clipping": (False, 0, None, ("0", "2147483648", "9223372036854775808", "18446744073709551616", "1e308")),
+    "training.lr_schedule.min_lr_ratio": (False, 0, 1, ("0",)),
+    "hardware.nodes": (True, 0, I32, ()), "hardware.node.gpu_count": (True, 0, I32, ()), "hardware.node.cpu.cores": (True, 0, I32, ()),
+    "policy.buffer_count": (True, 1, 65536, ()), "policy.buffer_size": (True, 1, 2**40, ("2147483648",)),
+    "policy.optimizer_buffer_count": (True, 1, 65536, ()), "policy.sub_group_size": (True, 1, 2**40, ("2147483648",)),
+    "policy.queue_depth": (True, 1, 4096, ()), "policy.param_persistence_threshold": (True, 0, 2**40, ("0", "2147483648")),
+    "policy.cpu_threads": (True, 0, 1024, ("0",)), "policy.max_in_cpu": (True, 0, 2**50, ("0", "2147483648")),
+    "policy.reduce_bucket_size": (True, 1, 2**50, ("2147483648",)), "policy.max_live_parameters": (True, 1, 2**50, ("2147483648",)),
+    "policy.max_reuse_distance": (True, 0, 2**50, ("0", "2147483648")),
+}
+# flag: (the command before it, integer?, lo, hi, values in range it accepts, files and dirs the case needs)
+FLAGS = {
+    "run --iterations": (f"run {TINY} --disk d {DATA}", True, 1, 10**9, ()), "run --threads": (f"run {TINY} --disk d {DATA} -n 1", True, 0, 1024, ("0",)),
+    "run --lr": (f"run {TINY} --disk d {DATA} -n 1", False, 0, 1000, ("0",)),
+    "run --checkpoint-every": (f"run {TINY} --disk d --checkpoint c {DATA} -n 1", True, 0, 10**9, ("0", "2147483648")),
+    "run --eval-every": (f"run {TINY} --disk d {DATA} -n 1", True, 0, 10**9, ("0",)),
+    "sim --iterations": (f"sim {TINY}", True, 1, I64, ()),
+    "tune --iterations": (f"tune {TINY} --rounds 1", True, 1, 1000, ()), "tune --jobs": (f"tune {TINY} --rounds 1", True, 0, 1024, ("0",)),
+    "tune --rounds": (f"tune {TINY}", True, 1, 1000, ()),
+    "sweep --jobs": ("sweep w.yaml -o o.csv", True, 0, 1024, ("0",)), "sweep --top": ("sweep w.yaml -o o.csv", True, 0, I32, ("0",)),
+    "model --seq": ("model tiny", True, 0, 2**24, ("0",)),
+    "checkpoint save --ranks": ("checkpoint save --dir d --preset tiny", True, 1, 65536, ()),
+    "checkpoint save --qd": ("checkpoint save --dir d --preset tiny", True, 1, 4096, ()),
+    "probe disk --reps": ("probe disk --dir d", True, 1, 10**6, ()), "probe disk --duration": ("probe disk --dir d", False, 0.001, 86400, ()),
+    "probe disk --passes": ("probe disk --dir d", True, 1, 1000, ()),
+    "trace compare --worst": ("trace compare {fx}/tiny.sim.jsonl {fx}/tiny.sim.jsonl", True, 0, I32, ("0",)),
+    "validate --repeats": ("validate {S}/scenarios/tiny-cpu.yaml --profile {S}/tests/cli/data/cpu-host-1disk.profile.yaml --disk d", True, 1, 1000, ()),
+}
+
+
+def number_rule(what, text, integer, lo, hi):
+    """The error core's one rule gives for `text` in [lo, hi], or None when it is in the range."""
+    kind = "integer" if integer else "number"
+    big = lambda v: str(v) if integer or v != int(v) or abs(v) >= 1e15 else str(int(v))
+    rng = (f"an integer of at least {lo}" if hi == I64 else f"an integer from {lo} to {hi}") if integer else \
+          (f"a number of at least {big(lo)}" if hi is None else f"a number from {big(lo)} to {big(hi)}")
+    value = VALUES[text]
+    if value is None:
+        return rf"{what}: 'nan' is not an? {kind} \({rng}\)".replace("an? integer", "an integer").replace("an? number", "a number")
+    if hi is not None and value > hi:
+        return rf"{what}: '{text}' is above {hi if integer else big(hi)} \({rng}\)"
+    if value < lo:
+        return rf"{what}: '{text}' is below {lo if integer else big(lo)} \({rng}\)"
+    return None
+
+
+for field, (integer, lo, hi, accepted) in FIELDS.items():
+    for text in VALUES:
+        if text in accepted:
+            continue
+        rule = number_rule(field, text, integer, lo, hi)
+        key = field.split(".")[-1]
+        add(g, f"{field}={text}", f"plan {TINY} --set {field}={text} -o p.json", 2, rule if rule else rf"{key}", timeout=30)
+for flag, (command, integer, lo, hi, accepted) in FLAGS.items():
+    name = flag.split()[-1]
+    for text in VALUES:
+        if text in accepted:
+            continue
+        rule = number_rule(name, text, integer, lo, hi)
+        add(g, f"{flag.replace(' ', '_')}={text}", f"{command} {name} {text}", (2,) if rule else (1, 2),
+            (r"error: usage: " + rule) if rule else rf"{name[2:]}", dirs=("d", "c"), files={"w.yaml": SWEEP}, timeout=60)

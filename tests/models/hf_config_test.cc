@@ -190,7 +190,11 @@ TEST(HfConfig, ScalingInAScenarioIsCheckedAndOverridable) {
   EXPECT_EQ(LlmFromYamlText("{preset: tiny, rope_scaling: {factor: 8}}").status().message(),
             "model.rope_scaling.type: missing (none, linear or llama3; the model has no scaling to change)");
   EXPECT_EQ(LlmFromYamlText("{preset: tiny, rope_theta: 0.5}").status().message(),
-            "model 'tiny': rope_theta must be a finite number > 1");
+            "model 'tiny': rope_theta 0.5 must be a number in (1, 1e12]");
+  EXPECT_EQ(LlmFromYamlText("{preset: tiny, rope_theta: 1e308}").status().message(),
+            "model 'tiny': rope_theta 1e+308 must be a number in (1, 1e12]");
+  EXPECT_EQ(LlmFromYamlText("{preset: tiny, norm_eps: 2147483648}").status().message(),
+            "model 'tiny': norm_eps 2147483648 must be a number in (0, 1]");
   EXPECT_EQ(LlmFromYamlText("{preset: tiny, norm_eps: x}").status().message(),
             "model.norm_eps: 'x' is not a number (a plain ratio, no unit)");
 }

@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tierflow/core/status.h"
 
@@ -35,8 +36,26 @@ Status ReplaceWith(const std::string& tmp, const std::string& path, std::string_
 // fsync of the directory `dir` itself: the renames and new entries in it made durable.
 Status SyncDirectory(const std::string& dir);
 
-// InvalidArgument when `output` names the same file as `input` (after following links and
-// `..`), which writing it would destroy; `flag` names the output ("-o").
-Status RefuseOutputOverInput(const std::string& output, const std::string& input, std::string_view flag);
+// What a command does with a path it names, for CheckCommandPaths.
+enum class PathUse {
+  kReads,     // an input (a file, or a directory read from)
+  kWrites,    // an output file, written whole or as a stream, in place of what was there
+  kWritesIn,  // a directory whose files the command writes: a --disk, a --checkpoint, probe's -o
+  kReplaces,  // a directory the command replaces as a whole: --save-model
+};
+
+struct CommandPath {
+  std::string flag;  // "-o", "--records", "--disk", "input"
+  std::string path;  // as given (empty: not given, skipped)
+  PathUse use = PathUse::kReads;
+};
+
+// Every path one command names, checked together before anything is written (after following
+// links and `..`): an output file is none of the inputs, no other output and not inside a
+// directory the command writes in (a run whose --records was its own store file in its --disk
+// overwrote the training state with trace records); two directories it writes in are not one
+// (each has its own lock, store and files); a directory it replaces neither holds nor lies in
+// another of its paths. InvalidArgument naming both flags, both paths and the rule.
+Status CheckCommandPaths(const std::vector<CommandPath>& paths);
 
 }  // namespace tierflow

@@ -13,34 +13,92 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "tierflow/core/status.h"
 
 namespace tierflow {
 
+namespace internal {
+
+// nlohmann's DOM builder behind a SAX handler that also records the first key given twice in
+// one object. (A parser callback would do it too, but nlohmann's callback parser scans the whole
+// enclosing array after each object ends: a schedule of 10^6 tasks took minutes to load.)
+template <typename Json>
+class KeyCheckingSax {
+ public:
+  using number_integer_t = typename Json::number_integer_t;
+  using number_unsigned_t = typename Json::number_unsigned_t;
+  using number_float_t = typename Json::number_float_t;
+  using string_t = typename Json::string_t;
+  using binary_t = typename Json::binary_t;
+
+  explicit KeyCheckingSax(Json& root) : dom_(root, /*allow_exceptions=*/true) {}
+  const std::string& duplicate() const { return duplicate_; }
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
+  bool string(string_t& v) { return dom_.string(v); }
+  bool binary(binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    keys_.emplace_back();
+    return dom_.start_object(n);
+  }
+  bool key(string_t& k) {
+    if (!keys_.back().Add(k) && duplicate_.empty()) duplicate_ = k;
+    return dom_.key(k);
+  }
+  bool end_object() {
+    keys_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return dom_.start_array(n); }
+  bool end_array() { return dom_.end_array(); }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& e) {
+    return dom_.parse_error(position, token, e);  // throws
+  }
+
+ private:
+  // An object's keys so far: a linear look while they are few (every object of a schedule has a
+  // dozen at most), a hash set past that.
+  struct Keys {
+    std::vector<std::string> few;
+    std::unordered_set<std::string> many;
+    bool Add(const std::string& k) {  // false: seen before
+      if (many.empty()) {
+        for (const std::string& s : few) {
+          if (s == k) return false;
+        }
+        few.push_back(k);
+        if (few.size() > 32) many.insert(few.begin(), few.end());
+        return true;
+      }
+      return many.insert(k).second;
+    }
+  };
+  nlohmann::detail::json_sax_dom_parser<Json> dom_;
+  std::vector<Keys> keys_;  // per open object
+  std::string duplicate_;
+};
+
+}  // namespace internal
+
 // InvalidArgument "<origin>: not valid JSON at byte N: <what the parser expected>",
 // "<origin>: not valid JSON: number overflow parsing '1e99999'" or
 // "<origin>: key 'k' appears twice in one object".
 inline StatusOr<nlohmann::ordered_json> ParseJsonChecked(const std::string& text, const std::string& origin) {
   using Json = nlohmann::ordered_json;
-  std::vector<std::vector<std::string>> keys;  // per open object: the keys so far
-  std::string duplicate;
-  const Json::parser_callback_t check = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) keys.emplace_back();
-    if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == Json::parse_event_t::key && !keys.empty() && duplicate.empty()) {
-      const std::string key = parsed.get<std::string>();
-      for (const std::string& k : keys.back()) {
-        if (k == key) duplicate = key;
-      }
-      keys.back().push_back(key);
-    }
-    return true;
-  };
   Json root;
+  internal::KeyCheckingSax<Json> sax(root);
+  std::string duplicate;
   try {
-    root = Json::parse(text, check);
+    Json::sax_parse(text, &sax);
+    duplicate = sax.duplicate();
   } catch (const Json::parse_error& e) {
     std::string why = e.what();
     const size_t at = why.find("; ");  // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ...; expected ..."
