@@ -56,7 +56,12 @@ int main(int argc, char** argv) {
         s = tierflow::Internal(std::string("unexpected ") + e.what() + " (a bug: please report the command)");
       }
       if (!s.ok()) {
-        std::fprintf(stderr, "tierflow %s: error: %s\n", c.app->get_name().c_str(), s.ToString().c_str());
+        // Each message echoes a few dozen characters of a value (core/text.h Quoted); a path or a
+        // list may still be long, and an error is one line a terminal shows whole.
+        std::string line = s.ToString();
+        constexpr size_t kMost = 3000;
+        if (line.size() > kMost) line = line.substr(0, kMost) + "... (" + std::to_string(line.size()) + " characters in all)";
+        std::fprintf(stderr, "tierflow %s: error: %s\n", c.app->get_name().c_str(), line.c_str());
         return s.code() == tierflow::StatusCode::kInvalidArgument ? 2 : 1;
       }
       return 0;

@@ -327,7 +327,7 @@ enum class HostProbe { kCopy, kCompute, kOptimizer, kMemory, kDispatch, kIoCpu }
 // The copies of gpu0 on GPU 0 (--compute cuda): cudaMemcpyAsync on the copy streams, from pinned
 // memory (as the executor's page-locked blocks) and pageable memory.
 StatusOr<std::vector<TraceRecord>> ProbeGpuCopies(const std::vector<int64_t>& sizes, const real::HostProbeOptions& o) {
-  if (o.compute != "cuda") return InvalidArgument("compute device '" + o.compute + "' (known: cpu, cuda)");
+  if (o.compute != "cuda") return InvalidArgument("compute device " + Quoted(o.compute) + " (known: cpu, cuda)");
 #ifdef TIERFLOW_HAVE_GPU_PROBES
   auto ctx = real::cuda::Context::Open(0);
   if (!ctx.ok()) return Status(ctx.status().code(), "compute device 'cuda': " + ctx.status().message());
@@ -461,7 +461,7 @@ Status RunProbeAll(const AllArgs& a) {
   std::error_code ec;
   // Everything is checked before anything is measured (or created).
   if (a.host.compute != "cpu" && a.host.compute != "cuda") {
-    return InvalidArgument("compute device '" + a.host.compute + "' (known: cpu, cuda)");
+    return InvalidArgument("compute device " + Quoted(a.host.compute) + " (known: cpu, cuda)");
   }
   for (const std::string& dir : a.dirs) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument("--dir '" + dir + "': not a directory");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tierflow/core/json_checked.h"
+#include "tierflow/core/text.h"
 #include "tierflow/core/files.h"
 #include "tierflow/core/schedule.h"
 
@@ -27,7 +28,7 @@ class Fields {
   Status CheckKnownKeys(std::initializer_list<const char*> keys) const {
     std::set<std::string> known(keys.begin(), keys.end());
     for (auto it = j_.begin(); it != j_.end(); ++it) {
-      if (!known.count(it.key())) return InvalidArgument(what_ + ": unknown key '" + it.key() + "'");
+      if (!known.count(it.key())) return InvalidArgument(what_ + ": unknown key " + Quoted(it.key()));
     }
     return Status::Ok();
   }

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tierflow/core/text.h"
 #include "tierflow/core/files.h"
 #include "tierflow/core/json_checked.h"
 
@@ -81,7 +82,7 @@ StatusOr<TraceRecord> TraceRecordFromJson(const std::string& line) {
       else if (key == "narrows") r.narrows = v.get<bool>();
       else if (key == "device_start_s") r.device_start_s = v.get<double>();
       else if (key == "device_end_s") r.device_end_s = v.get<double>();
-      else return InvalidArgument("unknown key '" + key + "'");
+      else return InvalidArgument("unknown key " + Quoted(key));
     }
   } catch (const Json::exception& e) {
     return InvalidArgument(std::string("wrong type: ") + e.what());

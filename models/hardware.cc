@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "tierflow/core/text.h"
 #include "hardware_presets.inc"
 #include "tierflow/models/yaml_tree.h"
 #include "yaml_fields.h"
@@ -300,8 +301,7 @@ std::vector<std::string> HardwarePresetNames() {
 StatusOr<std::string> HardwarePresetYaml(std::string_view name) {
   const PresetText* p = FindPreset(name);
   if (p == nullptr) {
-    return NotFound("unknown hardware preset '" + std::string(name) +
-                    "' (known: " + JoinNames(HardwarePresetNames()) + ")");
+    return NotFound("unknown hardware preset " + Quoted(name) + " (known: " + JoinNames(HardwarePresetNames()) + ")");
   }
   return std::string(p->yaml);
 }
@@ -309,8 +309,7 @@ StatusOr<std::string> HardwarePresetYaml(std::string_view name) {
 StatusOr<HardwareSpec> HardwarePreset(std::string_view name) {
   const PresetText* p = FindPreset(name);
   if (p == nullptr) {
-    return NotFound("unknown hardware preset '" + std::string(name) +
-                    "' (known: " + JoinNames(HardwarePresetNames()) + ")");
+    return NotFound("unknown hardware preset " + Quoted(name) + " (known: " + JoinNames(HardwarePresetNames()) + ")");
   }
   return ParsePresetText(*p);
 }

@@ -10,6 +10,7 @@
 #include <numbers>
 #include <string>
 
+#include "tierflow/core/text.h"
 #include "tierflow/models/yaml_tree.h"
 #include "yaml_fields.h"
 
@@ -252,7 +253,7 @@ StatusOr<LlmConfig> LlmPreset(std::string_view name) {
   }
   std::vector<std::string> known;
   for (const auto& p : Presets()) known.push_back(HfIdOf(p).empty() ? p.name : p.name + " (" + HfIdOf(p) + ")");
-  return NotFound("unknown model preset '" + std::string(name).substr(0, 80) + "' (known: " + JoinNames(known) +
+  return NotFound("unknown model preset " + Quoted(name) + " (known: " + JoinNames(known) +
                   "; or a Hugging Face model directory as model.hf_dir)");
 }
 
@@ -504,7 +505,7 @@ Status ParseEnum(internal::FieldReader* r, const std::string& key,
       return Status::Ok();
     }
   }
-  return InvalidArgument(r->KeyPath(key) + ": '" + s + "' is not one of " + JoinNames(names));
+  return InvalidArgument(r->KeyPath(key) + ": " + Quoted(s) + " is not one of " + JoinNames(names));
 }
 
 // {type: none|linear|llama3, factor, low_freq_factor, high_freq_factor, original_max_seq}; null

@@ -178,8 +178,8 @@ Status ReadQuantity(FieldReader* reader, const std::string& key, const std::stri
   const std::string& s = scalar.value();
   if (IsBareNumber(s)) {
     std::string t = Trim(s);
-    return InvalidArgument(reader->KeyPath(key) + ": " + Quoted(t) + " has no unit (write e.g. '" + t +
-                           " " + example_unit + "')");
+    return InvalidArgument(reader->KeyPath(key) + ": " + Quoted(t) + " has no unit (write e.g. '" + (t.size() <= 40 ? t : "80") + " " +
+                           example_unit + "')");
   }
   auto v = parse(s);
   if (!v.ok()) return InvalidArgument(reader->KeyPath(key) + ": " + v.status().message());

@@ -10,7 +10,7 @@
 namespace tierflow::models {
 namespace {
 
-std::string Q(const std::string& s) { return "'" + s + "'"; }
+std::string Q(const std::string& s) { return Quoted(s); }
 
 std::string JsonString(const std::string& s) {
   std::string out = "\"";

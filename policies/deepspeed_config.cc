@@ -59,26 +59,26 @@ class Section {
   StatusOr<std::optional<int64_t>> Int(const std::string& key, int64_t min) {
     const Json* v = Get(key);
     if (v == nullptr) return std::optional<int64_t>();
-    if (!v->is_number()) return InvalidArgument(Path(key) + ": expected a number, got " + v->dump());
+    if (!v->is_number()) return InvalidArgument(Path(key) + ": expected a number, got " + Quoted(v->dump()));
     TF_ASSIGN_OR_RETURN(const int64_t i, ParseInteger(v->dump(), Path(key), min, INT64_MAX));
     return std::optional<int64_t>(i);
   }
   StatusOr<std::optional<double>> Number(const std::string& key) {
     const Json* v = Get(key);
     if (v == nullptr) return std::optional<double>();
-    if (!v->is_number() || !std::isfinite(v->get<double>())) return InvalidArgument(Path(key) + ": expected a number, got " + v->dump());
+    if (!v->is_number() || !std::isfinite(v->get<double>())) return InvalidArgument(Path(key) + ": expected a number, got " + Quoted(v->dump()));
     return std::optional<double>(v->get<double>());
   }
   StatusOr<std::optional<bool>> Bool(const std::string& key) {
     const Json* v = Get(key);
     if (v == nullptr) return std::optional<bool>();
-    if (!v->is_boolean()) return InvalidArgument(Path(key) + ": expected true or false, got " + v->dump());
+    if (!v->is_boolean()) return InvalidArgument(Path(key) + ": expected true or false, got " + Quoted(v->dump()));
     return std::optional<bool>(v->get<bool>());
   }
   StatusOr<std::optional<std::string>> String(const std::string& key) {
     const Json* v = Get(key);
     if (v == nullptr) return std::optional<std::string>();
-    if (!v->is_string()) return InvalidArgument(Path(key) + ": expected a string, got " + v->dump());
+    if (!v->is_string()) return InvalidArgument(Path(key) + ": expected a string, got " + Quoted(v->dump()));
     return std::optional<std::string>(v->get<std::string>());
   }
   // Takes `key` without mapping it, with the reason.
@@ -331,7 +331,7 @@ StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
   }
   if (const Json* betas = params.Get("betas"); betas != nullptr) {
     if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() || !(*betas)[1].is_number()) {
-      return InvalidArgument(params.Path("betas") + ": expected [beta1, beta2], got " + betas->dump());
+      return InvalidArgument(params.Path("betas") + ": expected [beta1, beta2], got " + Quoted(betas->dump()));
     }
     set("training.optimizer.betas", "[" + Real((*betas)[0].get<double>()) + ", " + Real((*betas)[1].get<double>()) + "]");
   }

@@ -1,5 +1,6 @@
 #include "tierflow/policies/policy.h"
 
+#include "tierflow/core/text.h"
 #include "blocks.h"
 #include "policies_internal.h"
 
@@ -50,7 +51,7 @@ StatusOr<Schedule> Plan(Scenario scenario) {
   }
   std::string list;
   for (const Entry& e : kPolicies) list += (list.empty() ? "" : ", ") + std::string(e.name);
-  return InvalidArgument("policy.name: unknown policy '" + scenario.policy + "' (known: " + list + ")");
+  return InvalidArgument("policy.name: unknown policy " + Quoted(scenario.policy) + " (known: " + list + ")");
 }
 
 StatusOr<std::vector<LayerCompute>> LayerComputeCosts(const Scenario& scenario) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "tierflow/core/text.h"
 #include "block_cache.h"
 #include "emulated_copy.h"
 
@@ -131,7 +132,7 @@ StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(const std::string& na
     return Unavailable("compute device 'cuda': this build has no CUDA back-end (build with the CUDA toolkit)");
 #endif
   }
-  return InvalidArgument("compute device '" + name + "' (known: cpu, cuda)");
+  return InvalidArgument("compute device " + Quoted(name) + " (known: cpu, cuda)");
 }
 
 }  // namespace tierflow::real::exec

@@ -1,6 +1,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "tierflow/core/text.h"
 #include "tierflow/real/storage.h"
 
 namespace tierflow::real {
@@ -78,7 +79,7 @@ StatusOr<std::unique_ptr<Storage>> NewStorage(const std::string& name, const Sto
     if (u.ok()) return u;
     return NewPosixStorage(options);
   }
-  return InvalidArgument("unknown storage back-end '" + name + "' (known: uring, posix, memory, auto)");
+  return InvalidArgument("unknown storage back-end " + Quoted(name) + " (known: uring, posix, memory, auto)");
 }
 
 std::vector<std::string> AvailableStorageNames() {

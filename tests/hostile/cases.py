@@ -143,6 +143,17 @@ add(g, "set_bad_yaml", f"sim {TINY} --set 'policy={{name: ioc'", 2, r"--set 'pol
 add(g, "huge_error_input", "sim s.yaml", 2, r"s\.yaml",
     files={"s.yaml": GOOD.replace("policy:", "polic" + "y" * 100000 + ":")})
 
+# A value of 100,000 characters is echoed as its first 40 and its length, never whole.
+LONG = "9" * 100000
+for name, args, want in [("number", f"--set training.micro_batch_size={LONG}", r"training\.micro_batch_size: '9{40}\.\.\.' \(100000 characters\) is above 1048576"),
+                         ("policy_name", f"--set policy.name={LONG}", r"policy\.name: unknown policy '9{40}\.\.\.' \(100000 characters\)"),
+                         ("key", f"--set training.{LONG}=1", r"unknown key '9{40}\.\.\.' \(100000 characters\)"),
+                         ("enum", f"--set model.mlp={LONG}", r"model\.mlp: '9{40}\.\.\.' \(100000 characters\) is not one of swiglu, gelu"),
+                         ("hardware_preset", f"--set hardware.preset=x{LONG}", r"unknown hardware preset 'x9{39}\.\.\.' \(100001 characters\)"),
+                         ("size", f"--set hardware.node.cpu.host_memory={LONG}", r"host_memory: '9{40}\.\.\.' \(100000 characters\) has no unit \(write e\.g\. '80 ")]:
+    add(g, f"long_{name}", f"plan {TINY} {args} -o p.json", (1, 2), want)
+add(g, "long_storage", f"run {TINY} --disk d --storage x{LONG} {DATA}", 2, r"unknown storage back-end 'x9{39}\.\.\.' \(100001 characters\)", dirs=("d",))
+
 # ---- plan -------------------------------------------------------------------------------------
 g = "plan"
 add(g, "output_is_the_input", "plan s.yaml -o s.yaml", 2, r"s\.yaml", files={"s.yaml": GOOD})

@@ -181,7 +181,8 @@ def main():
         first = next((l for l in err.split("\n") if "error:" in l), err.strip().split("\n")[0] if err.strip() else "")
         if problems:
             failed.append(c.group + "/" + c.name)
-            print(f"FAIL {c.group}/{c.name}: tierflow {c.args}\n     " + "\n     ".join(problems))
+            args = c.args if len(c.args) <= 400 else c.args[:400] + f"... ({len(c.args)} characters)"
+            print(f"FAIL {c.group}/{c.name}: tierflow {args}\n     " + "\n     ".join(problems))
             print("     | " + "\n     | ".join(err.rstrip().split("\n")[-8:])[:3000])
         else:
             print(f"ok   {c.group}/{c.name}: {first[:200]}")

@@ -69,7 +69,7 @@ TEST(DeepSpeedImport, TheOptimizersParametersBecomeTheScenarios) {
   EXPECT_TRUE(HasNote(d, "auto: optimizer.params.eps = 1e-08 (as the Hugging Face Trainer fills it: adam_epsilon 1e-08, the Trainer's default)"));
   EXPECT_TRUE(HasNote(d, "ignored: optimizer.params.torch_adam: not modelled"));
   auto bad = ImportDeepSpeedConfig(std::string(R"({"bf16": {"enabled": true}, "optimizer": {"type": "Adam", "params": {"betas": 0.9}}, )") + kNvme + "}", "ds.json");
-  EXPECT_EQ(bad.status().message(), "ds.json: optimizer.params.betas: expected [beta1, beta2], got 0.9");
+  EXPECT_EQ(bad.status().message(), "ds.json: optimizer.params.betas: expected [beta1, beta2], got '0.9'");
 }
 
 // DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR become the scenario's schedule of the same
