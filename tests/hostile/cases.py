@@ -86,6 +86,8 @@ add(g, "non_utf8", "sim s.yaml", 2, r"byte \d+ \(0xFF\) is not UTF-8", files={"s
 add(g, "unknown_top_key", "sim s.yaml", 2, r"unknown key 'polcy'", files={"s.yaml": GOOD + "polcy: {}\n"})
 add(g, "unknown_model", "sim s.yaml", 2, r"unknown model preset 'llama9'", files={"s.yaml": scenario(model="model: {preset: llama9}")})
 add(g, "unknown_hardware", "sim s.yaml", 2, r"unknown hardware preset 'dgx'", files={"s.yaml": scenario(hardware="hardware: {preset: dgx}")})
+add(g, "learned_positions_past_max_seq", f"plan {TINY} --set model.position=learned --set model.max_seq=64 -o p.json", 2,
+    r"training\.sequence_length 128 is above model\.max_seq 64: the model's learned positions end there")
 add(g, "unknown_policy", "sim s.yaml", 2, r"unknown policy 'zero-five'", files={"s.yaml": scenario(policy="policy: {name: zero-five}")})
 add(g, "unknown_knob", "sim s.yaml", 2, r"bufer_count", files={"s.yaml": scenario(policy="policy: {name: zero-infinity, bufer_count: 4}")})
 add(g, "negative_micro_batch", "sim s.yaml", 2, r"micro_batch_size",
@@ -292,6 +294,9 @@ add(g, "init_wrong_shape", f"run {TINY} --disk d --init w.safetensors {DATA}", 2
 add(g, "ranks_above_one", f"run {SMALL} --disk d {DATA}", 2, r"trains on 4 ranks \(training\.data_parallel\), but this run has 1: start one process per rank, mpirun -np 4", dirs=("d",))
 add(g, "gpu_schedule_unknown_kernel", f"run s.json --disk d {DATA}", 2, r"kernel",
     dirs=("d",), files={"s.json": schedule(lambda j: first_task("compute")(j).update(kernel="fft"))})
+add(g, "in_memory_with_records", f"run {TINY} --in-memory --records r.jsonl {DATA}", 2,
+    r"--records with --in-memory: the in-memory reference runs no schedule, so it has no task records to write")
+add(g, "in_memory_with_trace", f"run {TINY} --in-memory --trace t.json {DATA}", 2, r"--trace with --in-memory")
 add(g, "in_memory_with_plain_loop", f"run {TINY} --in-memory --plain-loop {DATA}", 2, r"--in-memory ignores the schedule and --plain-loop runs it")
 
 # ---- sweep -------------------------------------------------------------------------------------
@@ -344,6 +349,9 @@ add(g, "summary_negative_iteration", "trace summary t.jsonl", 2, r"iteration",
     files={"t.jsonl": records(lambda ls: [json.dumps(dict(json.loads(ls[0]), iteration=-3))] + ls[1:])})
 add(g, "summary_end_before_start", "trace summary t.jsonl", 2, r"line 1: end_s is before start_s",
     files={"t.jsonl": records(lambda ls: [json.dumps(dict(json.loads(ls[0]), start_s=5.0, end_s=1.0))] + ls[1:])})
+add(g, "summary_time_past_1e9", "trace summary t.jsonl", 2,
+    r"line 1: start_s 1e\+308 and end_s 1e\+308: each must be seconds from 0 to 1e9 \(31 years\) since the run began",
+    files={"t.jsonl": records(lambda ls: [json.dumps(dict(json.loads(ls[0]), start_s=1e308, end_s=1e308))] + ls[1:])})
 add(g, "summary_duplicate_record", "trace summary t.jsonl", 2, r"line \d+: repeats the record of line 4",
     files={"t.jsonl": records(lambda ls: ls + [ls[3]])})
 add(g, "summary_non_utf8", "trace summary t.jsonl", 2, r"t\.jsonl' line 1.*byte \d+",
