@@ -45,7 +45,7 @@ T* Keep() {
 
 // A numeric flag under core's one rule (ParseInteger, ParseReal in tierflow/core/text.h): its text
 // is checked against [lo, hi] (by default what T holds) before CLI11 converts it, so that `-n 1e20`
-// says "--iterations: '1e20' is above 1000000000000 (an integer from 1 to 1000000000000)", NaN is
+// says "--iterations: '1e20' is above 1000000000 (an integer from 1 to 1000000000)" (run's range), NaN is
 // not a number, and a 100,000-digit value is echoed as its first few dozen characters.
 template <typename T>
 CLI::Option* AddNumber(CLI::App* app, const std::string& name, T* value, const std::string& help,

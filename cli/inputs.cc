@@ -184,11 +184,11 @@ StatusOr<models::HardwareSpec> LoadHardwareFile(const std::string& path) {
   return hw;
 }
 
-StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& dirs, const std::string& flag, bool create) {
+StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& dirs, const std::string& flag, bool create,
+                                              std::vector<CommandPath> others) {
   std::vector<real::DirLock> locks;
-  std::vector<CommandPath> paths;  // one directory given twice is not "another process" holding it
-  for (const std::string& dir : dirs) paths.push_back({flag, dir, PathUse::kWritesIn});
-  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
+  for (const std::string& dir : dirs) others.push_back({flag, dir, PathUse::kWritesIn});
+  TF_RETURN_IF_ERROR(CheckCommandPaths(others));
   for (const std::string& dir : dirs) {
     const std::string label = flag + " '" + dir + "'";
     std::error_code ec;

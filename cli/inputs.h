@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tierflow/core/files.h"
 #include "tierflow/core/schedule.h"
 #include "tierflow/models/hardware.h"
 #include "tierflow/policies/scenario.h"
@@ -68,8 +69,12 @@ StatusOr<models::HardwareSpec> LoadHardwareFile(const std::string& path);
 
 // Takes each of `dirs` for this process (real::DirLock: another tierflow process writing one is
 // refused, with its pid), creating them first when `create`. `flag` names them in errors
-// ("--dir"). The locks are held while the returned vector lives.
-StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& dirs, const std::string& flag, bool create);
+// ("--dir"). First the command's paths are checked together (CheckCommandPaths): the directories
+// as written in, with `others`, the command's other paths (its --trace, its -o), so that one
+// directory given twice is said as such and not as "another process". The locks are held while the
+// returned vector lives.
+StatusOr<std::vector<real::DirLock>> LockDirs(const std::vector<std::string>& dirs, const std::string& flag, bool create,
+                                              std::vector<CommandPath> others = {});
 
 // Prints a one-line progress bar with ETA to stderr when it is a terminal.
 class Progress {

@@ -77,10 +77,8 @@ struct ProbeArgs {
 };
 
 Status RunProbeDisk(const ProbeArgs& a) {
-  std::vector<CommandPath> paths = {{"--trace", a.trace, PathUse::kWrites}};
-  for (const std::string& d : a.dirs) paths.push_back({"--dir", d, PathUse::kWritesIn});
-  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
-  TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", false));  // its files are this probe's alone
+  // Its files are this probe's alone.
+  TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", false, {{"--trace", a.trace, PathUse::kWrites}}));
   real::DiskProbeOptions o;
   o.dirs = a.dirs;
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };
@@ -466,10 +464,8 @@ Status RunProbeAll(const AllArgs& a) {
   for (const std::string& dir : a.dirs) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument("--dir '" + dir + "': not a directory");
   }
-  std::vector<CommandPath> paths = {{"-o", a.out, PathUse::kWritesIn}, {"--scenario", a.host.scenario, PathUse::kReads}};
-  for (const std::string& d : a.dirs) paths.push_back({"--dir", d, PathUse::kWritesIn});
-  TF_RETURN_IF_ERROR(CheckCommandPaths(paths));
-  TF_ASSIGN_OR_RETURN(const auto locks, LockDirs(a.dirs, "--dir", false));
+  TF_ASSIGN_OR_RETURN(const auto locks,
+                      LockDirs(a.dirs, "--dir", false, {{"-o", a.out, PathUse::kWritesIn}, {"--scenario", a.host.scenario, PathUse::kReads}}));
   real::DiskProbeOptions d;
   d.dirs = a.dirs;
   auto bytes = [](const std::string& s) { return ParseBytes(s, true); };

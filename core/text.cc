@@ -99,6 +99,19 @@ Status OutOfRange(std::string_view text, std::string_view what, bool above, cons
   return InvalidArgument(std::string(what) + ": " + Quoted(text) + (above ? " is above " : " is below ") + bound + " (" + range + ")");
 }
 
+// The range an error states: "an integer from 1 to 1048576", "an integer of at least 0", "a
+// number from 0 to 1".
+std::string IntegerRange(int64_t lo, int64_t hi) {
+  if (hi == std::numeric_limits<int64_t>::max() && lo != std::numeric_limits<int64_t>::min()) return "an integer of at least " + std::to_string(lo);
+  return "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+}
+
+std::string RealRange(double lo, double hi) {
+  if (hi == std::numeric_limits<double>::max()) return "a number of at least " + Number(lo);
+  if (lo == std::numeric_limits<double>::lowest()) return "a number of at most " + Number(hi);
+  return "a number from " + Number(lo) + " to " + Number(hi);
+}
+
 }  // namespace
 
 std::string Quoted(std::string_view text) {
@@ -110,29 +123,15 @@ std::string Quoted(std::string_view text) {
   return "'" + std::string(text.substr(0, cut)) + "...' (" + std::to_string(characters) + " characters)";
 }
 
-std::string IntegerRange(int64_t lo, int64_t hi) {
-  if (hi == std::numeric_limits<int64_t>::max()) return "an integer of at least " + std::to_string(lo);
-  return "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
-}
-
-std::string RealRange(double lo, double hi) {
-  if (hi == std::numeric_limits<double>::max()) return "a number of at least " + Number(lo);
-  if (lo == std::numeric_limits<double>::lowest()) return "a number of at most " + Number(hi);
-  return "a number from " + Number(lo) + " to " + Number(hi);
-}
-
 StatusOr<int64_t> ParseInteger(std::string_view text, std::string_view what, int64_t lo, int64_t hi) {
   const std::string_view t = TrimSpaces(text);
   const std::string range = IntegerRange(lo, hi);
   if (IsDigits(t)) {
     const std::string s(t);
     errno = 0;
-    const long long v = std::strtoll(s.c_str(), nullptr, 10);
-    const bool negative = t[0] == '-';
-    if (errno == ERANGE || (negative ? v < lo : v > hi)) {
-      return OutOfRange(text, what, !negative, std::to_string(negative ? lo : hi), range);
-    }
-    if (v < lo) return OutOfRange(text, what, false, std::to_string(lo), range);
+    const long long v = std::strtoll(s.c_str(), nullptr, 10);  // ERANGE: past int64, on the side of its sign
+    if (v > hi || (errno == ERANGE && t[0] != '-')) return OutOfRange(text, what, true, std::to_string(hi), range);
+    if (v < lo || errno == ERANGE) return OutOfRange(text, what, false, std::to_string(lo), range);
     return static_cast<int64_t>(v);
   }
   double v = 0;

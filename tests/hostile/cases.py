@@ -686,13 +686,13 @@ FLAGS = {
 
 def number_rule(what, text, integer, lo, hi):
     """The error core's one rule gives for `text` in [lo, hi], or None when it is in the range."""
-    kind = "integer" if integer else "number"
+    kind = "an integer" if integer else "a number"
     big = lambda v: str(v) if integer or v != int(v) or abs(v) >= 1e15 else str(int(v))
     rng = (f"an integer of at least {lo}" if hi == I64 else f"an integer from {lo} to {hi}") if integer else \
           (f"a number of at least {big(lo)}" if hi is None else f"a number from {big(lo)} to {big(hi)}")
     value = VALUES[text]
     if value is None:
-        return rf"{what}: 'nan' is not an? {kind} \({rng}\)".replace("an? integer", "an integer").replace("an? number", "a number")
+        return rf"{what}: 'nan' is not {kind} \({rng}\)"
     if hi is not None and value > hi:
         return rf"{what}: '{text}' is above {hi if integer else big(hi)} \({rng}\)"
     if value < lo:

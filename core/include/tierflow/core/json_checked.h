@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tierflow/core/status.h"
+#include "tierflow/core/text.h"
 
 namespace tierflow {
 
@@ -118,37 +119,20 @@ inline StatusOr<nlohmann::ordered_json> ParseJsonChecked(const std::string& text
 }
 
 // A JSON number as an integer of type T: an integer T holds, or a float with no fraction that T
-// holds (1e6). InvalidArgument "<what> must be an integer from MIN to MAX, not VALUE" otherwise
-// (VALUE as the file spells it, cut to 40 characters).
+// holds (1e6). Anything else gets core's one rule for numbers (ParseInteger, core/text.h): "<what>:
+// '2e+22' is above 9223372036854775807 (an integer from ...)", the value cut to 40 characters.
 template <typename T, typename Json>
 StatusOr<T> JsonInteger(const Json& v, std::string_view what) {
   static_assert(std::is_integral_v<T> && std::is_signed_v<T>, "JsonInteger reads signed integers");
   constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
-  auto refuse = [&] {
-    std::string value = v.dump();
-    if (value.size() > 40) value = value.substr(0, 40) + "...";
-    return InvalidArgument(std::string(what) + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                           ", not " + value);
-  };
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.template get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi)) return refuse();
-    return static_cast<T>(u);
-  }
-  if (v.is_number_integer()) {
+  // Schedules of 10^6 tasks read their integers here: what fits is returned without a text form.
+  if (v.is_number_unsigned() && v.template get<uint64_t>() <= static_cast<uint64_t>(hi)) return static_cast<T>(v.template get<uint64_t>());
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
     const int64_t i = v.template get<int64_t>();
-    if (i < static_cast<int64_t>(lo) || i > static_cast<int64_t>(hi)) return refuse();
-    return static_cast<T>(i);
+    if (i >= static_cast<int64_t>(lo) && i <= static_cast<int64_t>(hi)) return static_cast<T>(i);
   }
-  if (v.is_number_float()) {
-    const double d = v.template get<double>();
-    // lo = -2^k and 2^k are exact doubles: the integral doubles in [lo, 2^k) are those T holds.
-    if (!std::isfinite(d) || d != std::floor(d) || d < static_cast<double>(lo) || d >= -static_cast<double>(lo)) {
-      return refuse();
-    }
-    return static_cast<T>(d);
-  }
-  return refuse();
+  TF_ASSIGN_OR_RETURN(const int64_t i, ParseInteger(v.dump(), what, lo, hi));
+  return static_cast<T>(i);
 }
 
 }  // namespace tierflow

@@ -31,9 +31,4 @@ StatusOr<int64_t> ParseInteger(std::string_view text, std::string_view what, int
 // A finite number in [lo, hi] (NaN and infinities are not numbers here), as ParseInteger.
 StatusOr<double> ParseReal(std::string_view text, std::string_view what, double lo, double hi);
 
-// The range of ParseInteger's and ParseReal's errors: "an integer from 1 to 1048576", "an integer
-// of at least 0", "a number from 0 to 1".
-std::string IntegerRange(int64_t lo, int64_t hi);
-std::string RealRange(double lo, double hi);
-
 }  // namespace tierflow
