@@ -163,6 +163,91 @@ void BM_QuickstartFourNodes(benchmark::State& state) {
 }
 BENCHMARK(BM_QuickstartFourNodes)->ArgNames({"iterations"})->Arg(1)->Arg(10)->Arg(25)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// 10^6 tasks of one op kind (issue 59: each in <= 2 s), independent (flat) or each depending on
+// the one before (chain), one iteration, without trace records (as the sweep simulates). Each op
+// runs on its own resource of the bench node (4 in flight where the op allows); alloc and free
+// come as pairs over one buffer each, a pinned pool holding 64 of them.
+Schedule MillionTasks(Op op, bool chain, int32_t count) {
+  Schedule s;
+  s.name = std::string("million-") + std::string(OpName(op));
+  const int32_t gpu = s.AddDevice({"gpu0", DeviceKind::kGpu});
+  const int32_t host = s.AddDevice({"host", DeviceKind::kHost});
+  const int32_t nvme = s.AddDevice({"nvme0", DeviceKind::kNvme});
+  const int32_t net = s.AddDevice({"net", DeviceKind::kNetwork});
+  int32_t resource = kNoIndex;
+  int64_t bytes = 1 << 20;
+  switch (op) {
+    case Op::kRead: resource = s.AddResource({"nvme0.read", nvme, 4}); break;
+    case Op::kWrite: resource = s.AddResource({"nvme0.write", nvme, 4}); break;
+    case Op::kH2D: resource = s.AddResource({"gpu0.h2d", gpu, 1}); break;
+    case Op::kD2H: resource = s.AddResource({"gpu0.d2h", gpu, 1}); break;
+    case Op::kCompute: resource = s.AddResource({"gpu0.compute", gpu, 1}); break;
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+    case Op::kAllReduce: resource = s.AddResource({"dp.comm", net, 1}); break;
+    case Op::kOptimizer:
+    case Op::kConvert: resource = s.AddResource({"cpu", host, 4}); break;
+    default: bytes = 0; break;
+  }
+  const int32_t pool = s.AddPool({"host.pinned", host, 64 << 20});
+  for (int32_t i = 0; i < count; ++i) {
+    TaskSpec t;
+    t.op = op;
+    t.id = "t" + std::to_string(i);
+    t.resource = resource;
+    t.bytes = bytes;
+    if (op == Op::kCompute) t.flops = 1e9;
+    if (op == Op::kAlloc || op == Op::kFree) {
+      // Pairs: task 2k allocates buffer k, task 2k + 1 (an alloc-op task that only frees) frees it.
+      if (i % 2 == 0) {
+        t.op = Op::kAlloc;
+        t.allocs = {s.AddBuffer({"b" + std::to_string(i / 2), pool, 1 << 20, false})};
+      } else {
+        t.op = Op::kFree;
+        t.frees = {static_cast<int32_t>(s.buffers().size()) - 1};
+        t.deps = {i - 1};
+      }
+    }
+    if (chain && i > 0 && t.deps.empty()) t.deps = {i - 1};
+    s.AddTask(std::move(t));
+  }
+  return s;
+}
+
+void BM_MillionTasks(benchmark::State& state) {
+  const auto op = static_cast<Op>(state.range(0));
+  const bool chain = state.range(1) != 0;
+  const Schedule schedule = MillionTasks(op, chain, 1000000);
+  const Status valid = schedule.Validate();
+  if (!valid.ok()) {
+    state.SkipWithError(valid.ToString().c_str());
+    return;
+  }
+  state.SetLabel(std::string(OpName(op)) + (chain ? " chain" : " flat"));
+  static const models::HardwareSpec hw = BenchHardware();
+  SimOptions options;
+  options.iterations = 1;
+  options.record_trace = false;
+  options.schedule_validated = true;
+  double wall_s = 0;
+  for (auto _ : state) {
+    auto result = Simulate(schedule, hw, options);
+    if (!result.ok()) {
+      state.SkipWithError(result.status().ToString().c_str());
+      return;
+    }
+    wall_s += result->wall_s;
+  }
+  state.counters["wall_s"] = wall_s / static_cast<double>(state.iterations());
+}
+void MillionTaskArgs(benchmark::internal::Benchmark* b) {
+  for (Op op : {Op::kRead, Op::kWrite, Op::kH2D, Op::kD2H, Op::kCompute, Op::kAllGather, Op::kReduceScatter, Op::kAllReduce,
+                Op::kOptimizer, Op::kConvert, Op::kAlloc, Op::kBarrier}) {
+    for (int chain : {0, 1}) b->Args({static_cast<int64_t>(op), chain});
+  }
+}
+BENCHMARK(BM_MillionTasks)->ArgNames({"op", "chain"})->Apply(MillionTaskArgs)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace tierflow::sim
 
 BENCHMARK_MAIN();

@@ -8,15 +8,12 @@
 #include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/policies/policy.h"
-#ifdef TIERFLOW_HAVE_SIMGRID
 #include "tierflow/sim/simulator.h"
 #include "tierflow/traces/chrome_trace.h"
-#endif
 
 namespace tierflow::cli {
 namespace {
 
-#ifdef TIERFLOW_HAVE_SIMGRID
 // The paper comparison's metric of one simulated run (docs/scenario-format.md, `paper:`).
 double PaperMetric(const std::string& metric, const Schedule& schedule, const nlohmann::ordered_json& report) {
   if (metric == "peak_host_bytes") {
@@ -74,7 +71,6 @@ StatusOr<nlohmann::ordered_json> ComparePaper(const policies::Scenario& scenario
   j["within"] = std::fabs(ratio / p.expected_ratio - 1.0) <= p.tolerance;
   return j;
 }
-#endif
 
 struct SimArgs {
   std::string input;
@@ -87,10 +83,6 @@ struct SimArgs {
 };
 
 Status RunSim(const SimArgs& a) {
-#ifndef TIERFLOW_HAVE_SIMGRID
-  (void)a;
-  return Unavailable("this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
-#else
   TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.input, PathUse::kReads},
                                         {"--profile", a.profile, PathUse::kReads},
                                         {"--records", a.records, PathUse::kWrites},
@@ -162,7 +154,6 @@ Status RunSim(const SimArgs& a) {
                              " (smaller pools or buffers, another policy, or `tierflow tune`, which keeps to the machine's memory)");
   }
   return Status::Ok();
-#endif
 }
 
 Command MakeSim(CLI::App& parent) {

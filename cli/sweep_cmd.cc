@@ -14,9 +14,8 @@
 #include "tierflow/core/files.h"
 #include "inputs.h"
 #include "tierflow/core/units.h"
-#ifdef TIERFLOW_HAVE_SIMGRID
+#include "tierflow/sim/simulator.h"
 #include "tierflow/sweep/sweep.h"
-#endif
 
 namespace tierflow::cli {
 namespace {
@@ -39,7 +38,6 @@ struct SweepArgs {
   CLI::App* merge = nullptr;
 };
 
-#ifdef TIERFLOW_HAVE_SIMGRID
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -62,6 +60,7 @@ Status RunMerge(const SweepArgs& a) {
 Status RunSweepVerb(const SweepArgs& a) {
   if (a.merge->parsed()) return RunMerge(a);
   if (a.input.empty()) return InvalidArgument("sweep: give a SWEEP.yaml (or `tierflow sweep merge A.csv B.csv -o all.csv`)");
+  TF_RETURN_IF_ERROR(sim::SimulatorAvailable());
   const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   sweep::Shard shard;
   if (!a.shard.empty()) {
@@ -143,7 +142,6 @@ Status RunSweepVerb(const SweepArgs& a) {
   if (!a.plot.empty()) std::printf("plot: %s\n", a.plot.c_str());
   return Status::Ok();
 }
-#endif
 
 Command MakeSweep(CLI::App& parent) {
   auto* a = Keep<SweepArgs>();
@@ -168,12 +166,7 @@ Command MakeSweep(CLI::App& parent) {
   a->merge->add_option("--plot", a->merge_plot, "Also write a PNG plot (needs gnuplot)");
   AddNumber(a->merge, "--top", &a->merge_top, "Rows of the ranked table", 0)->capture_default_str();
   return {app, [a] {
-#ifdef TIERFLOW_HAVE_SIMGRID
             return RunSweepVerb(*a);
-#else
-            (void)a;
-            return Unavailable("this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
-#endif
           }};
 }
 

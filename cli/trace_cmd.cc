@@ -2,6 +2,7 @@
 //   tierflow trace summary TRACE.jsonl [--schedule S.json] [--source NAME] [--json]
 //   tierflow trace chrome TRACE.jsonl [MORE.jsonl ...] -o OUT.json [--schedule S.json]
 //   tierflow trace compare A.jsonl B.jsonl [--worst N] [--json]
+//   tierflow trace chakra SCENARIO|SCHEDULE -o DIR [-n N] [--profile P.yaml] [--storage-as-memory] [--json]
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -10,10 +11,16 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "command.h"
+#include "inputs.h"
 #include "tierflow/core/files.h"
 #include "tierflow/core/schedule.h"
+#include "tierflow/core/text.h"
 #include "tierflow/core/trace_record.h"
+#include "tierflow/sim/simulator.h"
+#include "tierflow/traces/chakra.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/compare.h"
 #include "tierflow/traces/summary.h"
@@ -28,6 +35,16 @@ struct TraceOptions {
   std::string output_path;
   bool json = false;
   int32_t worst = 10;
+};
+
+struct ChakraArgs {
+  std::string input;
+  std::string dir;
+  std::string profile;
+  std::vector<std::string> sets;
+  int64_t iterations = 3;
+  traces::ChakraOptions options;
+  bool json = false;
 };
 
 StatusOr<std::optional<Schedule>> LoadOptionalSchedule(const std::string& path) {
@@ -106,8 +123,56 @@ Status RunCompare(const TraceOptions& o) {
   return Status::Ok();
 }
 
+// Simulates the input, then writes the last iteration's tasks as Chakra execution traces, one
+// per rank (traces/chakra.h; docs/trace-format.md "Chakra").
+Status RunChakra(const ChakraArgs& a) {
+  TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.input, PathUse::kReads},
+                                        {"--profile", a.profile, PathUse::kReads},
+                                        {"-o", a.dir, PathUse::kWritesIn}}));
+  if (a.options.prefix.empty() || a.options.prefix.find('/') != std::string::npos || a.options.prefix == "." ||
+      a.options.prefix == "..") {
+    return InvalidArgument("--prefix " + Quoted(a.options.prefix) + ": a file name without '/' (the files are <prefix>.<rank>.et in -o)");
+  }
+  TF_ASSIGN_OR_RETURN(PlannedInput in, LoadPlannedInput(a.input, a.sets));
+  if (!a.profile.empty()) {
+    TF_ASSIGN_OR_RETURN(in.scenario.hardware, LoadHardwareFile(a.profile));
+  }
+  traces::IterationTimes times;
+  times.iteration = a.iterations - 1;
+  times.start_s.assign(in.schedule.tasks().size(), 0.0);
+  times.end_s.assign(in.schedule.tasks().size(), 0.0);
+  sim::SimOptions options;
+  options.iterations = a.iterations;
+  options.record_trace = false;
+  options.on_complete = [&](int32_t task, int64_t iteration, double start_s, double end_s) {
+    if (iteration != times.iteration) return;
+    times.start_s[static_cast<size_t>(task)] = start_s;
+    times.end_s[static_cast<size_t>(task)] = end_s;
+  };
+  TF_ASSIGN_OR_RETURN(const sim::SimResult result, sim::Simulate(in.schedule, in.scenario.hardware, options));
+  TF_ASSIGN_OR_RETURN(const std::vector<traces::ChakraFile> files, traces::WriteChakraTraces(in.schedule, times, a.dir, a.options));
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["iteration"] = times.iteration;
+    j["simulated_s"] = result.makespan_s;
+    j["prefix"] = (std::filesystem::path(a.dir) / a.options.prefix).string();
+    for (const traces::ChakraFile& f : files) {
+      j["files"].push_back({{"path", f.path}, {"rank", f.rank}, {"nodes", f.nodes}, {"bytes", f.bytes}});
+    }
+    Print(j.dump(2));
+    return Status::Ok();
+  }
+  for (const traces::ChakraFile& f : files) {
+    std::printf("wrote %s: rank %d, %lld nodes, %lld bytes\n", f.path.c_str(), f.rank, static_cast<long long>(f.nodes),
+                static_cast<long long>(f.bytes));
+  }
+  std::printf("Chakra execution traces of iteration %lld (simulated); ASTRA-sim's workload prefix: %s\n",
+              static_cast<long long>(times.iteration), (std::filesystem::path(a.dir) / a.options.prefix).string().c_str());
+  return Status::Ok();
+}
+
 Command MakeTraceCommand(CLI::App& parent) {
-  CLI::App* app = parent.add_subcommand("trace", "Summarise, export (Perfetto) and compare trace records");
+  CLI::App* app = parent.add_subcommand("trace", "Summarise, export (Perfetto, Chakra) and compare trace records");
   app->require_subcommand(1);
 
   TraceOptions* summary = Keep<TraceOptions>();
@@ -132,11 +197,25 @@ Command MakeTraceCommand(CLI::App& parent) {
   AddNumber(k, "--worst", &compare->worst, "how many worst tasks to list", 0)->capture_default_str();
   k->add_flag("--json", compare->json, "print JSON instead of tables");
 
+  ChakraArgs* chakra = Keep<ChakraArgs>();
+  CLI::App* e = app->add_subcommand(
+      "chakra", "Write a schedule's simulated iteration as Chakra execution traces (.et per rank, for ASTRA-sim)");
+  e->add_option("input", chakra->input, "scenario (YAML) or schedule (JSON)")->required();
+  e->add_option("-o,--output", chakra->dir, "the directory to write <prefix>.<rank>.et into")->required();
+  AddNumber(e, "-n,--iterations", &chakra->iterations, "iterations to simulate; the last one is written", int64_t{1}, int64_t{1000})->capture_default_str();
+  e->add_option("--profile", chakra->profile, "hardware profile to simulate on (calibrate's output)");
+  AddSetOption(e, &chakra->sets);
+  e->add_option("--prefix", chakra->options.prefix, "file name prefix")->capture_default_str();
+  e->add_flag("--storage-as-memory", chakra->options.storage_as_memory,
+              "disk reads and writes as MEM_LOAD/MEM_STORE nodes (for tools that predate STORAGE_NODE)");
+  e->add_flag("--json", chakra->json, "print the files written as JSON");
+
   return Command{app, [=]() -> Status {
                    if (s->parsed()) return RunSummary(*summary);
+                   if (e->parsed()) return RunChakra(*chakra);
                    if (c->parsed()) return RunChrome(*chrome);
                    if (k->parsed()) return RunCompare(*compare);
-                   return InvalidArgument("trace needs a subcommand: summary, chrome or compare");
+                   return InvalidArgument("trace needs a subcommand: summary, chrome, compare or chakra");
                  }};
 }
 

@@ -16,9 +16,8 @@
 #include "tierflow/models/perf.h"
 #include "tierflow/policies/policy.h"
 #include "tierflow/policies/scenario.h"
-#ifdef TIERFLOW_HAVE_SIMGRID
+#include "tierflow/sim/simulator.h"
 #include "tierflow/sweep/tune.h"
-#endif
 
 namespace tierflow::cli {
 namespace {
@@ -35,11 +34,11 @@ struct TuneArgs {
   bool json = false;
 };
 
-#ifdef TIERFLOW_HAVE_SIMGRID
 Status RunTune(const TuneArgs& a) {
   if (a.scenario.size() >= 5 && a.scenario.compare(a.scenario.size() - 5, 5, ".json") == 0) {
     return InvalidArgument(a.scenario + ": tune takes a scenario (YAML), not a schedule");
   }
+  TF_RETURN_IF_ERROR(sim::SimulatorAvailable());
   TF_RETURN_IF_ERROR(CheckCommandPaths({{"input", a.scenario, PathUse::kReads}, {"-o", a.output, PathUse::kWrites}}));
   TF_ASSIGN_OR_RETURN(policies::Scenario scenario, policies::LoadScenarioFile(a.scenario, a.sets));
   sweep::TuneOptions options;
@@ -226,7 +225,6 @@ Status RunTune(const TuneArgs& a) {
   if (!deepspeed_note.empty()) std::printf("%s\n", deepspeed_note.c_str());
   return Status::Ok();
 }
-#endif
 
 Command MakeTune(CLI::App& parent) {
   auto* a = Keep<TuneArgs>();
@@ -243,12 +241,7 @@ Command MakeTune(CLI::App& parent) {
   AddSetOption(app, &a->sets);
   app->add_flag("--json", a->json, "Print baseline_s, best_s, schedule and changes as JSON");
   return {app, [a] {
-#ifdef TIERFLOW_HAVE_SIMGRID
             return RunTune(*a);
-#else
-            (void)a;
-            return Unavailable("this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
-#endif
           }};
 }
 

@@ -28,9 +28,7 @@
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/compare.h"
 #include "tierflow/traces/summary.h"
-#ifdef TIERFLOW_HAVE_SIMGRID
 #include "tierflow/sim/simulator.h"
-#endif
 
 namespace tierflow::cli {
 namespace {
@@ -52,10 +50,7 @@ struct ValidateArgs {
 };
 
 Status RunValidate(const ValidateArgs& a) {
-#ifndef TIERFLOW_HAVE_SIMGRID
-  (void)a;
-  return Unavailable("validate needs the simulator: this tierflow was built without SimGrid (apt-get install libsimgrid-dev, then rebuild)");
-#else
+  TF_RETURN_IF_ERROR(sim::SimulatorAvailable());  // before any real run
   // Several ranks: one process per rank under mpirun, as `run` (docs/executor.md "Many ranks");
   // every rank runs the real runs, rank 0 compares every rank's records with sim's and reports.
   std::unique_ptr<real::Collective> comm;
@@ -200,7 +195,6 @@ Status RunValidate(const ValidateArgs& a) {
   const std::string buffered = BufferedIoNote(median.direct_io_bytes, median.buffered_io_bytes, median.buffered_disks);
   if (!buffered.empty()) std::printf("\n%s  the profile's disk model is O_DIRECT's: those bytes are outside it\n", buffered.c_str());
   return Status::Ok();
-#endif
 }
 
 Command MakeValidate(CLI::App& parent) {

@@ -40,6 +40,16 @@ if(NOT TIERFLOW_SIMGRID STREQUAL "OFF" AND PkgConfig_FOUND)
 endif()
 tierflow_optional(TIERFLOW_HAVE_SIMGRID "${TIERFLOW_SIMGRID}" _sg_found "SimGrid >= 3.32 not found (apt-get install libsimgrid-dev)")
 
+# protobuf: `tierflow trace chakra` (Chakra execution traces, traces/chakra.cc).
+set(_protobuf_found FALSE)
+if(NOT TIERFLOW_PROTOBUF STREQUAL "OFF")
+  find_package(Protobuf QUIET)
+  if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE AND TARGET protobuf::libprotobuf)
+    set(_protobuf_found TRUE)
+  endif()
+endif()
+tierflow_optional(TIERFLOW_HAVE_PROTOBUF "${TIERFLOW_PROTOBUF}" _protobuf_found "protobuf not found (apt-get install libprotobuf-dev protobuf-compiler)")
+
 set(_uring_found FALSE)
 if(NOT TIERFLOW_URING STREQUAL "OFF" AND PkgConfig_FOUND)
   pkg_check_modules(URING IMPORTED_TARGET liburing>=2.0)

@@ -112,6 +112,7 @@ namespace fs = std::filesystem;
 struct Resolved {
   fs::path path;
   bool exists = false;
+  bool directory = false;
   dev_t dev = 0;
   ino_t ino = 0;
 };
@@ -124,6 +125,7 @@ Resolved Resolve(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     r.exists = true;
+    r.directory = S_ISDIR(st.st_mode);
     r.dev = st.st_dev;
     r.ino = st.st_ino;
   }
@@ -153,6 +155,9 @@ Status CheckCommandPaths(const std::vector<CommandPath>& paths) {
   for (size_t i = 0; i < paths.size(); ++i) {
     const CommandPath& a = paths[i];
     if (a.path.empty()) continue;
+    if (a.use == PathUse::kWritesIn && resolved[i].exists && !resolved[i].directory) {
+      return InvalidArgument(Name(a) + " is a file, not a directory: this command writes its files into a directory");
+    }
     for (size_t j = 0; j < paths.size(); ++j) {
       const CommandPath& b = paths[j];
       if (j == i || b.path.empty()) continue;

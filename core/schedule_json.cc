@@ -1,9 +1,10 @@
 // The schedule file: JSON with a fixed key order and defaults omitted, so that writing is
 // deterministic and read-then-write reproduces a file byte for byte.
-#include <fstream>
+#include <charconv>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
+#include <string_view>
 
 #include "tierflow/core/json_checked.h"
 #include "tierflow/core/text.h"
@@ -344,126 +345,202 @@ StatusOr<Schedule> Parse(const Json& root) {
   return s;
 }
 
-Json NameList(const std::vector<int32_t>& indices, const auto& specs) {
-  Json a = Json::array();
-  for (int32_t i : indices) {
-    if constexpr (requires { specs[i].id; }) {
-      a.push_back(specs[i].id);
-    } else {
-      a.push_back(specs[i].name);
+// Appends JSON text to a string exactly as nlohmann's compact dump() would write the same
+// values, without building a DOM: writing the quickstart's schedule through nlohmann objects was
+// four fifths of `tierflow plan` (issue 59's profile). Strings of printable ASCII without quotes
+// or backslashes (every name a policy writes) are copied; any other string, and every double,
+// goes through nlohmann itself, so the bytes never differ from its dump.
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::string* out) : out_(*out) {}
+
+  void Raw(std::string_view text) { out_.append(text); }
+  void String(std::string_view v) {
+    for (const char c : v) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
+        out_.append(Json(std::string(v)).dump());
+        return;
+      }
     }
+    Quote(v);
   }
-  return a;
-}
+  void Integer(int64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out_.append(buf, r.ptr);
+  }
+  void Real(double v) { out_.append(Json(v).dump()); }
+
+  // Members of one object: `{"key":value,...}`; Key() writes the separator and the key.
+  void Open() { out_.push_back('{'), first_ = true; }
+  void Close() { out_.push_back('}'), first_ = false; }
+  // A key of the format (a literal: nothing to escape).
+  void Key(std::string_view key) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    Quote(key);
+    out_.push_back(':');
+  }
+  // A key that is data (a meta entry's), escaped as a string value is.
+  void DataKey(std::string_view key) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    String(key);
+    out_.push_back(':');
+  }
+  // `"key":["name",...]`: the names of `indices` in `specs` (a task's id, anything else's name).
+  void Names(const char* key, const std::vector<int32_t>& indices, const auto& specs) {
+    Key(key);
+    out_.push_back('[');
+    for (size_t i = 0; i < indices.size(); ++i) {
+      if (i) out_.push_back(',');
+      if constexpr (requires { specs[0].id; }) {
+        String(specs[static_cast<size_t>(indices[i])].id);
+      } else {
+        String(specs[static_cast<size_t>(indices[i])].name);
+      }
+    }
+    out_.push_back(']');
+  }
+
+ private:
+  // `"v"`, for a string known to need no escape.
+  void Quote(std::string_view v) {
+    const size_t at = out_.size();
+    out_.resize(at + v.size() + 2);
+    char* p = out_.data() + at;
+    p[0] = '"';
+    std::memcpy(p + 1, v.data(), v.size());
+    p[v.size() + 1] = '"';
+  }
+
+  std::string& out_;
+  bool first_ = true;
+};
 
 }  // namespace
 
 std::string ScheduleToJson(const Schedule& s) {
   // Written by hand, one object per line, so that the files diff well and stay small.
-  std::ostringstream out;
-  out << "{\n";
-  out << "  \"format\": " << Json(kScheduleFormat).dump() << ",\n";
-  out << "  \"name\": " << Json(s.name).dump() << ",\n";
-  out << "  \"iteration_window\": " << s.iteration_window << ",\n";
-  Json meta = Json::object();
-  for (const auto& [k, v] : s.meta) meta[k] = v;
-  out << "  \"meta\": " << meta.dump() << ",\n";
+  std::string out;
+  out.reserve(256 * (s.tasks().size() + s.tensors().size() + s.buffers().size()) + 4096);
+  JsonWriter w(&out);
+  w.Raw("{\n  \"format\": ");
+  w.String(kScheduleFormat);
+  w.Raw(",\n  \"name\": ");
+  w.String(s.name);
+  w.Raw(",\n  \"iteration_window\": ");
+  w.Integer(s.iteration_window);
+  w.Raw(",\n  \"meta\": ");
+  w.Open();
+  for (const auto& [k, v] : s.meta) {
+    w.DataKey(k);
+    w.String(v);
+  }
+  w.Close();
+  w.Raw(",\n");
   for (const auto& [key, text] : {std::pair<const char*, const std::string*>{"model", &s.sections.model},
                                   {"hardware", &s.sections.hardware},
                                   {"training", &s.sections.training}}) {
     if (text->empty()) continue;
     const Json parsed = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
     TF_CHECK(parsed.is_object());  // Schedule::Sections holds JSON objects
-    out << "  \"" << key << "\": " << parsed.dump() << ",\n";
+    out += "  \"" + std::string(key) + "\": " + parsed.dump() + ",\n";
   }
 
   auto section = [&](const char* key, size_t count, auto&& row, bool last) {
-    out << "  \"" << key << "\": [";
-    for (size_t i = 0; i < count; ++i) out << (i ? ",\n    " : "\n    ") << row(i).dump();
-    out << (count ? "\n  ]" : "]") << (last ? "\n" : ",\n");
+    out += "  \"" + std::string(key) + "\": [";
+    for (size_t i = 0; i < count; ++i) {
+      w.Raw(i ? ",\n    " : "\n    ");
+      w.Open();
+      row(i);
+      w.Close();
+    }
+    w.Raw(count ? "\n  ]" : "]");
+    w.Raw(last ? "\n" : ",\n");
   };
   section("devices", s.devices().size(), [&](size_t i) {
     const auto& d = s.devices()[i];
-    Json j;
-    j["name"] = d.name;
-    j["kind"] = DeviceKindName(d.kind);
-    return j;
+    w.Key("name"), w.String(d.name);
+    w.Key("kind"), w.String(DeviceKindName(d.kind));
   }, false);
   section("resources", s.resources().size(), [&](size_t i) {
     const auto& r = s.resources()[i];
-    Json j;
-    j["name"] = r.name;
-    j["device"] = s.devices()[r.device].name;
-    j["concurrency"] = r.concurrency;
-    return j;
+    w.Key("name"), w.String(r.name);
+    w.Key("device"), w.String(s.devices()[r.device].name);
+    w.Key("concurrency"), w.Integer(r.concurrency);
   }, false);
   section("pools", s.pools().size(), [&](size_t i) {
     const auto& p = s.pools()[i];
-    Json j;
-    j["name"] = p.name;
-    j["device"] = s.devices()[p.device].name;
-    j["capacity_bytes"] = p.capacity_bytes;
-    return j;
+    w.Key("name"), w.String(p.name);
+    w.Key("device"), w.String(s.devices()[p.device].name);
+    w.Key("capacity_bytes"), w.Integer(p.capacity_bytes);
   }, false);
   section("buffers", s.buffers().size(), [&](size_t i) {
     const auto& b = s.buffers()[i];
-    Json j;
-    j["name"] = b.name;
-    j["pool"] = s.pools()[b.pool].name;
-    j["size_bytes"] = b.size_bytes;
-    if (b.persistent) j["persistent"] = true;
-    return j;
+    w.Key("name"), w.String(b.name);
+    w.Key("pool"), w.String(s.pools()[b.pool].name);
+    w.Key("size_bytes"), w.Integer(b.size_bytes);
+    if (b.persistent) w.Key("persistent"), w.Raw("true");
   }, false);
   section("tensors", s.tensors().size(), [&](size_t i) {
     const auto& t = s.tensors()[i];
-    Json j;
-    j["name"] = t.name;
-    j["kind"] = StateKindName(t.kind);
-    if (!t.dtype.empty()) j["dtype"] = t.dtype;
-    if (!t.shape.empty()) j["shape"] = t.shape;
-    if (t.rank != 0) j["rank"] = t.rank;
-    j["device"] = s.devices()[t.device].name;
-    if (t.offset_bytes != 0) j["offset_bytes"] = t.offset_bytes;
-    j["size_bytes"] = t.size_bytes;
-    if (t.element_offset != 0) j["element_offset"] = t.element_offset;
-    return j;
+    w.Key("name"), w.String(t.name);
+    w.Key("kind"), w.String(StateKindName(t.kind));
+    if (!t.dtype.empty()) w.Key("dtype"), w.String(t.dtype);
+    if (!t.shape.empty()) {
+      w.Key("shape");
+      w.Raw("[");
+      for (size_t k = 0; k < t.shape.size(); ++k) {
+        if (k) w.Raw(",");
+        w.Integer(t.shape[k]);
+      }
+      w.Raw("]");
+    }
+    if (t.rank != 0) w.Key("rank"), w.Integer(t.rank);
+    w.Key("device"), w.String(s.devices()[t.device].name);
+    if (t.offset_bytes != 0) w.Key("offset_bytes"), w.Integer(t.offset_bytes);
+    w.Key("size_bytes"), w.Integer(t.size_bytes);
+    if (t.element_offset != 0) w.Key("element_offset"), w.Integer(t.element_offset);
   }, false);
   section("tasks", s.tasks().size(), [&](size_t i) {
     const auto& t = s.tasks()[i];
-    Json j;
-    j["id"] = t.id;
-    j["op"] = OpName(t.op);
-    if (t.resource != kNoIndex) j["resource"] = s.resources()[t.resource].name;
-    if (t.kernel != Kernel::kNone) j["kernel"] = KernelName(t.kernel);
-    if (t.bytes) j["bytes"] = t.bytes;
-    if (t.flops) j["flops"] = t.flops;
-    if (t.block_bytes) j["block_bytes"] = t.block_bytes;
-    if (t.queue_depth) j["queue_depth"] = t.queue_depth;
-    if (t.ranks) j["ranks"] = t.ranks;
-    if (t.rank != kEveryRank) j["rank"] = t.rank;
-    if (!t.tensors.empty()) j["tensors"] = NameList(t.tensors, s.tensors());
-    if (!t.allocs.empty()) j["allocs"] = NameList(t.allocs, s.buffers());
-    if (!t.uses.empty()) j["uses"] = NameList(t.uses, s.buffers());
-    if (!t.frees.empty()) j["frees"] = NameList(t.frees, s.buffers());
-    if (!t.deps.empty()) j["deps"] = NameList(t.deps, s.tasks());
+    w.Key("id"), w.String(t.id);
+    w.Key("op"), w.String(OpName(t.op));
+    if (t.resource != kNoIndex) w.Key("resource"), w.String(s.resources()[t.resource].name);
+    if (t.kernel != Kernel::kNone) w.Key("kernel"), w.String(KernelName(t.kernel));
+    if (t.bytes) w.Key("bytes"), w.Integer(t.bytes);
+    if (t.flops) w.Key("flops"), w.Real(t.flops);
+    if (t.block_bytes) w.Key("block_bytes"), w.Integer(t.block_bytes);
+    if (t.queue_depth) w.Key("queue_depth"), w.Integer(t.queue_depth);
+    if (t.ranks) w.Key("ranks"), w.Integer(t.ranks);
+    if (t.rank != kEveryRank) w.Key("rank"), w.Integer(t.rank);
+    if (!t.tensors.empty()) w.Names("tensors", t.tensors, s.tensors());
+    if (!t.allocs.empty()) w.Names("allocs", t.allocs, s.buffers());
+    if (!t.uses.empty()) w.Names("uses", t.uses, s.buffers());
+    if (!t.frees.empty()) w.Names("frees", t.frees, s.buffers());
+    if (!t.deps.empty()) w.Names("deps", t.deps, s.tasks());
     if (!t.carried.empty()) {
-      Json c = Json::array();
-      for (const auto& cd : t.carried) {
-        Json e;
-        e["task"] = s.tasks()[cd.task].id;
-        e["distance"] = cd.distance;
-        c.push_back(std::move(e));
+      w.Key("carried");
+      w.Raw("[");
+      for (size_t k = 0; k < t.carried.size(); ++k) {
+        if (k) w.Raw(",");
+        JsonWriter e(&out);
+        e.Open();
+        e.Key("task"), e.String(s.tasks()[t.carried[k].task].id);
+        e.Key("distance"), e.Integer(t.carried[k].distance);
+        e.Close();
       }
-      j["carried"] = std::move(c);
+      w.Raw("]");
     }
-    if (t.priority) j["priority"] = t.priority;
-    if (t.phase != Phase::kOther) j["phase"] = PhaseName(t.phase);
-    if (t.layer != -1) j["layer"] = t.layer;
-    if (t.micro_step != 0) j["micro_step"] = t.micro_step;
-    return j;
+    if (t.priority) w.Key("priority"), w.Integer(t.priority);
+    if (t.phase != Phase::kOther) w.Key("phase"), w.String(PhaseName(t.phase));
+    if (t.layer != -1) w.Key("layer"), w.Integer(t.layer);
+    if (t.micro_step != 0) w.Key("micro_step"), w.Integer(t.micro_step);
   }, true);
-  out << "}\n";
-  return out.str();
+  out += "}\n";
+  return out;
 }
 
 StatusOr<Schedule> ScheduleFromJson(const std::string& text) {

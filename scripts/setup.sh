@@ -7,6 +7,7 @@ packages=(cmake ninja-build g++ pkg-config
   libsimgrid-dev libboost-graph-dev libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev
   libcli11-dev libfmt-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev fio
   libopenmpi-dev openmpi-bin  # real/collective's mpi back-end
+  libprotobuf-dev protobuf-compiler  # `tierflow trace chakra`: Chakra execution traces
   gnuplot-nox  # `tierflow sweep --plot` (pngcairo terminal)
   python3      # tests/docs/run_examples.py: the README and docs examples, run as written
   clang libclang-rt-dev lld)  # scripts/sanitize.sh, scripts/fuzz.sh: the clang sanitizer builds, libFuzzer, lld

@@ -634,9 +634,10 @@ class Runner {
 
 }  // namespace
 
-Status RunEngine(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
-                 int64_t iterations, bool want_progress, const std::vector<std::string>& extra_config,
-                 RunSink* sink, RunStats* stats) {
+// What the module's entry returns (below): RunEngine of the loader forwards here.
+Status RunSimGrid(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
+                  int64_t iterations, bool want_progress, const std::vector<std::string>& extra_config,
+                  RunSink* sink, RunStats* stats) {
   static bool engine_used = false;
   if (engine_used) {
     return FailedPrecondition("SimGrid 3.32 runs one engine per process; use SimIsolation::kFork");
@@ -668,3 +669,8 @@ Status RunEngine(const Schedule& schedule, const models::HardwareSpec& hw, const
 }
 
 }  // namespace tierflow::sim::internal
+
+// The module's exported entry (engine.h): the only symbol libtierflow_simgrid.so shows.
+extern "C" __attribute__((visibility("default"))) tierflow::sim::internal::RunEngineFn tierflow_sim_run_engine() {
+  return &tierflow::sim::internal::RunSimGrid;
+}

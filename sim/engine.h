@@ -1,6 +1,12 @@
 // Private to sim/: one SimGrid simulation of a planned schedule, in the current process.
 // SimGrid 3.32 allows one meaningful engine per process (see simulator.h), so RunEngine() is
 // called once per process: in a forked child, or once in-process.
+//
+// The engine is the only code that links SimGrid, and SimGrid (with the ns-3 libraries it
+// needs) takes about 60 ms to map and relocate: a process that linked it paid that before main,
+// whatever the command. So engine.cc is built as a module (core/module.h),
+// `libtierflow_simgrid.so`, which RunEngine() (engine_module.cc) opens on its first call;
+// Simulate() calls LoadEngine() before it forks, so that every child starts with SimGrid mapped.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +43,15 @@ struct RunStats {
 Status RunEngine(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
                  int64_t iterations, bool want_progress, const std::vector<std::string>& extra_config,
                  RunSink* sink, RunStats* stats);
+
+// Opens the engine's module (once per process): Unavailable naming the module and the loader's
+// reason when it cannot be opened (a build without SimGrid has none).
+Status LoadEngine();
+
+// What the module exports, by C name so that the loader finds it with dlsym.
+using RunEngineFn = Status (*)(const Schedule&, const models::HardwareSpec&, const Plan&, int64_t, bool,
+                               const std::vector<std::string>&, RunSink*, RunStats*);
+inline constexpr const char* kEngineModule = "libtierflow_simgrid.so";
+inline constexpr const char* kEngineEntry = "tierflow_sim_run_engine";
 
 }  // namespace tierflow::sim::internal

@@ -275,12 +275,15 @@ Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const
 
 }  // namespace
 
+Status SimulatorAvailable() { return internal::LoadEngine(); }
+
 StatusOr<SimResult> Simulate(const Schedule& schedule, const models::HardwareSpec& hw,
                              const SimOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   if (options.iterations < 0) return InvalidArgument("iterations must be >= 0");
   if (!options.schedule_validated) TF_RETURN_IF_ERROR(schedule.Validate());
   TF_ASSIGN_OR_RETURN(Plan plan, internal::MakePlan(schedule, hw));
+  TF_RETURN_IF_ERROR(internal::LoadEngine());  // in this process, so that the child has it mapped
 
   SimResult result;
   if (options.record_trace) {

@@ -408,6 +408,9 @@ StatusOr<std::vector<Evaluation>> EvaluateAll(const std::string& base_yaml, cons
                                               const EvaluateOptions& options) {
   if (options.jobs < 1) return InvalidArgument("jobs must be >= 1");
   if (options.iterations < 1) return InvalidArgument("iterations must be >= 1");
+  // The SimGrid engine is a module opened on first use (docs/simulator.md "Start-up"): opened here,
+  // before any worker is forked, every worker starts with it mapped instead of loading it again.
+  TF_RETURN_IF_ERROR(sim::SimulatorAvailable());
   if (options.parallelism == Parallelism::kThreads) return EvaluateInThreads(base_yaml, origin, variations, options);
   return EvaluateInWorkers(base_yaml, origin, variations, options);
 }

@@ -257,7 +257,7 @@ add(g, "beyond_gpu_memory", f"sim {SMALL} --set hardware.node.gpu.hbm=2GiB", 1, 
 g = "run"
 add(g, "no_disk", f"run {TINY} {DATA}", 2, r"--disk")
 add(g, "missing_disk_dir", f"run {TINY} --disk nodir {DATA}", 1, r"nodir")
-add(g, "disk_is_a_file", f"run {TINY} --disk f {DATA}", 2, r"--disk 'f' \(nvme0\): not a directory", files={"f": "x\n"})
+add(g, "disk_is_a_file", f"run {TINY} --disk f {DATA}", 2, r"--disk 'f' is a file, not a directory: this command writes its files into a directory", files={"f": "x\n"})
 add(g, "too_many_disks", f"run {TINY} --disk a --disk b --disk c --disk d {DATA}", 2, r"--disk 'b': the schedule has only 1 storage device", dirs=("a", "b", "c", "d"))
 add(g, "unknown_disk_name", f"run {TINY} --disk nvme9=a {DATA}", 2, r"nvme9", dirs=("a",))
 add(g, "same_dir_twice", f"run {TINY} --set policy.name=ioc --disk a --disk a {DATA}", 2, r"'a'", dirs=("a",))
@@ -366,6 +366,12 @@ add(g, "compare_missing", "trace compare {fx}/tiny.sim.jsonl nope.jsonl", 1, r"n
 add(g, "compare_other_schedule", "trace compare {fx}/tiny.sim.jsonl q.jsonl", 2, r"have no task instance in common",
     files={"q.jsonl": records(lambda ls: [json.dumps(dict(json.loads(l), task="other." + json.loads(l)["task"])) for l in ls])})
 add(g, "compare_negative_worst", "trace compare {fx}/tiny.sim.jsonl {fx}/tiny.sim.jsonl --worst -1", 2, r"--worst")
+add(g, "chakra_prefix_with_a_slash", f"trace chakra {TINY} -o d --prefix ../x", 2,
+    r"--prefix '\.\./x': a file name without '/' \(the files are <prefix>\.<rank>\.et in -o\)")
+add(g, "chakra_out_is_the_input", "trace chakra s.yaml -o s.yaml", 2, r"-o 's\.yaml' is a file, not a directory", files={"s.yaml": GOOD})
+add(g, "chakra_zero_iterations", f"trace chakra {TINY} -o d -n 0", 2, r"--iterations: '0' is below 1")
+add(g, "chakra_schedule_without_sections", "trace chakra {S}/tests/traces/data/pipeline.schedule.json -o d", 2,
+    r"the schedule has no 'model' section")
 
 # ---- calibrate ---------------------------------------------------------------------------------
 g = "calibrate"
@@ -406,7 +412,7 @@ add(g, "compute_bad_scenario", "probe compute nope.yaml", 1, r"nope\.yaml")
 add(g, "optimizer_zero_elements", "probe optimizer --elements 0", 2, r"element count 0 must be positive")
 add(g, "memory_huge", "probe memory --bytes 1EiB", 2, r"'1EiB' has unit 'EiB'")
 add(g, "all_no_out", "probe all --dir d", 2, r"probe all: error: usage: --out is required", dirs=("d",))
-add(g, "all_out_is_a_file", "probe all --dir d -o f", 2, r"-o 'f': cannot create the directory", dirs=("d",), files={"f": "x\n"})
+add(g, "all_out_is_a_file", "probe all --dir d -o f", 2, r"-o 'f' is a file, not a directory", dirs=("d",), files={"f": "x\n"})
 add(g, "collective_zero_reps", "probe collective --reps 0", 2, r"probe collective: error: usage: --reps: '0' is below 1 \(an integer from 1 to 1000000\)")
 add(g, "collective_unknown_backend", "probe collective --backend carrier-pigeon", 2, r"carrier-pigeon")
 add(g, "collective_tiny_size", "probe collective --sizes 1", 2, r"size 1 B is below one fp32 element per rank")

@@ -54,8 +54,9 @@ struct CommandPath {
 // links and `..`): an output file is none of the inputs, no other output and not inside a
 // directory the command writes in (a run whose --records was its own store file in its --disk
 // overwrote the training state with trace records); two directories it writes in are not one
-// (each has its own lock, store and files); a directory it replaces neither holds nor lies in
-// another of its paths. InvalidArgument naming both flags, both paths and the rule.
+// (each has its own lock, store and files); a directory it writes in is not an existing file; a
+// directory it replaces neither holds nor lies in another of its paths. InvalidArgument naming
+// the flags, the paths and the rule.
 Status CheckCommandPaths(const std::vector<CommandPath>& paths);
 
 }  // namespace tierflow

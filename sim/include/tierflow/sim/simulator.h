@@ -72,6 +72,11 @@ struct SimResult {
   int64_t disk_sharing_mismatches = 0;
 };
 
+// Ok when this process can simulate: the first call opens the SimGrid engine, which is loaded
+// only by the commands that simulate (docs/simulator.md "Start-up"). Unavailable, saying why, in
+// a build without SimGrid or when its module cannot be loaded; Simulate returns the same.
+Status SimulatorAvailable();
+
 // Runs `options.iterations` iterations of `schedule` on `hw`.
 // Requires nothing of the schedule: it is validated here (an invalid one returns Validate()'s
 // Status) unless options.schedule_validated says the caller has.
