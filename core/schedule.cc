@@ -6,6 +6,7 @@
 #include <boost/graph/depth_first_search.hpp>
 #include <nlohmann/json.hpp>
 #include <queue>
+#include <span>
 #include <tuple>
 
 namespace tierflow {
@@ -23,6 +24,27 @@ int32_t Append(std::vector<Spec>* v, NameIndex* index, Spec s, NameOf name_of) {
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
 using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+
+// Lists of indices per row, in two flat arrays (compressed rows): Validate's successor and user
+// lists, filled after their sizes are counted, without a vector per task or buffer.
+class Rows {
+ public:
+  explicit Rows(size_t rows) : begin_(rows + 1, 0) {}
+  void Count(int32_t row) { ++begin_[static_cast<size_t>(row) + 1]; }
+  // After every Count: the running sums, and room for the entries.
+  void Seal() {
+    for (size_t r = 1; r < begin_.size(); ++r) begin_[r] += begin_[r - 1];
+    fill_.assign(begin_.begin(), begin_.end() - 1);
+    items_.resize(begin_.back());
+  }
+  void Add(int32_t row, int32_t item) { items_[fill_[static_cast<size_t>(row)]++] = item; }
+  std::span<const int32_t> operator[](int32_t row) const {
+    return {items_.data() + begin_[static_cast<size_t>(row)], items_.data() + begin_[static_cast<size_t>(row) + 1]};
+  }
+
+ private:
+  std::vector<int32_t> begin_, fill_, items_;
+};
 
 // Records the first back edge a DFS meets: its presence means a cycle.
 struct CycleFinder : public boost::default_dfs_visitor {
@@ -177,7 +199,19 @@ Status Schedule::Validate() const {
   // its pools. The errors come in the same order as checks made pass by pass would give them:
   // every field error first, then the first task whose buffers do not fit.
   std::vector<int32_t> alloc_by(buffers_.size(), kNoIndex), free_by(buffers_.size(), kNoIndex);
-  std::vector<std::vector<int32_t>> succ(n), users(buffers_.size());
+  Rows succ(static_cast<size_t>(n)), users(buffers_.size());
+  for (const TaskSpec& t : tasks_) {  // the lists' sizes, of indices checked in the pass below
+    for (int32_t d : t.deps) {
+      if (in_range(d, tasks_.size())) succ.Count(d);
+    }
+    for (const auto* list : {&t.uses, &t.frees}) {
+      for (int32_t b : *list) {
+        if (in_range(b, buffers_.size())) users.Count(b);
+      }
+    }
+  }
+  succ.Seal();
+  users.Seal();
   std::vector<int32_t> indegree(n, 0);
   // A task's buffers are all live while it runs: those it uses, allocates and frees. Beside its
   // pool's persistent buffers they must fit, or no order of the other tasks lets it start (a
@@ -248,10 +282,10 @@ Status Schedule::Validate() const {
       if (free_by[b] != kNoIndex) return InvalidArgument(who() + ": buffer " + Quote(buffers_[b].name) + " is already freed by task " + Quote(tasks_[free_by[b]].id));
       free_by[b] = i;
     }
-    for (int32_t d : t.deps) succ[d].push_back(i);
+    for (int32_t d : t.deps) succ.Add(d, i);
     indegree[i] = static_cast<int32_t>(t.deps.size());
-    for (int32_t b : t.uses) users[b].push_back(i);
-    for (int32_t b : t.frees) users[b].push_back(i);
+    for (int32_t b : t.uses) users.Add(b, i);
+    for (int32_t b : t.frees) users.Add(b, i);
     if (!does_not_fit.ok()) continue;
     touched.clear();  // (pool, non-persistent buffer) of the task, each buffer once
     for (const auto* list : {&t.uses, &t.allocs, &t.frees}) {

@@ -225,11 +225,13 @@ void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
 
 int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
   TF_CHECK(state_region_bytes_ > 0);  // StateLayout first, or every kind would share one region
+  const auto [known, inserted] = states_.try_emplace(StateKey{begin, elements, rank, device, kind}, kNoIndex);
+  if (!inserted) return known->second;
   const int64_t element_bytes = StateKindBytes(kind);
   const std::string name = std::string(StateKindName(kind)) + ".r" + std::to_string(rank) + "[" + std::to_string(begin) + "+" +
                            std::to_string(elements) + "]@" + schedule_.devices()[device].name;
   const int32_t existing = schedule_.FindTensor(name);
-  if (existing != kNoIndex) return existing;
+  if (existing != kNoIndex) return known->second = existing;
   TensorSpec t;
   t.name = name;
   t.kind = kind;
@@ -241,7 +243,7 @@ int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int6
   t.size_bytes = elements * element_bytes;
   // The order of the kinds (StateKind) fixes each kind's region in a device's store.
   t.offset_bytes = static_cast<int64_t>(kind) * state_region_bytes_ + (rank * state_rank_elements_ + begin) * element_bytes;
-  return schedule_.AddTensor(std::move(t));
+  return known->second = schedule_.AddTensor(std::move(t));
 }
 
 int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions& o, int32_t rank, int32_t unit) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -157,6 +158,23 @@ class ScheduleBuilder {
   Schedule schedule_;
   int64_t state_region_bytes_ = 0;  // per kind and device: ranks x rank stride x 4, 1 MiB-aligned
   int64_t state_rank_elements_ = 0;  // a rank's stride: its elements, rounded up to kIoAlignElements
+  // State()'s tensors by what names them, so that asking again builds no name (a fifth of
+  // planning the quickstart was State() building names to look up tensors it had made).
+  struct StateKey {
+    int64_t begin, elements;
+    int32_t rank, device;
+    StateKind kind;
+    bool operator==(const StateKey&) const = default;
+  };
+  struct StateKeyHash {
+    size_t operator()(const StateKey& k) const {
+      uint64_t h = static_cast<uint64_t>(k.begin) * 0x9E3779B97F4A7C15ull;
+      h ^= static_cast<uint64_t>(k.elements) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+      h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.rank)) << 32 | static_cast<uint32_t>(k.device)) + (h << 6) + (h >> 2);
+      return static_cast<size_t>(h ^ static_cast<uint64_t>(k.kind));
+    }
+  };
+  std::unordered_map<StateKey, int32_t, StateKeyHash> states_;
 };
 
 // The resource a rank's I/O for one parameter unit (or one sub-group) runs on: how a policy
