@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <string_view>
 
 #include "chakra/chakra_et.pb.h"
 #include "tierflow/core/files.h"
@@ -22,30 +21,11 @@ namespace pb = ChakraProtoMsg;
 // The Chakra schema version whose node types these files use (STORAGE_NODE is the newest).
 constexpr const char* kChakraVersion = "0.0.4";
 
-void Attr(pb::Node* n, const char* name, int64_t v) {
-  auto* a = n->add_attr();
+// A new attribute of `n`, named, for its value to be set.
+pb::AttributeProto* Attr(pb::Node* n, const char* name) {
+  pb::AttributeProto* a = n->add_attr();
   a->set_name(name);
-  a->set_int64_val(v);
-}
-void AttrU(pb::Node* n, const char* name, uint64_t v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_uint64_val(v);
-}
-void AttrB(pb::Node* n, const char* name, bool v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_bool_val(v);
-}
-void AttrD(pb::Node* n, const char* name, double v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_double_val(v);
-}
-void AttrS(pb::Node* n, const char* name, std::string_view v) {
-  auto* a = n->add_attr();
-  a->set_name(name);
-  a->set_string_val(std::string(v));
+  return a;
 }
 
 uint64_t Micros(double seconds) { return static_cast<uint64_t>(std::llround(std::max(0.0, seconds) * 1e6)); }
@@ -72,15 +52,15 @@ void FillNode(const Schedule& s, size_t i, const IterationTimes& times, double t
   switch (t.op) {
     case Op::kCompute:
       n->set_type(pb::COMP_NODE);
-      AttrB(n, "is_cpu_op", false);
-      Attr(n, "num_ops", static_cast<int64_t>(t.flops));
-      AttrU(n, "tensor_size", bytes);
+      Attr(n, "is_cpu_op")->set_bool_val(false);
+      Attr(n, "num_ops")->set_int64_val(static_cast<int64_t>(t.flops));
+      Attr(n, "tensor_size")->set_uint64_val(bytes);
       break;
     case Op::kH2D:
     case Op::kD2H:
       n->set_type(t.op == Op::kH2D ? pb::MEM_LOAD_NODE : pb::MEM_STORE_NODE);
-      AttrB(n, "is_cpu_op", false);
-      AttrU(n, "tensor_size", bytes);
+      Attr(n, "is_cpu_op")->set_bool_val(false);
+      Attr(n, "tensor_size")->set_uint64_val(bytes);
       break;
     case Op::kRead:
     case Op::kWrite:
@@ -90,47 +70,47 @@ void FillNode(const Schedule& s, size_t i, const IterationTimes& times, double t
         n->set_type(pb::STORAGE_NODE);
         n->mutable_storage()->set_level(pb::STORAGE_LEVEL_DEVICE);
       }
-      AttrB(n, "is_cpu_op", false);
-      AttrU(n, "tensor_size", bytes);
-      AttrS(n, "tierflow.storage_op", t.op == Op::kRead ? "read" : "write");
-      Attr(n, "tierflow.block_bytes", IoBlockBytes(t));
-      Attr(n, "tierflow.queue_depth", IoQueueDepth(t));
+      Attr(n, "is_cpu_op")->set_bool_val(false);
+      Attr(n, "tensor_size")->set_uint64_val(bytes);
+      Attr(n, "tierflow.storage_op")->set_string_val(t.op == Op::kRead ? "read" : "write");
+      Attr(n, "tierflow.block_bytes")->set_int64_val(IoBlockBytes(t));
+      Attr(n, "tierflow.queue_depth")->set_int64_val(IoQueueDepth(t));
       break;
     case Op::kAllGather:
     case Op::kReduceScatter:
     case Op::kAllReduce:
       n->set_type(pb::COMM_COLL_NODE);
-      AttrB(n, "is_cpu_op", false);
-      Attr(n, "comm_type", CommType(t.op));
-      Attr(n, "comm_size", static_cast<int64_t>(bytes));
-      if (t.ranks > 0) Attr(n, "tierflow.ranks", t.ranks);
+      Attr(n, "is_cpu_op")->set_bool_val(false);
+      Attr(n, "comm_type")->set_int64_val(CommType(t.op));
+      Attr(n, "comm_size")->set_int64_val(static_cast<int64_t>(bytes));
+      if (t.ranks > 0) Attr(n, "tierflow.ranks")->set_int64_val(t.ranks);
       break;
     case Op::kOptimizer:
     case Op::kConvert:
       // Work of the step on the host's cores, on the iteration's path: not a launch overhead, so
       // not is_cpu_op (ASTRA-sim would pass over it), but on the device "cpu".
       n->set_type(pb::COMP_NODE);
-      AttrB(n, "is_cpu_op", false);
-      Attr(n, "num_ops", static_cast<int64_t>(t.flops));
-      AttrU(n, "tensor_size", bytes);
+      Attr(n, "is_cpu_op")->set_bool_val(false);
+      Attr(n, "num_ops")->set_int64_val(static_cast<int64_t>(t.flops));
+      Attr(n, "tensor_size")->set_uint64_val(bytes);
       break;
     case Op::kAlloc:
     case Op::kFree:
     case Op::kBarrier:
       n->set_type(pb::COMP_NODE);
-      AttrB(n, "is_cpu_op", true);
-      Attr(n, "num_ops", 0);
+      Attr(n, "is_cpu_op")->set_bool_val(true);
+      Attr(n, "num_ops")->set_int64_val(0);
       break;
   }
-  AttrS(n, "tierflow.op", OpName(t.op));
-  if (t.resource != kNoIndex) AttrS(n, "tierflow.resource", s.resources()[t.resource].name);
-  if (!device.empty()) AttrS(n, "tierflow.device", device);
-  if (t.kernel != Kernel::kNone) AttrS(n, "tierflow.kernel", KernelName(t.kernel));
-  AttrS(n, "tierflow.phase", PhaseName(t.phase));
-  if (t.layer >= 0) Attr(n, "tierflow.layer", t.layer);
-  if (t.micro_step != 0) Attr(n, "tierflow.micro_step", t.micro_step);
-  AttrD(n, "tierflow.start_s", times.start_s[i] - t0);
-  AttrD(n, "tierflow.duration_s", times.end_s[i] - times.start_s[i]);
+  Attr(n, "tierflow.op")->set_string_val(std::string(OpName(t.op)));
+  if (t.resource != kNoIndex) Attr(n, "tierflow.resource")->set_string_val(s.resources()[t.resource].name);
+  if (!device.empty()) Attr(n, "tierflow.device")->set_string_val(device);
+  if (t.kernel != Kernel::kNone) Attr(n, "tierflow.kernel")->set_string_val(std::string(KernelName(t.kernel)));
+  Attr(n, "tierflow.phase")->set_string_val(std::string(PhaseName(t.phase)));
+  if (t.layer >= 0) Attr(n, "tierflow.layer")->set_int64_val(t.layer);
+  if (t.micro_step != 0) Attr(n, "tierflow.micro_step")->set_int64_val(t.micro_step);
+  Attr(n, "tierflow.start_s")->set_double_val(times.start_s[i] - t0);
+  Attr(n, "tierflow.duration_s")->set_double_val(times.end_s[i] - times.start_s[i]);
 }
 
 bool OfRank(const TaskSpec& t, int32_t rank) {
