@@ -102,9 +102,7 @@ void Dispatcher::MarkDirty(int32_t resource) {
 void Dispatcher::MakeReady(int32_t task, int64_t iteration) {
   SlotOf(iteration).state[task] = kQueued;
   const int32_t r = resource_of_[task];
-  auto& heap = resources_[r].heap;
-  heap.push_back({priority_[task], iteration, task});
-  std::push_heap(heap.begin(), heap.end());
+  resources_[r].ready.push({priority_[task], iteration, task});
   MarkDirty(r);
 }
 
@@ -154,8 +152,7 @@ void Dispatcher::WakePoolWaiters(int32_t p) {
     pool.waiting.pop_back();
     SlotOf(w.iteration).state[w.task] = kQueued;
     const int32_t r = resource_of_[w.task];
-    resources_[r].heap.push_back(w);
-    std::push_heap(resources_[r].heap.begin(), resources_[r].heap.end());
+    resources_[r].ready.push(w);
     MarkDirty(r);
   }
 }
@@ -170,21 +167,20 @@ size_t Dispatcher::Dispatch(std::vector<Instance>* to_start) {
     for (size_t i = 0; i < dirty_.size();) {
       const int32_t r = dirty_[i];
       ResourceState& res = resources_[r];
-      if (res.free_slots <= 0 || res.heap.empty()) {
+      if (res.free_slots <= 0 || res.ready.empty()) {
         res.dirty = false;
         dirty_[i] = dirty_.back();
         dirty_.pop_back();
         continue;
       }
-      // The heap's comparator is inverted, so front() is the smallest entry.
-      if (best == kNoIndex || resources_[best].heap.front() < res.heap.front()) best = r;
+      // Pending's comparator is inverted: a < b when b comes first.
+      if (best == kNoIndex || resources_[best].ready.top() < res.ready.top()) best = r;
       ++i;
     }
     if (best == kNoIndex) break;
     ResourceState& res = resources_[best];
-    std::pop_heap(res.heap.begin(), res.heap.end());
-    const Pending p = res.heap.back();
-    res.heap.pop_back();
+    const Pending p = res.ready.top();
+    res.ready.pop();
     const int64_t it = p.iteration;
     if (alloc_begin_[p.task] != alloc_begin_[p.task + 1]) {
       const int32_t short_pool = FirstShortPool(p.task);
@@ -251,7 +247,7 @@ Status Dispatcher::DeadlockReport(size_t max_instances) const {
   if (done() || running_ > 0) return Status::Ok();
   // If anything could start, this is not a deadlock (the caller has not called Dispatch).
   for (const ResourceState& r : resources_) {
-    if (!r.heap.empty() && r.free_slots > 0) return Status::Ok();
+    if (!r.ready.empty() && r.free_slots > 0) return Status::Ok();
   }
   const auto& tasks = schedule_.tasks();
   std::ostringstream out;

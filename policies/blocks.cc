@@ -172,11 +172,19 @@ int32_t ScheduleBuilder::NodeOf(int32_t rank) const { return rank / std::max(1, 
 std::string ScheduleBuilder::OnNode(int32_t rank, const std::string& local) const {
   return models::NodeDeviceName(scenario_.hardware, NodeOf(rank), local);
 }
+ScheduleBuilder::RankDevices& ScheduleBuilder::Of(int32_t rank) {
+  TF_CHECK(rank >= 0);
+  if (static_cast<size_t>(rank) >= ranks_.size()) ranks_.resize(static_cast<size_t>(rank) + 1);
+  return ranks_[static_cast<size_t>(rank)];
+}
 std::string ScheduleBuilder::Gpu(int32_t rank) {
-  const int32_t local = scenario_.hardware.nodes > 1 ? rank % std::max(1, scenario_.hardware.node.gpu_count) : rank;
-  std::string name = OnNode(rank, "gpu" + std::to_string(local));
-  Device(name, DeviceKind::kGpu);
-  return name;
+  RankDevices& d = Of(rank);
+  if (d.gpu.empty()) {
+    const int32_t local = scenario_.hardware.nodes > 1 ? rank % std::max(1, scenario_.hardware.node.gpu_count) : rank;
+    d.gpu = OnNode(rank, "gpu" + std::to_string(local));
+    Device(d.gpu, DeviceKind::kGpu);
+  }
+  return d.gpu;
 }
 std::string ScheduleBuilder::Host(int32_t rank) {
   std::string name = OnNode(rank, "host");
@@ -195,25 +203,40 @@ std::string ScheduleBuilder::Remote(int32_t rank, int32_t tier) {
 }
 
 int32_t ScheduleBuilder::GpuCompute(int32_t r) {
-  const std::string g = Gpu(r);
-  return Resource(g + ".compute", g);
+  if (Of(r).compute == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).compute = Resource(g + ".compute", g);
+  }
+  return Of(r).compute;
 }
 int32_t ScheduleBuilder::GpuH2D(int32_t r) {
-  const std::string g = Gpu(r);
-  return Resource(g + ".h2d", g);
+  if (Of(r).h2d == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).h2d = Resource(g + ".h2d", g);
+  }
+  return Of(r).h2d;
 }
 int32_t ScheduleBuilder::GpuD2H(int32_t r) {
-  const std::string g = Gpu(r);
-  return Resource(g + ".d2h", g);
+  if (Of(r).d2h == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).d2h = Resource(g + ".d2h", g);
+  }
+  return Of(r).d2h;
 }
-int32_t ScheduleBuilder::Cpu(int32_t r) { return Resource(OnNode(r, "cpu.r" + std::to_string(r)), Host(r)); }
+int32_t ScheduleBuilder::Cpu(int32_t r) {
+  if (Of(r).cpu == kNoIndex) Of(r).cpu = Resource(OnNode(r, "cpu.r" + std::to_string(r)), Host(r));
+  return Of(r).cpu;
+}
 int32_t ScheduleBuilder::Comm() {
   Device("net", DeviceKind::kNetwork);
   return Resource("dp.comm", "net");
 }
 int32_t ScheduleBuilder::GpuPool(int32_t r) {
-  const std::string g = Gpu(r);
-  return Pool(g + ".hbm", g, scenario_.hardware.node.gpu.hbm_bytes);
+  if (Of(r).pool == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).pool = Pool(g + ".hbm", g, scenario_.hardware.node.gpu.hbm_bytes);
+  }
+  return Of(r).pool;
 }
 
 void ScheduleBuilder::StateLayout(const ModelPlan& plan) {

@@ -175,6 +175,14 @@ class ScheduleBuilder {
     }
   };
   std::unordered_map<StateKey, int32_t, StateKeyHash> states_;
+  // Per rank, the GPU's name and the resources and pool made for it (kNoIndex until asked):
+  // planning asks for them per task, and finding each by its name built two strings a time.
+  struct RankDevices {
+    std::string gpu;
+    int32_t compute = kNoIndex, h2d = kNoIndex, d2h = kNoIndex, cpu = kNoIndex, pool = kNoIndex;
+  };
+  RankDevices& Of(int32_t rank);
+  std::vector<RankDevices> ranks_;
 };
 
 // The resource a rank's I/O for one parameter unit (or one sub-group) runs on: how a policy
