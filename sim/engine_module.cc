@@ -8,7 +8,7 @@ namespace {
 
 StatusOr<RunEngineFn> Engine() {
   TF_ASSIGN_OR_RETURN(void* entry, OpenModuleEntry(kEngineModule, kEngineEntry,
-                                                   "the simulator needs SimGrid, which this build did not find "
+                                                   "the simulator runs in this module, which a build without SimGrid does not have "
                                                    "(apt-get install libsimgrid-dev, then rebuild)"));
   return reinterpret_cast<RunEngineFn (*)()>(entry)();
 }

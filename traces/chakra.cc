@@ -51,6 +51,11 @@ void FillNode(const Schedule& s, size_t i, const IterationTimes& times, double t
   const auto bytes = static_cast<uint64_t>(std::max<int64_t>(0, t.bytes));
   switch (t.op) {
     case Op::kCompute:
+    case Op::kOptimizer:
+    case Op::kConvert:
+      // The optimizer and the conversions too: work on the host's cores that the iteration waits
+      // for, not a launch overhead, so not is_cpu_op (ASTRA-sim passes over those); their
+      // tierflow.device says the host.
       n->set_type(pb::COMP_NODE);
       Attr(n, "is_cpu_op")->set_bool_val(false);
       Attr(n, "num_ops")->set_int64_val(static_cast<int64_t>(t.flops));
@@ -84,15 +89,6 @@ void FillNode(const Schedule& s, size_t i, const IterationTimes& times, double t
       Attr(n, "comm_type")->set_int64_val(CommType(t.op));
       Attr(n, "comm_size")->set_int64_val(static_cast<int64_t>(bytes));
       if (t.ranks > 0) Attr(n, "tierflow.ranks")->set_int64_val(t.ranks);
-      break;
-    case Op::kOptimizer:
-    case Op::kConvert:
-      // Work of the step on the host's cores, on the iteration's path: not a launch overhead, so
-      // not is_cpu_op (ASTRA-sim would pass over it), but on the device "cpu".
-      n->set_type(pb::COMP_NODE);
-      Attr(n, "is_cpu_op")->set_bool_val(false);
-      Attr(n, "num_ops")->set_int64_val(static_cast<int64_t>(t.flops));
-      Attr(n, "tensor_size")->set_uint64_val(bytes);
       break;
     case Op::kAlloc:
     case Op::kFree:

@@ -19,8 +19,9 @@ namespace tierflow {
 // The address of `entry` in module `file` (a file name such as "libtierflow_simgrid.so"),
 // opened on the first call for that file; later calls return the first call's result. `needs`
 // says what the module is for in the error when it cannot be opened: Unavailable with the
-// loader's reason and `needs` ("the simulator needs SimGrid: apt-get install libsimgrid-dev,
-// then rebuild"); Internal when the module lacks its entry.
+// loader's reason and `needs` ("the simulator runs in this module, which a build without SimGrid
+// does not have (apt-get install libsimgrid-dev, then rebuild)"); Internal when the module lacks
+// its entry.
 StatusOr<void*> OpenModuleEntry(const std::string& file, const std::string& entry, const std::string& needs);
 
 }  // namespace tierflow
