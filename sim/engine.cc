@@ -634,7 +634,7 @@ class Runner {
 
 }  // namespace
 
-// What the module's entry returns (below): RunEngine of the loader forwards here.
+// The engine (engine.h, RunEngineFn), which the module's entry returns (below).
 Status RunSimGrid(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
                   int64_t iterations, bool want_progress, const std::vector<std::string>& extra_config,
                   RunSink* sink, RunStats* stats) {

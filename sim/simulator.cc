@@ -158,13 +158,13 @@ class PipeSink : public RunSink {
   std::string batch_;
 };
 
-[[noreturn]] void RunChild(int fd, const Schedule& schedule, const models::HardwareSpec& hw,
+[[noreturn]] void RunChild(int fd, internal::RunEngineFn engine, const Schedule& schedule, const models::HardwareSpec& hw,
                            const Plan& plan, const SimOptions& options) {
   FrameWriter writer(fd);
   PipeSink sink(&writer, Completions::Wanted(options));
   RunStats stats;
-  Status s = internal::RunEngine(schedule, hw, plan, options.iterations,
-                                 static_cast<bool>(options.progress), options.simgrid_config, &sink, &stats);
+  Status s = engine(schedule, hw, plan, options.iterations, static_cast<bool>(options.progress), options.simgrid_config,
+                    &sink, &stats);
   sink.Flush();
   std::string payload;
   if (s.ok()) {
@@ -186,7 +186,7 @@ class PipeSink : public RunSink {
   ::_exit(writer.ok() ? 0 : 3);
 }
 
-Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
+Status RunForked(internal::RunEngineFn engine, const Schedule& schedule, const models::HardwareSpec& hw, const Plan& plan,
                  const SimOptions& options, Completions* completions, SimResult* result) {
   int fds[2];
   if (::pipe(fds) != 0) return FromErrno(errno, "pipe for the simulation process");
@@ -202,7 +202,7 @@ Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const
   }
   if (pid == 0) {
     ::close(fds[0]);
-    RunChild(fds[1], schedule, hw, plan, options);
+    RunChild(fds[1], engine, schedule, hw, plan, options);
   }
   ::close(fds[1]);
   Status status = Internal("simulation process sent no result");
@@ -275,7 +275,7 @@ Status RunForked(const Schedule& schedule, const models::HardwareSpec& hw, const
 
 }  // namespace
 
-Status SimulatorAvailable() { return internal::LoadEngine(); }
+Status SimulatorAvailable() { return internal::LoadEngine().status(); }
 
 StatusOr<SimResult> Simulate(const Schedule& schedule, const models::HardwareSpec& hw,
                              const SimOptions& options) {
@@ -283,7 +283,8 @@ StatusOr<SimResult> Simulate(const Schedule& schedule, const models::HardwareSpe
   if (options.iterations < 0) return InvalidArgument("iterations must be >= 0");
   if (!options.schedule_validated) TF_RETURN_IF_ERROR(schedule.Validate());
   TF_ASSIGN_OR_RETURN(Plan plan, internal::MakePlan(schedule, hw));
-  TF_RETURN_IF_ERROR(internal::LoadEngine());  // in this process, so that the child has it mapped
+  // Opened in this process, so that the child has it mapped and never opens anything itself.
+  TF_ASSIGN_OR_RETURN(const internal::RunEngineFn engine, internal::LoadEngine());
 
   SimResult result;
   if (options.record_trace) {
@@ -291,13 +292,13 @@ StatusOr<SimResult> Simulate(const Schedule& schedule, const models::HardwareSpe
   }
   Completions completions(schedule, plan, options, &result);
   if (options.isolation == SimIsolation::kFork) {
-    TF_RETURN_IF_ERROR(RunForked(schedule, hw, plan, options, &completions, &result));
+    TF_RETURN_IF_ERROR(RunForked(engine, schedule, hw, plan, options, &completions, &result));
   } else {
     InProcessSink sink(&completions, options);
     RunStats stats;
     const double cpu0 = CpuSeconds(RUSAGE_THREAD);
-    TF_RETURN_IF_ERROR(internal::RunEngine(schedule, hw, plan, options.iterations,
-                                           static_cast<bool>(options.progress), options.simgrid_config, &sink, &stats));
+    TF_RETURN_IF_ERROR(engine(schedule, hw, plan, options.iterations, static_cast<bool>(options.progress),
+                              options.simgrid_config, &sink, &stats));
     result.cpu_s = CpuSeconds(RUSAGE_THREAD) - cpu0;
     result.makespan_s = stats.makespan_s;
     result.pool_peak_bytes = stats.pool_peak_bytes;
