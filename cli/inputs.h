@@ -25,7 +25,7 @@ inline constexpr int kMaxThreads = 1024;
 inline constexpr int64_t kMaxSimulatedInstances = 20'000'000;
 
 struct PlannedInput {
-  Schedule schedule;
+  Schedule schedule;  // validated: by the planner (a scenario) or by the file's reader (a schedule)
   policies::Scenario scenario;  // the scenario file's, or the schedule's typed sections (ScenarioOfSchedule)
   bool from_schedule_file = false;
 };

@@ -102,6 +102,7 @@ Status RunSim(const SimArgs& a) {
   }
   sim::SimOptions options;
   options.iterations = a.iterations;
+  options.schedule_validated = true;  // PlannedInput's schedule is (inputs.h): not a second time
   Progress progress("simulating", 1.0);
   options.progress = [&](const sim::SimProgress& p) {
     progress.Update(p.instances_total ? static_cast<double>(p.instances_completed) / static_cast<double>(p.instances_total) : 1.0);

@@ -143,6 +143,7 @@ Status RunChakra(const ChakraArgs& a) {
   times.end_s.assign(in.schedule.tasks().size(), 0.0);
   sim::SimOptions options;
   options.iterations = a.iterations;
+  options.schedule_validated = true;  // PlannedInput's schedule is (inputs.h): not a second time
   options.record_trace = false;
   options.on_complete = [&](int32_t task, int64_t iteration, double start_s, double end_s) {
     if (iteration != times.iteration) return;
