@@ -7,16 +7,10 @@
 namespace tierflow {
 namespace {
 
-// Builds CSR arrays from per-task lists.
-template <typename T, typename Get>
-void Flatten(int32_t n, Get get, std::vector<int32_t>* begin, std::vector<T>* flat) {
-  begin->assign(n + 1, 0);
-  for (int32_t i = 0; i < n; ++i) (*begin)[i + 1] = (*begin)[i] + static_cast<int32_t>(get(i).size());
-  flat->clear();
-  flat->reserve((*begin)[n]);
-  for (int32_t i = 0; i < n; ++i) {
-    for (const auto& x : get(i)) flat->push_back(x);
-  }
+// Running sums of per-entry counts (counts[i + 1] holds entry i's): counts[i] becomes where entry
+// i's items begin in the flat array, counts[n] their total.
+void RunningSums(std::vector<int32_t>* counts) {
+  for (size_t i = 1; i < counts->size(); ++i) (*counts)[i] += (*counts)[i - 1];
 }
 
 }  // namespace
@@ -35,30 +29,41 @@ Dispatcher::Dispatcher(const Schedule& schedule, int64_t iterations)
   resource_of_.resize(n);
   priority_.resize(n);
   dep_count_.resize(n);
-  std::vector<std::vector<int32_t>> succ(n);
-  std::vector<std::vector<CarriedDep>> carried_succ(n);
-  std::vector<std::vector<PoolBytes>> allocs(n), frees(n);
+  // The successor lists and each task's pool bytes, in compressed rows: counted, then filled in
+  // task order (a successor list holds its tasks in schedule order).
+  succ_begin_.assign(n + 1, 0);
+  carried_succ_begin_.assign(n + 1, 0);
+  alloc_begin_.assign(n + 1, 0);
+  free_begin_.assign(n + 1, 0);
   for (int32_t i = 0; i < n; ++i) {
     const TaskSpec& t = tasks[i];
     resource_of_[i] = t.resource == kNoIndex ? instant_resource_ : t.resource;
     priority_[i] = t.priority;
     dep_count_[i] = static_cast<int32_t>(t.deps.size());
-    for (int32_t d : t.deps) succ[d].push_back(i);
-    for (const CarriedDep& c : t.carried) carried_succ[c.task].push_back({i, c.distance});
-    for (int32_t b : t.allocs) {
-      const BufferSpec& buf = schedule.buffers()[b];
-      allocs[i].push_back({buf.pool, buf.size_bytes});
-    }
-    for (int32_t b : t.frees) {
-      const BufferSpec& buf = schedule.buffers()[b];
-      frees[i].push_back({buf.pool, buf.size_bytes});
-    }
+    for (int32_t d : t.deps) ++succ_begin_[d + 1];
+    for (const CarriedDep& c : t.carried) ++carried_succ_begin_[c.task + 1];
+    alloc_begin_[i + 1] = static_cast<int32_t>(t.allocs.size());
+    free_begin_[i + 1] = static_cast<int32_t>(t.frees.size());
   }
-  Flatten<int32_t>(n, [&](int32_t i) -> const std::vector<int32_t>& { return succ[i]; }, &succ_begin_, &succ_);
-  Flatten<CarriedDep>(n, [&](int32_t i) -> const std::vector<CarriedDep>& { return carried_succ[i]; },
-                      &carried_succ_begin_, &carried_succ_);
-  Flatten<PoolBytes>(n, [&](int32_t i) -> const std::vector<PoolBytes>& { return allocs[i]; }, &alloc_begin_, &alloc_);
-  Flatten<PoolBytes>(n, [&](int32_t i) -> const std::vector<PoolBytes>& { return frees[i]; }, &free_begin_, &free_);
+  RunningSums(&succ_begin_);
+  RunningSums(&carried_succ_begin_);
+  RunningSums(&alloc_begin_);
+  RunningSums(&free_begin_);
+  succ_.resize(succ_begin_[n]);
+  carried_succ_.resize(carried_succ_begin_[n]);
+  alloc_.resize(alloc_begin_[n]);
+  free_.resize(free_begin_[n]);
+  std::vector<int32_t> succ_at(succ_begin_.begin(), succ_begin_.end() - 1);
+  std::vector<int32_t> carried_at(carried_succ_begin_.begin(), carried_succ_begin_.end() - 1);
+  for (int32_t i = 0; i < n; ++i) {
+    const TaskSpec& t = tasks[i];
+    for (int32_t d : t.deps) succ_[succ_at[d]++] = i;
+    for (const CarriedDep& c : t.carried) carried_succ_[carried_at[c.task]++] = {i, c.distance};
+    PoolBytes* out = alloc_.data() + alloc_begin_[i];
+    for (int32_t b : t.allocs) *out++ = {schedule.buffers()[b].pool, schedule.buffers()[b].size_bytes};
+    out = free_.data() + free_begin_[i];
+    for (int32_t b : t.frees) *out++ = {schedule.buffers()[b].pool, schedule.buffers()[b].size_bytes};
+  }
 
   resources_.resize(schedule.resources().size() + 1);
   for (size_t r = 0; r < schedule.resources().size(); ++r) {

@@ -123,8 +123,14 @@ class Runner {
     }
     for (sg4::ActivityPtr& a : f.activities) retired_.push_back(std::move(a));
     f.activities.clear();
+    EndFlight(id);
+  }
+
+  // Flight `id` has ended now: its task instance completes and what that readies is launched.
+  void EndFlight(int32_t id) {
+    const Instance inst = flights_[id].instance;
     free_flights_.push_back(id);
-    Finish(f.instance, f.start_s, sg4::Engine::get_clock());
+    Finish(inst, flights_[id].start_s, sg4::Engine::get_clock());
     Pump();
   }
 
@@ -465,6 +471,10 @@ class Runner {
       ++activities_;
       exec->vetoable_start();
     }
+    if (p.kind == ActivityKind::kExec && p.alone && p.handover_amount == 0) {
+      RunAlone(id, now);
+      return;
+    }
     if (p.kind == ActivityKind::kExec) {
       sg4::ExecPtr exec = sg4::Exec::init();
       exec->set_flops_amount(p.amount);
@@ -503,6 +513,37 @@ class Runner {
       ++f.pending;
     }
     BeginAfter(id, e.latency_s);
+  }
+
+  // Flight `id`, an exec alone on its host (TaskPlan::alone), launched at `now`: it begins after
+  // its delay and runs at its full rate, one core per thread, so its end is known; a timer ends
+  // it there. An exec on a node's cores holds them meanwhile (HoldCores), as a SimGrid one does.
+  void RunAlone(int32_t id, double now) {
+    const TaskPlan& p = plan_.tasks[flights_[id].instance.task];
+    const double run_s = p.amount / kExecSpeed;
+    if (!p.on_cpu) {
+      SetTimer(now + p.delay_s + run_s, [this, id] { EndFlight(id); });
+      return;
+    }
+    const auto begin = [this, id, run_s] {
+      const TaskPlan& q = plan_.tasks[flights_[id].instance.task];
+      HoldCores(q.node, q.threads);
+      SetTimer(sg4::Engine::get_clock() + run_s, [this, id] {
+        const TaskPlan& r = plan_.tasks[flights_[id].instance.task];
+        HoldCores(r.node, -r.threads);
+        EndFlight(id);
+      });
+    };
+    if (p.delay_s > 0) {
+      SetTimer(now + p.delay_s, begin);
+    } else {
+      begin();
+    }
+  }
+
+  template <typename F>
+  static void SetTimer(double date, F&& f) {
+    simgrid::kernel::timer::Timer::set(date, std::forward<F>(f));
   }
 
   // A load on node `node`'s cores: `amount` (seconds * kExecSpeed of one core) at no more than
@@ -554,7 +595,7 @@ class Runner {
       // Latency is a delay before the transfer, not a link latency: CM02 weighs each flow's
       // share by its route latency (RTT fairness), which would split a disk or the root complex
       // unevenly between flows of different latencies.
-      simgrid::kernel::timer::Timer::set(sg4::Engine::get_clock() + latency_s, [this, id] { Begin(id); });
+      SetTimer(sg4::Engine::get_clock() + latency_s, [this, id] { Begin(id); });
     } else {
       Begin(id);
     }

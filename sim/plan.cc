@@ -24,6 +24,37 @@ std::optional<models::Collective> CollectiveOf(Op op) {
   }
 }
 
+// Sets TaskPlan::alone on every exec of a host that never runs more threads than it has cores:
+// the execs of a resource there run at most `concurrency` at once, each with at most the most
+// threads of that resource's execs; the I/O path's loads and the hand-overs (CoreLoad in the
+// engine) run on a node's CPU, which so is never alone when there are any.
+void MarkExecsAlone(const Schedule& schedule, const models::HardwareSpec& hw, Plan* plan) {
+  // Hosts: a node's CPU, node, or GPU g over the cluster, plan->nodes + g.
+  const size_t hosts = static_cast<size_t>(plan->nodes + plan->gpus);
+  const auto host_of = [&](const TaskPlan& p) { return static_cast<size_t>(p.on_cpu ? p.node : plan->nodes + p.gpu); };
+  // Per resource and host: the most threads of the resource's execs there.
+  std::vector<int32_t> most_threads(schedule.resources().size() * hosts, 0);
+  std::vector<bool> loaded(hosts, false);  // a CPU with the I/O path's or hand-overs' loads
+  for (size_t ti = 0; ti < plan->tasks.size(); ++ti) {
+    const TaskPlan& p = plan->tasks[ti];
+    if (p.cpu_amount > 0) loaded[static_cast<size_t>(plan->endpoints[static_cast<size_t>(p.endpoint)].node)] = true;
+    if (p.handover_amount > 0) loaded[static_cast<size_t>(p.handover_node)] = true;
+    if (p.kind != ActivityKind::kExec) continue;
+    int32_t& most = most_threads[static_cast<size_t>(schedule.tasks()[ti].resource) * hosts + host_of(p)];
+    most = std::max(most, p.threads);
+  }
+  std::vector<int64_t> threads(hosts, 0);  // per host: the threads its execs may run at once
+  for (size_t i = 0; i < most_threads.size(); ++i) {
+    threads[i % hosts] += static_cast<int64_t>(schedule.resources()[i / hosts].concurrency) * most_threads[i];
+  }
+  for (TaskPlan& p : plan->tasks) {
+    if (p.kind != ActivityKind::kExec) continue;
+    const size_t h = host_of(p);
+    const int64_t cores = p.on_cpu ? std::max(1, hw.node.cpu.cores) : 1;
+    p.alone = threads[h] <= cores && !(p.on_cpu && loaded[h]);
+  }
+}
+
 }  // namespace
 
 StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw) {
@@ -284,6 +315,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
       }
     }
   }
+  MarkExecsAlone(schedule, hw, &plan);
   return plan;
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "test_schedules.h"
 
 namespace tierflow {
@@ -50,6 +52,26 @@ TEST(ScheduleFile, RoundTripsExactly) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(*back == *s);
   EXPECT_EQ(ScheduleToJson(*back), once);
+}
+
+// Names are written as JSON strings whatever bytes they hold: each byte that must be escaped
+// (or checked as UTF-8), at every position of a name longer than the writer's eight-byte test,
+// gives what nlohmann writes for it, and reads back as it was.
+TEST(ScheduleFile, EscapesEveryByteThatNeedsIt) {
+  auto s = ScheduleFromJson(kValid);
+  ASSERT_TRUE(s.ok());
+  const std::string plain = "abcdefghijklmnopqrstu";  // 21 bytes: two words and a tail
+  for (const std::string& odd : std::vector<std::string>{"\"", "\\", "\n", std::string(1, '\x01'), std::string(1, '\x1f'), std::string(1, '\x7f'), "\xc3\xa9"}) {
+    for (size_t at = 0; at <= plain.size(); ++at) {
+      Schedule named = *s;
+      named.name = plain.substr(0, at) + odd + plain.substr(at);
+      const std::string json = ScheduleToJson(named);
+      EXPECT_NE(json.find("\"name\": " + nlohmann::json(named.name).dump() + ","), std::string::npos) << json.substr(0, 80);
+      auto back = ScheduleFromJson(json);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(back->name, named.name);
+    }
+  }
 }
 
 // The typed sections are JSON objects kept as they are (models/ reads them): written back as

@@ -406,6 +406,56 @@ TEST(SimTest, AnEmulatedGpuSharesTheHostCores) {
   }
 }
 
+// The engine times an exec without SimGrid when its host can never run more threads than it
+// has cores (TaskPlan::alone); otherwise SimGrid shares the host. Two computes of 1 s each on one
+// GPU: one resource of concurrency 1 runs them one after the other (alone: ends at 1 s and 2 s);
+// of concurrency 2, or two resources on that GPU, they share it (both end at 2 s). Two optimizer
+// tasks of 8 threads each on 16 cores run at their full rate; on 8 cores, at half. A delay
+// before an exec alone (cpu.task_overhead) still comes first.
+TEST(SimTest, ExecsShareTheirHostOnlyWhenItsResourcesCanOutnumberItsCores) {
+  auto hw = TestHardware();
+  const double compute_s = 1.0;
+  const double flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+  struct Case {
+    int32_t concurrency;
+    bool two_resources;
+    double x_end, y_end;
+  };
+  for (const Case& c : {Case{1, false, 1.0, 2.0}, Case{2, false, 2.0, 2.0}, Case{1, true, 2.0, 2.0}}) {
+    Builder b;
+    b.Resource("gpu0.compute", "gpu0", c.concurrency);
+    b.Resource("gpu0.side", "gpu0");
+    b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = flops;
+    b.Task("y", Op::kCompute, c.two_resources ? "gpu0.side" : "gpu0.compute", 0).flops = flops;
+    SimResult r = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(r, "x").end_s, c.x_end) << c.concurrency << c.two_resources;
+    EXPECT_REL(Find(r, "y").end_s, c.y_end) << c.concurrency << c.two_resources;
+  }
+  const double adam_s = 1e8 / (8 * hw.node.cpu.adam_elements_per_s_per_core);
+  for (const int32_t cores : {16, 8}) {
+    hw.node.cpu.cores = cores;
+    Builder b;
+    b.Resource("cpu.r0", "host");
+    b.Resource("cpu.r1", "host");
+    b.Task("a0", Op::kOptimizer, "cpu.r0", 400'000'000).ranks = 8;
+    b.Task("a1", Op::kOptimizer, "cpu.r1", 400'000'000).ranks = 8;
+    SimResult r = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(r, "a0").end_s, cores == 16 ? adam_s : 2 * adam_s) << cores;
+    EXPECT_REL(Find(r, "a1").end_s, cores == 16 ? adam_s : 2 * adam_s) << cores;
+  }
+  hw.node.cpu.task_overhead_s = 1e-3;
+  Builder b;
+  b.Resource("gpu0.compute", "gpu0");
+  b.Resource("cpu.r0", "host");
+  b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = flops;
+  b.Task("a", Op::kOptimizer, "cpu.r0", 400'000'000).ranks = 8;
+  b.Task("y", Op::kCompute, "gpu0.compute", 0, {"x", "a"}).flops = flops;
+  SimResult r = MustSimulate(b.s, hw);
+  EXPECT_REL(Find(r, "x").end_s, 1e-3 + compute_s);
+  EXPECT_REL(Find(r, "a").end_s, 1e-3 + adam_s);
+  EXPECT_REL(Find(r, "y").end_s, 2e-3 + 2 * compute_s);
+}
+
 // A d2h into bf16 gradients narrows fp32 ones on the way: it takes the measured narrowing rate
 // (pcie.d2h_bf16_bw), on an emulated GPU with every core of the node; one that does not, the
 // plain copy's; with no narrowing rate measured, a narrowing d2h is a plain one.
