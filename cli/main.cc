@@ -1,8 +1,12 @@
 // The `tierflow` binary: a subcommand per verb, each in its own file (see command.h).
+#include <unistd.h>
+
 #include <cstdio>
-#include <string>
-#include <new>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <new>
+#include <string>
 
 #include "command.h"
 
@@ -13,7 +17,36 @@ std::vector<CommandFactory>& CommandRegistry() {
 }
 }  // namespace tierflow::cli
 
+namespace {
+
+// `sweep` and `tune` fork a worker process per run, and each worker builds its scenario, schedule
+// and simulation in memory new to it: faulted in 4 KiB at a time, that was about a fifth of a
+// worker's CPU time, in the kernel. With glibc's malloc asked for transparent huge pages
+// (the tunable glibc.malloc.hugetlb=1, read only when a process starts), a 40-run sweep of the
+// quickstart spent half the system time and 0.83x the wall time (docs/sweep-format.md, "Speed").
+// So these verbs start themselves again with it, once; a user's own setting of it is kept (=0
+// turns it off), and where the kernel has no huge pages it changes nothing.
+void ReexecWithHugePageHeap(char** argv) {
+  constexpr const char* kTunable = "glibc.malloc.hugetlb";
+  const char* env = std::getenv("GLIBC_TUNABLES");
+  if (env != nullptr && std::strstr(env, kTunable) != nullptr) return;
+  const bool had = env != nullptr;
+  const std::string have = had ? env : "";
+  const std::string value = (have.empty() ? std::string() : have + ":") + kTunable + "=1";
+  if (::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+  // Not started again (no /proc): run on as we are, with the environment as it was.
+  if (had) {
+    ::setenv("GLIBC_TUNABLES", have.c_str(), 1);
+  } else {
+    ::unsetenv("GLIBC_TUNABLES");
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "sweep") == 0 || std::strcmp(argv[1], "tune") == 0)) ReexecWithHugePageHeap(argv);
   CLI::App app{"tierflow: plan, simulate and run SSD-offloaded LLM fine-tuning schedules", "tierflow"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tierflow 0.1.0");
