@@ -89,9 +89,10 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
   // bytes in flight).
   using EndpointKey = std::tuple<int, int32_t, int32_t, bool, int64_t, int32_t, int64_t>;
   std::map<EndpointKey, int32_t> endpoint_index;
-  auto endpoint = [&](EndpointKey key, Endpoint e) {
+  // The class's endpoint, made by `make` the first time (most tasks find theirs made).
+  auto endpoint = [&](EndpointKey key, const auto& make) {
     auto [it, inserted] = endpoint_index.emplace(key, static_cast<int32_t>(plan.endpoints.size()));
-    if (inserted) plan.endpoints.push_back(std::move(e));
+    if (inserted) plan.endpoints.push_back(make());
     return it->second;
   };
 
@@ -126,11 +127,13 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
     const ResourceSpec& res = schedule.resources()[t.resource];
     const std::string& dev_name = schedule.devices()[res.device].name;
     const HardwareDevice dev = devices[res.device];
-    const std::string who = "task '" + t.id + "' (op " + std::string(OpName(t.op)) +
-                            " on resource '" + res.name + "', device '" + dev_name + "')";
+    // Named only in an error: building it for every task was a fifth of planning the quickstart.
+    const auto who = [&] {
+      return "task '" + t.id + "' (op " + std::string(OpName(t.op)) + " on resource '" + res.name + "', device '" + dev_name + "')";
+    };
     auto need = [&](double value, const char* what) -> Status {
       if (value > 0) return Status::Ok();
-      return InvalidArgument(who + ": hardware '" + node.name + "' has no " + what);
+      return InvalidArgument(who() + ": hardware '" + node.name + "' has no " + what);
     };
 
     switch (t.op) {
@@ -152,20 +155,22 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           TF_RETURN_IF_ERROR(need(bw, "positive disk bandwidth for this block size and depth"));
           // What the stream keeps queued on the device: its window, or all of a smaller transfer.
           const int64_t in_flight = std::min(block * depth, t.bytes);
-          Endpoint e;
-          e.name = dev_name + (write ? ".w." : ".r.") + std::to_string(block) + "x" + std::to_string(depth);
-          if (in_flight < block * depth) e.name += "." + std::to_string(in_flight);
-          e.cap_bw = bw;
-          e.in_flight_bytes = static_cast<double>(in_flight);
-          e.kept_beside_compute = models::IoRateBesideCompute(node.cpu, write, block, depth);
-          e.latency_s = write ? disk.write_latency_s : disk.read_latency_s;
-          // Directories on one device cross its one media link (NvmeSpec::same_device_as).
-          e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;
-          e.ring = dev.index;
-          e.node = dev.node;
-          e.write = write;
-          const double cap = e.cap_bw;
-          p.endpoint = endpoint({0, dev.node, dev.index, write, block, depth, in_flight}, std::move(e));
+          p.endpoint = endpoint({0, dev.node, dev.index, write, block, depth, in_flight}, [&] {
+            Endpoint e;
+            e.name = dev_name + (write ? ".w." : ".r.") + std::to_string(block) + "x" + std::to_string(depth);
+            if (in_flight < block * depth) e.name += "." + std::to_string(in_flight);
+            e.cap_bw = bw;
+            e.in_flight_bytes = static_cast<double>(in_flight);
+            e.kept_beside_compute = models::IoRateBesideCompute(node.cpu, write, block, depth);
+            e.latency_s = write ? disk.write_latency_s : disk.read_latency_s;
+            // Directories on one device cross its one media link (NvmeSpec::same_device_as).
+            e.disk = disk.same_device_as >= 0 ? disk.same_device_as : dev.index;
+            e.ring = dev.index;
+            e.node = dev.node;
+            e.write = write;
+            return e;
+          });
+          const double cap = bw;
           p.block_bytes = block;
           p.queue_depth = depth;
           // The I/O path's CPU: its class's cores (at most one: the path's thread) for as long as
@@ -180,24 +185,26 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           const models::RemoteTierSpec& tier = node.remote[dev.index];
           TF_RETURN_IF_ERROR(need(write ? tier.write_bw_bytes_per_s : tier.read_bw_bytes_per_s,
                                   write ? "remote write bandwidth" : "remote read bandwidth"));
-          Endpoint e;
-          e.name = dev_name + (write ? ".w" : ".r");
-          e.cap_bw = kUnlimitedBw;
-          e.latency_s = tier.latency_s;
-          e.remote = dev.index;
-          e.node = dev.node;
-          e.write = write;
-          p.endpoint = endpoint({1, dev.node, dev.index, write, 0, 0, 0}, std::move(e));
+          p.endpoint = endpoint({1, dev.node, dev.index, write, 0, 0, 0}, [&] {
+            Endpoint e;
+            e.name = dev_name + (write ? ".w" : ".r");
+            e.cap_bw = kUnlimitedBw;
+            e.latency_s = tier.latency_s;
+            e.remote = dev.index;
+            e.node = dev.node;
+            e.write = write;
+            return e;
+          });
           p.block_bytes = t.block_bytes;
           p.queue_depth = t.queue_depth;
         } else {
-          return InvalidArgument(who + ": reads and writes need an nvme or remote device");
+          return InvalidArgument(who() + ": reads and writes need an nvme or remote device");
         }
         break;
       }
       case Op::kH2D:
       case Op::kD2H: {
-        if (dev.kind != HwKind::kGpu) return InvalidArgument(who + ": copies need a gpu device");
+        if (dev.kind != HwKind::kGpu) return InvalidArgument(who() + ": copies need a gpu device");
         const bool h2d = t.op == Op::kH2D;
         TF_RETURN_IF_ERROR(need(h2d ? node.pcie.h2d_bw_bytes_per_s : node.pcie.d2h_bw_bytes_per_s,
                                 h2d ? "PCIe h2d bandwidth" : "PCIe d2h bandwidth"));
@@ -223,7 +230,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         break;
       }
       case Op::kCompute: {
-        if (dev.kind != HwKind::kGpu) return InvalidArgument(who + ": compute needs a gpu device");
+        if (dev.kind != HwKind::kGpu) return InvalidArgument(who() + ": compute needs a gpu device");
         const double d = models::ComputeTime(node.gpu, t.flops, static_cast<double>(t.bytes), t.phase);
         if (!(d > 0)) break;
         gpu_exec(p, dev.node, dev.node * plan.gpus_per_node + dev.index, default_threads, d);
@@ -235,7 +242,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         const models::Collective kind = *CollectiveOf(t.op);
         const int32_t ranks = t.ranks > 0 ? t.ranks : plan.gpus;
         if (ranks > plan.gpus) {
-          return InvalidArgument(who + ": " + std::to_string(ranks) + " ranks, more than the " + std::to_string(plan.gpus) +
+          return InvalidArgument(who() + ": " + std::to_string(ranks) + " ranks, more than the " + std::to_string(plan.gpus) +
                                  " GPUs of hardware '" + node.name + "'" + (plan.nodes > 1 ? " on " + std::to_string(plan.nodes) + " nodes" : ""));
         }
         const models::ClusterCollective levels = models::ClusterCollectiveTime(hw, kind, t.bytes, ranks);
@@ -259,16 +266,19 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         };
         const models::ClusterCollective twice = models::ClusterCollectiveTime(hw, kind, 2 * t.bytes, ranks);
         // One endpoint of the class per node, consecutive: node n's is the first's + n.
-        const auto per_node = [&](int level, double alpha, const std::string& name) {
+        const auto per_node = [&](int level, double alpha) {
           int32_t first = -1;
           for (int32_t n = 0; n < levels.nodes; ++n) {
-            Endpoint e;
-            e.name = (plan.nodes > 1 ? "node" + std::to_string(n) + "." : std::string()) + name;
-            e.node = n;
-            e.cap_bw = kUnlimitedBw;
-            e.latency_s = alpha;
-            (level == 2 ? e.collective : e.network) = true;
-            const int32_t at = endpoint({level, n, static_cast<int32_t>(kind), false, ranks, 0, 0}, std::move(e));
+            const int32_t at = endpoint({level, n, static_cast<int32_t>(kind), false, ranks, 0, 0}, [&] {
+              Endpoint e;
+              e.name = (plan.nodes > 1 ? "node" + std::to_string(n) + "." : std::string()) + (level == 2 ? "ic." : "net.") +
+                       std::string(OpName(t.op)) + "." + std::to_string(ranks);
+              e.node = n;
+              e.cap_bw = kUnlimitedBw;
+              e.latency_s = alpha;
+              (level == 2 ? e.collective : e.network) = true;
+              return e;
+            });
             TF_CHECK(first < 0 || at == first + n);
             if (first < 0) first = at;
           }
@@ -278,13 +288,13 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           TF_RETURN_IF_ERROR(need(node.interconnect.bus_bw_bytes_per_s, "interconnect bus bandwidth"));
           double alpha = 0;
           p.amount = split(levels.intra_s, twice.intra_s, node.interconnect.bus_bw_bytes_per_s, &alpha);
-          p.endpoint = per_node(2, alpha, "ic." + std::string(OpName(t.op)) + "." + std::to_string(ranks));
+          p.endpoint = per_node(2, alpha);
         }
         if (levels.inter_s > 0) {
           TF_RETURN_IF_ERROR(need(node.nic_bw_bytes_per_s, "NIC bandwidth (nic_bw) between its nodes"));
           double alpha = 0;
           p.network_amount = split(levels.inter_s, twice.inter_s, node.nic_bw_bytes_per_s, &alpha);
-          p.network_endpoint = per_node(3, alpha, "net." + std::string(OpName(t.op)) + "." + std::to_string(ranks));
+          p.network_endpoint = per_node(3, alpha);
         }
         break;
       }
@@ -300,7 +310,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
         break;
       }
       default:
-        return Internal(who + ": op not handled by the simulator");
+        return Internal(who() + ": op not handled by the simulator");
     }
     // The executor hands every task but reads and writes (which it submits itself) to the
     // resource's worker and is told back: two thread wake-ups, a delay before the task begins.
