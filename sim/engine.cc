@@ -118,6 +118,7 @@ class Runner {
     if (--f.pending > 0) return;  // the level's comms on other nodes, or the I/O path's exec, are still under way
     const TaskPlan& p = plan_.tasks[f.instance.task];
     if (f.level == 0 && p.endpoint >= 0 && p.network_endpoint >= 0) {
+      RemoveDemand(id);
       StartLevel(id, 1);  // a collective's level between the nodes follows the one within
       return;
     }
@@ -128,6 +129,7 @@ class Runner {
 
   // Flight `id` has ended now: its task instance completes and what that readies is launched.
   void EndFlight(int32_t id) {
+    RemoveDemand(id);
     const Instance inst = flights_[id].instance;
     free_flights_.push_back(id);
     Finish(inst, flights_[id].start_s, sg4::Engine::get_clock());
@@ -233,7 +235,107 @@ class Runner {
     bool load_done = false;
     double load_bound = 0;
     double load_rate = 0;
+    // The watched links its flows cross (each node's root complex, each GPU's copy links), the
+    // most its flows take of each, and whether that is counted in their demand now (CopyAlone).
+    std::vector<int32_t> links;
+    double bound = 0;
+    bool counted = false;
+    // A copy timed without SimGrid: from its begin until it ends or is handed to SimGrid
+    // (Promote); its timer is void once `stamp` changes. Its route's ends and its bytes.
+    bool fast = false;
+    uint64_t stamp = 0;
+    double fast_begin_s = 0;
+    sg4::Host* src = nullptr;
+    sg4::Host* dst = nullptr;
+    double bytes = 0;
   };
+
+  // A copy alone on its route: while the flows on each link a GPU copy crosses (its GPU's link,
+  // its node's root complex) could all run at their most at once — the sum of their bounds
+  // within the link's capacity — each does, so the copy's end is known when it begins and a timer
+  // ends it, without a SimGrid comm. Every flow that crosses a watched link counts its bound
+  // there from its begin (AddDemand) to its end (RemoveDemand), counted high where unsure (a disk
+  // stream by its class's cap, a collective by its bus). Once a flow's bound would take a link
+  // past its capacity, every copy timed on that link becomes a SimGrid comm of its bytes left
+  // (Promote), and SimGrid shares the link from then on: the same rates as if it had been one
+  // from the start.
+  int32_t RootLink(int32_t node) const { return hw_.node.pcie.root_complex_bw_bytes_per_s > 0 ? node : -1; }
+  int32_t GpuLink(int32_t gpu, bool to_device) const { return plan_.nodes + 2 * gpu + (to_device ? 0 : 1); }
+
+  bool Fits(int32_t link) const { return link_demand_[static_cast<size_t>(link)] <= link_cap_[static_cast<size_t>(link)] * (1 + 1e-9); }
+
+  void AddDemand(int32_t id) {
+    Flight& f = flights_[id];
+    if (f.counted || f.links.empty()) return;
+    f.counted = true;
+    for (const int32_t l : f.links) {
+      link_demand_[static_cast<size_t>(l)] += f.bound;
+      ++link_flows_[static_cast<size_t>(l)];
+    }
+    for (const int32_t l : f.links) {
+      if (Fits(l)) continue;
+      promoting_ = link_fast_[static_cast<size_t>(l)];
+      for (const int32_t other : promoting_) Promote(other);
+    }
+  }
+
+  void RemoveDemand(int32_t id) {
+    Flight& f = flights_[id];
+    if (f.counted) {
+      for (const int32_t l : f.links) {
+        // Exactly 0 once the link carries nothing: no rounding left over from the sums.
+        link_demand_[static_cast<size_t>(l)] = --link_flows_[static_cast<size_t>(l)] == 0 ? 0 : link_demand_[static_cast<size_t>(l)] - f.bound;
+      }
+    }
+    f.counted = false;
+    f.links.clear();
+  }
+
+  // Copy flight `id` begins, after its latency: timed alone if its links have room for every
+  // flow on them, else a SimGrid comm.
+  void BeginCopy(int32_t id) {
+    AddDemand(id);
+    Flight& f = flights_[id];
+    const bool alone = std::all_of(f.links.begin(), f.links.end(), [this](int32_t l) { return Fits(l); });
+    if (!alone) {
+      Add(id, f.src, f.dst, f.bytes);
+      Begin(id);
+      return;
+    }
+    const double now = sg4::Engine::get_clock();
+    f.fast = true;
+    f.stamp = ++next_stamp_;
+    f.fast_begin_s = now;
+    ++f.pending;
+    for (const int32_t l : f.links) link_fast_[static_cast<size_t>(l)].push_back(id);
+    SetTimer(now + f.bytes / f.bound, [this, id, stamp = f.stamp] {
+      Flight& g = flights_[id];
+      if (!g.fast || g.stamp != stamp) return;  // handed to SimGrid meanwhile
+      Unlist(id);
+      if (--g.pending == 0) EndFlight(id);
+    });
+  }
+
+  // Copy `id`, timed alone until now, goes on as a SimGrid comm of its bytes left.
+  void Promote(int32_t id) {
+    Flight& f = flights_[id];
+    Unlist(id);
+    --f.pending;
+    const double left = std::max(0.0, f.bytes - f.bound * (sg4::Engine::get_clock() - f.fast_begin_s));
+    Add(id, f.src, f.dst, left);
+    Begin(id);
+  }
+
+  // Copy `id` is no longer timed alone: off its links' lists, its timer void.
+  void Unlist(int32_t id) {
+    Flight& f = flights_[id];
+    f.fast = false;
+    ++f.stamp;
+    for (const int32_t l : f.links) {
+      std::vector<int32_t>& on = link_fast_[static_cast<size_t>(l)];
+      on.erase(std::find(on.begin(), on.end(), id));
+    }
+  }
 
   // Sets the I/O path's load of every stream of ring slot `slot` (node * disks per node + the
   // entry whose ring serves it; TaskPlan::cpu_amount) to what the streams flowing through that
@@ -344,6 +446,15 @@ class Runner {
         device_rings_[static_cast<size_t>(n * plan_.nvmes + (root >= 0 ? root : ring))].push_back(n * plan_.nvmes + ring);
       }
     }
+    link_cap_.assign(static_cast<size_t>(plan_.nodes + 2 * plan_.gpus), 0);
+    for (int32_t n = 0; n < plan_.nodes; ++n) link_cap_[static_cast<size_t>(n)] = node.pcie.root_complex_bw_bytes_per_s;
+    for (int32_t g = 0; g < plan_.gpus; ++g) {
+      link_cap_[static_cast<size_t>(GpuLink(g, true))] = node.pcie.h2d_bw_bytes_per_s;
+      link_cap_[static_cast<size_t>(GpuLink(g, false))] = node.pcie.d2h_bw_bytes_per_s;
+    }
+    link_demand_.assign(link_cap_.size(), 0);
+    link_flows_.assign(link_cap_.size(), 0);
+    link_fast_.assign(link_cap_.size(), {});
     nodes_.resize(static_cast<size_t>(plan_.nodes));
     for (int32_t n = 0; n < plan_.nodes; ++n) {
       NodeHosts& h = nodes_[static_cast<size_t>(n)];
@@ -460,6 +571,11 @@ class Runner {
     f.flowing = false;
     f.load = -1;
     f.load_done = false;
+    f.links.clear();
+    f.bound = 0;
+    f.counted = false;
+    f.fast = false;
+    ++f.stamp;
     if (p.handover_amount > 0) {
       // The hand-over's load on the cores (TaskPlan::handover_amount), from the launch on, beside
       // the delay; the task ends when it has too.
@@ -487,15 +603,39 @@ class Runner {
       return;
     }
     if (p.gpu >= 0) {
-      sg4::Host* mem = nodes_[static_cast<size_t>(p.gpu / plan_.gpus_per_node)].mem;
+      const int32_t on_node = p.gpu / plan_.gpus_per_node;
+      sg4::Host* mem = nodes_[static_cast<size_t>(on_node)].mem;
       sg4::Host* gpu = gpu_[static_cast<size_t>(p.gpu)];
-      Transfer(id, p.to_device ? mem : gpu, p.to_device ? gpu : mem, p.amount, p.delay_s + hw_.node.pcie.latency_s);
+      f.src = p.to_device ? mem : gpu;
+      f.dst = p.to_device ? gpu : mem;
+      f.bytes = static_cast<double>(std::llround(p.amount));  // as the comm's payload
+      const int32_t own = GpuLink(p.gpu, p.to_device);
+      f.links.push_back(own);
+      f.bound = link_cap_[static_cast<size_t>(own)];
+      if (const int32_t root = RootLink(on_node); root >= 0) {
+        f.links.push_back(root);
+        f.bound = std::min(f.bound, link_cap_[static_cast<size_t>(root)]);
+      }
+      const double latency_s = p.delay_s + hw_.node.pcie.latency_s;
+      if (p.handover_amount > 0) {  // ends with its hand-over's load: always a SimGrid comm
+        Transfer(id, f.src, f.dst, p.amount, latency_s);
+      } else if (latency_s > 0) {
+        SetTimer(sg4::Engine::get_clock() + latency_s, [this, id] { BeginCopy(id); });
+      } else {
+        BeginCopy(id);
+      }
       return;
     }
     const Endpoint& e = plan_.endpoints[static_cast<size_t>(p.endpoint >= 0 ? p.endpoint : p.network_endpoint)];
     if (e.collective || e.network) {
       StartLevel(id, p.endpoint >= 0 ? 0 : 1, p.delay_s);
       return;
+    }
+    if (const int32_t root = RootLink(e.node); root >= 0) {
+      // A disk stream takes at most its class's cap; a remote tier's, the tier's bandwidth.
+      const models::RemoteTierSpec* tier = e.remote >= 0 ? &hw_.node.remote[static_cast<size_t>(e.remote)] : nullptr;
+      f.links.push_back(root);
+      f.bound = tier == nullptr ? e.cap_bw : e.write ? tier->write_bw_bytes_per_s : tier->read_bw_bytes_per_s;
     }
     if (e.disk >= 0) {
       f.disk = e.node * plan_.nvmes + e.disk;
@@ -566,6 +706,12 @@ class Runner {
     f.level = level;
     const int32_t first = level == 0 ? p.endpoint : p.network_endpoint;
     const double amount = level == 0 ? p.amount : p.network_amount;
+    if (level == 0 && plan_.collectives_cross_root) {  // each node's comm crosses its root complex at its bus's pace at most
+      for (int32_t n = 0; n < p.nodes; ++n) {
+        if (const int32_t root = RootLink(n); root >= 0) f.links.push_back(root);
+      }
+      f.bound = hw_.node.interconnect.bus_bw_bytes_per_s;
+    }
     for (int32_t n = 0; n < p.nodes; ++n) {
       const NodeHosts& h = nodes_[static_cast<size_t>(n)];
       Add(id, endpoints_[static_cast<size_t>(first + n)], level == 0 ? h.ic_sink : h.net_sink, amount);
@@ -603,6 +749,7 @@ class Runner {
 
   // Starts flight `id`'s activities not yet started.
   void Begin(int32_t id) {
+    AddDemand(id);
     Flight& f = flights_[id];
     // CM02 bounds a comm for good by the narrowest link of its route when it starts: the
     // class's link is opened to its cap for that moment, then ShareDisk narrows it again.
@@ -661,6 +808,14 @@ class Runner {
 
   std::vector<Flight> flights_;
   std::vector<int32_t> free_flights_;
+  // Per watched link (each node's root complex, then each GPU's h2d and d2h links; CopyAlone):
+  // its capacity (0: none, never fits), the bounds and number of the flows crossing it now, and
+  // the copies timed alone on it.
+  std::vector<double> link_cap_, link_demand_;
+  std::vector<int32_t> link_flows_;
+  std::vector<std::vector<int32_t>> link_fast_;
+  std::vector<int32_t> promoting_;  // AddDemand's scratch
+  uint64_t next_stamp_ = 0;
   std::vector<int32_t> disk_reads_, disk_writes_;  // per node and disk: comms transferring now
   std::vector<int32_t> node_threads_;  // per node: threads of the user execs on its cores now (HoldCores)
   std::vector<sg4::ActivityPtr> retired_;

@@ -291,6 +291,41 @@ TEST(SimTest, FlowsOfDifferentLatenciesShareTheRootComplexEqually) {
   EXPECT_REL(Find(r, "c").end_s, c_done);
 }
 
+// A copy whose links have room for every flow on them is timed without SimGrid (no activity);
+// once another flow would take a link past its capacity, it goes on as a SimGrid comm of its
+// bytes left and shares the link. Two GPUs' copies of 20 GB/s each through a root complex of
+// 30: A alone until B begins, then 15 GB/s each, then B alone again.
+TEST(SimTest, CopiesRunAloneUntilTheirLinkFillsThenShareIt) {
+  auto hw = TestHardware();
+  const double latency = hw.node.pcie.latency_s, h2d = hw.node.pcie.h2d_bw_bytes_per_s;
+  const double compute_s = 0.05, bytes = 2e9;
+  {
+    Builder b;
+    b.Resource("gpu0.h2d", "gpu0");
+    b.Task("a", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(bytes));
+    SimResult r = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(r, "a").end_s, latency + bytes / h2d);
+    EXPECT_EQ(r.activities, 0) << "alone: timed, no SimGrid comm";
+  }
+  hw.node.pcie.root_complex_bw_bytes_per_s = 30e9;
+  Builder b;
+  b.Resource("gpu0.h2d", "gpu0");
+  b.Resource("gpu1.compute", "gpu1");
+  b.Resource("gpu1.h2d", "gpu1");
+  b.Task("a", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(bytes));
+  b.Task("x", Op::kCompute, "gpu1.compute", 0).flops = compute_s * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+  b.Task("b", Op::kH2D, "gpu1.h2d", static_cast<int64_t>(bytes), {"x"});
+  SimResult r = MustSimulate(b.s, hw);
+  const double shared = hw.node.pcie.root_complex_bw_bytes_per_s / 2;
+  const double b_begins = compute_s + latency;
+  const double a_left = bytes - (b_begins - latency) * h2d;
+  const double a_end = b_begins + a_left / shared;
+  const double b_end = a_end + (bytes - a_left) / h2d;
+  EXPECT_REL(Find(r, "a").end_s, a_end);
+  EXPECT_REL(Find(r, "b").end_s, b_end);
+  EXPECT_EQ(r.activities, 2) << "a handed to SimGrid when b began, and b";
+}
+
 TEST(SimTest, RemoteTierReadsShareItsBandwidthThroughTheNic) {
   auto hw = TestHardware();
   hw.node.remote.push_back({"pfs", 2e9, 1e9, 5e-4});
