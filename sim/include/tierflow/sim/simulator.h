@@ -64,7 +64,7 @@ struct SimResult {
   double makespan_s = 0;                 // simulated end of the last instance
   std::vector<int64_t> pool_peak_bytes;  // per schedule pool, from the dispatcher
   int64_t tasks_simulated = 0;           // instances completed (tasks x iterations)
-  int64_t activities = 0;                // SimGrid activities created (instant ops create none)
+  int64_t activities = 0;                // SimGrid activities created (instant ops, and execs and copies timed alone, create none)
   double wall_s = 0;                     // host time the simulation took, fork and transfer included
   double cpu_s = 0;                      // CPU time of the simulating process (one thread), user + system
   // Calls of a disk's sharing callback in which SimGrid's count of flows on the disk differed
