@@ -123,6 +123,15 @@ std::string Quoted(std::string_view text) {
   return "'" + std::string(text.substr(0, cut)) + "...' (" + std::to_string(characters) + " characters)";
 }
 
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
 StatusOr<int64_t> ParseInteger(std::string_view text, std::string_view what, int64_t lo, int64_t hi) {
   const std::string_view t = TrimSpaces(text);
   const std::string range = IntegerRange(lo, hi);

@@ -19,14 +19,6 @@ namespace {
 
 using internal::FieldReader;
 
-std::string JoinNames(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) {
-    if (!out.empty()) out += ", ";
-    out += n;
-  }
-  return out;
-}
 
 // A map of BLOCKxDEPTH (request bytes x requests in flight) to a number, e.g. {16384x1: 2.5e8},
 // into `table` as points (block_bytes, queue_depth, `value`), sorted by block then depth.

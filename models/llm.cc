@@ -169,14 +169,6 @@ const std::vector<LlmConfig>& Presets() {
   return presets;
 }
 
-std::string JoinNames(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) {
-    if (!out.empty()) out += ", ";
-    out += n;
-  }
-  return out;
-}
 
 void AddLinear(std::vector<TensorShape>* t, const std::string& prefix, int64_t out, int64_t in,
                bool bias) {

@@ -21,14 +21,6 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-std::string Join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) {
-    if (!out.empty()) out += ", ";
-    out += n;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -231,7 +223,7 @@ Status FieldReader::Finish() const {
     for (auto it = node_.begin(); it != node_.end(); ++it) {
       std::string key = it->first.Scalar();
       if (std::find(known_.begin(), known_.end(), key) == known_.end()) {
-        return InvalidArgument(KeyPath(key) + ": unknown key (known here: " + Join(known_) + ")");
+        return InvalidArgument(KeyPath(key) + ": unknown key (known here: " + JoinNames(known_) + ")");
       }
     }
   } catch (const YAML::Exception& e) {

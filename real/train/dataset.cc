@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tierflow/core/files.h"
 #include "tierflow/real/tokenizer.h"
 
 namespace tierflow::real {
@@ -49,19 +50,7 @@ Status WriteTokenFile(const std::string& path, const std::vector<int32_t>& token
       bytes.append(reinterpret_cast<const char*>(&v), 2);
     }
   }
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return FromErrno(errno, "open '" + tmp + "' for writing");
-  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || written != bytes.size()) {
-    std::remove(tmp.c_str());
-    return FromErrno(write_errno != 0 ? write_errno : EIO, "write '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return FromErrno(errno, "rename '" + tmp + "' to '" + path + "'");
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, bytes, "token file");
 }
 
 StatusOr<std::vector<int32_t>> ReadTokenFile(const std::string& path) {

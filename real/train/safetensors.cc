@@ -299,22 +299,7 @@ std::string SafetensorsWriter::Serialize() const {
 }
 
 Status SafetensorsWriter::Write(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  const std::string bytes = Serialize();
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return FromErrno(errno, "open '" + tmp + "' for writing");
-  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || written != bytes.size()) {
-    std::remove(tmp.c_str());
-    return FromErrno(write_errno != 0 ? write_errno : EIO, "write '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return FromErrno(err, "rename '" + tmp + "' to '" + path + "'");
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, Serialize(), "safetensors file");
 }
 
 StatusOr<StTensorInfo> LayoutTensorInfo(const SafetensorsHeader& header, const ParamTensor& t) {

@@ -9,6 +9,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tierflow/core/status.h"
 
@@ -21,6 +22,9 @@ Status CheckUtf8(std::string_view text, const std::string& what);
 // `text` in single quotes, cut to its first 40 characters and "... (N characters)" when longer:
 // what an error echoes of a user's value (a 100,000-digit --set value is not an error line).
 std::string Quoted(std::string_view text);
+
+// `names` separated by ", ": the list an error gives of what is known ("known: a, b, c").
+std::string JoinNames(const std::vector<std::string>& names);
 
 // An integer in [lo, hi]: decimal digits with an optional sign, or a number in another form that
 // is exactly an integer ("1e6", "2.0"); surrounding spaces are ignored. InvalidArgument naming
