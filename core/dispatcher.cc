@@ -149,12 +149,11 @@ void Dispatcher::WakePoolWaiters(int32_t p) {
   PoolState& pool = pools_[p];
   int64_t admitted = 0;
   while (!pool.waiting.empty()) {
-    const Pending w = pool.waiting.front();
+    const Pending w = pool.waiting.top();
     const int64_t need = NeedBytes(w.task, p);
     if (pool.in_use + admitted + need > pool.capacity) break;  // in order: no overtaking
     admitted += need;
-    std::pop_heap(pool.waiting.begin(), pool.waiting.end());
-    pool.waiting.pop_back();
+    pool.waiting.pop();
     SlotOf(w.iteration).state[w.task] = kQueued;
     const int32_t r = resource_of_[w.task];
     resources_[r].ready.push(w);
@@ -191,9 +190,7 @@ size_t Dispatcher::Dispatch(std::vector<Instance>* to_start) {
       const int32_t short_pool = FirstShortPool(p.task);
       if (short_pool != kNoIndex) {
         SlotOf(it).state[p.task] = kPoolWait;
-        auto& waiting = pools_[short_pool].waiting;
-        waiting.push_back(p);
-        std::push_heap(waiting.begin(), waiting.end());
+        pools_[short_pool].waiting.push(p);
         continue;
       }
       for (int32_t k = alloc_begin_[p.task]; k < alloc_begin_[p.task + 1]; ++k) {
@@ -266,7 +263,7 @@ Status Dispatcher::DeadlockReport(size_t max_instances) const {
   for (size_t p = 0; p < pools_.size(); ++p) {
     const PoolState& pool = pools_[p];
     size_t shown = 0;
-    for (const Pending& w : pool.waiting) {
+    for (const Pending& w : pool.waiting.InOrder()) {
       if (shown == kPerPool) {
         out << "\n  ... and " << (pool.waiting.size() - shown) << " more waiting for pool '" << schedule_.pools()[p].name << "'";
         break;
