@@ -262,6 +262,8 @@ class Runner {
   int32_t RootLink(int32_t node) const { return hw_.node.pcie.root_complex_bw_bytes_per_s > 0 ? node : -1; }
   int32_t GpuLink(int32_t gpu, bool to_device) const { return plan_.nodes + 2 * gpu + (to_device ? 0 : 1); }
 
+  // Within the link's capacity, give or take the rounding of the sums (four 25 GB/s copies fill a
+  // 100 GB/s root complex exactly, and still each gets its 25).
   bool Fits(int32_t link) const { return link_demand_[static_cast<size_t>(link)] <= link_cap_[static_cast<size_t>(link)] * (1 + 1e-9); }
 
   void AddDemand(int32_t id) {
@@ -587,7 +589,7 @@ class Runner {
       ++activities_;
       exec->vetoable_start();
     }
-    if (p.kind == ActivityKind::kExec && p.alone && p.handover_amount == 0) {
+    if (p.kind == ActivityKind::kExec && p.alone) {
       RunAlone(id, now);
       return;
     }

@@ -27,7 +27,8 @@ std::optional<models::Collective> CollectiveOf(Op op) {
 // Sets TaskPlan::alone on every exec of a host that never runs more threads than it has cores:
 // the execs of a resource there run at most `concurrency` at once, each with at most the most
 // threads of that resource's execs; the I/O path's loads and the hand-overs (CoreLoad in the
-// engine) run on a node's CPU, which so is never alone when there are any.
+// engine) run on a node's CPU, which so is never alone when there are any. A task with a
+// hand-over is never alone itself: it ends with its hand-over's load, a SimGrid exec.
 void MarkExecsAlone(const Schedule& schedule, const models::HardwareSpec& hw, Plan* plan) {
   // Hosts: a node's CPU, node, or GPU g over the cluster, plan->nodes + g.
   const size_t hosts = static_cast<size_t>(plan->nodes + plan->gpus);
@@ -51,7 +52,7 @@ void MarkExecsAlone(const Schedule& schedule, const models::HardwareSpec& hw, Pl
     if (p.kind != ActivityKind::kExec) continue;
     const size_t h = host_of(p);
     const int64_t cores = p.on_cpu ? std::max(1, hw.node.cpu.cores) : 1;
-    p.alone = threads[h] <= cores && !(p.on_cpu && loaded[h]);
+    p.alone = threads[h] <= cores && !(p.on_cpu && loaded[h]) && p.handover_amount == 0;
   }
 }
 
@@ -170,7 +171,6 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
             e.write = write;
             return e;
           });
-          const double cap = bw;
           p.block_bytes = block;
           p.queue_depth = depth;
           // The I/O path's CPU: its class's cores (at most one: the path's thread) for as long as
@@ -179,7 +179,7 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
           if (cores > 0) {
             p.node = dev.node;
             p.cpu_bound = cores * kExecSpeed;
-            p.cpu_amount = cores * static_cast<double>(t.bytes) / cap * kExecSpeed;
+            p.cpu_amount = cores * static_cast<double>(t.bytes) / bw * kExecSpeed;
           }
         } else if (dev.kind == HwKind::kRemote) {
           const models::RemoteTierSpec& tier = node.remote[dev.index];

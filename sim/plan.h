@@ -64,9 +64,10 @@ struct TaskPlan {
   double network_amount = 0;
   int32_t threads = 1;
   // An exec on a host whose execs can never outnumber its cores (MakePlan: every resource
-  // that runs execs there, at its concurrency and its tasks' most threads, fits, and no load of
-  // the I/O path or a hand-over runs there): it always runs at its full rate, so the engine
-  // times it, `delay_s` then `amount / kExecSpeed`, without a SimGrid activity.
+  // that runs execs there, at its concurrency and its tasks' most threads, fits, no load of the
+  // I/O path or a hand-over runs there, and it has no hand-over of its own): it always runs at
+  // its full rate, so the engine times it, `delay_s` then `amount / kExecSpeed`, without a
+  // SimGrid activity.
   bool alone = false;
   // A disk read or write's load on its node's cores (CpuSpec::io_read_cores, io_write_cores), an
   // exec beside the transfer, ahead of every other exec there (the kernel and interrupts preempt

@@ -455,8 +455,9 @@ TEST(SimTest, ExecsShareTheirHostOnlyWhenItsResourcesCanOutnumberItsCores) {
     int32_t concurrency;
     bool two_resources;
     double x_end, y_end;
+    int64_t activities;  // SimGrid activities: none when the execs are timed alone
   };
-  for (const Case& c : {Case{1, false, 1.0, 2.0}, Case{2, false, 2.0, 2.0}, Case{1, true, 2.0, 2.0}}) {
+  for (const Case& c : {Case{1, false, 1.0, 2.0, 0}, Case{2, false, 2.0, 2.0, 2}, Case{1, true, 2.0, 2.0, 2}}) {
     Builder b;
     b.Resource("gpu0.compute", "gpu0", c.concurrency);
     b.Resource("gpu0.side", "gpu0");
@@ -465,6 +466,7 @@ TEST(SimTest, ExecsShareTheirHostOnlyWhenItsResourcesCanOutnumberItsCores) {
     SimResult r = MustSimulate(b.s, hw);
     EXPECT_REL(Find(r, "x").end_s, c.x_end) << c.concurrency << c.two_resources;
     EXPECT_REL(Find(r, "y").end_s, c.y_end) << c.concurrency << c.two_resources;
+    EXPECT_EQ(r.activities, c.activities) << c.concurrency << c.two_resources;
   }
   const double adam_s = 1e8 / (8 * hw.node.cpu.adam_elements_per_s_per_core);
   for (const int32_t cores : {16, 8}) {
@@ -477,6 +479,7 @@ TEST(SimTest, ExecsShareTheirHostOnlyWhenItsResourcesCanOutnumberItsCores) {
     SimResult r = MustSimulate(b.s, hw);
     EXPECT_REL(Find(r, "a0").end_s, cores == 16 ? adam_s : 2 * adam_s) << cores;
     EXPECT_REL(Find(r, "a1").end_s, cores == 16 ? adam_s : 2 * adam_s) << cores;
+    EXPECT_EQ(r.activities, cores == 16 ? 0 : 2) << cores;
   }
   hw.node.cpu.task_overhead_s = 1e-3;
   Builder b;
@@ -489,6 +492,7 @@ TEST(SimTest, ExecsShareTheirHostOnlyWhenItsResourcesCanOutnumberItsCores) {
   EXPECT_REL(Find(r, "x").end_s, 1e-3 + compute_s);
   EXPECT_REL(Find(r, "a").end_s, 1e-3 + adam_s);
   EXPECT_REL(Find(r, "y").end_s, 2e-3 + 2 * compute_s);
+  EXPECT_EQ(r.activities, 0) << "a delay before an exec alone is a timer too";
 }
 
 // A d2h into bf16 gradients narrows fp32 ones on the way: it takes the measured narrowing rate
