@@ -72,7 +72,7 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
     }
   }
   // Tied embeddings: the head's part of the table's gradient leaves the GPU on its own d2h, and
-  // every contribution is summed in bf16 (copy_task.cc).
+  // every contribution is summed in bf16 (ops/copy_op.cc).
   if (config.spec.config.tied_embeddings) {
     const int64_t head = static_cast<int64_t>(layout.layer_offset.size()) - 1;
     bool head_part = false;

@@ -15,30 +15,15 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   Job& job = jobs_[job_index];
   job = Job{};
   job.instance = inst;
+  job.index = job_index;
   job.start_s = MonotonicSeconds() - t0_;
   // Buffers it allocates get memory now (the dispatcher has admitted them to their pools).
   for (int32_t b : t.allocs) {
     Status st = TakeBuffer(Buf(b), s_.buffers()[static_cast<size_t>(b)].name);
     if (!st.ok()) return Status(st.code(), Who(t, inst.iteration) + ": " + st.message());
   }
-  Status st;
-  switch (t.op) {
-    case Op::kRead:
-    case Op::kWrite:
-      st = PrepareIo(t, job, inst.iteration);
-      if (st.ok() && job.sink == nullptr) events_.Push({job_index, Status::Ok()});
-      return st;
-    case Op::kH2D:
-    case Op::kD2H: st = PrepareCopy(t, job, inst.iteration); break;
-    case Op::kCompute: st = PrepareCompute(t, inst.task, job, inst.iteration); break;
-    case Op::kOptimizer: st = PrepareOptimizer(t, job, inst.iteration); break;
-    case Op::kConvert: st = PrepareConvert(t, job, inst.iteration); break;
-    case Op::kAllGather:
-    case Op::kReduceScatter:
-    case Op::kAllReduce: st = PrepareCollective(t, job, inst.iteration); break;
-    default: break;  // alloc, free, barrier: nothing to do
-  }
-  TF_RETURN_IF_ERROR(st);
+  if (const OpHandler& h = HandlerOf(t.op); h.prepare != nullptr) TF_RETURN_IF_ERROR(h.prepare(*this, t, inst.task, inst.iteration, job));
+  if (job.sink != nullptr) return Status::Ok();  // its requests complete it
   if (engine_ != nullptr && IsCollectiveOp(t.op)) {  // in the order every rank runs them
     // Its record starts when the engine runs it, not while it waits for its turn.
     engine_->Post(inst.task, inst.iteration, job_index, [this, job_index, work = std::move(job.work)] {
@@ -65,10 +50,10 @@ Status Run::Start(const Instance& inst, size_t job_index) {
 
 // Every task of `iteration` has completed: report its loss, checkpoint when due.
 Status Run::IterationDone(int64_t iteration) {
-  step_decided_[static_cast<size_t>(iteration % window_)] = -1;
+  Step(iteration).decided = -1;
   if (!global_check_) {  // every step was taken; the per-tensor checks went unused
     updates_ = updates_at_start_ + iteration + 1;
-    norms_[static_cast<size_t>(iteration % window_)].by_begin.clear();
+    Step(iteration).norm.by_begin.clear();
   }
   done_above_.insert(iteration);
   while (!done_above_.empty() && *done_above_.begin() == done_below_) {
@@ -125,9 +110,9 @@ void Run::Finish(Job& job, const TaskSpec& t) {
   if (job.finish) job.finish();
   // As sim records it (docs/trace-format.md): the threads a CPU task ran on, a collective's rank
   // count.
-  const int32_t threads = IsCollectiveOp(t.op) ? t.ranks
-                          : (t.op == Op::kOptimizer || t.op == Op::kConvert) && t.resource != kNoIndex ? ThreadsOf(t.resource).threads()
-                                                                                                       : 0;
+  const int32_t threads = IsCollectiveOp(t.op)                                   ? t.ranks
+                          : HandlerOf(t.op).cpu_threads && t.resource != kNoIndex ? ThreadsOf(t.resource).threads()
+                                                                                  : 0;
   TraceRecord r = TaskRecord(s_, job.instance.task, job.instance.iteration, job.start_s,
                              IsInstantOp(t.op) ? job.start_s : MonotonicSeconds() - t0_, "real", threads);
   if (!job.device_span.empty()) {

@@ -266,12 +266,8 @@ Status Run::Setup() {
   for (size_t r = 0; r < s_.resources().size(); ++r) workers_[r] = std::make_unique<Worker>();
   iterations_.resize(static_cast<size_t>(window_));
   for (auto& it : iterations_) trainer_.PrepareIteration(&it);
-  norms_.resize(static_cast<size_t>(window_));
   completed_in_.assign(static_cast<size_t>(window_), 0);
-  step_decided_.assign(static_cast<size_t>(window_), -1);
-  adam_step_.assign(static_cast<size_t>(window_), 0);
-  clip_.assign(static_cast<size_t>(window_), 1.0f);
-  norm_partial_.assign(static_cast<size_t>(window_), cpu::GradCheck{});
+  steps_.assign(static_cast<size_t>(window_), StepSlot{});
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
   updates_at_start_ = updates_;
   run_iterations_ = options_.iterations - base_iteration_;

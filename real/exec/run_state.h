@@ -1,142 +1,225 @@
-// The executor's state bookkeeping (run.h): the kinds of model state, the version of every
-// element range of a kind in a place (Versions), and what a buffer holds (pieces of state at byte
-// offsets, each with its version). Values; no thread safety of their own (the dispatch thread owns
-// them).
+// The state of one run (run.h) as the op handlers see it (ops/op_handler.h): the schedule and the
+// training set-up, where every piece of model state lies (buffers, disk homes, host homes, the
+// GPU-resident home) at which version, the compute device and the CPU thread pools, and the step
+// each iteration is deciding. Handlers read and change it through the methods below only; the
+// dispatch loop (Run, which derives from it) also sets it up and reads the results back.
+//
+// Thread safety: the dispatch thread owns it. A handler's work (on a worker) touches only the
+// bytes its Prepare resolved, and the device and thread pools it was handed.
 #pragma once
 
-#include <cstdint>
-#include <iterator>
-#include <map>
+#include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tierflow/core/schedule.h"
-#include "tierflow/real/adamw.h"
-#include "tierflow/real/train_config.h"
+#include "tierflow/real/dataset.h"
+#include "tierflow/real/executor.h"
+#include "tierflow/real/io_memory.h"
+#include "tierflow/real/storage.h"
+#include "block_cache.h"
+#include "compute_device.h"
+#include "host_arena.h"
+#include "ranks.h"
+#include "run_workers.h"
+#include "state_values.h"
+#include "trainer.h"
 
 namespace tierflow::real::exec {
 
-// ---- State kinds and versions ----------------------------------------------------------------
+// A storage device's file: O_DIRECT where the file system allows it, else buffered.
+struct DiskFile {
+  FileId direct = -1;    // O_DIRECT when the file system allows it
+  FileId buffered = -1;  // for requests that are not aligned as O_DIRECT needs
+  int64_t alignment = kDirectAlignment;  // what O_DIRECT needs of offsets, lengths and buffers
+  // Every request to the file goes O_DIRECT (it takes it, and every tensor homed there is aligned
+  // as it needs), else every request goes through the page cache: never both. Direct and buffered
+  // I/O to overlapping pages of one file are not coherent (a unit's buffered tail page and the
+  // sub-group's direct write around it lost bytes of the write).
+  bool direct_all = false;
+  FileId fd() const { return direct_all ? direct : buffered; }
+};
 
-// The core's StateKind as an index, for per-kind arrays (kMaster + k is a moment's index).
-enum Kind : int { kParam16, kGrad16, kGrad, kMaster, kAdamM, kAdamV, kKindCount };
-// In a GPU buffer of a run of several ranks: the rank's partition of a unit's parameters, copied
-// there by an h2d and not yet all-gathered (in the rank's element space; kParam16 pieces of GPU
-// buffers are whole units in the model's, which computes read).
-inline constexpr int kParam16Part = kKindCount;
-static_assert(kKindCount == kStateKindCount && static_cast<int>(StateKind::kAdamV) == kAdamV);
+struct NormAccumulator {
+  // Per gradient tensor: (elements, check), combined in element order.
+  std::map<int64_t, std::pair<int64_t, cpu::GradCheck>> by_begin;
+};
 
-inline int KindOf(StateKind kind) { return static_cast<int>(kind); }
-constexpr int64_t KindBytes(int kind) { return StateKindBytes(static_cast<StateKind>(kind)); }
-inline std::string KindName(int kind) { return std::string(StateKindName(static_cast<StateKind>(kind))); }
+// The step of the iteration in one window slot: the gradient checks that decide it, and what
+// they decided.
+struct StepSlot {
+  NormAccumulator norm;     // this rank's checks, per tensor as its gradients left the GPU
+  cpu::GradCheck partial;   // with several ranks: this rank's checks combined, for the all-reduce
+  int8_t decided = -1;      // -1 undecided, 0 skipped (an overflow), 1 updated
+  int64_t adam_step = 0;    // the optimizer step it takes
+  float clip = 1.0f;        // the clip factor
+};
 
-// Element range -> version: the number of optimizer updates the bytes reflect (gradients: the
-// iteration that produced them). kNever where nothing was ever stored.
-class Versions {
+class RunState {
  public:
-  static constexpr int64_t kNever = -1;
-  static constexpr int64_t kMixed = -2;
+  // `s` is the part of the schedule this rank runs (RankPart; the whole schedule with one rank),
+  // `space` where its partition lies in the model, `comm` the ranks' collectives (null: one rank).
+  RunState(const Schedule& s, const TrainConfig& config, const RunOptions& options, RankSpace space, Collective* comm);
+  // Buffers still held (a run that failed) go back; no work is in flight by then.
+  ~RunState();
+  RunState(const RunState&) = delete;
+  RunState& operator=(const RunState&) = delete;
 
-  void Set(int64_t begin, int64_t end, int64_t version) {
-    if (begin >= end) return;
-    auto it = spans_.lower_bound(begin);
-    if (it != spans_.begin()) {
-      auto prev = std::prev(it);
-      if (prev->second.end > begin) {  // split the span that starts before
-        const Span tail = prev->second;
-        prev->second.end = begin;
-        if (tail.end > end) spans_[end] = {tail.end, tail.version};
-      }
-    }
-    it = spans_.lower_bound(begin);
-    while (it != spans_.end() && it->first < end) {
-      if (it->second.end > end) spans_[end] = {it->second.end, it->second.version};
-      it = spans_.erase(it);
-    }
-    spans_[begin] = {end, version};
+  // ---- The run's inputs
+  const Schedule& schedule() const { return s_; }
+  const TrainConfig& config() const { return config_; }
+  const RankSpace& space() const { return space_; }
+  const Trainer& trainer() const { return trainer_; }
+  Collective* comm() const { return comm_; }  // null with one rank
+  exec::ComputeDevice* device() const { return device_.get(); }
+  // The schedule has a global gradient check (overflow_check_and_norm) deciding each step; else
+  // every step is taken as its optimizer tasks come (an update overlapped with backward).
+  bool global_check() const { return global_check_; }
+  int32_t micro_steps() const { return micro_steps_; }
+  // Whether `task` runs its layer's math (the layer's last compute task of its pass).
+  bool RunsMath(int32_t task) const { return math_task_[static_cast<size_t>(task)] != 0; }
+
+  // ---- Names, for errors
+  std::string Who(const TaskSpec& t, int64_t iteration) const {
+    return "task '" + t.id + "' (iteration " + std::to_string(iteration) + ")";
   }
-  // The one version of the whole range; kNever if any element was never stored; kMixed if
-  // parts differ.
-  int64_t Get(int64_t begin, int64_t end) const {
-    int64_t version = kNever;
-    int64_t at = begin;
-    auto it = spans_.upper_bound(begin);
-    if (it != spans_.begin()) --it;
-    for (; it != spans_.end() && it->first < end; ++it) {
-      if (it->second.end <= at) continue;
-      if (it->first > at) return kNever;  // a hole
-      if (version == kNever) version = it->second.version;
-      else if (version != it->second.version) return kMixed;
-      at = it->second.end;
-      if (at >= end) return version;
-    }
-    return kNever;
+  const TensorSpec& T(int32_t i) const { return s_.tensors()[static_cast<size_t>(i)]; }
+  const std::string& BufferName(int32_t b) const { return s_.buffers()[static_cast<size_t>(b)].name; }
+  std::string Range(const TensorSpec& t) const {
+    return std::string(StateKindName(t.kind)) + " [" + std::to_string(t.element_offset) + ", " +
+           std::to_string(t.element_offset + t.size_bytes / StateKindBytes(t.kind)) + ")";
   }
+  int64_t Elements(const TensorSpec& t) const { return t.size_bytes / StateKindBytes(t.kind); }
 
- private:
-  struct Span {
-    int64_t end;
-    int64_t version;
-  };
-  std::map<int64_t, Span> spans_;
-};
+  // ---- Versions of gradients
+  // Complete after micro-step `micro` of `iteration`; the partial version is the tied embedding
+  // table's after the head's part of that micro-step, before the embedding's own is added
+  // (ops/copy_op.cc). The update reads the last micro-step's: the accumulated gradients.
+  int64_t GradVersion(int64_t iteration, int32_t micro) const { return 2 * (iteration * micro_steps_ + micro) + 1; }
+  int64_t PartialGradVersion(int64_t iteration, int32_t micro) const { return GradVersion(iteration, micro) - 1; }
+  int64_t FinalGrad(int64_t iteration) const { return GradVersion(iteration, micro_steps_ - 1); }
+  std::string GradVersionText(int64_t v) const;
 
-// What AdamW multiplies each gradient by: the inverse loss scale times the clip factor, in one
-// place for the executor and the in-memory loop alike.
-inline float UpdateGradScale(float loss_scale, float clip) { return 1.0f / loss_scale * clip; }
-
-// The loss scaler the training set-up asks for.
-inline LossScaler ScalerFor(const TrainConfig& config) {
-  return config.dynamic_loss_scaling ? LossScaler(config.initial_loss_scale) : LossScaler::None();
-}
-
-// Whether the schedule decides each step after a global gradient check.
-inline bool HasGlobalCheck(const Schedule& s) {
-  for (const TaskSpec& t : s.tasks()) {
-    if (t.op == Op::kConvert && t.kernel == Kernel::kOverflowCheckAndNorm) return true;
+  // ---- Buffers: what each holds, at which version
+  // A buffer's state in the iteration being prepared or finished: iterations in the window each
+  // have their own instance of a non-persistent buffer.
+  BufferState& Buf(int32_t b) { return buffers_[BufIndex(b)]; }
+  const BufferState& Buf(int32_t b) const { return buffers_[BufIndex(b)]; }
+  // Kind [begin, begin + n) in `buffer`: the pieces covering it, laid side by side in the buffer
+  // as in the element space (one piece; a sub-group over a flat host buffer's per-unit pieces).
+  Span FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const;
+  // The first buffer of `buffers` holding the whole range, as FindSpan, and its index (kNoIndex).
+  Span FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, int64_t n, int32_t* which = nullptr) const;
+  // Marks kind [begin, begin + n) in `buffer` as `version`, splitting pieces that reach beyond it.
+  void SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version);
+  // Places kind [begin, begin + n) at `offset` of `buffer`, replacing what held any of it.
+  void Place(int32_t buffer, const Piece& piece);
+  // Where a task writes kind starting at `begin` into host buffer `buffer`: a persistent buffer
+  // keeps the rank's state of that kind in host memory, each element at its own offset (bf16
+  // gradients are always there); a staging buffer at `packed`, where the task packs its tensors.
+  int64_t WriteOffset(int32_t buffer, int kind, int64_t begin, int64_t packed) const {
+    const bool flat = kind == kGrad16 || s_.buffers()[static_cast<size_t>(buffer)].persistent;
+    return flat ? begin * KindBytes(kind) : packed;
   }
-  return false;
-}
+  // A buffer that holds gpu0 memory while allocated: in a GPU pool and not persistent (persistent
+  // GPU buffers stand for the device's own memory and the resident home: see Run::Setup).
+  bool HoldsGpuMemory(int32_t buffer) const { return OnGpu(buffer) && !s_.buffers()[static_cast<size_t>(buffer)].persistent; }
+  // The first buffer holding gpu0 memory that the task allocates, else uses, or kNoIndex.
+  int32_t GpuBufferOf(const TaskSpec& t) const;
+  // The first buffer of the task on a device of `kind`, of those it allocates first or uses first.
+  int32_t FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const;
 
-inline std::string VersionText(int64_t v) {
-  if (v == Versions::kNever) return "nothing";
-  if (v == Versions::kMixed) return "parts of different versions";
-  return "version " + std::to_string(v);
-}
+  // ---- Homes
+  // The versions of each kind of state at its home on storage device `device`.
+  Versions& Home(int32_t device, int kind) { return home_[static_cast<size_t>(device)][kind]; }
+  const DiskFile& Disk(int32_t device) const { return disk_of_device_[static_cast<size_t>(device)]; }
+  // A tensor kept in host memory: its persistent host buffer and byte offset there, or kNoIndex.
+  std::pair<int32_t, int64_t> HostHome(int32_t tensor) const { return host_home_[static_cast<size_t>(tensor)]; }
+  // The GPU-resident run holding element `at`, or null; the versions of param16 there.
+  const ResidentRun* ResidentAt(int64_t at) const;
+  Versions& resident_versions() { return resident_versions_; }
+  // Where param16 [begin, begin + n) is on the GPU for `t`: in the gathered pieces of the GPU
+  // buffers it uses, else at its GPU-resident home; every part at version `iteration`.
+  StatusOr<std::vector<exec::ParamRange>> ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const;
 
-// ---- Buffers -----------------------------------------------------------------------------------
+  // ---- Resources
+  Storage& io() { return *io_; }
+  exec::BlockCache& blocks() { return blocks_; }
+  // The pool of CPU threads of a resource's host work, made when first asked for.
+  CpuThreads& ThreadsOf(int32_t resource);
+  // Counts bytes a read or write moved, O_DIRECT or through the page cache (RunResult).
+  void CountIo(bool direct, int64_t bytes) { (direct ? result_.direct_io_bytes : result_.buffered_io_bytes) += bytes; }
+  // Job `job`'s asynchronous work ended (an I/O window's last completion): the dispatch loop
+  // finishes it. Any thread.
+  void JobDone(size_t job, Status status) { events_.Push({job, std::move(status)}); }
 
-struct Piece {  // state inside a buffer
-  int kind;
-  int64_t begin, elements;
-  int64_t offset;   // bytes into the buffer
-  int64_t version;
-};
+  // ---- Iterations and steps
+  IterationState& Iter(int64_t iteration) { return iterations_[static_cast<size_t>(iteration % window_)]; }
+  // The micro-step's batch, taken by its first forward: the next in order, this rank's of the
+  // ranks' batches, into `it`. FailedPrecondition naming `t` when a micro-step starts out of order.
+  Status TakeBatch(const TaskSpec& t, int64_t iteration, int32_t micro, IterationState* it);
+  StepSlot& Step(int64_t iteration) { return steps_[static_cast<size_t>(iteration % window_)]; }
+  // The step of `iteration` from its global gradient check (overflow, clip factor); the loss
+  // scale follows it.
+  void DecideStep(int64_t iteration, const cpu::GradCheck& total);
+  // The iteration whose gradient check decides next; the loss scale the head's backward uses.
+  int64_t next_norm_iteration() const { return next_norm_iteration_; }
+  float loss_scale() const { return scaler_.scale(); }
+  // Optimizer steps taken before this run (a resumed run).
+  int64_t updates_at_start() const { return updates_at_start_; }
 
-struct BufferState {
-  char* data = nullptr;  // host memory, or gpu0 memory for a buffer in a GPU pool
-  int64_t size = 0;
-  bool on_gpu = false;
-  int32_t pool = -1;  // its schedule pool (the host arena it is cut from: Run::MakeHostArenas)
-  // Its own piece of that arena for the whole run, where the arena holds every instance of the
-  // pool's buffers at once; null where pieces are cut as buffers are taken.
-  char* home = nullptr;
-  std::vector<Piece> pieces;
-};
+ protected:
+  size_t BufIndex(int32_t b) const {
+    const size_t n = s_.buffers().size();
+    if (s_.buffers()[static_cast<size_t>(b)].persistent) return static_cast<size_t>(b);
+    return static_cast<size_t>(ctx_iteration_ % window_) * n + static_cast<size_t>(b);
+  }
+  bool OnGpu(int32_t buffer) const { return buffers_[static_cast<size_t>(buffer)].on_gpu; }
+  // Memory for a buffer the dispatcher admitted; back to its cache; freed for good.
+  Status TakeBuffer(BufferState& buf, const std::string& name);
+  void GiveBuffer(BufferState& buf);
+  void ReleaseBuffer(BufferState& buf);
+  // The arena a host buffer's memory was cut from, or null (a block of its own).
+  HostArena* ArenaHolding(const BufferState& buf);
+  // The batch of the next micro-step: the loader's next `ranks` batches, this rank's of them.
+  TokenBatch NextBatch();
 
-// Where a range of state lies in a buffer (Run::FindSpan): its first byte there, and the one
-// version of every element (Versions::kMixed when parts differ); data null when the buffer does
-// not hold the whole range.
-struct Span {
-  char* data = nullptr;
-  int64_t version = -1;
-};
+  const Schedule& s_;
+  const TrainConfig& config_;
+  const RunOptions& options_;
+  const RankSpace space_;
+  Collective* comm_;                              // null with one rank
+  Trainer trainer_;                               // layout, initial weights, activations
+  std::unique_ptr<exec::ComputeDevice> device_;   // gpu0 (RunOptions::compute)
+  LossScaler scaler_;
+  bool global_check_;
+  int32_t micro_steps_;  // per iteration (Schedule::MicroSteps)
+  int64_t window_ = 2;
 
-// GPU-resident parameters (param16 whose home is a GPU): elements [begin, begin + n) at data,
-// in gpu0 memory.
-struct ResidentRun {
-  int64_t begin, n;
-  char* data;
+  Storage* io_ = nullptr;                              // what every I/O goes through
+  std::vector<DiskFile> disk_of_device_;               // per schedule device
+  std::vector<std::array<Versions, kKindCount>> home_;  // per schedule device
+  std::vector<std::pair<int32_t, int64_t>> host_home_; // per tensor: (persistent host buffer, byte offset)
+  std::vector<ResidentRun> resident_;                  // sorted by begin
+  void* resident_block_ = nullptr;                     // gpu0 memory of resident_
+  Versions resident_versions_;                         // param16 at the resident home
+  std::vector<BufferState> buffers_;                   // per window slot and buffer
+  int64_t ctx_iteration_ = 0;                          // the iteration being prepared or finished
+  exec::BlockCache blocks_;                            // host memory of buffers and staging
+  std::vector<HostArena> arenas_;                      // per schedule pool (none for a GPU pool)
+  std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
+  std::vector<std::unique_ptr<CpuThreads>> threads_;   // per resource, lazily
+  std::vector<int32_t> pool_threads_;                  // per resource: its pool's size (Run::SizeThreadPools)
+  std::vector<IterationState> iterations_;             // per window slot
+  std::vector<StepSlot> steps_;                        // per window slot
+  int64_t updates_ = 0;                                // successful optimizer steps so far
+  int64_t updates_at_start_ = 0;                       // of them, before this run (resumed)
+  int64_t next_norm_iteration_ = 0;
+  int64_t next_batch_ = 0;                             // the next batch, in micro-steps of this run
+  std::unique_ptr<TokenLoader> loader_;
+  EventQueue events_;                                  // completions, to the dispatch loop
+  RunResult result_;
 };
 
 }  // namespace tierflow::real::exec

@@ -1,17 +1,62 @@
-// Finding state in a run's buffers, and their memory (run.h).
-#include "run.h"
+// The run's state (run_state.h): finding state in its buffers, their memory, the micro-steps'
+// batches and the step's decision.
+#include "run_state.h"
 
 #include <algorithm>
 
 namespace tierflow::real::exec {
 
-CpuThreads& Run::ThreadsOf(int32_t resource) {
+RunState::RunState(const Schedule& s, const TrainConfig& config, const RunOptions& options, RankSpace space, Collective* comm)
+    : s_(s),
+      config_(config),
+      options_(options),
+      space_(std::move(space)),
+      comm_(comm),
+      trainer_(config),
+      scaler_(ScalerFor(config)),
+      global_check_(HasGlobalCheck(s)),
+      micro_steps_(s.MicroSteps()),
+      // Host blocks are I/O memory (io_memory.h: huge pages from 2 MiB up, as the disk probe's)
+      // and page-locked for the device's copies; where that fails the copies still work, staged
+      // by the driver. Mapped, not faulted in: one made mid-run costs the dispatch thread a
+      // mapping, and its pages are faulted in by the task that fills them, as an arena's are.
+      blocks_(
+          [this](int64_t bytes) -> void* {
+            void* p = AllocateIoMemory(bytes, /*populate=*/false);
+            if (p != nullptr && device_) (void)device_->RegisterHost(p, AlignUp(bytes, kDirectAlignment));
+            return p;
+          },
+          [this](void* p, int64_t bytes) {
+            if (device_) device_->UnregisterHost(p);
+            FreeIoMemory(p, bytes);
+          }) {}
+
+RunState::~RunState() {
+  for (BufferState& b : buffers_) ReleaseBuffer(b);
+  for (HostArena& a : arenas_) {
+    if (a.base() == nullptr) continue;
+    if (device_) device_->UnregisterHost(a.base());
+    FreeIoMemory(a.base(), a.size_bytes());
+  }
+  if (device_ && resident_block_ != nullptr) device_->Free(resident_block_);
+}
+
+std::string RunState::GradVersionText(int64_t v) const {
+  if (v < 0) return VersionText(v);
+  const int64_t step = v / 2;
+  std::string text = "iteration " + std::to_string(step / micro_steps_);
+  if (micro_steps_ > 1) text += " micro-step " + std::to_string(step % micro_steps_);
+  return v % 2 == 0 ? text + " (the tied head's part)" : text;
+}
+
+
+CpuThreads& RunState::ThreadsOf(int32_t resource) {
   auto& slot = threads_[static_cast<size_t>(resource)];
   if (!slot) slot = std::make_unique<CpuThreads>(pool_threads_[static_cast<size_t>(resource)]);
   return *slot;
 }
 
-Span Run::FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const {
+Span RunState::FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const {
   const BufferState& buf = Buf(buffer);
   const int64_t end = begin + n, bytes = KindBytes(kind);
   std::vector<const Piece*> parts;
@@ -34,7 +79,7 @@ Span Run::FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const {
   return {buf.data + base, version};
 }
 
-Span Run::FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, int64_t n, int32_t* which) const {
+Span RunState::FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, int64_t n, int32_t* which) const {
   for (int32_t b : buffers) {
     const Span span = FindSpan(b, kind, begin, n);
     if (span.data == nullptr) continue;
@@ -45,7 +90,7 @@ Span Run::FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, i
   return {};
 }
 
-void Run::SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version) {
+void RunState::SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version) {
   const int64_t end = begin + n, bytes = KindBytes(kind);
   std::vector<Piece> out;
   for (const Piece& p : Buf(buffer).pieces) {
@@ -62,7 +107,7 @@ void Run::SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t
   Buf(buffer).pieces = std::move(out);
 }
 
-void Run::Place(int32_t buffer, const Piece& piece) {
+void RunState::Place(int32_t buffer, const Piece& piece) {
   auto& pieces = Buf(buffer).pieces;
   pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [&](const Piece& q) {
     return q.kind == piece.kind && q.begin < piece.begin + piece.elements && piece.begin < q.begin + q.elements;
@@ -70,7 +115,7 @@ void Run::Place(int32_t buffer, const Piece& piece) {
   pieces.push_back(piece);
 }
 
-int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const {
+int32_t RunState::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs_first) const {
   auto on = [&](int32_t b) {
     return s_.devices()[static_cast<size_t>(s_.pools()[static_cast<size_t>(s_.buffers()[static_cast<size_t>(b)].pool)].device)].kind == kind;
   };
@@ -84,7 +129,7 @@ int32_t Run::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool allocs
   return kNoIndex;
 }
 
-int32_t Run::GpuBufferOf(const TaskSpec& t) const {
+int32_t RunState::GpuBufferOf(const TaskSpec& t) const {
   for (const auto* list : {&t.allocs, &t.uses}) {
     for (int32_t b : *list) {
       if (HoldsGpuMemory(b)) return b;
@@ -93,14 +138,14 @@ int32_t Run::GpuBufferOf(const TaskSpec& t) const {
   return kNoIndex;
 }
 
-const ResidentRun* Run::ResidentAt(int64_t at) const {
+const ResidentRun* RunState::ResidentAt(int64_t at) const {
   auto it = std::upper_bound(resident_.begin(), resident_.end(), at, [](int64_t v, const ResidentRun& r) { return v < r.begin; });
   if (it == resident_.begin()) return nullptr;
   --it;
   return at < it->begin + it->n ? &*it : nullptr;
 }
 
-StatusOr<std::vector<exec::ParamRange>> Run::ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const {
+StatusOr<std::vector<exec::ParamRange>> RunState::ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const {
   std::vector<exec::ParamRange> out;
   const int64_t end = begin + n;
   for (int64_t at = begin; at < end;) {
@@ -139,7 +184,7 @@ StatusOr<std::vector<exec::ParamRange>> Run::ParamsOnGpu(const TaskSpec& t, int6
   return out;
 }
 
-Status Run::TakeBuffer(BufferState& buf, const std::string& name) {
+Status RunState::TakeBuffer(BufferState& buf, const std::string& name) {
   buf.pieces.clear();
   if (buf.on_gpu) {
     auto block = device_->Allocate(buf.size);
@@ -157,7 +202,7 @@ Status Run::TakeBuffer(BufferState& buf, const std::string& name) {
   return Status::Ok();
 }
 
-void Run::GiveBuffer(BufferState& buf) {
+void RunState::GiveBuffer(BufferState& buf) {
   if (buf.data == nullptr) return;
   if (buf.on_gpu) {
     device_->Free(buf.data);
@@ -169,7 +214,7 @@ void Run::GiveBuffer(BufferState& buf) {
   buf.pieces.clear();
 }
 
-void Run::ReleaseBuffer(BufferState& buf) {
+void RunState::ReleaseBuffer(BufferState& buf) {
   if (buf.data == nullptr || (buf.on_gpu && !device_)) return;
   if (buf.on_gpu) {
     device_->Free(buf.data);
@@ -180,10 +225,47 @@ void Run::ReleaseBuffer(BufferState& buf) {
   buf.data = nullptr;
 }
 
-HostArena* Run::ArenaHolding(const BufferState& buf) {
+HostArena* RunState::ArenaHolding(const BufferState& buf) {
   if (buf.pool < 0 || static_cast<size_t>(buf.pool) >= arenas_.size()) return nullptr;
   HostArena& arena = arenas_[static_cast<size_t>(buf.pool)];
   return arena.Holds(buf.data) ? &arena : nullptr;
+}
+
+Status RunState::TakeBatch(const TaskSpec& t, int64_t iteration, int32_t micro, IterationState* it) {
+  if (iteration * micro_steps_ + micro != next_batch_) {
+    return FailedPrecondition(Who(t, iteration) + ": micro-step " + std::to_string(micro) + " of iteration " + std::to_string(iteration) +
+                              " starts before micro-step " + std::to_string(next_batch_ % micro_steps_) + " of iteration " +
+                              std::to_string(next_batch_ / micro_steps_));
+  }
+  ++next_batch_;
+  TokenBatch batch = NextBatch();
+  it->ranks = space_.ranks();
+  it->tokens = std::move(batch.inputs);
+  it->targets = std::move(batch.targets);
+  if (it->iteration != iteration) it->loss_sum = 0;
+  it->iteration = iteration;
+  it->micro_step = micro;
+  it->micro_steps = micro_steps_;
+  return Status::Ok();
+}
+
+TokenBatch RunState::NextBatch() {
+  TokenBatch mine = loader_->Next();  // rank 0's
+  for (int32_t r = 1; r < space_.ranks(); ++r) {
+    TokenBatch batch = loader_->Next();
+    if (r == space_.rank()) mine = std::move(batch);
+  }
+  return mine;
+}
+
+void RunState::DecideStep(int64_t iteration, const cpu::GradCheck& total) {
+  StepSlot& step = Step(iteration);
+  const bool update = scaler_.Update(total.finite);
+  step.decided = update ? 1 : 0;
+  step.clip = cpu::ClipCoefficient(total, config_.gradient_clipping);
+  if (update) ++updates_;
+  step.adam_step = updates_;
+  next_norm_iteration_ = iteration + 1;
 }
 
 }  // namespace tierflow::real::exec

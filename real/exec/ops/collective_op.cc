@@ -1,4 +1,4 @@
-// Collective tasks (run.h) over several ranks, each run by the rank's CommEngine in the order
+// Collective tasks (op_handler.h) over several ranks, each run by the rank's CommEngine in the order
 // every rank agrees on (ranks.h). With one rank they move nothing: the partition is the whole.
 //   allgather      the units whose partitions it names become whole: in the GPU buffer the h2d
 //                  copied this rank's partition into, or that it allocates when the partition is
@@ -16,19 +16,10 @@
 #include <memory>
 
 #include "tierflow/real/cpu_ops.h"
-#include "run.h"
+#include "../run_state.h"
+#include "op_handler.h"
 
 namespace tierflow::real::exec {
-
-Status Run::PrepareCollective(const TaskSpec& t, Job& job, int64_t iteration) {
-  if (comm_ == nullptr) return Status::Ok();
-  switch (t.op) {
-    case Op::kAllGather: return PrepareAllGather(t, job, iteration);
-    case Op::kReduceScatter: return PrepareReduceScatter(t, job, iteration);
-    case Op::kAllReduce: return PrepareNormAllReduce(t, job, iteration);
-    default: return Status::Ok();
-  }
-}
 
 namespace {
 
@@ -63,7 +54,8 @@ Status GatherUnits(Collective& comm, const std::vector<Gathered>& units) {
 
 }  // namespace
 
-Status Run::PrepareAllGather(const TaskSpec& t, Job& job, int64_t iteration) {
+Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
+  if (run.comm() == nullptr) return Status::Ok();
   // The units it names, each whole parts of this rank's space.
   struct Part {
     const TensorSpec* ts;
@@ -71,10 +63,10 @@ Status Run::PrepareAllGather(const TaskSpec& t, Job& job, int64_t iteration) {
   };
   std::vector<Part> parts;
   for (int32_t ti : t.tensors) {
-    const TensorSpec& ts = T(ti);
-    const std::vector<const RankSpace::Unit*> units = space_.UnitsIn(ts.element_offset, Elements(ts));
-    if (units.front()->local != ts.element_offset || units.back()->local + units.back()->part != ts.element_offset + Elements(ts)) {
-      return InvalidArgument(Who(t, iteration) + " gathers " + Range(ts) + ", which is not whole partitions of the model's tensors");
+    const TensorSpec& ts = run.T(ti);
+    const std::vector<const RankSpace::Unit*> units = run.space().UnitsIn(ts.element_offset, run.Elements(ts));
+    if (units.front()->local != ts.element_offset || units.back()->local + units.back()->part != ts.element_offset + run.Elements(ts)) {
+      return InvalidArgument(run.Who(t, iteration) + " gathers " + run.Range(ts) + ", which is not whole partitions of the model's tensors");
     }
     for (const RankSpace::Unit* u : units) parts.push_back({&ts, u});
   }
@@ -84,66 +76,67 @@ Status Run::PrepareAllGather(const TaskSpec& t, Job& job, int64_t iteration) {
     // whole there at the version of that part.
     int64_t version = Versions::kNever;
     for (const Part& p : parts) {
-      const int64_t mine = p.unit->global + space_.rank() * p.unit->part;
-      const ResidentRun* r = ResidentAt(p.unit->global);
+      const int64_t mine = p.unit->global + run.space().rank() * p.unit->part;
+      const ResidentRun* r = run.ResidentAt(p.unit->global);
       if (r == nullptr || p.unit->global + p.unit->n > r->begin + r->n) {
-        return FailedPrecondition(Who(t, iteration) + " gathers " + Range(*p.ts) + " at the GPU-resident home, which does not hold its units");
+        return FailedPrecondition(run.Who(t, iteration) + " gathers " + run.Range(*p.ts) + " at the GPU-resident home, which does not hold its units");
       }
-      const int64_t v = resident_versions_.Get(mine, mine + p.unit->part);
+      const int64_t v = run.resident_versions().Get(mine, mine + p.unit->part);
       if (version == Versions::kNever) version = v;
       if (v != version || v != iteration + 1) {
-        return FailedPrecondition(Who(t, iteration) + " gathers resident parameters at " + VersionText(v) + ", expected version " +
+        return FailedPrecondition(run.Who(t, iteration) + " gathers resident parameters at " + VersionText(v) + ", expected version " +
                                   std::to_string(iteration + 1) + " (after this iteration's update): a dependency on their refresh is missing");
       }
       char* whole = r->data + (p.unit->global - r->begin) * 2;
-      gathered->push_back({p.unit, whole + space_.rank() * p.unit->part * 2, whole});
+      gathered->push_back({p.unit, whole + run.space().rank() * p.unit->part * 2, whole});
     }
-    job.work = [this, gathered] { return GatherUnits(*comm_, *gathered); };
-    job.finish = [this, gathered, version] {
-      for (const Gathered& g : *gathered) resident_versions_.Set(g.unit->global, g.unit->global + g.unit->n, version);
+    job.work = [&run, gathered] { return GatherUnits(*run.comm(), *gathered); };
+    job.finish = [&run, gathered, version] {
+      for (const Gathered& g : *gathered) run.resident_versions().Set(g.unit->global, g.unit->global + g.unit->n, version);
     };
     return Status::Ok();
   }
   // The fetch: this rank's partitions in the GPU buffer it uses, where the h2d put them, or at
   // their GPU-resident home (parameters kept on the GPU); the units made whole in that buffer,
   // side by side in the order named.
-  const int32_t gpu = GpuBufferOf(t);
-  if (gpu == kNoIndex) return InvalidArgument(Who(t, iteration) + ": an all-gather of fetched parameters names no GPU buffer it gathers into");
+  const int32_t gpu = run.GpuBufferOf(t);
+  if (gpu == kNoIndex) return InvalidArgument(run.Who(t, iteration) + ": an all-gather of fetched parameters names no GPU buffer it gathers into");
   int64_t need = 0;
   for (const Part& p : parts) need += p.unit->n * 2;
-  if (need > Buf(gpu).size) {
-    return InvalidArgument(Who(t, iteration) + ": the whole units (" + std::to_string(need) + " bytes) do not fit GPU buffer '" +
-                           s_.buffers()[static_cast<size_t>(gpu)].name + "'");
+  if (need > run.Buf(gpu).size) {
+    return InvalidArgument(run.Who(t, iteration) + ": the whole units (" + std::to_string(need) + " bytes) do not fit GPU buffer '" +
+                           run.BufferName(gpu) + "'");
   }
   // The parts are copied out before any unit is written (GatherUnits packs them first), so a
   // unit written over a later one's part loses nothing.
   std::vector<Piece> whole;
   int64_t offset = 0;
   for (const Part& p : parts) {
-    Span held = FindSpan(gpu, kParam16Part, p.unit->local, p.unit->part);
-    if (held.data == nullptr && s_.devices()[static_cast<size_t>(p.ts->device)].kind == DeviceKind::kGpu) {
-      const int64_t mine = p.unit->global + space_.rank() * p.unit->part;
-      const ResidentRun* r = ResidentAt(mine);
-      if (r != nullptr && mine + p.unit->part <= r->begin + r->n) held = {r->data + (mine - r->begin) * 2, resident_versions_.Get(mine, mine + p.unit->part)};
+    Span held = run.FindSpan(gpu, kParam16Part, p.unit->local, p.unit->part);
+    if (held.data == nullptr && run.schedule().devices()[static_cast<size_t>(p.ts->device)].kind == DeviceKind::kGpu) {
+      const int64_t mine = p.unit->global + run.space().rank() * p.unit->part;
+      const ResidentRun* r = run.ResidentAt(mine);
+      if (r != nullptr && mine + p.unit->part <= r->begin + r->n) held = {r->data + (mine - r->begin) * 2, run.resident_versions().Get(mine, mine + p.unit->part)};
     }
     if (held.data == nullptr || held.version != iteration) {
-      return FailedPrecondition(Who(t, iteration) + " gathers " + Range(*p.ts) + ", but GPU buffer '" + s_.buffers()[static_cast<size_t>(gpu)].name +
+      return FailedPrecondition(run.Who(t, iteration) + " gathers " + run.Range(*p.ts) + ", but GPU buffer '" + run.BufferName(gpu) +
                                 "' holds " + (held.data == nullptr ? std::string("none of it") : VersionText(held.version)) +
                                 " of this rank's partition, not version " + std::to_string(iteration) + ": a dependency on its h2d is missing");
     }
-    gathered->push_back({p.unit, held.data, Buf(gpu).data + offset});
+    gathered->push_back({p.unit, held.data, run.Buf(gpu).data + offset});
     whole.push_back({kParam16, p.unit->global, p.unit->n, offset, held.version});
     offset += p.unit->n * 2;
   }
-  job.work = [this, gathered] { return GatherUnits(*comm_, *gathered); };
-  job.finish = [this, gpu, whole] {
-    Buf(gpu).pieces.clear();
-    for (const Piece& p : whole) Buf(gpu).pieces.push_back(p);
+  job.work = [&run, gathered] { return GatherUnits(*run.comm(), *gathered); };
+  job.finish = [&run, gpu, whole] {
+    run.Buf(gpu).pieces.clear();
+    for (const Piece& p : whole) run.Buf(gpu).pieces.push_back(p);
   };
   return Status::Ok();
 }
 
-Status Run::PrepareReduceScatter(const TaskSpec& t, Job& job, int64_t iteration) {
+Status PrepareReduceScatter(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
+  if (run.comm() == nullptr) return Status::Ok();
   // The layer's gradients in the GPU buffer it uses (what the backward wrote), of this
   // micro-step; each unit it names reduced into this rank's part of it there.
   struct Reduced {
@@ -151,32 +144,32 @@ Status Run::PrepareReduceScatter(const TaskSpec& t, Job& job, int64_t iteration)
     float* whole;
   };
   auto units = std::make_shared<std::vector<Reduced>>();
-  const int64_t want = GradVersion(iteration, t.micro_step);
+  const int64_t want = run.GradVersion(iteration, t.micro_step);
   for (int32_t ti : t.tensors) {
-    const TensorSpec& ts = T(ti);
-    const RankSpace::Unit& u = space_.UnitAt(ts.element_offset);
-    if (ts.element_offset != u.local || Elements(ts) != u.part) {
-      return InvalidArgument(Who(t, iteration) + " reduces " + Range(ts) + ", which is not one partition of a tensor of the model");
+    const TensorSpec& ts = run.T(ti);
+    const RankSpace::Unit& u = run.space().UnitAt(ts.element_offset);
+    if (ts.element_offset != u.local || run.Elements(ts) != u.part) {
+      return InvalidArgument(run.Who(t, iteration) + " reduces " + run.Range(ts) + ", which is not one partition of a tensor of the model");
     }
     float* whole = nullptr;
     for (int32_t b : t.uses) {
-      if (!HoldsGpuMemory(b)) continue;
-      const Span p = FindSpan(b, kGrad, u.global, u.n);
+      if (!run.HoldsGpuMemory(b)) continue;
+      const Span p = run.FindSpan(b, kGrad, u.global, u.n);
       if (p.data == nullptr) continue;
       if (p.version != want) {
-        return FailedPrecondition(Who(t, iteration) + " reduces gradients of " + GradVersionText(p.version) + ", not " + GradVersionText(want) +
+        return FailedPrecondition(run.Who(t, iteration) + " reduces gradients of " + run.GradVersionText(p.version) + ", not " + run.GradVersionText(want) +
                                   ": it runs before the backward that computes them");
       }
       whole = reinterpret_cast<float*>(p.data);
       break;
     }
-    if (whole == nullptr) return FailedPrecondition(Who(t, iteration) + " reduces " + Range(ts) + "'s gradients, but no GPU buffer it uses holds them");
+    if (whole == nullptr) return FailedPrecondition(run.Who(t, iteration) + " reduces " + run.Range(ts) + "'s gradients, but no GPU buffer it uses holds them");
     units->push_back({&u, whole});
   }
-  CpuThreads* threads = &ThreadsOf(t.resource);
-  job.work = [this, units, threads] {
+  CpuThreads* threads = &run.ThreadsOf(t.resource);
+  job.work = [&run, units, threads] {
     // Block q of what is sent is rank q's to keep: every unit's q-th part, side by side.
-    const int ranks = comm_->ranks(), me = comm_->rank();
+    const int ranks = run.comm()->ranks(), me = run.comm()->rank();
     int64_t per_rank = 0;
     for (const Reduced& r : *units) per_rank += r.unit->part;
     std::vector<float> send(static_cast<size_t>(per_rank * ranks)), recv(static_cast<size_t>(per_rank));
@@ -187,7 +180,7 @@ Status Run::PrepareReduceScatter(const TaskSpec& t, Job& job, int64_t iteration)
         at += r.unit->part;
       }
     }
-    TF_RETURN_IF_ERROR(Complete(comm_->ReduceScatter(send.data(), recv.data(), per_rank, ElementType::kFloat32)));
+    TF_RETURN_IF_ERROR(Complete(run.comm()->ReduceScatter(send.data(), recv.data(), per_rank, ElementType::kFloat32)));
     int64_t at = 0;
     for (const Reduced& r : *units) {
       float* own = r.whole + me * r.unit->part;
@@ -200,26 +193,25 @@ Status Run::PrepareReduceScatter(const TaskSpec& t, Job& job, int64_t iteration)
   return Status::Ok();
 }
 
-Status Run::PrepareNormAllReduce(const TaskSpec& t, Job& job, int64_t iteration) {
-  if (!global_check_) return Status::Ok();
-  const size_t slot = static_cast<size_t>(iteration % window_);
-  if (next_norm_iteration_ != iteration || step_decided_[slot] != -1) {
-    return FailedPrecondition(Who(t, iteration) + ": the all-reduce of the gradient check runs before this rank's check of iteration " +
+Status PrepareNormAllReduce(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
+  if (run.comm() == nullptr || !run.global_check()) return Status::Ok();
+  if (run.next_norm_iteration() != iteration || run.Step(iteration).decided != -1) {
+    return FailedPrecondition(run.Who(t, iteration) + ": the all-reduce of the gradient check runs before this rank's check of iteration " +
                               std::to_string(iteration) + " finished");
   }
   auto total = std::make_shared<cpu::GradCheck>();
-  const cpu::GradCheck mine = norm_partial_[slot];
-  job.work = [this, total, mine] {
+  const cpu::GradCheck mine = run.Step(iteration).partial;
+  job.work = [&run, total, mine] {
     // Every rank's (finite, sum of squares), combined in rank order.
     const double send[2] = {mine.finite ? 1.0 : 0.0, mine.sum_sq};
-    std::vector<double> recv(static_cast<size_t>(2 * comm_->ranks()));
-    TF_RETURN_IF_ERROR(Complete(comm_->AllGather(send, recv.data(), 4, ElementType::kFloat32)));  // 2 doubles as 4 words
-    for (int q = 0; q < comm_->ranks(); ++q) {
+    std::vector<double> recv(static_cast<size_t>(2 * run.comm()->ranks()));
+    TF_RETURN_IF_ERROR(Complete(run.comm()->AllGather(send, recv.data(), 4, ElementType::kFloat32)));  // 2 doubles as 4 words
+    for (int q = 0; q < run.comm()->ranks(); ++q) {
       *total = cpu::CombineGradChecks(*total, cpu::GradCheck{recv[2 * q] != 0.0, recv[2 * q + 1]});
     }
     return Status::Ok();
   };
-  job.finish = [this, slot, iteration, total] { DecideStep(slot, iteration, *total); };
+  job.finish = [&run, iteration, total] { run.DecideStep(iteration, *total); };
   return Status::Ok();
 }
 

@@ -1,0 +1,78 @@
+// The op table (op_handler.h), and the contract rules every op shares. The op files keep their own
+// checks of what only the run can know: versions, and what a buffer holds at that moment.
+#include <array>
+
+#include "../run_state.h"
+#include "op_handler.h"
+
+namespace tierflow::real::exec {
+
+// Each family's check and prepare (in its own file).
+Status CheckIo(const Schedule& s, const TaskSpec& t, const std::string& who);
+Status PrepareIo(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status CheckH2D(const Schedule& s, const TaskSpec& t, const std::string& who);
+Status CheckD2H(const Schedule& s, const TaskSpec& t, const std::string& who);
+Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status PrepareD2H(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status PrepareCompute(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status CheckOptimizer(const Schedule& s, const TaskSpec& t, const std::string& who);
+Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status CheckConvert(const Schedule& s, const TaskSpec& t, const std::string& who);
+Status PrepareConvert(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status PrepareReduceScatter(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status PrepareNormAllReduce(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+
+namespace {
+
+// One line per op, in Op's order:        check           prepare               host memory  CPU threads
+constexpr std::array<OpHandler, kOpCount> kHandlers = {{
+    /* read          */ {CheckIo,        PrepareIo,            true,  false},
+    /* write         */ {CheckIo,        PrepareIo,            true,  false},
+    /* h2d           */ {CheckH2D,       PrepareH2D,           false, false},
+    /* d2h           */ {CheckD2H,       PrepareD2H,           false, false},
+    /* compute       */ {nullptr,        PrepareCompute,       false, false},
+    /* allgather     */ {nullptr,        PrepareAllGather,     false, false},
+    /* reducescatter */ {nullptr,        PrepareReduceScatter, false, false},
+    /* allreduce     */ {nullptr,        PrepareNormAllReduce, false, false},
+    /* optimizer     */ {CheckOptimizer, PrepareOptimizer,     true,  true},
+    /* convert       */ {CheckConvert,   PrepareConvert,       true,  true},
+    /* alloc         */ {nullptr,        nullptr,              false, false},
+    /* free          */ {nullptr,        nullptr,              false, false},
+    /* barrier       */ {nullptr,        nullptr,              false, false},
+}};
+static_assert(static_cast<int>(Op::kBarrier) == kOpCount - 1, "one line per op, in Op's order");
+
+DeviceKind BufferDevice(const Schedule& s, int32_t buffer) {
+  const int32_t pool = s.buffers()[static_cast<size_t>(buffer)].pool;
+  return s.devices()[static_cast<size_t>(s.pools()[static_cast<size_t>(pool)].device)].kind;
+}
+
+}  // namespace
+
+const OpHandler& HandlerOf(Op op) { return kHandlers[static_cast<size_t>(op)]; }
+
+Status CheckTaskContracts(const Schedule& s) {
+  for (const TaskSpec& t : s.tasks()) {
+    const std::string who = "task '" + t.id + "' (" + std::string(OpName(t.op)) + ")";
+    if (!KernelsOf(t.op).empty() && t.kernel == Kernel::kNone) {
+      return InvalidArgument(who + ": names no kernel (" + KernelsOf(t.op) + "); tierflow run needs one to know what it computes");
+    }
+    const OpHandler& h = HandlerOf(t.op);
+    // Disk I/O and CPU work address host memory only: a buffer of a GPU pool is gpu0 memory.
+    if (h.host_memory) {
+      for (const auto* list : {&t.allocs, &t.uses}) {
+        for (int32_t b : *list) {
+          if (BufferDevice(s, b) != DeviceKind::kHost) {
+            return InvalidArgument(who + ": buffer '" + s.buffers()[static_cast<size_t>(b)].name + "' is not in host memory, and a " +
+                                   std::string(OpName(t.op)) + " task works on host memory");
+          }
+        }
+      }
+    }
+    if (h.check != nullptr) TF_RETURN_IF_ERROR(h.check(s, t, who));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tierflow::real::exec
