@@ -1,0 +1,169 @@
+// The schedule builder (schedule_builder.h).
+#include "schedule_builder.h"
+
+#include "tierflow/models/llm.h"
+#include "tierflow/models/yaml_tree.h"
+
+namespace tierflow::policies {
+
+ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenario_(s), policy_(std::move(policy)) {
+  schedule_.name = s.name;
+  schedule_.meta.emplace_back("policy", policy_);
+  schedule_.meta.emplace_back("model", s.model.name);
+  if (!s.model_dir.empty()) schedule_.meta.emplace_back("model.hf_dir", s.model_dir);
+  schedule_.meta.emplace_back("hardware", s.hardware.node.name);
+  // What `sim`, `run` and `validate` of the schedule file read (ScheduleToJson writes them as
+  // JSON objects).
+  schedule_.sections.model = models::YamlToJson(YAML::Load(models::LlmToYaml(s.model)));
+  schedule_.sections.hardware = models::YamlToJson(YAML::Load(models::HardwareToYaml(s.hardware)));
+  schedule_.sections.training = models::YamlToJson(YAML::Load(models::TrainingToYaml(s.training)));
+  Host(0);
+}
+
+StatusOr<Schedule> ScheduleBuilder::Finish() {
+  const Status st = schedule_.Validate();
+  if (st.code() == StatusCode::kResourceExhausted) {
+    return st.WithContext(policy_ + ": the scenario's memory budget is too small for this schedule");
+  }
+  TF_RETURN_IF_ERROR(st.WithContext(policy_ + " generated an invalid schedule (a bug)"));
+  return std::move(schedule_);
+}
+
+int32_t ScheduleBuilder::Device(const std::string& name, DeviceKind kind) {
+  int32_t d = schedule_.FindDevice(name);
+  return d != kNoIndex ? d : schedule_.AddDevice({name, kind});
+}
+
+int32_t ScheduleBuilder::Resource(const std::string& name, const std::string& device, int32_t concurrency) {
+  int32_t r = schedule_.FindResource(name);
+  if (r != kNoIndex) return r;
+  int32_t d = schedule_.FindDevice(device);
+  TF_CHECK(d != kNoIndex);
+  return schedule_.AddResource({name, d, concurrency});
+}
+
+int32_t ScheduleBuilder::Pool(const std::string& name, const std::string& device, int64_t capacity_bytes) {
+  int32_t p = schedule_.FindPool(name);
+  if (p != kNoIndex) return p;
+  int32_t d = schedule_.FindDevice(device);
+  TF_CHECK(d != kNoIndex);
+  return schedule_.AddPool({name, d, capacity_bytes});
+}
+
+int32_t ScheduleBuilder::Buffer(const std::string& name, int32_t pool, int64_t size_bytes, bool persistent) {
+  return schedule_.AddBuffer({name, pool, size_bytes, persistent});
+}
+
+int32_t ScheduleBuilder::NodeOf(int32_t rank) const { return rank / std::max(1, scenario_.hardware.node.gpu_count); }
+std::string ScheduleBuilder::OnNode(int32_t rank, const std::string& local) const {
+  return models::NodeDeviceName(scenario_.hardware, NodeOf(rank), local);
+}
+ScheduleBuilder::RankDevices& ScheduleBuilder::Of(int32_t rank) {
+  TF_CHECK(rank >= 0);
+  if (static_cast<size_t>(rank) >= ranks_.size()) ranks_.resize(static_cast<size_t>(rank) + 1);
+  return ranks_[static_cast<size_t>(rank)];
+}
+std::string ScheduleBuilder::Gpu(int32_t rank) {
+  RankDevices& d = Of(rank);
+  if (d.gpu.empty()) {
+    const int32_t local = scenario_.hardware.nodes > 1 ? rank % std::max(1, scenario_.hardware.node.gpu_count) : rank;
+    d.gpu = OnNode(rank, "gpu" + std::to_string(local));
+    Device(d.gpu, DeviceKind::kGpu);
+  }
+  return d.gpu;
+}
+std::string ScheduleBuilder::Host(int32_t rank) {
+  std::string name = OnNode(rank, "host");
+  Device(name, DeviceKind::kHost);
+  return name;
+}
+std::string ScheduleBuilder::Nvme(int32_t rank, int32_t disk) {
+  std::string name = OnNode(rank, "nvme" + std::to_string(disk));
+  Device(name, DeviceKind::kNvme);
+  return name;
+}
+std::string ScheduleBuilder::Remote(int32_t rank, int32_t tier) {
+  std::string name = OnNode(rank, "remote" + std::to_string(tier));
+  Device(name, DeviceKind::kRemote);
+  return name;
+}
+
+int32_t ScheduleBuilder::GpuCompute(int32_t r) {
+  if (Of(r).compute == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).compute = Resource(g + ".compute", g);
+  }
+  return Of(r).compute;
+}
+int32_t ScheduleBuilder::GpuH2D(int32_t r) {
+  if (Of(r).h2d == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).h2d = Resource(g + ".h2d", g);
+  }
+  return Of(r).h2d;
+}
+int32_t ScheduleBuilder::GpuD2H(int32_t r) {
+  if (Of(r).d2h == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).d2h = Resource(g + ".d2h", g);
+  }
+  return Of(r).d2h;
+}
+int32_t ScheduleBuilder::Cpu(int32_t r) {
+  if (Of(r).cpu == kNoIndex) Of(r).cpu = Resource(OnNode(r, "cpu.r" + std::to_string(r)), Host(r));
+  return Of(r).cpu;
+}
+int32_t ScheduleBuilder::Comm() {
+  Device("net", DeviceKind::kNetwork);
+  return Resource("dp.comm", "net");
+}
+int32_t ScheduleBuilder::GpuPool(int32_t r) {
+  if (Of(r).pool == kNoIndex) {
+    const std::string g = Gpu(r);
+    Of(r).pool = Pool(g + ".hbm", g, scenario_.hardware.node.gpu.hbm_bytes);
+  }
+  return Of(r).pool;
+}
+
+void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
+  const int64_t mib = int64_t{1} << 20;
+  // Each rank's stretch starts on an aligned boundary (kIoAlignElements).
+  state_rank_elements_ = (plan.rank_elements + kIoAlignElements - 1) / kIoAlignElements * kIoAlignElements;
+  state_region_bytes_ = (plan.ranks * state_rank_elements_ * 4 + mib - 1) / mib * mib;
+}
+
+int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
+  TF_CHECK(state_region_bytes_ > 0);  // StateLayout first, or every kind would share one region
+  const auto [known, inserted] = states_.try_emplace(StateKey{begin, elements, rank, device, kind}, kNoIndex);
+  if (!inserted) return known->second;
+  const int64_t element_bytes = StateKindBytes(kind);
+  const std::string name = std::string(StateKindName(kind)) + ".r" + std::to_string(rank) + "[" + std::to_string(begin) + "+" +
+                           std::to_string(elements) + "]@" + schedule_.devices()[device].name;
+  const int32_t existing = schedule_.FindTensor(name);
+  if (existing != kNoIndex) return known->second = existing;
+  TensorSpec t;
+  t.name = name;
+  t.kind = kind;
+  t.dtype = StateKindDtype(kind);
+  t.shape = {elements};
+  t.rank = rank;
+  t.device = device;
+  t.element_offset = begin;
+  t.size_bytes = elements * element_bytes;
+  // The order of the kinds (StateKind) fixes each kind's region in a device's store.
+  t.offset_bytes = static_cast<int64_t>(kind) * state_region_bytes_ + (rank * state_rank_elements_ + begin) * element_bytes;
+  return known->second = schedule_.AddTensor(std::move(t));
+}
+
+int32_t PinnedPool(ScheduleBuilder& b, int32_t rank, const std::string& name, int64_t capacity_bytes, bool rounding) {
+  int64_t rounded = capacity_bytes;
+  if (rounding && capacity_bytes > 0) {
+    rounded = 1;
+    while (rounded < capacity_bytes) rounded <<= 1;
+  }
+  const int32_t pool = b.Pool(name, b.Host(rank), rounded);
+  if (rounded > capacity_bytes) b.Buffer(name + ".pad", pool, rounded - capacity_bytes, /*persistent=*/true);
+  return pool;
+}
+
+}  // namespace tierflow::policies
