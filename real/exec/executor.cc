@@ -142,6 +142,54 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
   return run.Execute();
 }
 
+namespace {
+
+// The in-memory loop's gradients off the device, tensor by tensor, checked on the way, as the d2h
+// tasks do: one contribution (`in_bf16` false) as fp32 into `grad`; with several, the first
+// micro-step's into bf16 in `grad16` and the others added to it, in the order backward made them
+// (the tied head's part of the table first). Each tensor is checked in `split` parts (the ranks'
+// partitions); returns each part's checks combined in tensor order.
+StatusOr<std::vector<cpu::GradCheck>> GradientsOff(exec::ComputeDevice& device, const Trainer& trainer, const float* grads,
+                                                   const float* tied_grads, bool in_bf16, bool first_micro, float unscale,
+                                                   int32_t split, float* grad, uint16_t* grad16, CpuThreads& threads) {
+  const bool tied = trainer.TiedHead(trainer.layer_count() - 1);
+  std::vector<cpu::GradCheck> partial(static_cast<size_t>(split));
+  for (const ParamTensor& pt : trainer.layout().tensors) {
+    const int64_t n = pt.elements / split;
+    for (int32_t q = 0; q < split; ++q) {
+      const int64_t at = pt.offset + q * n;
+      cpu::GradCheck check;
+      if (!in_bf16) {
+        TF_ASSIGN_OR_RETURN(check, device.D2HGrad(grad + at, grads + at, n, false, unscale, threads, nullptr));
+      } else {
+        bool first = first_micro;
+        auto add = [&](const float* src) -> StatusOr<cpu::GradCheck> {
+          uint16_t* dst = grad16 + at;
+          const bool overwrite = first;
+          first = false;
+          return overwrite ? device.D2HGrad(dst, src, n, true, unscale, threads, nullptr)
+                           : device.D2HGradAccumulate(dst, src, n, unscale, threads, nullptr);
+        };
+        if (tied && pt.offset == trainer.LayerBegin(0)) TF_RETURN_IF_ERROR(add(tied_grads + q * n).status());
+        TF_ASSIGN_OR_RETURN(check, add(grads + at));
+      }
+      partial[static_cast<size_t>(q)] = cpu::CombineGradChecks(partial[static_cast<size_t>(q)], check);
+    }
+  }
+  return partial;
+}
+
+// The parts each tensor's gradient check is taken in: the ranks' partitions, where every tensor
+// splits into them (as tierflow run over several ranks needs), else the whole tensor.
+int32_t CheckParts(const ParamLayout& layout, int32_t ranks) {
+  for (const ParamTensor& pt : layout.tensors) {
+    if (pt.elements % ranks != 0) return 1;
+  }
+  return ranks;
+}
+
+}  // namespace
+
 StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
                                 const std::function<void(int64_t, double)>& on_iteration, const std::string& compute,
                                 const MasterHook& on_master) {
@@ -183,12 +231,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   int64_t updates = 0;
   const int64_t layers = trainer.layer_count();
   const int32_t micro_steps = config.micro_steps;
-  // The parts each tensor's gradient check is taken in: the ranks' partitions, where every tensor
-  // splits into them (as tierflow run over several ranks needs), else the whole tensor.
-  int32_t split = ranks;
-  for (const ParamTensor& pt : trainer.layout().tensors) {
-    if (pt.elements % ranks != 0) split = 1;
-  }
+  const int32_t split = CheckParts(trainer.layout(), ranks);
   for (int64_t i = 0; i < iterations; ++i) {
     it.iteration = i;
     it.micro_steps = micro_steps;
@@ -228,44 +271,18 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
       }
       const float* grads = ranks > 1 ? reduced.data() : model->grads();
       const float* tied_grads = ranks > 1 ? reduced_tied.data() : model->tied_grads();
-      // Every gradient off the device tensor by tensor, checked on the way, as the d2h tasks do:
-      // one contribution as fp32; with several, the first into bf16 and the others added to it in
-      // the order backward made them (the tied head's part of the table first).
-      const bool last = micro + 1 == micro_steps;
-      const float unscale = 1.0f / it.loss_scale;
       // With ranks, each rank's part of a tensor is checked on its own and a rank's checks are
       // combined in tensor order, then the ranks' in rank order, as the ranks' d2h copies and the
       // all-reduce of the check do (the values are the same; only the norm's additions group so).
-      std::vector<cpu::GradCheck> partial(static_cast<size_t>(split));
-      for (const ParamTensor& pt : trainer.layout().tensors) {
-        const int64_t n = pt.elements / split;
-        for (int32_t q = 0; q < split; ++q) {
-          const int64_t at = pt.offset + q * n;
-          cpu::GradCheck check;
-          if (!in_bf16) {
-            TF_ASSIGN_OR_RETURN(check, device->D2HGrad(grad.data() + at, grads + at, n, false, unscale, threads, nullptr));
-          } else {
-            bool first = micro == 0;
-            auto add = [&](const float* src) -> StatusOr<cpu::GradCheck> {
-              uint16_t* dst = grad16.data() + at;
-              const bool overwrite = first;
-              first = false;
-              return overwrite ? device->D2HGrad(dst, src, n, true, unscale, threads, nullptr)
-                               : device->D2HGradAccumulate(dst, src, n, unscale, threads, nullptr);
-            };
-            if (tied && pt.offset == trainer.LayerBegin(0)) TF_RETURN_IF_ERROR(add(tied_grads + q * n).status());
-            TF_ASSIGN_OR_RETURN(check, add(grads + at));
-          }
-          if (last) partial[static_cast<size_t>(q)] = cpu::CombineGradChecks(partial[static_cast<size_t>(q)], check);
-        }
-      }
+      TF_ASSIGN_OR_RETURN(const std::vector<cpu::GradCheck> partial,
+                          GradientsOff(*device, trainer, grads, tied_grads, in_bf16, micro == 0, 1.0f / it.loss_scale, split,
+                                       grad.data(), grad16.data(), threads));
+      const bool last = micro + 1 == micro_steps;  // the accumulated gradients: what the check is of
       if (last) {
         for (const cpu::GradCheck& p : partial) total = cpu::CombineGradChecks(total, p);
       }
     }
-    if (in_bf16) {
-      cpu::Bf16ToFp32(grad.data(), grad16.data(), static_cast<int64_t>(grad.size()), threads);
-    }
+    if (in_bf16) cpu::Bf16ToFp32(grad.data(), grad16.data(), static_cast<int64_t>(grad.size()), threads);
     if (scaler.Update(total.finite)) {
       ++updates;
       const float clip = cpu::ClipCoefficient(total, config.gradient_clipping);

@@ -20,6 +20,7 @@
 #include "tierflow/core/schedule.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/dir_lock.h"
+#include "tierflow/real/disk_set.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/io_memory.h"
 #include "tierflow/real/io_window.h"
@@ -54,6 +55,12 @@ class Run : public RunState {
   // At the run's end: the window cut to its last keep_iterations, every record handed on.
   Status FinishRecords();
   Status Setup();
+  // Setup's stages, in order.
+  StatusOr<std::vector<DiskDir>> TakeDirectories();
+  Status OpenStores(const std::vector<DiskDir>& dirs);
+  StatusOr<int64_t> MakeBuffers();
+  Status MakeResidentHome(int64_t persistent_gpu_bytes);
+  Status FindMathTasks();
   // Host-homed state (master, adam_m, adam_v kept in host memory across iterations: cached
   // sub-groups) lives in the persistent host buffer that the tasks naming it use, packed in the
   // order they are first named. InvalidArgument when a task names such state with no persistent

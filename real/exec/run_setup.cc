@@ -63,7 +63,37 @@ Status Run::Setup() {
   // the stores were made).
   TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config_.tokens, config_.batch, config_.seq, config_.data_seed));
   loader_ = std::make_unique<TokenLoader>(std::move(loader));
-  // Disks: checked before anything is written.
+  TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, TakeDirectories());
+  TF_RETURN_IF_ERROR(OpenStores(dirs));
+  TF_ASSIGN_OR_RETURN(const int64_t persistent_gpu_bytes, MakeBuffers());
+  TF_RETURN_IF_ERROR(MakeResidentHome(persistent_gpu_bytes));
+  TF_RETURN_IF_ERROR(BindHostHomes());
+  TF_RETURN_IF_ERROR(FindMathTasks());
+  workers_.resize(s_.resources().size());
+  threads_.resize(s_.resources().size());
+  SizeThreadPools();
+  for (size_t r = 0; r < s_.resources().size(); ++r) workers_[r] = std::make_unique<Worker>();
+  iterations_.resize(static_cast<size_t>(window_));
+  for (auto& it : iterations_) trainer_.PrepareIteration(&it);
+  completed_in_.assign(static_cast<size_t>(window_), 0);
+  steps_.assign(static_cast<size_t>(window_), StepSlot{});
+  TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
+  updates_at_start_ = updates_;
+  run_iterations_ = options_.iterations - base_iteration_;
+  if (run_iterations_ <= 0) {  // before the batches already trained on are skipped
+    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
+                              " iterations; ask for more than that");
+  }
+  for (int64_t i = 0; i < base_iteration_ * micro_steps_ * space_.ranks(); ++i) loader_->Next();  // the batches already trained on
+  result_.first_iteration = base_iteration_;
+  TF_RETURN_IF_ERROR(InitialiseStores());
+  MakeHostArenas();
+  return Status::Ok();
+}
+
+// The --disk directories, checked before anything is written, and each taken for this run alone
+// (dir_lock.h) before its store is truncated; the checkpoint directory too.
+StatusOr<std::vector<DiskDir>> Run::TakeDirectories() {
   TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, DiskDirsForSchedule(s_, options_.disks, options_.disk_root));
   TF_RETURN_IF_ERROR(MakeRootDirs(dirs, options_.disk_root));
   std::vector<int64_t> need(s_.devices().size(), 0);
@@ -74,7 +104,7 @@ Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckDiskDirs(dirs));
   // Each directory is this run's alone (dir_lock.h), taken before its store is truncated. With
   // several ranks, rank 0 holds the locks and makes the stores the ranks share; the others open
-  // them only after it has (the barrier below), so a run that finds a directory taken touches
+  // them only after it has (the barrier in OpenStores), so a run that finds a directory taken touches
   // nothing of it on any rank.
   const bool leader = comm_ == nullptr || comm_->rank() == 0;
   for (const DiskDir& d : dirs) {
@@ -89,6 +119,12 @@ Status Run::Setup() {
     TF_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(options_.checkpoint_dir, "checkpoint '" + options_.checkpoint_dir + "'"));
     locks_.push_back(std::move(lock));
   }
+  return dirs;
+}
+
+// The storage back-end, and each disk's store opened (made by rank 0 with several ranks).
+Status Run::OpenStores(const std::vector<DiskDir>& dirs) {
+  const bool leader = comm_ == nullptr || comm_->rank() == 0;
   // The tasks cut their requests into block_bytes pieces themselves (IoWindow), so the back-end
   // must not cut them again, and each device's ring must hold what its I/O resources keep in
   // flight at once (concurrency x the deepest queue_depth of each).
@@ -160,6 +196,12 @@ Status Run::Setup() {
       }
     }
   }
+  return Status::Ok();
+}
+
+// Every buffer's state per window slot, the persistent host buffers' memory; the bytes of the
+// persistent GPU buffers, within which the GPU-resident home must fit.
+StatusOr<int64_t> Run::MakeBuffers() {
   // Buffers in a GPU pool are gpu0 memory, from the compute device when the dispatcher admits
   // them. Persistent ones are not allocated: what they stand for is the device's own (activations
   // and workspace) or the GPU-resident parameters' home below.
@@ -186,62 +228,68 @@ Status Run::Setup() {
     }
     TF_RETURN_IF_ERROR(TakeBuffer(buffers_[b], spec.name));
   }
-  // The GPU-resident parameters' home: one block of gpu0 memory, within the persistent GPU
-  // buffers (DeepSpeed's persistent parameters; every partition when parameters stay on the GPU).
-  {
-    // In the model's elements. With several ranks a unit the step's all-gather names is whole
-    // there (its other parts gathered after each update); of any other (parameters kept on the
-    // GPU as partitions, gathered as they are fetched) this rank's part.
-    std::set<int64_t> whole;  // units, by their part's first local element
-    for (const TaskSpec& t : s_.tasks()) {
-      if (t.op != Op::kAllGather || t.phase != Phase::kStep) continue;
-      for (int32_t ti : t.tensors) {
-        for (const RankSpace::Unit* u : space_.UnitsIn(T(ti).element_offset, Elements(T(ti)))) whole.insert(u->local);
+  return persistent_gpu_bytes;
+}
+
+// The GPU-resident parameters' home: one block of gpu0 memory, within the persistent GPU buffers
+// (DeepSpeed's persistent parameters; every partition when parameters stay on the GPU).
+Status Run::MakeResidentHome(int64_t persistent_gpu_bytes) {
+  // In the model's elements. With several ranks a unit the step's all-gather names is whole
+  // there (its other parts gathered after each update); of any other (parameters kept on the
+  // GPU as partitions, gathered as they are fetched) this rank's part.
+  std::set<int64_t> whole;  // units, by their part's first local element
+  for (const TaskSpec& t : s_.tasks()) {
+    if (t.op != Op::kAllGather || t.phase != Phase::kStep) continue;
+    for (int32_t ti : t.tensors) {
+      for (const RankSpace::Unit* u : space_.UnitsIn(T(ti).element_offset, Elements(T(ti)))) whole.insert(u->local);
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end)
+  for (const TensorSpec& ts : s_.tensors()) {
+    if (KindOf(ts.kind) == kParam16 && s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kGpu) {
+      if (space_.ranks() == 1) {
+        ranges.push_back({ts.element_offset, ts.element_offset + Elements(ts)});
+        continue;
       }
-    }
-    std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end)
-    for (const TensorSpec& ts : s_.tensors()) {
-      if (KindOf(ts.kind) == kParam16 && s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kGpu) {
-        if (space_.ranks() == 1) {
-          ranges.push_back({ts.element_offset, ts.element_offset + Elements(ts)});
-          continue;
-        }
-        for (const RankSpace::Unit* u : space_.UnitsIn(ts.element_offset, Elements(ts))) {
-          const bool all = whole.count(u->local) > 0;
-          const int64_t begin = all ? u->global : u->global + space_.rank() * u->part;
-          ranges.push_back({begin, begin + (all ? u->n : u->part)});
-        }
-      }
-    }
-    std::sort(ranges.begin(), ranges.end());
-    int64_t bytes = 0;
-    for (const auto& [begin, end] : ranges) {
-      if (!resident_.empty() && begin <= resident_.back().begin + resident_.back().n) {
-        const int64_t grown = std::max(resident_.back().begin + resident_.back().n, end) - resident_.back().begin;
-        bytes += (grown - resident_.back().n) * 2;
-        resident_.back().n = grown;
-      } else {
-        resident_.push_back({begin, end - begin, nullptr});
-        bytes += (end - begin) * 2;
-      }
-    }
-    if (bytes > persistent_gpu_bytes) {
-      return InvalidArgument("schedule: its GPU-resident parameters need " + std::to_string(bytes) + " bytes of GPU memory, more than its persistent GPU buffers hold (" +
-                             std::to_string(persistent_gpu_bytes) + ")");
-    }
-    if (bytes > 0) {
-      auto block = device_->Allocate(bytes);
-      if (!block.ok()) return Status(block.status().code(), "GPU-resident parameters: " + block.status().message());
-      resident_block_ = *block;
-      char* at = static_cast<char*>(resident_block_);
-      for (ResidentRun& r : resident_) {
-        r.data = at;
-        at += r.n * 2;
+      for (const RankSpace::Unit* u : space_.UnitsIn(ts.element_offset, Elements(ts))) {
+        const bool all = whole.count(u->local) > 0;
+        const int64_t begin = all ? u->global : u->global + space_.rank() * u->part;
+        ranges.push_back({begin, begin + (all ? u->n : u->part)});
       }
     }
   }
-  TF_RETURN_IF_ERROR(BindHostHomes());
-  // The last compute task of each (micro-step, phase, layer) runs the layer's math.
+  std::sort(ranges.begin(), ranges.end());
+  int64_t bytes = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (!resident_.empty() && begin <= resident_.back().begin + resident_.back().n) {
+      const int64_t grown = std::max(resident_.back().begin + resident_.back().n, end) - resident_.back().begin;
+      bytes += (grown - resident_.back().n) * 2;
+      resident_.back().n = grown;
+    } else {
+      resident_.push_back({begin, end - begin, nullptr});
+      bytes += (end - begin) * 2;
+    }
+  }
+  if (bytes > persistent_gpu_bytes) {
+    return InvalidArgument("schedule: its GPU-resident parameters need " + std::to_string(bytes) + " bytes of GPU memory, more than its persistent GPU buffers hold (" +
+                           std::to_string(persistent_gpu_bytes) + ")");
+  }
+  if (bytes > 0) {
+    auto block = device_->Allocate(bytes);
+    if (!block.ok()) return Status(block.status().code(), "GPU-resident parameters: " + block.status().message());
+    resident_block_ = *block;
+    char* at = static_cast<char*>(resident_block_);
+    for (ResidentRun& r : resident_) {
+      r.data = at;
+      at += r.n * 2;
+    }
+  }
+  return Status::Ok();
+}
+
+// The last compute task of each (micro-step, phase, layer) runs the layer's math; every layer
+// needs one of each.
+Status Run::FindMathTasks() {
   std::map<std::tuple<int32_t, int, int32_t>, int32_t> last;
   for (size_t i = 0; i < s_.tasks().size(); ++i) {
     const TaskSpec& t = s_.tasks()[i];
@@ -260,25 +308,6 @@ Status Run::Setup() {
       }
     }
   }
-  workers_.resize(s_.resources().size());
-  threads_.resize(s_.resources().size());
-  SizeThreadPools();
-  for (size_t r = 0; r < s_.resources().size(); ++r) workers_[r] = std::make_unique<Worker>();
-  iterations_.resize(static_cast<size_t>(window_));
-  for (auto& it : iterations_) trainer_.PrepareIteration(&it);
-  completed_in_.assign(static_cast<size_t>(window_), 0);
-  steps_.assign(static_cast<size_t>(window_), StepSlot{});
-  TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
-  updates_at_start_ = updates_;
-  run_iterations_ = options_.iterations - base_iteration_;
-  if (run_iterations_ <= 0) {  // before the batches already trained on are skipped
-    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' already has " + std::to_string(base_iteration_) +
-                              " iterations; ask for more than that");
-  }
-  for (int64_t i = 0; i < base_iteration_ * micro_steps_ * space_.ranks(); ++i) loader_->Next();  // the batches already trained on
-  result_.first_iteration = base_iteration_;
-  TF_RETURN_IF_ERROR(InitialiseStores());
-  MakeHostArenas();
   return Status::Ok();
 }
 
