@@ -79,6 +79,98 @@ std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>&
          FormatDuration(save) + ": " + FormatBandwidth(bytes / save) + ", " + FormatDuration(total / (bytes / 1e9)) + " per GB)\n";
 }
 
+// What `run` asks of the executor (everything but streaming the records).
+real::RunOptions ScheduleRunOptions(const RunArgs& a, real::Collective* comm, const std::function<void(int64_t, double)>& on_iteration,
+                                    const real::MasterHook& on_master) {
+  real::RunOptions options;
+  options.iterations = a.iterations;
+  options.disks = a.disks;
+  options.disk_root = a.disk_root;
+  options.storage = a.storage;
+  options.compute = a.compute;
+  options.on_iteration = on_iteration;
+  options.on_master = on_master;
+  options.plain_loop = a.plain_loop;
+  options.checkpoint_dir = a.checkpoint;
+  options.checkpoint_every = a.checkpoint_every;
+  options.resume = a.resume;
+  const bool spared = comm != nullptr && a.exit_rank >= 0 && comm->rank() != a.exit_rank;
+  options.exit_after_tasks = spared ? 0 : a.exit_after_tasks;
+  if (a.fail_io_after >= 0 && !spared) {
+    real::FaultRule io_error;
+    io_error.skip = a.fail_io_after;
+    options.faults.push_back(io_error);
+  }
+  options.keep_iterations = kReportIterations;
+  options.collective = comm;
+  return options;
+}
+
+// The run's report (--json's, and the text's source): the schedule's timings from the records,
+// the executor's I/O, memory and checkpoints, the losses and the weights' hash.
+nlohmann::ordered_json RunReport(const RunArgs& a, const PlannedInput& in, const real::RunResult& result, RunFacts* facts_out) {
+  RunFacts& facts = *facts_out;
+  nlohmann::ordered_json report;
+  facts.scenario = in.scenario.name;
+  facts.policy = a.in_memory ? "in-memory" : in.scenario.policy;
+  facts.iterations = a.iterations;
+  facts.pool_peak_bytes = result.pool_peak_bytes;
+  facts.tasks = result.tasks;
+  facts.wall_s = result.wall_s;
+  facts.tasks_key = "tasks_executed";
+  facts.setting = SettingOf(in.scenario);
+  if (a.iterations > kReportIterations) facts.summarised_iterations = kReportIterations;
+  if (a.in_memory) {
+    report["iteration_s"] = traces::SteadyIterationTime(result.iteration_end_s, 0.0);  // ends from the run's start
+    report["wall_s"] = result.wall_s;
+  } else {
+    report = BuildReport(in.schedule, result.records, facts);
+  }
+  if (!a.in_memory) {
+    report["dispatch_busy_s"] = result.dispatch_busy_s;
+    report["direct_io_bytes"] = result.direct_io_bytes;
+    report["buffered_io_bytes"] = result.buffered_io_bytes;
+    report["buffered_disks"] = result.buffered_disks;
+    report["notes"] = result.notes;
+    report["host_bytes_made_in_run"] = result.host_bytes_made_in_run;
+  }
+  if (!result.checkpoints.empty()) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& c : result.checkpoints) {
+      list.push_back({{"iterations_done", c.iterations_done}, {"gather_s", c.gather_s}, {"save_s", c.save_s}, {"bytes", c.bytes}});
+    }
+    report["checkpoints"] = list;
+  }
+  report["gpu_memory_peak_bytes"] = result.gpu_memory.allocated;
+  report["gpu_memory_reserved_peak_bytes"] = result.gpu_memory.reserved;
+  if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
+  report["loss"] = result.loss;
+  report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
+  return report;
+}
+
+void PrintRunText(const RunArgs& a, const PlannedInput& in, const real::RunResult& result, const nlohmann::ordered_json& report,
+                  const RunFacts& facts) {
+  if (a.in_memory) {
+    std::printf("\niteration time   %s (steady state)\n", FormatDuration(report["iteration_s"].get<double>()).c_str());
+  } else {
+    std::printf("\n%s", ReportToText(in.schedule, report).c_str());
+  }
+  const std::string buffered = BufferedIoNote(result.direct_io_bytes, result.buffered_io_bytes, result.buffered_disks);
+  if (!buffered.empty()) std::printf("\n%s", buffered.c_str());
+  for (const std::string& note : result.notes) std::printf("\nnote: %s\n", note.c_str());
+  if (!result.checkpoints.empty()) std::printf("\n%s", CheckpointNote(result.checkpoints, a.checkpoint).c_str());
+  std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
+              FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),
+              a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");
+  std::printf("ran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
+              FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
+  if (!a.trace.empty()) {
+    const std::string which = facts.summarised_iterations > 0 ? "the last " + std::to_string(facts.summarised_iterations) + " iterations; " : "";
+    std::printf("timeline: %s (%sopen in ui.perfetto.dev)\n", a.trace.c_str(), which.c_str());
+  }
+}
+
 Status RunRun(const RunArgs& a) {
   if (a.in_memory && a.plain_loop) return InvalidArgument("--in-memory ignores the schedule and --plain-loop runs it: give one");
   if (a.in_memory && (!a.records.empty() || !a.trace.empty())) {
@@ -150,27 +242,7 @@ Status RunRun(const RunArgs& a) {
   if (a.in_memory) {
     TF_ASSIGN_OR_RETURN(result, real::RunInMemory(config, a.iterations, print_loss, a.compute, on_master));
   } else {
-    real::RunOptions options;
-    options.iterations = a.iterations;
-    options.disks = a.disks;
-    options.disk_root = a.disk_root;
-    options.storage = a.storage;
-    options.compute = a.compute;
-    options.on_iteration = print_loss;
-    options.on_master = on_master;
-    options.plain_loop = a.plain_loop;
-    options.checkpoint_dir = a.checkpoint;
-    options.checkpoint_every = a.checkpoint_every;
-    options.resume = a.resume;
-    const bool spared = comm != nullptr && a.exit_rank >= 0 && comm->rank() != a.exit_rank;
-    options.exit_after_tasks = spared ? 0 : a.exit_after_tasks;
-    if (a.fail_io_after >= 0 && !spared) {
-      real::FaultRule io_error;
-      io_error.skip = a.fail_io_after;
-      options.faults.push_back(io_error);
-    }
-    options.keep_iterations = kReportIterations;
-    options.collective = comm.get();
+    real::RunOptions options = ScheduleRunOptions(a, comm.get(), print_loss, on_master);
     if (!a.records.empty() && reports) {
       TF_ASSIGN_OR_RETURN(TraceWriter w, TraceWriter::Open(a.records));
       records_out.emplace(std::move(w));
@@ -187,42 +259,7 @@ Status RunRun(const RunArgs& a) {
     if (!reports) return Status::Ok();  // rank 0 reports every rank's weights and losses
   }
   RunFacts facts;
-  facts.scenario = in.scenario.name;
-  facts.policy = a.in_memory ? "in-memory" : in.scenario.policy;
-  facts.iterations = a.iterations;
-  facts.pool_peak_bytes = result.pool_peak_bytes;
-  facts.tasks = result.tasks;
-  facts.wall_s = result.wall_s;
-  facts.tasks_key = "tasks_executed";
-  facts.setting = SettingOf(in.scenario);
-  if (a.iterations > kReportIterations) facts.summarised_iterations = kReportIterations;
-  nlohmann::ordered_json report;
-  if (a.in_memory) {
-    report["iteration_s"] = traces::SteadyIterationTime(result.iteration_end_s, 0.0);  // ends from the run's start
-    report["wall_s"] = result.wall_s;
-  } else {
-    report = BuildReport(in.schedule, result.records, facts);
-  }
-  if (!a.in_memory) {
-    report["dispatch_busy_s"] = result.dispatch_busy_s;
-    report["direct_io_bytes"] = result.direct_io_bytes;
-    report["buffered_io_bytes"] = result.buffered_io_bytes;
-    report["buffered_disks"] = result.buffered_disks;
-    report["notes"] = result.notes;
-    report["host_bytes_made_in_run"] = result.host_bytes_made_in_run;
-  }
-  if (!result.checkpoints.empty()) {
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const auto& c : result.checkpoints) {
-      list.push_back({{"iterations_done", c.iterations_done}, {"gather_s", c.gather_s}, {"save_s", c.save_s}, {"bytes", c.bytes}});
-    }
-    report["checkpoints"] = list;
-  }
-  report["gpu_memory_peak_bytes"] = result.gpu_memory.allocated;
-  report["gpu_memory_reserved_peak_bytes"] = result.gpu_memory.reserved;
-  if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
-  report["loss"] = result.loss;
-  report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
+  nlohmann::ordered_json report = RunReport(a, in, result, &facts);
   TF_RETURN_IF_ERROR(fine_tune.Finish(result.master, result.first_iteration + static_cast<int64_t>(result.loss.size()), &report,
                                        !a.json));
   if (!a.trace.empty()) TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, result.records, &in.schedule));
@@ -230,24 +267,7 @@ Status RunRun(const RunArgs& a) {
     std::printf("%s\n", report.dump(2).c_str());
     return Status::Ok();
   }
-  if (a.in_memory) {
-    std::printf("\niteration time   %s (steady state)\n", FormatDuration(report["iteration_s"].get<double>()).c_str());
-  } else {
-    std::printf("\n%s", ReportToText(in.schedule, report).c_str());
-  }
-  const std::string buffered = BufferedIoNote(result.direct_io_bytes, result.buffered_io_bytes, result.buffered_disks);
-  if (!buffered.empty()) std::printf("\n%s", buffered.c_str());
-  for (const std::string& note : result.notes) std::printf("\nnote: %s\n", note.c_str());
-  if (!result.checkpoints.empty()) std::printf("\n%s", CheckpointNote(result.checkpoints, a.checkpoint).c_str());
-  std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
-              FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),
-              a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");
-  std::printf("ran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
-              FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
-  if (!a.trace.empty()) {
-    const std::string which = facts.summarised_iterations > 0 ? "the last " + std::to_string(facts.summarised_iterations) + " iterations; " : "";
-    std::printf("timeline: %s (%sopen in ui.perfetto.dev)\n", a.trace.c_str(), which.c_str());
-  }
+  PrintRunText(a, in, result, report, facts);
   return Status::Ok();
 }
 

@@ -49,6 +49,99 @@ struct ValidateArgs {
   bool json = false;
 };
 
+// One real run of the schedule.
+struct RealRun {
+  double mean_iteration_s = 0;
+  std::vector<TraceRecord> records;
+  int64_t direct_io_bytes = 0, buffered_io_bytes = 0;
+  std::vector<std::string> buffered_disks;
+};
+
+// The real runs, --repeats of them, with a progress bar on rank 0.
+StatusOr<std::vector<RealRun>> RunRepeatedly(const ValidateArgs& a, const PlannedInput& in, const real::TrainConfig& config,
+                                             real::Collective* comm) {
+  const bool reports = comm == nullptr || comm->rank() == 0;
+  std::vector<RealRun> runs;
+  std::optional<Progress> progress;
+  if (reports) progress.emplace("running", static_cast<double>(a.iterations * a.repeats));
+  for (int32_t rep = 0; rep < a.repeats; ++rep) {
+    real::RunOptions ro;
+    ro.iterations = a.iterations;
+    ro.disks = a.disks;
+    ro.disk_root = a.disk_root;
+    ro.storage = a.storage;
+    ro.collective = comm;
+    ro.on_iteration = [&](int64_t iteration, double) {
+      if (progress) progress->Update(static_cast<double>(rep * a.iterations + iteration + 1));
+    };
+    auto ran = real::RunSchedule(in.schedule, config, ro);
+    if (!ran.ok() && comm != nullptr) {  // the other ranks would wait for this one forever
+      std::fprintf(stderr, "tierflow validate: error: rank %d of %d: %s\n", comm->rank(), comm->ranks(), ran.status().ToString().c_str());
+      std::fflush(stderr);
+      comm->Abort(1);
+    }
+    if (!ran.ok()) {
+      if (progress) progress->Finish();
+      return ran.status().WithContext("real run");
+    }
+    const double mean = traces::Summarize(ran->records, nullptr).mean_iteration_s;
+    runs.push_back({mean, std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes, ran->buffered_disks});
+  }
+  if (progress) progress->Finish();
+  return runs;
+}
+
+// What validate compares: the real runs' times, real against sim (whole, and compute grouped per
+// layer), the disks' directories, and the median run.
+struct Validation {
+  const std::vector<double>& real_times;
+  const traces::TraceComparison& whole;
+  const traces::TraceComparison& grouped;
+  const std::vector<real::DiskDir>& dirs;
+  const RealRun& median;
+};
+
+void PrintValidationJson(const ValidateArgs& a, const PlannedInput& in, const Validation& v) {
+  nlohmann::ordered_json j;
+  j["scenario"] = in.scenario.name;
+  j["policy"] = in.scenario.policy;
+  j["profile"] = a.profile;
+  j["iterations"] = a.iterations;
+  j["real_runs_iteration_s"] = v.real_times;
+  j["real_iteration_s"] = v.whole.a_mean_iteration_s;
+  j["sim_iteration_s"] = v.whole.b_mean_iteration_s;
+  j["iteration_error"] = std::isfinite(v.whole.mean_iteration_rel_error) ? nlohmann::ordered_json(v.whole.mean_iteration_rel_error)
+                                                                        : nlohmann::ordered_json();
+  j["comparison"] = nlohmann::ordered_json::parse(traces::ComparisonToJson(v.grouped));
+  nlohmann::ordered_json schedulers = nlohmann::ordered_json::object();
+  for (const real::DiskDir& d : v.dirs) schedulers[d.device] = real::IoSchedulerOf(d.dir);
+  j["io_schedulers"] = schedulers;
+  j["direct_io_bytes"] = v.median.direct_io_bytes;
+  j["buffered_io_bytes"] = v.median.buffered_io_bytes;
+  j["buffered_disks"] = v.median.buffered_disks;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void PrintValidationText(const ValidateArgs& a, const PlannedInput& in, const Validation& v) {
+  std::printf("validate %s (policy %s), %lld iterations; sim on profile %s\n\n", in.scenario.name.c_str(),
+              in.scenario.policy.c_str(), static_cast<long long>(a.iterations), a.profile.c_str());
+  std::string times;
+  for (double t : v.real_times) times += (times.empty() ? "" : ", ") + FormatDuration(t);
+  std::printf("real runs (steady-state iteration time): %s; compared: the median run\n", times.c_str());
+  std::printf("iteration time (steady state): real %s, sim %s, error %+.2f %%\n\n", FormatDuration(v.whole.a_mean_iteration_s).c_str(),
+              FormatDuration(v.whole.b_mean_iteration_s).c_str(), 100 * v.whole.mean_iteration_rel_error);
+  std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(v.grouped).c_str());
+  if (!a.trace.empty()) std::printf("\ntimeline: %s (real and sim side by side; open in ui.perfetto.dev)\n", a.trace.c_str());
+  for (const real::DiskDir& d : v.dirs) {
+    const std::string note = real::IoSchedulerNote(d.device, d.dir);
+    if (!note.empty()) std::printf("\n%s\n", note.c_str());
+  }
+  if (const std::string note = real::HugePageNote(real::TransparentHugePageMode()); !note.empty()) std::printf("\n%s\n", note.c_str());
+  // The profile's disk model is fitted from O_DIRECT probes: page-cache bytes are outside it.
+  const std::string buffered = BufferedIoNote(v.median.direct_io_bytes, v.median.buffered_io_bytes, v.median.buffered_disks);
+  if (!buffered.empty()) std::printf("\n%s  the profile's disk model is O_DIRECT's: those bytes are outside it\n", buffered.c_str());
+}
+
 Status RunValidate(const ValidateArgs& a) {
   TF_RETURN_IF_ERROR(sim::SimulatorAvailable());  // before any real run
   // Several ranks: one process per rank under mpirun, as `run` (docs/executor.md "Many ranks");
@@ -91,40 +184,8 @@ Status RunValidate(const ValidateArgs& a) {
   const std::vector<real::DiskDir> dirs = std::move(dirs_or).value();
   // A shared machine slows whole runs by bursts of other load: run `repeats` times and compare
   // with the run of median steady-state iteration time (each run starts from the same weights).
-  struct RealRun {
-    double mean_iteration_s = 0;
-    std::vector<TraceRecord> records;
-    int64_t direct_io_bytes = 0, buffered_io_bytes = 0;
-    std::vector<std::string> buffered_disks;
-  };
-  std::vector<RealRun> runs;
-  std::optional<Progress> progress;
-  if (reports) progress.emplace("running", static_cast<double>(a.iterations * a.repeats));
-  for (int32_t rep = 0; rep < a.repeats; ++rep) {
-    real::RunOptions ro;
-    ro.iterations = a.iterations;
-    ro.disks = a.disks;
-    ro.disk_root = a.disk_root;
-    ro.storage = a.storage;
-    ro.collective = comm.get();
-    ro.on_iteration = [&](int64_t iteration, double) {
-      if (progress) progress->Update(static_cast<double>(rep * a.iterations + iteration + 1));
-    };
-    auto ran = real::RunSchedule(in.schedule, config, ro);
-    if (!ran.ok() && comm != nullptr) {  // the other ranks would wait for this one forever
-      std::fprintf(stderr, "tierflow validate: error: rank %d of %d: %s\n", comm->rank(), comm->ranks(), ran.status().ToString().c_str());
-      std::fflush(stderr);
-      comm->Abort(1);
-    }
-    if (!ran.ok()) {
-      if (progress) progress->Finish();
-      return ran.status().WithContext("real run");
-    }
-    const double mean = traces::Summarize(ran->records, nullptr).mean_iteration_s;
-    runs.push_back({mean, std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes, ran->buffered_disks});
-  }
+  TF_ASSIGN_OR_RETURN(std::vector<RealRun> runs, RunRepeatedly(a, in, config, comm.get()));
   if (!reports) return Status::Ok();  // rank 0 has every rank's records
-  progress->Finish();
   std::vector<double> real_times;
   for (const RealRun& r : runs) real_times.push_back(r.mean_iteration_s);
   std::sort(runs.begin(), runs.end(), [](const RealRun& x, const RealRun& y) { return x.mean_iteration_s < y.mean_iteration_s; });
@@ -156,44 +217,12 @@ Status RunValidate(const ValidateArgs& a) {
   grouped.b_mean_iteration_s = whole.b_mean_iteration_s;
   grouped.mean_iteration_rel_error = whole.mean_iteration_rel_error;
 
+  const Validation v{real_times, whole, grouped, dirs, median};
   if (a.json) {
-    nlohmann::ordered_json j;
-    j["scenario"] = in.scenario.name;
-    j["policy"] = in.scenario.policy;
-    j["profile"] = a.profile;
-    j["iterations"] = a.iterations;
-    j["real_runs_iteration_s"] = real_times;
-    j["real_iteration_s"] = whole.a_mean_iteration_s;
-    j["sim_iteration_s"] = whole.b_mean_iteration_s;
-    j["iteration_error"] = std::isfinite(whole.mean_iteration_rel_error) ? nlohmann::ordered_json(whole.mean_iteration_rel_error)
-                                                                          : nlohmann::ordered_json();
-    j["comparison"] = nlohmann::ordered_json::parse(traces::ComparisonToJson(grouped));
-    nlohmann::ordered_json schedulers = nlohmann::ordered_json::object();
-    for (const real::DiskDir& d : dirs) schedulers[d.device] = real::IoSchedulerOf(d.dir);
-    j["io_schedulers"] = schedulers;
-    j["direct_io_bytes"] = median.direct_io_bytes;
-    j["buffered_io_bytes"] = median.buffered_io_bytes;
-    j["buffered_disks"] = median.buffered_disks;
-    std::printf("%s\n", j.dump(2).c_str());
-    return Status::Ok();
+    PrintValidationJson(a, in, v);
+  } else {
+    PrintValidationText(a, in, v);
   }
-  std::printf("validate %s (policy %s), %lld iterations; sim on profile %s\n\n", in.scenario.name.c_str(),
-              in.scenario.policy.c_str(), static_cast<long long>(a.iterations), a.profile.c_str());
-  std::string times;
-  for (double t : real_times) times += (times.empty() ? "" : ", ") + FormatDuration(t);
-  std::printf("real runs (steady-state iteration time): %s; compared: the median run\n", times.c_str());
-  std::printf("iteration time (steady state): real %s, sim %s, error %+.2f %%\n\n", FormatDuration(whole.a_mean_iteration_s).c_str(),
-              FormatDuration(whole.b_mean_iteration_s).c_str(), 100 * whole.mean_iteration_rel_error);
-  std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(grouped).c_str());
-  if (!a.trace.empty()) std::printf("\ntimeline: %s (real and sim side by side; open in ui.perfetto.dev)\n", a.trace.c_str());
-  for (const real::DiskDir& d : dirs) {
-    const std::string note = real::IoSchedulerNote(d.device, d.dir);
-    if (!note.empty()) std::printf("\n%s\n", note.c_str());
-  }
-  if (const std::string note = real::HugePageNote(real::TransparentHugePageMode()); !note.empty()) std::printf("\n%s\n", note.c_str());
-  // The profile's disk model is fitted from O_DIRECT probes: page-cache bytes are outside it.
-  const std::string buffered = BufferedIoNote(median.direct_io_bytes, median.buffered_io_bytes, median.buffered_disks);
-  if (!buffered.empty()) std::printf("\n%s  the profile's disk model is O_DIRECT's: those bytes are outside it\n", buffered.c_str());
   return Status::Ok();
 }
 
