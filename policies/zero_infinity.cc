@@ -200,23 +200,17 @@ SwapBuffers SwapBuffersNeeded(const std::vector<TraceUse>& trace, const std::vec
   return most;
 }
 
-}  // namespace
-
-StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
-  TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs knobs, ReadZeroInfinityKnobs(s));
-  const int64_t buffer_count = knobs.buffer_count, buffer_size = knobs.buffer_size, optimizer_buffer_count = knobs.optimizer_buffer_count;
-  const bool pipeline_read = knobs.pipeline_read, pipeline_write = knobs.pipeline_write;
-  const int64_t sub_group_size = knobs.sub_group_size, block_size = knobs.block_size, queue_depth = knobs.queue_depth;
-  const int64_t persistence = knobs.persistence, cpu_threads = knobs.cpu_threads;
-  const bool params_on_nvme = knobs.params_on_nvme, pin_rounding = knobs.pin_rounding, overflow_temporaries = knobs.overflow_temporaries;
-  if (s.hardware.node.nvme.empty()) return InvalidArgument("hardware has no NVMe device for zero-infinity's nvme_path");
-
-  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, sub_group_size, persistence, SubGroupRule::kDeepSpeed));
-  const int32_t ranks = plan.ranks;
-  const DeepSpeedPlacement place = PlaceLikeDeepSpeed(plan, knobs);
+// DeepSpeed's own refusals of a parameter placement, before anything is planned: a partition
+// larger than its swap buffer; more swap buffers held at once than it has (its swapper holds a
+// parameter's buffer until the parameter is released, and a swap-in with every buffer held fails:
+// PartitionedParamSwapper.swap_in asserts).
+Status CheckParameterSwap(const ModelPlan& plan, const ZeroInfinityKnobs& knobs, const DeepSpeedPlacement& place,
+                          const std::vector<TraceUse>& trace) {
+  if (!knobs.params_on_nvme) return Status::Ok();
+  const int64_t buffer_count = knobs.buffer_count, buffer_size = knobs.buffer_size;
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const ParamUnit& u = plan.units[i];
-    if (params_on_nvme && !u.gpu_resident && !place.param_in_host[i] && u.rank_elements > buffer_size) {
+    if (!u.gpu_resident && !place.param_in_host[i] && u.rank_elements > buffer_size) {
       // DeepSpeed asserts here too; users raise buffer_size and pay for it in every slot.
       return InvalidArgument("policy.buffer_size: the partition of '" + u.name + "' has " +
                              std::to_string(u.rank_elements) + " elements, more than buffer_size " +
@@ -224,182 +218,223 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
                              std::to_string(u.rank_elements) + ")");
     }
   }
-  // DeepSpeed's reuse distance, over its trace (which starts with the forward, unit by unit):
-  // the units each forward keeps gathered for its backward.
-  const std::vector<TraceUse> trace = DeepSpeedTrace(plan, s.training.activation_checkpointing);
-  std::vector<bool> kept(plan.units.size(), false);
-  for (size_t u = 0; u < kept.size(); ++u) kept[u] = trace[u].gap >= 0 && trace[u].gap < knobs.max_reuse_distance;
-  // DeepSpeed's swapper holds a parameter's swap buffer until the parameter is released, and a
-  // swap-in with every buffer held fails (PartitionedParamSwapper.swap_in asserts).
-  if (params_on_nvme) {
-    std::vector<bool> on_nvme(plan.units.size(), false);
-    for (size_t i = 0; i < plan.units.size(); ++i) on_nvme[i] = !plan.units[i].gpu_resident && !place.param_in_host[i];
-    const SwapBuffers need = SwapBuffersNeeded(trace, on_nvme, knobs.max_reuse_distance);
-    if (need.held > buffer_count) {
-      // The largest distance at which they fit: the swapper's need only grows with the distance,
-      // and changes where it passes a use's gap.
-      std::vector<int64_t> gaps;
-      for (const TraceUse& use : trace) {
-        if (on_nvme[static_cast<size_t>(use.unit)] && use.gap >= 0 && use.gap < knobs.max_reuse_distance) gaps.push_back(use.gap);
-      }
-      std::sort(gaps.begin(), gaps.end());
-      gaps.erase(std::unique(gaps.begin(), gaps.end()), gaps.end());
-      const auto too_many = std::partition_point(gaps.begin(), gaps.end(), [&](int64_t gap) {
-        return SwapBuffersNeeded(trace, on_nvme, gap + 1).held <= buffer_count;
-      });
-      // Not past the end: at the largest gap below the distance the need is the distance's own.
-      TF_CHECK(too_many != gaps.end());
-      const TraceUse& at = trace[need.at];
-      return InvalidArgument("policy.buffer_count: DeepSpeed's parameter swapper needs " + std::to_string(need.held) + " swap buffers at once, and has " +
-                             std::to_string(buffer_count) + ". A parameter on NVMe holds its buffer until it is released, and DeepSpeed keeps it gathered " +
-                             "while it is used again within policy.max_reuse_distance (" + std::to_string(knobs.max_reuse_distance) + " elements): at the swap-in of '" +
-                             plan.units[static_cast<size_t>(at.unit)].name + "' in the " + (need.at < plan.units.size() ? "forward" : "backward") + ", " +
-                             std::to_string(need.held - 1) + " are held, and it fails (DeepSpeed: 'Not enough buffers 0 for swapping 1'). Raise policy.buffer_count to at least " +
-                             std::to_string(need.held) + ", or lower policy.max_reuse_distance to at most " + std::to_string(*too_many));
+  std::vector<bool> on_nvme(plan.units.size(), false);
+  for (size_t i = 0; i < plan.units.size(); ++i) on_nvme[i] = !plan.units[i].gpu_resident && !place.param_in_host[i];
+  const SwapBuffers need = SwapBuffersNeeded(trace, on_nvme, knobs.max_reuse_distance);
+  if (need.held > buffer_count) {
+    // The largest distance at which they fit: the swapper's need only grows with the distance,
+    // and changes where it passes a use's gap.
+    std::vector<int64_t> gaps;
+    for (const TraceUse& use : trace) {
+      if (on_nvme[static_cast<size_t>(use.unit)] && use.gap >= 0 && use.gap < knobs.max_reuse_distance) gaps.push_back(use.gap);
     }
+    std::sort(gaps.begin(), gaps.end());
+    gaps.erase(std::unique(gaps.begin(), gaps.end()), gaps.end());
+    const auto too_many = std::partition_point(gaps.begin(), gaps.end(), [&](int64_t gap) {
+      return SwapBuffersNeeded(trace, on_nvme, gap + 1).held <= buffer_count;
+    });
+    // Not past the end: at the largest gap below the distance the need is the distance's own.
+    TF_CHECK(too_many != gaps.end());
+    const TraceUse& at = trace[need.at];
+    return InvalidArgument("policy.buffer_count: DeepSpeed's parameter swapper needs " + std::to_string(need.held) + " swap buffers at once, and has " +
+                           std::to_string(buffer_count) + ". A parameter on NVMe holds its buffer until it is released, and DeepSpeed keeps it gathered " +
+                           "while it is used again within policy.max_reuse_distance (" + std::to_string(knobs.max_reuse_distance) + " elements): at the swap-in of '" +
+                           plan.units[static_cast<size_t>(at.unit)].name + "' in the " + (need.at < plan.units.size() ? "forward" : "backward") + ", " +
+                           std::to_string(need.held - 1) + " are held, and it fails (DeepSpeed: 'Not enough buffers 0 for swapping 1'). Raise policy.buffer_count to at least " +
+                           std::to_string(need.held) + ", or lower policy.max_reuse_distance to at most " + std::to_string(*too_many));
   }
-  const int32_t threads = static_cast<int32_t>(
-      cpu_threads > 0 ? cpu_threads : std::max<int64_t>(1, s.hardware.node.cpu.cores / RanksPerNode(s, ranks)));
-  int64_t max_subgroup = 0;
-  for (const SubGroup& g : plan.subgroups) max_subgroup = std::max(max_subgroup, g.elements);
+  return Status::Ok();
+}
 
-  ScheduleBuilder b(s, "zero-infinity");
-  for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
-  // What DeepSpeed keeps off the disk is said, not left for a user to find in an I/O-free run
-  // (policy.sub_group_size=1 makes every sub-group one small parameter).
-  const int64_t swap_minimum = std::max<int64_t>(int64_t{1} << 20, block_size);
+// What DeepSpeed keeps off the disk is said, not left for a user to find in an I/O-free run
+// (policy.sub_group_size=1 makes every sub-group one small parameter).
+void NoteWhatStaysInHost(ScheduleBuilder& b, const ModelPlan& plan, const ZeroInfinityKnobs& knobs, const DeepSpeedPlacement& place,
+                         int64_t max_subgroup) {
+  const int64_t swap_minimum = std::max<int64_t>(int64_t{1} << 20, knobs.block_size);
   if (std::none_of(place.states_in_host.begin(), place.states_in_host.end(), [](bool in_host) { return !in_host; })) {
     b.Meta("note.optimizer_states", "no optimizer state goes to NVMe: DeepSpeed swaps a sub-group's states only when they take at least " +
                        FormatBytes(static_cast<double>(swap_minimum)) + " (its swap minimum, or policy.block_size), and every sub-group here is " +
-                       "smaller (at most " + std::to_string(max_subgroup) + " elements, policy.sub_group_size " + std::to_string(sub_group_size) +
+                       "smaller (at most " + std::to_string(max_subgroup) + " elements, policy.sub_group_size " + std::to_string(knobs.sub_group_size) +
                        "), so DeepSpeed keeps them all in host memory, and so does this schedule");
   }
   bool params_to_nvme = false;
-  for (size_t i = 0; i < plan.units.size(); ++i) params_to_nvme |= params_on_nvme && !plan.units[i].gpu_resident && !place.param_in_host[i];
-  if (params_on_nvme && !params_to_nvme) {
+  for (size_t i = 0; i < plan.units.size(); ++i) params_to_nvme |= knobs.params_on_nvme && !plan.units[i].gpu_resident && !place.param_in_host[i];
+  if (knobs.params_on_nvme && !params_to_nvme) {
     b.Meta("note.parameters", "no parameter goes to NVMe: every partition is within policy.max_in_cpu or under DeepSpeed's swap minimum of " +
                        FormatBytes(static_cast<double>(swap_minimum)) + ", so DeepSpeed keeps them in host memory, and so does this schedule");
   }
+}
 
-  // Per rank: the aio handles (param swapper; optimizer read and write), the pinned pools, the
-  // GPU's resident state.
-  std::vector<int32_t> param_io(ranks), opt_read(ranks), opt_write(ranks), param_pool(ranks), opt_pool(ranks);
-  std::vector<int32_t> host_params(ranks, kNoIndex), host_grads(ranks, kNoIndex), host_states(ranks, kNoIndex);
+// Per rank: the aio handles (param swapper; optimizer read and write), the pinned pools, what
+// DeepSpeed keeps in host memory (PlaceLikeDeepSpeed: the pinned flat buffer of the parameters
+// kept there, the gradients it does not swap, the states of sub-groups it does not).
+struct RankResources {
+  std::vector<int32_t> param_io, opt_read, opt_write, param_pool, opt_pool, host_params, host_grads, host_states;
+};
+
+RankResources MakeRankResources(ScheduleBuilder& b, const ModelPlan& plan, const ZeroInfinityKnobs& knobs, const DeepSpeedPlacement& place,
+                                int64_t max_subgroup) {
+  const int32_t ranks = plan.ranks;
+  const bool params_on_nvme = knobs.params_on_nvme, pin_rounding = knobs.pin_rounding;
+  RankResources x;
+  x.param_io.resize(ranks);
+  x.opt_read.resize(ranks);
+  x.opt_write.resize(ranks);
+  x.param_pool.resize(ranks);
+  x.opt_pool.resize(ranks);
+  x.host_params.assign(ranks, kNoIndex);
+  x.host_grads.assign(ranks, kNoIndex);
+  x.host_states.assign(ranks, kNoIndex);
   const int32_t opt_slots = static_cast<int32_t>(
-      std::max<int64_t>(optimizer_buffer_count, (pipeline_read || pipeline_write) ? 12 : 4));
+      std::max<int64_t>(knobs.optimizer_buffer_count, (knobs.pipeline_read || knobs.pipeline_write) ? 12 : 4));
   for (int32_t r = 0; r < ranks; ++r) {
     const std::string R = ".r" + std::to_string(r);
     const std::string nvme = b.Nvme(r, 0);  // DeepSpeed's nvme_path: the rank's node's first disk
-    if (params_on_nvme) param_io[r] = b.Resource(nvme + R + ".param", nvme);
-    opt_read[r] = b.Resource(nvme + R + ".opt_read", nvme);
-    opt_write[r] = b.Resource(nvme + R + ".opt_write", nvme);
-    param_pool[r] = params_on_nvme ? PinnedPool(b, r, "host.pinned.param" + R, buffer_count * buffer_size * 2, pin_rounding)
-                                   : PinnedPool(b, r, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
-    opt_pool[r] = PinnedPool(b, r, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
-    // What DeepSpeed keeps in host memory (PlaceLikeDeepSpeed): the pinned flat buffer of the
-    // parameters kept there, the gradients it does not swap, the states of sub-groups it does not.
+    if (params_on_nvme) x.param_io[r] = b.Resource(nvme + R + ".param", nvme);
+    x.opt_read[r] = b.Resource(nvme + R + ".opt_read", nvme);
+    x.opt_write[r] = b.Resource(nvme + R + ".opt_write", nvme);
+    x.param_pool[r] = params_on_nvme ? PinnedPool(b, r, "host.pinned.param" + R, knobs.buffer_count * knobs.buffer_size * 2, pin_rounding)
+                                     : PinnedPool(b, r, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
+    x.opt_pool[r] = PinnedPool(b, r, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
     if (params_on_nvme && place.host_param_elements > 0) {
       const int32_t pool = PinnedPool(b, r, "host.pinned.p16flat" + R, place.host_param_elements * 2, pin_rounding);
-      host_params[r] = b.Buffer("p16.host" + R, pool, place.host_param_elements * 2, /*persistent=*/true);
+      x.host_params[r] = b.Buffer("p16.host" + R, pool, place.host_param_elements * 2, /*persistent=*/true);
     }
     if (place.host_grad_elements > 0) {
       const int32_t pool = b.Pool("host.grad" + R, b.Host(r), place.host_grad_elements * 4);
-      host_grads[r] = b.Buffer("grad.host" + R, pool, place.host_grad_elements * 4, /*persistent=*/true);
+      x.host_grads[r] = b.Buffer("grad.host" + R, pool, place.host_grad_elements * 4, /*persistent=*/true);
     }
-    if (place.host_state_elements > 0) host_states[r] = b.Pool("host.states" + R, b.Host(r), place.host_state_elements * 12);
+    if (place.host_state_elements > 0) x.host_states[r] = b.Pool("host.states" + R, b.Host(r), place.host_state_elements * 12);
     b.Buffer("gpu.resident" + R, b.GpuPool(r), plan.gpu_resident_bytes, /*persistent=*/true);
     // Without offload_param the rank's fp16 partition lives on its GPU.
     if (!params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
     b.GpuCompute(r);
   }
+  return x;
+}
 
-  // The step ends with this barrier; the next iteration's reads wait for it (step() is blocking).
-  TaskSpec step_end_spec;
-  step_end_spec.id = "step.end";
-  step_end_spec.op = Op::kBarrier;
-  step_end_spec.phase = Phase::kStep;
-  // Added last, but referred to by carried deps: its index is known once everything else is in.
-
+// DeepSpeed's forward and backward: the swapper's reads, the reuse distance, the reduce bucket,
+// the gradients flushed to NVMe (or kept where DeepSpeed keeps them).
+PassOptions ZeroPassOptions(const Scenario& s, const ZeroInfinityKnobs& knobs, const DeepSpeedPlacement& place, const RankResources& x,
+                            std::vector<bool> kept, int32_t threads) {
+  const bool params_on_nvme = knobs.params_on_nvme;
   PassOptions po;
-  po.fetch.slot_pool = param_pool;
-  po.fetch.slot_bytes = buffer_size * 2;
-  po.fetch.read_resource = param_io;
-  po.fetch.block_bytes = block_size;
-  po.fetch.queue_depth = static_cast<int32_t>(queue_depth);
-  po.fetch.coupled_reads = static_cast<int32_t>(buffer_count);
+  po.fetch.slot_pool = x.param_pool;
+  po.fetch.slot_bytes = knobs.buffer_size * 2;
+  po.fetch.read_resource = x.param_io;
+  po.fetch.block_bytes = knobs.block_size;
+  po.fetch.queue_depth = static_cast<int32_t>(knobs.queue_depth);
+  po.fetch.coupled_reads = static_cast<int32_t>(knobs.buffer_count);
   po.fetch.params_on_gpu = !params_on_nvme;
   po.gradient_path = GradientPath::kFlushToNvme;
-  po.grad_pool = opt_pool;
-  po.grad_write_resource = opt_write;
-  po.block_bytes = block_size;
-  po.queue_depth = static_cast<int32_t>(queue_depth);
+  po.grad_pool = x.opt_pool;
+  po.grad_write_resource = x.opt_write;
+  po.block_bytes = knobs.block_size;
+  po.queue_depth = static_cast<int32_t>(knobs.queue_depth);
   po.cpu_threads = threads;
   po.reduce_bucket_elements = knobs.reduce_bucket_size;
   po.max_live_elements = knobs.max_live_parameters;
-  po.kept_for_backward = kept;
+  po.kept_for_backward = std::move(kept);
   po.grad_partition_buffer = true;  // grad_partitions_flat_buffer
   po.deepspeed_epilogue = true;     // partition_grads, then swap_out_gradients
   po.device_memory_is_host = s.hardware.node.gpu.shares_host_cores;
   po.chain_passes = !params_on_nvme;  // gathers bounded only by HBM: keep passes in order
   if (params_on_nvme && place.host_param_elements > 0) {
     po.fetch.in_host = place.param_in_host;
-    po.fetch.host_param_buffer = host_params;
+    po.fetch.host_param_buffer = x.host_params;
   }
   if (place.host_grad_elements > 0) {
     po.grad_in_host = place.grad_in_host;
-    po.host_grad_buffer = host_grads;
+    po.host_grad_buffer = x.host_grads;
   }
-  PassResult passes = TrainingPasses(b, plan, po);
+  return po;
+}
+
+// Rank r's step: DeepSpeed's optimizer swapper over the sub-groups in ascending order.
+SweepOptions ZeroSweepOptions(const ModelPlan& plan, const ZeroInfinityKnobs& knobs, const DeepSpeedPlacement& place, const RankResources& x,
+                              const PassResult& passes, int32_t norm_done, int32_t threads, int32_t r) {
+  const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
+  const bool params_on_nvme = knobs.params_on_nvme;
+  SweepOptions so;
+  so.rank = r;
+  for (int32_t g = 0; g < nsub; ++g) so.order.push_back(g);  // ascending, as DeepSpeed
+  so.pipeline_read = knobs.pipeline_read;
+  so.pipeline_write = knobs.pipeline_write;
+  so.read_resource.assign(nsub, x.opt_read[r]);
+  so.write_resource.assign(nsub, x.opt_write[r]);
+  so.opt_pool = x.opt_pool[r];
+  // Gradients are flushed at the first swap-in of the step.
+  so.first_deps = passes.grad_writes[r];
+  so.first_deps.push_back(norm_done);
+  so.pipelined_read_deps = {norm_done};
+  so.param_path = params_on_nvme ? ParamUpdatePath::kChunkedBlocking : ParamUpdatePath::kToGpu;
+  so.param_pool = x.param_pool[r];
+  so.chunk_elements = knobs.buffer_size;
+  so.param_write_resource.assign(nsub, x.param_io[r]);
+  so.block_bytes = knobs.block_size;
+  so.queue_depth = static_cast<int32_t>(knobs.queue_depth);
+  so.threads = threads;
+  if (place.host_state_elements > 0) {
+    so.cached = place.states_in_host;  // never read nor written
+    so.cache_pool = x.host_states[r];
+  }
+  if (place.host_grad_elements > 0) {
+    so.grads_in_host32 = place.subgroup_grads_in_host;
+    so.host_grad32_buffer = x.host_grads[r];
+  }
+  if (params_on_nvme && place.host_param_elements > 0) {
+    so.param_in_host = place.param_in_host;
+    so.host_param_buffer = x.host_params[r];
+  }
+  return so;
+}
+
+}  // namespace
+
+StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
+  TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs knobs, ReadZeroInfinityKnobs(s));
+  if (s.hardware.node.nvme.empty()) return InvalidArgument("hardware has no NVMe device for zero-infinity's nvme_path");
+  TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, knobs.sub_group_size, knobs.persistence, SubGroupRule::kDeepSpeed));
+  const int32_t ranks = plan.ranks;
+  const DeepSpeedPlacement place = PlaceLikeDeepSpeed(plan, knobs);
+  // DeepSpeed's reuse distance, over its trace (which starts with the forward, unit by unit):
+  // the units each forward keeps gathered for its backward.
+  const std::vector<TraceUse> trace = DeepSpeedTrace(plan, s.training.activation_checkpointing);
+  TF_RETURN_IF_ERROR(CheckParameterSwap(plan, knobs, place, trace));
+  std::vector<bool> kept(plan.units.size(), false);
+  for (size_t u = 0; u < kept.size(); ++u) kept[u] = trace[u].gap >= 0 && trace[u].gap < knobs.max_reuse_distance;
+  const int32_t threads = static_cast<int32_t>(
+      knobs.cpu_threads > 0 ? knobs.cpu_threads : std::max<int64_t>(1, s.hardware.node.cpu.cores / RanksPerNode(s, ranks)));
+  int64_t max_subgroup = 0;
+  for (const SubGroup& g : plan.subgroups) max_subgroup = std::max(max_subgroup, g.elements);
+
+  ScheduleBuilder b(s, "zero-infinity");
+  for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
+  NoteWhatStaysInHost(b, plan, knobs, place, max_subgroup);
+  const RankResources x = MakeRankResources(b, plan, knobs, place, max_subgroup);
+  const PassResult passes = TrainingPasses(b, plan, ZeroPassOptions(s, knobs, place, x, std::move(kept), threads));
 
   // Step. The global gradient norm needs every rank's gradients: backward must end first.
   std::vector<std::vector<int32_t>> norm_deps = passes.grad_copies;
   for (int32_t r = 0; r < ranks; ++r) norm_deps[r].push_back(passes.last_compute[r]);
   std::vector<int32_t> temporaries;
-  for (int32_t r = 0; overflow_temporaries && r < ranks; ++r) {
+  for (int32_t r = 0; knobs.overflow_temporaries && r < ranks; ++r) {
     const int64_t bytes = plan.rank_elements * kOverflowTemporaryBytesPerElement;
     const int32_t pool = b.Pool("host.temp.r" + std::to_string(r), b.Host(r), bytes);
     temporaries.push_back(b.Buffer("overflow_check.r" + std::to_string(r), pool, bytes));
   }
   const int32_t norm_done = GradientNorm(b, plan, norm_deps, threads, 4, temporaries);
-
   std::vector<int32_t> step_tails, refreshes;
-  const int32_t nsub = static_cast<int32_t>(plan.subgroups.size());
   for (int32_t r = 0; r < ranks; ++r) {
-    SweepOptions so;
-    so.rank = r;
-    for (int32_t g = 0; g < nsub; ++g) so.order.push_back(g);  // ascending, as DeepSpeed
-    so.pipeline_read = pipeline_read;
-    so.pipeline_write = pipeline_write;
-    so.read_resource.assign(nsub, opt_read[r]);
-    so.write_resource.assign(nsub, opt_write[r]);
-    so.opt_pool = opt_pool[r];
-    // Gradients are flushed at the first swap-in of the step.
-    so.first_deps = passes.grad_writes[r];
-    so.first_deps.push_back(norm_done);
-    so.pipelined_read_deps = {norm_done};
-    so.param_path = params_on_nvme ? ParamUpdatePath::kChunkedBlocking : ParamUpdatePath::kToGpu;
-    so.param_pool = param_pool[r];
-    so.chunk_elements = buffer_size;
-    so.param_write_resource.assign(nsub, param_io[r]);
-    so.block_bytes = block_size;
-    so.queue_depth = static_cast<int32_t>(queue_depth);
-    so.threads = threads;
-    if (place.host_state_elements > 0) {
-      so.cached = place.states_in_host;  // never read nor written
-      so.cache_pool = host_states[r];
-    }
-    if (place.host_grad_elements > 0) {
-      so.grads_in_host32 = place.subgroup_grads_in_host;
-      so.host_grad32_buffer = host_grads[r];
-    }
-    if (params_on_nvme && place.host_param_elements > 0) {
-      so.param_in_host = place.param_in_host;
-      so.host_param_buffer = host_params[r];
-    }
-    SweepResult sweep = OptimizerSweep(b, plan, so);
+    const SweepResult sweep = OptimizerSweep(b, plan, ZeroSweepOptions(plan, knobs, place, x, passes, norm_done, threads, r));
     step_tails.insert(step_tails.end(), sweep.tails.begin(), sweep.tails.end());
     refreshes.insert(refreshes.end(), sweep.resident_refreshes.begin(), sweep.resident_refreshes.end());
   }
+  // The step ends with this barrier; the next iteration's reads wait for it (step() is blocking).
+  TaskSpec step_end_spec;
+  step_end_spec.id = "step.end";
+  step_end_spec.op = Op::kBarrier;
+  step_end_spec.phase = Phase::kStep;
   step_end_spec.deps = step_tails;
   // Each rank refreshed its own part of the resident units; the step ends with them whole again.
   const int32_t gathered = GatherResident(b, plan, refreshes);
@@ -409,7 +444,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});
   for (int32_t h : passes.host_fetches) b.task(h).carried.push_back({step_end, 1});
   // Without parameter offload nothing is read: the first all-gather waits for the step instead.
-  if (!params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});
+  if (!knobs.params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});
 
   return b.Finish();
 }
