@@ -191,13 +191,9 @@ Status ImportScheduler(Section& top, std::optional<double> optimizer_lr, DeepSpe
   return Status::Ok();
 }
 
-StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
-  DeepSpeedImport out;
-  out.sets.emplace_back("policy.name", "zero-infinity");
+// The batch (micro-batch x accumulation x data-parallel ranks = train_batch_size) and clipping.
+Status ImportBatch(Section& top, DeepSpeedImport& out) {
   auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
-  Section top(&root, "", &out, &autos);
-
-  // The batch: micro-batch x accumulation x data-parallel ranks = train_batch_size.
   TF_ASSIGN_OR_RETURN(auto micro, top.Int("train_micro_batch_size_per_gpu", 1));
   TF_ASSIGN_OR_RETURN(auto gas, top.Int("gradient_accumulation_steps", 1));
   TF_ASSIGN_OR_RETURN(auto batch, top.Int("train_batch_size", 1));
@@ -213,13 +209,17 @@ StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
   }
   TF_ASSIGN_OR_RETURN(auto clip, top.Number("gradient_clipping"));
   if (clip && *clip < 0) return (InvalidArgument("gradient_clipping: " + std::to_string(*clip) + " must be >= 0"));
-  if (!clip && !root.contains("gradient_clipping")) {
+  if (!clip && top.Raw("gradient_clipping") == nullptr) {
     out.notes.push_back("default: gradient_clipping absent: DeepSpeed's default, 1.0 (since DeepSpeed PR 8068; 0 turns it off)");
     clip = 1.0;
   }
   if (clip) set("training.gradient_clipping", fmt::format("{}", *clip));
+  return Status::Ok();
+}
 
-  // Precision.
+// Precision: bf16, or fp16 with the dynamic loss scaler.
+Status ImportPrecision(Section& top, DeepSpeedImport& out) {
+  auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
   TF_ASSIGN_OR_RETURN(Section bf16, top.Child("bf16"));
   TF_ASSIGN_OR_RETURN(Section fp16, top.Child("fp16"));
   TF_ASSIGN_OR_RETURN(auto bf16_on, bf16.Bool("enabled"));
@@ -243,8 +243,12 @@ StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
     return (InvalidArgument("neither bf16.enabled nor fp16.enabled: tierflow models mixed-precision training (set bf16 or fp16)"));
   }
   bf16.Rest("not modelled");
+  return Status::Ok();
+}
 
-  // ZeRO stage 3 with NVMe offload.
+// ZeRO stage 3, parameters on NVMe or the GPU, optimizer states on NVMe.
+Status ImportZero(Section& top, DeepSpeedImport& out) {
+  auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
   TF_ASSIGN_OR_RETURN(Section zero, top.Child("zero_optimization"));
   if (!zero.present()) return (InvalidArgument("zero_optimization: missing; tierflow's zero-infinity is ZeRO stage 3 with NVMe offload"));
   TF_ASSIGN_OR_RETURN(auto stage, zero.Int("stage", 0));
@@ -305,14 +309,25 @@ StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
   opt.Ignore("pin_memory", "tierflow's buffers are pinned");
   opt.Rest("not modelled");
   zero.Rest("not modelled (the prefetch bucket, the all-gather bucket and communication overlap are tierflow's own)");
+  return Status::Ok();
+}
 
+// The aio request shape.
+Status ImportAio(Section& top, DeepSpeedImport& out) {
+  auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
   TF_ASSIGN_OR_RETURN(Section aio, top.Child("aio"));
   TF_ASSIGN_OR_RETURN(auto block, aio.Int("block_size", 1));
   if (block) set("policy.block_size", Text(*block) + " B");
   TF_ASSIGN_OR_RETURN(auto depth, aio.Int("queue_depth", 1));
   if (depth) set("policy.queue_depth", Text(*depth));
   aio.Rest("not modelled (one submission stream per handle)");
+  return Status::Ok();
+}
 
+// Adam's hyper-parameters (what tierflow run's AdamW takes: training.optimizer; --lr overrides the
+// rate) and the learning-rate schedule.
+Status ImportOptimizer(Section& top, DeepSpeedImport& out) {
+  auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
   TF_ASSIGN_OR_RETURN(Section optimizer, top.Child("optimizer"));
   TF_ASSIGN_OR_RETURN(auto type, optimizer.String("type"));
   if (type) {
@@ -320,8 +335,6 @@ StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
     for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (t != "adam" && t != "adamw") return (InvalidArgument("optimizer.type '" + *type + "': tierflow's optimizer is (CPU) Adam/AdamW"));
   }
-  // Adam's hyper-parameters: what tierflow run's AdamW takes (training.optimizer; --lr overrides
-  // the rate).
   TF_ASSIGN_OR_RETURN(Section params, optimizer.Child("params"));
   std::optional<double> optimizer_lr;
   for (const char* key : {"lr", "eps", "weight_decay"}) {
@@ -338,6 +351,18 @@ StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
   params.Rest("not modelled (tierflow's update is AdamW with decoupled weight decay)");
   optimizer.Rest("not modelled");
   TF_RETURN_IF_ERROR(ImportScheduler(top, optimizer_lr, &out));
+  return Status::Ok();
+}
+
+StatusOr<DeepSpeedImport> Import(const Json& root, const HfAutoValues& autos) {
+  DeepSpeedImport out;
+  out.sets.emplace_back("policy.name", "zero-infinity");
+  Section top(&root, "", &out, &autos);
+  TF_RETURN_IF_ERROR(ImportBatch(top, out));
+  TF_RETURN_IF_ERROR(ImportPrecision(top, out));
+  TF_RETURN_IF_ERROR(ImportZero(top, out));
+  TF_RETURN_IF_ERROR(ImportAio(top, out));
+  TF_RETURN_IF_ERROR(ImportOptimizer(top, out));
   top.Rest("not modelled");
   return out;
 }
