@@ -3,7 +3,7 @@
 //   run_setup.cc      disks, buffers, host homes, the GPU-resident home, the initial state
 //   run_state.cc      finding state in buffers, buffer memory, batches, the step's decision
 //   run_loop.cc       the dispatch loop, Start and Finish, reading state back
-//   run_checkpoint.cc the run's checkpoints
+//   run_checkpoint.cc the initial state in its homes, the checkpoints
 //   ops/              one handler per op family, and the op table (ops/op_table.cc)
 //
 // Thread safety: everything but a Job's work runs on the dispatch thread.

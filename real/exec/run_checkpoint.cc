@@ -1,9 +1,10 @@
-// A run's checkpoints (run.h): the training state saved atomically every K iterations, and
-// loaded when resuming.
+// A run's state at its start and its checkpoints (run.h): the initial state written to its homes,
+// the training state saved atomically every K iterations, and loaded when resuming.
 #include "run.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,90 @@
 #include "tierflow/real/checkpoint.h"
 
 namespace tierflow::real::exec {
+
+// Writes the initial state to every disk home the schedule names (version 0), into the host
+// homes, and sets the GPU's bf16 parameters.
+Status Run::InitialiseStores() {
+  const std::vector<float> model = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
+  std::vector<uint16_t> model16(model.size());
+  for (size_t i = 0; i < model.size(); ++i) model16[i] = Fp32ToBf16(model[i]);
+  for (const ResidentRun& r : resident_) {  // the model's elements: whole units on every rank
+    TF_RETURN_IF_ERROR(device_->H2D(r.data, model16.data() + r.begin, r.n * 2, nullptr));
+    resident_versions_.Set(r.begin, r.begin + r.n, 0);
+  }
+  // This rank's partition, in its own element space (the model's with one rank).
+  std::vector<float> master(static_cast<size_t>(space_.local_total()));
+  for (const RankSpace::Segment& seg : space_.Segments(0, space_.local_total())) {
+    std::copy_n(model.data() + seg.global, seg.n, master.data() + seg.local);
+  }
+  std::vector<uint16_t> p16(master.size());
+  for (size_t i = 0; i < master.size(); ++i) p16[i] = Fp32ToBf16(master[i]);
+  const std::vector<float> zeros(master.size(), 0.0f);
+  auto initial = [&](int kind, int64_t begin) -> const void* {
+    const std::vector<float>& moment = kind == kAdamM ? initial_[1] : initial_[2];
+    return kind == kParam16 ? static_cast<const void*>(p16.data() + begin)
+           : kind == kMaster ? static_cast<const void*>(master.data() + begin)
+           : !moment.empty() ? static_cast<const void*>(moment.data() + begin)
+                             : static_cast<const void*>(zeros.data() + begin);
+  };
+  for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {
+    const auto [buffer, offset] = host_home_[ti];
+    if (buffer == kNoIndex) continue;
+    const TensorSpec& ts = s_.tensors()[ti];
+    const int kind = KindOf(ts.kind);
+    std::memcpy(Buf(buffer).data + offset, initial(kind, ts.element_offset), static_cast<size_t>(ts.size_bytes));
+    Place(buffer, {kind, ts.element_offset, Elements(ts), offset, 0});
+  }
+  CompletionQueue done;
+  std::vector<char*> staged;
+  size_t submitted = 0;
+  for (const TensorSpec& t : s_.tensors()) {
+    const int kind = KindOf(t.kind);
+    const DiskFile& f = disk_of_device_[static_cast<size_t>(t.device)];
+    if (f.direct < 0 || kind == kGrad || kind == kGrad16) continue;
+    const int64_t n = Elements(t);
+    // Tensors overlap (a unit's range, a sub-group's): write each range once.
+    if (home_[static_cast<size_t>(t.device)][kind].Get(t.element_offset, t.element_offset + n) == 0) continue;
+    const void* src = initial(kind, t.element_offset);
+    char* block = static_cast<char*>(blocks_.Take(t.size_bytes));
+    if (block == nullptr) return ResourceExhausted("initial state: cannot allocate a staging buffer");
+    std::memcpy(block, src, static_cast<size_t>(t.size_bytes));
+    staged.push_back(block);
+    IoRequest r{IoOp::kWrite, f.fd(), t.offset_bytes, t.size_bytes, block, submitted};
+    TF_RETURN_IF_ERROR(io_->Submit({&r, 1}, &done));
+    ++submitted;
+    home_[static_cast<size_t>(t.device)][kind].Set(t.element_offset, t.element_offset + n, 0);
+  }
+  std::vector<IoCompletion> completions;
+  while (completions.size() < submitted) done.Wait(&completions, 1);
+  Status first;
+  for (const IoCompletion& c : completions) {
+    if (!c.status.ok() && first.ok()) first = c.status;
+  }
+  for (char* b : staged) blocks_.Release(b);
+  if (!first.ok()) return Status(first.code(), "writing the initial state: " + first.message());
+  return Status::Ok();
+}
+
+// A fresh host block is mapped and faulted in whole where a task takes its buffer, on the
+// dispatch thread (io_memory.h): a 200 MB parameter slot of ioc's default buffer_size took a
+// quarter of a second here, and every task in flight waited for it. Blocks kept per size for
+// reuse (BlockCache) only moved such stalls to the first time a run held one more buffer of a
+// size than before, in the second or third iteration as often as in the first, and every
+// sub-group of its own size made its own. DeepSpeed makes its swap buffers when its engine
+// starts; so does this: each host pool gets one mapping at set-up, as large as the pool's
+// buffers can hold at once (its capacity less its persistent buffers, which the dispatcher admits
+// first, and no more than every instance of its other buffers: each has one per iteration of the
+// window, each piece rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages
+// are faulted in where first touched, by the read, copy or compute that fills them, only as far as
+// the buffers use them (a 200 MB slot holding 352 KB of tiny's unit, one huge page), mostly in the
+// first iteration; faulting every mapping in here took 0.32-1.09 s per ioc run on tiny. Where
+// the arena holds every instance at once, each instance has its own piece of it for the whole
+// run (BufferState::home); else pieces are cut as buffers are taken, and a buffer the arena then
+// has no free run for (fragmentation, in a pool of several sizes) gets a block of its own, as
+// before; RunResult::host_bytes_made_in_run counts it. Cut as taken, ioc's pools on tiny with
+// sub-groups of 1e6 elements made 5 MB of blocks mid-run in one CI run and none in others: which
+// runs are free when is the dispatcher's timing.
 
 namespace {
 constexpr const char* kCheckpointName = "tierflow-run";
