@@ -98,9 +98,8 @@ Status CheckDesign(const Scenario& s, const OffloadDesign& d) {
   return Status::Ok();
 }
 
-// What the model plan must allow of a design: every offloaded partition fits a parameter slot,
-// every layer's gathered parameters the GPU prefetch window.
-Status CheckPlanFits(const ModelPlan& plan, const OffloadDesign& d) {
+// Every offloaded partition fits a parameter slot (checked before anything is built).
+Status CheckSlots(const ModelPlan& plan, const OffloadDesign& d) {
   if (d.slot_elements > 0 && d.params_on_nvme) {
     for (const ParamUnit& u : plan.units) {
       if (!u.gpu_resident && u.rank_elements > d.slot_elements) {
@@ -111,6 +110,11 @@ Status CheckPlanFits(const ModelPlan& plan, const OffloadDesign& d) {
       }
     }
   }
+  return Status::Ok();
+}
+
+// Every layer's gathered parameters fit the GPU prefetch window.
+Status CheckWindow(const ModelPlan& plan, const OffloadDesign& d) {
   if (d.gpu_window_bytes > 0) {
     // A layer's gathered parameters are held together until its compute (TrainingPasses).
     std::map<int32_t, int64_t> gathered_of_layer;
@@ -127,9 +131,10 @@ Status CheckPlanFits(const ModelPlan& plan, const OffloadDesign& d) {
   return Status::Ok();
 }
 
-// One design planned (PlanDesign), in stages: devices and placement, pools, the training passes,
-// the global gradient check, each rank's optimizer sweep, the step's end. Resources are made as
-// the stages first ask for them, in the same order as ever, so every schedule keeps its numbers.
+// One design planned (PlanDesign), in stages: devices and placement, pools (then whether each
+// layer fits the prefetch window), the training passes, the global gradient check, each rank's
+// optimizer sweep, the step's end. Resources are made as the stages first ask for them, in the
+// same order as ever, so every schedule keeps its numbers.
 class DesignPlan {
  public:
   DesignPlan(const Scenario& s, const OffloadDesign& d, ModelPlan plan)
@@ -142,7 +147,7 @@ class DesignPlan {
     Devices();
     UpdateOrder();
     Pools();
-    TF_RETURN_IF_ERROR(CheckPlanFits(plan_, d_));
+    TF_RETURN_IF_ERROR(CheckWindow(plan_, d_));
     const PassResult passes = Passes();
     const int32_t norm_done = d_.global_norm_first ? Norm(passes) : kNoIndex;
     std::vector<int32_t> step_tails, refreshes;
@@ -411,6 +416,7 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d) {
   // Sub-groups placed on several devices must not split a unit (MakeModelPlan).
   const bool spread = d.param_disks.size() > 1 || d.opt_disks.size() > 1 || d.remote_ratio > 0;
   TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, d.sub_group_size, d.persistence_threshold, spread ? SubGroupRule::kUnitsAtMost : SubGroupRule::kFlat));
+  TF_RETURN_IF_ERROR(CheckSlots(plan, d));
   return DesignPlan(s, d, std::move(plan)).Plan();
 }
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <set>
 
-#include "../store/aligned_buffer.h"
+#include "../storage/aligned_buffer.h"
 #include "tierflow/core/json_checked.h"
 #include "tierflow/real/checksum.h"
 #include "tierflow/real/pinned_arena.h"

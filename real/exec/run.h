@@ -1,6 +1,6 @@
 // One run of a schedule (executor.h's RunSchedule): the dispatch loop over the run's state
 // (run_state.h), which the op handlers (ops/op_handler.h) prepare each started task against.
-//   run_setup.cc      disks, buffers, host homes, the GPU-resident home, the initial state
+//   run_setup.cc      disks, buffers, host homes, the GPU-resident home, the host arenas
 //   run_state.cc      finding state in buffers, buffer memory, batches, the step's decision
 //   run_loop.cc       the dispatch loop, Start and Finish, reading state back
 //   run_checkpoint.cc the initial state in its homes, the checkpoints

@@ -1,5 +1,5 @@
-// A run's set-up (run.h): the disks checked and opened, buffers, host homes, the GPU-resident home, the
-// initial state written.
+// A run's set-up (run.h): the disks checked and opened, buffers, host homes, the GPU-resident home,
+// the host pools' arenas (the initial state is written by run_checkpoint.cc).
 #include "run.h"
 
 #include <algorithm>
@@ -387,6 +387,25 @@ Status Run::BindHostHomes() {
   return Status::Ok();
 }
 
+// A fresh host block is mapped and faulted in whole where a task takes its buffer, on the
+// dispatch thread (io_memory.h): a 200 MB parameter slot of ioc's default buffer_size took a
+// quarter of a second here, and every task in flight waited for it. Blocks kept per size for
+// reuse (BlockCache) only moved such stalls to the first time a run held one more buffer of a
+// size than before, in the second or third iteration as often as in the first, and every
+// sub-group of its own size made its own. DeepSpeed makes its swap buffers when its engine
+// starts; so does this: each host pool gets one mapping at set-up, as large as the pool's
+// buffers can hold at once (its capacity less its persistent buffers, which the dispatcher admits
+// first, and no more than every instance of its other buffers: each has one per iteration of the
+// window, each piece rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages
+// are faulted in where first touched, by the read, copy or compute that fills them, only as far as
+// the buffers use them (a 200 MB slot holding 352 KB of tiny's unit, one huge page), mostly in the
+// first iteration; faulting every mapping in here took 0.32-1.09 s per ioc run on tiny. Where
+// the arena holds every instance at once, each instance has its own piece of it for the whole
+// run (BufferState::home); else pieces are cut as buffers are taken, and a buffer the arena then
+// has no free run for (fragmentation, in a pool of several sizes) gets a block of its own, as
+// before; RunResult::host_bytes_made_in_run counts it. Cut as taken, ioc's pools on tiny with
+// sub-groups of 1e6 elements made 5 MB of blocks mid-run in one CI run and none in others: which
+// runs are free when is the dispatcher's timing.
 void Run::MakeHostArenas() {
   arenas_.assign(s_.pools().size(), HostArena());
   for (size_t p = 0; p < s_.pools().size(); ++p) {

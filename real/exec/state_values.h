@@ -1,4 +1,4 @@
-// The executor's state bookkeeping (run.h): the kinds of model state, the version of every
+// The executor's state bookkeeping (run_state.h): the kinds of model state, the version of every
 // element range of a kind in a place (Versions), and what a buffer holds (pieces of state at byte
 // offsets, each with its version). Values; no thread safety of their own (the dispatch thread owns
 // them).
@@ -124,7 +124,7 @@ struct BufferState {
   std::vector<Piece> pieces;
 };
 
-// Where a range of state lies in a buffer (Run::FindSpan): its first byte there, and the one
+// Where a range of state lies in a buffer (RunState::FindSpan): its first byte there, and the one
 // version of every element (Versions::kMixed when parts differ); data null when the buffer does
 // not hold the whole range.
 struct Span {

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "../store/aligned_buffer.h"
+#include "../storage/aligned_buffer.h"
 #include "tierflow/real/storage.h"
 
 namespace tierflow::real {

@@ -14,7 +14,7 @@
 //                     gradients, a tensor copied between host buffers
 //   collective_op.cc  allgather, reducescatter, allreduce over the ranks (ranks.h)
 // The dispatch loop (run_loop.cc) knows ops only through HandlerOf. A new op is one handler file
-// and its lines in op_table.cc.
+// and its lines in op_table.cc (the build compiles every ops/*.cc).
 #pragma once
 
 #include <cstddef>

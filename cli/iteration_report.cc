@@ -1,4 +1,4 @@
-#include "report.h"
+#include "iteration_report.h"
 
 #include <algorithm>
 #include <map>
