@@ -1,6 +1,6 @@
 // The CUDA kernels' per-element math (real/compute/cuda/device_math.h), run on the CPU against
-// the CPU reference: bf16 rounding bit for bit, the SwiGLU and rotary formulas, and the rotary
-// kernel's index decomposition. Needs no GPU and no CUDA toolkit, so it runs everywhere.
+// the CPU reference: bf16 rounding bit for bit, the SwiGLU and rotary formulas, the rotary
+// kernel's index decomposition, and AdamW's element bit for bit. Needs no GPU and no CUDA toolkit, so it runs everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,6 +49,46 @@ TEST(CudaDeviceMath, Bf16RoundingIsBitIdenticalToTheCpu) {
   m::Store(&cell, 0, 1.00390625f);  // exactly halfway between two bf16 values: ties to even (1.0)
   EXPECT_EQ(cell, 0x3f80u);
   EXPECT_EQ(m::Load(&cell, 0), 1.0f);
+}
+
+// The GPU's AdamW element (AdamWElement with the step's AdamWStepScalars) is cpu::AdamW's update
+// bit for bit: the formula and its order of operations, checked where no GPU is. (The GPU test
+// AdamWIsTheCpuAdamWBitForBit checks that nvcc's _rn operations keep it so.)
+TEST(CudaDeviceMath, AdamWElementIsTheCpuUpdateBitForBit) {
+  const int64_t n = 1'000'003;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> param(n), mom(n), var(n), grad(n);
+  for (int64_t i = 0; i < n; ++i) {
+    param[i] = normal(rng) * 0.02f;
+    mom[i] = normal(rng) * 1e-3f;
+    var[i] = std::abs(normal(rng)) * 1e-6f;
+    grad[i] = normal(rng) * 64.0f;
+  }
+  grad[3] = 0.0f;
+  grad[5] = 1e-40f;
+  AdamWConfig config;
+  config.lr = 3e-4f;
+  config.weight_decay = 0.1f;
+  const float grad_scale = 1.0f / 65536.0f * 0.37f;  // inverse loss scale x clip factor
+  CpuThreads threads(2);
+  std::vector<float> p = param, mo = mom, va = var;
+  std::vector<uint16_t> bf16(n);
+  for (int64_t step : {1, 2, 1000}) {
+    cpu::AdamW(param.data(), mom.data(), var.data(), grad.data(), bf16.data(), n, step, grad_scale, config, threads);
+    const AdamWStep s = AdamWStepScalars(step, config);
+    for (int64_t i = 0; i < n; ++i) {
+      const m::AdamWElementOut e = m::AdamWElement(p[i], mo[i], va[i], grad[i], grad_scale, s.beta1, s.beta2, s.one_minus_beta1,
+                                                   s.one_minus_beta2, s.eps, s.decay_factor, s.step_size, s.inv_sqrt_bc2);
+      p[i] = e.p;
+      mo[i] = e.m;
+      va[i] = e.v;
+      ASSERT_EQ(Bits(p[i]), Bits(param[i])) << "step " << step << " element " << i;
+      ASSERT_EQ(Bits(mo[i]), Bits(mom[i])) << "step " << step << " element " << i;
+      ASSERT_EQ(Bits(va[i]), Bits(var[i])) << "step " << step << " element " << i;
+      ASSERT_EQ(m::Fp32ToBf16Bits(p[i]), bf16[i]) << "step " << step << " element " << i;
+    }
+  }
 }
 
 TEST(CudaDeviceMath, SwiGluMatchesTheCpuReference) {

@@ -20,6 +20,22 @@ uint16_t Fp32ToBf16(float x) {
 
 float Bf16ToFp32(uint16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
 
+AdamWStep AdamWStepScalars(int64_t step, const AdamWConfig& c) {
+  TF_CHECK(step >= 1);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(step));
+  AdamWStep s;
+  s.beta1 = c.beta1;
+  s.beta2 = c.beta2;
+  s.eps = c.eps;
+  s.one_minus_beta1 = 1.0f - c.beta1;
+  s.one_minus_beta2 = 1.0f - c.beta2;
+  s.step_size = static_cast<float>(c.lr / bc1);
+  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  s.decay_factor = 1.0f - c.lr * c.weight_decay;
+  return s;
+}
+
 uint16_t Fp32ToFp16(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint32_t sign = (bits >> 16) & 0x8000u;
@@ -114,10 +130,9 @@ GradCheck OverflowCheckAndNorm(const float* grad, int64_t n, float grad_scale,
 namespace {
 
 void AdamWRange(float* __restrict param, float* __restrict m, float* __restrict v,
-                const float* __restrict grad, uint16_t* __restrict bf16, int64_t n, float beta1, float beta2, float eps, float decay_factor, float step_size,
-                float inv_sqrt_bc2, float grad_scale) {
-  const float one_minus_beta1 = 1.0f - beta1;
-  const float one_minus_beta2 = 1.0f - beta2;
+                const float* __restrict grad, uint16_t* __restrict bf16, int64_t n, const AdamWStep& s, float grad_scale) {
+  const float beta1 = s.beta1, beta2 = s.beta2, eps = s.eps, one_minus_beta1 = s.one_minus_beta1, one_minus_beta2 = s.one_minus_beta2;
+  const float decay_factor = s.decay_factor, step_size = s.step_size, inv_sqrt_bc2 = s.inv_sqrt_bc2;
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] * grad_scale;
     const float mi = beta1 * m[i] + one_minus_beta1 * g;
@@ -140,20 +155,14 @@ void AdamWRange(float* __restrict param, float* __restrict m, float* __restrict 
 
 void AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n,
            int64_t step, float grad_scale, const AdamWConfig& c, CpuThreads& threads) {
-  TF_CHECK(step >= 1);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(step));
-  const float step_size = static_cast<float>(c.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  const float decay_factor = 1.0f - c.lr * c.weight_decay;
+  const AdamWStep s = AdamWStepScalars(step, c);
   // Chunks are cache-line multiples (16 floats) so that threads never share a line.
   const int64_t lines = (n + 15) / 16;
   threads.ParallelFor(lines, 1024, [&](int64_t begin, int64_t end) {
     const int64_t first = begin * 16;
     const int64_t last = std::min(n, end * 16);
     AdamWRange(param + first, m + first, v + first, grad + first,
-               bf16_param != nullptr ? bf16_param + first : nullptr, last - first, c.beta1,
-               c.beta2, c.eps, decay_factor, step_size, inv_sqrt_bc2, grad_scale);
+               bf16_param != nullptr ? bf16_param + first : nullptr, last - first, s, grad_scale);
   });
 }
 

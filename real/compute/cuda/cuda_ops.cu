@@ -346,6 +346,18 @@ __global__ void ToFp32Kernel(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) dst[i] = math::Bf16BitsToFp32(src[i]);
 }
 
+__global__ void AdamWKernel(float* param, float* m, float* v, const float* grad, uint16_t* bf16, int64_t n, float grad_scale,
+                            AdamWStep s) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    const math::AdamWElementOut e = math::AdamWElement(param[i], m[i], v[i], grad[i], grad_scale, s.beta1, s.beta2, s.one_minus_beta1,
+                                                       s.one_minus_beta2, s.eps, s.decay_factor, s.step_size, s.inv_sqrt_bc2);
+    param[i] = e.p;
+    m[i] = e.m;
+    v[i] = e.v;
+    if (bf16 != nullptr) bf16[i] = math::Fp32ToBf16Bits(e.p);
+  }
+}
+
 __global__ void RoundToBf16Kernel(float* x, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) x[i] = math::Bf16BitsToFp32(math::Fp32ToBf16Bits(x[i]));
 }
@@ -637,6 +649,13 @@ Status Fp32ToBf16(const Context& ctx, uint16_t* dst, const float* src, int64_t n
 
 Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n) {
   return LaunchElementwise(ctx, "bf16 to fp32", "ToFp32Kernel", ToFp32Kernel, n, dst, src, n);
+}
+
+Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
+             float grad_scale, const AdamWConfig& config) {
+  if (step < 1) return InvalidArgument("AdamW: step " + std::to_string(step) + " must be >= 1");
+  return LaunchElementwise(ctx, "AdamW", "AdamWKernel", AdamWKernel, n, param, m, v, grad, bf16_param, n, grad_scale,
+                           AdamWStepScalars(step, config));
 }
 
 Status RoundToBf16(const Context& ctx, float* x, int64_t n) {

@@ -102,6 +102,62 @@ TF_HD RopeAt RopePair(int64_t i, int64_t seq, int64_t heads, int64_t half) {
   return {nh * 2 * half + j, t * half + j};
 }
 
+// Single operations rounded to nearest on their own: nvcc may fuse a multiply and an add into one
+// FMA (-fmad=true, its default), which the CPU reference, compiled with -ffp-contract=off, never
+// does. The _rn intrinsics are never fused; on the host, plain operators in a file compiled with
+// -ffp-contract=off.
+TF_HD float MulRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TF_HD float AddRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+TF_HD float SubRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+TF_HD float DivRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+TF_HD float SqrtRn(float a) {
+#ifdef __CUDA_ARCH__
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// One element of AdamW (tierflow::real::AdamWStep states the formula and the scalars): the same
+// operations in the same order as cpu::AdamW, each rounded on its own, so that the GPU's update is
+// the CPU's bit for bit.
+struct AdamWElementOut {
+  float p, m, v;
+};
+TF_HD AdamWElementOut AdamWElement(float p, float m, float v, float grad, float grad_scale, float beta1, float beta2,
+                                   float one_minus_beta1, float one_minus_beta2, float eps, float decay_factor, float step_size,
+                                   float inv_sqrt_bc2) {
+  const float g = MulRn(grad, grad_scale);
+  const float mi = AddRn(MulRn(beta1, m), MulRn(one_minus_beta1, g));
+  const float vi = AddRn(MulRn(beta2, v), MulRn(one_minus_beta2, MulRn(g, g)));
+  const float denom = AddRn(MulRn(SqrtRn(vi), inv_sqrt_bc2), eps);
+  return {SubRn(MulRn(p, decay_factor), MulRn(step_size, DivRn(mi, denom))), mi, vi};
+}
+
 // The element of a causal row's softmax backward: p * (dp - sum_s p dp) * scale.
 TF_HD float SoftmaxGrad(float p, float dp, float weighted, float scale) { return p * (dp - weighted) * scale; }
 

@@ -31,6 +31,21 @@ struct AdamWConfig {
   float weight_decay = 0.0f;
 };
 
+// One step's scalars, the same for every back-end (cpu::AdamW, cuda::AdamW): the bias
+// corrections in double, rounded once to float; the decay factor and the betas' complements in
+// float. The update of each element is then, every operation rounded on its own (no fused
+// multiply-add):
+//   g = grad * grad_scale;  m = beta1 m + one_minus_beta1 g;  v = beta2 v + one_minus_beta2 (g g)
+//   p = p decay_factor - step_size (m / (sqrt(v) inv_sqrt_bc2 + eps))
+struct AdamWStep {
+  float beta1, beta2, eps;
+  float one_minus_beta1, one_minus_beta2;
+  float step_size;     // lr / (1 - beta1^t)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
+  float decay_factor;  // 1 - lr wd
+};
+AdamWStep AdamWStepScalars(int64_t step, const AdamWConfig& config);
+
 // Round-to-nearest-even fp32 -> bf16 (NaN stays a quiet NaN), and the exact widening.
 uint16_t Fp32ToBf16(float x);
 float Bf16ToFp32(uint16_t x);

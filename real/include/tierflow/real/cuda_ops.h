@@ -143,6 +143,12 @@ StatusOr<cpu::GradCheck> OverflowCheckAndNorm(const Context& ctx, const float* g
 // dst[i] = bf16(src[i]) (round to nearest even, as Fp32ToBf16), and back (exact).
 Status Fp32ToBf16(const Context& ctx, uint16_t* dst, const float* src, int64_t n);
 Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n);
+// One AdamW step (t = step >= 1) on n elements of device memory, bit for bit cpu::AdamW's: the
+// same scalars (AdamWStepScalars) and the same operations in the same order, none fused
+// (device_math.h AdamWElement). grad_scale is the inverse loss scale times the clip factor;
+// bf16_param (optional) receives the rounded parameters.
+Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
+             float grad_scale, const AdamWConfig& config);
 // In place: x[i] rounded to bf16 precision, kept fp32 (cpu::RoundToBf16).
 Status RoundToBf16(const Context& ctx, float* x, int64_t n);
 
