@@ -152,8 +152,9 @@ class Campaign {
   // stream, windows three disk repetitions long, two rounds at most (an emulated GPU only: its
   // compute is what shares the cores with the I/O path).
   void HostSteps() {
-    for (const auto& [file, which] : {std::pair{"copy", HostProbe::kCopy}, {"optimizer", HostProbe::kOptimizer},
+    for (const auto& [file, kind] : {std::pair{"copy", HostProbe::kCopy}, {"optimizer", HostProbe::kOptimizer},
                                       {"memory", HostProbe::kMemory}, {"dispatch", HostProbe::kDispatch}}) {
+      const HostProbe which = kind;  // a structured binding is not captured before clang 16
       steps_.push_back({file, file, [this, which](const real::HostProbeOptions& o) { return RunHostProbe(which, host_, o); }});
     }
     io_cpu_ = host_.compute == "cpu";

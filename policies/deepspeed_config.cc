@@ -246,7 +246,7 @@ Status ImportPrecision(Section& top, DeepSpeedImport& out) {
   return Status::Ok();
 }
 
-// ZeRO stage 3, parameters on NVMe or the GPU, optimizer states on NVMe.
+// ZeRO stage 3, parameters on NVMe or the GPU, optimizer states on NVMe or in host memory.
 Status ImportZero(Section& top, DeepSpeedImport& out) {
   auto set = [&](const std::string& key, const std::string& value) { out.sets.emplace_back(key, value); };
   TF_ASSIGN_OR_RETURN(Section zero, top.Child("zero_optimization"));
@@ -290,22 +290,37 @@ Status ImportZero(Section& top, DeepSpeedImport& out) {
   param.Rest("not modelled");
   TF_ASSIGN_OR_RETURN(Section opt, zero.Child("offload_optimizer"));
   TF_ASSIGN_OR_RETURN(auto opt_device, opt.String("device"));
-  if (opt_device.value_or("none") != "nvme") {
-    return (InvalidArgument("zero_optimization.offload_optimizer.device '" + opt_device.value_or("none") +
-                                  "': zero-infinity keeps the optimizer states on NVMe ('nvme')" +
-                                  (opt_device.value_or("") == "cpu" ? "; states in CPU memory (ZeRO-Offload) are not modelled" : "")));
+  const std::string odev = opt_device.value_or("none");
+  if (odev == "cpu") {
+    // ZeRO-Offload: the states in host memory, the update on the CPU. ZeRO-Offload++'s ratio
+    // (the share of the states updated on the CPU; the rest on the GPU) is modelled at 1 only.
+    TF_ASSIGN_OR_RETURN(auto ratio, opt.Number("ratio"));
+    if (ratio && *ratio != 1.0) {
+      return InvalidArgument(fmt::format("zero_optimization.offload_optimizer.ratio {}: a share of the update on the GPU (ZeRO-Offload++) is "
+                                         "not modelled yet; ratio 1 (every state updated on the CPU) is",
+                                         *ratio));
+    }
+    set("policy.offload_optimizer", "cpu");
+    for (const char* key : {"nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "fast_init"}) {
+      opt.Ignore(key, "DeepSpeed reads it with device 'nvme' only");
+    }
+  } else if (odev != "nvme") {
+    return InvalidArgument("zero_optimization.offload_optimizer.device '" + odev +
+                           "': zero-infinity keeps the optimizer states on NVMe ('nvme') or in host memory ('cpu')" +
+                           (odev == "none" ? "; states on the GPU are not modelled" : ""));
+  } else {
+    TF_ASSIGN_OR_RETURN(auto opt_path, opt.String("nvme_path"));
+    if (opt_path && !nvme_path.empty() && *opt_path != nvme_path) {
+      return InvalidArgument("offload_param.nvme_path '" + nvme_path + "' and offload_optimizer.nvme_path '" + *opt_path +
+                             "' differ: zero-infinity puts both on one disk (nvme0); plan several disks with policy ioc or tierflow");
+    }
+    TF_ASSIGN_OR_RETURN(auto opt_count, opt.Int("buffer_count", 1));
+    if (opt_count) set("policy.optimizer_buffer_count", Text(*opt_count));
+    TF_ASSIGN_OR_RETURN(auto pipeline_read, opt.Bool("pipeline_read"));
+    if (pipeline_read) set("policy.pipeline_read", Text(*pipeline_read));
+    TF_ASSIGN_OR_RETURN(auto pipeline_write, opt.Bool("pipeline_write"));
+    if (pipeline_write) set("policy.pipeline_write", Text(*pipeline_write));
   }
-  TF_ASSIGN_OR_RETURN(auto opt_path, opt.String("nvme_path"));
-  if (opt_path && !nvme_path.empty() && *opt_path != nvme_path) {
-    return (InvalidArgument("offload_param.nvme_path '" + nvme_path + "' and offload_optimizer.nvme_path '" + *opt_path +
-                                  "' differ: zero-infinity puts both on one disk (nvme0); plan several disks with policy ioc or tierflow"));
-  }
-  TF_ASSIGN_OR_RETURN(auto opt_count, opt.Int("buffer_count", 1));
-  if (opt_count) set("policy.optimizer_buffer_count", Text(*opt_count));
-  TF_ASSIGN_OR_RETURN(auto pipeline_read, opt.Bool("pipeline_read"));
-  if (pipeline_read) set("policy.pipeline_read", Text(*pipeline_read));
-  TF_ASSIGN_OR_RETURN(auto pipeline_write, opt.Bool("pipeline_write"));
-  if (pipeline_write) set("policy.pipeline_write", Text(*pipeline_write));
   opt.Ignore("pin_memory", "tierflow's buffers are pinned");
   opt.Rest("not modelled");
   zero.Rest("not modelled (the prefetch bucket, the all-gather bucket and communication overlap are tierflow's own)");

@@ -24,6 +24,9 @@ struct ZeroInfinityKnobs {
   int64_t persistence = 100000;              // zero_optimization.stage3_param_persistence_threshold
   int64_t cpu_threads = 0;                   // tierflow's: CPU Adam threads per rank (0: cores / ranks per node)
   bool params_on_nvme = true;                // offload_param.device nvme (or none)
+  // offload_optimizer.device nvme, or cpu (ZeRO-Offload): every sub-group's states, and so its
+  // fp32 gradients, in host memory, never swapped.
+  bool states_on_nvme = true;
   int64_t max_in_cpu = 1000000000;           // offload_param.max_in_cpu (elements)
   int64_t reduce_bucket_size = 500000000;    // zero_optimization.reduce_bucket_size (elements)
   int64_t max_live_parameters = 1000000000;  // zero_optimization.stage3_max_live_parameters (elements)

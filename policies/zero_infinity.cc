@@ -7,6 +7,8 @@
 //    sub-group below it stay in host memory, and so does a gradient below it (or of such a
 //    sub-group);
 //  - one nvme_path: every rank's parameters, gradients and optimizer states on nvme0;
+//  - offload_optimizer.device cpu (ZeRO-Offload): every sub-group's states, and its fp32
+//    gradients, in host memory (none swapped), the update on the CPU as with nvme;
 //  - parameter partitions read into `buffer_count` pinned slots of `buffer_size` elements each
 //    (every slot sized for the largest partition), the read-ahead bounded by free slots;
 //  - the all-gather of a parameter waits for ALL reads outstanding on the rank's aio handle;
@@ -54,6 +56,8 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(k.cpu_threads, knobs.Int("cpu_threads", k.cpu_threads, 0, 1024));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   k.params_on_nvme = offload_param == "nvme";
+  TF_ASSIGN_OR_RETURN(const std::string offload_optimizer, knobs.String("offload_optimizer", "nvme", {"nvme", "cpu"}));
+  k.states_on_nvme = offload_optimizer == "nvme";
   TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu, 0, int64_t{1} << 50));
   TF_ASSIGN_OR_RETURN(k.reduce_bucket_size, knobs.Int("reduce_bucket_size", k.reduce_bucket_size, 1, int64_t{1} << 50));
   TF_ASSIGN_OR_RETURN(k.max_live_parameters, knobs.Int("max_live_parameters", k.max_live_parameters, 1, int64_t{1} << 50));
@@ -91,7 +95,8 @@ DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityK
     group_of[u] = g;
   }
   for (size_t g = 0; g < nsub; ++g) {
-    p.states_in_host[g] = plan.subgroups[g].elements * 4 < min_aio_bytes;  // _swappable_optimizer_subgroup
+    // _swappable_optimizer_subgroup; with offload_optimizer cpu nothing is swapped.
+    p.states_in_host[g] = !k.states_on_nvme || plan.subgroups[g].elements * 4 < min_aio_bytes;
     if (p.states_in_host[g]) p.host_state_elements += plan.subgroups[g].elements;
   }
   // A sub-group's gradients are read back as one piece: they stay in host memory only if every
@@ -251,7 +256,7 @@ Status CheckParameterSwap(const ModelPlan& plan, const ZeroInfinityKnobs& knobs,
 void NoteWhatStaysInHost(ScheduleBuilder& b, const ModelPlan& plan, const ZeroInfinityKnobs& knobs, const DeepSpeedPlacement& place,
                          int64_t max_subgroup) {
   const int64_t swap_minimum = std::max<int64_t>(int64_t{1} << 20, knobs.block_size);
-  if (std::none_of(place.states_in_host.begin(), place.states_in_host.end(), [](bool in_host) { return !in_host; })) {
+  if (knobs.states_on_nvme && std::none_of(place.states_in_host.begin(), place.states_in_host.end(), [](bool in_host) { return !in_host; })) {
     b.Meta("note.optimizer_states", "no optimizer state goes to NVMe: DeepSpeed swaps a sub-group's states only when they take at least " +
                        FormatBytes(static_cast<double>(swap_minimum)) + " (its swap minimum, or policy.block_size), and every sub-group here is " +
                        "smaller (at most " + std::to_string(max_subgroup) + " elements, policy.sub_group_size " + std::to_string(knobs.sub_group_size) +
@@ -278,8 +283,8 @@ RankResources MakeRankResources(ScheduleBuilder& b, const ModelPlan& plan, const
   const bool params_on_nvme = knobs.params_on_nvme, pin_rounding = knobs.pin_rounding;
   RankResources x;
   x.param_io.resize(ranks);
-  x.opt_read.resize(ranks);
-  x.opt_write.resize(ranks);
+  x.opt_read.assign(ranks, kNoIndex);
+  x.opt_write.assign(ranks, kNoIndex);
   x.param_pool.resize(ranks);
   x.opt_pool.resize(ranks);
   x.host_params.assign(ranks, kNoIndex);
@@ -289,10 +294,12 @@ RankResources MakeRankResources(ScheduleBuilder& b, const ModelPlan& plan, const
       std::max<int64_t>(knobs.optimizer_buffer_count, (knobs.pipeline_read || knobs.pipeline_write) ? 12 : 4));
   for (int32_t r = 0; r < ranks; ++r) {
     const std::string R = ".r" + std::to_string(r);
-    const std::string nvme = b.Nvme(r, 0);  // DeepSpeed's nvme_path: the rank's node's first disk
-    if (params_on_nvme) x.param_io[r] = b.Resource(nvme + R + ".param", nvme);
-    x.opt_read[r] = b.Resource(nvme + R + ".opt_read", nvme);
-    x.opt_write[r] = b.Resource(nvme + R + ".opt_write", nvme);
+    if (params_on_nvme || knobs.states_on_nvme) {  // without either, no disk at all
+      const std::string nvme = b.Nvme(r, 0);  // DeepSpeed's nvme_path: the rank's node's first disk
+      if (params_on_nvme) x.param_io[r] = b.Resource(nvme + R + ".param", nvme);
+      x.opt_read[r] = b.Resource(nvme + R + ".opt_read", nvme);
+      x.opt_write[r] = b.Resource(nvme + R + ".opt_write", nvme);
+    }
     x.param_pool[r] = params_on_nvme ? PinnedPool(b, r, "host.pinned.param" + R, knobs.buffer_count * knobs.buffer_size * 2, pin_rounding)
                                      : PinnedPool(b, r, "host.pinned.p16" + R, 2 * max_subgroup * 2, pin_rounding);
     x.opt_pool[r] = PinnedPool(b, r, "host.pinned.opt" + R, opt_slots * max_subgroup * 4, pin_rounding);
@@ -393,7 +400,9 @@ SweepOptions ZeroSweepOptions(const ModelPlan& plan, const ZeroInfinityKnobs& kn
 
 StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs knobs, ReadZeroInfinityKnobs(s));
-  if (s.hardware.node.nvme.empty()) return InvalidArgument("hardware has no NVMe device for zero-infinity's nvme_path");
+  if (s.hardware.node.nvme.empty() && (knobs.params_on_nvme || knobs.states_on_nvme)) {
+    return InvalidArgument("hardware has no NVMe device for zero-infinity's nvme_path (offload_param and offload_optimizer cpu or none need none)");
+  }
   TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, knobs.sub_group_size, knobs.persistence, SubGroupRule::kDeepSpeed));
   const int32_t ranks = plan.ranks;
   const DeepSpeedPlacement place = PlaceLikeDeepSpeed(plan, knobs);

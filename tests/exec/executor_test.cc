@@ -214,12 +214,21 @@ TEST(Executor, CachedStatesOverlapAndGpuResidentParametersReproduceTheInMemoryWe
       {"policy.name=mlp-offload", "policy.sub_group_size=1e6", "policy.cache_mode=alternate", "policy.offload_param=nvme"},
       // 17 sub-groups: every third on the remote tier, the last five of each path cached.
       {"policy.name=mlp-offload", "policy.sub_group_size=2e5"},
+      // zero-infinity as ZeRO-Offload: every state and fp32 gradient in host memory, with the
+      // parameters on NVMe and on the GPU.
+      {"policy.name=zero-infinity", "policy.offload_optimizer=cpu"},
+      {"policy.name=zero-infinity", "policy.offload_optimizer=cpu", "policy.offload_param=none"},
   };
   for (const auto& sets : cases) {
     std::string label;
     for (const std::string& set : sets) label += set + " ";
     TempDir root("mechanisms");
     const Schedule schedule = ExpectReproduces(sets, config, *reference, label, &root);
+    if (std::find(sets.begin(), sets.end(), "policy.offload_optimizer=cpu") != sets.end()) {
+      EXPECT_FALSE(HasTask(schedule, Op::kRead, "read.states")) << "no state is read from the disk";
+      EXPECT_FALSE(HasTask(schedule, Op::kWrite, "write.grad.")) << "no gradient is flushed to it";
+      EXPECT_TRUE(HasPersistentBuffer(schedule, "states.")) << "host memory holds the states";
+    }
     if (sets.back() == "policy.sub_group_size=2e5") {
       EXPECT_GT(fs::file_size(root.str() + "/remote0/tierflow-run.store"), 0u) << "the remote tier holds state";
       EXPECT_TRUE(HasPersistentBuffer(schedule, "states.")) << "and host memory caches some";

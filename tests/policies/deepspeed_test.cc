@@ -2,6 +2,7 @@
 // ignored or taken at DeepSpeed's default, refused with its rule; an exported scenario imports
 // back to the same knobs and training.
 #include "tierflow/policies/deepspeed.h"
+#include "tierflow/policies/policy.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -216,8 +217,10 @@ TEST(DeepSpeedImport, RefusesWhatZeroInfinityIsNot) {
             "train_batch_size 8 is not a multiple of train_micro_batch_size_per_gpu x gradient_accumulation_steps = 3"},
            {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "nvme"}}})",
             "offload_param.device 'cpu': zero-infinity keeps parameters on NVMe ('nvme') or on the GPU ('none'); parameters in CPU memory"},
-           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})",
-            "offload_optimizer.device 'cpu': zero-infinity keeps the optimizer states on NVMe ('nvme'); states in CPU memory"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "none"}}})",
+            "offload_optimizer.device 'none': zero-infinity keeps the optimizer states on NVMe ('nvme') or in host memory ('cpu'); states on the GPU"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+            "offload_optimizer.ratio 0.3: a share of the update on the GPU (ZeRO-Offload++) is not modelled yet"},
            {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/a"},
               "offload_optimizer": {"device": "nvme", "nvme_path": "/b"}}})",
             "offload_param.nvme_path '/a' and offload_optimizer.nvme_path '/b' differ"},
@@ -232,6 +235,47 @@ TEST(DeepSpeedImport, RefusesWhatZeroInfinityIsNot) {
     EXPECT_EQ(d.status().message().rfind("ds.json: ", 0), 0u) << d.status().message();
     EXPECT_NE(d.status().message().find(c.message), std::string::npos) << d.status().message();
   }
+}
+
+// ZeRO-Offload (offload_optimizer.device cpu) is zero-infinity with every sub-group's states in
+// host memory: imported as policy.offload_optimizer cpu (the nvme-only keys said ignored, a ratio
+// of 1 taken), planned with no optimizer state or gradient on the disk, exported back as device cpu.
+TEST(DeepSpeedImport, ZeroOffloadsCpuOptimizerIsPlannedInHostMemoryAndExportedBack) {
+  const std::string json = R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "nvme", "nvme_path": "/n"},
+      "offload_optimizer": {"device": "cpu", "pin_memory": true, "ratio": 1.0, "buffer_count": 4}}})";
+  const DeepSpeedImport d = ImportOk(json);
+  EXPECT_EQ(Sets(d).at("policy.offload_optimizer"), "cpu");
+  EXPECT_EQ(Sets(d).count("policy.optimizer_buffer_count"), 0u);
+  EXPECT_TRUE(HasNote(d, "ignored: zero_optimization.offload_optimizer.buffer_count: DeepSpeed reads it with device 'nvme' only"));
+  std::vector<std::string> sets;
+  for (const auto& [k, v] : d.sets) sets.push_back(k + "=" + v);
+  auto s = LoadScenarioText("name: t\nmodel: {preset: tiny}\nhardware: {preset: a100x4-1nvme}\n", sets);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto cpu = Plan(*s);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  auto nvme_scenario = *s;
+  nvme_scenario.knobs = Knobs(std::map<std::string, std::string>{{"offload_optimizer", "nvme"}});
+  auto nvme = Plan(nvme_scenario);
+  ASSERT_TRUE(nvme.ok()) << nvme.status().ToString();
+  // The control: the same model with states on NVMe moves them; with cpu nothing of the step
+  // touches the disk.
+  auto step_io = [](const Schedule& schedule) {
+    int64_t n = 0;
+    for (const TaskSpec& t : schedule.tasks()) {
+      if ((t.op == Op::kRead || t.op == Op::kWrite) && (t.id.find("states") != std::string::npos || t.id.find("grad") != std::string::npos)) ++n;
+    }
+    return n;
+  };
+  EXPECT_GT(step_io(*nvme), 0);
+  EXPECT_EQ(step_io(*cpu), 0);
+  std::vector<std::string> notes;
+  auto back = ExportDeepSpeedConfig(*s, "/n", &notes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto exported = nlohmann::json::parse(*back);
+  EXPECT_EQ(exported["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_FALSE(exported["zero_optimization"]["offload_optimizer"].contains("nvme_path"));
+  EXPECT_EQ(Sets(ImportOk(*back)).at("policy.offload_optimizer"), "cpu");
 }
 
 TEST(DeepSpeedExport, ImportsBackToTheSameKnobsAndTraining) {
