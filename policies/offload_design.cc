@@ -158,7 +158,7 @@ class DesignPlan {
       refreshes.insert(refreshes.end(), sweep.resident_refreshes.begin(), sweep.resident_refreshes.end());
       param_done[r] = sweep.param_done;
     }
-    EndStep(passes, step_tails, refreshes, param_done);
+    WaitForTheStep(passes, step_tails, refreshes, param_done);
     return b_.Finish();
   }
 
@@ -358,18 +358,9 @@ class DesignPlan {
   }
 
   // The step's end, and what the next iteration's parameters wait for.
-  void EndStep(const PassResult& passes, const std::vector<int32_t>& step_tails, const std::vector<int32_t>& refreshes,
+  void WaitForTheStep(const PassResult& passes, const std::vector<int32_t>& step_tails, const std::vector<int32_t>& refreshes,
                const std::vector<std::vector<int32_t>>& param_done) {
-    TaskSpec end;
-    end.id = "step.end";
-    end.op = Op::kBarrier;
-    end.phase = Phase::kStep;
-    end.deps = step_tails;
-    // Each rank refreshed its own part of the resident units; the step ends with them whole again.
-    const int32_t gathered = GatherResident(b_, plan_, refreshes);
-    if (gathered != kNoIndex) end.deps.push_back(gathered);
-    const int32_t step_end = b_.Task(std::move(end));
-    for (int32_t c : passes.resident_computes) b_.task(c).carried.push_back({step_end, 1});
+    const int32_t step_end = StepEnd(b_, plan_, passes, step_tails, refreshes);
     if (d_.blocking_step || !d_.params_on_nvme) {
       for (int32_t read : passes.reads) b_.task(read).carried.push_back({step_end, 1});
       if (!d_.params_on_nvme && !passes.gathers.empty()) b_.task(passes.gathers.front()).carried.push_back({step_end, 1});

@@ -111,6 +111,12 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
 // as they are fetched.)
 int32_t GatherResident(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& refreshes);
 
+// The step's end: a barrier after `tails` and after GatherResident of `refreshes`; the next
+// iteration's computes of GPU-resident units (passes.resident_computes) carry a dep on it.
+// Returns the barrier, for what else of the next iteration waits for the step.
+int32_t StepEnd(ScheduleBuilder& b, const ModelPlan& plan, const PassResult& passes, const std::vector<int32_t>& tails,
+                const std::vector<int32_t>& refreshes);
+
 // The sub-groups a unit's partition overlaps (indices into plan.subgroups).
 std::vector<int32_t> SubGroupsOfUnit(const ModelPlan& plan, int32_t unit);
 

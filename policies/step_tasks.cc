@@ -82,4 +82,19 @@ std::vector<std::vector<int32_t>> SubGroupGradientDeps(const ModelPlan& plan, co
   return deps;
 }
 
+int32_t StepEnd(ScheduleBuilder& b, const ModelPlan& plan, const PassResult& passes, const std::vector<int32_t>& tails,
+                const std::vector<int32_t>& refreshes) {
+  TaskSpec end;
+  end.id = "step.end";
+  end.op = Op::kBarrier;
+  end.phase = Phase::kStep;
+  end.deps = tails;
+  // Each rank refreshed its own part of the resident units; the step ends with them whole again.
+  const int32_t gathered = GatherResident(b, plan, refreshes);
+  if (gathered != kNoIndex) end.deps.push_back(gathered);
+  const int32_t step_end = b.Task(std::move(end));
+  for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});
+  return step_end;
+}
+
 }  // namespace tierflow::policies

@@ -439,18 +439,9 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
     step_tails.insert(step_tails.end(), sweep.tails.begin(), sweep.tails.end());
     refreshes.insert(refreshes.end(), sweep.resident_refreshes.begin(), sweep.resident_refreshes.end());
   }
-  // The step ends with this barrier; the next iteration's reads wait for it (step() is blocking).
-  TaskSpec step_end_spec;
-  step_end_spec.id = "step.end";
-  step_end_spec.op = Op::kBarrier;
-  step_end_spec.phase = Phase::kStep;
-  step_end_spec.deps = step_tails;
-  // Each rank refreshed its own part of the resident units; the step ends with them whole again.
-  const int32_t gathered = GatherResident(b, plan, refreshes);
-  if (gathered != kNoIndex) step_end_spec.deps.push_back(gathered);
-  const int32_t step_end = b.Task(std::move(step_end_spec));
+  // The next iteration's reads wait for the step's end (step() is blocking).
+  const int32_t step_end = StepEnd(b, plan, passes, step_tails, refreshes);
   for (int32_t read : passes.reads) b.task(read).carried.push_back({step_end, 1});
-  for (int32_t c : passes.resident_computes) b.task(c).carried.push_back({step_end, 1});
   for (int32_t h : passes.host_fetches) b.task(h).carried.push_back({step_end, 1});
   // Without parameter offload nothing is read: the first all-gather waits for the step instead.
   if (!knobs.params_on_nvme && !passes.gathers.empty()) b.task(passes.gathers.front()).carried.push_back({step_end, 1});

@@ -121,7 +121,7 @@ void Run::Finish(Job& job, const TaskSpec& t) {
   }
   if (comm_ != nullptr) r.rank = comm_->rank();  // this rank's view of a collective, too
   result_.records.push_back(std::move(r));
-  for (int32_t b : t.frees) GiveBuffer(Buf(b));
+  for (int32_t b : t.frees) ReturnBuffer(Buf(b), /*for_good=*/false);
   job.sink.reset();
 }
 

@@ -32,7 +32,7 @@ RunState::RunState(const Schedule& s, const TrainConfig& config, const RunOption
           }) {}
 
 RunState::~RunState() {
-  for (BufferState& b : buffers_) ReleaseBuffer(b);
+  for (BufferState& b : buffers_) ReturnBuffer(b, /*for_good=*/true);
   for (HostArena& a : arenas_) {
     if (a.base() == nullptr) continue;
     if (device_) device_->UnregisterHost(a.base());
@@ -202,27 +202,17 @@ Status RunState::TakeBuffer(BufferState& buf, const std::string& name) {
   return Status::Ok();
 }
 
-void RunState::GiveBuffer(BufferState& buf) {
-  if (buf.data == nullptr) return;
-  if (buf.on_gpu) {
-    device_->Free(buf.data);
-  } else if (buf.data != buf.home) {  // a home stays the buffer's
-    if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
-    else blocks_.Give(buf.data);
-  }
-  buf.data = nullptr;
-  buf.pieces.clear();
-}
-
-void RunState::ReleaseBuffer(BufferState& buf) {
+void RunState::ReturnBuffer(BufferState& buf, bool for_good) {
   if (buf.data == nullptr || (buf.on_gpu && !device_)) return;
   if (buf.on_gpu) {
     device_->Free(buf.data);
   } else if (buf.data != buf.home) {  // a home stays the buffer's
     if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
-    else blocks_.Release(buf.data);
+    else if (for_good) blocks_.Release(buf.data);
+    else blocks_.Give(buf.data);
   }
   buf.data = nullptr;
+  buf.pieces.clear();
 }
 
 HostArena* RunState::ArenaHolding(const BufferState& buf) {

@@ -176,10 +176,10 @@ class RunState {
     return static_cast<size_t>(ctx_iteration_ % window_) * n + static_cast<size_t>(b);
   }
   bool OnGpu(int32_t buffer) const { return buffers_[static_cast<size_t>(buffer)].on_gpu; }
-  // Memory for a buffer the dispatcher admitted; back to its cache; freed for good.
+  // Memory for a buffer the dispatcher admitted; back, to its cache for reuse (a task freed it)
+  // or for good (the run's end).
   Status TakeBuffer(BufferState& buf, const std::string& name);
-  void GiveBuffer(BufferState& buf);
-  void ReleaseBuffer(BufferState& buf);
+  void ReturnBuffer(BufferState& buf, bool for_good);
   // The arena a host buffer's memory was cut from, or null (a block of its own).
   HostArena* ArenaHolding(const BufferState& buf);
   // The batch of the next micro-step: the loader's next `ranks` batches, this rank's of them.
