@@ -167,9 +167,11 @@ std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* record
   std::vector<const TraceRecord*> kept;
   for (const TraceRecord* r : *records) {
     const bool window = r->task.rfind("probe.disk.", 0) == 0;
-    // The memory fit is itself a median over repetitions (its spread is what it reports).
-    // Windows of several devices at once stay whole too (their records are read as one window).
+    // The memory fit and the GPU update's are themselves medians over repetitions (their spread
+    // is what they report). Windows of several devices at once stay whole too (their records are
+    // read as one window).
     if (r->source != "probe" || r->task == "probe.disk.mix" || r->task == "probe.disk.rw" || r->task.rfind("probe.memory", 0) == 0 ||
+        r->task == "probe.gpu_adam" ||
         r->task == "probe.dispatch" || r->task.rfind("probe.io_cpu.", 0) == 0 || (window && r->threads > 1)) {
       kept.push_back(r);
       continue;
@@ -261,6 +263,7 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
   internal::FitDisks(c);
   internal::FitCopies(c);
   internal::FitCompute(c);
+  internal::FitGpuUpdate(c);
   internal::FitCpu(c);
   internal::FitDispatch(c);
   internal::FitIoCpu(c);

@@ -26,11 +26,18 @@ struct Context {
 void FitDisks(const Context& c);
 void FitCopies(const Context& c);
 void FitCompute(const Context& c);
+void FitGpuUpdate(const Context& c);  // AdamW on the GPU (gpu.adam_bw)
 void FitCpu(const Context& c);  // memory first, then Adam and conversions
 void FitDispatch(const Context& c);  // the executor's hand-over of a task (cpu.task_overhead)
 void FitIoCpu(const Context& c);     // the I/O path's load on the cores (cpu.io_read, cpu.io_write)
 void FitCollectives(const Context& c);
 
+// An optimizer record of an update on a GPU (its resource a GPU's compute: "gpu0.compute",
+// "node1.gpu3.compute"), not the host's.
+inline bool IsGpuUpdate(const TraceRecord& r) {
+  return r.op == Op::kOptimizer && r.resource.find("gpu") != std::string::npos && r.resource.size() >= 8 &&
+         r.resource.compare(r.resource.size() - 8, 8, ".compute") == 0;
+}
 // True for a run's record (not a probe's; sim records never reach the fits).
 inline bool IsRunRecord(const TraceRecord& r) { return r.source != "probe"; }
 inline bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }

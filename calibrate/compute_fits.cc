@@ -445,4 +445,45 @@ void FitCompute(const Context& c) {
   }
 }
 
+// The update on the GPU (docs/performance-models.md "GPU Adam"): the bytes per second it
+// streams, kGpuAdamBytesPerElement per element, the median over the records of the largest update
+// (the kernel overhead matters least there), timed on the GPU where a span was recorded.
+void FitGpuUpdate(const Context& c) {
+  std::map<int64_t, std::vector<double>> seconds;  // by bytes (4 per element)
+  for (const TraceRecord* r : c.records) {
+    if (!IsGpuUpdate(*r) || r->bytes <= 0) continue;
+    const double t = r->device_end_s > r->device_start_s ? r->device_end_s - r->device_start_s : r->duration_s();
+    if (t > 0) seconds[r->bytes].push_back(t);
+  }
+  if (seconds.empty()) {
+    c.reports->push_back(NoData("gpu.adam", "optimizer records on a GPU's compute resource (probe compute: probe.gpu_adam)"));
+    return;
+  }
+  const auto& [bytes, times] = *seconds.rbegin();
+  const double elements = static_cast<double>(bytes) / 4;
+  std::vector<double> rates;
+  for (double t : times) rates.push_back(elements * models::kGpuAdamBytesPerElement / t / 1e9);  // GB/s
+  FitReport rep;
+  rep.model = "gpu.adam";
+  rep.samples = static_cast<int64_t>(rates.size());
+  rep.data_range = CompactCount(elements) + " elements";
+  if (seconds.size() > 1) rep.note = fmt::format("{} records of smaller updates not used", [&] {
+    size_t n = 0;
+    for (const auto& [b, ts] : seconds) n += b == bytes ? 0 : ts.size();
+    return n;
+  }());
+  double rel_se = 0;
+  const double bw = MedianFit(rates, c.options, "GB/s", &rep, &rel_se) * 1e9;
+  rep.params = {{"adam_bw", bw, rel_se, "B/s", true}};
+  std::vector<std::string> reasons;
+  for (std::string r : {TooFewSamples(rep.samples, 1, c.options), DeterminedRule("adam_bw", rel_se, "repeat the compute probe", c.options)}) {
+    if (!r.empty()) reasons.push_back(std::move(r));
+  }
+  if (c.profile->node.gpu.shares_host_cores) {
+    rep.note += std::string(rep.note.empty() ? "" : "; ") + "the GPU is emulated on the host's cores, where sim times its update as the CPU's AdamW (cpu.adam)";
+  }
+  if (Conclude(&rep, reasons)) c.profile->node.gpu.adam_bw_bytes_per_s = bw;
+  c.reports->push_back(rep);
+}
+
 }  // namespace tierflow::calibrate::internal

@@ -466,6 +466,7 @@ void FitCpu(const Context& c) {
   std::vector<TimedBytes> memory, adam, convert;
   int64_t empty = 0;
   for (const TraceRecord* r : c.records) {
+    if (IsGpuUpdate(*r)) continue;  // the GPU's (FitGpuUpdate)
     const bool is_memory = StartsWith(r->task, "probe.memory");
     if (r->op == Op::kConvert || r->op == Op::kOptimizer || is_memory) {
       if (r->bytes <= 0 || r->duration_s() <= 0) {

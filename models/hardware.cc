@@ -79,6 +79,7 @@ Status ApplyGpu(const YAML::Node& node, const std::string& path, GpuSpec* g) {
   TF_RETURN_IF_ERROR(r.Fraction("forward_efficiency", &g->forward_efficiency));
   TF_RETURN_IF_ERROR(r.Fraction("backward_efficiency", &g->backward_efficiency));
   TF_RETURN_IF_ERROR(r.Duration("kernel_overhead", &g->kernel_overhead_s));
+  TF_RETURN_IF_ERROR(r.Bandwidth("adam_bw", &g->adam_bw_bytes_per_s));
   TF_RETURN_IF_ERROR(r.Bool("shares_host_cores", &g->shares_host_cores));
   return r.Finish();
 }
@@ -345,6 +346,7 @@ Status ValidateHardware(const HardwareSpec& hw) {
   if (node.gpu.kernel_overhead_s < 0) {
     return InvalidArgument(n + ".gpu.kernel_overhead must not be negative");
   }
+  if (node.gpu.adam_bw_bytes_per_s < 0) return InvalidArgument(n + ".gpu.adam_bw must not be negative");
   TF_RETURN_IF_ERROR(Positive(node.pcie.h2d_bw_bytes_per_s, n + ".pcie.h2d_bw"));
   TF_RETURN_IF_ERROR(Positive(node.pcie.d2h_bw_bytes_per_s, n + ".pcie.d2h_bw"));
   if (node.pcie.d2h_bf16_bw_bytes_per_s < 0) return InvalidArgument(n + ".pcie.d2h_bf16_bw must not be negative");
@@ -483,6 +485,7 @@ std::string HardwareToYaml(const HardwareSpec& hw) {
   if (n.gpu.forward_efficiency != 0) y += fmt::format("    forward_efficiency: {}\n", Num(n.gpu.forward_efficiency));
   if (n.gpu.backward_efficiency != 0) y += fmt::format("    backward_efficiency: {}\n", Num(n.gpu.backward_efficiency));
   y += fmt::format("    kernel_overhead: {} s\n", Num(n.gpu.kernel_overhead_s));
+  if (n.gpu.adam_bw_bytes_per_s > 0) y += fmt::format("    adam_bw: {} B/s\n", Num(n.gpu.adam_bw_bytes_per_s));
   if (n.gpu.shares_host_cores) y += "    shares_host_cores: true\n";
   y += "  pcie:\n";
   y += fmt::format("    h2d_bw: {} B/s\n", Num(n.pcie.h2d_bw_bytes_per_s));

@@ -176,6 +176,12 @@ double AdamTime(const CpuSpec& cpu, int64_t elements, int32_t threads) {
   return static_cast<double>(elements) / std::min(compute_rate, memory_rate);
 }
 
+double GpuAdamTime(const GpuSpec& gpu, int64_t elements) {
+  const double bw = gpu.adam_bw_bytes_per_s > 0 ? gpu.adam_bw_bytes_per_s : gpu.hbm_bw_bytes_per_s;
+  if (elements <= 0 || !(bw > 0)) return 0.0;
+  return gpu.kernel_overhead_s + static_cast<double>(elements) * kGpuAdamBytesPerElement / bw;
+}
+
 double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads) {
   if (bytes <= 0) return 0.0;
   const double rate = std::min(UsefulThreads(cpu, threads) * cpu.convert_bytes_per_s_per_core,

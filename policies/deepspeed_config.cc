@@ -291,23 +291,25 @@ Status ImportZero(Section& top, DeepSpeedImport& out) {
   TF_ASSIGN_OR_RETURN(Section opt, zero.Child("offload_optimizer"));
   TF_ASSIGN_OR_RETURN(auto opt_device, opt.String("device"));
   const std::string odev = opt_device.value_or("none");
-  if (odev == "cpu") {
-    // ZeRO-Offload: the states in host memory, the update on the CPU. ZeRO-Offload++'s ratio
-    // (the share of the states updated on the CPU; the rest on the GPU) is modelled at 1 only.
+  if (odev == "cpu" || odev == "none") {
+    // ZeRO-Offload: the states in host memory, the update on the CPU; ZeRO-Offload++'s ratio is
+    // the share of the sub-groups updated on the CPU, the first of the rest on the GPU. none:
+    // every state on the GPU (ZeRO-3 without optimizer offload).
+    set("policy.offload_optimizer", odev);
     TF_ASSIGN_OR_RETURN(auto ratio, opt.Number("ratio"));
-    if (ratio && *ratio != 1.0) {
-      return InvalidArgument(fmt::format("zero_optimization.offload_optimizer.ratio {}: a share of the update on the GPU (ZeRO-Offload++) is "
-                                         "not modelled yet; ratio 1 (every state updated on the CPU) is",
-                                         *ratio));
+    if (ratio && odev == "none") {
+      opt.Ignore("ratio", "DeepSpeed reads it with device 'cpu' only");
+    } else if (ratio) {
+      if (!(*ratio >= 0 && *ratio <= 1)) return InvalidArgument(fmt::format("zero_optimization.offload_optimizer.ratio {}: a share, in [0, 1]", *ratio));
+      if (*ratio != 1.0) set("policy.ratio", Real(*ratio));
     }
-    set("policy.offload_optimizer", "cpu");
     for (const char* key : {"nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "fast_init"}) {
       opt.Ignore(key, "DeepSpeed reads it with device 'nvme' only");
     }
   } else if (odev != "nvme") {
     return InvalidArgument("zero_optimization.offload_optimizer.device '" + odev +
-                           "': zero-infinity keeps the optimizer states on NVMe ('nvme') or in host memory ('cpu')" +
-                           (odev == "none" ? "; states on the GPU are not modelled" : ""));
+                           "': zero-infinity keeps the optimizer states on NVMe ('nvme'), in host memory ('cpu', with ratio: part of them on the GPU) "
+                           "or on the GPU ('none')");
   } else {
     TF_ASSIGN_OR_RETURN(auto opt_path, opt.String("nvme_path"));
     if (opt_path && !nvme_path.empty() && *opt_path != nvme_path) {

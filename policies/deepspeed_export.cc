@@ -27,6 +27,7 @@ const char* const kKnobPaths[] = {
     "zero_optimization.offload_param.buffer_size",
     "zero_optimization.offload_param.max_in_cpu",
     "zero_optimization.offload_optimizer.device",
+    "zero_optimization.offload_optimizer.ratio",
     "zero_optimization.offload_optimizer.buffer_count",
     "zero_optimization.offload_optimizer.pipeline_read",
     "zero_optimization.offload_optimizer.pipeline_write",
@@ -102,8 +103,11 @@ StatusOr<std::string> ExportDeepSpeedConfig(const Scenario& s, const std::string
   if (k.states_on_nvme) {
     zero["offload_optimizer"] = {{"device", "nvme"},           {"nvme_path", nvme_path},         {"pin_memory", true},
                                  {"buffer_count", k.optimizer_buffer_count}, {"pipeline_read", k.pipeline_read}, {"pipeline_write", k.pipeline_write}};
+  } else if (k.states_on_gpu) {
+    zero["offload_optimizer"] = {{"device", "none"}};  // ZeRO-3 without optimizer offload
   } else {
     zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};  // ZeRO-Offload
+    if (k.ratio != 1) zero["offload_optimizer"]["ratio"] = k.ratio;          // ZeRO-Offload++
   }
   j["zero_optimization"] = zero;
   j["aio"] = {{"block_size", k.block_size}, {"queue_depth", k.queue_depth}};

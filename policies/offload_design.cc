@@ -1,4 +1,5 @@
 #include "offload_design.h"
+#include "policies_internal.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,12 +7,6 @@
 
 namespace tierflow::policies {
 namespace {
-
-std::string Shortest(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", v);
-  return text;
-}
 
 // MemAscend's shape classes: embedding and head, attention projections, FFN projections.
 std::string ShapeClass(const std::string& unit_name) {
@@ -83,6 +78,10 @@ Status CheckDesign(const Scenario& s, const OffloadDesign& d) {
     return InvalidArgument("policy.prefetch_window: a GPU prefetch window bounds how far parameter fetches run ahead, but "
                            "policy.offload_param is none (the parameters stay on the GPU): set prefetch_window: 0 B, or offload_param: nvme");
   }
+  if (d.gpu_sub_groups > 0 && d.params_on_nvme) {
+    return InvalidArgument("policy.gpu_sub_groups: an update on the GPU refreshes its sub-group's bf16 parameters in place, on the GPU, "
+                           "but policy.offload_param is nvme: set offload_param: none, or gpu_sub_groups: 0");
+  }
   // An update overlapped with backward runs before the global check (the overflow check and the
   // norm over every gradient), so its math is the reference's only when nothing in the update
   // depends on that check: refused here rather than trained differently.
@@ -147,6 +146,7 @@ class DesignPlan {
     Devices();
     UpdateOrder();
     Pools();
+    TF_RETURN_IF_ERROR(StatesOnGpu());
     TF_RETURN_IF_ERROR(CheckWindow(plan_, d_));
     const PassResult passes = Passes();
     const int32_t norm_done = d_.global_norm_first ? Norm(passes) : kNoIndex;
@@ -221,6 +221,22 @@ class DesignPlan {
         --left;
       }
     }
+  }
+
+  // The sub-groups updated on the GPU: the first gpu_sub_groups of the update order, none of
+  // them cached. Their states and the largest one's gradient must fit the GPU's pool beside the
+  // parameters kept there, or the design is refused here, naming the pool and the bytes short.
+  Status StatesOnGpu() {
+    on_gpu_.assign(nsub_, false);
+    for (int32_t i = 0; i < std::min(d_.gpu_sub_groups, nsub_); ++i) {
+      const int32_t g = order_[static_cast<size_t>(i)];
+      if (cached_[g]) {
+        return InvalidArgument("policy.gpu_sub_groups: " + std::to_string(d_.gpu_sub_groups) + " and cached_sub_groups " + std::to_string(d_.cached_per_path) +
+                               " both take sub-group " + std::to_string(g) + " of the " + std::to_string(nsub_) + ": together they may take every one at most");
+      }
+      on_gpu_[g] = true;
+    }
+    return CheckStatesFitGpu(b_, plan_, on_gpu_, "policy.gpu_sub_groups");
   }
 
   // Each rank's pinned pools, its GPU-resident buffers and its prefetch window.
@@ -330,6 +346,8 @@ class DesignPlan {
       so.param_write_resource.push_back(d_.params_on_nvme ? ParamIo(r, ParamDiskOf(r, g)) : kNoIndex);
     }
     so.cached = cached_;
+    so.on_gpu = on_gpu_;
+    so.gpu_pool = b_.GpuPool(r);
     so.write_cached = d_.write_cached;
     so.cache_pool = cache_pool_[r];
     so.opt_pool = opt_pool_[r];
@@ -395,6 +413,7 @@ class DesignPlan {
   std::vector<int32_t> unit_subgroup_;  // per unit: its first sub-group
   std::vector<int32_t> order_;          // sub-groups in update order
   std::vector<bool> cached_;            // per sub-group
+  std::vector<bool> on_gpu_;            // per sub-group: its states on the GPU (StatesOnGpu)
   int64_t cached_elements_ = 0;
   std::vector<int32_t> param_pool_, opt_pool_, grad_pool_, cache_pool_, window_pool_, p16_pool_;  // per rank
   std::vector<std::map<std::string, int32_t>> class_pool_;  // per rank: shape class -> pool

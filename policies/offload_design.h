@@ -47,6 +47,10 @@ struct OffloadDesign {
   bool isolate_reads_first = false;
   bool semi_async_writes = false;
   int32_t cached_per_path = 0;     // the last sub-groups of each path stay in host memory
+  // The first gpu_sub_groups of each rank's update order keep their optimizer states on the GPU
+  // and are updated there (SweepOptions::on_gpu; kAllSubGroups: every one). Their bf16
+  // parameters are refreshed in place, so parameters must stay on the GPU (params_on_nvme false).
+  int32_t gpu_sub_groups = 0;
   bool write_cached = false;
   int32_t optimizer_buffers = 4;   // pinned buffers of the largest sub-group's states + gradient, per rank
   bool overflow_temporaries = false;
@@ -64,6 +68,8 @@ struct OffloadDesign {
   int32_t queue_depth = 8;
   int32_t cpu_threads = 0;         // 0 = cores / ranks
 };
+
+inline constexpr int32_t kAllSubGroups = INT32_MAX;
 
 StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d);
 

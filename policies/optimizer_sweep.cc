@@ -1,6 +1,8 @@
 // The optimizer sweep over one rank's sub-groups (optimizer_sweep.h).
 #include "optimizer_sweep.h"
 
+#include "tierflow/core/units.h"
+
 namespace tierflow::policies {
 namespace {
 
@@ -80,6 +82,11 @@ class Sweep {
       Group s = Begin(pos);
       ReadStates(s);
       GradientIn(s);
+      if (s.gpu) {
+        GpuAdam(s);
+        End(s);
+        continue;
+      }
       Adam(s);
       if (o_.param_path == ParamUpdatePath::kChunkedBlocking) {
         ParamsInChunks(s);
@@ -108,6 +115,7 @@ class Sweep {
     int64_t n = 0, first = 0;
     std::string G;  // its name suffix: ".sg{g}.r{rank}"
     bool cached = false;
+    bool gpu = false;                      // its states live on the GPU (SweepOptions::on_gpu)
     bool grad_host32 = false;              // its fp32 gradients are in host memory already
     std::vector<int32_t> home_states;      // master, adam_m, adam_v at their home
     int32_t states = kNoIndex, grad = kNoIndex;  // buffers
@@ -125,10 +133,13 @@ class Sweep {
     s.n = plan_.subgroups[s.g].elements;
     s.first = plan_.subgroups[s.g].begin;
     s.G = ".sg" + std::to_string(s.g) + ".r" + std::to_string(o_.rank);
-    s.cached = !o_.cached.empty() && o_.cached[s.g];
-    s.home_states = StatesAt(s.first, s.n, s.cached ? host_ : b_.DeviceOfResource(o_.read_resource[s.g]));
-    s.states = s.cached ? b_.Buffer("states" + s.G, o_.cache_pool, 3 * s.n * 4, /*persistent=*/true)
-                        : b_.Buffer("states" + s.G, o_.opt_pool, 3 * s.n * 4);
+    s.gpu = !o_.on_gpu.empty() && o_.on_gpu[s.g];
+    // Kept in memory, never read: the GPU's states as a cached sub-group's (below, s.cached).
+    s.cached = s.gpu || (!o_.cached.empty() && o_.cached[s.g]);
+    s.home_states = StatesAt(s.first, s.n, s.gpu ? gpu_ : s.cached ? host_ : b_.DeviceOfResource(o_.read_resource[s.g]));
+    s.states = s.gpu      ? b_.Buffer("states" + s.G, o_.gpu_pool, 3 * s.n * 4, /*persistent=*/true)
+               : s.cached ? b_.Buffer("states" + s.G, o_.cache_pool, 3 * s.n * 4, /*persistent=*/true)
+                          : b_.Buffer("states" + s.G, o_.opt_pool, 3 * s.n * 4);
     s.grad_host32 = !o_.grads_in_host32.empty() && o_.grads_in_host32[s.g];
     s.grad = s.grad_host32 ? o_.host_grad32_buffer : b_.Buffer("gradin" + s.G, o_.opt_pool, s.n * 4);
     // Serial: after the previous sub-group is done. Pipelined: as soon as the previous
@@ -231,6 +242,48 @@ class Sweep {
     if (o_.adam_waits_param_write && prev_param_write_ != kNoIndex) adam.deps.push_back(prev_param_write_);
     s.adam = b_.Task(std::move(adam));
     res_.adam[s.g] = s.adam;
+  }
+
+  // The update on the GPU: the fp32 gradient copied from host memory into a GPU buffer, then Adam
+  // on the GPU's compute resource over the states kept there, refreshing the sub-group's bf16
+  // parameters on the GPU in place (every rank's own partition: GatherResident makes resident
+  // units whole).
+  void GpuAdam(Group& s) {
+    const int32_t on_gpu = b_.Buffer("gradgpu" + s.G, o_.gpu_pool, s.n * 4);
+    TaskSpec h2d;
+    h2d.id = "h2d.grad" + s.G;
+    h2d.op = Op::kH2D;
+    h2d.rank = o_.rank;
+    h2d.resource = b_.GpuH2D(o_.rank);
+    h2d.bytes = s.n * 4;
+    h2d.tensors = {b_.State(StateKind::kGrad, o_.rank, s.first, s.n, host_)};
+    h2d.allocs = {on_gpu};
+    h2d.uses = {s.grad};
+    if (!s.grad_host32) h2d.frees = {s.grad};
+    h2d.deps = {s.grad_task};
+    if (s.grad_host32) h2d.deps = WithGate(s.read_deps, s);
+    h2d.phase = Phase::kStep;
+    const int32_t copy = b_.Task(std::move(h2d));
+    const P16Tensors params = P16(s.first, s.n, gpu_);
+    TF_CHECK(params.in_host.empty() && (o_.param_path == ParamUpdatePath::kToGpu || params.offloaded.empty()));  // SweepOptions::on_gpu
+    TaskSpec adam;
+    adam.id = "adam" + s.G;
+    adam.op = Op::kOptimizer;
+    adam.kernel = Kernel::kAdam;
+    adam.rank = o_.rank;
+    adam.resource = b_.GpuCompute(o_.rank);
+    adam.bytes = s.n * 4;
+    adam.uses = {s.states, on_gpu};
+    adam.frees = {on_gpu};
+    adam.tensors = s.home_states;
+    adam.tensors.insert(adam.tensors.end(), params.offloaded.begin(), params.offloaded.end());
+    adam.tensors.insert(adam.tensors.end(), params.resident.begin(), params.resident.end());
+    adam.deps = {copy};
+    adam.phase = Phase::kStep;
+    s.adam = s.last_convert = s.param_done = b_.Task(std::move(adam));
+    res_.adam[s.g] = s.adam;
+    res_.param_done[s.g] = s.param_done;
+    res_.resident_refreshes.push_back(s.adam);
   }
 
   // ParamUpdatePath::kChunkedBlocking. Parameters kept in host memory are updated in place: one
@@ -433,6 +486,29 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
   TF_CHECK(!o.read_ahead || o.pipeline_read);
   b.StateLayout(plan);
   return Sweep(b, plan, o).Plan();
+}
+
+Status CheckStatesFitGpu(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<bool>& on_gpu, const std::string& knob) {
+  int64_t states = 0, largest = 0, count = 0;
+  for (size_t g = 0; g < on_gpu.size(); ++g) {
+    if (!on_gpu[g]) continue;
+    ++count;
+    states += plan.subgroups[g].elements * 12;
+    largest = std::max(largest, plan.subgroups[g].elements * 4);
+  }
+  if (count == 0) return Status::Ok();
+  for (int32_t r = 0; r < plan.ranks; ++r) {
+    const int32_t pool = b.GpuPool(r);
+    const int64_t others = b.PersistentBytes(pool);
+    const int64_t capacity = b.pool(pool).capacity_bytes;
+    if (states + largest + others <= capacity) continue;
+    return InvalidArgument(knob + ": the optimizer states of " + std::to_string(count) + " sub-groups on the GPU take " + FormatBytes(static_cast<double>(states)) +
+                           " (12 bytes per element) and the largest one's gradient " + FormatBytes(static_cast<double>(largest)) + ", beside " +
+                           FormatBytes(static_cast<double>(others)) + " of parameters kept there; pool '" + b.pool(pool).name + "' holds " +
+                           FormatBytes(static_cast<double>(capacity)) + " (hardware.node.gpu.hbm): " +
+                           FormatBytes(static_cast<double>(states + largest + others - capacity)) + " short");
+  }
+  return Status::Ok();
 }
 
 }  // namespace tierflow::policies

@@ -55,6 +55,13 @@ struct SweepOptions {
   std::vector<int32_t> read_resource;     // per sub-group
   std::vector<int32_t> write_resource;    // per sub-group
   std::vector<bool> cached;               // per sub-group: states stay in host memory, never read
+  // Per sub-group (empty = none): its states live on the GPU, in a persistent buffer of gpu_pool,
+  // and are updated there (Adam on the GPU's compute resource): its fp32 gradient, brought to
+  // host memory as for any other, is copied to a buffer of gpu_pool for the update, which
+  // refreshes its bf16 parameters in place — they must be kept on the GPU (ParamUpdatePath::kToGpu
+  // or GPU-resident units). Nothing is read or written back.
+  std::vector<bool> on_gpu;
+  int32_t gpu_pool = kNoIndex;
   bool write_cached = false;              // cached sub-groups are still written back
   int32_t cache_pool = kNoIndex;          // where cached states live (persistent buffers)
   int32_t opt_pool = kNoIndex;            // pinned buffers of states and gradients in flight
@@ -101,6 +108,12 @@ struct SweepResult {
 };
 
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o);
+
+// The sub-groups `on_gpu` (SweepOptions::on_gpu) fit each rank's GPU pool: their states (12 bytes
+// per element, persistent) and the largest one's fp32 gradient beside the pool's other
+// persistent buffers (the parameters kept there). Else InvalidArgument naming `knob`, the pool
+// and the bytes short. Call after the pool's other persistent buffers are made.
+Status CheckStatesFitGpu(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<bool>& on_gpu, const std::string& knob);
 
 // With several ranks each refreshes only its own partition of the GPU-resident units after its
 // update (`refreshes`, every rank's: SweepResult::resident_refreshes); this one all-gather of

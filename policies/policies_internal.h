@@ -1,6 +1,8 @@
 // The generators, one per policy file; Plan() dispatches on the scenario's policy name.
 #pragma once
 
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "blocks.h"
@@ -12,6 +14,13 @@ namespace tierflow::policies {
 
 // zero-infinity's knobs under DeepSpeed's names, at DeepSpeed's defaults where unset: what the
 // planner reads and the DeepSpeed export writes (one list, so the two cannot drift apart).
+// A number as %g writes it ("0.5", "1e+09"), for messages.
+inline std::string Shortest(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
 struct ZeroInfinityKnobs {
   int64_t buffer_count = 5;                  // offload_param.buffer_count
   int64_t buffer_size = 100000000;           // offload_param.buffer_size (elements)
@@ -27,6 +36,13 @@ struct ZeroInfinityKnobs {
   // offload_optimizer.device nvme, or cpu (ZeRO-Offload): every sub-group's states, and so its
   // fp32 gradients, in host memory, never swapped.
   bool states_on_nvme = true;
+  // offload_optimizer.device none: every sub-group's states on the GPU, updated there; cpu with
+  // ratio < 1 (ZeRO-Offload++): DeepSpeed's stage 3 keeps sub-group i on the GPU when
+  // i < int((1 - ratio) * sub-groups), the rest in host memory.
+  bool states_on_gpu = false;                // offload_optimizer.device none
+  double ratio = 1;                          // offload_optimizer.ratio (device cpu)
+  // The share of the sub-groups updated on the GPU: 1 with none, 1 - ratio with cpu, 0 with nvme.
+  double GpuShare() const { return states_on_gpu ? 1.0 : states_on_nvme ? 0.0 : 1.0 - ratio; }
   int64_t max_in_cpu = 1000000000;           // offload_param.max_in_cpu (elements)
   int64_t reduce_bucket_size = 500000000;    // zero_optimization.reduce_bucket_size (elements)
   int64_t max_live_parameters = 1000000000;  // zero_optimization.stage3_max_live_parameters (elements)
@@ -48,6 +64,7 @@ struct DeepSpeedPlacement {
   std::vector<bool> param_in_host;           // per unit (offload_param nvme)
   std::vector<bool> grad_in_host;            // per unit: its fp32 gradient is never written
   std::vector<bool> states_in_host;          // per sub-group: never read nor written
+  std::vector<bool> states_on_gpu;           // per sub-group: kept and updated on the GPU
   std::vector<bool> subgroup_grads_in_host;  // per sub-group: all of its gradients in host memory
   int64_t host_param_elements = 0;           // the flat bf16 buffer's span: the last kept unit's end
   int64_t host_grad_elements = 0;            // the flat fp32 gradient buffer's span, likewise

@@ -81,6 +81,17 @@ StatusOr<int64_t> Knobs::Int(const std::string& name, int64_t default_value, int
   return ParseInteger(it->second, "policy." + name, lo, hi);
 }
 
+StatusOr<int64_t> Knobs::CountOrAll(const std::string& name, int64_t default_value, int64_t all) {
+  read_.insert(name);
+  auto it = values_.find(name);
+  if (it == values_.end()) {
+    NoteDefault(name, std::to_string(default_value));
+    return default_value;
+  }
+  if (it->second == "all") return all;
+  return ParseInteger(it->second, "policy." + name + " (a count, or 'all')", 0, all);
+}
+
 StatusOr<int64_t> Knobs::Bytes(const std::string& name, int64_t default_value) {
   read_.insert(name);
   auto it = values_.find(name);

@@ -22,6 +22,12 @@ class ScheduleBuilder {
   int32_t Task(TaskSpec t) { return schedule_.AddTask(std::move(t)); }
   TaskSpec& task(int32_t i) { return schedule_.mutable_tasks()[i]; }
   PoolSpec& pool(int32_t i) { return schedule_.mutable_pools()[i]; }
+  // The bytes of the persistent buffers in pool `pool` so far.
+  int64_t PersistentBytes(int32_t pool) const {
+    int64_t sum = 0;
+    for (const BufferSpec& b : schedule_.buffers()) sum += b.persistent && b.pool == pool ? b.size_bytes : 0;
+    return sum;
+  }
   int32_t task_count() const { return static_cast<int32_t>(schedule_.tasks().size()); }
   void Meta(const std::string& key, const std::string& value) { schedule_.meta.emplace_back(key, value); }
 

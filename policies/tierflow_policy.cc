@@ -10,7 +10,10 @@
 //    hardware has one, one reader and one writer per tier (MLP-Offload);
 //  - bf16 gradients kept in host memory (MLP-Offload, Fuyou) and, optionally, the optimizer
 //    overlapped with backward, last sub-group first (HiTrain, Fuyou);
-//  - cached sub-groups (MLP-Offload) and an optional GPU prefetch window (Fuyou).
+//  - cached sub-groups (MLP-Offload) and an optional GPU prefetch window (Fuyou);
+//  - the optimizer split per sub-group: the first gpu_sub_groups updated on the GPU, their states
+//    kept there (Deep Optimizer States, ZeRO-Offload++), the last cached_sub_groups in host
+//    memory, the rest on NVMe.
 #include "offload_design.h"
 #include "policies_internal.h"
 
@@ -35,6 +38,7 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(d.read_ahead_states, knobs.Bool("read_ahead", true));
   TF_ASSIGN_OR_RETURN(d.gpu_window_bytes, knobs.Bytes("prefetch_window", 0));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
+  TF_ASSIGN_OR_RETURN(const int64_t gpu_sub_groups, knobs.CountOrAll("gpu_sub_groups", 0, kAllSubGroups));
   TF_RETURN_IF_ERROR(knobs.Finish("tierflow"));
   const int32_t have = static_cast<int32_t>(s.hardware.node.nvme.size());
   const int32_t use = disks == 0 ? have : static_cast<int32_t>(disks);
@@ -42,6 +46,7 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
     return InvalidArgument("policy.disks: " + std::to_string(use) + " disks asked, the hardware has " + std::to_string(have));
   }
   d.params_on_nvme = offload_param == "nvme";
+  d.gpu_sub_groups = static_cast<int32_t>(gpu_sub_groups);
   d.class_pools = true;
   d.slot_elements = 0;
   d.coupled_reads = 1;
@@ -73,7 +78,8 @@ std::vector<KnobChoice> TierflowTunableKnobs(const Scenario& s) {
                                {"isolate_reads", {"false", "true"}},
                                {"cached_sub_groups", {"0", "2", "4", "8"}},
                                {"prefetch_window", {"0 B", "4 GiB"}},
-                               {"offload_param", {"nvme", "none"}}};  // none: fp16 partitions stay in GPU memory
+                               {"offload_param", {"nvme", "none"}},  // none: fp16 partitions stay in GPU memory
+                               {"gpu_sub_groups", {"0", "1", "4", "all"}}};  // with offload_param none: updated on the GPU
   const size_t disks = s.hardware.node.nvme.size();
   if (disks > 1) {
     KnobChoice d{"disks", {}};

@@ -8,7 +8,11 @@
 //    sub-group);
 //  - one nvme_path: every rank's parameters, gradients and optimizer states on nvme0;
 //  - offload_optimizer.device cpu (ZeRO-Offload): every sub-group's states, and its fp32
-//    gradients, in host memory (none swapped), the update on the CPU as with nvme;
+//    gradients, in host memory (none swapped), the update on the CPU as with nvme; with ratio
+//    below 1 (ZeRO-Offload++) the first int((1 - ratio) * sub-groups) updated on the GPU, their
+//    states kept there; device none: all of them (ZeRO-3 without optimizer offload). The
+//    gradients of those still leave the GPU in the backward and come back for the update
+//    (DeepSpeed keeps them on the card: docs/policies.md);
 //  - parameter partitions read into `buffer_count` pinned slots of `buffer_size` elements each
 //    (every slot sized for the largest partition), the read-ahead bounded by free slots;
 //  - the all-gather of a parameter waits for ALL reads outstanding on the rank's aio handle;
@@ -56,8 +60,16 @@ StatusOr<ZeroInfinityKnobs> ReadZeroInfinityKnobs(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(k.cpu_threads, knobs.Int("cpu_threads", k.cpu_threads, 0, 1024));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
   k.params_on_nvme = offload_param == "nvme";
-  TF_ASSIGN_OR_RETURN(const std::string offload_optimizer, knobs.String("offload_optimizer", "nvme", {"nvme", "cpu"}));
+  TF_ASSIGN_OR_RETURN(const std::string offload_optimizer, knobs.String("offload_optimizer", "nvme", {"nvme", "cpu", "none"}));
   k.states_on_nvme = offload_optimizer == "nvme";
+  TF_ASSIGN_OR_RETURN(const double ratio, knobs.Number("ratio", 1.0));
+  if (!(ratio >= 0 && ratio <= 1)) return InvalidArgument("policy.ratio " + Shortest(ratio) + ": the share of the states updated on the CPU is in [0, 1]");
+  if (ratio != 1 && offload_optimizer != "cpu") {
+    return InvalidArgument("policy.ratio " + Shortest(ratio) + ": a share of the update on the CPU (ZeRO-Offload++) needs offload_optimizer: cpu, not " +
+                           offload_optimizer);
+  }
+  k.states_on_gpu = offload_optimizer == "none";
+  k.ratio = ratio;
   TF_ASSIGN_OR_RETURN(k.max_in_cpu, knobs.Int("max_in_cpu", k.max_in_cpu, 0, int64_t{1} << 50));
   TF_ASSIGN_OR_RETURN(k.reduce_bucket_size, knobs.Int("reduce_bucket_size", k.reduce_bucket_size, 1, int64_t{1} << 50));
   TF_ASSIGN_OR_RETURN(k.max_live_parameters, knobs.Int("max_live_parameters", k.max_live_parameters, 1, int64_t{1} << 50));
@@ -94,9 +106,13 @@ DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityK
     while (g + 1 < nsub && plan.units[u].rank_offset >= plan.subgroups[g].begin + plan.subgroups[g].elements) ++g;
     group_of[u] = g;
   }
+  // The first int((1 - ratio) * sub-groups) on the GPU (stage3.py's subgroup_to_device); the
+  // rest swapped (_swappable_optimizer_subgroup) or, with offload_optimizer cpu, in host memory.
+  p.states_on_gpu.assign(nsub, false);
+  const size_t on_gpu = static_cast<size_t>(k.GpuShare() * static_cast<double>(nsub));
   for (size_t g = 0; g < nsub; ++g) {
-    // _swappable_optimizer_subgroup; with offload_optimizer cpu nothing is swapped.
-    p.states_in_host[g] = !k.states_on_nvme || plan.subgroups[g].elements * 4 < min_aio_bytes;
+    p.states_on_gpu[g] = g < on_gpu;
+    p.states_in_host[g] = !p.states_on_gpu[g] && (!k.states_on_nvme || plan.subgroups[g].elements * 4 < min_aio_bytes);
     if (p.states_in_host[g]) p.host_state_elements += plan.subgroups[g].elements;
   }
   // A sub-group's gradients are read back as one piece: they stay in host memory only if every
@@ -113,7 +129,7 @@ DeepSpeedPlacement PlaceLikeDeepSpeed(const ModelPlan& plan, const ZeroInfinityK
       param_end = std::max(param_end, unit.rank_offset + unit.rank_elements);
     }
     const int64_t swapped = unit.rank_elements / grad_alignment * grad_alignment;
-    if (!p.states_in_host[group_of[u]] && swapped * 4 >= min_aio_bytes) p.subgroup_grads_in_host[group_of[u]] = false;
+    if (!p.states_in_host[group_of[u]] && !p.states_on_gpu[group_of[u]] && swapped * 4 >= min_aio_bytes) p.subgroup_grads_in_host[group_of[u]] = false;
   }
   for (size_t u = 0; u < nunits; ++u) {
     p.grad_in_host[u] = p.subgroup_grads_in_host[group_of[u]];
@@ -274,7 +290,7 @@ void NoteWhatStaysInHost(ScheduleBuilder& b, const ModelPlan& plan, const ZeroIn
 // DeepSpeed keeps in host memory (PlaceLikeDeepSpeed: the pinned flat buffer of the parameters
 // kept there, the gradients it does not swap, the states of sub-groups it does not).
 struct RankResources {
-  std::vector<int32_t> param_io, opt_read, opt_write, param_pool, opt_pool, host_params, host_grads, host_states;
+  std::vector<int32_t> param_io, opt_read, opt_write, param_pool, opt_pool, host_params, host_grads, host_states, gpu_pool;
 };
 
 RankResources MakeRankResources(ScheduleBuilder& b, const ModelPlan& plan, const ZeroInfinityKnobs& knobs, const DeepSpeedPlacement& place,
@@ -316,6 +332,7 @@ RankResources MakeRankResources(ScheduleBuilder& b, const ModelPlan& plan, const
     // Without offload_param the rank's fp16 partition lives on its GPU.
     if (!params_on_nvme) b.Buffer("gpu.partition" + R, b.GpuPool(r), plan.rank_elements * 2, /*persistent=*/true);
     b.GpuCompute(r);
+    x.gpu_pool.push_back(b.GpuPool(r));
   }
   return x;
 }
@@ -385,6 +402,10 @@ SweepOptions ZeroSweepOptions(const ModelPlan& plan, const ZeroInfinityKnobs& kn
     so.cached = place.states_in_host;  // never read nor written
     so.cache_pool = x.host_states[r];
   }
+  if (knobs.GpuShare() > 0) {
+    so.on_gpu = place.states_on_gpu;
+    so.gpu_pool = x.gpu_pool[r];
+  }
   if (place.host_grad_elements > 0) {
     so.grads_in_host32 = place.subgroup_grads_in_host;
     so.host_grad32_buffer = x.host_grads[r];
@@ -402,6 +423,10 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(const ZeroInfinityKnobs knobs, ReadZeroInfinityKnobs(s));
   if (s.hardware.node.nvme.empty() && (knobs.params_on_nvme || knobs.states_on_nvme)) {
     return InvalidArgument("hardware has no NVMe device for zero-infinity's nvme_path (offload_param and offload_optimizer cpu or none need none)");
+  }
+  if (knobs.GpuShare() > 0 && knobs.params_on_nvme) {
+    return InvalidArgument("policy.offload_optimizer: an update on the GPU (offload_optimizer none, or cpu with ratio below 1) refreshes its "
+                           "sub-group's bf16 parameters in place, on the GPU, but offload_param is nvme: not planned yet; set offload_param: none");
   }
   TF_ASSIGN_OR_RETURN(ModelPlan plan, MakeModelPlan(s, knobs.sub_group_size, knobs.persistence, SubGroupRule::kDeepSpeed));
   const int32_t ranks = plan.ranks;
@@ -421,6 +446,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
   NoteWhatStaysInHost(b, plan, knobs, place, max_subgroup);
   const RankResources x = MakeRankResources(b, plan, knobs, place, max_subgroup);
+  TF_RETURN_IF_ERROR(CheckStatesFitGpu(b, plan, place.states_on_gpu, "policy.offload_optimizer"));
   const PassResult passes = TrainingPasses(b, plan, ZeroPassOptions(s, knobs, place, x, std::move(kept), threads));
 
   // Step. The global gradient norm needs every rank's gradients: backward must end first.

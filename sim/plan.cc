@@ -301,6 +301,14 @@ StatusOr<Plan> MakePlan(const Schedule& schedule, const models::HardwareSpec& hw
       case Op::kOptimizer:
       case Op::kConvert: {
         const int32_t threads = std::clamp(t.ranks > 0 ? t.ranks : default_threads, 1, default_threads);
+        if (dev.kind == HwKind::kGpu) {  // an update on the GPU, its states there (models::GpuAdamTime)
+          if (t.op != Op::kOptimizer) return InvalidArgument(who() + ": a convert runs on the host's CPU, not on a GPU");
+          const double d = node.gpu.shares_host_cores ? models::AdamTime(node.cpu, t.bytes / 4, threads) : models::GpuAdamTime(node.gpu, t.bytes / 4);
+          p.record_threads = threads;
+          if (!(d > 0)) break;
+          gpu_exec(p, dev.node, dev.node * plan.gpus_per_node + dev.index, threads, d);
+          break;
+        }
         const double d = t.op == Op::kOptimizer
                              ? models::AdamTime(node.cpu, t.bytes / 4, threads)
                              : models::ConvertTime(node.cpu, t.bytes, threads);

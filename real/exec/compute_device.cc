@@ -1,6 +1,7 @@
 #include "compute_device.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "tierflow/core/text.h"
@@ -52,6 +53,10 @@ class CpuDevice final : public ComputeDevice {
     EmulatedH2D(static_cast<uint16_t*>(dst), src, bytes / 2);
     return Status::Ok();
   }
+  Status D2H(void* dst, const void* src, int64_t bytes) override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return Status::Ok();
+  }
   StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                    CpuThreads& threads, DeviceSpan*) override {
     return EmulatedD2HGrad(dst, src, n, to_bf16, grad_scale, threads);
@@ -70,6 +75,11 @@ class CpuDevice final : public ComputeDevice {
                   CpuThreads& threads, DeviceSpan*) override {
     TF_RETURN_IF_ERROR(t_.CheckStepParams(layer, params));
     t_.Backward(layer, params, grads, it, threads);
+    return Status::Ok();
+  }
+  Status AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step, float grad_scale,
+               const AdamWConfig& config, CpuThreads& threads, DeviceSpan*) override {
+    cpu::AdamW(param, m, v, grad, bf16_param, n, step, grad_scale, config, threads);
     return Status::Ok();
   }
 

@@ -66,6 +66,9 @@ class ComputeDevice {
   //
   // `bytes` from host memory into gpu0 memory at dst.
   virtual Status H2D(void* dst, const void* src, int64_t bytes, DeviceSpan* span) = 0;
+  // `bytes` from gpu0 memory at src into host memory at dst (optimizer states kept on the GPU,
+  // read for a checkpoint or at the run's end).
+  virtual Status D2H(void* dst, const void* src, int64_t bytes) = 0;
   // n fp32 gradients at src (gpu0 memory) into host memory, as fp32 or bf16; returns the overflow
   // check and squared norm of gradient * grad_scale.
   virtual StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
@@ -85,6 +88,11 @@ class ComputeDevice {
                          DeviceSpan* span) = 0;
   virtual Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
                           CpuThreads& threads, DeviceSpan* span) = 0;
+  // One AdamW step (cpu::AdamW's bits) on n elements of gpu0 memory: param, m and v updated in
+  // place from grad; bf16_param (gpu0 memory, or null) receives the rounded parameters. The
+  // update of a sub-group whose optimizer states live on the GPU (docs/schedule-format.md).
+  virtual Status AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
+                       float grad_scale, const AdamWConfig& config, CpuThreads& threads, DeviceSpan* span) = 0;
 };
 
 // The whole model in gpu0 memory, for runs without a schedule (RunInMemory, the compute probe):

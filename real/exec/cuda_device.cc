@@ -149,6 +149,12 @@ class CudaDevice final : public ComputeDevice {
     return timer.Read();
   }
 
+  Status D2H(void* dst, const void* src, int64_t bytes) override {
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, src, bytes, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
+    return Sync(ctx_->d2h_stream());
+  }
+
   StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                    CpuThreads&, DeviceSpan* span) override {
     // The check and the cast use the compute stream and the context's scratch: one at a time with
@@ -212,6 +218,20 @@ class CudaDevice final : public ComputeDevice {
       TF_RETURN_IF_ERROR(steps_->Backward(layer, p, grads, it->BackwardSeed()));
       return cuda::RoundToBf16(*ctx_, grads, n);
     });
+  }
+
+  // On the compute stream, one at a time with the layer steps (a GPU update shares the card's
+  // compute with the passes, as the schedule's resource says).
+  Status AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step, float grad_scale,
+               const AdamWConfig& config, CpuThreads&, DeviceSpan* span) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    SpanTimer timer(span);
+    TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
+    TF_RETURN_IF_ERROR(cuda::AdamW(*ctx_, param, m, v, grad, bf16_param, n, step, grad_scale, config));
+    TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
+    TF_RETURN_IF_ERROR(ctx_->Synchronize());
+    return timer.Read();
   }
 
  private:

@@ -230,6 +230,41 @@ class LayerPasses {
     return Status::Ok();
   }
 
+  // One AdamW step of the device over n elements of its memory (made on the first call, with
+  // values of a model's scale), a record of `task` as Pass's; nothing recorded when rep < 0.
+  Status Update(const std::string& task, int64_t n, int32_t rep, double t0, std::vector<TraceRecord>* out) {
+    if (update_.empty()) {
+      for (int k = 0; k < 5; ++k) {  // param, m, v, grad (fp32), bf16 copy
+        TF_ASSIGN_OR_RETURN(void* block, device_->Allocate(k < 4 ? n * 4 : n * 2));
+        update_.push_back(block);
+      }
+      const float init[4] = {0.02f, 1e-4f, 1e-6f, 3e-3f};
+      std::vector<float> values(static_cast<size_t>(n));
+      for (int k = 0; k < 4; ++k) {
+        std::fill(values.begin(), values.end(), init[k]);
+        TF_RETURN_IF_ERROR(device_->H2D(update_[static_cast<size_t>(k)], values.data(), n * 4, nullptr));
+      }
+    }
+    float* const* f = reinterpret_cast<float* const*>(update_.data());
+    exec::DeviceSpan span;
+    const double start = MonotonicSeconds();
+    TF_RETURN_IF_ERROR(device_->AdamW(f[0], f[1], f[2], f[3], static_cast<uint16_t*>(update_[4]), n, rep + 2, 1.0f, AdamWConfig{}, threads_, &span));
+    const double end = MonotonicSeconds();
+    if (rep < 0) return Status::Ok();
+    TraceRecord r = Record(task, Op::kOptimizer, "gpu0.compute", rep, 4 * n, start - t0, end - t0, record_threads_);
+    if (!span.empty()) {
+      r.device_start_s = span.start_s - t0;
+      r.device_end_s = span.end_s - t0;
+    }
+    out->push_back(std::move(r));
+    return Status::Ok();
+  }
+  bool on_card() const { return device_->name().rfind("cuda", 0) == 0; }
+
+  ~LayerPasses() {
+    for (void* block : update_) device_->Free(block);
+  }
+
  private:
   LayerPasses(const TrainConfig& config, const std::vector<LayerCost>& costs, const HostProbeOptions& o)
       : trainer_(config),
@@ -245,6 +280,7 @@ class LayerPasses {
   std::unique_ptr<exec::WholeModel> model_;
   exec::IterationState it_;
   int64_t passes_ = 0;
+  std::vector<void*> update_;  // Update's arrays, in the device's memory
 };
 
 }  // namespace
@@ -260,6 +296,9 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
     TF_RETURN_IF_ERROR(passes->Pass(task, rep, t0, &out));
     Report(o, task + (rep < 0 ? " warm-up" : " repetition " + std::to_string(rep + 1)));
   }
+  const int64_t n = passes->on_card() ? kGpuUpdateProbeElementsCuda : kGpuUpdateProbeElements;
+  for (int32_t rep = -1; rep < o.repetitions; ++rep) TF_RETURN_IF_ERROR(passes->Update("probe.gpu_adam", n, rep, t0, &out));
+  Report(o, "probe.gpu_adam");
   return out;
 }
 

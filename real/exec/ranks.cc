@@ -153,19 +153,25 @@ std::vector<RankSpace::DecayRun> RankSpace::DecayRuns(const ParamLayout& layout,
   return out;
 }
 
-void AdamWSparingVectors(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n,
-                         float* param, float* m, float* v, const float* grad, int64_t step, float grad_scale, CpuThreads& threads) {
+Status ForEachAdamWRun(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n, int64_t step,
+                       const std::function<Status(int64_t offset, int64_t elements, const AdamWConfig& config)>& update) {
   AdamWConfig cfg = config.adam;
   cfg.lr = LearningRate(config.lr_schedule, cfg.lr, step);
-  if (cfg.weight_decay == 0) {
-    cpu::AdamW(param, m, v, grad, nullptr, n, step, grad_scale, cfg, threads);
-    return;
-  }
+  if (cfg.weight_decay == 0) return update(0, n, cfg);
   for (const RankSpace::DecayRun& r : space.DecayRuns(layout, begin, n)) {
     AdamWConfig run_cfg = cfg;
     if (!r.decay) run_cfg.weight_decay = 0;
-    cpu::AdamW(param + r.offset, m + r.offset, v + r.offset, grad + r.offset, nullptr, r.n, step, grad_scale, run_cfg, threads);
+    TF_RETURN_IF_ERROR(update(r.offset, r.n, run_cfg));
   }
+  return Status::Ok();
+}
+
+void AdamWSparingVectors(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n,
+                         float* param, float* m, float* v, const float* grad, int64_t step, float grad_scale, CpuThreads& threads) {
+  (void)ForEachAdamWRun(space, config, layout, begin, n, step, [&](int64_t at, int64_t elements, const AdamWConfig& cfg) {
+    cpu::AdamW(param + at, m + at, v + at, grad + at, nullptr, elements, step, grad_scale, cfg, threads);
+    return Status::Ok();
+  });
 }
 
 std::vector<RankSpace::Segment> RankSpace::Segments(int64_t begin, int64_t n) const {

@@ -82,6 +82,11 @@ class RankSpace {
 // on the runs DecayRuns says take it. Elementwise: any split of a range gives the same bits.
 void AdamWSparingVectors(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n,
                          float* param, float* m, float* v, const float* grad, int64_t step, float grad_scale, CpuThreads& threads);
+// The runs AdamWSparingVectors updates, for a back-end of its own (the GPU's): `update` is called
+// for each run [offset, offset + elements) of the range (offset from `begin`), in order, with the
+// run's configuration; the first error stops it.
+Status ForEachAdamWRun(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n, int64_t step,
+                       const std::function<Status(int64_t offset, int64_t elements, const AdamWConfig& config)>& update);
 
 // Runs every collective of a rank on one thread, in one order on every rank: rank 0 runs them in
 // the order they are posted to it (ready there) and first broadcasts which one it is; every

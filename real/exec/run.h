@@ -59,13 +59,17 @@ class Run : public RunState {
   StatusOr<std::vector<DiskDir>> TakeDirectories();
   Status OpenStores(const std::vector<DiskDir>& dirs);
   StatusOr<int64_t> MakeBuffers();
+  // State kept in memory across iterations (master, adam_m, adam_v of cached sub-groups in host
+  // memory, of sub-groups updated on the GPU in gpu0 memory; parameters kept in host memory)
+  // lives in the persistent buffer on that device that the tasks naming it use, packed in the
+  // order they are first named. InvalidArgument when a task names such state with no persistent
+  // buffer there, or two tasks keep one range in different buffers. Returns the bytes of the
+  // GPU homes, allocated here.
+  StatusOr<int64_t> BindMemoryHomes();
+  // The GPU-resident parameters' home, within `persistent_gpu_bytes` (what the persistent GPU
+  // buffers hold beyond the states' homes).
   Status MakeResidentHome(int64_t persistent_gpu_bytes);
   Status FindMathTasks();
-  // Host-homed state (master, adam_m, adam_v kept in host memory across iterations: cached
-  // sub-groups) lives in the persistent host buffer that the tasks naming it use, packed in the
-  // order they are first named. InvalidArgument when a task names such state with no persistent
-  // host buffer, or two tasks keep one range in different buffers.
-  Status BindHostHomes();
   // Makes, before the first iteration, each host pool's arena (host_arena.h): as many bytes as
   // its buffers can hold at once, from which TakeBuffer cuts them, so that no task waits mid-run
   // for fresh memory to be mapped and faulted in.

@@ -13,8 +13,8 @@
 
 namespace tierflow::real::exec {
 
-// Writes the initial state to every disk home the schedule names (version 0), into the host
-// homes, and sets the GPU's bf16 parameters.
+// Writes the initial state to every disk home the schedule names (version 0), into the memory
+// homes (host and GPU), and sets the GPU's bf16 parameters.
 Status Run::InitialiseStores() {
   const std::vector<float> model = initial_[0].empty() ? trainer_.InitialMaster() : initial_[0];
   std::vector<uint16_t> model16(model.size());
@@ -39,11 +39,15 @@ Status Run::InitialiseStores() {
                              : static_cast<const void*>(zeros.data() + begin);
   };
   for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {
-    const auto [buffer, offset] = host_home_[ti];
+    const auto [buffer, offset] = memory_home_[ti];
     if (buffer == kNoIndex) continue;
     const TensorSpec& ts = s_.tensors()[ti];
     const int kind = KindOf(ts.kind);
-    std::memcpy(Buf(buffer).data + offset, initial(kind, ts.element_offset), static_cast<size_t>(ts.size_bytes));
+    if (OnGpu(buffer)) {  // optimizer states updated on the GPU
+      TF_RETURN_IF_ERROR(device_->H2D(Buf(buffer).data + offset, initial(kind, ts.element_offset), ts.size_bytes, nullptr));
+    } else {
+      std::memcpy(Buf(buffer).data + offset, initial(kind, ts.element_offset), static_cast<size_t>(ts.size_bytes));
+    }
     Place(buffer, {kind, ts.element_offset, Elements(ts), offset, 0});
   }
   CompletionQueue done;

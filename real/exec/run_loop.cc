@@ -313,19 +313,23 @@ Status Run::ReadState(int kind, int64_t version, std::vector<float>* master) {
     std::memcpy(master->data() + ts->element_offset, block, static_cast<size_t>(ts->size_bytes));
     blocks_.Give(block);
   }
-  for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {  // and what host memory keeps
+  for (size_t ti = 0; ti < s_.tensors().size(); ++ti) {  // and what memory keeps (host, GPU)
     const TensorSpec& ts = s_.tensors()[ti];
-    const int32_t buffer = host_home_[ti].first;
+    const int32_t buffer = memory_home_[ti].first;
     if (buffer == kNoIndex || KindOf(ts.kind) != kind) continue;
     const int64_t n = Elements(ts);
     const Span span = FindSpan(buffer, kind, ts.element_offset, n);
     if (span.data == nullptr || span.version != version) continue;
-    std::memcpy(master->data() + ts.element_offset, span.data, static_cast<size_t>(ts.size_bytes));
+    if (OnGpu(buffer)) {
+      TF_RETURN_IF_ERROR(device_->D2H(master->data() + ts.element_offset, span.data, ts.size_bytes).WithContext(std::string("reading ") + KindName(kind)));
+    } else {
+      std::memcpy(master->data() + ts.element_offset, span.data, static_cast<size_t>(ts.size_bytes));
+    }
     got.Set(ts.element_offset, ts.element_offset + n, 1);
   }
   if (got.Get(0, space_.local_total()) != 1) {
     return FailedPrecondition(std::string("some of ") + KindName(kind) + " is not at version " + std::to_string(version) +
-                              " in host memory or on any disk (" + std::to_string(base_iteration_ + version) + " iterations)");
+                              " in memory or on any disk (" + std::to_string(base_iteration_ + version) + " iterations)");
   }
   return Status::Ok();
 }

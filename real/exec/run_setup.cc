@@ -66,8 +66,8 @@ Status Run::Setup() {
   TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, TakeDirectories());
   TF_RETURN_IF_ERROR(OpenStores(dirs));
   TF_ASSIGN_OR_RETURN(const int64_t persistent_gpu_bytes, MakeBuffers());
-  TF_RETURN_IF_ERROR(MakeResidentHome(persistent_gpu_bytes));
-  TF_RETURN_IF_ERROR(BindHostHomes());
+  TF_ASSIGN_OR_RETURN(const int64_t gpu_state_bytes, BindMemoryHomes());
+  TF_RETURN_IF_ERROR(MakeResidentHome(persistent_gpu_bytes - gpu_state_bytes));
   TF_RETURN_IF_ERROR(FindMathTasks());
   workers_.resize(s_.resources().size());
   threads_.resize(s_.resources().size());
@@ -272,7 +272,7 @@ Status Run::MakeResidentHome(int64_t persistent_gpu_bytes) {
   }
   if (bytes > persistent_gpu_bytes) {
     return InvalidArgument("schedule: its GPU-resident parameters need " + std::to_string(bytes) + " bytes of GPU memory, more than its persistent GPU buffers hold (" +
-                           std::to_string(persistent_gpu_bytes) + ")");
+                           std::to_string(persistent_gpu_bytes) + " beside the optimizer states kept on the GPU)");
   }
   if (bytes > 0) {
     auto block = device_->Allocate(bytes);
@@ -311,10 +311,17 @@ Status Run::FindMathTasks() {
   return Status::Ok();
 }
 
-Status Run::BindHostHomes() {
-  host_home_.assign(s_.tensors().size(), {kNoIndex, 0});
+// Every tensor kept in memory gets its home: a persistent buffer the tasks naming it use, in host
+// memory, or for optimizer states updated on the GPU in gpu0 memory (allocated here: returns its
+// bytes, which the resident home cannot have).
+StatusOr<int64_t> Run::BindMemoryHomes() {
+  memory_home_.assign(s_.tensors().size(), {kNoIndex, 0});
   std::vector<int64_t> packed(s_.buffers().size(), 0);
   auto on_host = [&](const TensorSpec& ts) { return s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kHost; };
+  auto gpu_state = [&](const TensorSpec& ts) {
+    const int kind = KindOf(ts.kind);
+    return s_.devices()[static_cast<size_t>(ts.device)].kind == DeviceKind::kGpu && kind >= kMaster && kind <= kAdamV;
+  };
   // Parameters kept in host memory: each rank's lie in one flat buffer, the persistent host
   // buffer their h2d copies use; every task that names them (the fetch's collectives and
   // computes, the update's conversion) finds them there at their element offset.
@@ -343,7 +350,9 @@ Status Run::BindHostHomes() {
       const int kind = KindOf(ts.kind);
       // Gradients in host memory are placed by the d2h copies that write them (at their element
       // offset in the rank's flat buffer), not bound here.
-      if (!on_host(ts) || kind == kGrad || kind == kGrad16) continue;
+      const bool on_gpu = gpu_state(ts);
+      if ((!on_host(ts) && !on_gpu) || kind == kGrad || kind == kGrad16) continue;
+      const char* where = on_gpu ? "GPU memory" : "host memory";
       int32_t home = kNoIndex;
       if (kind == kParam16) {
         const auto it = flat_params.find(ts.rank);
@@ -358,15 +367,15 @@ Status Run::BindHostHomes() {
       }
       for (int32_t b : t.uses) {
         if (home != kNoIndex) break;
-        if (s_.buffers()[static_cast<size_t>(b)].persistent && !OnGpu(b)) {
+        if (s_.buffers()[static_cast<size_t>(b)].persistent && OnGpu(b) == on_gpu) {
           home = b;
           break;
         }
       }
       if (home == kNoIndex) {
-        return InvalidArgument("task '" + t.id + "' names " + Range(ts) + " kept in host memory, but uses no persistent host buffer to keep it in");
+        return InvalidArgument("task '" + t.id + "' names " + Range(ts) + " kept in " + where + ", but uses no persistent buffer there to keep it in");
       }
-      auto& bound = host_home_[static_cast<size_t>(ti)];
+      auto& bound = memory_home_[static_cast<size_t>(ti)];
       if (bound.first == kNoIndex) {
         // param16 lies in the rank's flat buffer at its element offset (tensors of overlapping
         // ranges, a unit's and a sub-group's, then name the same bytes); other state is packed
@@ -374,17 +383,24 @@ Status Run::BindHostHomes() {
         const bool flat = kind == kParam16;
         const int64_t at = flat ? ts.element_offset * 2 : packed[static_cast<size_t>(home)];
         if (at + ts.size_bytes > s_.buffers()[static_cast<size_t>(home)].size_bytes) {
-          return InvalidArgument("task '" + t.id + "': the host-memory state it names does not fit buffer '" + s_.buffers()[static_cast<size_t>(home)].name + "'");
+          return InvalidArgument("task '" + t.id + "': the state it keeps in " + where + " does not fit buffer '" + s_.buffers()[static_cast<size_t>(home)].name + "'");
         }
         bound = {home, at};
         if (!flat) packed[static_cast<size_t>(home)] += ts.size_bytes;
       } else if (bound.first != home) {
         return InvalidArgument("task '" + t.id + "' keeps " + Range(ts) + " in buffer '" + s_.buffers()[static_cast<size_t>(home)].name +
-                               "', another task in '" + s_.buffers()[static_cast<size_t>(bound.first)].name + "': host-memory state has one home");
+                               "', another task in '" + s_.buffers()[static_cast<size_t>(bound.first)].name + "': state kept in memory has one home");
       }
     }
   }
-  return Status::Ok();
+  // The GPU homes' memory, for the whole run.
+  int64_t gpu_bytes = 0;
+  for (size_t b = 0; b < s_.buffers().size(); ++b) {
+    if (!OnGpu(static_cast<int32_t>(b)) || packed[b] == 0) continue;
+    TF_RETURN_IF_ERROR(TakeBuffer(buffers_[b], s_.buffers()[b].name));
+    gpu_bytes += s_.buffers()[b].size_bytes;
+  }
+  return gpu_bytes;
 }
 
 // A fresh host block is mapped and faulted in whole where a task takes its buffer, on the

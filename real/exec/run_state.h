@@ -122,9 +122,16 @@ class RunState {
     const bool flat = kind == kGrad16 || s_.buffers()[static_cast<size_t>(buffer)].persistent;
     return flat ? begin * KindBytes(kind) : packed;
   }
-  // A buffer that holds gpu0 memory while allocated: in a GPU pool and not persistent (persistent
-  // GPU buffers stand for the device's own memory and the resident home: see Run::Setup).
-  bool HoldsGpuMemory(int32_t buffer) const { return OnGpu(buffer) && !s_.buffers()[static_cast<size_t>(buffer)].persistent; }
+  // A buffer that holds gpu0 memory while allocated: in a GPU pool and not persistent, or the
+  // persistent home of optimizer states on the GPU (other persistent GPU buffers stand for the
+  // device's own memory and the resident home: see Run::Setup).
+  bool HoldsGpuMemory(int32_t buffer) const {
+    return OnGpu(buffer) && (!s_.buffers()[static_cast<size_t>(buffer)].persistent || buffers_[static_cast<size_t>(buffer)].data != nullptr);
+  }
+  // Whether `resource` is a GPU's (an optimizer there updates states kept in gpu0 memory).
+  bool GpuResource(int32_t resource) const {
+    return s_.devices()[static_cast<size_t>(s_.resources()[static_cast<size_t>(resource)].device)].kind == DeviceKind::kGpu;
+  }
   // The first buffer holding gpu0 memory that the task allocates, else uses, or kNoIndex.
   int32_t GpuBufferOf(const TaskSpec& t) const;
   // The first buffer of the task on a device of `kind`, of those it allocates first or uses first.
@@ -134,8 +141,9 @@ class RunState {
   // The versions of each kind of state at its home on storage device `device`.
   Versions& Home(int32_t device, int kind) { return home_[static_cast<size_t>(device)][kind]; }
   const DiskFile& Disk(int32_t device) const { return disk_of_device_[static_cast<size_t>(device)]; }
-  // A tensor kept in host memory: its persistent host buffer and byte offset there, or kNoIndex.
-  std::pair<int32_t, int64_t> HostHome(int32_t tensor) const { return host_home_[static_cast<size_t>(tensor)]; }
+  // A tensor kept in memory — host memory, or gpu0's (optimizer states updated on the GPU): its
+  // persistent buffer and byte offset there, or kNoIndex.
+  std::pair<int32_t, int64_t> MemoryHome(int32_t tensor) const { return memory_home_[static_cast<size_t>(tensor)]; }
   // The GPU-resident run holding element `at`, or null; the versions of param16 there.
   const ResidentRun* ResidentAt(int64_t at) const;
   Versions& resident_versions() { return resident_versions_; }
@@ -200,7 +208,7 @@ class RunState {
   Storage* io_ = nullptr;                              // what every I/O goes through
   std::vector<DiskFile> disk_of_device_;               // per schedule device
   std::vector<std::array<Versions, kKindCount>> home_;  // per schedule device
-  std::vector<std::pair<int32_t, int64_t>> host_home_; // per tensor: (persistent host buffer, byte offset)
+  std::vector<std::pair<int32_t, int64_t>> memory_home_; // per tensor: (persistent buffer, byte offset)
   std::vector<ResidentRun> resident_;                  // sorted by begin
   void* resident_block_ = nullptr;                     // gpu0 memory of resident_
   Versions resident_versions_;                         // param16 at the resident home

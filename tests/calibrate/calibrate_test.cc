@@ -43,6 +43,7 @@ models::HardwareSpec Truth() {
   g.backward_efficiency = 0.45;
   g.kernel_overhead_s = 20e-6;
   g.hbm_bw_bytes_per_s = 1.5e12;
+  g.adam_bw_bytes_per_s = 1.1e12;
   t.node.nvme[0].read_bw_bytes_per_s = 2e9;
   t.node.nvme[0].read_latency_s = 90e-6;
   t.node.nvme[0].write_bw_bytes_per_s = 1.2e9;
@@ -94,6 +95,7 @@ std::vector<TraceRecord> AllRecords(const models::HardwareSpec& truth) {
   testing::AddCopies(truth.node.pcie, sizes, noise, &r);
   testing::AddCompute(truth.node.gpu, Flops(), {1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}, noise, &r);
   testing::AddCpu(truth.node.cpu, {1 << 20, 4 << 20, 16 << 20, 64 << 20}, noise, &r);
+  testing::AddGpuUpdates(truth.node.gpu, {1 << 20, 1 << 26}, 5, noise, &r);
   testing::AddDispatch(truth.node.cpu.task_overhead_s, 200, noise, &r);
   Noise quiet(0.002);  // a load of 0.3 of 8 cores is a 4 % slowdown: the fit's arithmetic, not the noise's
   testing::AddIoCpu(truth.node.cpu, truth.node.cpu.cores, 2, quiet, &r);
@@ -129,7 +131,7 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   for (const char* model : {"nvme0.read", "nvme0.write", "nvme0.mixed", "nvme1.read", "nvme1.write", "nvme1.mixed",
                             "pcie.h2d", "pcie.d2h", "pcie.d2h_bf16", "pcie.pageable", "compute", "compute.forward",
                             "compute.backward", "cpu.memory", "cpu.adam", "cpu.convert", "cpu.dispatch", "interconnect",
-                            "interconnect.local"}) {
+                            "interconnect.local", "gpu.adam"}) {
     const FitReport* f = Find(*cal, model);
     ASSERT_NE(f, nullptr) << model;
     EXPECT_EQ(f->outcome, FitOutcome::kFitted) << FitSummary(*f);
@@ -143,7 +145,7 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   }
   EXPECT_LT(Find(*cal, "cpu.io_rw")->rms_rel_residual, 0.01) << FitSummary(*Find(*cal, "cpu.io_rw"));
   EXPECT_LT(Find(*cal, "cpu.io_split")->rms_rel_residual, 0.01) << FitSummary(*Find(*cal, "cpu.io_split"));
-  EXPECT_EQ(cal->fits.size(), 26u);
+  EXPECT_EQ(cal->fits.size(), 27u);
   const models::NodeSpec& got = cal->profile.node;
   const models::NodeSpec& want = truth.node;
   for (size_t d = 0; d < 2; ++d) {
@@ -204,6 +206,9 @@ TEST(CalibrateRoundTripTest, RecoversKnownParametersUnderNoise) {
   ExpectWithin(got.gpu.compute_efficiency, combined, kRatioTol, "compute_efficiency");
   ExpectWithin(got.gpu.kernel_overhead_s, want.gpu.kernel_overhead_s, kLatencyTol, "kernel_overhead");
   ExpectWithin(got.gpu.hbm_bw_bytes_per_s, want.gpu.hbm_bw_bytes_per_s, kBandwidthTol, "hbm_bw");
+  // From the largest update's records only, which the GPU's updates keep out of the CPU's Adam.
+  ExpectWithin(got.gpu.adam_bw_bytes_per_s, want.gpu.adam_bw_bytes_per_s, kBandwidthTol, "adam_bw");
+  EXPECT_NE(Find(*cal, "gpu.adam")->note.find("5 records of smaller updates not used"), std::string::npos) << Find(*cal, "gpu.adam")->note;
   EXPECT_EQ(got.gpu.peak_flops, Base().node.gpu.peak_flops);
   ExpectWithin(got.cpu.memory_bw_bytes_per_s, want.cpu.memory_bw_bytes_per_s, kBandwidthTol, "memory_bw");
   ExpectWithin(got.cpu.adam_elements_per_s_per_core, want.cpu.adam_elements_per_s_per_core, kBandwidthTol,

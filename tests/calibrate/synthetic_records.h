@@ -311,6 +311,26 @@ inline void AddCompute(const models::GpuSpec& gpu, const std::vector<double>& fl
   for (int64_t b : bytes) out->push_back(ComputeProbe(gpu, Phase::kOther, 0, b, noise.Factor()));
 }
 
+// The compute probe's update on the GPU (probe.gpu_adam), `reps` records per element count, each
+// timed on the GPU (GpuAdamTime) inside a host span twice as long.
+inline void AddGpuUpdates(const models::GpuSpec& gpu, const std::vector<int64_t>& elements, int reps, Noise& noise,
+                          std::vector<TraceRecord>* out) {
+  double t = 50000;
+  for (int64_t e : elements) {
+    for (int rep = 0; rep < reps; ++rep) {
+      const double on_gpu = models::GpuAdamTime(gpu, e) * noise.Factor();
+      TraceRecord r = Probe("probe.gpu_adam", Op::kOptimizer, "gpu0.compute", 4 * e, 2 * on_gpu);
+      r.start_s = t;
+      r.end_s = t + 2 * on_gpu;
+      r.device_start_s = t + on_gpu / 2;
+      r.device_end_s = r.device_start_s + on_gpu;
+      r.iteration = rep;
+      out->push_back(r);
+      t += 1;
+    }
+  }
+}
+
 // Adam over `elements` with 1..cores threads (bytes = 4 x elements), the memory probe at
 // `cores` threads (and a few at one thread, which the fit must leave out), and conversions.
 inline void AddCpu(const models::CpuSpec& cpu, const std::vector<int64_t>& elements, Noise& noise,

@@ -236,6 +236,55 @@ TEST(Executor, CachedStatesOverlapAndGpuResidentParametersReproduceTheInMemoryWe
   }
 }
 
+// Whether the schedule updates a sub-group on the GPU: an optimizer task on a GPU's resource, its
+// states in a persistent buffer of a GPU pool.
+bool UpdatesOnTheGpu(const Schedule& s) {
+  auto on_gpu = [&s](int32_t device) { return s.devices()[static_cast<size_t>(device)].kind == DeviceKind::kGpu; };
+  for (const TaskSpec& t : s.tasks()) {
+    if (t.op != Op::kOptimizer || !on_gpu(s.resources()[static_cast<size_t>(t.resource)].device)) continue;
+    for (int32_t b : t.uses) {
+      const BufferSpec& buf = s.buffers()[static_cast<size_t>(b)];
+      if (buf.persistent && on_gpu(s.pools()[static_cast<size_t>(buf.pool)].device)) return true;
+    }
+  }
+  return false;
+}
+
+// The update where the schedule puts it (docs/schedule-format.md "Where a sub-group is
+// updated"): every sub-group's states on the GPU (tierflow's gpu_sub_groups all, zero-infinity's
+// offload_optimizer none); a three-way split — the first sub-group on the GPU, the last cached in
+// host memory, the rest on NVMe — with gradients in host memory or flushed to disk, the update
+// overlapped with backward; ZeRO-Offload++'s ratio; micro-steps and tied embeddings. Each bit for
+// bit the in-memory loop's weights and losses.
+TEST(Executor, OptimizerStatesOnTheGpuOrSplitReproduceTheInMemoryWeights) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"policy.name=tierflow", "policy.offload_param=none", "policy.gpu_sub_groups=all"},
+      {"policy.name=tierflow", "policy.offload_param=none", "policy.sub_group_size=1e6", "policy.gpu_sub_groups=1", "policy.cached_sub_groups=1"},
+      {"policy.name=tierflow", "policy.offload_param=none", "policy.sub_group_size=1e6", "policy.gpu_sub_groups=2", "policy.host_gradients=false",
+       "policy.overlap_optimizer=true"},
+      {"policy.name=tierflow", "policy.offload_param=none", "policy.sub_group_size=1e6", "policy.gpu_sub_groups=1",
+       "training.gradient_accumulation_steps=2", "model.tied_embeddings=true"},
+      {"policy.name=zero-infinity", "policy.offload_param=none", "policy.offload_optimizer=none"},
+      {"policy.name=zero-infinity", "policy.offload_param=none", "policy.offload_optimizer=cpu", "policy.ratio=0.5", "policy.sub_group_size=1e6"},
+  };
+  for (const auto& sets : cases) {
+    std::string label;
+    for (const std::string& set : sets) label += set + " ";
+    const TrainConfig config = ConfigFor(LoadTiny(sets));
+    auto reference = RunInMemory(config, kIterations);
+    ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+    const Schedule schedule = ExpectReproduces(sets, config, *reference, label);
+    EXPECT_TRUE(UpdatesOnTheGpu(schedule)) << label;
+    if (sets[3] == "policy.gpu_sub_groups=1" && sets.back() == "policy.cached_sub_groups=1") {  // all three tiers
+      EXPECT_TRUE(HasTask(schedule, Op::kRead, "read.states")) << "NVMe holds some states";
+      EXPECT_TRUE(HasTask(schedule, Op::kOptimizer, "adam.sg")) << label;
+      int on_cpu = 0;
+      for (const TaskSpec& t : schedule.tasks()) on_cpu += t.op == Op::kOptimizer && schedule.resources()[static_cast<size_t>(t.resource)].name.rfind("cpu", 0) == 0;
+      EXPECT_GE(on_cpu, 2) << "the host updates the cached one and those on NVMe";
+    }
+  }
+}
+
 // zero-infinity's backward epilogue in DeepSpeed's order on a tiny model whose gradients reach
 // DeepSpeed's swap minimum (ffn 1024: 1 MiB of fp32 per MLP weight): on the emulated GPU each
 // gradient widened into a buffer of its own, then copied into the pinned staging and written; as
@@ -716,15 +765,16 @@ TEST(Executor, AHostTaskGivenAGpuBufferIsAnError) {
   const Status st = CheckRunnable(s, ConfigFor(zi));  // refused when loaded, before anything runs
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
-  EXPECT_NE(st.message().find("buffer 'slot.model.layers.0.mlp.gate_proj.weight.f0.r0' is not in host memory, and a read task works on host memory"),
+  EXPECT_NE(st.message().find("buffer 'slot.model.layers.0.mlp.gate_proj.weight.f0.r0' is not in host memory, and a read task on a CPU or disk works on host memory"),
             std::string::npos)
       << st.ToString();
   EXPECT_EQ(RunOnce(s, zi, "gpu-buffer").status().message(), st.message());
 }
 
 // What no op can do is refused when the schedule is loaded, naming the task and the rule: a
-// compute without a kernel, an h2d of master weights, a disk write of state homed in host memory,
-// a copy of two tensors.
+// compute without a kernel, an h2d of master weights, a conversion on a GPU's resource, an update
+// on the GPU naming parameters off it, a disk write of state homed in host memory, a copy of two
+// tensors.
 TEST(Executor, WhatTheExecutorCannotRunIsRefusedWhenLoaded) {
   const policies::Scenario zi = LoadTiny({});
   const TrainConfig config = ConfigFor(zi);
@@ -737,7 +787,21 @@ TEST(Executor, WhatTheExecutorCannotRunIsRefusedWhenLoaded) {
                                              "\"tensors\":[\"master.r0[0+3295488]@nvme0\",\"param16",
                                              {{"\"id\":\"h2d.", "\"bytes\":352256,", "\"bytes\":" + std::to_string(352256 + 3295488 * 4) + ","}});
   st = CheckRunnable(master_to_gpu, config);
-  EXPECT_NE(st.message().find("(h2d): copies 'master.r0[0+3295488]@nvme0' (master) to the GPU; only param16 goes there"), std::string::npos)
+  EXPECT_NE(st.message().find("(h2d): copies 'master.r0[0+3295488]@nvme0' (master) to the GPU; only param16, and grad for an update there, go there"),
+            std::string::npos)
+      << st.ToString();
+  // Host work on a GPU's resource; an update on the GPU naming host state (a bf16 gradient).
+  const Schedule convert_on_gpu = EditedOrDie(planned, "\"id\":\"convert.p16.sg0.r0.c0\"", "\"resource\":\"cpu.r0\"", "\"resource\":\"gpu0.compute\"");
+  st = CheckRunnable(convert_on_gpu, config);
+  EXPECT_NE(st.message().find("task 'convert.p16.sg0.r0.c0' (convert): runs on resource 'gpu0.compute', a GPU's; a convert task runs on the host"),
+            std::string::npos)
+      << st.ToString();
+  const policies::Scenario on_gpu = LoadTiny({"policy.name=tierflow", "policy.offload_param=none", "policy.gpu_sub_groups=all"});
+  const Schedule host_state = EditedOrDie(PlanOrDie(on_gpu), "\"id\":\"adam.sg0.r0\"", "\"param16.r0[0+328192]@gpu0\"", "\"grad16.r0[3229952+65536]@host\"");
+  st = CheckRunnable(host_state, ConfigFor(on_gpu));
+  EXPECT_NE(st.message().find("task 'adam.sg0.r0' (optimizer): names 'grad16.r0[3229952+65536]@host' (grad16); an update on a GPU names its "
+                              "states and the param16 it refreshes only"),
+            std::string::npos)
       << st.ToString();
   const Schedule write_to_host = EditedOrDie(planned, "\"name\":\"param16.r0[", "\"device\":\"nvme0\"", "\"device\":\"host\"");
   // A copy of two tensors into one buffer (zero-infinity's swap-out, on a model whose gradients
@@ -1089,6 +1153,25 @@ INSTANTIATE_TEST_SUITE_P(Executor, Ranks,
                                            RanksCase{"zero_infinity_clipped_2", "zero-infinity", 2, true},
                                            RanksCase{"zero_infinity_4", "zero-infinity", 4, false}),
                          [](const ::testing::TestParamInfo<RanksCase>& info) { return info.param.name; });
+
+// Two ranks with every sub-group's states on their GPU train to the data-parallel reference.
+TEST(Executor, OptimizerStatesOnEachRanksGpuReproduceTheDataParallelReference) {
+  const policies::Scenario s = LoadTiny({"policy.name=tierflow", "policy.offload_param=none", "policy.gpu_sub_groups=all", "hardware.node.gpu_count=2",
+                                         "training.data_parallel=2", "training.sequence_length=32"});
+  const TrainConfig config = ConfigFor(s);
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  TempDir root("gpu-states-ranks");
+  const Schedule schedule = PlanOrDie(s);
+  EXPECT_TRUE(UpdatesOnTheGpu(schedule));
+  const auto results = RunRanks(schedule, config, root.str(), kIterations);
+  ASSERT_EQ(results.size(), 2u);
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
+    EXPECT_EQ(results[r]->loss, reference->loss) << "rank " << r;
+    EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << "rank " << r;
+  }
+}
 
 TEST(Executor, RankCountsMustAgree) {
   const policies::Scenario two = LoadTiny({"training.data_parallel=2", "hardware.node.gpu_count=2"});

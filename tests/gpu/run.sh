@@ -18,7 +18,10 @@
 #             model, and Llama-3.2-1B's shape (untied) through a 4 GiB GPU pool with its records
 #             (OUT/finetune-1b.records.jsonl) and schedule (OUT/finetune-1b.schedule.json), and the
 #             same 1B training with everything in GPU memory (--in-memory), whose weights must
-#             have the same sha256
+#             have the same sha256; and (RUNS_1B "gpuopt", on by default) the 1B training planned
+#             by tierflow with every sub-group's optimizer states on the GPU, updated there
+#             (policy.gpu_sub_groups all, offload_param none, the card's whole memory as the GPU
+#             pool: OUT/gpuopt-1b.*), whose weights must be the in-memory run's too
 # and prints a short table last (of every step whose logs are in OUT), then the issue's figures
 # (bench/gpu_report.py: GEMM-heavy steps against cuBLAS, copies against the pinned probe, the 1B
 # run against its resource lower bound, MFU offloaded and in GPU memory). Back on a machine with
@@ -33,7 +36,7 @@
 # the steady state the figures take leaves out the first and, from three on, the last), TUNED (a tuned schedule of the 1B training,
 # from `tierflow tune`, that the finetune step runs too: its weights must be the in-memory run's),
 # TUNED_PREDICTION (`tierflow sim TUNED --json` on the GPU's profile, copied to OUT for the report),
-# RUNS_1B (which 1B runs the finetune step makes, default "offloaded inmemory"; TUNED adds "tuned"),
+# RUNS_1B (which 1B runs the finetune step makes, default "offloaded inmemory gpuopt"; TUNED adds "tuned"),
 # PROBE_SEQS (the sequences tierflow-gpu-probe runs at, default 1024: the first into OUT/probes, each
 # other into OUT/probes-s<SEQ>),
 # CUDA_ARCH (default 90), JOBS
@@ -60,7 +63,7 @@ fi
 if [ -n "${TUNED_PREDICTION:-}" ]; then
   cp "$TUNED_PREDICTION" "$out/tuned-prediction.json" || { echo "TUNED_PREDICTION: cannot copy $TUNED_PREDICTION"; exit 1; }
 fi
-runs_1b=" ${RUNS_1B:-offloaded inmemory} ${TUNED:+tuned} "
+runs_1b=" ${RUNS_1B:-offloaded inmemory gpuopt} ${TUNED:+tuned} "
 run_1b() { [[ $runs_1b == *" $1 "* ]]; }
 cd "$(dirname "$0")/../.." || exit 1
 prefix=/tmp/tierflow-deps
@@ -280,7 +283,7 @@ if step finetune; then
   tail -4 "$out/finetune.log"
   rm -f "$disk/disk0/tierflow-run.store"
   # Nothing of an earlier call into the same OUT may stand in for this one's 1B runs.
-  rm -f "$out"/finetune-1b.* "$out"/inmemory-1b.* "$out"/tuned-1b.* "$out/plan-1b.log"
+  rm -f "$out"/finetune-1b.* "$out"/inmemory-1b.* "$out"/tuned-1b.* "$out"/gpuopt-1b.* "$out/plan-1b.log"
   if "$tf" plan "${model_1b[@]}" -o "$out/finetune-1b.schedule.json" >"$out/plan-1b.log" 2>&1; then
     # In GPU memory first: it is the shorter, and the offloaded runs' weights are checked against it.
     if run_1b inmemory; then
@@ -293,6 +296,18 @@ if step finetune; then
         --records "$out/finetune-1b.records.jsonl" >"$out/finetune-1b.log" 2>&1
       echo $? >"$out/finetune-1b.rc"
       tail -4 "$out/finetune-1b.log"
+      rm -f "$disk/disk1/tierflow-run.store"
+    fi
+    # The update on the GPU: every sub-group's states there (issue 56), the same weights.
+    if run_1b gpuopt; then
+      if "$tf" plan "${model_1b[@]}" --set policy.name=tierflow --set policy.offload_param=none --set policy.gpu_sub_groups=all \
+        --set hardware.node.gpu.hbm="$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1) MiB" \
+        -o "$out/gpuopt-1b.schedule.json" >"$out/gpuopt-1b.log" 2>&1; then
+        "$tf" run "$out/gpuopt-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n "$iters_1b" \
+          --records "$out/gpuopt-1b.records.jsonl" >>"$out/gpuopt-1b.log" 2>&1
+      fi
+      echo $? >"$out/gpuopt-1b.rc"
+      tail -4 "$out/gpuopt-1b.log"
       rm -f "$disk/disk1/tierflow-run.store"
     fi
     # A tuned schedule of the same training (`tierflow tune`, made where there is SimGrid): the
@@ -324,7 +339,7 @@ def status(name):
     r = rc(name)
     return "not run" if r is None else "pass" if r == 0 else f"FAIL (rc {r})"
 failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "calib", "compute", "torch-1b", "torch-1b-ckpt",
-                                              "finetune", "finetune-1b", "inmemory-1b", "tuned-1b"))
+                                              "finetune", "finetune-1b", "inmemory-1b", "tuned-1b", "gpuopt-1b"))
 rows = []
 log = read("gpu-tests.log")
 if log is not None:
@@ -359,7 +374,8 @@ for name in ("torch-1b-ckpt", "torch-1b"):
                      f"{t['iteration_s'] * 1e3:.1f} ms per iteration" if t else "")))
 shas = {}
 for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2-1B shape, GPU compute, offloaded", "finetune-1b"),
-                       ("the same, everything in GPU memory", "inmemory-1b"), ("the same, the TUNED schedule, offloaded", "tuned-1b")):
+                       ("the same, everything in GPU memory", "inmemory-1b"), ("the same, the TUNED schedule, offloaded", "tuned-1b"),
+                       ("the same, optimizer states on the GPU, updated there", "gpuopt-1b")):
     ft = read(log_name + ".log")
     if ft is None:
         continue
@@ -373,7 +389,8 @@ for name, log_name in (("tiny, GPU compute, offloaded", "finetune"), ("Llama-3.2
     rows.append((name, status(log_name) + (f", loss {losses[0]} -> {losses[-1]}" if losses else "") + (f", {times[0]}" if times else "") +
                  (f", gpu0 memory {memory[-1][0]} peak ({memory[-1][1]} reserved)" if memory else "") +
                  (f", {paged[-1][0]} ({paged[-1][1]} %) of its disk I/O through the page cache" if paged else "")))
-for run, label in (("finetune-1b", "1B weights offloaded vs in GPU memory"), ("tuned-1b", "1B weights, TUNED schedule vs in GPU memory")):
+for run, label in (("finetune-1b", "1B weights offloaded vs in GPU memory"), ("tuned-1b", "1B weights, TUNED schedule vs in GPU memory"),
+                   ("gpuopt-1b", "1B weights, update on the GPU vs in GPU memory")):
     if run in shas and "inmemory-1b" in shas:
         same = shas[run] == shas["inmemory-1b"]
         failed = failed or not same

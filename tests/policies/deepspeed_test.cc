@@ -217,10 +217,11 @@ TEST(DeepSpeedImport, RefusesWhatZeroInfinityIsNot) {
             "train_batch_size 8 is not a multiple of train_micro_batch_size_per_gpu x gradient_accumulation_steps = 3"},
            {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "nvme"}}})",
             "offload_param.device 'cpu': zero-infinity keeps parameters on NVMe ('nvme') or on the GPU ('none'); parameters in CPU memory"},
-           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "none"}}})",
-            "offload_optimizer.device 'none': zero-infinity keeps the optimizer states on NVMe ('nvme') or in host memory ('cpu'); states on the GPU"},
-           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
-            "offload_optimizer.ratio 0.3: a share of the update on the GPU (ZeRO-Offload++) is not modelled yet"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "gpu"}}})",
+            "offload_optimizer.device 'gpu': zero-infinity keeps the optimizer states on NVMe ('nvme'), in host memory ('cpu', with ratio: "
+            "part of them on the GPU) or on the GPU ('none')"},
+           {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}})",
+            "zero_optimization.offload_optimizer.ratio 1.5: a share, in [0, 1]"},
            {"{" + bf16 + R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/a"},
               "offload_optimizer": {"device": "nvme", "nvme_path": "/b"}}})",
             "offload_param.nvme_path '/a' and offload_optimizer.nvme_path '/b' differ"},
@@ -276,6 +277,53 @@ TEST(DeepSpeedImport, ZeroOffloadsCpuOptimizerIsPlannedInHostMemoryAndExportedBa
   EXPECT_EQ(exported["zero_optimization"]["offload_optimizer"]["device"], "cpu");
   EXPECT_FALSE(exported["zero_optimization"]["offload_optimizer"].contains("nvme_path"));
   EXPECT_EQ(Sets(ImportOk(*back)).at("policy.offload_optimizer"), "cpu");
+}
+
+// ZeRO-3 without optimizer offload (device none) and ZeRO-Offload++ (device cpu, ratio below 1)
+// plan the update on the GPU: every sub-group's states there, or the first int((1 - ratio) *
+// sub-groups) of them (DeepSpeed's stage 3 subgroup_to_device), the rest in host memory; both
+// export back as DeepSpeed wrote them.
+TEST(DeepSpeedImport, OptimizerStatesOnTheGpuAndZeroOffloadPlusPlusArePlannedAndExportedBack) {
+  struct Case {
+    std::string optimizer;  // the offload_optimizer object
+    std::string device;
+    double ratio;
+  };
+  for (const Case& c : std::vector<Case>{{R"({"device": "none"})", "none", 1.0},
+                                         {R"({"device": "cpu", "pin_memory": true, "ratio": 0.5})", "cpu", 0.5},
+                                         {R"({"device": "cpu", "pin_memory": true, "ratio": 0.7})", "cpu", 0.7}}) {
+    const std::string json = R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "sub_group_size": 200000,
+        "offload_param": {"device": "none"}, "offload_optimizer": )" + c.optimizer + "}}";
+    const DeepSpeedImport d = ImportOk(json);
+    EXPECT_EQ(Sets(d).at("policy.offload_optimizer"), c.device);
+    EXPECT_EQ(Sets(d).count("policy.ratio"), c.ratio != 1.0 ? 1u : 0u) << c.optimizer;
+    std::vector<std::string> sets;
+    for (const auto& [k, v] : d.sets) sets.push_back(k + "=" + v);
+    auto s = LoadScenarioText("name: t\nmodel: {preset: tiny}\nhardware: {preset: a100x4-1nvme}\n", sets);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto planned = Plan(*s);
+    ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+    int on_gpu = 0, on_cpu = 0;
+    for (const TaskSpec& t : planned->tasks()) {
+      if (t.op != Op::kOptimizer || t.rank != 0) continue;
+      const bool gpu = planned->devices()[static_cast<size_t>(planned->resources()[static_cast<size_t>(t.resource)].device)].kind == DeviceKind::kGpu;
+      (gpu ? on_gpu : on_cpu) += 1;
+    }
+    ASSERT_GE(on_gpu + on_cpu, 3) << "sub-groups enough to split";
+    const int want = c.device == "none" ? on_gpu + on_cpu : static_cast<int>((1 - c.ratio) * (on_gpu + on_cpu));
+    EXPECT_EQ(on_gpu, want) << c.optimizer;
+    EXPECT_GT(on_gpu, 0) << c.optimizer;
+    std::vector<std::string> notes;
+    auto back = ExportDeepSpeedConfig(*s, "/n", &notes);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    const auto exported = nlohmann::json::parse(*back)["zero_optimization"]["offload_optimizer"];
+    EXPECT_EQ(exported["device"], c.device) << *back;
+    EXPECT_EQ(exported.contains("ratio"), c.ratio != 1.0) << *back;
+    if (c.ratio != 1.0) EXPECT_EQ(exported["ratio"].get<double>(), c.ratio);
+    const auto again = Sets(ImportOk(*back));
+    EXPECT_EQ(again.at("policy.offload_optimizer"), c.device) << "round trip";
+    EXPECT_EQ(again.count("policy.ratio") ? again.at("policy.ratio") : "1", Sets(d).count("policy.ratio") ? Sets(d).at("policy.ratio") : "1");
+  }
 }
 
 TEST(DeepSpeedExport, ImportsBackToTheSameKnobsAndTraining) {

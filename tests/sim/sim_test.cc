@@ -745,6 +745,38 @@ TEST(SimTest, TheHandOversLoadSlowsWorkOnTheCoresBesideIt) {
   }
 }
 
+// An update on the GPU (an optimizer task on gpu0's compute resource) streams its states at the
+// card's measured update rate (gpu.adam_bw; hbm_bw where none was measured) and holds the GPU:
+// a compute after it on the same resource starts when it ends; beside it, the CPU's update of
+// another sub-group runs on the host's cores as ever. On an emulated GPU it is the CPU's AdamW.
+TEST(SimTest, AnUpdateOnTheGpuStreamsAtTheCardsUpdateRate) {
+  const int64_t adam_bytes = 4 * 10000000;  // 10^7 elements
+  for (const double adam_bw : {0.0, 1.5e12}) {
+    auto hw = TestHardware();
+    hw.node.gpu.adam_bw_bytes_per_s = adam_bw;
+    const double rate = adam_bw > 0 ? adam_bw : hw.node.gpu.hbm_bw_bytes_per_s;
+    const double gpu_s = hw.node.gpu.kernel_overhead_s + 1e7 * models::kGpuAdamBytesPerElement / rate;
+    EXPECT_REL(models::GpuAdamTime(hw.node.gpu, 10000000), gpu_s);
+    Builder b;
+    b.Resource("gpu0.compute", "gpu0");
+    b.Resource("cpu.optimizer", "host");
+    b.Task("adam.gpu", Op::kOptimizer, "gpu0.compute", adam_bytes);
+    b.Task("adam.cpu", Op::kOptimizer, "cpu.optimizer", adam_bytes);
+    b.Task("c", Op::kCompute, "gpu0.compute", 0, {"adam.gpu"}).flops = 1e12;
+    SimResult r = MustSimulate(b.s, hw);
+    EXPECT_REL(Find(r, "adam.gpu").end_s, gpu_s) << adam_bw;
+    EXPECT_REL(Find(r, "adam.cpu").end_s, models::AdamTime(hw.node.cpu, 10000000, hw.node.cpu.cores)) << "the host's update beside it";
+    EXPECT_REL(Find(r, "c").start_s, gpu_s) << "the GPU is the update's while it runs";
+  }
+  auto emulated = TestHardware();
+  emulated.node.gpu.shares_host_cores = true;
+  Builder b;
+  b.Resource("gpu0.compute", "gpu0");
+  b.Task("adam.gpu", Op::kOptimizer, "gpu0.compute", adam_bytes);
+  SimResult r = MustSimulate(b.s, emulated);
+  EXPECT_REL(Find(r, "adam.gpu").end_s, models::AdamTime(emulated.node.cpu, 10000000, emulated.node.cpu.cores)) << "the CPU's AdamW";
+}
+
 // Streams whose I/O paths need more cores than the node has share them, and are held back.
 TEST(SimTest, IoPathsThatNeedMoreThanTheCoresHoldTheirStreamsBack) {
   auto hw = TestHardware();

@@ -86,7 +86,7 @@ Status PrepareFp32ToBf16(RunState& run, const TaskSpec& t, int64_t iteration, Jo
       return FailedPrecondition(run.Who(t, iteration) + " converts master weights at " + VersionText(version) + ", expected version " +
                                 std::to_string(iteration + 1) + " (after this iteration's update)");
     }
-    const auto [home, at] = run.HostHome(ti);
+    const auto [home, at] = run.MemoryHome(ti);
     if (home != kNoIndex) {
       convs.push_back({src, home, at, ts.element_offset, n, version});
       continue;

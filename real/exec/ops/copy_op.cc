@@ -17,11 +17,13 @@ std::string Names(const TensorSpec& ts) { return "'" + ts.name + "' (" + std::st
 
 }  // namespace
 
-// Only param16 goes to the GPU.
+// param16 goes to the GPU, and fp32 gradients for an update there (into a GPU buffer).
 Status CheckH2D(const Schedule& s, const TaskSpec& t, const std::string& who) {
   for (int32_t i : t.tensors) {
     const TensorSpec& ts = s.tensors()[static_cast<size_t>(i)];
-    if (ts.kind != StateKind::kParam16) return InvalidArgument(who + ": copies " + Names(ts) + " to the GPU; only param16 goes there");
+    if (ts.kind != StateKind::kParam16 && ts.kind != StateKind::kGrad) {
+      return InvalidArgument(who + ": copies " + Names(ts) + " to the GPU; only param16, and grad for an update there, go there");
+    }
   }
   return Status::Ok();
 }
@@ -44,7 +46,8 @@ Status CheckD2H(const Schedule& s, const TaskSpec& t, const std::string& who) {
 
 Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
   // From the host buffer it uses into the GPU buffer it allocates (or uses), packed in list
-  // order; without one, into the parameters' GPU-resident home.
+  // order; without one, into the parameters' GPU-resident home (param16 only: an fp32 gradient
+  // goes into a GPU buffer, for the update on the GPU that uses it).
   const int32_t buffer = run.FirstBufferOnDevice(t, DeviceKind::kHost, false);
   const int32_t gpu = run.GpuBufferOf(t);
   struct Copy {
@@ -62,20 +65,24 @@ Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t it
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = run.T(ti);
     const int kind = KindOf(ts.kind);
-    TF_CHECK(kind == kParam16);  // CheckH2D
+    TF_CHECK(kind == kParam16 || kind == kGrad);  // CheckH2D
     const int64_t n = run.Elements(ts);
     const Span p = buffer == kNoIndex ? Span{} : run.FindSpan(buffer, kind, ts.element_offset, n);
     if (p.data == nullptr) return FailedPrecondition(run.Who(t, iteration) + " copies " + run.Range(ts) + " to the GPU, but no host buffer it uses holds it");
     const char* src = p.data;
     if (gpu != kNoIndex) {
-      if (packed + n * 2 > run.Buf(gpu).size) {
+      if (packed + ts.size_bytes > run.Buf(gpu).size) {
         return InvalidArgument(run.Who(t, iteration) + ": " + run.Range(ts) + " does not fit GPU buffer '" + run.BufferName(gpu) + "'");
       }
-      copies.push_back({run.Buf(gpu).data + packed, src, n * 2});
-      // With several ranks, this rank's partition, for the all-gather to make whole.
-      placed.push_back({run.space().ranks() == 1 ? kind : kParam16Part, ts.element_offset, n, packed, p.version});
-      packed += n * 2;
+      copies.push_back({run.Buf(gpu).data + packed, src, ts.size_bytes});
+      // With several ranks, this rank's partition of parameters, for the all-gather to make
+      // whole (a gradient is this rank's own, in its element space).
+      placed.push_back({kind == kParam16 && run.space().ranks() > 1 ? kParam16Part : kind, ts.element_offset, n, packed, p.version});
+      packed += ts.size_bytes;
       continue;
+    }
+    if (kind == kGrad) {
+      return InvalidArgument(run.Who(t, iteration) + " copies " + run.Range(ts) + " to the GPU but names no GPU buffer for it (a gradient has no GPU home)");
     }
     // The resident home holds the model's elements: this rank's part of each unit (all of it
     // with one rank).

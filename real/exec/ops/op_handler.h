@@ -9,7 +9,7 @@
 //   io_op.cc          read, write: disk homes <-> host buffers (IoWindow requests)
 //   copy_op.cc        h2d, d2h: parameters onto gpu0, gradients off it (with the overflow check)
 //   compute_op.cc     compute: a layer's forward or backward on the compute device
-//   optimizer_op.cc   optimizer: AdamW over one sub-group
+//   optimizer_op.cc   optimizer: AdamW over one sub-group, on the CPU or on the GPU
 //   convert_op.cc     convert: the global gradient check, fp32 -> bf16 parameters, bf16 -> fp32
 //                     gradients, a tensor copied between host buffers
 //   collective_op.cc  allgather, reducescatter, allreduce over the ranks (ranks.h)
@@ -53,6 +53,9 @@ struct OpHandler {
   bool host_memory = false;
   // Its work runs on the CPU threads of its resource's pool (its trace record counts them).
   bool cpu_threads = false;
+  // It may also run on a GPU's resource, its work then on gpu0 memory only (the optimizer: a
+  // sub-group whose states live on the GPU); the flags above describe it on a CPU's.
+  bool on_gpu_too = false;
 };
 
 // The handler of `op`.

@@ -25,27 +25,31 @@ Status PrepareNormAllReduce(RunState& run, const TaskSpec& t, int32_t task, int6
 
 namespace {
 
-// One line per op, in Op's order:        check           prepare               host memory  CPU threads
+// One line per op, in Op's order:        check           prepare               host memory  CPU threads  on a GPU too
 constexpr std::array<OpHandler, kOpCount> kHandlers = {{
-    /* read          */ {CheckIo,        PrepareIo,            true,  false},
-    /* write         */ {CheckIo,        PrepareIo,            true,  false},
-    /* h2d           */ {CheckH2D,       PrepareH2D,           false, false},
-    /* d2h           */ {CheckD2H,       PrepareD2H,           false, false},
-    /* compute       */ {nullptr,        PrepareCompute,       false, false},
-    /* allgather     */ {nullptr,        PrepareAllGather,     false, false},
-    /* reducescatter */ {nullptr,        PrepareReduceScatter, false, false},
-    /* allreduce     */ {nullptr,        PrepareNormAllReduce, false, false},
-    /* optimizer     */ {CheckOptimizer, PrepareOptimizer,     true,  true},
-    /* convert       */ {CheckConvert,   PrepareConvert,       true,  true},
-    /* alloc         */ {nullptr,        nullptr,              false, false},
-    /* free          */ {nullptr,        nullptr,              false, false},
-    /* barrier       */ {nullptr,        nullptr,              false, false},
+    /* read          */ {CheckIo,        PrepareIo,            true,  false, false},
+    /* write         */ {CheckIo,        PrepareIo,            true,  false, false},
+    /* h2d           */ {CheckH2D,       PrepareH2D,           false, false, false},
+    /* d2h           */ {CheckD2H,       PrepareD2H,           false, false, false},
+    /* compute       */ {nullptr,        PrepareCompute,       false, false, false},
+    /* allgather     */ {nullptr,        PrepareAllGather,     false, false, false},
+    /* reducescatter */ {nullptr,        PrepareReduceScatter, false, false, false},
+    /* allreduce     */ {nullptr,        PrepareNormAllReduce, false, false, false},
+    /* optimizer     */ {CheckOptimizer, PrepareOptimizer,     true,  true,  true},
+    /* convert       */ {CheckConvert,   PrepareConvert,       true,  true,  false},
+    /* alloc         */ {nullptr,        nullptr,              false, false, false},
+    /* free          */ {nullptr,        nullptr,              false, false, false},
+    /* barrier       */ {nullptr,        nullptr,              false, false, false},
 }};
 static_assert(static_cast<int>(Op::kBarrier) == kOpCount - 1, "one line per op, in Op's order");
 
 DeviceKind BufferDevice(const Schedule& s, int32_t buffer) {
   const int32_t pool = s.buffers()[static_cast<size_t>(buffer)].pool;
   return s.devices()[static_cast<size_t>(s.pools()[static_cast<size_t>(pool)].device)].kind;
+}
+
+DeviceKind ResourceDevice(const Schedule& s, int32_t resource) {
+  return s.devices()[static_cast<size_t>(s.resources()[static_cast<size_t>(resource)].device)].kind;
 }
 
 }  // namespace
@@ -59,13 +63,21 @@ Status CheckTaskContracts(const Schedule& s) {
       return InvalidArgument(who + ": names no kernel (" + KernelsOf(t.op) + "); tierflow run needs one to know what it computes");
     }
     const OpHandler& h = HandlerOf(t.op);
-    // Disk I/O and CPU work address host memory only: a buffer of a GPU pool is gpu0 memory.
+    // Disk I/O and CPU work address host memory only: a buffer of a GPU pool is gpu0 memory. An
+    // op that may run on a GPU too addresses that GPU's memory only when it does.
     if (h.host_memory) {
+      const bool on_gpu = t.resource != kNoIndex && ResourceDevice(s, t.resource) == DeviceKind::kGpu;
+      if (on_gpu && !h.on_gpu_too) {
+        return InvalidArgument(who + ": runs on resource '" + s.resources()[static_cast<size_t>(t.resource)].name + "', a GPU's; a " +
+                               std::string(OpName(t.op)) + " task runs on the host");
+      }
+      const DeviceKind memory = on_gpu ? DeviceKind::kGpu : DeviceKind::kHost;
       for (const auto* list : {&t.allocs, &t.uses}) {
         for (int32_t b : *list) {
-          if (BufferDevice(s, b) != DeviceKind::kHost) {
-            return InvalidArgument(who + ": buffer '" + s.buffers()[static_cast<size_t>(b)].name + "' is not in host memory, and a " +
-                                   std::string(OpName(t.op)) + " task works on host memory");
+          if (BufferDevice(s, b) != memory) {
+            return InvalidArgument(who + ": buffer '" + s.buffers()[static_cast<size_t>(b)].name + "' is not in " + (on_gpu ? "GPU" : "host") +
+                                   " memory, and a " + std::string(OpName(t.op)) + " task on a " + (on_gpu ? "GPU" : "CPU or disk") +
+                                   " works on " + (on_gpu ? "GPU" : "host") + " memory");
           }
         }
       }

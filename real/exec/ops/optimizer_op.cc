@@ -1,5 +1,9 @@
 // optimizer tasks (op_handler.h): AdamW over one sub-group, its master weights and moments in the
 // buffer it uses at this iteration's version, its fp32 gradient in another; leaves version + 1.
+// On a CPU resource the states and the gradient are in host memory and the update runs on the
+// resource's threads; on a GPU's (a sub-group whose states live on the GPU) they are in gpu0
+// memory, the compute device updates them, and the task's param16 tensors — the sub-group's
+// parameters at their GPU-resident home — receive the rounded copy in place.
 #include <algorithm>
 
 #include "../run_state.h"
@@ -7,12 +11,38 @@
 
 namespace tierflow::real::exec {
 
-// Adam names its sub-group's master, adam_m and adam_v tensors.
+namespace {
+
+bool OnGpu(const Schedule& s, int32_t device) { return s.devices()[static_cast<size_t>(device)].kind == DeviceKind::kGpu; }
+
+// Where the GPU update writes its rounded parameters: the sub-group's param16 at the resident
+// home, piece by piece ([offset, offset + n) from the sub-group's first element).
+struct Bf16Piece {
+  int64_t offset, n;
+  uint16_t* data;
+  int64_t global;  // its first element in the model (the resident home's versions)
+};
+
+}  // namespace
+
+// Adam names its sub-group's master, adam_m and adam_v tensors; on a GPU's resource they are kept
+// on that GPU, and so are the param16 tensors it names (their resident home, refreshed in place).
 Status CheckOptimizer(const Schedule& s, const TaskSpec& t, const std::string& who) {
+  const bool gpu = OnGpu(s, s.resources()[static_cast<size_t>(t.resource)].device);
   int kinds = 0;
   for (int32_t i : t.tensors) {
-    const StateKind k = s.tensors()[static_cast<size_t>(i)].kind;
+    const TensorSpec& ts = s.tensors()[static_cast<size_t>(i)];
+    const StateKind k = ts.kind;
     if (k == StateKind::kMaster || k == StateKind::kAdamM || k == StateKind::kAdamV) kinds |= 1 << static_cast<int>(k);
+    if (!gpu) continue;
+    if (k != StateKind::kParam16 && k != StateKind::kMaster && k != StateKind::kAdamM && k != StateKind::kAdamV) {
+      return InvalidArgument(who + ": names '" + ts.name + "' (" + std::string(StateKindName(k)) +
+                             "); an update on a GPU names its states and the param16 it refreshes only");
+    }
+    if (!OnGpu(s, ts.device)) {
+      return InvalidArgument(who + ": runs on a GPU but names '" + ts.name + "', kept on device '" + s.devices()[static_cast<size_t>(ts.device)].name +
+                             "': an update on a GPU keeps its states, and the parameters it refreshes, on the GPU");
+    }
   }
   if (kinds != (1 << kMaster | 1 << kAdamM | 1 << kAdamV)) {
     return InvalidArgument(who + ": adam names its sub-group's master, adam_m and adam_v tensors, each once at least");
@@ -59,12 +89,62 @@ Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
   const int64_t step = run.global_check() ? step_slot.adam_step : run.updates_at_start() + iteration + 1;
   const float grad_scale = UpdateGradScale(run.Iter(iteration).loss_scale, run.global_check() ? step_slot.clip : 1.0f);
   CpuThreads* threads = &run.ThreadsOf(t.resource);
-  job.work = [=, &run] {
-    if (update) AdamWSparingVectors(run.space(), run.config(), run.trainer().layout(), begin, n, state[0], state[1], state[2], grad, step, grad_scale, *threads);
-    return Status::Ok();
-  };
   job.finish = [&run, where, begin, n, iteration] {
     for (int k = 0; k < 3; ++k) run.SetVersion(where[k], kMaster + k, begin, n, iteration + 1);
+  };
+  if (!run.GpuResource(t.resource)) {
+    job.work = [=, &run] {
+      if (update) AdamWSparingVectors(run.space(), run.config(), run.trainer().layout(), begin, n, state[0], state[1], state[2], grad, step, grad_scale, *threads);
+      return Status::Ok();
+    };
+    return Status::Ok();
+  }
+  // On the GPU: the rounded parameters go to the resident home of each param16 tensor it names.
+  std::vector<Bf16Piece> bf16;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = run.T(ti);
+    if (KindOf(ts.kind) != kParam16) continue;
+    if (ts.element_offset < begin || ts.element_offset + run.Elements(ts) > begin + n) {
+      return InvalidArgument(run.Who(t, iteration) + " refreshes " + run.Range(ts) + ", which is not within the sub-group it updates");
+    }
+    for (const RankSpace::Segment& seg : run.space().Segments(ts.element_offset, run.Elements(ts))) {
+      const ResidentRun* r = run.ResidentAt(seg.global);
+      if (r == nullptr || seg.global + seg.n > r->begin + r->n) {
+        return FailedPrecondition(run.Who(t, iteration) + " refreshes " + run.Range(ts) + " on the GPU, which is not GPU-resident");
+      }
+      bf16.push_back({seg.local - begin, seg.n, reinterpret_cast<uint16_t*>(r->data) + (seg.global - r->begin), seg.global});
+    }
+  }
+  std::sort(bf16.begin(), bf16.end(), [](const Bf16Piece& a, const Bf16Piece& b) { return a.offset < b.offset; });
+  job.work = [=, &run, span = &job.device_span] {
+    if (!update) return Status::Ok();
+    return ForEachAdamWRun(run.space(), run.config(), run.trainer().layout(), begin, n, step, [&](int64_t at, int64_t elements, const AdamWConfig& cfg) {
+      // The run, cut where a refreshed piece begins or ends.
+      for (int64_t x = at; x < at + elements;) {
+        int64_t stop = at + elements;
+        uint16_t* out = nullptr;
+        for (const Bf16Piece& p : bf16) {
+          if (p.offset > x) {
+            stop = std::min(stop, p.offset);
+            break;
+          }
+          if (x < p.offset + p.n) {
+            stop = std::min(stop, p.offset + p.n);
+            out = p.data + (x - p.offset);
+            break;
+          }
+        }
+        DeviceSpan one;
+        TF_RETURN_IF_ERROR(run.device()->AdamW(state[0] + x, state[1] + x, state[2] + x, grad + x, out, stop - x, step, grad_scale, cfg, *threads, &one));
+        span->Merge(one);
+        x = stop;
+      }
+      return Status::Ok();
+    });
+  };
+  job.finish = [&run, where, begin, n, iteration, bf16] {
+    for (int k = 0; k < 3; ++k) run.SetVersion(where[k], kMaster + k, begin, n, iteration + 1);
+    for (const Bf16Piece& p : bf16) run.resident_versions().Set(p.global, p.global + p.n, iteration + 1);
   };
   return Status::Ok();
 }

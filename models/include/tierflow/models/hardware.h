@@ -31,6 +31,10 @@ struct GpuSpec {
   double forward_efficiency = 0;
   double backward_efficiency = 0;
   double kernel_overhead_s = 0;     // fixed cost per compute task (launches, sync)
+  // AdamW on the GPU (a sub-group whose optimizer states live there): the bytes it moves per
+  // second, kGpuAdamBytesPerElement per element (perf.h GpuAdamTime); calibrate fits it from the
+  // compute probe's update. 0: the card's memory bandwidth (hbm_bw), its streaming bound.
+  double adam_bw_bytes_per_s = 0;
   // The device is emulated on the node's CPU cores (the CPU reference executor): its compute
   // and copies take those cores, shared with the optimizer and the conversions, instead of
   // running on a device and links of their own.

@@ -69,6 +69,11 @@ InterconnectSpec NetworkOf(const NodeSpec& node);
 // bounded by host memory bandwidth at kAdamBytesPerElement bytes moved per element.
 inline constexpr double kAdamBytesPerElement = 28.0;  // read p, g, m, v; write p, m, v (fp32)
 double AdamTime(const CpuSpec& cpu, int64_t elements, int32_t threads);
+// AdamW on the GPU over `elements`, its states and fp32 gradient in the card's memory: streaming,
+// kGpuAdamBytesPerElement bytes per element at GpuSpec::adam_bw (hbm_bw where none was
+// measured), plus the kernel overhead. 0 when the GPU has neither rate.
+inline constexpr double kGpuAdamBytesPerElement = 30.0;  // kAdamBytesPerElement and the bf16 copy written
+double GpuAdamTime(const GpuSpec& gpu, int64_t elements);
 // Host conversion (cast or accumulate) of `bytes` with `threads` threads.
 double ConvertTime(const CpuSpec& cpu, int64_t bytes, int32_t threads);
 

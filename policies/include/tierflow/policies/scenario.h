@@ -37,6 +37,8 @@ class Knobs {
   // Numbers follow core's one rule (ParseInteger, ParseReal): "1e9" is accepted when integral, and
   // the error names the range and echoes a few dozen characters of the value.
   StatusOr<int64_t> Int(const std::string& name, int64_t default_value, int64_t lo = 0, int64_t hi = INT64_MAX);
+  // A count >= 0, or "all" (returned as `all`).
+  StatusOr<int64_t> CountOrAll(const std::string& name, int64_t default_value, int64_t all);
   StatusOr<int64_t> Bytes(const std::string& name, int64_t default_value);  // needs a unit
   StatusOr<double> Number(const std::string& name, double default_value);
   StatusOr<std::string> String(const std::string& name, const std::string& default_value,

@@ -59,8 +59,13 @@ struct LayerCost {
 // device options.compute names (exec::ComputeDevice: the CPU's math at config.threads threads, or
 // GPU 0's layer steps, each timed from its call to its completion on the GPU, as the executor
 // sees a compute task) with config.spec at config.batch x config.seq; `costs[l]` gives layer l's
-// flops and bytes. `label` goes into the task names. Unavailable, naming what is missing, when
-// the device cannot be had.
+// flops and bytes. `label` goes into the task names. Then the device's AdamW (an update on the
+// GPU: docs/performance-models.md "GPU Adam") over kGpuUpdateProbeElements elements in its
+// memory, `repetitions` records "probe.gpu_adam" (op optimizer, resource gpu0.compute, bytes 4
+// per element; on a real GPU its span there), from which calibrate fits gpu.adam_bw.
+// Unavailable, naming what is missing, when the device cannot be had.
+inline constexpr int64_t kGpuUpdateProbeElements = int64_t{1} << 22;  // on the emulated GPU
+inline constexpr int64_t kGpuUpdateProbeElementsCuda = int64_t{1} << 26;  // on a card: 1.9 GB moved
 StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
                                                 const std::string& label, const HostProbeOptions& options);
 
