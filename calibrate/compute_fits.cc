@@ -459,19 +459,17 @@ void FitGpuUpdate(const Context& c) {
     c.reports->push_back(NoData("gpu.adam", "optimizer records on a GPU's compute resource (probe compute: probe.gpu_adam)"));
     return;
   }
-  const auto& [bytes, times] = *seconds.rbegin();
-  const double elements = static_cast<double>(bytes) / 4;
+  const int64_t largest = seconds.rbegin()->first;
+  const double elements = static_cast<double>(largest) / 4;
   std::vector<double> rates;
-  for (double t : times) rates.push_back(elements * models::kGpuAdamBytesPerElement / t / 1e9);  // GB/s
+  for (double t : seconds.rbegin()->second) rates.push_back(elements * models::kGpuAdamBytesPerElement / t / 1e9);  // GB/s
   FitReport rep;
   rep.model = "gpu.adam";
   rep.samples = static_cast<int64_t>(rates.size());
   rep.data_range = CompactCount(elements) + " elements";
-  if (seconds.size() > 1) rep.note = fmt::format("{} records of smaller updates not used", [&] {
-    size_t n = 0;
-    for (const auto& [b, ts] : seconds) n += b == bytes ? 0 : ts.size();
-    return n;
-  }());
+  size_t smaller = 0;
+  for (const auto& [b, ts] : seconds) smaller += b == largest ? 0 : ts.size();
+  if (smaller > 0) rep.note = fmt::format("{} records of smaller updates not used", smaller);
   double rel_se = 0;
   const double bw = MedianFit(rates, c.options, "GB/s", &rep, &rel_se) * 1e9;
   rep.params = {{"adam_bw", bw, rel_se, "B/s", true}};
