@@ -78,9 +78,8 @@ Status CheckDesign(const Scenario& s, const OffloadDesign& d) {
     return InvalidArgument("policy.prefetch_window: a GPU prefetch window bounds how far parameter fetches run ahead, but "
                            "policy.offload_param is none (the parameters stay on the GPU): set prefetch_window: 0 B, or offload_param: nvme");
   }
-  if (d.gpu_sub_groups > 0 && d.params_on_nvme) {
-    return InvalidArgument("policy.gpu_sub_groups: an update on the GPU refreshes its sub-group's bf16 parameters in place, on the GPU, "
-                           "but policy.offload_param is nvme: set offload_param: none, or gpu_sub_groups: 0");
+  if (d.gpu_sub_groups > 0 && d.params_on_nvme && d.p16_chunk_elements > 0) {
+    return InvalidArgument("policy.gpu_sub_groups: an update on the GPU sends its bf16 parameters home whole, not in DeepSpeed's chunks");
   }
   // An update overlapped with backward runs before the global check (the overflow check and the
   // norm over every gradient), so its math is the reference's only when nothing in the update
@@ -236,7 +235,7 @@ class DesignPlan {
       }
       on_gpu_[g] = true;
     }
-    return CheckStatesFitGpu(b_, plan_, on_gpu_, "policy.gpu_sub_groups");
+    return CheckStatesFitGpu(b_, plan_, on_gpu_, d_.params_on_nvme, "policy.gpu_sub_groups");
   }
 
   // Each rank's pinned pools, its GPU-resident buffers and its prefetch window.

@@ -58,8 +58,10 @@ struct SweepOptions {
   // Per sub-group (empty = none): its states live on the GPU, in a persistent buffer of gpu_pool,
   // and are updated there (Adam on the GPU's compute resource): its fp32 gradient, brought to
   // host memory as for any other, is copied to a buffer of gpu_pool for the update, which
-  // refreshes its bf16 parameters in place — they must be kept on the GPU (ParamUpdatePath::kToGpu
-  // or GPU-resident units). Nothing is read or written back.
+  // refreshes its bf16 parameters kept on the GPU in place (ParamUpdatePath::kToGpu, resident
+  // units) and, with kWrite, leaves the others in a buffer of gpu_pool, whence a d2h takes them to
+  // a buffer of param_pool and a write to their disk. No state is read or written back.
+  // (kChunkedBlocking and parameters kept in host memory: not with on_gpu.)
   std::vector<bool> on_gpu;
   int32_t gpu_pool = kNoIndex;
   bool write_cached = false;              // cached sub-groups are still written back
@@ -110,10 +112,12 @@ struct SweepResult {
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o);
 
 // The sub-groups `on_gpu` (SweepOptions::on_gpu) fit each rank's GPU pool: their states (12 bytes
-// per element, persistent) and the largest one's fp32 gradient beside the pool's other
-// persistent buffers (the parameters kept there). Else InvalidArgument naming `knob`, the pool
-// and the bytes short. Call after the pool's other persistent buffers are made.
-Status CheckStatesFitGpu(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<bool>& on_gpu, const std::string& knob);
+// per element, persistent) and the largest one's fp32 gradient (and, `params_off_gpu`, its
+// rounded bf16 parameters) beside the pool's other persistent buffers (the parameters kept there).
+// Else InvalidArgument naming `knob`, the pool and the bytes short. Call after the pool's other
+// persistent buffers are made.
+Status CheckStatesFitGpu(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<bool>& on_gpu, bool params_off_gpu,
+                         const std::string& knob);
 
 // With several ranks each refreshes only its own partition of the GPU-resident units after its
 // update (`refreshes`, every rank's: SweepResult::resident_refreshes); this one all-gather of

@@ -446,7 +446,7 @@ StatusOr<Schedule> PlanZeroInfinity(const Scenario& s) {
   for (const auto& [k, v] : s.knobs.values()) b.Meta("policy." + k, v);
   NoteWhatStaysInHost(b, plan, knobs, place, max_subgroup);
   const RankResources x = MakeRankResources(b, plan, knobs, place, max_subgroup);
-  TF_RETURN_IF_ERROR(CheckStatesFitGpu(b, plan, place.states_on_gpu, "policy.offload_optimizer"));
+  TF_RETURN_IF_ERROR(CheckStatesFitGpu(b, plan, place.states_on_gpu, /*params_off_gpu=*/false, "policy.offload_optimizer"));
   const PassResult passes = TrainingPasses(b, plan, ZeroPassOptions(s, knobs, place, x, std::move(kept), threads));
 
   // Step. The global gradient norm needs every rank's gradients: backward must end first.

@@ -254,8 +254,9 @@ bool UpdatesOnTheGpu(const Schedule& s) {
 // updated"): every sub-group's states on the GPU (tierflow's gpu_sub_groups all, zero-infinity's
 // offload_optimizer none); a three-way split — the first sub-group on the GPU, the last cached in
 // host memory, the rest on NVMe — with gradients in host memory or flushed to disk, the update
-// overlapped with backward; ZeRO-Offload++'s ratio; micro-steps and tied embeddings. Each bit for
-// bit the in-memory loop's weights and losses.
+// overlapped with backward; ZeRO-Offload++'s ratio; micro-steps and tied embeddings; parameters on
+// NVMe (the update's rounded parameters sent home). Each bit for bit the in-memory loop's weights
+// and losses.
 TEST(Executor, OptimizerStatesOnTheGpuOrSplitReproduceTheInMemoryWeights) {
   const std::vector<std::vector<std::string>> cases = {
       {"policy.name=tierflow", "policy.offload_param=none", "policy.gpu_sub_groups=all"},
@@ -264,6 +265,9 @@ TEST(Executor, OptimizerStatesOnTheGpuOrSplitReproduceTheInMemoryWeights) {
        "policy.overlap_optimizer=true"},
       {"policy.name=tierflow", "policy.offload_param=none", "policy.sub_group_size=1e6", "policy.gpu_sub_groups=1",
        "training.gradient_accumulation_steps=2", "model.tied_embeddings=true"},
+      // Parameters on NVMe: the update's rounded parameters leave the GPU for their disk.
+      {"policy.name=tierflow", "policy.sub_group_size=1e6", "policy.gpu_sub_groups=2", "policy.cached_sub_groups=1"},
+      {"policy.name=tierflow", "policy.gpu_sub_groups=all", "policy.semi_async_writeback=false", "policy.host_gradients=false"},
       {"policy.name=zero-infinity", "policy.offload_param=none", "policy.offload_optimizer=none"},
       {"policy.name=zero-infinity", "policy.offload_param=none", "policy.offload_optimizer=cpu", "policy.ratio=0.5", "policy.sub_group_size=1e6"},
   };
@@ -275,6 +279,9 @@ TEST(Executor, OptimizerStatesOnTheGpuOrSplitReproduceTheInMemoryWeights) {
     ASSERT_TRUE(reference.ok()) << reference.status().ToString();
     const Schedule schedule = ExpectReproduces(sets, config, *reference, label);
     EXPECT_TRUE(UpdatesOnTheGpu(schedule)) << label;
+    if (std::find(sets.begin(), sets.end(), "policy.offload_param=none") == sets.end()) {
+      EXPECT_TRUE(HasTask(schedule, Op::kD2H, "d2h.p16.")) << label << "sends the rounded parameters home";
+    }
     if (sets[3] == "policy.gpu_sub_groups=1" && sets.back() == "policy.cached_sub_groups=1") {  // all three tiers
       EXPECT_TRUE(HasTask(schedule, Op::kRead, "read.states")) << "NVMe holds some states";
       EXPECT_TRUE(HasTask(schedule, Op::kOptimizer, "adam.sg")) << label;
@@ -1154,22 +1161,25 @@ INSTANTIATE_TEST_SUITE_P(Executor, Ranks,
                                            RanksCase{"zero_infinity_4", "zero-infinity", 4, false}),
                          [](const ::testing::TestParamInfo<RanksCase>& info) { return info.param.name; });
 
-// Two ranks with every sub-group's states on their GPU train to the data-parallel reference.
+// Two ranks with every sub-group's states on their GPU train to the data-parallel reference, with
+// the parameters on the GPUs and on NVMe.
 TEST(Executor, OptimizerStatesOnEachRanksGpuReproduceTheDataParallelReference) {
-  const policies::Scenario s = LoadTiny({"policy.name=tierflow", "policy.offload_param=none", "policy.gpu_sub_groups=all", "hardware.node.gpu_count=2",
-                                         "training.data_parallel=2", "training.sequence_length=32"});
-  const TrainConfig config = ConfigFor(s);
-  auto reference = RunInMemory(config, kIterations);
-  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
-  TempDir root("gpu-states-ranks");
-  const Schedule schedule = PlanOrDie(s);
-  EXPECT_TRUE(UpdatesOnTheGpu(schedule));
-  const auto results = RunRanks(schedule, config, root.str(), kIterations);
-  ASSERT_EQ(results.size(), 2u);
-  for (size_t r = 0; r < results.size(); ++r) {
-    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
-    EXPECT_EQ(results[r]->loss, reference->loss) << "rank " << r;
-    EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << "rank " << r;
+  for (const std::string params : {"none", "nvme"}) {
+    const policies::Scenario s = LoadTiny({"policy.name=tierflow", "policy.offload_param=" + params, "policy.gpu_sub_groups=all",
+                                           "hardware.node.gpu_count=2", "training.data_parallel=2", "training.sequence_length=32"});
+    const TrainConfig config = ConfigFor(s);
+    auto reference = RunInMemory(config, kIterations);
+    ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+    TempDir root("gpu-states-ranks");
+    const Schedule schedule = PlanOrDie(s);
+    EXPECT_TRUE(UpdatesOnTheGpu(schedule));
+    const auto results = RunRanks(schedule, config, root.str(), kIterations);
+    ASSERT_EQ(results.size(), 2u);
+    for (size_t r = 0; r < results.size(); ++r) {
+      ASSERT_TRUE(results[r].ok()) << params << ", rank " << r << ": " << results[r].status().ToString();
+      EXPECT_EQ(results[r]->loss, reference->loss) << params << ", rank " << r;
+      EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << params << ", rank " << r;
+    }
   }
 }
 

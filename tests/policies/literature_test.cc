@@ -269,39 +269,48 @@ TEST(Tierflow, ReadAheadTakesThePoolInUpdateOrderAcrossIterations) {
 
 // The optimizer split three ways per rank: the first gpu_sub_groups of the update order on the
 // GPU (states in a persistent buffer of the GPU's pool, the gradient copied up, Adam on the GPU's
-// compute resource, nothing read or written), the last cached_sub_groups in host memory, the rest
-// on NVMe; three iterations complete in simulated time.
+// compute resource, no state read or written; with parameters on NVMe the rounded ones sent home
+// by a d2h), the last cached_sub_groups in host memory, the rest on NVMe; three iterations
+// complete in simulated time.
 TEST(Tierflow, TheOptimizerSplitsAcrossGpuHostAndNvme) {
-  const Schedule s = PlanOrDie({"policy.name=tierflow", "policy.buffer_size=null", "policy.offload_param=none", "policy.gpu_sub_groups=3",
-                                "policy.cached_sub_groups=2"});
-  std::map<int32_t, int> on_gpu, on_cpu;  // per rank
-  std::set<std::string> gpu_groups;       // ".sg{g}.r{r}"
-  for (const TaskSpec& t : s.tasks()) {
-    if (t.op != Op::kOptimizer) continue;
-    const bool gpu = s.devices()[s.resources()[t.resource].device].kind == DeviceKind::kGpu;
-    (gpu ? on_gpu : on_cpu)[t.rank] += 1;
-    if (!gpu) continue;
-    gpu_groups.insert(t.id.substr(std::string("adam").size()));
-    for (int32_t b : t.uses) EXPECT_EQ(s.devices()[s.pools()[s.buffers()[b].pool].device].kind, DeviceKind::kGpu) << t.id;
-    ASSERT_EQ(t.deps.size(), 1u) << t.id;
-    EXPECT_EQ(s.tasks()[t.deps[0]].op, Op::kH2D) << t.id << " waits for its gradient's copy up";
+  for (const std::string params : {"none", "nvme"}) {
+    const Schedule s = PlanOrDie({"policy.name=tierflow", "policy.buffer_size=null", "policy.offload_param=" + params, "policy.gpu_sub_groups=3",
+                                  "policy.cached_sub_groups=2"});
+    std::map<int32_t, int> on_gpu, on_cpu;  // per rank
+    std::set<std::string> gpu_groups;       // ".sg{g}.r{r}"
+    for (const TaskSpec& t : s.tasks()) {
+      if (t.op != Op::kOptimizer) continue;
+      const bool gpu = s.devices()[s.resources()[t.resource].device].kind == DeviceKind::kGpu;
+      (gpu ? on_gpu : on_cpu)[t.rank] += 1;
+      if (!gpu) continue;
+      gpu_groups.insert(t.id.substr(std::string("adam").size()));
+      for (int32_t b : t.uses) EXPECT_EQ(s.devices()[s.pools()[s.buffers()[b].pool].device].kind, DeviceKind::kGpu) << t.id;
+      ASSERT_EQ(t.deps.size(), 1u) << t.id;
+      EXPECT_EQ(s.tasks()[t.deps[0]].op, Op::kH2D) << t.id << " waits for its gradient's copy up";
+      EXPECT_EQ(t.allocs.size(), params == "nvme" ? 1u : 0u) << t.id << ": the rounded parameters' GPU buffer, with parameters on NVMe";
+    }
+    ASSERT_EQ(on_gpu.size(), 2u);
+    for (const auto& [rank, n] : on_gpu) {
+      EXPECT_EQ(n, 3) << "rank " << rank;
+      EXPECT_GE(on_cpu[rank], 3) << "the cached ones and those on NVMe, rank " << rank;
+    }
+    int homeward = 0;  // parameters of GPU-updated sub-groups sent to NVMe: d2h, then write
+    for (const TaskSpec& t : s.tasks()) {
+      if (t.op == Op::kD2H && t.id.rfind("d2h.p16.", 0) == 0) {
+        ++homeward;
+        EXPECT_EQ(s.tasks()[t.deps[0]].op, Op::kOptimizer) << t.id;
+      }
+      if (t.op != Op::kRead && t.op != Op::kWrite) continue;
+      for (const std::string& g : gpu_groups) EXPECT_EQ(t.id.find("states" + g), std::string::npos) << t.id << " moves states kept on the GPU";
+    }
+    EXPECT_EQ(homeward, params == "nvme" ? 6 : 0) << params;
+    auto r = testing::RunTimed(s, 3, UnitDurations(s));
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString() << " (offload_param " << params << ")";
   }
-  ASSERT_EQ(on_gpu.size(), 2u);
-  for (const auto& [rank, n] : on_gpu) {
-    EXPECT_EQ(n, 3) << "rank " << rank;
-    EXPECT_GE(on_cpu[rank], 3) << "the cached ones and those on NVMe, rank " << rank;
-  }
-  for (const TaskSpec& t : s.tasks()) {
-    if (t.op != Op::kRead && t.op != Op::kWrite) continue;
-    for (const std::string& g : gpu_groups) EXPECT_EQ(t.id.find("states" + g), std::string::npos) << t.id << " moves states kept on the GPU";
-  }
-  auto r = testing::RunTimed(s, 3, UnitDurations(s));
-  EXPECT_TRUE(r.status.ok()) << r.status.ToString();
 }
 
-// A split the GPU cannot hold is refused at plan time, naming the pool and the bytes short; so
-// are parameters on NVMe (the update on the GPU refreshes them in place) and a sub-group asked to
-// be both on the GPU and cached.
+// A split the GPU cannot hold is refused at plan time, naming the pool and the bytes short; so is
+// a sub-group asked to be both on the GPU and cached, and a count that is not one.
 TEST(Tierflow, AnOptimizerSplitTheGpuCannotHoldIsRefused) {
   struct Case {
     std::vector<std::string> sets;
@@ -309,7 +318,6 @@ TEST(Tierflow, AnOptimizerSplitTheGpuCannotHoldIsRefused) {
   };
   for (const Case& c : std::vector<Case>{
            {{"policy.offload_param=none", "policy.gpu_sub_groups=all", "hardware.node.gpu.hbm=30 MB"}, "pool 'gpu0.hbm' holds 28.61 MiB (hardware.node.gpu.hbm): "},
-           {{"policy.gpu_sub_groups=2"}, "policy.gpu_sub_groups: an update on the GPU refreshes its sub-group's bf16 parameters in place"},
            {{"policy.offload_param=none", "policy.gpu_sub_groups=all", "policy.cached_sub_groups=1"}, "both take sub-group"},
            {{"policy.offload_param=none", "policy.gpu_sub_groups=some"}, "policy.gpu_sub_groups (a count, or 'all')"},
        }) {

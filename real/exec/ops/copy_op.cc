@@ -1,6 +1,7 @@
 // h2d and d2h tasks (op_handler.h): bf16 parameters from a host buffer into the GPU buffer the h2d
-// allocates (or the GPU-resident home); a layer's gradients off gpu0 into a host buffer, fp32 or
-// bf16, with the per-tensor overflow check and squared norm on the way. With micro-steps
+// allocates (or the GPU-resident home), and fp32 gradients up for an update on the GPU; a layer's
+// gradients off gpu0 into a host buffer, fp32 or bf16, with the per-tensor overflow check and
+// squared norm on the way, and the rounded parameters of an update on the GPU on their way home. With micro-steps
 // (gradient accumulation) the first micro-step's d2h writes the bf16 gradients and every later
 // one adds into them (cpu::AccumulateBf16); the last micro-step's checks make the norm.
 #include <algorithm>
@@ -28,13 +29,20 @@ Status CheckH2D(const Schedule& s, const TaskSpec& t, const std::string& who) {
   return Status::Ok();
 }
 
-// Only gradients leave the GPU; with micro-steps, as grad16 (accumulated in host memory).
+// Gradients leave the GPU (with micro-steps as grad16, accumulated in host memory), and the
+// rounded parameters of an update on the GPU, on their way home (param16): not both in one task.
 Status CheckD2H(const Schedule& s, const TaskSpec& t, const std::string& who) {
   const int32_t micro_steps = s.MicroSteps();
+  int params = 0;
+  for (int32_t i : t.tensors) params += s.tensors()[static_cast<size_t>(i)].kind == StateKind::kParam16;
+  if (params > 0 && params != static_cast<int>(t.tensors.size())) {
+    return InvalidArgument(who + ": copies param16 and gradients off the GPU; a d2h copies one or the other");
+  }
+  if (params > 0) return Status::Ok();
   for (int32_t i : t.tensors) {
     const TensorSpec& ts = s.tensors()[static_cast<size_t>(i)];
     if (ts.kind != StateKind::kGrad && ts.kind != StateKind::kGrad16) {
-      return InvalidArgument(who + ": copies " + Names(ts) + " off the GPU; only gradients (grad, grad16) leave it");
+      return InvalidArgument(who + ": copies " + Names(ts) + " off the GPU; only gradients (grad, grad16), and param16 after an update there, leave it");
     }
     if (micro_steps > 1 && ts.kind != StateKind::kGrad16) {
       return InvalidArgument(who + ": copies " + Names(ts) + " off the GPU, but with " + std::to_string(micro_steps) +
@@ -110,11 +118,54 @@ Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t it
   return Status::Ok();
 }
 
+namespace {
+
+// The rounded parameters of an update on the GPU, from the GPU buffer it uses into the host buffer
+// it allocates (or uses), packed in list order, at their version.
+Status PrepareD2HParams(RunState& run, const TaskSpec& t, int64_t iteration, int32_t buffer, Job& job) {
+  struct Copy {
+    char* dst;
+    const char* src;
+    int64_t bytes;
+  };
+  std::vector<Copy> copies;
+  std::vector<Piece> placed;
+  int64_t packed = 0;
+  for (int32_t ti : t.tensors) {
+    const TensorSpec& ts = run.T(ti);
+    const int64_t n = run.Elements(ts);
+    Span p;
+    for (int32_t b : t.uses) {
+      if (run.HoldsGpuMemory(b) && (p = run.FindSpan(b, kParam16, ts.element_offset, n)).data != nullptr) break;
+    }
+    if (p.data == nullptr) return FailedPrecondition(run.Who(t, iteration) + " copies " + run.Range(ts) + " off the GPU, but no GPU buffer it uses holds it");
+    if (p.version != iteration + 1) {
+      return FailedPrecondition(run.Who(t, iteration) + " copies " + run.Range(ts) + " off the GPU at " + VersionText(p.version) +
+                                ", expected the update's (version " + std::to_string(iteration + 1) + ")");
+    }
+    if (packed + ts.size_bytes > run.Buf(buffer).size) return InvalidArgument(run.Who(t, iteration) + ": its tensors do not fit buffer '" + run.BufferName(buffer) + "'");
+    copies.push_back({run.Buf(buffer).data + packed, p.data, ts.size_bytes});
+    placed.push_back({kParam16, ts.element_offset, n, packed, p.version});
+    packed += ts.size_bytes;
+  }
+  job.work = [&run, copies] {
+    for (const Copy& c : copies) TF_RETURN_IF_ERROR(run.device()->D2H(c.dst, c.src, c.bytes));
+    return Status::Ok();
+  };
+  job.finish = [&run, buffer, placed] {
+    for (const Piece& p : placed) run.Place(buffer, p);
+  };
+  return Status::Ok();
+}
+
+}  // namespace
+
 // Gradients leave the GPU; the norm is accumulated per tensor on the way (as DeepSpeed does per
-// partition while reducing).
+// partition while reducing). The rounded parameters of an update on the GPU: PrepareD2HParams.
 Status PrepareD2H(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
   const int32_t buffer = run.FirstBufferOnDevice(t, DeviceKind::kHost, true);
   if (buffer == kNoIndex) return InvalidArgument(run.Who(t, iteration) + ": d2h names no host buffer");
+  if (!t.tensors.empty() && run.T(t.tensors[0]).kind == StateKind::kParam16) return PrepareD2HParams(run, t, iteration, buffer, job);
   IterationState& it = run.Iter(iteration);
   const int32_t micro = t.micro_step;
   struct Out {

@@ -3,7 +3,8 @@
 // On a CPU resource the states and the gradient are in host memory and the update runs on the
 // resource's threads; on a GPU's (a sub-group whose states live on the GPU) they are in gpu0
 // memory, the compute device updates them, and the task's param16 tensors — the sub-group's
-// parameters at their GPU-resident home — receive the rounded copy in place.
+// parameters at their GPU-resident home — receive the rounded copy in place; the rest of the
+// sub-group's rounded parameters go into the GPU buffer it allocates (for a d2h to take them home).
 #include <algorithm>
 
 #include "../run_state.h"
@@ -15,12 +16,13 @@ namespace {
 
 bool OnGpu(const Schedule& s, int32_t device) { return s.devices()[static_cast<size_t>(device)].kind == DeviceKind::kGpu; }
 
-// Where the GPU update writes its rounded parameters: the sub-group's param16 at the resident
-// home, piece by piece ([offset, offset + n) from the sub-group's first element).
+// Where the GPU update writes its rounded parameters, piece by piece ([offset, offset + n) from
+// the sub-group's first element): the sub-group's param16 at the resident home, else the GPU
+// buffer the task allocates.
 struct Bf16Piece {
   int64_t offset, n;
   uint16_t* data;
-  int64_t global;  // its first element in the model (the resident home's versions)
+  int64_t global;  // its first element in the model (the resident home's versions); -1 in the buffer
 };
 
 }  // namespace
@@ -116,6 +118,24 @@ Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
     }
   }
   std::sort(bf16.begin(), bf16.end(), [](const Bf16Piece& a, const Bf16Piece& b) { return a.offset < b.offset; });
+  // The rest, into the GPU buffer it allocates, at (element - begin) x 2.
+  const int32_t out_buffer = t.allocs.empty() ? kNoIndex : t.allocs[0];
+  if (out_buffer != kNoIndex) {
+    if (run.Buf(out_buffer).size < n * 2) {
+      return InvalidArgument(run.Who(t, iteration) + ": the sub-group's " + std::to_string(n) + " rounded parameters do not fit GPU buffer '" +
+                             run.BufferName(out_buffer) + "'");
+    }
+    uint16_t* base = reinterpret_cast<uint16_t*>(run.Buf(out_buffer).data);
+    std::vector<Bf16Piece> gaps;
+    int64_t at = 0;
+    for (const Bf16Piece& p : bf16) {
+      if (p.offset > at) gaps.push_back({at, p.offset - at, base + at, -1});
+      at = std::max(at, p.offset + p.n);
+    }
+    if (at < n) gaps.push_back({at, n - at, base + at, -1});
+    bf16.insert(bf16.end(), gaps.begin(), gaps.end());
+    std::sort(bf16.begin(), bf16.end(), [](const Bf16Piece& a, const Bf16Piece& b) { return a.offset < b.offset; });
+  }
   job.work = [=, &run, span = &job.device_span] {
     if (!update) return Status::Ok();
     return ForEachAdamWRun(run.space(), run.config(), run.trainer().layout(), begin, n, step, [&](int64_t at, int64_t elements, const AdamWConfig& cfg) {
@@ -142,9 +162,15 @@ Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
       return Status::Ok();
     });
   };
-  job.finish = [&run, where, begin, n, iteration, bf16] {
+  job.finish = [&run, where, begin, n, iteration, bf16, out_buffer] {
     for (int k = 0; k < 3; ++k) run.SetVersion(where[k], kMaster + k, begin, n, iteration + 1);
-    for (const Bf16Piece& p : bf16) run.resident_versions().Set(p.global, p.global + p.n, iteration + 1);
+    for (const Bf16Piece& p : bf16) {
+      if (p.global >= 0) {
+        run.resident_versions().Set(p.global, p.global + p.n, iteration + 1);
+      } else {
+        run.Place(out_buffer, {kParam16, begin + p.offset, p.n, p.offset * 2, iteration + 1});
+      }
+    }
   };
   return Status::Ok();
 }
