@@ -54,6 +54,8 @@ Status ReadCommonKnobs(Knobs& knobs, OffloadDesign* d) {
   d->cpu_threads = static_cast<int32_t>(threads);
   d->param_buffers = static_cast<int32_t>(buffers);
   d->optimizer_buffers = static_cast<int32_t>(opt_buffers);
+  TF_ASSIGN_OR_RETURN(const int64_t on_gpu, knobs.CountOrAll("gpu_sub_groups", d->gpu_sub_groups, kAllSubGroups));
+  d->gpu_sub_groups = static_cast<int32_t>(on_gpu);
   return Status::Ok();
 }
 
@@ -79,7 +81,8 @@ Status CheckDesign(const Scenario& s, const OffloadDesign& d) {
                            "policy.offload_param is none (the parameters stay on the GPU): set prefetch_window: 0 B, or offload_param: nvme");
   }
   if (d.gpu_sub_groups > 0 && d.params_on_nvme && d.p16_chunk_elements > 0) {
-    return InvalidArgument("policy.gpu_sub_groups: an update on the GPU sends its bf16 parameters home whole, not in DeepSpeed's chunks");
+    return InvalidArgument("policy.gpu_sub_groups: an update on the GPU sends its sub-group's bf16 parameters home whole, and policy '" + d.policy +
+                           "' stages them in chunks of buffer_size elements, which a sub-group's may not fit: keep gpu_sub_groups 0 with it");
   }
   // An update overlapped with backward runs before the global check (the overflow check and the
   // norm over every gradient), so its math is the reference's only when nothing in the update
@@ -205,16 +208,19 @@ class DesignPlan {
     return b_.Resource(nvme + ".r" + std::to_string(r) + ".opt_" + dir, nvme);
   }
 
-  // The update order, and the cached sub-groups: the last `cached_per_path` of each path in it.
+  // The update order; the sub-groups updated on the GPU, the first gpu_sub_groups of it; the
+  // cached ones, the last `cached_per_path` of each path among the others.
   void UpdateOrder() {
     for (int32_t g = 0; g < nsub_; ++g) order_.push_back(g);
     if (d_.descending_order) std::reverse(order_.begin(), order_.end());
+    on_gpu_.assign(nsub_, false);
+    for (int32_t i = 0; i < std::min(d_.gpu_sub_groups, nsub_); ++i) on_gpu_[order_[static_cast<size_t>(i)]] = true;
     cached_.assign(nsub_, false);
     if (d_.cached_per_path <= 0) return;
     for (int path = 0; path < (remote_ ? 2 : 1); ++path) {
       int32_t left = d_.cached_per_path;
       for (auto it = order_.rbegin(); it != order_.rend() && left > 0; ++it) {
-        if (remote_ && OptOnRemote(*it) != (path == 1)) continue;
+        if (on_gpu_[*it] || (remote_ && OptOnRemote(*it) != (path == 1))) continue;
         cached_[*it] = true;
         cached_elements_ += plan_.subgroups[*it].elements;
         --left;
@@ -222,21 +228,9 @@ class DesignPlan {
     }
   }
 
-  // The sub-groups updated on the GPU: the first gpu_sub_groups of the update order, none of
-  // them cached. Their states and the largest one's gradient must fit the GPU's pool beside the
-  // parameters kept there, or the design is refused here, naming the pool and the bytes short.
-  Status StatesOnGpu() {
-    on_gpu_.assign(nsub_, false);
-    for (int32_t i = 0; i < std::min(d_.gpu_sub_groups, nsub_); ++i) {
-      const int32_t g = order_[static_cast<size_t>(i)];
-      if (cached_[g]) {
-        return InvalidArgument("policy.gpu_sub_groups: " + std::to_string(d_.gpu_sub_groups) + " and cached_sub_groups " + std::to_string(d_.cached_per_path) +
-                               " both take sub-group " + std::to_string(g) + " of the " + std::to_string(nsub_) + ": together they may take every one at most");
-      }
-      on_gpu_[g] = true;
-    }
-    return CheckStatesFitGpu(b_, plan_, on_gpu_, d_.params_on_nvme, "policy.gpu_sub_groups");
-  }
+  // The sub-groups updated on the GPU (UpdateOrder) fit the GPU's pool beside the parameters kept
+  // there, or the design is refused here, naming the pool and the bytes short.
+  Status StatesOnGpu() { return CheckStatesFitGpu(b_, plan_, on_gpu_, d_.params_on_nvme, "policy.gpu_sub_groups"); }
 
   // Each rank's pinned pools, its GPU-resident buffers and its prefetch window.
   void Pools() {

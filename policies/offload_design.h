@@ -48,8 +48,9 @@ struct OffloadDesign {
   bool semi_async_writes = false;
   int32_t cached_per_path = 0;     // the last sub-groups of each path stay in host memory
   // The first gpu_sub_groups of each rank's update order keep their optimizer states on the GPU
-  // and are updated there (SweepOptions::on_gpu; kAllSubGroups: every one). Their bf16
-  // parameters are refreshed in place, so parameters must stay on the GPU (params_on_nvme false).
+  // and are updated there (SweepOptions::on_gpu; kAllSubGroups: every one); cached_per_path
+  // counts among the others. Their bf16 parameters are refreshed in place on the GPU, or sent
+  // to their disk whole (not with p16_chunk_elements).
   int32_t gpu_sub_groups = 0;
   bool write_cached = false;
   int32_t optimizer_buffers = 4;   // pinned buffers of the largest sub-group's states + gradient, per rank
@@ -75,7 +76,8 @@ StatusOr<Schedule> PlanDesign(const Scenario& s, const OffloadDesign& d);
 
 // The knobs every design-based policy shares, with DeepSpeed's names: sub_group_size,
 // param_persistence_threshold, block_size, queue_depth, cpu_threads, buffer_count,
-// optimizer_buffer_count. Defaults are the design's current values.
+// optimizer_buffer_count; and gpu_sub_groups (a count or "all"). Defaults are the design's
+// current values.
 Status ReadCommonKnobs(Knobs& knobs, OffloadDesign* d);
 
 // Disk indices first .. first+count-1 (at least one).

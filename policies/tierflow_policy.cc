@@ -38,7 +38,6 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
   TF_ASSIGN_OR_RETURN(d.read_ahead_states, knobs.Bool("read_ahead", true));
   TF_ASSIGN_OR_RETURN(d.gpu_window_bytes, knobs.Bytes("prefetch_window", 0));
   TF_ASSIGN_OR_RETURN(const std::string offload_param, knobs.String("offload_param", "nvme", {"nvme", "none"}));
-  TF_ASSIGN_OR_RETURN(const int64_t gpu_sub_groups, knobs.CountOrAll("gpu_sub_groups", 0, kAllSubGroups));
   TF_RETURN_IF_ERROR(knobs.Finish("tierflow"));
   const int32_t have = static_cast<int32_t>(s.hardware.node.nvme.size());
   const int32_t use = disks == 0 ? have : static_cast<int32_t>(disks);
@@ -46,7 +45,6 @@ StatusOr<Schedule> PlanTierflow(const Scenario& s) {
     return InvalidArgument("policy.disks: " + std::to_string(use) + " disks asked, the hardware has " + std::to_string(have));
   }
   d.params_on_nvme = offload_param == "nvme";
-  d.gpu_sub_groups = static_cast<int32_t>(gpu_sub_groups);
   d.class_pools = true;
   d.slot_elements = 0;
   d.coupled_reads = 1;

@@ -1161,6 +1161,22 @@ INSTANTIATE_TEST_SUITE_P(Executor, Ranks,
                                            RanksCase{"zero_infinity_4", "zero-infinity", 4, false}),
                          [](const ::testing::TestParamInfo<RanksCase>& info) { return info.param.name; });
 
+// Every design policy that can place the update on the GPU (all but memascend's chunked
+// write-back) does, with its own defaults otherwise: every sub-group there, and the first one
+// there beside the policy's own placement of the others (mlp-offload's cached and remote ones).
+TEST(Executor, EveryDesignPolicyUpdatesOnTheGpuToTheInMemoryWeights) {
+  const TrainConfig config = ConfigFor(LoadTiny({}));
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  for (const std::string policy : {"ioc", "mlp-offload", "hitrain", "fuyou"}) {
+    for (const std::string on_gpu : {"all", "1"}) {
+      const std::vector<std::string> sets = {"policy.name=" + policy, "policy.sub_group_size=1e6", "policy.gpu_sub_groups=" + on_gpu};
+      const Schedule schedule = ExpectReproduces(sets, config, *reference, policy + " gpu_sub_groups " + on_gpu);
+      EXPECT_TRUE(UpdatesOnTheGpu(schedule)) << policy;
+    }
+  }
+}
+
 // Two ranks with every sub-group's states on their GPU train to the data-parallel reference, with
 // the parameters on the GPUs and on NVMe.
 TEST(Executor, OptimizerStatesOnEachRanksGpuReproduceTheDataParallelReference) {

@@ -1,7 +1,9 @@
 // The property "every schedule runs": for every policy, every value of every knob the tuner
 // searches (one knob at a time, the others at the policy's defaults), and random combinations of
 // them, the tiny model either trains to the in-memory loop's weights bit for bit, or is refused
-// when it is planned, with an error naming the knob. Nothing is refused mid-run.
+// when it is planned, with an error naming the knob. Nothing is refused mid-run. zero-infinity's
+// draws add where DeepSpeed places the update (offload_optimizer nvme, cpu or none, ratio,
+// offload_param), and tierflow's tuned knobs include gpu_sub_groups: the update on the GPU.
 //
 // The combinations also draw small sub-group sizes (2e5, 1e6 elements: 17 and 4 sub-groups of
 // tiny), so that caching, the remote tier's placement and the overlapped update work on several
@@ -86,6 +88,18 @@ class Property {
   std::map<std::vector<std::string>, std::pair<TrainConfig, std::vector<float>>> references_;
 };
 
+// The knobs tune searches for `policy`, and for zero-infinity also where DeepSpeed places the
+// update (which tune leaves to its user): offload_optimizer, its ratio, offload_param.
+std::vector<policies::KnobChoice> KnobsDrawn(const std::string& policy) {
+  std::vector<policies::KnobChoice> knobs = policies::TunableKnobs(policy, LoadTiny({"policy.name=" + policy}));
+  if (policy == "zero-infinity") {
+    knobs.push_back({"offload_optimizer", {"nvme", "cpu", "none"}});
+    knobs.push_back({"ratio", {"1", "0.5"}});
+    knobs.push_back({"offload_param", {"nvme", "none"}});
+  }
+  return knobs;
+}
+
 void Report(const char* what, const Outcome& o) {
   int refused = 0;
   for (const auto& [why, n] : o.refused) refused += n;
@@ -97,7 +111,7 @@ TEST(EverySchedule, EachTunableKnobValueRunsOrIsRefusedAtPlanTime) {
   Property p;
   Outcome out;
   for (const std::string& policy : policies::PolicyNames()) {
-    for (const policies::KnobChoice& knob : policies::TunableKnobs(policy, LoadTiny({"policy.name=" + policy}))) {
+    for (const policies::KnobChoice& knob : KnobsDrawn(policy)) {
       for (const std::string& value : knob.values) p.Check(policy, {{knob.name, value}}, &out);
     }
   }
@@ -110,7 +124,7 @@ TEST(EverySchedule, RandomCombinationsRunOrAreRefusedAtPlanTime) {
   Outcome out;
   std::mt19937 random(20261124);
   for (const std::string& policy : policies::PolicyNames()) {
-    std::vector<policies::KnobChoice> knobs = policies::TunableKnobs(policy, LoadTiny({"policy.name=" + policy}));
+    std::vector<policies::KnobChoice> knobs = KnobsDrawn(policy);
     for (policies::KnobChoice& k : knobs) {
       if (k.name == "sub_group_size") k.values.insert(k.values.end(), {"2e5", "1e6"});
     }

@@ -310,7 +310,7 @@ TEST(Tierflow, TheOptimizerSplitsAcrossGpuHostAndNvme) {
 }
 
 // A split the GPU cannot hold is refused at plan time, naming the pool and the bytes short; so is
-// a sub-group asked to be both on the GPU and cached, and a count that is not one.
+// a count that is not one, and a GPU update in a design that writes parameters back in chunks.
 TEST(Tierflow, AnOptimizerSplitTheGpuCannotHoldIsRefused) {
   struct Case {
     std::vector<std::string> sets;
@@ -318,8 +318,8 @@ TEST(Tierflow, AnOptimizerSplitTheGpuCannotHoldIsRefused) {
   };
   for (const Case& c : std::vector<Case>{
            {{"policy.offload_param=none", "policy.gpu_sub_groups=all", "hardware.node.gpu.hbm=30 MB"}, "pool 'gpu0.hbm' holds 28.61 MiB (hardware.node.gpu.hbm): "},
-           {{"policy.offload_param=none", "policy.gpu_sub_groups=all", "policy.cached_sub_groups=1"}, "both take sub-group"},
            {{"policy.offload_param=none", "policy.gpu_sub_groups=some"}, "policy.gpu_sub_groups (a count, or 'all')"},
+           {{"policy.name=memascend", "policy.gpu_sub_groups=1"}, "policy 'memascend' stages them in chunks of buffer_size elements"},
        }) {
     std::vector<std::string> sets = {"policy.name=tierflow", "policy.buffer_size=null"};
     sets.insert(sets.end(), c.sets.begin(), c.sets.end());
