@@ -11,3 +11,4 @@
 #include "fetch.h"             // a unit's parameters to the GPU
 #include "passes.h"            // forward and backward, the gradients' path
 #include "optimizer_sweep.h"   // the gradient check, the optimizer over sub-groups
+#include "gpu_update.h"        // a sub-group's update on the GPU

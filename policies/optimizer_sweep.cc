@@ -1,8 +1,6 @@
 // The optimizer sweep over one rank's sub-groups (optimizer_sweep.h).
 #include "optimizer_sweep.h"
 
-#include "tierflow/core/units.h"
-
 namespace tierflow::policies {
 namespace {
 
@@ -244,81 +242,36 @@ class Sweep {
     res_.adam[s.g] = s.adam;
   }
 
-  // The update on the GPU: the fp32 gradient copied from host memory into a GPU buffer, then Adam
-  // on the GPU's compute resource over the states kept there, refreshing the sub-group's bf16
-  // parameters on the GPU in place (every rank's own partition: GatherResident makes resident
-  // units whole). Parameters on a disk (ParamUpdatePath::kWrite) get theirs through a GPU buffer
-  // the update allocates: a d2h into an exact-size pinned buffer, then the write home.
+  // The update on the GPU (gpu_update.h): the states kept there, the gradient copied up, the
+  // rounded parameters refreshed in place or, with kWrite, sent to their disk.
   void GpuAdam(Group& s) {
-    const int32_t on_gpu = b_.Buffer("gradgpu" + s.G, o_.gpu_pool, s.n * 4);
-    TaskSpec h2d;
-    h2d.id = "h2d.grad" + s.G;
-    h2d.op = Op::kH2D;
-    h2d.rank = o_.rank;
-    h2d.resource = b_.GpuH2D(o_.rank);
-    h2d.bytes = s.n * 4;
-    h2d.tensors = {b_.State(StateKind::kGrad, o_.rank, s.first, s.n, host_)};
-    h2d.allocs = {on_gpu};
-    h2d.uses = {s.grad};
-    if (!s.grad_host32) h2d.frees = {s.grad};
-    h2d.deps = {s.grad_task};
-    if (s.grad_host32) h2d.deps = WithGate(s.read_deps, s);
-    h2d.phase = Phase::kStep;
-    const int32_t copy = b_.Task(std::move(h2d));
     const bool to_gpu = o_.param_path == ParamUpdatePath::kToGpu;
     const P16Tensors params = P16(s.first, s.n, to_gpu ? gpu_ : b_.DeviceOfResource(o_.param_write_resource[s.g]));
     TF_CHECK(params.in_host.empty() && (to_gpu || o_.param_path == ParamUpdatePath::kWrite || params.offloaded.empty()));  // SweepOptions::on_gpu
-    const bool home_off_gpu = !to_gpu && !params.offloaded.empty();
-    TaskSpec adam;
-    adam.id = "adam" + s.G;
-    adam.op = Op::kOptimizer;
-    adam.kernel = Kernel::kAdam;
-    adam.rank = o_.rank;
-    adam.resource = b_.GpuCompute(o_.rank);
-    adam.bytes = s.n * 4;
-    const int32_t rounded = home_off_gpu ? b_.Buffer("p16gpu" + s.G, o_.gpu_pool, s.n * 2) : kNoIndex;
-    if (home_off_gpu) adam.allocs = {rounded};
-    adam.uses = {s.states, on_gpu};
-    adam.frees = {on_gpu};
-    adam.tensors = s.home_states;
-    if (to_gpu) adam.tensors.insert(adam.tensors.end(), params.offloaded.begin(), params.offloaded.end());  // homed on the GPU
-    adam.tensors.insert(adam.tensors.end(), params.resident.begin(), params.resident.end());
-    adam.deps = {copy};
-    adam.phase = Phase::kStep;
-    s.adam = s.last_convert = s.param_done = b_.Task(std::move(adam));
+    GpuUpdateSpec u;
+    u.rank = o_.rank;
+    u.suffix = s.G;
+    u.first = s.first;
+    u.n = s.n;
+    u.states = s.states;
+    u.home_states = s.home_states;
+    u.grad = s.grad;
+    u.grad_persistent = s.grad_host32;
+    u.grad_deps = s.grad_host32 ? WithGate(s.read_deps, s) : std::vector<int32_t>{s.grad_task};
+    if (to_gpu) u.in_place = params.offloaded;  // homed on the GPU
+    u.in_place.insert(u.in_place.end(), params.resident.begin(), params.resident.end());
+    if (!to_gpu) u.homeward = params.offloaded;
+    u.gpu_pool = o_.gpu_pool;
+    u.param_pool = o_.param_pool;
+    u.param_write_resource = o_.param_write_resource[s.g];
+    u.block_bytes = o_.block_bytes;
+    u.queue_depth = o_.queue_depth;
+    u.write_priority = o_.isolate_reads_first ? nsub_ + static_cast<int32_t>(s.pos) : 0;
+    const GpuUpdateTasks tasks = GpuUpdate(b_, u);
+    s.adam = s.last_convert = tasks.adam;
+    s.param_done = tasks.done;
     res_.adam[s.g] = s.adam;
-    if (to_gpu || !params.resident.empty()) res_.resident_refreshes.push_back(s.adam);
-    if (home_off_gpu) {
-      const int64_t bytes = BytesOf(params.offloaded);
-      const int32_t staged = b_.Buffer("p16" + s.G, o_.param_pool, bytes);  // exact size
-      TaskSpec d2h;
-      d2h.id = "d2h.p16" + s.G;
-      d2h.op = Op::kD2H;
-      d2h.rank = o_.rank;
-      d2h.resource = b_.GpuD2H(o_.rank);
-      d2h.bytes = bytes;
-      d2h.tensors = params.offloaded;
-      d2h.allocs = {staged};
-      d2h.uses = {rounded};
-      d2h.frees = {rounded};
-      d2h.deps = {s.adam};
-      d2h.phase = Phase::kStep;
-      const int32_t down = b_.Task(std::move(d2h));
-      TaskSpec pw;
-      pw.id = "write.p16" + s.G;
-      pw.op = Op::kWrite;
-      pw.rank = o_.rank;
-      pw.resource = o_.param_write_resource[s.g];
-      pw.bytes = bytes;
-      pw.tensors = params.offloaded;
-      Io(pw);
-      pw.uses = {staged};
-      pw.frees = {staged};
-      pw.deps = {down};
-      pw.phase = Phase::kStep;
-      pw.priority = o_.isolate_reads_first ? nsub_ + static_cast<int32_t>(s.pos) : 0;
-      s.param_done = b_.Task(std::move(pw));
-    }
+    if (!u.in_place.empty()) res_.resident_refreshes.push_back(s.adam);
     res_.param_done[s.g] = s.param_done;
   }
 
@@ -522,30 +475,6 @@ SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const Swee
   TF_CHECK(!o.read_ahead || o.pipeline_read);
   b.StateLayout(plan);
   return Sweep(b, plan, o).Plan();
-}
-
-Status CheckStatesFitGpu(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<bool>& on_gpu, bool params_off_gpu, const std::string& knob) {
-  int64_t states = 0, largest = 0, count = 0;
-  for (size_t g = 0; g < on_gpu.size(); ++g) {
-    if (!on_gpu[g]) continue;
-    ++count;
-    states += plan.subgroups[g].elements * 12;
-    largest = std::max(largest, plan.subgroups[g].elements * (params_off_gpu ? 6 : 4));
-  }
-  if (count == 0) return Status::Ok();
-  for (int32_t r = 0; r < plan.ranks; ++r) {
-    const int32_t pool = b.GpuPool(r);
-    const int64_t others = b.PersistentBytes(pool);
-    const int64_t capacity = b.pool(pool).capacity_bytes;
-    if (states + largest + others <= capacity) continue;
-    return InvalidArgument(knob + ": the optimizer states of " + std::to_string(count) + " sub-groups on the GPU take " + FormatBytes(static_cast<double>(states)) +
-                           " (12 bytes per element) and the largest one's gradient" + (params_off_gpu ? " and rounded parameters " : " ") +
-                           FormatBytes(static_cast<double>(largest)) + ", beside " +
-                           FormatBytes(static_cast<double>(others)) + " of parameters kept there; pool '" + b.pool(pool).name + "' holds " +
-                           FormatBytes(static_cast<double>(capacity)) + " (hardware.node.gpu.hbm): " +
-                           FormatBytes(static_cast<double>(states + largest + others - capacity)) + " short");
-  }
-  return Status::Ok();
 }
 
 }  // namespace tierflow::policies

@@ -3,6 +3,7 @@
 // parameters made whole again.
 #pragma once
 
+#include "gpu_update.h"
 #include "passes.h"
 
 namespace tierflow::policies {
@@ -111,13 +112,6 @@ struct SweepResult {
 
 SweepResult OptimizerSweep(ScheduleBuilder& b, const ModelPlan& plan, const SweepOptions& o);
 
-// The sub-groups `on_gpu` (SweepOptions::on_gpu) fit each rank's GPU pool: their states (12 bytes
-// per element, persistent) and the largest one's fp32 gradient (and, `params_off_gpu`, its
-// rounded bf16 parameters) beside the pool's other persistent buffers (the parameters kept there).
-// Else InvalidArgument naming `knob`, the pool and the bytes short. Call after the pool's other
-// persistent buffers are made.
-Status CheckStatesFitGpu(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<bool>& on_gpu, bool params_off_gpu,
-                         const std::string& knob);
 
 // With several ranks each refreshes only its own partition of the GPU-resident units after its
 // update (`refreshes`, every rank's: SweepResult::resident_refreshes); this one all-gather of

@@ -52,61 +52,66 @@ Status CheckOptimizer(const Schedule& s, const TaskSpec& t, const std::string& w
   return Status::Ok();
 }
 
-Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
-  TF_CHECK(t.kernel == Kernel::kAdam);  // KernelFitsOp, CheckTaskContracts
+namespace {
+
+// An update resolved against the run: its states, gradient and step.
+struct Update {
+  float* state[3] = {nullptr, nullptr, nullptr};  // master, adam_m, adam_v
+  int32_t where[3] = {kNoIndex, kNoIndex, kNoIndex};  // the buffers holding them
+  int64_t begin = -1, n = 0;
+  const float* grad = nullptr;
+  bool take = true;  // the step is taken (no overflow)
+  int64_t step = 0;
+  float grad_scale = 1.0f;
+};
+
+// The states at this iteration's version in the buffers `t` uses, and the final fp32 gradient.
+StatusOr<Update> Resolve(RunState& run, const TaskSpec& t, int64_t iteration) {
   const StepSlot& step_slot = run.Step(iteration);
   if (run.global_check() && step_slot.decided < 0) {
     return FailedPrecondition(run.Who(t, iteration) + " runs before the overflow check and gradient norm of its iteration");
   }
-  float* state[3] = {nullptr, nullptr, nullptr};
-  int32_t where[3] = {kNoIndex, kNoIndex, kNoIndex};
-  int64_t begin = -1, n = 0;
+  Update u;
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = run.T(ti);
     const int kind = KindOf(ts.kind);
     if (kind < kMaster) continue;
-    begin = ts.element_offset;
-    n = run.Elements(ts);
-    const Span p = run.FindIn(t.uses, kind, begin, n, &where[kind - kMaster]);
+    u.begin = ts.element_offset;
+    u.n = run.Elements(ts);
+    const Span p = run.FindIn(t.uses, kind, u.begin, u.n, &u.where[kind - kMaster]);
     if (p.data == nullptr) return FailedPrecondition(run.Who(t, iteration) + " updates " + run.Range(ts) + " but no buffer it uses holds it");
     if (p.version != iteration) {
       return FailedPrecondition(run.Who(t, iteration) + " updates " + run.Range(ts) + " at " + VersionText(p.version) + ", expected version " +
                                 std::to_string(iteration));
     }
-    state[kind - kMaster] = reinterpret_cast<float*>(p.data);
+    u.state[kind - kMaster] = reinterpret_cast<float*>(p.data);
   }
-  TF_CHECK(begin >= 0);  // CheckOptimizer: adam names its three states
-  const Span g = run.FindIn(t.uses, kGrad, begin, n);
+  TF_CHECK(u.begin >= 0);  // CheckOptimizer: adam names its three states
+  const Span g = run.FindIn(t.uses, kGrad, u.begin, u.n);
   if (g.data == nullptr) {
-    return FailedPrecondition(run.Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(begin) + ", " +
-                              std::to_string(begin + n) + ")");
+    return FailedPrecondition(run.Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(u.begin) + ", " +
+                              std::to_string(u.begin + u.n) + ")");
   }
   if (g.version != run.FinalGrad(iteration)) {
     return FailedPrecondition(run.Who(t, iteration) + " uses the gradient of " + run.GradVersionText(g.version) + ", expected " +
                               run.GradVersionText(run.FinalGrad(iteration)) + "'s");
   }
-  const float* grad = reinterpret_cast<const float*>(g.data);
+  u.grad = reinterpret_cast<const float*>(g.data);
   // Without a global check every step is taken (CheckRunnable: no loss scaling, no clipping).
-  const bool update = run.global_check() ? step_slot.decided == 1 : true;
-  const int64_t step = run.global_check() ? step_slot.adam_step : run.updates_at_start() + iteration + 1;
-  const float grad_scale = UpdateGradScale(run.Iter(iteration).loss_scale, run.global_check() ? step_slot.clip : 1.0f);
-  CpuThreads* threads = &run.ThreadsOf(t.resource);
-  job.finish = [&run, where, begin, n, iteration] {
-    for (int k = 0; k < 3; ++k) run.SetVersion(where[k], kMaster + k, begin, n, iteration + 1);
-  };
-  if (!run.GpuResource(t.resource)) {
-    job.work = [=, &run] {
-      if (update) AdamWSparingVectors(run.space(), run.config(), run.trainer().layout(), begin, n, state[0], state[1], state[2], grad, step, grad_scale, *threads);
-      return Status::Ok();
-    };
-    return Status::Ok();
-  }
-  // On the GPU: the rounded parameters go to the resident home of each param16 tensor it names.
-  std::vector<Bf16Piece> bf16;
+  u.take = run.global_check() ? step_slot.decided == 1 : true;
+  u.step = run.global_check() ? step_slot.adam_step : run.updates_at_start() + iteration + 1;
+  u.grad_scale = UpdateGradScale(run.Iter(iteration).loss_scale, run.global_check() ? step_slot.clip : 1.0f);
+  return u;
+}
+
+// Where the update on the GPU writes the sub-group's rounded parameters: the param16 tensors `t`
+// names at their resident home, the rest of the range into the GPU buffer it allocates (if any).
+StatusOr<std::vector<Bf16Piece>> RoundedPieces(RunState& run, const TaskSpec& t, int64_t iteration, const Update& u, int32_t out_buffer) {
+  std::vector<Bf16Piece> pieces;
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = run.T(ti);
     if (KindOf(ts.kind) != kParam16) continue;
-    if (ts.element_offset < begin || ts.element_offset + run.Elements(ts) > begin + n) {
+    if (ts.element_offset < u.begin || ts.element_offset + run.Elements(ts) > u.begin + u.n) {
       return InvalidArgument(run.Who(t, iteration) + " refreshes " + run.Range(ts) + ", which is not within the sub-group it updates");
     }
     for (const RankSpace::Segment& seg : run.space().Segments(ts.element_offset, run.Elements(ts))) {
@@ -114,36 +119,42 @@ Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
       if (r == nullptr || seg.global + seg.n > r->begin + r->n) {
         return FailedPrecondition(run.Who(t, iteration) + " refreshes " + run.Range(ts) + " on the GPU, which is not GPU-resident");
       }
-      bf16.push_back({seg.local - begin, seg.n, reinterpret_cast<uint16_t*>(r->data) + (seg.global - r->begin), seg.global});
+      pieces.push_back({seg.local - u.begin, seg.n, reinterpret_cast<uint16_t*>(r->data) + (seg.global - r->begin), seg.global});
     }
   }
-  std::sort(bf16.begin(), bf16.end(), [](const Bf16Piece& a, const Bf16Piece& b) { return a.offset < b.offset; });
-  // The rest, into the GPU buffer it allocates, at (element - begin) x 2.
+  const auto by_offset = [](const Bf16Piece& a, const Bf16Piece& b) { return a.offset < b.offset; };
+  std::sort(pieces.begin(), pieces.end(), by_offset);
+  if (out_buffer == kNoIndex) return pieces;
+  if (run.Buf(out_buffer).size < u.n * 2) {
+    return InvalidArgument(run.Who(t, iteration) + ": the sub-group's " + std::to_string(u.n) + " rounded parameters do not fit GPU buffer '" +
+                           run.BufferName(out_buffer) + "'");
+  }
+  uint16_t* base = reinterpret_cast<uint16_t*>(run.Buf(out_buffer).data);  // at (element - begin) x 2
+  std::vector<Bf16Piece> gaps;
+  int64_t at = 0;
+  for (const Bf16Piece& p : pieces) {
+    if (p.offset > at) gaps.push_back({at, p.offset - at, base + at, -1});
+    at = std::max(at, p.offset + p.n);
+  }
+  if (at < u.n) gaps.push_back({at, u.n - at, base + at, -1});
+  pieces.insert(pieces.end(), gaps.begin(), gaps.end());
+  std::sort(pieces.begin(), pieces.end(), by_offset);
+  return pieces;
+}
+
+// On the GPU: the compute device's AdamW per decay run, cut where a piece of the rounded
+// parameters' destination begins or ends.
+Status PrepareGpuUpdate(RunState& run, const TaskSpec& t, int64_t iteration, const Update& u, Job& job) {
   const int32_t out_buffer = t.allocs.empty() ? kNoIndex : t.allocs[0];
-  if (out_buffer != kNoIndex) {
-    if (run.Buf(out_buffer).size < n * 2) {
-      return InvalidArgument(run.Who(t, iteration) + ": the sub-group's " + std::to_string(n) + " rounded parameters do not fit GPU buffer '" +
-                             run.BufferName(out_buffer) + "'");
-    }
-    uint16_t* base = reinterpret_cast<uint16_t*>(run.Buf(out_buffer).data);
-    std::vector<Bf16Piece> gaps;
-    int64_t at = 0;
-    for (const Bf16Piece& p : bf16) {
-      if (p.offset > at) gaps.push_back({at, p.offset - at, base + at, -1});
-      at = std::max(at, p.offset + p.n);
-    }
-    if (at < n) gaps.push_back({at, n - at, base + at, -1});
-    bf16.insert(bf16.end(), gaps.begin(), gaps.end());
-    std::sort(bf16.begin(), bf16.end(), [](const Bf16Piece& a, const Bf16Piece& b) { return a.offset < b.offset; });
-  }
-  job.work = [=, &run, span = &job.device_span] {
-    if (!update) return Status::Ok();
-    return ForEachAdamWRun(run.space(), run.config(), run.trainer().layout(), begin, n, step, [&](int64_t at, int64_t elements, const AdamWConfig& cfg) {
-      // The run, cut where a refreshed piece begins or ends.
+  TF_ASSIGN_OR_RETURN(std::vector<Bf16Piece> pieces, RoundedPieces(run, t, iteration, u, out_buffer));
+  CpuThreads* threads = &run.ThreadsOf(t.resource);
+  job.work = [&run, u, pieces, threads, span = &job.device_span] {
+    if (!u.take) return Status::Ok();
+    return ForEachAdamWRun(run.space(), run.config(), run.trainer().layout(), u.begin, u.n, u.step, [&](int64_t at, int64_t elements, const AdamWConfig& cfg) {
       for (int64_t x = at; x < at + elements;) {
         int64_t stop = at + elements;
         uint16_t* out = nullptr;
-        for (const Bf16Piece& p : bf16) {
+        for (const Bf16Piece& p : pieces) {
           if (p.offset > x) {
             stop = std::min(stop, p.offset);
             break;
@@ -155,22 +166,43 @@ Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
           }
         }
         DeviceSpan one;
-        TF_RETURN_IF_ERROR(run.device()->AdamW(state[0] + x, state[1] + x, state[2] + x, grad + x, out, stop - x, step, grad_scale, cfg, *threads, &one));
+        TF_RETURN_IF_ERROR(run.device()->AdamW(u.state[0] + x, u.state[1] + x, u.state[2] + x, u.grad + x, out, stop - x, u.step, u.grad_scale, cfg,
+                                               *threads, &one));
         span->Merge(one);
         x = stop;
       }
       return Status::Ok();
     });
   };
-  job.finish = [&run, where, begin, n, iteration, bf16, out_buffer] {
-    for (int k = 0; k < 3; ++k) run.SetVersion(where[k], kMaster + k, begin, n, iteration + 1);
-    for (const Bf16Piece& p : bf16) {
+  job.finish = [&run, u, iteration, pieces, out_buffer] {
+    for (int k = 0; k < 3; ++k) run.SetVersion(u.where[k], kMaster + k, u.begin, u.n, iteration + 1);
+    for (const Bf16Piece& p : pieces) {
       if (p.global >= 0) {
         run.resident_versions().Set(p.global, p.global + p.n, iteration + 1);
       } else {
-        run.Place(out_buffer, {kParam16, begin + p.offset, p.n, p.offset * 2, iteration + 1});
+        run.Place(out_buffer, {kParam16, u.begin + p.offset, p.n, p.offset * 2, iteration + 1});
       }
     }
+  };
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PrepareOptimizer(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
+  TF_CHECK(t.kernel == Kernel::kAdam);  // KernelFitsOp, CheckTaskContracts
+  TF_ASSIGN_OR_RETURN(const Update u, Resolve(run, t, iteration));
+  if (run.GpuResource(t.resource)) return PrepareGpuUpdate(run, t, iteration, u, job);
+  CpuThreads* threads = &run.ThreadsOf(t.resource);
+  job.work = [&run, u, threads] {
+    if (u.take) {
+      AdamWSparingVectors(run.space(), run.config(), run.trainer().layout(), u.begin, u.n, u.state[0], u.state[1], u.state[2], u.grad, u.step,
+                          u.grad_scale, *threads);
+    }
+    return Status::Ok();
+  };
+  job.finish = [&run, u, iteration] {
+    for (int k = 0; k < 3; ++k) run.SetVersion(u.where[k], kMaster + k, u.begin, u.n, iteration + 1);
   };
   return Status::Ok();
 }
