@@ -407,10 +407,13 @@ TEST(Executor, AnOverlappedUpdateIsRefusedWhenTheMathNeedsTheGlobalCheck) {
 
 // A run checkpointed after each iteration and resumed ends where an uninterrupted run does, for a
 // schedule whose optimizer states live in host memory (mlp-offload's cache: the checkpoint reads
-// them from there) as for one that streams them from disk.
+// them from there), on the GPU (tierflow's gpu_sub_groups: read back from gpu0's memory, and
+// written there again by the resume), as for one that streams them from disk.
 TEST(Executor, AResumedRunEndsWhereAnUninterruptedOneDoes) {
-  for (const std::string policy : {"zero-infinity", "mlp-offload"}) {
-    const policies::Scenario s = LoadTiny({"policy.name=" + policy});
+  for (const std::string policy : {"zero-infinity", "mlp-offload", "tierflow"}) {
+    const policies::Scenario s =
+        LoadTiny(policy == "tierflow" ? std::vector<std::string>{"policy.name=tierflow", "policy.offload_param=none", "policy.gpu_sub_groups=all"}
+                                      : std::vector<std::string>{"policy.name=" + policy});
     const Schedule schedule = PlanOrDie(s);
     const TrainConfig config = ConfigFor(s);
     TempDir root("resume-" + policy), ckpt("resume-ckpt-" + policy);
