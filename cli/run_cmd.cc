@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -106,6 +107,34 @@ real::RunOptions ScheduleRunOptions(const RunArgs& a, real::Collective* comm, co
   return options;
 }
 
+// The host pools' peaks of rank `rank` (the pools of its host device, named ".r{rank}"), summed.
+int64_t HostPoolPeak(const Schedule& schedule, const real::RunResult& result, int32_t rank) {
+  int64_t sum = 0;
+  const std::string tag = ".r" + std::to_string(rank);
+  for (size_t p = 0; p < schedule.pools().size() && p < result.pool_peak_bytes.size(); ++p) {
+    const PoolSpec& pool = schedule.pools()[p];
+    const std::string& name = pool.name;
+    const bool mine = name.size() >= tag.size() && name.compare(name.size() - tag.size(), tag.size(), tag) == 0;
+    if (mine && schedule.devices()[static_cast<size_t>(pool.device)].kind == DeviceKind::kHost) sum += result.pool_peak_bytes[p];
+  }
+  return sum;
+}
+
+// Several ranks: each rank's I/O, GPU memory and host pools, and each node's host pools.
+nlohmann::ordered_json RanksReport(const Schedule& schedule, const real::RunResult& result) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const real::RunResult::RankFigures& f : result.ranks) {
+    ranks.push_back({{"rank", f.rank},
+                     {"node", f.node},
+                     {"direct_io_bytes", f.direct_io_bytes},
+                     {"buffered_io_bytes", f.buffered_io_bytes},
+                     {"gpu_memory_peak_bytes", f.gpu_memory.allocated},
+                     {"gpu_memory_reserved_peak_bytes", f.gpu_memory.reserved},
+                     {"host_pool_peak_bytes", HostPoolPeak(schedule, result, f.rank)}});
+  }
+  return ranks;
+}
+
 // The run's report (--json's, and the text's source): the schedule's timings from the records,
 // the executor's I/O, memory and checkpoints, the losses and the weights' hash.
 nlohmann::ordered_json RunReport(const RunArgs& a, const PlannedInput& in, const real::RunResult& result, RunFacts* facts_out) {
@@ -143,6 +172,7 @@ nlohmann::ordered_json RunReport(const RunArgs& a, const PlannedInput& in, const
   }
   report["gpu_memory_peak_bytes"] = result.gpu_memory.allocated;
   report["gpu_memory_reserved_peak_bytes"] = result.gpu_memory.reserved;
+  if (!result.ranks.empty()) report["ranks"] = RanksReport(in.schedule, result);
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));
@@ -160,9 +190,28 @@ void PrintRunText(const RunArgs& a, const PlannedInput& in, const real::RunResul
   if (!buffered.empty()) std::printf("\n%s", buffered.c_str());
   for (const std::string& note : result.notes) std::printf("\nnote: %s\n", note.c_str());
   if (!result.checkpoints.empty()) std::printf("\n%s", CheckpointNote(result.checkpoints, a.checkpoint).c_str());
-  std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
-              FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),
-              a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");
+  if (result.ranks.empty()) {
+    std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
+                FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),
+                a.in_memory ? "the whole model's parameters and gradients" : "the schedule's GPU buffers and GPU-resident parameters");
+  } else {
+    // Every rank's own figures (the I/O above is their sum), and each node's host pools.
+    std::printf("\nper rank (the GPU's memory: the schedule's GPU buffers and GPU-resident parameters)\n");
+    std::map<int32_t, int64_t> node_host;
+    for (const nlohmann::ordered_json& r : report["ranks"]) {
+      const int32_t node = r["node"].get<int32_t>();
+      node_host[node] += r["host_pool_peak_bytes"].get<int64_t>();
+      std::printf("  rank %d (node %d)  I/O %s (%s through the page cache)  GPU memory %s at peak, %s reserved  host pools %s at peak\n",
+                  r["rank"].get<int32_t>(), node, FormatBytes(static_cast<double>(r["direct_io_bytes"].get<int64_t>() + r["buffered_io_bytes"].get<int64_t>())).c_str(),
+                  FormatBytes(static_cast<double>(r["buffered_io_bytes"].get<int64_t>())).c_str(),
+                  FormatBytes(static_cast<double>(r["gpu_memory_peak_bytes"].get<int64_t>())).c_str(),
+                  FormatBytes(static_cast<double>(r["gpu_memory_reserved_peak_bytes"].get<int64_t>())).c_str(),
+                  FormatBytes(static_cast<double>(r["host_pool_peak_bytes"].get<int64_t>())).c_str());
+    }
+    for (const auto& [node, bytes] : node_host) {
+      std::printf("  node %d  host pools %s at most (the sum of its ranks' peaks)\n", node, FormatBytes(static_cast<double>(bytes)).c_str());
+    }
+  }
   std::printf("ran %lld iterations in %s; final loss %.6f\nweights sha256 %s\n", static_cast<long long>(result.loss.size()),
               FormatDuration(result.wall_s).c_str(), result.loss.back(), report["weights_sha256"].get<std::string>().c_str());
   if (!a.trace.empty()) {

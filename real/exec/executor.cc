@@ -139,7 +139,14 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
   TF_ASSIGN_OR_RETURN(exec::RankSpace space, exec::RankSpace::Make(MakeParamLayout(config.spec.config), comm->rank(), ranks));
   TF_ASSIGN_OR_RETURN(Schedule part, exec::RankPart(schedule, comm->rank()));
   Run run(part, config, options, std::move(space), comm);
-  return run.Execute();
+  TF_ASSIGN_OR_RETURN(RunResult result, run.Execute());
+  // Every rank's pool peaks on the whole schedule's pools (the largest, should ranks share a name).
+  result.pool_peak_bytes.assign(schedule.pools().size(), 0);
+  for (const auto& [name, peak] : result.pool_peaks) {
+    const int32_t p = schedule.FindPool(name);
+    if (p != kNoIndex) result.pool_peak_bytes[static_cast<size_t>(p)] = std::max(result.pool_peak_bytes[static_cast<size_t>(p)], peak);
+  }
+  return result;
 }
 
 namespace {

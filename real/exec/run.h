@@ -80,6 +80,9 @@ class Run : public RunState {
   // (the mean over ranks and micro-steps), as one process training the global batch reports them;
   // the instances executed and the trace records of every rank.
   Status GatherRanks();
+  // Each rank's `mine`, gathered on every rank, in rank order.
+  StatusOr<std::vector<std::string>> GatherText(std::string mine);
+  Status GatherFigures();
   // State `kind` (master, adam_m, adam_v) from its homes on disk and in host memory, every element
   // at `version`.
   Status ReadState(int kind, int64_t version, std::vector<float>* out);

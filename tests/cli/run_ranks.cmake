@@ -4,7 +4,8 @@
 # rank 0, before anything is written.
 # With -DSIM=ON the run's records (every rank's, gathered by rank 0) line up with sim's of the same
 # schedule, every record of every rank matched; with -DDEATH=ON a rank that dies mid-run stops the
-# others: mpirun ends, naming it, instead of hanging.
+# others: mpirun ends, naming it, instead of hanging. The report covers every rank (its I/O the
+# ranks' sum).
 #   -DTIERFLOW=... -DMPIEXEC=... -DSCENARIO=... -DCORPUS=... -DPOLICY=... -DNP=... -DWORK=dir [-DSIM=ON] [-DDEATH=ON]
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/disks)
@@ -32,6 +33,25 @@ foreach(key weights_sha256 loss)
 endforeach()
 string(JSON sha GET "${ranks}" weights_sha256)
 message(STATUS "${POLICY}, mpirun -np ${NP}: weights ${sha} and losses as --in-memory")
+# The report covers every rank: an entry each, the run's I/O their sum.
+string(JSON count LENGTH "${ranks}" ranks)
+if(NOT count EQUAL NP)
+  message(FATAL_ERROR "${POLICY} on ${NP} ranks: the report's ranks has ${count} entries")
+endif()
+set(sum 0)
+math(EXPR last "${NP} - 1")
+foreach(q RANGE ${last})
+  string(JSON direct GET "${ranks}" ranks ${q} direct_io_bytes)
+  string(JSON buffered GET "${ranks}" ranks ${q} buffered_io_bytes)
+  math(EXPR sum "${sum} + ${direct} + ${buffered}")
+endforeach()
+string(JSON direct GET "${ranks}" direct_io_bytes)
+string(JSON buffered GET "${ranks}" buffered_io_bytes)
+math(EXPR total "${direct} + ${buffered}")
+if(NOT sum EQUAL total)
+  message(FATAL_ERROR "${POLICY} on ${NP} ranks: the ranks' I/O adds up to ${sum} bytes, the report's is ${total}")
+endif()
+message(STATUS "${POLICY}, mpirun -np ${NP}: the report's ${total} bytes of I/O are its ${NP} ranks'")
 
 math(EXPR wrong "${NP} + 1")
 file(MAKE_DIRECTORY ${WORK}/wrong)

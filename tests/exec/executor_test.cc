@@ -1202,6 +1202,37 @@ TEST(Executor, OptimizerStatesOnEachRanksGpuReproduceTheDataParallelReference) {
   }
 }
 
+// A run of several ranks reports every rank: the I/O bytes summed over the ranks, each rank's own
+// (and its GPU's memory), and every rank's pool peaks on the schedule's pools.
+TEST(Executor, ARunOfSeveralRanksReportsEveryRank) {
+  const policies::Scenario s = LoadTiny({"hardware.node.gpu_count=2", "training.data_parallel=2", "training.sequence_length=32"});
+  const Schedule schedule = PlanOrDie(s);
+  TempDir root("report-ranks");
+  const auto results = RunRanks(schedule, ConfigFor(s), root.str(), 2);
+  ASSERT_EQ(results.size(), 2u);
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
+    const RunResult& got = *results[r];
+    ASSERT_EQ(got.ranks.size(), 2u);
+    int64_t io = 0;
+    for (size_t q = 0; q < got.ranks.size(); ++q) {
+      EXPECT_EQ(got.ranks[q].rank, static_cast<int32_t>(q));
+      EXPECT_EQ(got.ranks[q].node, 0) << "one machine";
+      EXPECT_GT(got.ranks[q].direct_io_bytes + got.ranks[q].buffered_io_bytes, 0) << "rank " << q << " reads and writes its states";
+      io += got.ranks[q].direct_io_bytes + got.ranks[q].buffered_io_bytes;
+    }
+    EXPECT_EQ(got.direct_io_bytes + got.buffered_io_bytes, io) << "the run's I/O is every rank's";
+    EXPECT_EQ(got.ranks[0].direct_io_bytes + got.ranks[0].buffered_io_bytes, got.ranks[1].direct_io_bytes + got.ranks[1].buffered_io_bytes)
+        << "the ranks move the same bytes (tiny splits evenly)";
+    ASSERT_EQ(got.pool_peak_bytes.size(), schedule.pools().size());
+    for (const char* pool : {"host.pinned.opt.r0", "host.pinned.opt.r1"}) {
+      const int32_t p = schedule.FindPool(pool);
+      ASSERT_NE(p, kNoIndex) << pool;
+      EXPECT_GT(got.pool_peak_bytes[static_cast<size_t>(p)], 0) << pool << ": each rank's pools, on every rank's report";
+    }
+  }
+}
+
 TEST(Executor, RankCountsMustAgree) {
   const policies::Scenario two = LoadTiny({"training.data_parallel=2", "hardware.node.gpu_count=2"});
   TempDir d("rank-count");

@@ -94,10 +94,22 @@ struct RunResult {
   std::vector<TraceRecord> records;
   std::vector<double> loss;                // per iteration run now (from first_iteration)
   int64_t first_iteration = 0;             // > 0 when resumed from a checkpoint
-  std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher)
+  std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher): every rank's
+  // Several ranks: each rank's own figures, in rank order, and every rank's pool peaks by pool
+  // name (pool_peak_bytes maps them onto the schedule's pools; direct_io_bytes and
+  // buffered_io_bytes are the ranks' sums). `node` numbers the ranks' hosts in rank order.
+  struct RankFigures {
+    int32_t rank = 0;
+    int32_t node = 0;
+    int64_t direct_io_bytes = 0, buffered_io_bytes = 0;
+    MemoryPeak gpu_memory;  // its GPU's
+  };
+  std::vector<RankFigures> ranks;
+  std::vector<std::pair<std::string, int64_t>> pool_peaks;
   // The most gpu0 memory the run's GPU buffers and GPU-resident parameters held at once
   // (allocated), and the most the compute device kept for them, in use or for reuse (reserved):
-  // its count. Its own working memory (activations, workspace) is not included.
+  // its count. Its own working memory (activations, workspace) is not included. With several
+  // ranks, this rank's GPU (each rank's: RankFigures).
   MemoryPeak gpu_memory;
   int64_t tasks = 0;                       // instances executed
   double wall_s = 0;
