@@ -126,35 +126,6 @@ FitReport RefusedReport(const std::string& model, const std::string& reason) {
   return r;
 }
 
-std::string Percent(double fraction) {
-  if (!std::isfinite(fraction)) return "unbounded";
-  const double p = fraction * 100;
-  return p < 10 ? fmt::format("{:.1f} %", p) : fmt::format("{:.0f} %", p);
-}
-
-std::string Short(double v) { return fmt::format("{:.3g}", v); }
-
-namespace {
-std::string Compact(double v, const char* const* units, int n, double base) {
-  int i = 0;
-  while (i + 1 < n && std::fabs(v) >= base) {
-    v /= base;
-    ++i;
-  }
-  return fmt::format("{:.3g}{}{}", v, *units[i] ? " " : "", units[i]);
-}
-}  // namespace
-
-std::string CompactBytes(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  return Compact(bytes, kUnits, 5, 1024.0);
-}
-
-std::string CompactCount(double count) {
-  static const char* const kUnits[] = {"", "k", "M", "G", "T", "P"};
-  return Compact(count, kUnits, 6, 1000.0);
-}
-
 std::vector<TraceRecord> AveragePerPoint(std::vector<const TraceRecord*>* records) {
   // A point: everything that names what was measured, not how long it took. A disk window's
   // bytes are its result, so they are not part of its key; mixed windows stay whole (their read
@@ -215,18 +186,6 @@ double Median(std::vector<double> v) {
 
 }  // namespace internal
 
-std::string_view FitOutcomeName(FitOutcome outcome) {
-  switch (outcome) {
-    case FitOutcome::kFitted:
-      return "fitted";
-    case FitOutcome::kRefused:
-      return "refused";
-    case FitOutcome::kNoData:
-      return "no data";
-  }
-  return "?";
-}
-
 StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const std::vector<DiskSample>& disk_samples,
                                 const models::HardwareSpec& base, const CalibrateOptions& options) {
   Status valid = models::ValidateHardware(base);
@@ -282,37 +241,6 @@ StatusOr<Calibration> Calibrate(const std::vector<TraceRecord>& records, const s
   Status profile_ok = models::ValidateHardware(out.profile);
   if (!profile_ok.ok()) return Internal("calibrate produced a profile that does not validate: " + profile_ok.message());
   return out;
-}
-
-std::vector<const FitReport*> RefusedFits(const Calibration& calibration) {
-  std::vector<const FitReport*> out;
-  for (const FitReport& f : calibration.fits) {
-    if (f.outcome == FitOutcome::kRefused) out.push_back(&f);
-  }
-  return out;
-}
-
-std::string FormatParameter(const FitParameter& p) {
-  if (p.unit == "B/s") return FormatBandwidth(p.value);
-  if (p.unit == "s") return FormatDuration(p.value);
-  if (p.unit.empty()) return fmt::format("{:.3g}", p.value);
-  return fmt::format("{:.3g} {}", p.value, p.unit);
-}
-
-std::string FitSummary(const FitReport& r) {
-  std::string s = fmt::format("{:<20} {:<8}", r.model, FitOutcomeName(r.outcome));
-  if (r.outcome == FitOutcome::kNoData) return s + " (base kept)";
-  std::vector<std::string> params;
-  for (const FitParameter& p : r.params) {
-    params.push_back(fmt::format("{}{} {} ±{}", p.name, p.written ? "" : "*", FormatParameter(p),
-                                 internal::Percent(p.rel_std_error)));
-  }
-  s += fmt::format(" {}; {} samples, rms {}, max {}", fmt::join(params, ", "), r.samples,
-                   internal::Percent(r.rms_rel_residual), internal::Percent(r.max_rel_residual));
-  if (!r.data_range.empty()) s += "; " + r.data_range;
-  if (r.outcome == FitOutcome::kRefused) s += " -- " + r.reason;
-  if (!r.note.empty()) s += " -- " + r.note;
-  return s;
 }
 
 }  // namespace tierflow::calibrate

@@ -9,6 +9,7 @@
 
 #include "tierflow/calibrate/calibrate.h"
 #include "tierflow/calibrate/fit.h"
+#include "report_format.h"
 
 namespace tierflow::calibrate::internal {
 
@@ -79,16 +80,6 @@ double MedianFit(const std::vector<double>& v, const CalibrateOptions& o, const 
                  double* rel_se);
 FitReport RefusedReport(const std::string& model, const std::string& reason);
 
-// Formatting for reasons and ranges.
-std::string Percent(double fraction);    // "3.4 %", "unbounded"
-std::string Short(double v);             // "%.3g"
-std::string CompactBytes(double bytes);  // "64 KiB", "1.5 GiB"
-std::string CompactCount(double count);  // "1.2 G", "350 M", "12 k"
-// "lo..hi" with `format`, or one value when lo == hi.
-template <typename F>
-std::string RangeText(double lo, double hi, F format) {
-  return lo == hi ? format(lo) : format(lo) + ".." + format(hi);
-}
 double Median(std::vector<double> v);
 // A fixed cost (a latency) that the data leave undetermined may still not matter: when no
 // prediction over the data moves by more than the noise (three times the rms relative residual)

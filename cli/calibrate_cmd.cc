@@ -20,10 +20,8 @@
 #include "inputs.h"
 #include "tierflow/core/trace_record.h"
 #include "tierflow/models/hardware.h"
-#ifdef TIERFLOW_HAVE_CALIBRATE
 #include "tierflow/calibrate/calibrate.h"
 #include "tierflow/calibrate/fio.h"
-#endif
 
 namespace tierflow::cli {
 namespace {
@@ -35,8 +33,6 @@ struct CalibrateArgs {
   bool json = false;
   bool allow_refused = false;
 };
-
-#ifdef TIERFLOW_HAVE_CALIBRATE
 
 namespace fs = std::filesystem;
 
@@ -231,13 +227,6 @@ Status Run(const CalibrateArgs& a) {
   return Status::Ok();
 }
 
-#else
-
-Status Run(const CalibrateArgs&) {
-  return Unavailable("calibrate: this build has no calibrate library (Eigen 3.3 was not found when it was configured)");
-}
-
-#endif
 
 Command MakeCalibrate(CLI::App& parent) {
   auto* a = Keep<CalibrateArgs>();

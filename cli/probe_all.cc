@@ -24,11 +24,6 @@
 #include "tierflow/real/host_probes.h"
 #include "tierflow/real/io_memory.h"
 #include "tierflow/real/storage.h"
-#ifdef TIERFLOW_HAVE_GPU_PROBES
-#include "tierflow/real/cuda_compute.h"
-#include "tierflow/real/gpu_probes.h"
-#endif
-
 
 #include "probe.h"
 

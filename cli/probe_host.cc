@@ -20,14 +20,10 @@
 #include "tierflow/policies/policy.h"
 #include "tierflow/real/collective_probe.h"
 #include "tierflow/real/disk_probe.h"
+#include "tierflow/real/gpu_copy_probe.h"
 #include "tierflow/real/host_probes.h"
 #include "tierflow/real/io_memory.h"
 #include "tierflow/real/storage.h"
-#ifdef TIERFLOW_HAVE_GPU_PROBES
-#include "tierflow/real/cuda_compute.h"
-#include "tierflow/real/gpu_probes.h"
-#endif
-
 
 #include "probe.h"
 
@@ -171,17 +167,7 @@ real::HostProbeOptions HostOptions(const HostArgs& a, Progress* progress, double
 // memory (as the executor's page-locked blocks) and pageable memory.
 StatusOr<std::vector<TraceRecord>> ProbeGpuCopies(const std::vector<int64_t>& sizes, const real::HostProbeOptions& o) {
   if (o.compute != "cuda") return InvalidArgument("compute device " + Quoted(o.compute) + " (known: cpu, cuda)");
-#ifdef TIERFLOW_HAVE_GPU_PROBES
-  auto ctx = real::cuda::Context::Open(0);
-  if (!ctx.ok()) return Status(ctx.status().code(), "compute device 'cuda': " + ctx.status().message());
-  real::GpuProbeOptions g;
-  g.repetitions = o.repetitions;
-  g.progress = o.progress;
-  return real::ProbeGpuCopies(**ctx, sizes, g);
-#else
-  (void)sizes;
-  return Unavailable("compute device 'cuda': this build has no GPU probes (build with the CUDA toolkit and NCCL)");
-#endif
+  return real::ProbeGpuZeroCopies(sizes, o.repetitions, o.progress);
 }
 
 StatusOr<std::vector<TraceRecord>> RunHostProbe(HostProbe which, const HostArgs& a, const real::HostProbeOptions& o) {
