@@ -19,13 +19,6 @@
 
 namespace tierflow::real {
 
-using probe_internal::CheckOptions;
-using probe_internal::HandOvers;
-using probe_internal::kHandOverGapS;
-using probe_internal::MaxThreads;
-using probe_internal::Record;
-using probe_internal::Report;
-
 namespace {
 
 // A model loaded on the probe's compute device, whose layers' forward and backward steps are
@@ -78,7 +71,7 @@ class LayerPasses {
       const double end = MonotonicSeconds();
       if (rep < 0) return Status::Ok();
       const LayerCost& c = costs_[static_cast<size_t>(layer)];
-      TraceRecord r = Record(task, Op::kCompute, "gpu0.compute", rep,
+      TraceRecord r = probe_internal::Record(task, Op::kCompute, "gpu0.compute", rep,
                              static_cast<int64_t>(forward ? c.forward_bytes : c.backward_bytes), start - t0, end - t0,
                              record_threads_);
       r.layer = static_cast<int32_t>(layer);
@@ -119,7 +112,7 @@ class LayerPasses {
     TF_RETURN_IF_ERROR(device_->AdamW(f[0], f[1], f[2], f[3], static_cast<uint16_t*>(update_[4]), n, rep + 2, 1.0f, AdamWConfig{}, threads_, &span));
     const double end = MonotonicSeconds();
     if (rep < 0) return Status::Ok();
-    TraceRecord r = Record(task, Op::kOptimizer, "gpu0.compute", rep, 4 * n, start - t0, end - t0, record_threads_);
+    TraceRecord r = probe_internal::Record(task, Op::kOptimizer, "gpu0.compute", rep, 4 * n, start - t0, end - t0, record_threads_);
     if (!span.empty()) {
       r.device_start_s = span.start_s - t0;
       r.device_end_s = span.end_s - t0;
@@ -137,7 +130,7 @@ class LayerPasses {
   LayerPasses(const TrainConfig& config, const std::vector<LayerCost>& costs, const HostProbeOptions& o)
       : trainer_(config),
         costs_(costs),
-        threads_(config.threads > 0 ? config.threads : MaxThreads(o)),
+        threads_(config.threads > 0 ? config.threads : probe_internal::MaxThreads(o)),
         record_threads_(o.compute == "cpu" ? threads_.threads() : 0) {}
 
   exec::Trainer trainer_;
@@ -155,24 +148,24 @@ class LayerPasses {
 
 StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const std::vector<LayerCost>& costs,
                                                 const std::string& label, const HostProbeOptions& o) {
-  TF_RETURN_IF_ERROR(CheckOptions(o, "probe compute"));
+  TF_RETURN_IF_ERROR(probe_internal::CheckOptions(o, "probe compute"));
   TF_ASSIGN_OR_RETURN(std::unique_ptr<LayerPasses> passes, LayerPasses::Create(config, costs, o));
   std::vector<TraceRecord> out;
   const double t0 = MonotonicSeconds();
   const std::string task = "probe.compute." + label;
   for (int32_t rep = -1; rep < o.repetitions; ++rep) {
     TF_RETURN_IF_ERROR(passes->Pass(task, rep, t0, &out));
-    Report(o, task + (rep < 0 ? " warm-up" : " repetition " + std::to_string(rep + 1)));
+    probe_internal::Report(o, task + (rep < 0 ? " warm-up" : " repetition " + std::to_string(rep + 1)));
   }
   const int64_t n = passes->on_card() ? kGpuUpdateProbeElementsCuda : kGpuUpdateProbeElements;
   for (int32_t rep = -1; rep < o.repetitions; ++rep) TF_RETURN_IF_ERROR(passes->Update("probe.gpu_adam", n, rep, t0, &out));
-  Report(o, "probe.gpu_adam");
+  probe_internal::Report(o, "probe.gpu_adam");
   return out;
 }
 
 StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const std::vector<LayerCost>& costs,
                                               const IoCpuProbeOptions& io, const HostProbeOptions& o) {
-  TF_RETURN_IF_ERROR(CheckOptions(o, "probe io-cpu"));
+  TF_RETURN_IF_ERROR(probe_internal::CheckOptions(o, "probe io-cpu"));
   if (io.dir.empty()) return InvalidArgument("probe io-cpu: no directory given");
   if (io.streams.empty()) return InvalidArgument("probe io-cpu: no streams given");
   if (!(io.window_s > 0)) return InvalidArgument("probe io-cpu: the window must be positive");
@@ -196,17 +189,17 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
   // two threads never sleep).
   const auto stream_window = [&](const IoCpuProbeOptions::Stream& st) -> StatusOr<std::vector<TraceRecord>> {
     if (st.op == "dispatch") {
-      HandOvers hand_overs;
+      probe_internal::HandOvers hand_overs;
       const double warm_until = MonotonicSeconds() + 0.1;
       while (MonotonicSeconds() < warm_until) TF_RETURN_IF_ERROR(hand_overs.One());
       const double start = MonotonicSeconds(), stop = start + io.window_s;
       int32_t count = 0;
       double now = start;
       for (; now < stop; now = MonotonicSeconds(), ++count) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(kHandOverGapS));
+        std::this_thread::sleep_for(std::chrono::duration<double>(probe_internal::kHandOverGapS));
         TF_RETURN_IF_ERROR(hand_overs.One());
       }
-      TraceRecord r = Record("probe.io_cpu.dispatch", Op::kBarrier, "cpu", 0, 0, start, now, 1);
+      TraceRecord r = probe_internal::Record("probe.io_cpu.dispatch", Op::kBarrier, "cpu", 0, 0, start, now, 1);
       r.tasks = count;
       return std::vector<TraceRecord>{r};
     }
@@ -276,7 +269,7 @@ StatusOr<std::vector<TraceRecord>> ProbeIoCpu(const TrainConfig& config, const s
           what += ' ';
           what += std::to_string(st.block_bytes) + " B x " + std::to_string(st.queue_depth);
         }
-        Report(o, what);
+        probe_internal::Report(o, what);
       }
     }
     return Status::Ok();

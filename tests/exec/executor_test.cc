@@ -110,6 +110,22 @@ Schedule ExpectReproduces(const std::vector<std::string>& sets, const TrainConfi
   return schedule;
 }
 
+// "k=v k=v ": a case's label.
+std::string Label(const std::vector<std::string>& sets) {
+  std::string label;
+  for (const std::string& set : sets) label += set + " ";
+  return label;
+}
+
+// `sets` planned and run against the in-memory loop of its own training set-up (ExpectReproduces).
+Schedule ExpectReproducesItsReference(const std::vector<std::string>& sets) {
+  const TrainConfig config = ConfigFor(LoadTiny(sets));
+  auto reference = RunInMemory(config, kIterations);
+  EXPECT_TRUE(reference.ok()) << reference.status().ToString();
+  if (!reference.ok()) return Schedule{};
+  return ExpectReproduces(sets, config, *reference, Label(sets));
+}
+
 TEST(Executor, WeightsAreBitIdenticalWhateverTheSchedule) {
   const policies::Scenario zi = LoadTiny({});
   const TrainConfig config = ConfigFor(zi);
@@ -220,10 +236,8 @@ TEST(Executor, CachedStatesOverlapAndGpuResidentParametersReproduceTheInMemoryWe
       {"policy.name=zero-infinity", "policy.offload_optimizer=cpu", "policy.offload_param=none"},
   };
   for (const auto& sets : cases) {
-    std::string label;
-    for (const std::string& set : sets) label += set + " ";
     TempDir root("mechanisms");
-    const Schedule schedule = ExpectReproduces(sets, config, *reference, label, &root);
+    const Schedule schedule = ExpectReproduces(sets, config, *reference, Label(sets), &root);
     if (std::find(sets.begin(), sets.end(), "policy.offload_optimizer=cpu") != sets.end()) {
       EXPECT_FALSE(HasTask(schedule, Op::kRead, "read.states")) << "no state is read from the disk";
       EXPECT_FALSE(HasTask(schedule, Op::kWrite, "write.grad.")) << "no gradient is flushed to it";
@@ -272,12 +286,8 @@ TEST(Executor, OptimizerStatesOnTheGpuOrSplitReproduceTheInMemoryWeights) {
       {"policy.name=zero-infinity", "policy.offload_param=none", "policy.offload_optimizer=cpu", "policy.ratio=0.5", "policy.sub_group_size=1e6"},
   };
   for (const auto& sets : cases) {
-    std::string label;
-    for (const std::string& set : sets) label += set + " ";
-    const TrainConfig config = ConfigFor(LoadTiny(sets));
-    auto reference = RunInMemory(config, kIterations);
-    ASSERT_TRUE(reference.ok()) << reference.status().ToString();
-    const Schedule schedule = ExpectReproduces(sets, config, *reference, label);
+    const std::string label = Label(sets);
+    const Schedule schedule = ExpectReproducesItsReference(sets);
     EXPECT_TRUE(UpdatesOnTheGpu(schedule)) << label;
     if (std::find(sets.begin(), sets.end(), "policy.offload_param=none") == sets.end()) {
       EXPECT_TRUE(HasTask(schedule, Op::kD2H, "d2h.p16.")) << label << "sends the rounded parameters home";
@@ -305,12 +315,8 @@ TEST(Executor, ZeroInfinitysSwappedGradientsReproduceTheInMemoryWeights) {
       {"model.ffn=1024", "policy.reduce_bucket_size=3e5", "hardware.node.gpu.shares_host_cores=false"},
   };
   for (const auto& sets : cases) {
-    std::string label;
-    for (const std::string& set : sets) label += set + " ";
-    const TrainConfig config = ConfigFor(LoadTiny(sets));
-    auto reference = RunInMemory(config, kIterations);
-    ASSERT_TRUE(reference.ok()) << reference.status().ToString();
-    const Schedule schedule = ExpectReproduces(sets, config, *reference, label);
+    const std::string label = Label(sets);
+    const Schedule schedule = ExpectReproducesItsReference(sets);
     int copies = 0, writes = 0;
     for (const TaskSpec& t : schedule.tasks()) {
       copies += t.op == Op::kConvert && t.kernel == Kernel::kCopy;
