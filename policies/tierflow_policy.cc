@@ -77,7 +77,7 @@ std::vector<KnobChoice> TierflowTunableKnobs(const Scenario& s) {
                                {"cached_sub_groups", {"0", "2", "4", "8"}},
                                {"prefetch_window", {"0 B", "4 GiB"}},
                                {"offload_param", {"nvme", "none"}},  // none: fp16 partitions stay in GPU memory
-                               {"gpu_sub_groups", {"0", "1", "4", "all"}}};  // with offload_param none: updated on the GPU
+                               {"gpu_sub_groups", {"0", "1", "4", "all"}}};  // updated on the GPU, states kept there
   const size_t disks = s.hardware.node.nvme.size();
   if (disks > 1) {
     KnobChoice d{"disks", {}};

@@ -82,6 +82,10 @@ class CpuDevice final : public ComputeDevice {
     cpu::AdamW(param, m, v, grad, bf16_param, n, step, grad_scale, config, threads);
     return Status::Ok();
   }
+  Status Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads) override {
+    cpu::Fp32ToBf16(dst, src, n, threads);
+    return Status::Ok();
+  }
 
  private:
   Trainer& t_;

@@ -93,6 +93,9 @@ class ComputeDevice {
   // update of a sub-group whose optimizer states live on the GPU (docs/schedule-format.md).
   virtual Status AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
                        float grad_scale, const AdamWConfig& config, CpuThreads& threads, DeviceSpan* span) = 0;
+  // dst[i] = bf16(src[i]) (Fp32ToBf16's rounding) on n elements of gpu0 memory: the rounded
+  // parameters of an update on the GPU that an overflow skipped (the master unchanged).
+  virtual Status Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads) = 0;
 };
 
 // The whole model in gpu0 memory, for runs without a schedule (RunInMemory, the compute probe):

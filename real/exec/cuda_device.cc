@@ -234,6 +234,13 @@ class CudaDevice final : public ComputeDevice {
     return timer.Read();
   }
 
+  Status Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(cuda::Fp32ToBf16(*ctx_, dst, src, n));
+    return ctx_->Synchronize();
+  }
+
  private:
   CudaDevice() = default;
 

@@ -292,7 +292,7 @@ TEST(Executor, OptimizerStatesOnTheGpuOrSplitReproduceTheInMemoryWeights) {
     if (std::find(sets.begin(), sets.end(), "policy.offload_param=none") == sets.end()) {
       EXPECT_TRUE(HasTask(schedule, Op::kD2H, "d2h.p16.")) << label << "sends the rounded parameters home";
     }
-    if (sets[3] == "policy.gpu_sub_groups=1" && sets.back() == "policy.cached_sub_groups=1") {  // all three tiers
+    if (sets.size() > 3 && sets[3] == "policy.gpu_sub_groups=1" && sets.back() == "policy.cached_sub_groups=1") {  // all three tiers
       EXPECT_TRUE(HasTask(schedule, Op::kRead, "read.states")) << "NVMe holds some states";
       EXPECT_TRUE(HasTask(schedule, Op::kOptimizer, "adam.sg")) << label;
       int on_cpu = 0;
@@ -1169,6 +1169,29 @@ INSTANTIATE_TEST_SUITE_P(Executor, Ranks,
                                            RanksCase{"zero_infinity_clipped_2", "zero-infinity", 2, true},
                                            RanksCase{"zero_infinity_4", "zero-infinity", 4, false}),
                          [](const ::testing::TestParamInfo<RanksCase>& info) { return info.param.name; });
+
+// An overflow skips the step on the GPU too: the master and moments stay, and with the parameters
+// on NVMe the update still sends the sub-group's bf16 parameters (of the unchanged master) home,
+// as the host's conversion does (before, the d2h sent the update's GPU buffer unwritten, and the
+// next forward read whatever it held). An infinite loss scale overflows every backward: every
+// step is skipped, in the in-memory loop as in the run, whose losses then say which parameters
+// each forward read.
+TEST(Executor, AnUpdateOnTheGpuThatAnOverflowSkipsKeepsTheWeights) {
+  for (const std::string params : {"nvme", "none"}) {
+    const std::vector<std::string> sets = {"policy.name=tierflow", "policy.offload_param=" + params, "policy.gpu_sub_groups=all",
+                                           "training.loss_scaling=dynamic"};
+    TrainConfig config = ConfigFor(LoadTiny(sets));
+    config.dynamic_loss_scaling = true;
+    config.initial_loss_scale = std::numeric_limits<float>::infinity();
+    auto reference = RunInMemory(config, kIterations);
+    ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+    auto first = RunInMemory(config, 1);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ASSERT_TRUE(SameBits(reference->master, first->master)) << "every step was skipped";
+    const Schedule schedule = ExpectReproduces(sets, config, *reference, Label(sets) + "(overflowing)");
+    EXPECT_EQ(HasTask(schedule, Op::kD2H, "d2h.p16."), params == "nvme") << params;
+  }
+}
 
 // Every design policy that can place the update on the GPU (all but memascend's chunked
 // write-back) does, with its own defaults otherwise: every sub-group there, and the first one

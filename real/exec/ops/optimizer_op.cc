@@ -149,7 +149,15 @@ Status PrepareGpuUpdate(RunState& run, const TaskSpec& t, int64_t iteration, con
   TF_ASSIGN_OR_RETURN(std::vector<Bf16Piece> pieces, RoundedPieces(run, t, iteration, u, out_buffer));
   CpuThreads* threads = &run.ThreadsOf(t.resource);
   job.work = [&run, u, pieces, threads, span = &job.device_span] {
-    if (!u.take) return Status::Ok();
+    if (!u.take) {
+      // Skipped (an overflow): the master is unchanged, and so are the resident parameters; the
+      // GPU buffer still gets its rounding, which the d2h sends home (as the host's conversion
+      // rewrites its buffer from the unchanged master).
+      for (const Bf16Piece& p : pieces) {
+        if (p.global < 0) TF_RETURN_IF_ERROR(run.device()->Fp32ToBf16(p.data, u.state[0] + p.offset, p.n, *threads));
+      }
+      return Status::Ok();
+    }
     return ForEachAdamWRun(run.space(), run.config(), run.trainer().layout(), u.begin, u.n, u.step, [&](int64_t at, int64_t elements, const AdamWConfig& cfg) {
       for (int64_t x = at; x < at + elements;) {
         int64_t stop = at + elements;
