@@ -319,7 +319,9 @@ TEST(DeepSpeedImport, OptimizerStatesOnTheGpuAndZeroOffloadPlusPlusArePlannedAnd
     const auto exported = nlohmann::json::parse(*back)["zero_optimization"]["offload_optimizer"];
     EXPECT_EQ(exported["device"], c.device) << *back;
     EXPECT_EQ(exported.contains("ratio"), c.ratio != 1.0) << *back;
-    if (c.ratio != 1.0) EXPECT_EQ(exported["ratio"].get<double>(), c.ratio);
+    if (c.ratio != 1.0) {
+      EXPECT_EQ(exported["ratio"].get<double>(), c.ratio);
+    }
     const auto again = Sets(ImportOk(*back));
     EXPECT_EQ(again.at("policy.offload_optimizer"), c.device) << "round trip";
     EXPECT_EQ(again.count("policy.ratio") ? again.at("policy.ratio") : "1", Sets(d).count("policy.ratio") ? Sets(d).at("policy.ratio") : "1");

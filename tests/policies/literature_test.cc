@@ -328,7 +328,9 @@ TEST(Tierflow, AnOptimizerSplitTheGpuCannotHoldIsRefused) {
     auto planned = Plan(*scenario);
     ASSERT_FALSE(planned.ok()) << c.message;
     EXPECT_NE(planned.status().message().find(c.message), std::string::npos) << planned.status().message();
-    if (c.message.rfind("pool", 0) == 0) EXPECT_NE(planned.status().message().find(" short"), std::string::npos) << planned.status().message();
+    if (c.message.rfind("pool", 0) == 0) {
+      EXPECT_NE(planned.status().message().find(" short"), std::string::npos) << planned.status().message();
+    }
   }
 }
 
