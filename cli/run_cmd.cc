@@ -107,21 +107,8 @@ real::RunOptions ScheduleRunOptions(const RunArgs& a, real::Collective* comm, co
   return options;
 }
 
-// The host pools' peaks of rank `rank` (the pools of its host device, named ".r{rank}"), summed.
-int64_t HostPoolPeak(const Schedule& schedule, const real::RunResult& result, int32_t rank) {
-  int64_t sum = 0;
-  const std::string tag = ".r" + std::to_string(rank);
-  for (size_t p = 0; p < schedule.pools().size() && p < result.pool_peak_bytes.size(); ++p) {
-    const PoolSpec& pool = schedule.pools()[p];
-    const std::string& name = pool.name;
-    const bool mine = name.size() >= tag.size() && name.compare(name.size() - tag.size(), tag.size(), tag) == 0;
-    if (mine && schedule.devices()[static_cast<size_t>(pool.device)].kind == DeviceKind::kHost) sum += result.pool_peak_bytes[p];
-  }
-  return sum;
-}
-
 // Several ranks: each rank's I/O, GPU memory and host pools, and each node's host pools.
-nlohmann::ordered_json RanksReport(const Schedule& schedule, const real::RunResult& result) {
+nlohmann::ordered_json RanksReport(const real::RunResult& result) {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const real::RunResult::RankFigures& f : result.ranks) {
     ranks.push_back({{"rank", f.rank},
@@ -130,7 +117,7 @@ nlohmann::ordered_json RanksReport(const Schedule& schedule, const real::RunResu
                      {"buffered_io_bytes", f.buffered_io_bytes},
                      {"gpu_memory_peak_bytes", f.gpu_memory.allocated},
                      {"gpu_memory_reserved_peak_bytes", f.gpu_memory.reserved},
-                     {"host_pool_peak_bytes", HostPoolPeak(schedule, result, f.rank)}});
+                     {"host_pool_peak_bytes", f.host_pool_peak_bytes}});
   }
   return ranks;
 }
@@ -172,7 +159,7 @@ nlohmann::ordered_json RunReport(const RunArgs& a, const PlannedInput& in, const
   }
   report["gpu_memory_peak_bytes"] = result.gpu_memory.allocated;
   report["gpu_memory_reserved_peak_bytes"] = result.gpu_memory.reserved;
-  if (!result.ranks.empty()) report["ranks"] = RanksReport(in.schedule, result);
+  if (!result.ranks.empty()) report["ranks"] = RanksReport(result);
   if (result.first_iteration > 0) report["first_iteration"] = result.first_iteration;
   report["loss"] = result.loss;
   report["weights_sha256"] = real::Sha256Hex(result.master.data(), result.master.size() * sizeof(float));

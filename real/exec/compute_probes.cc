@@ -157,6 +157,7 @@ StatusOr<std::vector<TraceRecord>> ProbeCompute(const TrainConfig& config, const
     TF_RETURN_IF_ERROR(passes->Pass(task, rep, t0, &out));
     probe_internal::Report(o, task + (rep < 0 ? " warm-up" : " repetition " + std::to_string(rep + 1)));
   }
+  if (!o.gpu_update) return out;
   const int64_t n = passes->on_card() ? kGpuUpdateProbeElementsCuda : kGpuUpdateProbeElements;
   for (int32_t rep = -1; rep < o.repetitions; ++rep) TF_RETURN_IF_ERROR(passes->Update("probe.gpu_adam", n, rep, t0, &out));
   probe_internal::Report(o, "probe.gpu_adam");

@@ -297,15 +297,19 @@ StatusOr<std::vector<std::string>> Run::GatherText(std::string mine) {
   return texts;
 }
 
-// Each rank's I/O bytes, GPU memory, host name and pool peaks (by pool name), into the result:
+// Each rank's I/O bytes, GPU memory, host-pool peak, host name and pool peaks (by pool name), into the result:
 // the I/O summed, every rank's pools (RankFigures; the executor maps them onto the whole
 // schedule's pools), the ranks grouped into nodes by host name in rank order.
 Status Run::GatherFigures() {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+  int64_t host_pools = 0;
+  for (size_t p = 0; p < s_.pools().size(); ++p) {
+    if (s_.devices()[static_cast<size_t>(s_.pools()[p].device)].kind == DeviceKind::kHost) host_pools += result_.pool_peak_bytes[p];
+  }
   std::ostringstream mine;
   mine << result_.direct_io_bytes << ' ' << result_.buffered_io_bytes << ' ' << result_.gpu_memory.allocated << ' ' << result_.gpu_memory.reserved
-       << ' ' << host << '\n';
+       << ' ' << host_pools << ' ' << host << '\n';
   for (size_t p = 0; p < s_.pools().size(); ++p) mine << result_.pool_peak_bytes[p] << ' ' << s_.pools()[p].name << '\n';
   TF_ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherText(mine.str()));
   result_.direct_io_bytes = result_.buffered_io_bytes = 0;
@@ -317,7 +321,7 @@ Status Run::GatherFigures() {
     RunResult::RankFigures f;
     f.rank = static_cast<int32_t>(q);
     std::string name;
-    in >> f.direct_io_bytes >> f.buffered_io_bytes >> f.gpu_memory.allocated >> f.gpu_memory.reserved >> name;
+    in >> f.direct_io_bytes >> f.buffered_io_bytes >> f.gpu_memory.allocated >> f.gpu_memory.reserved >> f.host_pool_peak_bytes >> name;
     const auto at = std::find(hosts.begin(), hosts.end(), name);
     f.node = static_cast<int32_t>(at - hosts.begin());
     if (at == hosts.end()) hosts.push_back(name);

@@ -16,6 +16,13 @@ namespace {
 
 std::string Names(const TensorSpec& ts) { return "'" + ts.name + "' (" + std::string(StateKindName(ts.kind)) + ")"; }
 
+// One copy between host memory and gpu0's, as an h2d or d2h task makes it.
+struct Copy {
+  char* dst;
+  const char* src;
+  int64_t bytes;
+};
+
 }  // namespace
 
 // param16 goes to the GPU, and fp32 gradients for an update there (into a GPU buffer).
@@ -58,11 +65,6 @@ Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t it
   // goes into a GPU buffer, for the update on the GPU that uses it).
   const int32_t buffer = run.FirstBufferOnDevice(t, DeviceKind::kHost, false);
   const int32_t gpu = run.GpuBufferOf(t);
-  struct Copy {
-    char* dst;
-    const char* src;
-    int64_t bytes;
-  };
   std::vector<Copy> copies;
   std::vector<Piece> placed;  // into `gpu`
   struct Refreshed {
@@ -123,11 +125,6 @@ namespace {
 // The rounded parameters of an update on the GPU, from the GPU buffer it uses into the host buffer
 // it allocates (or uses), packed in list order, at their version.
 Status PrepareD2HParams(RunState& run, const TaskSpec& t, int64_t iteration, int32_t buffer, Job& job) {
-  struct Copy {
-    char* dst;
-    const char* src;
-    int64_t bytes;
-  };
   std::vector<Copy> copies;
   std::vector<Piece> placed;
   int64_t packed = 0;

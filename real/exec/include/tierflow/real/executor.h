@@ -103,6 +103,7 @@ struct RunResult {
     int32_t node = 0;
     int64_t direct_io_bytes = 0, buffered_io_bytes = 0;
     MemoryPeak gpu_memory;  // its GPU's
+    int64_t host_pool_peak_bytes = 0;  // its host pools' peaks, summed
   };
   std::vector<RankFigures> ranks;
   std::vector<std::pair<std::string, int64_t>> pool_peaks;

@@ -38,6 +38,7 @@ struct HostProbeOptions {
   int32_t repetitions = 5;     // measured repetitions per point (after one warm-up)
   int32_t max_threads = 0;     // thread counts 1..max_threads are probed; 0 = the hardware's
   std::string compute = "cpu"; // the device ProbeCompute runs the layers on (RunOptions::compute)
+  bool gpu_update = true;      // ProbeCompute also times the device's AdamW (once is enough per device)
   // Called after each point with a short description, for progress bars.
   std::function<void(const std::string&)> progress;
 };
@@ -59,8 +60,8 @@ struct LayerCost {
 // device options.compute names (exec::ComputeDevice: the CPU's math at config.threads threads, or
 // GPU 0's layer steps, each timed from its call to its completion on the GPU, as the executor
 // sees a compute task) with config.spec at config.batch x config.seq; `costs[l]` gives layer l's
-// flops and bytes. `label` goes into the task names. Then the device's AdamW (an update on the
-// GPU: docs/performance-models.md "GPU Adam") over kGpuUpdateProbeElements elements in its
+// flops and bytes. `label` goes into the task names. Then, with options.gpu_update, the device's
+// AdamW (an update on the GPU: docs/performance-models.md "GPU Adam") over kGpuUpdateProbeElements elements in its
 // memory, `repetitions` records "probe.gpu_adam" (op optimizer, resource gpu0.compute, bytes 4
 // per element; on a real GPU its span there), from which calibrate fits gpu.adam_bw.
 // Unavailable, naming what is missing, when the device cannot be had.
