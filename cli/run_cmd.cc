@@ -50,6 +50,7 @@ struct RunArgs {
   int64_t checkpoint_every = 0;
   bool resume = false;
   int64_t exit_after_tasks = 0;
+  int64_t exit_in_checkpoint = 0;
   int64_t fail_io_after = -1;  // testing: the I/O operation after this many fails (EIO)
   int32_t exit_rank = -1;  // with several ranks: only this one exits or fails (-1: every rank)
   std::vector<std::string> sets;
@@ -97,6 +98,7 @@ real::RunOptions ScheduleRunOptions(const RunArgs& a, real::Collective* comm, co
   options.resume = a.resume;
   const bool spared = comm != nullptr && a.exit_rank >= 0 && comm->rank() != a.exit_rank;
   options.exit_after_tasks = spared ? 0 : a.exit_after_tasks;
+  options.exit_in_checkpoint = spared ? 0 : a.exit_in_checkpoint;
   if (a.fail_io_after >= 0 && !spared) {
     real::FaultRule io_error;
     io_error.skip = a.fail_io_after;
@@ -338,8 +340,11 @@ Command MakeRun(CLI::App& parent) {
   app->add_flag("--resume", a->resume, "Start from the committed checkpoint in --checkpoint, if any; -n is the total to reach");
   AddNumber(app, "--exit-after-tasks", &a->exit_after_tasks, "Testing: exit at once (as if killed) after N task completions", int64_t{0})
       ->group("");
+  AddNumber(app, "--exit-in-checkpoint", &a->exit_in_checkpoint,
+            "Testing: exit at once (as if killed) once this process has written its part of the K-th checkpoint, before it is committed", int64_t{0})
+      ->group("");
   AddNumber(app, "--fail-io-after", &a->fail_io_after, "Testing: the I/O operation after N fails with EIO", int64_t{-1})->group("");
-  AddNumber(app, "--exit-rank", &a->exit_rank, "Testing: under mpirun, only this rank exits or fails (--exit-after-tasks, --fail-io-after)", -1, 65535)
+  AddNumber(app, "--exit-rank", &a->exit_rank, "Testing: under mpirun, only this rank exits or fails (--exit-after-tasks, --exit-in-checkpoint, --fail-io-after)", -1, 65535)
       ->group("");
   app->add_flag("--plain-loop", a->plain_loop,
                 "Run the schedule's tasks one at a time in topological order, without the dispatcher (its overhead's baseline)");

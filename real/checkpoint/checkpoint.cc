@@ -97,6 +97,36 @@ Status CheckManifestFile(const std::string& file) {
   }
 }
 
+// One tensor of a manifest (or of a shard on its way to one), every field checked: `where` names
+// the document in the error. A wrong type throws json's type_error, which the caller catches.
+Status ParseEntry(const json& t, int32_t devices, const std::string& where, CheckpointEntry* e) {
+  auto integer = [&](const json& v, const std::string& what, auto* out) -> Status {
+    auto value = JsonInteger<std::remove_pointer_t<decltype(out)>>(v, what);
+    if (!value.ok()) return DataLoss(where + ": " + value.status().message());
+    *out = *value;
+    return Status::Ok();
+  };
+  e->name = t.at("name");
+  e->dtype = t.at("dtype");
+  const std::string who = "tensor '" + e->name.substr(0, 100) + "': ";
+  TF_RETURN_IF_ERROR(integer(t.at("rank"), who + "rank", &e->rank));
+  TF_RETURN_IF_ERROR(integer(t.at("size_bytes"), who + "size_bytes", &e->size_bytes));
+  if (!ParseChecksum(t.at("checksum"), &e->crc32c)) return DataLoss(where + ": tensor '" + e->name + "': bad checksum");
+  TF_RETURN_IF_ERROR(integer(t.at("device"), who + "device", &e->device));
+  e->file = t.at("file");
+  TF_RETURN_IF_ERROR(integer(t.at("offset_bytes"), who + "offset_bytes", &e->offset_bytes));
+  if (e->device < 0 || e->device >= devices) return DataLoss(where + ": tensor '" + e->name + "': bad device");
+  if (e->size_bytes < 0 || e->offset_bytes < 0 || e->rank < 0) return DataLoss(where + ": " + who + "size_bytes, offset_bytes and rank must be >= 0");
+  const Status named = CheckManifestFile(e->file);
+  if (!named.ok()) return DataLoss(where + ": tensor '" + e->name + "': " + named.message());
+  return Status::Ok();
+}
+
+json EntryJson(const CheckpointEntry& e) {
+  return {{"name", e.name}, {"dtype", e.dtype}, {"rank", e.rank}, {"size_bytes", e.size_bytes},
+          {"checksum", FormatChecksum(e.crc32c)}, {"device", e.device}, {"file", e.file}, {"offset_bytes", e.offset_bytes}};
+}
+
 // NotFound when no checkpoint was ever committed.
 StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
   TF_RETURN_IF_ERROR(CheckFileName(o.name, "checkpoint name"));
@@ -136,21 +166,7 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
     }
     for (auto& t : j.at("tensors")) {
       CheckpointEntry e;
-      e.name = t.at("name");
-      e.dtype = t.at("dtype");
-      const std::string who = "tensor '" + e.name.substr(0, 100) + "': ";
-      TF_RETURN_IF_ERROR(integer(t.at("rank"), who + "rank", &e.rank));
-      TF_RETURN_IF_ERROR(integer(t.at("size_bytes"), who + "size_bytes", &e.size_bytes));
-      if (!ParseChecksum(t.at("checksum"), &e.crc32c)) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': bad checksum");
-      TF_RETURN_IF_ERROR(integer(t.at("device"), who + "device", &e.device));
-      e.file = t.at("file");
-      TF_RETURN_IF_ERROR(integer(t.at("offset_bytes"), who + "offset_bytes", &e.offset_bytes));
-      if (e.device < 0 || e.device >= static_cast<int32_t>(o.dirs.size())) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': bad device");
-      if (e.size_bytes < 0 || e.offset_bytes < 0 || e.rank < 0) {
-        return DataLoss("checkpoint manifest '" + path + "': " + who + "size_bytes, offset_bytes and rank must be >= 0");
-      }
-      const Status named = CheckManifestFile(e.file);
-      if (!named.ok()) return DataLoss("checkpoint manifest '" + path + "': tensor '" + e.name + "': " + named.message());
+      TF_RETURN_IF_ERROR(ParseEntry(t, static_cast<int32_t>(o.dirs.size()), "checkpoint manifest '" + path + "'", &e));
       m.entries.push_back(e);
     }
   } catch (const json::exception& e) {
@@ -171,11 +187,7 @@ Status WriteManifest(Storage& storage, const CheckpointOptions& o, const Manifes
   for (auto& [d, n] : m.paths) files.push_back({{"device", d}, {"name", n}});
   j["files"] = files;
   json ts = json::array();
-  for (auto& e : m.entries) {
-    ts.push_back({{"name", e.name}, {"dtype", e.dtype}, {"rank", e.rank}, {"size_bytes", e.size_bytes},
-                  {"checksum", FormatChecksum(e.crc32c)}, {"device", e.device}, {"file", e.file},
-                  {"offset_bytes", e.offset_bytes}});
-  }
+  for (auto& e : m.entries) ts.push_back(EntryJson(e));
   j["tensors"] = ts;
   std::string text = j.dump(0);
   std::string path = ManifestPath(o), tmp = path + ".tmp";
@@ -192,27 +204,32 @@ Status WriteManifest(Storage& storage, const CheckpointOptions& o, const Manifes
   return storage.SyncDir(o.dirs[0]);
 }
 
-// Whether `file` is one of checkpoint `name`'s generations: `<name>-g<digits>.…` (and not, say,
-// checkpoint `<name>-gold`'s).
-bool IsGenerationFile(const std::string& file, const std::string& name) {
+// The generation of a file of checkpoint `name` (`<name>-g<digits>.…`), or -1 when it is none of
+// them (say, checkpoint `<name>-gold`'s). Past int64's range it reads as the largest.
+int64_t GenerationOf(const std::string& file, const std::string& name) {
   const std::string prefix = name + "-g";
-  if (file.rfind(prefix, 0) != 0) return false;
+  if (file.rfind(prefix, 0) != 0) return -1;
   size_t at = prefix.size();
-  while (at < file.size() && std::isdigit(static_cast<unsigned char>(file[at]))) ++at;
-  return at > prefix.size() && at < file.size() && file[at] == '.';
+  int64_t g = 0;
+  for (; at < file.size() && std::isdigit(static_cast<unsigned char>(file[at])); ++at) {
+    g = g > (INT64_MAX - 9) / 10 ? INT64_MAX : g * 10 + (file[at] - '0');
+  }
+  return at > prefix.size() && at < file.size() && file[at] == '.' ? g : -1;
 }
 
-// Removes every generation file of `o.name` (IsGenerationFile) in the directories that the
-// manifest `keep` does not list (leftovers of interrupted saves, or the previous generation),
-// recursively for directories.
-Status RemoveStale(Storage& storage, const CheckpointOptions& o, const Manifest* keep) {
+// Removes every generation file of `o.name` (GenerationOf) up to generation `up_to` in the
+// directories that the manifest `keep` does not list (leftovers of interrupted saves, or the
+// previous generation), recursively for directories. A later generation is a save of other
+// processes still under way (SaveCheckpointShard), left alone.
+Status RemoveStale(Storage& storage, const CheckpointOptions& o, const Manifest* keep, int64_t up_to = INT64_MAX) {
   std::set<std::pair<int32_t, std::string>> kept;
   if (keep != nullptr) kept.insert(keep->paths.begin(), keep->paths.end());
   for (int32_t d = 0; d < static_cast<int32_t>(o.dirs.size()); ++d) {
     TF_ASSIGN_OR_RETURN(auto names, storage.List(o.dirs[d]));
     bool removed = false;
     for (auto& n : names) {
-      if (!IsGenerationFile(n, o.name) || kept.count({d, n})) continue;
+      const int64_t generation = GenerationOf(n, o.name);
+      if (generation < 0 || generation > up_to || kept.count({d, n})) continue;
       std::string p = o.dirs[d] + "/" + n;
       if (n.find(".dir") != std::string::npos) {
         auto inner = storage.List(p);
@@ -512,10 +529,8 @@ Status SaveFilePerTensor(Storage& storage, const std::vector<CheckpointTensor>& 
   return Status::Ok();
 }
 
-}  // namespace
-
-StatusOr<CheckpointStats> SaveCheckpoint(Storage& storage, const std::vector<CheckpointTensor>& tensors,
-                                         const CheckpointOptions& options) {
+// What every save checks first: where it goes, its name, and tensors with data, each once a rank.
+Status CheckSave(const std::vector<CheckpointTensor>& tensors, const CheckpointOptions& options) {
   if (options.dirs.empty()) return InvalidArgument("checkpoint save: no directory given");
   TF_RETURN_IF_ERROR(CheckFileName(options.name, "checkpoint save: name"));
   // A save replaces the committed checkpoint: one of nothing would replace good state with none.
@@ -527,6 +542,29 @@ StatusOr<CheckpointStats> SaveCheckpoint(Storage& storage, const std::vector<Che
       return InvalidArgument("checkpoint save: tensor '" + t.name + "' appears twice in rank " + std::to_string(t.rank));
     }
   }
+  return Status::Ok();
+}
+
+// A save that failed (a full disk, an I/O error) takes its files away (up to generation `up_to`)
+// before it returns `st`: the directories hold the committed checkpoint and nothing else, as
+// before the save. Which one is committed is read back (a manifest write can fail after its
+// rename, the commit).
+Status Abandon(Storage& storage, const CheckpointOptions& options, int64_t up_to, Status st) {
+  (void)storage.Remove(ManifestPath(options) + ".tmp");
+  auto committed = ReadManifest(storage, options);
+  if (committed.ok()) {
+    (void)RemoveStale(storage, options, &*committed, up_to);
+  } else if (committed.status().code() == StatusCode::kNotFound) {
+    (void)RemoveStale(storage, options, nullptr, up_to);
+  }  // else the manifest cannot be read now: nothing is removed
+  return st;
+}
+
+}  // namespace
+
+StatusOr<CheckpointStats> SaveCheckpoint(Storage& storage, const std::vector<CheckpointTensor>& tensors,
+                                         const CheckpointOptions& options) {
+  TF_RETURN_IF_ERROR(CheckSave(tensors, options));
   double t0 = MonotonicSeconds();
   for (auto& d : options.dirs) TF_RETURN_IF_ERROR(storage.CreateDir(d));
   Manifest previous;
@@ -547,27 +585,104 @@ StatusOr<CheckpointStats> SaveCheckpoint(Storage& storage, const std::vector<Che
   CheckpointStats stats;
   stats.generation = m.generation;
   stats.tensors = static_cast<int64_t>(tensors.size());
-  // A save that fails (a full disk, an I/O error) takes its own files away before it returns:
-  // the directories hold the committed checkpoint and nothing else, as before the save. Which
-  // one is committed is read back (a manifest write can fail after its rename, the commit).
-  auto failed = [&](Status st) -> Status {
-    (void)storage.Remove(ManifestPath(options) + ".tmp");
-    auto committed = ReadManifest(storage, options);
-    if (committed.ok()) {
-      (void)RemoveStale(storage, options, &*committed);
-    } else if (committed.status().code() == StatusCode::kNotFound) {
-      (void)RemoveStale(storage, options, nullptr);
-    }  // else the manifest cannot be read now: nothing is removed
-    return st;
-  };
   Status saved = options.strategy == CheckpointStrategy::kAggregated ? SaveAggregated(storage, tensors, options, &m, &stats)
                                                                      : SaveFilePerTensor(storage, tensors, options, &m, &stats);
   if (saved.ok()) saved = WriteManifest(storage, options, m);
-  if (!saved.ok()) return failed(saved);
+  if (!saved.ok()) return Abandon(storage, options, INT64_MAX, saved);
   // Committed: the previous generation is garbage now.
   TF_RETURN_IF_ERROR(RemoveStale(storage, options, &m));
   stats.duration_s = MonotonicSeconds() - t0;
   return stats;
+}
+
+StatusOr<int64_t> NextCheckpointGeneration(Storage& storage, const CheckpointOptions& options) {
+  if (options.dirs.empty()) return InvalidArgument("checkpoint: no directory given");
+  auto committed = ReadManifest(storage, options);
+  if (committed.ok()) return committed->generation + 1;
+  if (committed.status().code() == StatusCode::kNotFound) return int64_t{1};
+  return committed.status();
+}
+
+StatusOr<CheckpointShard> SaveCheckpointShard(Storage& storage, const std::vector<CheckpointTensor>& tensors,
+                                              const CheckpointOptions& options, int64_t generation) {
+  TF_RETURN_IF_ERROR(CheckSave(tensors, options));
+  if (options.strategy != CheckpointStrategy::kAggregated) {
+    return InvalidArgument("checkpoint save '" + options.name + "': a checkpoint of several processes is saved aggregated (one file per rank and device)");
+  }
+  if (generation < 1) return InvalidArgument("checkpoint save '" + options.name + "': generation " + std::to_string(generation) + " (from 1)");
+  const double t0 = MonotonicSeconds();
+  for (auto& d : options.dirs) TF_RETURN_IF_ERROR(storage.CreateDir(d));
+  Manifest m;
+  m.generation = generation;
+  CheckpointShard shard;
+  shard.stats.generation = generation;
+  shard.stats.tensors = static_cast<int64_t>(tensors.size());
+  TF_RETURN_IF_ERROR(SaveAggregated(storage, tensors, options, &m, &shard.stats));
+  shard.generation = generation;
+  shard.entries = std::move(m.entries);
+  shard.files = std::move(m.paths);
+  shard.stats.duration_s = MonotonicSeconds() - t0;
+  return shard;
+}
+
+Status CommitCheckpoint(Storage& storage, const CheckpointOptions& options, const std::vector<CheckpointShard>& shards) {
+  if (options.dirs.empty()) return InvalidArgument("checkpoint commit: no directory given");
+  if (shards.empty()) return InvalidArgument("checkpoint commit '" + options.name + "': no shards (the committed checkpoint is kept)");
+  Manifest m;
+  m.generation = shards[0].generation;
+  m.strategy = CheckpointStrategyName(CheckpointStrategy::kAggregated);
+  for (const CheckpointShard& shard : shards) {
+    if (shard.generation != m.generation) {
+      return Abandon(storage, options, std::max(m.generation, shard.generation),
+                     InvalidArgument("checkpoint commit '" + options.name + "': shards of generations " + std::to_string(m.generation) + " and " +
+                                     std::to_string(shard.generation)));
+    }
+    m.paths.insert(m.paths.end(), shard.files.begin(), shard.files.end());
+    m.entries.insert(m.entries.end(), shard.entries.begin(), shard.entries.end());
+  }
+  const Status written = WriteManifest(storage, options, m);
+  if (!written.ok()) return Abandon(storage, options, m.generation, written);
+  // Committed: the previous generation, and leftovers of saves that never committed, are garbage.
+  return RemoveStale(storage, options, &m, m.generation);
+}
+
+std::string CheckpointShardToJson(const CheckpointShard& shard) {
+  json j;
+  j["generation"] = shard.generation;
+  json files = json::array();
+  for (auto& [d, n] : shard.files) files.push_back({{"device", d}, {"name", n}});
+  j["files"] = files;
+  json entries = json::array();
+  for (auto& e : shard.entries) entries.push_back(EntryJson(e));
+  j["tensors"] = entries;
+  return j.dump();
+}
+
+StatusOr<CheckpointShard> CheckpointShardFromJson(const std::string& text, int32_t devices) {
+  const json j = json::parse(text, nullptr, false);
+  const std::string where = "checkpoint shard";
+  if (j.is_discarded() || !j.is_object()) return DataLoss(where + ": not a JSON object");
+  CheckpointShard shard;
+  try {
+    auto generation = JsonInteger<int64_t>(j.at("generation"), "generation");
+    if (!generation.ok()) return DataLoss(where + ": " + generation.status().message());
+    shard.generation = *generation;
+    for (auto& f : j.at("files")) {
+      auto device = JsonInteger<int32_t>(f.at("device"), "a file's device");
+      if (!device.ok() || *device < 0 || *device >= devices) return DataLoss(where + ": a file's device is " + f.at("device").dump().substr(0, 40));
+      shard.files.push_back({*device, f.at("name")});
+      const Status named = CheckManifestFile(shard.files.back().second);
+      if (!named.ok()) return DataLoss(where + ": " + named.message());
+    }
+    for (auto& t : j.at("tensors")) {
+      CheckpointEntry e;
+      TF_RETURN_IF_ERROR(ParseEntry(t, devices, where, &e));
+      shard.entries.push_back(e);
+    }
+  } catch (const json::exception& e) {
+    return DataLoss(where + ": " + e.what());
+  }
+  return shard;
 }
 
 StatusOr<std::vector<CheckpointEntry>> ReadCheckpointManifest(Storage& storage, const CheckpointOptions& options) {
@@ -591,7 +706,7 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
   };
   if (m.strategy == "file-per-tensor") {
     for (auto& e : m.entries) {
-      void* dst = sink(e);
+      void* dst = options.rank < 0 || e.rank == options.rank ? sink(e) : nullptr;
       if (dst == nullptr) continue;
       std::string path = options.dirs[e.device] + "/" + e.file;
       OpenOptions oo;
@@ -616,7 +731,9 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
   // Group entries by file, in offset order; read each file in staging-sized chunks (several in
   // flight) and scatter each chunk into the destinations, extending each tensor's CRC.
   std::map<std::pair<int32_t, std::string>, std::vector<const CheckpointEntry*>> by_file;
-  for (auto& e : m.entries) by_file[{e.device, e.file}].push_back(&e);
+  for (auto& e : m.entries) {
+    if (options.rank < 0 || e.rank == options.rank) by_file[{e.device, e.file}].push_back(&e);
+  }
   SlotPool* pool = nullptr;
   TF_ASSIGN_OR_RETURN(auto arena, MakeStaging(options, &pool));
   std::vector<PinnedBuffer> bufs;

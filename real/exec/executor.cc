@@ -130,8 +130,6 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
   }
   TF_RETURN_IF_ERROR(CheckRunnable(schedule, config));
   if (options.compute != "cpu") return InvalidArgument("tierflow run over " + std::to_string(ranks) + " ranks runs on the CPU back-end (--compute cpu)");
-  if (options.plain_loop) return InvalidArgument("--plain-loop runs one rank");
-  if (!options.checkpoint_dir.empty()) return InvalidArgument("--checkpoint: tierflow run saves checkpoints of one rank only");
   if (options.on_master.every > 0) {
     return InvalidArgument("--save-every and --eval-every: tierflow run hands on the model every K iterations on one rank only "
                            "(--save-model at the end gathers every rank's)");
@@ -139,6 +137,7 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
   TF_ASSIGN_OR_RETURN(exec::RankSpace space, exec::RankSpace::Make(MakeParamLayout(config.spec.config), comm->rank(), ranks));
   TF_ASSIGN_OR_RETURN(Schedule part, exec::RankPart(schedule, comm->rank()));
   Run run(part, config, options, std::move(space), comm);
+  if (options.plain_loop) run.SetPlainOrder(exec::RankPartOrder(schedule, comm->rank()));
   TF_ASSIGN_OR_RETURN(RunResult result, run.Execute());
   // Every rank's pool peaks on the whole schedule's pools (the largest, should ranks share a name).
   result.pool_peak_bytes.assign(schedule.pools().size(), 0);

@@ -10,9 +10,27 @@
 
 namespace tierflow::real::exec {
 
+namespace {
+bool Everyone(const TaskSpec& t) { return IsCollectiveOp(t.op) || t.op == Op::kBarrier; }
+}  // namespace
+
+std::vector<int32_t> RankPartOrder(const Schedule& s, int32_t rank) {
+  std::vector<int32_t> part_index(s.tasks().size(), kNoIndex);
+  int32_t kept = 0;
+  for (size_t i = 0; i < s.tasks().size(); ++i) {
+    if (Everyone(s.tasks()[i]) || s.tasks()[i].rank == rank) part_index[i] = kept++;  // RankPart keeps them in this order
+  }
+  std::vector<int32_t> order;
+  order.reserve(static_cast<size_t>(kept));
+  for (const int32_t t : s.TopologicalOrder()) {
+    if (part_index[static_cast<size_t>(t)] != kNoIndex) order.push_back(part_index[static_cast<size_t>(t)]);
+  }
+  return order;
+}
+
 StatusOr<Schedule> RankPart(const Schedule& s, int32_t rank) {
   const size_t nt = s.tasks().size();
-  auto everyone = [](const TaskSpec& t) { return IsCollectiveOp(t.op) || t.op == Op::kBarrier; };
+  auto everyone = Everyone;
   std::vector<uint8_t> keep_task(nt, 0), keep_buffer(s.buffers().size(), 0), keep_pool(s.pools().size(), 0),
       keep_resource(s.resources().size(), 0), comm_resource(s.resources().size(), 0);
   for (size_t i = 0; i < nt; ++i) {
@@ -218,7 +236,7 @@ void CommEngine::Fail() {
 
 void CommEngine::Loop() {
   for (;;) {
-    std::array<int64_t, 2> next{-1, -1};  // (task, iteration); -1: the end
+    std::array<int64_t, 2> next{-1, -1};  // (task, iteration); task -1: the end
     Item item;
     if (comm_->rank() == 0) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -236,7 +254,7 @@ void CommEngine::Loop() {
       if (item.work) events_->Push({item.job, st});
       return;
     }
-    if (next[0] < 0) return;
+    if (next[0] == -1) return;
     if (comm_->rank() != 0) {
       std::unique_lock<std::mutex> lock(mu_);
       const std::pair<int32_t, int64_t> key{static_cast<int32_t>(next[0]), next[1]};

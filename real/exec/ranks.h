@@ -32,6 +32,10 @@ namespace tierflow::real::exec {
 // collectives' resources admit every collective at once: the CommEngine orders and serialises
 // them. InvalidArgument when a task other than a collective or barrier says no rank.
 StatusOr<Schedule> RankPart(const Schedule& schedule, int32_t rank);
+// The whole schedule's topological order (Schedule::TopologicalOrder) restricted to rank `rank`'s
+// part, as the part's task indices: an order of the part in which every rank meets the
+// collectives alike, for a plain loop (RunOptions::plain_loop) of several ranks.
+std::vector<int32_t> RankPartOrder(const Schedule& schedule, int32_t rank);
 
 // Where rank `rank`'s flat partition (the schedule's element space: unit after unit, each unit's
 // part of elements / ranks) lies in the model's flat parameters (ParamLayout order): rank r holds
@@ -98,7 +102,10 @@ class CommEngine {
   CommEngine(Collective* comm, EventQueue* events);
   // Rank 0 announces the end (every collective has run); every rank's thread stops.
   ~CommEngine();
+  // `task` is a task of the schedule, or kCheckpointCommit: the commit of the checkpoint saved
+  // after `iteration`, which every rank posts too.
   void Post(int32_t task, int64_t iteration, size_t job, std::function<Status()> work);
+  static constexpr int32_t kCheckpointCommit = -2;
   // Rank 0: after its last collective. Joins the thread (other ranks: after the announcement).
   void Finish();
   // This rank's run failed: its thread stops at the next collective announced that this rank has

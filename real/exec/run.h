@@ -18,6 +18,7 @@
 
 #include "tierflow/core/dispatcher.h"
 #include "tierflow/core/schedule.h"
+#include "tierflow/real/checkpoint.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/disk_set.h"
@@ -43,6 +44,9 @@ class Run : public RunState {
   }
 
   StatusOr<RunResult> Execute();
+  // The order a plain loop runs the tasks in (RunOptions::plain_loop); by default the schedule's
+  // topological order (with several ranks, RankPartOrder's).
+  void SetPlainOrder(std::vector<int32_t> order) { plain_order_ = std::move(order); }
 
  private:
   StatusOr<RunResult> ExecutePlainLoop();
@@ -83,11 +87,17 @@ class Run : public RunState {
   // Each rank's `mine`, gathered on every rank, in rank order.
   StatusOr<std::vector<std::string>> GatherText(std::string mine);
   Status GatherFigures();
+  // The model's master weights in its order, from every rank's partition `local` (the collective's
+  // caller: the dispatch thread before or after the CommEngine runs).
+  StatusOr<std::vector<float>> GatherModel(const std::vector<float>& local);
   // State `kind` (master, adam_m, adam_v) from its homes on disk and in host memory, every element
   // at `version`.
   Status ReadState(int kind, int64_t version, std::vector<float>* out);
+  CheckpointOptions TrainingCheckpoint() const;  // where and under what name
   Status LoadCheckpointIfAny();
+  Status FindCheckpointGenerations();
   Status SaveTrainingCheckpoint(int64_t iteration);
+  Status CommitTrainingCheckpoint(const CheckpointShard& mine);
 
   // Sizes each resource's pool of CPU threads (pool_threads_), noting where the run departs from
   // the schedule's counts.
@@ -102,7 +112,13 @@ class Run : public RunState {
   std::vector<int64_t> completed_in_;                  // per window slot
   int64_t base_iteration_ = 0;                         // iterations done before this run (resumed)
   int64_t run_iterations_ = 0;                         // iterations this run executes
-  std::vector<float> initial_[3];                      // master, adam_m, adam_v from a checkpoint
+  // From a checkpoint: the master weights in the model's order, adam_m and adam_v the rank's own.
+  std::vector<float> initial_[3];
+  int64_t checkpoint_generation_base_ = 0;             // FindCheckpointGenerations
+  // With several ranks: checkpoints saved whose commit (on the CommEngine) has not come back, and
+  // the job index its event carries.
+  int64_t commits_in_flight_ = 0;
+  static constexpr size_t kCommitJob = SIZE_MAX;
   int64_t tasks_done_ = 0;
   // Iterations completed, for the record window (RunOptions::keep_iterations): every iteration
   // below done_below_ is done; done_above_ holds those done out of order above it.
@@ -111,6 +127,7 @@ class Run : public RunState {
   int64_t records_below_ = 0;                          // records of earlier iterations are handed on
   std::vector<Job> jobs_;
   std::vector<size_t> free_jobs_;
+  std::vector<int32_t> plain_order_;
   double t0_ = 0;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -85,8 +86,28 @@ namespace {
 constexpr const char* kCheckpointName = "tierflow-run";
 }  // namespace
 
+CheckpointOptions Run::TrainingCheckpoint() const {
+  CheckpointOptions o;
+  o.dirs = {options_.checkpoint_dir};
+  o.name = kCheckpointName;
+  return o;
+}
+
+// The generation of each checkpoint this run saves is checkpoint_generation_base_ plus the
+// iterations done: one past the committed one at the first, read by every rank before any rank
+// can commit (a commit waits for every rank's shard), so that the ranks agree on it.
+Status Run::FindCheckpointGenerations() {
+  if (options_.checkpoint_every <= 0 || options_.checkpoint_dir.empty()) return Status::Ok();
+  auto next = NextCheckpointGeneration(*io_, TrainingCheckpoint());
+  if (!next.ok()) return next.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
+  checkpoint_generation_base_ = *next - base_iteration_ - 1;
+  return Status::Ok();
+}
+
 // The committed checkpoint in options_.checkpoint_dir, when resuming and there is one: the state
-// to start from, the step, the loss scaler and the iterations already done.
+// to start from, the step, the loss scaler and the iterations already done. With several ranks
+// each reads its own shard (and its copy of the meta record), and the ranks' master weights are
+// gathered into the model's (the resident units' parameters are made from every rank's part).
 Status Run::LoadCheckpointIfAny() {
   if (!options_.resume) return Status::Ok();
   if (options_.checkpoint_dir.empty()) return InvalidArgument("resume needs a checkpoint directory");
@@ -94,22 +115,25 @@ Status Run::LoadCheckpointIfAny() {
   // reach its checkpoints too.
   TF_ASSIGN_OR_RETURN(const bool exists, io_->Exists(options_.checkpoint_dir + "/" + kCheckpointName + ".manifest.json"));
   if (!exists) return Status::Ok();
-  CheckpointOptions o;
-  o.dirs = {options_.checkpoint_dir};
-  o.name = kCheckpointName;
-  const size_t total = static_cast<size_t>(trainer_.layout().total);
-  initial_[0].resize(total), initial_[1].resize(total), initial_[2].resize(total);
+  CheckpointOptions o = TrainingCheckpoint();
+  o.rank = space_.rank();
+  const std::string who = "checkpoint '" + options_.checkpoint_dir + "'";
+  const size_t local = static_cast<size_t>(space_.local_total());
+  std::vector<float> state[3];
+  for (std::vector<float>& k : state) k.resize(local);
   std::string meta;
   Status sizes;
+  int found = 0;
   auto sink = [&](const CheckpointEntry& e) -> void* {
     for (int k = 0; k < 3; ++k) {
       if (e.name != KindName(kMaster + k)) continue;
-      if (e.size_bytes != static_cast<int64_t>(total * 4)) {
-        sizes = InvalidArgument("checkpoint '" + options_.checkpoint_dir + "': " + e.name + " has " + std::to_string(e.size_bytes) +
-                                " bytes, this model needs " + std::to_string(total * 4));
+      if (e.size_bytes != static_cast<int64_t>(local * 4)) {
+        sizes = InvalidArgument(who + ": " + e.name + " of rank " + std::to_string(e.rank) + " has " + std::to_string(e.size_bytes) +
+                                " bytes, this model needs " + std::to_string(local * 4) + (space_.ranks() > 1 ? " a rank" : ""));
         return nullptr;
       }
-      return initial_[k].data();
+      ++found;
+      return state[k].data();
     }
     if (e.name == "meta") {
       meta.resize(static_cast<size_t>(e.size_bytes));
@@ -118,37 +142,56 @@ Status Run::LoadCheckpointIfAny() {
     return nullptr;
   };
   auto stats = LoadCheckpoint(*io_, o, sink);
-  if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
-  TF_RETURN_IF_ERROR(sizes);
+  if (!stats.ok()) return stats.status().WithContext(who);
   const auto j = nlohmann::json::parse(meta, nullptr, false);
-  const std::string who = "checkpoint '" + options_.checkpoint_dir + "': its meta record";
-  if (j.is_discarded() || !j.is_object()) return DataLoss(who + " is unreadable");
+  const std::string record = who + ": its meta record";
+  if (j.is_discarded() || !j.is_object()) return DataLoss(record + (meta.empty() ? " is missing for rank " + std::to_string(space_.rank()) : " is unreadable"));
   // Field by field: a value of the wrong type or out of range is damage, named, not a crash.
   auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t* out) -> Status {
     const auto value = j.contains(key) && j[key].is_number_integer() ? JsonInteger<int64_t>(j[key], key) : InvalidArgument(key);
     if (!value.ok() || *value < lo || *value > hi) {
-      return DataLoss(who + ": '" + key + "' is " + (j.contains(key) ? j[key].dump().substr(0, 40) : "missing") + ", not an integer in [" +
+      return DataLoss(record + ": '" + key + "' is " + (j.contains(key) ? j[key].dump().substr(0, 40) : "missing") + ", not an integer in [" +
                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
     }
     *out = *value;
     return Status::Ok();
   };
+  // A checkpoint holds each rank's partition: it resumes on as many ranks (before checkpoints of
+  // several ranks, every one was of one).
+  int64_t ranks = 1;
+  if (j.contains("ranks")) TF_RETURN_IF_ERROR(integer("ranks", 1, int64_t{1} << 20, &ranks));
+  if (ranks != space_.ranks()) {
+    return FailedPrecondition(who + " holds the state of " + std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") + ", this run has " +
+                              std::to_string(space_.ranks()) + " (training.data_parallel): resume it on " + std::to_string(ranks) +
+                              (ranks == 1 ? " process" : " ranks, mpirun -np " + std::to_string(ranks)));
+  }
+  TF_RETURN_IF_ERROR(sizes);
+  if (found != 3) return DataLoss(who + ": rank " + std::to_string(space_.rank()) + "'s master, adam_m and adam_v are not all there (" + std::to_string(found) + " of 3)");
   int64_t done = 0, updates = 0, good_steps = 0;
   TF_RETURN_IF_ERROR(integer("iterations_done", 0, int64_t{1} << 40, &done));
   TF_RETURN_IF_ERROR(integer("updates", 0, done, &updates));
   TF_RETURN_IF_ERROR(integer("good_steps", 0, done, &good_steps));
   if (!j.contains("loss_scale") || !j["loss_scale"].is_number() || !(static_cast<float>(j["loss_scale"].get<double>()) > 0) ||
       !std::isfinite(static_cast<float>(j["loss_scale"].get<double>()))) {
-    return DataLoss(who + ": 'loss_scale' is " + (j.contains("loss_scale") ? j["loss_scale"].dump().substr(0, 40) : "missing") + ", not a finite number > 0");
+    return DataLoss(record + ": 'loss_scale' is " + (j.contains("loss_scale") ? j["loss_scale"].dump().substr(0, 40) : "missing") + ", not a finite number > 0");
   }
   // The batches line up only with the micro-steps they were trained with (before micro-steps were
   // recorded, every run had one).
   int64_t micro_steps = 1;
   if (j.contains("micro_steps")) TF_RETURN_IF_ERROR(integer("micro_steps", 1, int64_t{1} << 20, &micro_steps));
   if (micro_steps != micro_steps_) {
-    return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "' was trained with " + std::to_string(micro_steps) +
+    return FailedPrecondition(who + " was trained with " + std::to_string(micro_steps) +
                               " micro-steps per iteration, this run has " + std::to_string(micro_steps_) + " (training.gradient_accumulation_steps): its batches would not line up");
   }
+  // The master weights in the model's order (InitialiseStores makes every home from them); the
+  // moments stay the rank's own.
+  if (comm_ != nullptr) {
+    TF_ASSIGN_OR_RETURN(initial_[0], GatherModel(state[0]));
+  } else {
+    initial_[0] = std::move(state[0]);
+  }
+  initial_[1] = std::move(state[1]);
+  initial_[2] = std::move(state[2]);
   base_iteration_ = done;
   updates_ = updates;
   scaler_.Restore(j["loss_scale"].get<float>(), good_steps);
@@ -156,9 +199,13 @@ Status Run::LoadCheckpointIfAny() {
 }
 
 // After `iteration` (of this run) completes: its updated states are at version iteration + 1 in
-// their homes; they, the step and the loss scaler are saved atomically.
+// their homes; this rank's part of them, the step and the loss scaler are written as its shard of
+// a new checkpoint, which is then committed (real/checkpoint.h): at once with one rank; with
+// several, by the CommEngine in its one order (every rank's shard listed by rank 0 in one
+// manifest), while this thread goes on with the run.
 Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   const double t0 = MonotonicSeconds();
+  const int64_t done = base_iteration_ + iteration + 1;
   std::vector<float> state[3];
   for (int k = 0; k < 3; ++k) TF_RETURN_IF_ERROR(ReadState(kMaster + k, iteration + 1, &state[k]).WithContext("checkpoint"));
   // Nothing replaces good state with bad: a diverged run stops here, and the last committed
@@ -166,29 +213,63 @@ Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   for (int k = 0; k < 3; ++k) {
     const auto bad = std::find_if(state[k].begin(), state[k].end(), [](float x) { return !std::isfinite(x); });
     if (bad != state[k].end()) {
-      return DataLoss("checkpoint '" + options_.checkpoint_dir + "' not written after iteration " + std::to_string(base_iteration_ + iteration) +
-                      ": " + KindName(kMaster + k) + " element " + std::to_string(bad - state[k].begin()) + " is " + std::to_string(*bad) +
-                      " (training diverged); the previous checkpoint is kept");
+      return DataLoss("checkpoint '" + options_.checkpoint_dir + "' not written after iteration " + std::to_string(done - 1) +
+                      ": " + KindName(kMaster + k) + " element " + std::to_string(bad - state[k].begin()) +
+                      (space_.ranks() > 1 ? " of rank " + std::to_string(space_.rank()) + "'s partition" : std::string()) + " is " +
+                      std::to_string(*bad) + " (training diverged); the previous checkpoint is kept");
     }
   }
   nlohmann::json j;
-  j["iterations_done"] = base_iteration_ + iteration + 1;
+  j["iterations_done"] = done;
   j["updates"] = updates_;
   j["loss_scale"] = scaler_.scale();
   j["good_steps"] = scaler_.good_steps();
   j["micro_steps"] = micro_steps_;
+  j["ranks"] = space_.ranks();
   const std::string meta = j.dump();
   const double gathered = MonotonicSeconds();
   std::vector<CheckpointTensor> tensors;
-  for (int k = 0; k < 3; ++k) tensors.push_back({KindName(kMaster + k), "fp32", 0, state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
-  tensors.push_back({"meta", "u8", 0, meta.data(), static_cast<int64_t>(meta.size())});
-  CheckpointOptions o;
-  o.dirs = {options_.checkpoint_dir};
-  o.name = kCheckpointName;
-  auto stats = SaveCheckpoint(*io_, tensors, o);
-  if (!stats.ok()) return stats.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
-  result_.checkpoints.push_back({base_iteration_ + iteration + 1, gathered - t0, MonotonicSeconds() - gathered, stats->bytes});
+  for (int k = 0; k < 3; ++k) {
+    tensors.push_back({KindName(kMaster + k), "fp32", space_.rank(), state[k].data(), static_cast<int64_t>(state[k].size() * 4)});
+  }
+  tensors.push_back({"meta", "u8", space_.rank(), meta.data(), static_cast<int64_t>(meta.size())});  // each rank its copy
+  const CheckpointOptions o = TrainingCheckpoint();
+  const std::string who = "checkpoint '" + options_.checkpoint_dir + "'";
+  auto shard = SaveCheckpointShard(*io_, tensors, o, checkpoint_generation_base_ + done);
+  if (!shard.ok()) return shard.status().WithContext(who);
+  result_.checkpoints.push_back({done, gathered - t0, MonotonicSeconds() - gathered, shard->stats.bytes});
+  if (options_.exit_in_checkpoint > 0 && static_cast<int64_t>(result_.checkpoints.size()) == options_.exit_in_checkpoint) {
+    std::_Exit(137);  // its shard written, not committed: as a kill -9 would leave it
+  }
+  if (engine_ == nullptr) return CommitTrainingCheckpoint(*shard);
+  ++commits_in_flight_;
+  engine_->Post(CommEngine::kCheckpointCommit, iteration, kCommitJob, [this, mine = std::move(*shard)] { return CommitTrainingCheckpoint(mine); });
   return Status::Ok();
+}
+
+// Every rank's shard committed in one manifest: by this rank alone, or by rank 0 once each rank
+// has handed it its shard, every rank then returning rank 0's outcome.
+Status Run::CommitTrainingCheckpoint(const CheckpointShard& mine) {
+  const CheckpointOptions o = TrainingCheckpoint();
+  const std::string who = "checkpoint '" + options_.checkpoint_dir + "'";
+  if (comm_ == nullptr) return CommitCheckpoint(*io_, o, {mine}).WithContext(who);
+  TF_ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherText(CheckpointShardToJson(mine)));
+  Status committed;
+  if (comm_->rank() == 0) {
+    std::vector<CheckpointShard> shards;
+    for (size_t q = 0; q < texts.size() && committed.ok(); ++q) {
+      auto shard = CheckpointShardFromJson(texts[q], static_cast<int32_t>(o.dirs.size()));
+      if (shard.ok()) shards.push_back(std::move(*shard));
+      else committed = shard.status().WithContext("rank " + std::to_string(q));
+    }
+    if (committed.ok()) committed = CommitCheckpoint(*io_, o, shards);
+  }
+  // Rank 0's outcome, as its code's number and its message.
+  const std::string outcome = committed.ok() ? std::string() : std::to_string(static_cast<int>(committed.code())) + " " + committed.message();
+  TF_ASSIGN_OR_RETURN(const std::vector<std::string> outcomes, GatherText(comm_->rank() == 0 ? outcome : std::string()));
+  if (outcomes[0].empty()) return Status::Ok();
+  const size_t space = outcomes[0].find(' ');
+  return Status(static_cast<StatusCode>(std::stoi(outcomes[0].substr(0, space))), outcomes[0].substr(space + 1)).WithContext(who + " (committed by rank 0)");
 }
 
 }  // namespace tierflow::real::exec

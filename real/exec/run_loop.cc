@@ -128,7 +128,7 @@ void Run::Finish(Job& job, const TaskSpec& t) {
 }
 
 StatusOr<RunResult> Run::ExecutePlainLoop() {
-  const std::vector<int32_t> order = s_.TopologicalOrder();
+  const std::vector<int32_t> order = plain_order_.empty() ? s_.TopologicalOrder() : plain_order_;
   jobs_.resize(1);
   t0_ = MonotonicSeconds();
   for (int64_t iteration = 0; iteration < run_iterations_; ++iteration) {
@@ -145,6 +145,10 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
   result_.tasks = run_iterations_ * static_cast<int64_t>(order.size());
   result_.gpu_memory = device_->memory_peak();
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
+  if (comm_ != nullptr) {
+    result_.pool_peak_bytes.assign(s_.pools().size(), 0);  // pools are not enforced here
+    TF_RETURN_IF_ERROR(GatherRanks());
+  }
   TF_RETURN_IF_ERROR(FinishRecords());
   return std::move(result_);
 }
@@ -198,12 +202,17 @@ StatusOr<RunResult> Run::Execute() {
     }
     if (running == 0) {
       if (!failure.ok()) return failure;
-      if (d.done()) break;
-      return d.DeadlockReport();
+      if (!d.done()) return d.DeadlockReport();
+      if (commits_in_flight_ == 0) break;  // else the last checkpoint's commit is yet to come back
     }
     busy += MonotonicSeconds() - busy_from;
     Event e = events_.Pop();
     busy_from = MonotonicSeconds();
+    if (e.job == kCommitJob) {  // a checkpoint's commit (SaveTrainingCheckpoint)
+      --commits_in_flight_;
+      if (!e.status.ok() && failure.ok()) failure = e.status;
+      continue;
+    }
     --running;
     Job& job = jobs_[e.job];
     const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
@@ -239,18 +248,23 @@ StatusOr<RunResult> Run::Execute() {
   return std::move(result_);
 }
 
-Status Run::GatherRanks() {
+StatusOr<std::vector<float>> Run::GatherModel(const std::vector<float>& local) {
   const int ranks = comm_->ranks();
-  const int64_t local = space_.local_total();
-  std::vector<float> all(static_cast<size_t>(local * ranks));
-  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(result_.master.data(), all.data(), local, ElementType::kFloat32)));
+  const int64_t n = space_.local_total();
+  std::vector<float> all(static_cast<size_t>(n * ranks));
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(local.data(), all.data(), n, ElementType::kFloat32)));
   std::vector<float> master(static_cast<size_t>(trainer_.layout().total));
   for (const RankSpace::Unit& u : space_.units()) {
     for (int q = 0; q < ranks; ++q) {
-      std::copy_n(all.data() + q * local + u.local, u.part, master.data() + u.global + q * u.part);
+      std::copy_n(all.data() + q * n + u.local, u.part, master.data() + u.global + q * u.part);
     }
   }
-  result_.master = std::move(master);
+  return master;
+}
+
+Status Run::GatherRanks() {
+  const int ranks = comm_->ranks();
+  TF_ASSIGN_OR_RETURN(result_.master, GatherModel(result_.master));
   // The loss of each iteration: every rank's sum over its micro-steps, added in rank order.
   const auto n = static_cast<int64_t>(loss_sums_.size());
   std::vector<double> sums(static_cast<size_t>(n * ranks));
@@ -288,7 +302,7 @@ StatusOr<std::vector<std::string>> Run::GatherText(std::string mine) {
   std::vector<int64_t> sizes(static_cast<size_t>(ranks));
   TF_RETURN_IF_ERROR(Complete(comm_->AllGather(&size, sizes.data(), 2, ElementType::kFloat32)));  // an int64 as 2 words
   int64_t most = *std::max_element(sizes.begin(), sizes.end());
-  most += most % 2;  // gathered as 2-byte words
+  most = std::max<int64_t>(2, most + most % 2);  // gathered as 2-byte words, at least one
   mine.resize(static_cast<size_t>(most), '\0');
   std::string all(static_cast<size_t>(most * ranks), '\0');
   TF_RETURN_IF_ERROR(Complete(comm_->AllGather(mine.data(), all.data(), most / 2, ElementType::kBf16)));

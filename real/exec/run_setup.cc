@@ -78,6 +78,7 @@ Status Run::Setup() {
   completed_in_.assign(static_cast<size_t>(window_), 0);
   steps_.assign(static_cast<size_t>(window_), StepSlot{});
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
+  TF_RETURN_IF_ERROR(FindCheckpointGenerations());
   updates_at_start_ = updates_;
   run_iterations_ = options_.iterations - base_iteration_;
   if (run_iterations_ <= 0) {  // before the batches already trained on are skipped
@@ -116,8 +117,10 @@ StatusOr<std::vector<DiskDir>> Run::TakeDirectories() {
     std::error_code ec;
     std::filesystem::create_directories(options_.checkpoint_dir, ec);
     if (ec) return FailedPrecondition("checkpoint '" + options_.checkpoint_dir + "': cannot create it: " + ec.message());
-    TF_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(options_.checkpoint_dir, "checkpoint '" + options_.checkpoint_dir + "'"));
-    locks_.push_back(std::move(lock));
+    if (leader) {  // the ranks' shards go to one checkpoint (run_checkpoint.cc)
+      TF_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(options_.checkpoint_dir, "checkpoint '" + options_.checkpoint_dir + "'"));
+      locks_.push_back(std::move(lock));
+    }
   }
   return dirs;
 }

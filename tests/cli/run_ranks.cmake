@@ -5,8 +5,11 @@
 # With -DSIM=ON the run's records (every rank's, gathered by rank 0) line up with sim's of the same
 # schedule, every record of every rank matched; with -DDEATH=ON a rank that dies mid-run stops the
 # others: mpirun ends, naming it, instead of hanging. The report covers every rank (its I/O the
-# ranks' sum).
-#   -DTIERFLOW=... -DMPIEXEC=... -DSCENARIO=... -DCORPUS=... -DPOLICY=... -DNP=... -DWORK=dir [-DSIM=ON] [-DDEATH=ON]
+# ranks' sum). With -DCKPT=ON the ranks checkpoint after every iteration into one checkpoint, rank
+# 1 dies (as kill -9 leaves it) once it has written its part of the second, before the commit, and
+# the run resumed from the first ends at the reference's weights; and a plain loop of the ranks
+# (--plain-loop) does too.
+#   -DTIERFLOW=... -DMPIEXEC=... -DSCENARIO=... -DCORPUS=... -DPOLICY=... -DNP=... -DWORK=dir [-DSIM=ON] [-DDEATH=ON] [-DCKPT=ON]
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/disks)
 set(sets --set policy.name=${POLICY} --set hardware.node.gpu_count=4 --set training.data_parallel=${NP}
@@ -66,6 +69,49 @@ endif()
 file(GLOB written ${WORK}/wrong/*)
 if(written)
   message(FATAL_ERROR "mpirun -np ${wrong} wrote ${written} before refusing")
+endif()
+
+if(CKPT)
+  set(ckpt --checkpoint ${WORK}/ckpt --checkpoint-every 1)
+  file(MAKE_DIRECTORY ${WORK}/ckpt-disks)
+  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 3 --threads 1 --data ${CORPUS}
+                          --disk-root ${WORK}/ckpt-disks ${ckpt} --exit-in-checkpoint 2 --exit-rank 1
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+  if(rc EQUAL 0 OR rc MATCHES "timeout")
+    message(FATAL_ERROR "rank 1 was to die in the second checkpoint: mpirun ended with ${rc}: ${out}${err}")
+  endif()
+  file(GLOB manifests ${WORK}/ckpt/*.manifest.json)
+  list(LENGTH manifests count)
+  file(READ ${WORK}/ckpt/tierflow-run.manifest.json manifest)
+  string(JSON tensors LENGTH "${manifest}" tensors)
+  math(EXPR want "${NP} * 4")  # master, adam_m, adam_v and meta of every rank
+  if(NOT count EQUAL 1 OR NOT tensors EQUAL want)
+    message(FATAL_ERROR "after rank 1 died in the second checkpoint: ${count} manifests, ${tensors} tensors (want 1, ${want}): ${manifest}")
+  endif()
+  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 3 --threads 1 --data ${CORPUS}
+                          --disk-root ${WORK}/ckpt-disks ${ckpt} --resume --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE resumed ERROR_VARIABLE err TIMEOUT 300)
+  if(rc)
+    message(FATAL_ERROR "the resumed run of ${NP} ranks failed (${rc}): ${resumed}${err}")
+  endif()
+  string(JSON first GET "${resumed}" first_iteration)
+  string(JSON got GET "${resumed}" weights_sha256)
+  string(JSON want GET "${reference}" weights_sha256)
+  if(NOT first EQUAL 1 OR NOT got STREQUAL want)
+    message(FATAL_ERROR "resumed at iteration ${first} (want 1, the last committed checkpoint's) with weights ${got}, the reference's ${want}")
+  endif()
+  message(STATUS "${POLICY}, ${NP} ranks: rank 1 died in a checkpoint; resumed from the one before, weights as --in-memory")
+  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 3 --threads 1 --data ${CORPUS}
+                          --disk-root ${WORK}/ckpt-disks --plain-loop --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE plain ERROR_VARIABLE err TIMEOUT 300)
+  if(rc)
+    message(FATAL_ERROR "--plain-loop of ${NP} ranks failed (${rc}): ${plain}${err}")
+  endif()
+  string(JSON got GET "${plain}" weights_sha256)
+  if(NOT got STREQUAL want)
+    message(FATAL_ERROR "--plain-loop of ${NP} ranks: weights ${got}, the reference's ${want}")
+  endif()
+  message(STATUS "${POLICY}, ${NP} ranks: --plain-loop's weights as --in-memory")
 endif()
 
 if(SIM)

@@ -1084,9 +1084,9 @@ TEST(Executor, ADiskThatFillsUpStopsTheRunWithTheTaskNamed) {
 
 // Each rank's part of one schedule on a local group of ranks (threads of this process, the
 // collectives' fake: tests/real collective_test checks the MPI back-end against it bit for bit),
-// each with `threads` CPU threads (0: as the schedule says).
+// each with `threads` CPU threads (0: as the schedule says), and `base`'s other options.
 std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainConfig& config, const std::string& root, int64_t iterations,
-                                          int cpu_threads = 1) {
+                                          int cpu_threads = 1, const RunOptions& base = {}) {
   std::vector<std::unique_ptr<Collective>> group = MakeLocalGroup(config.ranks);
   std::vector<StatusOr<RunResult>> results(group.size(), Internal("not run"));
   TrainConfig one_thread = config;  // the ranks share this host's cores
@@ -1094,7 +1094,7 @@ std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainC
   std::vector<std::thread> threads;
   for (size_t r = 0; r < group.size(); ++r) {
     threads.emplace_back([&, r] {
-      RunOptions options;
+      RunOptions options = base;
       options.iterations = iterations;
       options.disk_root = root;
       options.collective = group[r].get();
@@ -1259,6 +1259,76 @@ TEST(Executor, ARunOfSeveralRanksReportsEveryRank) {
       ASSERT_NE(p, kNoIndex) << pool;
       EXPECT_GT(got.pool_peak_bytes[static_cast<size_t>(p)], 0) << pool << ": each rank's pools, on every rank's report";
     }
+  }
+}
+
+// Two ranks checkpoint after every iteration: each rank writes its own shard, and rank 0 commits
+// both in one manifest; resumed on two ranks, the run ends at the data-parallel reference's
+// weights, bit for bit. On one rank the checkpoint is refused, naming both counts.
+TEST(Executor, RanksCheckpointAndResumeToTheDataParallelReference) {
+  const policies::Scenario s = LoadTiny({"hardware.node.gpu_count=2", "training.data_parallel=2"});
+  const TrainConfig config = ConfigFor(s);
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  const Schedule schedule = PlanOrDie(s);
+  TempDir root("ckpt-ranks"), ckpt("ckpt-ranks-dir");
+  RunOptions options;
+  options.checkpoint_dir = ckpt.str();
+  options.checkpoint_every = 1;
+  for (const auto& first : RunRanks(schedule, config, root.str(), kIterations - 1, 1, options)) {
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ASSERT_EQ(first->checkpoints.size(), static_cast<size_t>(kIterations - 1));
+  }
+  auto storage = NewPosixStorage();
+  CheckpointOptions o;
+  o.dirs = {ckpt.str()};
+  o.name = "tierflow-run";
+  auto entries = ReadCheckpointManifest(*storage, o);
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  std::set<std::pair<int32_t, std::string>> listed;
+  for (const CheckpointEntry& e : *entries) listed.insert({e.rank, e.name});
+  for (int32_t rank : {0, 1}) {
+    for (const char* name : {"master", "adam_m", "adam_v", "meta"}) EXPECT_TRUE(listed.count({rank, name})) << "rank " << rank << "'s " << name;
+  }
+  size_t files = 0;
+  for (const auto& f : fs::directory_iterator(ckpt.str())) files += f.path().filename().string().rfind("tierflow-run-g", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(files, 2u) << "one file per rank, of the committed generation only";
+
+  options.resume = true;
+  const auto resumed = RunRanks(schedule, config, root.str(), kIterations, 1, options);
+  for (size_t r = 0; r < resumed.size(); ++r) {
+    ASSERT_TRUE(resumed[r].ok()) << "rank " << r << ": " << resumed[r].status().ToString();
+    EXPECT_EQ(resumed[r]->first_iteration, kIterations - 1);
+    EXPECT_EQ(resumed[r]->loss, std::vector<double>{reference->loss.back()}) << "rank " << r;
+    EXPECT_TRUE(SameBits(resumed[r]->master, reference->master)) << "rank " << r;
+  }
+  const policies::Scenario one = LoadTiny({"hardware.node.gpu_count=2"});
+  RunOptions alone = options;
+  alone.disk_root = root.str();
+  alone.iterations = kIterations;
+  auto refused = RunSchedule(PlanOrDie(one), ConfigFor(one), alone);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("holds the state of 2 ranks, this run has 1 (training.data_parallel): resume it on 2 ranks, mpirun -np 2"),
+            std::string::npos)
+      << refused.status().ToString();
+}
+
+// A plain loop of several ranks (each its part in the whole schedule's topological order, so that
+// they meet the collectives alike) trains to the data-parallel reference too.
+TEST(Executor, APlainLoopOfRanksTrainsToTheDataParallelReference) {
+  const policies::Scenario s = LoadTiny({"policy.name=ioc", "hardware.node.gpu_count=2", "training.data_parallel=2"});
+  const TrainConfig config = ConfigFor(s);
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  TempDir root("plain-ranks");
+  RunOptions options;
+  options.plain_loop = true;
+  const auto results = RunRanks(PlanOrDie(s), config, root.str(), kIterations, 1, options);
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
+    EXPECT_EQ(results[r]->loss, reference->loss) << "rank " << r;
+    EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << "rank " << r;
   }
 }
 

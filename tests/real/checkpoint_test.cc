@@ -381,5 +381,77 @@ TEST(CheckpointFaultTest, InjectedErrorsNameTheDevice) {
   }
 }
 
+// A checkpoint of several processes: each saves its rank's shard, one commit lists them all, and
+// each rank loads its own files only. A save whose commit never comes (a process killed between)
+// leaves the previous checkpoint the committed one; the next commit removes its files, and leaves
+// alone a later generation still being written.
+TEST(CheckpointShardTest, ShardsOfEveryRankCommitInOneManifest) {
+  auto mem = NewMemoryStorage();
+  CheckpointOptions o;
+  o.dirs = {"/m/a", "/m/b"};
+  const Set first = MakeSet(7, 2, {10000, 70000});
+  auto shards_of = [&](const Set& set, int64_t generation) {
+    std::vector<CheckpointShard> shards;
+    for (int32_t rank : {0, 1}) {
+      std::vector<CheckpointTensor> mine;
+      for (const CheckpointTensor& t : set.tensors) {
+        if (t.rank == rank) mine.push_back(t);
+      }
+      auto shard = SaveCheckpointShard(*mem, mine, o, generation);
+      EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+      auto text = CheckpointShardFromJson(CheckpointShardToJson(*shard), 2);  // as it travels to the committing rank
+      EXPECT_TRUE(text.ok()) << text.status().ToString();
+      shards.push_back(*text);
+    }
+    return shards;
+  };
+  auto g = NextCheckpointGeneration(*mem, o);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(*g, 1);
+  TF_ASSERT_OK(CommitCheckpoint(*mem, o, shards_of(first, *g)));
+  EXPECT_EQ(LoadAndCompare(*mem, o, first), "");
+  // Rank 1 alone: rank 0's files are not read.
+  CheckpointOptions rank1 = o;
+  rank1.rank = 1;
+  auto loaded = LoadCheckpoint(*mem, rank1, [](const CheckpointEntry& e) -> void* {
+    EXPECT_EQ(e.rank, 1) << e.name;
+    static std::vector<char> sink(1 << 20);
+    return sink.data();
+  });
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->bytes, 80000);
+
+  // Generation 2 written but never committed; generation 3 still being written by another rank.
+  const Set lost = MakeSet(8, 2, {10000, 70000});
+  (void)shards_of(lost, 2);
+  EXPECT_EQ(LoadAndCompare(*mem, o, first), "") << "an uncommitted save changes nothing";
+  const Set later_set = MakeSet(9, 1, {5000});
+  ASSERT_TRUE(SaveCheckpointShard(*mem, {later_set.tensors[0]}, o, 4).ok());
+  const Set second = MakeSet(10, 2, {10000, 70000});
+  TF_ASSERT_OK(CommitCheckpoint(*mem, o, shards_of(second, 3)));
+  EXPECT_EQ(LoadAndCompare(*mem, o, second), "");
+  std::vector<std::string> files;
+  for (const std::string& d : o.dirs) {
+    auto names = mem->List(d);
+    ASSERT_TRUE(names.ok());
+    for (const std::string& n : *names) files.push_back(n);
+  }
+  for (const std::string& f : files) {
+    EXPECT_TRUE(f.rfind("ckpt-g3.", 0) == 0 || f.rfind("ckpt-g4.", 0) == 0 || f == "ckpt.manifest.json") << f << " should be gone";
+  }
+  EXPECT_TRUE(std::any_of(files.begin(), files.end(), [](const std::string& f) { return f.rfind("ckpt-g4.", 0) == 0; })) << "a later save is left alone";
+
+  // Shards of two generations are not one checkpoint; a damaged shard text is named.
+  auto mixed = shards_of(MakeSet(11, 2, {1000}), 5);
+  mixed[1].generation = 6;
+  const Status refused = CommitCheckpoint(*mem, o, mixed);
+  EXPECT_NE(refused.message().find("shards of generations 5 and 6"), std::string::npos) << refused.ToString();
+  EXPECT_EQ(LoadAndCompare(*mem, o, second), "");
+  for (const std::string& damaged : {std::string("[]"), std::string(R"({"generation": 1.5, "files": [], "tensors": []})"),
+                                     std::string(R"({"generation": 1, "files": [{"device": 9, "name": "x"}], "tensors": []})")}) {
+    EXPECT_EQ(CheckpointShardFromJson(damaged, 2).status().code(), StatusCode::kDataLoss) << damaged;
+  }
+}
+
 }  // namespace
 }  // namespace tierflow::real

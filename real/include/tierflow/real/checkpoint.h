@@ -61,6 +61,8 @@ struct CheckpointOptions {
   // buffers); then staging_bytes is the pool's slot size and up to staging_buffers slots are used.
   // Default (nullptr): a fresh pinned arena per call.
   SlotPool* staging = nullptr;
+  // Load: only this rank's tensors, and only the files that hold them, are read (-1: every rank's).
+  int32_t rank = -1;
 };
 
 struct CheckpointStats {
@@ -89,10 +91,36 @@ struct CheckpointEntry {
 StatusOr<CheckpointStats> SaveCheckpoint(Storage& storage, const std::vector<CheckpointTensor>& tensors,
                                          const CheckpointOptions& options);
 
-// Returns where to put a tensor's bytes (at least size_bytes), or nullptr to skip it.
+// Returns where to put a tensor's bytes (at least size_bytes), or nullptr to skip it (its bytes
+// are still checked when its file is read for another tensor).
 using CheckpointSink = std::function<void*(const CheckpointEntry&)>;
 // Loads the committed checkpoint `options.name` (the strategy is read from its manifest).
 StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptions& options, const CheckpointSink& sink);
+// A checkpoint saved by several processes, one or more ranks each (a run under mpirun): every
+// process writes its own ranks' shard (SaveCheckpointShard: their files, synced and under their
+// final names, but listed in no manifest yet), and one of them then commits every shard in one
+// manifest (CommitCheckpoint), the save's one commit point. A process killed before the commit
+// leaves the previous checkpoint the committed one; the files of a save that never committed are
+// removed by the next commit. The processes agree on the generation: the committed one + 1
+// (NextCheckpointGeneration, read by each before any commits) at their first save, and one more
+// at each save after; a commit leaves later generations' files alone (a save under way).
+struct CheckpointShard {
+  int64_t generation = 0;
+  std::vector<CheckpointEntry> entries;
+  std::vector<std::pair<int32_t, std::string>> files;  // (device, name inside dirs[device])
+  CheckpointStats stats;                               // this shard's (files, bytes, requests, time)
+};
+StatusOr<int64_t> NextCheckpointGeneration(Storage& storage, const CheckpointOptions& options);
+// Aggregated only (file-per-tensor's generation directory is one per device, not per process).
+StatusOr<CheckpointShard> SaveCheckpointShard(Storage& storage, const std::vector<CheckpointTensor>& tensors,
+                                              const CheckpointOptions& options, int64_t generation);
+// Every shard of one generation, committed; a failed commit removes that generation's files.
+Status CommitCheckpoint(Storage& storage, const CheckpointOptions& options, const std::vector<CheckpointShard>& shards);
+// A shard's entries and files as text, to hand it to the committing process; read back with every
+// field checked (DataLoss naming the field) against `devices` directories.
+std::string CheckpointShardToJson(const CheckpointShard& shard);
+StatusOr<CheckpointShard> CheckpointShardFromJson(const std::string& text, int32_t devices);
+
 // The committed manifest's entries.
 StatusOr<std::vector<CheckpointEntry>> ReadCheckpointManifest(Storage& storage, const CheckpointOptions& options);
 // Drops the committed checkpoint's files from the page cache (for cold-read measurements).
