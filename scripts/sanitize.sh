@@ -100,7 +100,7 @@ if [ "$which" = tsan ] || [ "$which" = all ]; then
   long+="|TiedEmbeddingsReproduceTheInMemoryWeights|WeightsAreBitIdenticalWhateverTheSchedule"
   # Several ranks: the first case (two zero-infinity ranks: the collective thread, the local
   # collectives, the shared store) runs; the other policies and four ranks take the same paths.
-  ranks="ioc_2|mlp_offload_2|zero_infinity_clipped_2|zero_infinity_4"
+  ranks="ioc_2|mlp_offload_2|zero_infinity_clipped_2|zero_infinity_4|zero_infinity_tied_2|mlp_offload_tied_2"
   # With them, a test may take up to an hour (TiedEmbeddings... took 18 min, two at a time).
   # (ctest names a parameterised case "NAME  # GetParam() = ...": the case ends at a space.)
   skip=(-E "^exec_executor_test[.]Executor([.]($long)\$|/Ranks[.]TrainToTheDataParallelReference/($ranks)( |\$))")

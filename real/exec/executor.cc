@@ -37,10 +37,6 @@ Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
   if (ranks < 1) return InvalidArgument("training.data_parallel must be >= 1");
   if (ranks > 1) {
     TF_RETURN_IF_ERROR(exec::RankSpace::Make(layout, 0, ranks).status());
-    if (config.spec.config.tied_embeddings) {
-      return InvalidArgument("the model ties its embeddings (tied_embeddings), which tierflow run trains on one rank only (training.data_parallel is " +
-                             std::to_string(ranks) + ")");
-    }
     bool norm_reduce = false;
     for (const TaskSpec& t : schedule.tasks()) norm_reduce = norm_reduce || (t.op == Op::kAllReduce && t.tensors.empty());
     if (HasGlobalCheck(schedule) && !norm_reduce) {

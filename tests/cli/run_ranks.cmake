@@ -7,8 +7,8 @@
 # others: mpirun ends, naming it, instead of hanging. The report covers every rank (its I/O the
 # ranks' sum). With -DCKPT=ON the ranks checkpoint after every iteration into one checkpoint, rank
 # 1 dies (as kill -9 leaves it) once it has written its part of the second, before the commit, and
-# the run resumed from the first ends at the reference's weights; and a plain loop of the ranks
-# (--plain-loop) does too.
+# the run resumed from the first ends at the reference's weights; a plain loop of the ranks
+# (--plain-loop) does too, and so does the model with tied embeddings (against its own reference).
 #   -DTIERFLOW=... -DMPIEXEC=... -DSCENARIO=... -DCORPUS=... -DPOLICY=... -DNP=... -DWORK=dir [-DSIM=ON] [-DDEATH=ON] [-DCKPT=ON]
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/disks)
@@ -112,6 +112,27 @@ if(CKPT)
     message(FATAL_ERROR "--plain-loop of ${NP} ranks: weights ${got}, the reference's ${want}")
   endif()
   message(STATUS "${POLICY}, ${NP} ranks: --plain-loop's weights as --in-memory")
+  set(tied ${sets} --set model.tied_embeddings=true)
+  execute_process(COMMAND ${TIERFLOW} run ${SCENARIO} ${tied} -n 3 --in-memory --threads 1 --data ${CORPUS} --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE tied_reference ERROR_VARIABLE err)
+  if(rc)
+    message(FATAL_ERROR "--in-memory of the tied model failed: ${tied_reference}${err}")
+  endif()
+  file(REMOVE_RECURSE ${WORK}/ckpt-disks)
+  file(MAKE_DIRECTORY ${WORK}/ckpt-disks)
+  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${tied} -n 3 --threads 1 --data ${CORPUS}
+                          --disk-root ${WORK}/ckpt-disks --json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE tied_run ERROR_VARIABLE err TIMEOUT 300)
+  if(rc)
+    message(FATAL_ERROR "${NP} ranks of the tied model failed (${rc}): ${tied_run}${err}")
+  endif()
+  string(JSON want GET "${tied_reference}" weights_sha256)
+  string(JSON got GET "${tied_run}" weights_sha256)
+  string(JSON untied GET "${reference}" weights_sha256)
+  if(NOT got STREQUAL want OR want STREQUAL untied)
+    message(FATAL_ERROR "tied embeddings on ${NP} ranks: weights ${got}, the tied reference's ${want} (the untied one's ${untied})")
+  endif()
+  message(STATUS "${POLICY}, ${NP} ranks: tied embeddings, weights as --in-memory")
 endif()
 
 if(SIM)

@@ -1136,6 +1136,7 @@ struct RanksCase {
   std::string policy;
   int ranks;
   bool clipped;
+  bool tied = false;  // model.tied_embeddings
 };
 
 // ctest's name of a case ends "# GetParam() = " and this.
@@ -1148,7 +1149,8 @@ TEST_P(Ranks, TrainToTheDataParallelReference) {
   // A shorter sequence: the same paths, a quarter of the math (the test runs under TSan).
   const policies::Scenario s = LoadTiny({"policy.name=" + c.policy, "hardware.node.gpu_count=4",
                                          "training.data_parallel=" + std::to_string(c.ranks), "training.sequence_length=32",
-                                         "training.gradient_clipping=" + std::string(c.clipped ? "0.05" : "0")});
+                                         "training.gradient_clipping=" + std::string(c.clipped ? "0.05" : "0"),
+                                         "model.tied_embeddings=" + std::string(c.tied ? "true" : "false")});
   const TrainConfig config = ConfigFor(s);
   auto reference = RunInMemory(config, kIterations);
   ASSERT_TRUE(reference.ok()) << reference.status().ToString();
@@ -1164,6 +1166,8 @@ TEST_P(Ranks, TrainToTheDataParallelReference) {
 
 INSTANTIATE_TEST_SUITE_P(Executor, Ranks,
                          ::testing::Values(RanksCase{"zero_infinity_2", "zero-infinity", 2, false},
+                                           RanksCase{"zero_infinity_tied_2", "zero-infinity", 2, false, true},
+                                           RanksCase{"mlp_offload_tied_2", "mlp-offload", 2, false, true},
                                            RanksCase{"ioc_2", "ioc", 2, false},
                                            RanksCase{"mlp_offload_2", "mlp-offload", 2, false},
                                            RanksCase{"zero_infinity_clipped_2", "zero-infinity", 2, true},

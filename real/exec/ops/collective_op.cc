@@ -145,6 +145,17 @@ Status PrepareReduceScatter(RunState& run, const TaskSpec& t, int32_t /*task*/, 
   };
   auto units = std::make_shared<std::vector<Reduced>>();
   const int64_t want = run.GradVersion(iteration, t.micro_step);
+  // It uses every GPU gradient buffer of its bucket; its unit's gradient is in the one of its
+  // layer, which the layer's own gradients start. With tied embeddings the table's range is in two
+  // of them: the embedding's own gradient, and the head's part of it, after the head's own.
+  auto of_its_layer = [&run, &t](int32_t b) {
+    if (t.layer < 0) return true;
+    const int64_t begin = run.trainer().LayerBegin(t.layer);
+    for (const Piece& p : run.Buf(b).pieces) {
+      if (p.kind == kGrad && p.offset == 0 && p.begin == begin) return true;
+    }
+    return false;
+  };
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = run.T(ti);
     const RankSpace::Unit& u = run.space().UnitAt(ts.element_offset);
@@ -153,7 +164,7 @@ Status PrepareReduceScatter(RunState& run, const TaskSpec& t, int32_t /*task*/, 
     }
     float* whole = nullptr;
     for (int32_t b : t.uses) {
-      if (!run.HoldsGpuMemory(b)) continue;
+      if (!run.HoldsGpuMemory(b) || !of_its_layer(b)) continue;
       const Span p = run.FindSpan(b, kGrad, u.global, u.n);
       if (p.data == nullptr) continue;
       if (p.version != want) {
