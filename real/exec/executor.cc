@@ -134,6 +134,7 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
   TF_ASSIGN_OR_RETURN(Schedule part, exec::RankPart(schedule, comm->rank()));
   Run run(part, config, options, std::move(space), comm);
   if (options.plain_loop) run.SetPlainOrder(exec::RankPartOrder(schedule, comm->rank()));
+  run.SetNodeShared(exec::NodeSharedResources(schedule));
   TF_ASSIGN_OR_RETURN(RunResult result, run.Execute());
   // Every rank's pool peaks on the whole schedule's pools (the largest, should ranks share a name).
   result.pool_peak_bytes.assign(schedule.pools().size(), 0);

@@ -28,6 +28,23 @@ std::vector<int32_t> RankPartOrder(const Schedule& s, int32_t rank) {
   return order;
 }
 
+std::vector<std::string> NodeSharedResources(const Schedule& s) {
+  constexpr int32_t kNone = INT32_MIN;
+  std::vector<int32_t> first(s.resources().size(), kNone);
+  std::vector<uint8_t> shared(s.resources().size(), 0);
+  for (const TaskSpec& t : s.tasks()) {
+    if (Everyone(t) || t.resource == kNoIndex) continue;
+    int32_t& seen = first[static_cast<size_t>(t.resource)];
+    if (seen == kNone) seen = t.rank;
+    else if (seen != t.rank) shared[static_cast<size_t>(t.resource)] = 1;
+  }
+  std::vector<std::string> names;
+  for (size_t r = 0; r < shared.size(); ++r) {
+    if (shared[r]) names.push_back(s.resources()[r].name);
+  }
+  return names;
+}
+
 StatusOr<Schedule> RankPart(const Schedule& s, int32_t rank) {
   const size_t nt = s.tasks().size();
   auto everyone = Everyone;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -36,6 +37,9 @@ StatusOr<Schedule> RankPart(const Schedule& schedule, int32_t rank);
 // part, as the part's task indices: an order of the part in which every rank meets the
 // collectives alike, for a plain loop (RunOptions::plain_loop) of several ranks.
 std::vector<int32_t> RankPartOrder(const Schedule& schedule, int32_t rank);
+// The resources whose tasks name more than one rank (MLP-Offload's tier locks, IOC's shared
+// queue), by name: each rank runs its part alone, so a run holds them node-wide (tier_locks.h).
+std::vector<std::string> NodeSharedResources(const Schedule& schedule);
 
 // Where rank `rank`'s flat partition (the schedule's element space: unit after unit, each unit's
 // part of elements / ranks) lies in the model's flat parameters (ParamLayout order): rank r holds

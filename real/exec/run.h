@@ -28,6 +28,7 @@
 #include "tierflow/real/storage.h"
 #include "ops/op_handler.h"
 #include "run_state.h"
+#include "tier_locks.h"
 
 namespace tierflow::real::exec {
 
@@ -47,6 +48,9 @@ class Run : public RunState {
   // The order a plain loop runs the tasks in (RunOptions::plain_loop); by default the schedule's
   // topological order (with several ranks, RankPartOrder's).
   void SetPlainOrder(std::vector<int32_t> order) { plain_order_ = std::move(order); }
+  // The resources (by name) that this rank shares with other ranks of its node: each task on one
+  // holds its node-wide lock while it runs (tier_locks.h; NodeSharedResources).
+  void SetNodeShared(std::vector<std::string> names) { node_shared_ = std::move(names); }
 
  private:
   StatusOr<RunResult> ExecutePlainLoop();
@@ -79,7 +83,14 @@ class Run : public RunState {
   // for fresh memory to be mapped and faulted in.
   void MakeHostArenas();
   Status InitialiseStores();
+  // Starts an instance the dispatcher admitted: its buffers, then, once it holds its node-wide
+  // lock if it needs one, Begin: its preparation and its work handed on.
   Status Start(const Instance& inst, size_t job_index);
+  Status Begin(size_t job_index);
+  // An event of the loop that grants a job its node-wide lock: begins it, unless the run has
+  // failed or the grant is one; false when the job will not run (its lock given back).
+  bool Granted(const Event& e, Status* failure);
+  Status OpenTierLocks(const std::vector<DiskDir>& dirs);
   // At the run's end, over every rank: the master weights in the model's order and the losses
   // (the mean over ranks and micro-steps), as one process training the global batch reports them;
   // the instances executed and the trace records of every rank.
@@ -128,6 +139,8 @@ class Run : public RunState {
   std::vector<Job> jobs_;
   std::vector<size_t> free_jobs_;
   std::vector<int32_t> plain_order_;
+  std::vector<std::string> node_shared_;
+  TierLocks tier_locks_;
   double t0_ = 0;
 };
 

@@ -18,12 +18,37 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   job = Job{};
   job.instance = inst;
   job.index = job_index;
-  job.start_s = MonotonicSeconds() - t0_;
   // Buffers it allocates get memory now (the dispatcher has admitted them to their pools).
   for (int32_t b : t.allocs) {
     Status st = TakeBuffer(Buf(b), s_.buffers()[static_cast<size_t>(b)].name);
     if (!st.ok()) return Status(st.code(), Who(t, inst.iteration) + ": " + st.message());
   }
+  if (tier_locks_.Locks(t.resource)) {  // Granted begins it
+    tier_locks_.Acquire(t.resource, [this, job_index](int32_t slot, Status st) { events_.Push({job_index, std::move(st), true, slot}); });
+    return Status::Ok();
+  }
+  return Begin(job_index);
+}
+
+bool Run::Granted(const Event& e, Status* failure) {
+  Job& job = jobs_[e.job];
+  const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
+  job.tier_slot = e.slot;
+  Status st = e.status.ok() ? Status::Ok() : Status(e.status.code(), Who(t, job.instance.iteration) + ": " + e.status.message());
+  if (st.ok() && failure->ok()) st = Begin(e.job);
+  if (st.ok() && failure->ok()) return true;
+  if (job.tier_slot >= 0) tier_locks_.Release(t.resource, job.tier_slot);
+  job.tier_slot = -1;
+  if (failure->ok()) *failure = st;
+  return false;
+}
+
+Status Run::Begin(size_t job_index) {
+  Job& job = jobs_[job_index];
+  const Instance& inst = job.instance;
+  const TaskSpec& t = s_.tasks()[static_cast<size_t>(inst.task)];
+  ctx_iteration_ = inst.iteration;
+  job.start_s = MonotonicSeconds() - t0_;
   if (const OpHandler& h = HandlerOf(t.op); h.prepare != nullptr) TF_RETURN_IF_ERROR(h.prepare(*this, t, inst.task, inst.iteration, job));
   if (job.sink != nullptr) return Status::Ok();  // its requests complete it
   if (engine_ != nullptr && IsCollectiveOp(t.op)) {  // in the order every rank runs them
@@ -123,6 +148,8 @@ void Run::Finish(Job& job, const TaskSpec& t) {
   }
   if (comm_ != nullptr) r.rank = comm_->rank();  // this rank's view of a collective, too
   result_.records.push_back(std::move(r));
+  if (job.tier_slot >= 0) tier_locks_.Release(t.resource, job.tier_slot);  // after its record ends
+  job.tier_slot = -1;
   for (int32_t b : t.frees) ReturnBuffer(Buf(b), /*for_good=*/false);
   job.sink.reset();
 }
@@ -130,12 +157,17 @@ void Run::Finish(Job& job, const TaskSpec& t) {
 StatusOr<RunResult> Run::ExecutePlainLoop() {
   const std::vector<int32_t> order = plain_order_.empty() ? s_.TopologicalOrder() : plain_order_;
   jobs_.resize(1);
-  t0_ = MonotonicSeconds();
+  t0_ = result_.clock_origin_s = MonotonicSeconds();
   for (int64_t iteration = 0; iteration < run_iterations_; ++iteration) {
     for (int32_t task : order) {
       const TaskSpec& t = s_.tasks()[static_cast<size_t>(task)];
       TF_RETURN_IF_ERROR(Start({task, iteration}, 0));
       Event e = events_.Pop();
+      if (e.grant) {  // its node-wide lock: now it runs
+        Status failure;
+        if (!Granted(e, &failure)) return failure;
+        e = events_.Pop();
+      }
       if (!e.status.ok()) return Status(e.status.code(), Who(t, iteration) + ": " + e.status.message());
       Finish(jobs_[0], t);
     }
@@ -147,7 +179,8 @@ StatusOr<RunResult> Run::ExecutePlainLoop() {
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
   if (comm_ != nullptr) {
     result_.pool_peak_bytes.assign(s_.pools().size(), 0);  // pools are not enforced here
-    TF_RETURN_IF_ERROR(GatherRanks());
+    TF_RETURN_IF_ERROR(GatherRanks());  // every rank is past its last lock
+    tier_locks_.RemoveFiles();
   }
   TF_RETURN_IF_ERROR(FinishRecords());
   return std::move(result_);
@@ -169,7 +202,7 @@ StatusOr<RunResult> Run::Execute() {
       if (engine != nullptr && !finished) engine->Fail();
     }
   } on_failure{engine_.get()};
-  t0_ = MonotonicSeconds();
+  t0_ = result_.clock_origin_s = MonotonicSeconds();
   const int64_t made_before = blocks_.made_bytes();
   std::vector<Instance> to_start;
   Status failure;
@@ -213,6 +246,10 @@ StatusOr<RunResult> Run::Execute() {
       if (!e.status.ok() && failure.ok()) failure = e.status;
       continue;
     }
+    if (e.grant) {  // a job's node-wide lock: it begins now, or ends here
+      if (!Granted(e, &failure)) --running;
+      continue;
+    }
     --running;
     Job& job = jobs_[e.job];
     const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
@@ -243,7 +280,8 @@ StatusOr<RunResult> Run::Execute() {
   result_.gpu_memory = device_->memory_peak();
   result_.host_bytes_made_in_run = blocks_.made_bytes() - made_before;
   TF_RETURN_IF_ERROR(ReadState(kMaster, run_iterations_, &result_.master));
-  if (comm_ != nullptr) TF_RETURN_IF_ERROR(GatherRanks());
+  if (comm_ != nullptr) TF_RETURN_IF_ERROR(GatherRanks());  // every rank is past its last lock
+  tier_locks_.RemoveFiles();
   TF_RETURN_IF_ERROR(FinishRecords());
   return std::move(result_);
 }

@@ -65,6 +65,7 @@ Status Run::Setup() {
   loader_ = std::make_unique<TokenLoader>(std::move(loader));
   TF_ASSIGN_OR_RETURN(std::vector<DiskDir> dirs, TakeDirectories());
   TF_RETURN_IF_ERROR(OpenStores(dirs));
+  TF_RETURN_IF_ERROR(OpenTierLocks(dirs));
   TF_ASSIGN_OR_RETURN(const int64_t persistent_gpu_bytes, MakeBuffers());
   TF_ASSIGN_OR_RETURN(const int64_t gpu_state_bytes, BindMemoryHomes());
   TF_RETURN_IF_ERROR(MakeResidentHome(persistent_gpu_bytes - gpu_state_bytes));
@@ -123,6 +124,24 @@ StatusOr<std::vector<DiskDir>> Run::TakeDirectories() {
     }
   }
   return dirs;
+}
+
+// The resources this rank shares with the other ranks of its node (SetNodeShared), each locked
+// node-wide through files in the directory of its device's store (tier_locks.h).
+Status Run::OpenTierLocks(const std::vector<DiskDir>& dirs) {
+  for (const std::string& name : node_shared_) {
+    const int32_t r = s_.FindResource(name);
+    if (r == kNoIndex) continue;  // no task of this rank's part runs on it
+    const ResourceSpec& res = s_.resources()[static_cast<size_t>(r)];
+    const std::string& device = s_.devices()[static_cast<size_t>(res.device)].name;
+    const auto dir = std::find_if(dirs.begin(), dirs.end(), [&](const DiskDir& d) { return d.device == device; });
+    if (dir == dirs.end()) {
+      return InvalidArgument("resource '" + name + "' of device '" + device + "' runs tasks of several ranks, which tierflow run holds node-wide " +
+                             "only for a storage device's queues: plan the schedule again with this tierflow");
+    }
+    TF_RETURN_IF_ERROR(tier_locks_.Add(r, name, dir->dir, res.concurrency));
+  }
+  return Status::Ok();
 }
 
 // The storage back-end, and each disk's store opened (made by rank 0 with several ranks).

@@ -18,6 +18,10 @@ namespace tierflow::real::exec {
 struct Event {
   size_t job = 0;
   Status status;
+  // Not the job's end but its node-wide lock granted (tier_locks.h): the slot taken, -1 with the
+  // error that kept it.
+  bool grant = false;
+  int32_t slot = -1;
 };
 
 class EventQueue {

@@ -36,6 +36,11 @@ foreach(key weights_sha256 loss)
 endforeach()
 string(JSON sha GET "${ranks}" weights_sha256)
 message(STATUS "${POLICY}, mpirun -np ${NP}: weights ${sha} and losses as --in-memory")
+# The node-wide locks of the queues the ranks share (mlp-offload's tier locks) leave no file.
+file(GLOB_RECURSE lock_files ${WORK}/disks/*/.tierflow-lock.*)
+if(lock_files)
+  message(FATAL_ERROR "${POLICY} on ${NP} ranks left its node-wide lock files: ${lock_files}")
+endif()
 # The report covers every rank: an entry each, the run's I/O their sum.
 string(JSON count LENGTH "${ranks}" ranks)
 if(NOT count EQUAL NP)

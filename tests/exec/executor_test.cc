@@ -29,6 +29,7 @@
 #include "tierflow/real/safetensors.h"
 #include "tierflow/real/storage.h"
 #include "tierflow/real/tokenizer.h"
+#include "ranks.h"
 #include "tiny_run.h"
 
 namespace tierflow::real {
@@ -1333,6 +1334,51 @@ TEST(Executor, APlainLoopOfRanksTrainsToTheDataParallelReference) {
     ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
     EXPECT_EQ(results[r]->loss, reference->loss) << "rank " << r;
     EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << "rank " << r;
+  }
+}
+
+// MLP-Offload's one reader and one writer per tier hold among every rank of the node, as the
+// schedule holds them among its ranks: two ranks (threads, each locking its own opens of the lock
+// files, as processes do) on one disk never run two tasks of a shared queue at once, and still
+// train to the data-parallel reference; the lock files are gone after the run.
+TEST(Executor, RanksHoldTheirSharedQueuesNodeWide) {
+  const policies::Scenario s = LoadTiny({"policy.name=mlp-offload", "policy.sub_group_size=2e5", "hardware.node.gpu_count=2",
+                                         "training.data_parallel=2"});
+  const TrainConfig config = ConfigFor(s);
+  auto reference = RunInMemory(config, kIterations);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  const Schedule schedule = PlanOrDie(s);
+  const std::vector<std::string> shared = exec::NodeSharedResources(schedule);
+  ASSERT_FALSE(shared.empty()) << "mlp-offload's tier locks are device-wide";
+  TempDir root("tier-locks");
+  const auto results = RunRanks(schedule, config, root.str(), kIterations);
+  std::map<std::string, std::vector<std::tuple<double, double, int32_t>>> runs;  // per shared resource: (start, end, rank)
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status().ToString();
+    EXPECT_EQ(results[r]->loss, reference->loss) << "rank " << r;
+    EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << "rank " << r;
+  }
+  for (const TraceRecord& rec : results[0]->records) {  // every rank's, gathered; each on its rank's clock
+    if (std::find(shared.begin(), shared.end(), rec.resource) == shared.end()) continue;
+    const double origin = results[static_cast<size_t>(rec.rank)]->clock_origin_s;
+    runs[rec.resource].emplace_back(origin + rec.start_s, origin + rec.end_s, rec.rank);
+  }
+  for (auto& [resource, tasks] : runs) {
+    std::sort(tasks.begin(), tasks.end());
+    std::set<int32_t> ranks;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      ranks.insert(std::get<2>(tasks[i]));
+      if (i > 0) {
+        EXPECT_LE(std::get<1>(tasks[i - 1]), std::get<0>(tasks[i]))
+            << resource << ": two tasks at once, ranks " << std::get<2>(tasks[i - 1]) << " and " << std::get<2>(tasks[i]);
+      }
+    }
+    EXPECT_EQ(ranks.size(), 2u) << resource << " is both ranks'";
+    EXPECT_GE(tasks.size(), 4u) << resource;
+  }
+  EXPECT_FALSE(runs.empty());
+  for (const auto& f : fs::recursive_directory_iterator(root.str())) {
+    EXPECT_EQ(f.path().filename().string().rfind(".tierflow-lock.", 0), std::string::npos) << f.path() << " is left";
   }
 }
 

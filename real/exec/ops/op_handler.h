@@ -41,6 +41,7 @@ struct Job {
   std::function<void()> finish;      // on the dispatch thread, after success
   std::unique_ptr<IoWindow> sink;    // reads and writes: their requests, completing the job
   exec::DeviceSpan device_span;      // its work's span on a real GPU, set by work (the record's)
+  int32_t tier_slot = -1;            // the node-wide lock slot it holds (tier_locks.h), or -1
 };
 
 struct OpHandler {

@@ -96,6 +96,9 @@ struct RunResult {
   // iterations' only, when that is set.
   std::vector<TraceRecord> records;
   std::vector<double> loss;                // per iteration run now (from first_iteration)
+  // The records' zero on the machine's monotonic clock (MonotonicSeconds): the records of ranks
+  // on one machine line up by it.
+  double clock_origin_s = 0;
   int64_t first_iteration = 0;             // > 0 when resumed from a checkpoint
   std::vector<int64_t> pool_peak_bytes;    // per schedule pool (from the dispatcher): every rank's
   // Several ranks: each rank's own figures, in rank order, and every rank's pool peaks by pool
