@@ -11,7 +11,6 @@
 #include <set>
 
 #include "../storage/aligned_buffer.h"
-#include "tierflow/core/json_checked.h"
 #include "tierflow/real/checksum.h"
 #include "tierflow/real/pinned_arena.h"
 #include "checkpoint_files.h"
@@ -20,12 +19,11 @@ namespace tierflow::real {
 
 using json = nlohmann::json;
 using ckpt::CheckFileName;
-using ckpt::CheckManifestFile;
-using ckpt::EntryJson;
 using ckpt::MakeStaging;
 using ckpt::Manifest;
+using ckpt::ManifestBody;
 using ckpt::ManifestPath;
-using ckpt::ParseEntry;
+using ckpt::ParseManifestBody;
 using ckpt::ReadManifest;
 using ckpt::RemoveStale;
 using ckpt::WriteManifest;
@@ -443,41 +441,27 @@ Status CommitCheckpoint(Storage& storage, const CheckpointOptions& options, cons
 }
 
 std::string CheckpointShardToJson(const CheckpointShard& shard) {
-  json j;
-  j["generation"] = shard.generation;
-  json files = json::array();
-  for (auto& [d, n] : shard.files) files.push_back({{"device", d}, {"name", n}});
-  j["files"] = files;
-  json entries = json::array();
-  for (auto& e : shard.entries) entries.push_back(EntryJson(e));
-  j["tensors"] = entries;
-  return j.dump();
+  Manifest m;
+  m.generation = shard.generation;
+  m.paths = shard.files;
+  m.entries = shard.entries;
+  return ManifestBody(m).dump();
 }
 
 StatusOr<CheckpointShard> CheckpointShardFromJson(const std::string& text, int32_t devices) {
   const json j = json::parse(text, nullptr, false);
   const std::string where = "checkpoint shard";
   if (j.is_discarded() || !j.is_object()) return DataLoss(where + ": not a JSON object");
-  CheckpointShard shard;
+  Manifest m;
   try {
-    auto generation = JsonInteger<int64_t>(j.at("generation"), "generation");
-    if (!generation.ok()) return DataLoss(where + ": " + generation.status().message());
-    shard.generation = *generation;
-    for (auto& f : j.at("files")) {
-      auto device = JsonInteger<int32_t>(f.at("device"), "a file's device");
-      if (!device.ok() || *device < 0 || *device >= devices) return DataLoss(where + ": a file's device is " + f.at("device").dump().substr(0, 40));
-      shard.files.push_back({*device, f.at("name")});
-      const Status named = CheckManifestFile(shard.files.back().second);
-      if (!named.ok()) return DataLoss(where + ": " + named.message());
-    }
-    for (auto& t : j.at("tensors")) {
-      CheckpointEntry e;
-      TF_RETURN_IF_ERROR(ParseEntry(t, devices, where, &e));
-      shard.entries.push_back(e);
-    }
+    TF_RETURN_IF_ERROR(ParseManifestBody(j, devices, where, &m));
   } catch (const json::exception& e) {
     return DataLoss(where + ": " + e.what());
   }
+  CheckpointShard shard;
+  shard.generation = m.generation;
+  shard.files = std::move(m.paths);
+  shard.entries = std::move(m.entries);
   return shard;
 }
 

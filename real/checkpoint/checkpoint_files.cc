@@ -47,6 +47,10 @@ Status CheckFileName(const std::string& name, const std::string& what) {
                          ": use letters, digits, '.', '-' and '_' (not first '.'), at most 255 characters");
 }
 
+namespace {
+
+// A file a manifest lists: names as CheckFileName, joined by '/' (file-per-tensor's generation
+// directory), so that it stays inside the checkpoint's directory.
 Status CheckManifestFile(const std::string& file) {
   size_t from = 0;
   for (size_t slash = file.find('/'); ; slash = file.find('/', from)) {
@@ -57,6 +61,8 @@ Status CheckManifestFile(const std::string& file) {
   }
 }
 
+// One tensor of a manifest, every field checked: `where` names the document in the error. A wrong
+// type throws json's type_error, which the caller catches.
 Status ParseEntry(const json& t, int32_t devices, const std::string& where, CheckpointEntry* e) {
   auto integer = [&](const json& v, const std::string& what, auto* out) -> Status {
     auto value = JsonInteger<std::remove_pointer_t<decltype(out)>>(v, what);
@@ -85,6 +91,40 @@ json EntryJson(const CheckpointEntry& e) {
           {"checksum", FormatChecksum(e.crc32c)}, {"device", e.device}, {"file", e.file}, {"offset_bytes", e.offset_bytes}};
 }
 
+}  // namespace
+
+json ManifestBody(const Manifest& m) {
+  json j;
+  j["generation"] = m.generation;
+  json files = json::array();
+  for (auto& [d, n] : m.paths) files.push_back({{"device", d}, {"name", n}});
+  j["files"] = files;
+  json ts = json::array();
+  for (auto& e : m.entries) ts.push_back(EntryJson(e));
+  j["tensors"] = ts;
+  return j;
+}
+
+Status ParseManifestBody(const json& j, int32_t devices, const std::string& where, Manifest* m) {
+  auto generation = JsonInteger<int64_t>(j.at("generation"), "generation");
+  if (!generation.ok()) return DataLoss(where + ": " + generation.status().message());
+  m->generation = *generation;
+  for (auto& f : j.at("files")) {
+    auto device = JsonInteger<int32_t>(f.at("device"), "a file's device");
+    if (!device.ok()) return DataLoss(where + ": " + device.status().message());
+    if (*device < 0 || *device >= devices) return DataLoss(where + ": a file's device is " + std::to_string(*device));
+    m->paths.push_back({*device, f.at("name")});
+    const Status named = CheckManifestFile(m->paths.back().second);
+    if (!named.ok()) return DataLoss(where + ": " + named.message());
+  }
+  for (auto& t : j.at("tensors")) {
+    CheckpointEntry e;
+    TF_RETURN_IF_ERROR(ParseEntry(t, devices, where, &e));
+    m->entries.push_back(e);
+  }
+  return Status::Ok();
+}
+
 StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
   TF_RETURN_IF_ERROR(CheckFileName(o.name, "checkpoint name"));
   std::string path = ManifestPath(o);
@@ -105,7 +145,6 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
     return Status::Ok();
   };
   try {
-    TF_RETURN_IF_ERROR(integer(j.at("generation"), "generation", &m.generation));
     m.strategy = j.at("strategy");
     int64_t devices = 0;
     TF_RETURN_IF_ERROR(integer(j.at("devices"), "devices", &devices));
@@ -113,19 +152,7 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
       return InvalidArgument("checkpoint '" + path + "' spans " + std::to_string(devices) + " directories; " +
                              std::to_string(o.dirs.size()) + " given");
     }
-    for (auto& f : j.at("files")) {
-      int32_t device = 0;
-      TF_RETURN_IF_ERROR(integer(f.at("device"), "a file's device", &device));
-      if (device < 0 || device >= static_cast<int32_t>(o.dirs.size())) return DataLoss("checkpoint manifest '" + path + "': a file's device is " + std::to_string(device));
-      m.paths.push_back({device, f.at("name")});
-      const Status named = CheckManifestFile(m.paths.back().second);
-      if (!named.ok()) return DataLoss("checkpoint manifest '" + path + "': " + named.message());
-    }
-    for (auto& t : j.at("tensors")) {
-      CheckpointEntry e;
-      TF_RETURN_IF_ERROR(ParseEntry(t, static_cast<int32_t>(o.dirs.size()), "checkpoint manifest '" + path + "'", &e));
-      m.entries.push_back(e);
-    }
+    TF_RETURN_IF_ERROR(ParseManifestBody(j, static_cast<int32_t>(o.dirs.size()), "checkpoint manifest '" + path + "'", &m));
   } catch (const json::exception& e) {
     return DataLoss("checkpoint manifest '" + path + "': " + e.what());
   }
@@ -133,19 +160,12 @@ StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o) {
 }
 
 Status WriteManifest(Storage& storage, const CheckpointOptions& o, const Manifest& m) {
-  json j;
+  json j = ManifestBody(m);
   j["format"] = "tierflow.checkpoint/1";
   j["name"] = o.name;
-  j["generation"] = m.generation;
   j["strategy"] = m.strategy;
   j["devices"] = o.dirs.size();
   j["align_bytes"] = o.align_bytes;
-  json files = json::array();
-  for (auto& [d, n] : m.paths) files.push_back({{"device", d}, {"name", n}});
-  j["files"] = files;
-  json ts = json::array();
-  for (auto& e : m.entries) ts.push_back(EntryJson(e));
-  j["tensors"] = ts;
   std::string text = j.dump(0);
   std::string path = ManifestPath(o), tmp = path + ".tmp";
   OpenOptions oo;

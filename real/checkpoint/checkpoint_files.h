@@ -31,13 +31,11 @@ struct Manifest {
 // the files a manifest lists): letters, digits, '.', '-', '_', not starting with '.', so that it
 // can never reach outside them.
 Status CheckFileName(const std::string& name, const std::string& what);
-// A file a manifest lists: names as CheckFileName, joined by '/' (file-per-tensor's generation
-// directory), so that it stays inside the checkpoint's directory.
-Status CheckManifestFile(const std::string& file);
-// One tensor of a manifest (or of a shard on its way to one), every field checked: `where` names
-// the document in the error. A wrong type throws json's type_error, which the caller catches.
-Status ParseEntry(const nlohmann::json& t, int32_t devices, const std::string& where, CheckpointEntry* e);
-nlohmann::json EntryJson(const CheckpointEntry& e);
+// A manifest's generation, files and tensors (its body; a shard's whole text), and read back into
+// `m` with every field checked against `devices` directories, `where` naming the document in the
+// error (a value of the wrong JSON type throws json's type_error, which the caller catches).
+nlohmann::json ManifestBody(const Manifest& m);
+Status ParseManifestBody(const nlohmann::json& j, int32_t devices, const std::string& where, Manifest* m);
 
 // NotFound when no checkpoint was ever committed.
 StatusOr<Manifest> ReadManifest(Storage& storage, const CheckpointOptions& o);
