@@ -21,6 +21,37 @@ using CudaGetDeviceCount = int (*)(int*);
 using CudaHostRegister = int (*)(void*, size_t, unsigned);
 using CudaHostUnregister = int (*)(void*);
 
+// The CUDA runtime's registration of host memory, resolved once per process, where a runtime and
+// a device are there (else null): CUDA 13, 12, then any runtime (dlopen returns the copy the
+// process may already have loaded). Once, because arenas made on two threads at once (two ranks'
+// checkpoints) each opening and closing the library raced inside the loader, as ThreadSanitizer
+// saw it. The library then stays loaded: unloading a CUDA runtime mid-process is not safe.
+struct CudaRuntime {
+  CudaHostRegister host_register = nullptr;
+  CudaHostUnregister host_unregister = nullptr;
+};
+
+const CudaRuntime& Cuda() {
+  static const CudaRuntime runtime = [] {
+    CudaRuntime r;
+    void* lib = nullptr;
+    for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
+      if (lib == nullptr) lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (lib == nullptr) return r;
+    auto count_fn = reinterpret_cast<CudaGetDeviceCount>(::dlsym(lib, "cudaGetDeviceCount"));
+    int count = 0;
+    if (count_fn != nullptr && count_fn(&count) == 0 && count > 0) {
+      r.host_register = reinterpret_cast<CudaHostRegister>(::dlsym(lib, "cudaHostRegister"));
+      r.host_unregister = reinterpret_cast<CudaHostUnregister>(::dlsym(lib, "cudaHostUnregister"));
+    } else {
+      ::dlclose(lib);
+    }
+    return r;
+  }();
+  return runtime;
+}
+
 }  // namespace
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
@@ -175,35 +206,16 @@ StatusOr<std::unique_ptr<PinnedArena>> PinnedArena::Create(int64_t budget_bytes,
     }
   }
   if (options.cuda_register) {
-    // CUDA 13, 12, then any runtime (dlopen returns the copy the process may already have loaded).
-    void* lib = nullptr;
-    for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
-      if (lib == nullptr) lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (lib != nullptr) {
-      auto count_fn = reinterpret_cast<CudaGetDeviceCount>(::dlsym(lib, "cudaGetDeviceCount"));
-      auto reg_fn = reinterpret_cast<CudaHostRegister>(::dlsym(lib, "cudaHostRegister"));
-      int count = 0;
-      if (count_fn != nullptr && reg_fn != nullptr && count_fn(&count) == 0 && count > 0 &&
-          reg_fn(p, static_cast<size_t>(arena->budget_bytes_), 0 /* cudaHostRegisterDefault */) == 0) {
-        arena->cuda_registered_ = true;
-        arena->cuda_lib_ = lib;
-      } else {
-        ::dlclose(lib);
-      }
-    }
+    const CudaRuntime& cuda = Cuda();
+    arena->cuda_registered_ = cuda.host_register != nullptr && cuda.host_register(p, static_cast<size_t>(arena->budget_bytes_), 0 /* cudaHostRegisterDefault */) == 0;
   }
   return arena;
 }
 
 PinnedArena::~PinnedArena() {
   pools_.clear();
-  if (cuda_registered_) {
-    auto unreg = reinterpret_cast<CudaHostUnregister>(::dlsym(cuda_lib_, "cudaHostUnregister"));
-    if (unreg != nullptr) unreg(base_);
-  }
+  if (cuda_registered_ && Cuda().host_unregister != nullptr) Cuda().host_unregister(base_);
   FreeIoMemory(base_, budget_bytes_);
-  // libcudart stays loaded: unloading a CUDA runtime mid-process is not safe.
 }
 
 StatusOr<char*> PinnedArena::Reserve(const std::string& pool, int64_t bytes) {

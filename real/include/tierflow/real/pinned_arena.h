@@ -170,7 +170,6 @@ class PinnedArena {
   int64_t budget_bytes_ = 0;
   bool locked_ = false;
   bool cuda_registered_ = false;
-  void* cuda_lib_ = nullptr;
   mutable std::mutex mu_;
   int64_t reserved_ = 0;
   int64_t in_use_ = 0;
