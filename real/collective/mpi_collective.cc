@@ -98,11 +98,12 @@ class MpiPending : public Pending {
 
 class MpiCollective : public Collective {
  public:
-  MpiCollective(int ranks, int rank, int on_host) : ranks_(ranks), rank_(rank), on_host_(on_host) {}
+  MpiCollective(int ranks, int rank, int on_host, int local_rank) : ranks_(ranks), rank_(rank), on_host_(on_host), local_rank_(local_rank) {}
   std::string_view backend() const override { return "mpi"; }
   int ranks() const override { return ranks_; }
   int rank() const override { return rank_; }
   int ranks_on_host() const override { return on_host_; }
+  int local_rank() const override { return local_rank_; }
 
   StatusOr<std::unique_ptr<Pending>> AllGather(const void* send, void* recv, int64_t count, ElementType type) override {
     TF_ASSIGN_OR_RETURN(const int bytes, Bytes("AllGather", count, ElementBytes(type)));
@@ -154,7 +155,7 @@ class MpiCollective : public Collective {
     };
   }
 
-  int ranks_, rank_, on_host_;
+  int ranks_, rank_, on_host_, local_rank_;
 };
 
 }  // namespace
@@ -165,11 +166,12 @@ StatusOr<std::unique_ptr<Collective>> OpenMpiCollective() {
   TF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
   TF_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MPI_Comm host = MPI_COMM_NULL;
-  int on_host = 0;
+  int on_host = 0, local_rank = 0;
   TF_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host));
   TF_MPI(MPI_Comm_size(host, &on_host));
+  TF_MPI(MPI_Comm_rank(host, &local_rank));
   TF_MPI(MPI_Comm_free(&host));
-  return std::unique_ptr<Collective>(new MpiCollective(ranks, rank, on_host));
+  return std::unique_ptr<Collective>(new MpiCollective(ranks, rank, on_host, local_rank));
 }
 
 }  // namespace tierflow::real::internal

@@ -12,7 +12,7 @@ namespace tierflow::real::exec {
 
 #ifdef TIERFLOW_EXEC_CUDA
 // cuda_device.cc.
-StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config);
+StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config, int local_rank);
 #endif
 
 namespace {
@@ -134,15 +134,16 @@ float* WholeModel::LayerGrads(int64_t layer) const { return grads_ + layout_.lay
 std::unique_ptr<ComputeDevice> MakeCpuDevice(Trainer& trainer) { return std::make_unique<CpuDevice>(trainer); }
 
 StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(const std::string& name, const TrainConfig& config,
-                                                           Trainer& trainer) {
+                                                           Trainer& trainer, int local_rank) {
   if (name == "cpu") return MakeCpuDevice(trainer);
   if (name == "cuda") {
 #ifdef TIERFLOW_EXEC_CUDA
-    auto device = MakeCudaDevice(config);
+    auto device = MakeCudaDevice(config, local_rank);
     if (!device.ok()) return Status(device.status().code(), "compute device 'cuda': " + device.status().message());
     return device;
 #else
     (void)config;
+    (void)local_rank;
     return Unavailable("compute device 'cuda': this build has no CUDA back-end (build with the CUDA toolkit)");
 #endif
   }

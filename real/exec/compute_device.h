@@ -129,10 +129,11 @@ class WholeModel {
 // gpu0 emulated in host memory, on `trainer` (which must outlive it).
 std::unique_ptr<ComputeDevice> MakeCpuDevice(Trainer& trainer);
 
-// The device RunOptions::compute names: "cpu", or "cuda" (GPU 0) where the build has CUDA.
-// InvalidArgument for an unknown name, Unavailable (with the reason) for a build without CUDA or
-// a machine without a usable GPU.
+// The device RunOptions::compute names: "cpu", or "cuda" where the build has CUDA: the machine's
+// GPU `local_rank` modulo their count (a rank's, by its place on the machine; GPU 0 with one
+// rank), so that ranks beyond the GPUs share them. InvalidArgument for an unknown name,
+// Unavailable (with the reason) for a build without CUDA or a machine without a usable GPU.
 StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(const std::string& name, const TrainConfig& config,
-                                                           Trainer& trainer);
+                                                           Trainer& trainer, int local_rank = 0);
 
 }  // namespace tierflow::real::exec

@@ -28,7 +28,7 @@
 
 namespace tierflow::real::exec {
 
-StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config);
+StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config, int local_rank);
 
 namespace {
 
@@ -78,9 +78,10 @@ class CudaDevice final : public ComputeDevice {
  public:
   std::string name() const override { return "cuda (" + ctx_->device_name() + ")"; }
 
-  static StatusOr<std::unique_ptr<ComputeDevice>> Create(const TrainConfig& config) {
+  static StatusOr<std::unique_ptr<ComputeDevice>> Create(const TrainConfig& config, int local_rank) {
     std::unique_ptr<CudaDevice> d(new CudaDevice());
-    TF_ASSIGN_OR_RETURN(d->ctx_, cuda::Context::Open(0));
+    TF_ASSIGN_OR_RETURN(const int gpus, cuda::Context::Count());
+    TF_ASSIGN_OR_RETURN(d->ctx_, cuda::Context::Open(gpus > 0 ? local_rank % gpus : 0));
     TF_ASSIGN_OR_RETURN(d->steps_, cuda::LlamaSteps::Create(*d->ctx_, config.spec, config.batch, config.seq));
     d->blocks_ = std::make_unique<BlockCache>(
         [](int64_t bytes) -> void* {
@@ -304,6 +305,8 @@ class CudaDevice final : public ComputeDevice {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config) { return CudaDevice::Create(config); }
+StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config, int local_rank) {
+  return CudaDevice::Create(config, local_rank);
+}
 
 }  // namespace tierflow::real::exec

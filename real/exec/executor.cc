@@ -125,7 +125,6 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
     return run.Execute();
   }
   TF_RETURN_IF_ERROR(CheckRunnable(schedule, config));
-  if (options.compute != "cpu") return InvalidArgument("tierflow run over " + std::to_string(ranks) + " ranks runs on the CPU back-end (--compute cpu)");
   if (options.on_master.every > 0) {
     return InvalidArgument("--save-every and --eval-every: tierflow run hands on the model every K iterations on one rank only "
                            "(--save-model at the end gathers every rank's)");

@@ -1382,6 +1382,37 @@ TEST(Executor, RanksHoldTheirSharedQueuesNodeWide) {
   }
 }
 
+// Two ranks train to the weights of one rank with two micro-steps, bit for bit (the sum of two
+// bf16 gradients rounded once either way: DataParallelReferenceAveragesOneBatchPerRank), the
+// collectives staged through host memory by the compute device (`compute`: on a GPU both ranks
+// share GPU 0). The CPU's case here; CudaExecutor's on a GPU.
+void ExpectTwoRanksTrainAsTwoMicroSteps(const std::string& compute) {
+  const policies::Scenario two = LoadTiny({"hardware.node.gpu_count=2", "training.data_parallel=2"});
+  const policies::Scenario accumulated = LoadTiny({"training.gradient_accumulation_steps=2"});
+  TempDir one("two-steps-" + compute), root("two-ranks-" + compute);
+  RunOptions options;
+  options.compute = compute;
+  options.iterations = kIterations;
+  options.disk_root = one.str();
+  auto reference = RunSchedule(PlanOrDie(accumulated), ConfigFor(accumulated), options);
+  if (!reference.ok() && reference.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << "no GPU: " << reference.status().ToString();
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  RunOptions base;
+  base.compute = compute;
+  const auto results = RunRanks(PlanOrDie(two), ConfigFor(two), root.str(), kIterations, 1, base);
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_TRUE(results[r].ok()) << compute << ", rank " << r << ": " << results[r].status().ToString();
+    EXPECT_EQ(results[r]->loss, reference->loss) << compute << ", rank " << r;
+    EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << compute << ", rank " << r;
+  }
+}
+
+TEST(Executor, TwoRanksTrainAsOneRankWithTwoMicroSteps) { ExpectTwoRanksTrainAsTwoMicroSteps("cpu"); }
+
+#ifdef TIERFLOW_TEST_CUDA
+TEST(CudaExecutor, TwoRanksOnOneGpuTrainAsOneRankWithTwoMicroSteps) { ExpectTwoRanksTrainAsTwoMicroSteps("cuda"); }
+#endif
+
 TEST(Executor, RankCountsMustAgree) {
   const policies::Scenario two = LoadTiny({"training.data_parallel=2", "hardware.node.gpu_count=2"});
   TempDir d("rank-count");

@@ -44,13 +44,18 @@ Status DeviceBuffer::CopyToHost(const Context& ctx, void* dst, int64_t bytes) co
   return SyncCopy(ctx, dst, data_, bytes, bytes_, cudaMemcpyDeviceToHost);
 }
 
-StatusOr<std::unique_ptr<Context>> Context::Open(int device) {
+StatusOr<int> Context::Count() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     return Unavailable(std::string("no usable CUDA device: cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
                        cudaGetErrorString(e) + ")");
   }
+  return count;
+}
+
+StatusOr<std::unique_ptr<Context>> Context::Open(int device) {
+  TF_ASSIGN_OR_RETURN(const int count, Count());
   if (device < 0 || device >= count) {
     return Unavailable("no CUDA device " + std::to_string(device) + " (" + std::to_string(count) + " present)");
   }

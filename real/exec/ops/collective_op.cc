@@ -9,8 +9,9 @@
 //                  then rounded once to bf16, as a bf16 model's reduced gradients are)
 //   allreduce      the global gradient check: every rank's part combined in rank order decides
 //                  the step (its overflow check, norm and clip factor)
-// Bytes move through host memory: gpu0 is emulated there (RunSchedule refuses another device
-// with several ranks).
+// Bytes move through host memory, copied off and onto gpu0 by the compute device (D2H, H2D: a
+// memory copy where gpu0 is emulated, a copy engine's on a GPU), so that the back-ends, which take
+// host buffers, serve ranks on GPUs too, and two ranks can share one GPU.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -23,7 +24,8 @@ namespace tierflow::real::exec {
 
 namespace {
 
-// One unit made whole: this rank's part at `mine` (bf16), the whole unit written at `whole`.
+// One unit made whole: this rank's part at `mine` (bf16, in gpu0's memory), the whole unit
+// written at `whole` (gpu0's).
 struct Gathered {
   const RankSpace::Unit* unit;
   const char* mine;
@@ -32,20 +34,20 @@ struct Gathered {
 
 // All-gathers `units` in one call: this rank's parts packed side by side, every rank's packed
 // alike, then each unit's parts laid out in rank order.
-Status GatherUnits(Collective& comm, const std::vector<Gathered>& units) {
+Status GatherUnits(ComputeDevice& device, Collective& comm, const std::vector<Gathered>& units) {
   int64_t per_rank = 0;
   for (const Gathered& g : units) per_rank += g.unit->part;
   std::vector<uint16_t> send(static_cast<size_t>(per_rank)), recv(static_cast<size_t>(per_rank * comm.ranks()));
   int64_t at = 0;
   for (const Gathered& g : units) {
-    std::memcpy(send.data() + at, g.mine, static_cast<size_t>(g.unit->part * 2));
+    TF_RETURN_IF_ERROR(device.D2H(send.data() + at, g.mine, g.unit->part * 2));
     at += g.unit->part;
   }
   TF_RETURN_IF_ERROR(Complete(comm.AllGather(send.data(), recv.data(), per_rank, ElementType::kBf16)));
   at = 0;
   for (const Gathered& g : units) {
     for (int q = 0; q < comm.ranks(); ++q) {
-      std::memcpy(g.whole + q * g.unit->part * 2, recv.data() + q * per_rank + at, static_cast<size_t>(g.unit->part * 2));
+      TF_RETURN_IF_ERROR(device.H2D(g.whole + q * g.unit->part * 2, recv.data() + q * per_rank + at, g.unit->part * 2, nullptr));
     }
     at += g.unit->part;
   }
@@ -90,7 +92,7 @@ Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
       char* whole = r->data + (p.unit->global - r->begin) * 2;
       gathered->push_back({p.unit, whole + run.space().rank() * p.unit->part * 2, whole});
     }
-    job.work = [&run, gathered] { return GatherUnits(*run.comm(), *gathered); };
+    job.work = [&run, gathered] { return GatherUnits(*run.device(), *run.comm(), *gathered); };
     job.finish = [&run, gathered, version] {
       for (const Gathered& g : *gathered) run.resident_versions().Set(g.unit->global, g.unit->global + g.unit->n, version);
     };
@@ -127,7 +129,7 @@ Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
     whole.push_back({kParam16, p.unit->global, p.unit->n, offset, held.version});
     offset += p.unit->n * 2;
   }
-  job.work = [&run, gathered] { return GatherUnits(*run.comm(), *gathered); };
+  job.work = [&run, gathered] { return GatherUnits(*run.device(), *run.comm(), *gathered); };
   job.finish = [&run, gpu, whole] {
     run.Buf(gpu).pieces.clear();
     for (const Piece& p : whole) run.Buf(gpu).pieces.push_back(p);
@@ -187,16 +189,15 @@ Status PrepareReduceScatter(RunState& run, const TaskSpec& t, int32_t /*task*/, 
     for (int q = 0; q < ranks; ++q) {
       int64_t at = q * per_rank;
       for (const Reduced& r : *units) {
-        std::memcpy(send.data() + at, r.whole + q * r.unit->part, static_cast<size_t>(r.unit->part * 4));
+        TF_RETURN_IF_ERROR(run.device()->D2H(send.data() + at, r.whole + q * r.unit->part, r.unit->part * 4));
         at += r.unit->part;
       }
     }
     TF_RETURN_IF_ERROR(Complete(run.comm()->ReduceScatter(send.data(), recv.data(), per_rank, ElementType::kFloat32)));
+    cpu::RoundToBf16(recv.data(), per_rank, *threads);
     int64_t at = 0;
     for (const Reduced& r : *units) {
-      float* own = r.whole + me * r.unit->part;
-      std::memcpy(own, recv.data() + at, static_cast<size_t>(r.unit->part * 4));
-      cpu::RoundToBf16(own, r.unit->part, *threads);
+      TF_RETURN_IF_ERROR(run.device()->H2D(r.whole + me * r.unit->part, recv.data() + at, r.unit->part * 4, nullptr));
       at += r.unit->part;
     }
     return Status::Ok();

@@ -51,6 +51,8 @@ class Collective {
   // The ranks of the group on this rank's machine, which share its cores: every rank of a local
   // group (one process); under MPI, those that MPI_COMM_TYPE_SHARED puts with this one.
   virtual int ranks_on_host() const { return ranks(); }
+  // This rank's place among them (0 to ranks_on_host() - 1): which of the machine's GPUs it takes.
+  virtual int local_rank() const { return rank(); }
 
   // recv[r * count + i] = rank r's send[i]: recv holds ranks() * count elements.
   virtual StatusOr<std::unique_ptr<Pending>> AllGather(const void* send, void* recv, int64_t count, ElementType type) = 0;

@@ -48,6 +48,8 @@ class Context {
   // Opens GPU `device`: Unavailable, naming the missing piece (no driver, no device, an index
   // beyond the devices there are), where it cannot.
   static StatusOr<std::unique_ptr<Context>> Open(int device = 0);
+  // The GPUs there are: Unavailable, naming the reason, where the driver cannot say.
+  static StatusOr<int> Count();
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
