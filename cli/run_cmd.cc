@@ -65,7 +65,8 @@ constexpr int64_t kReportIterations = 32;
 
 // What the run's checkpoints cost: how many, their size, and the median of each part (the
 // states gathered from their homes, then the atomic save), with the save's bandwidth.
-std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>& list, const std::string& dir) {
+// With several ranks, rank 0's: its shard's size and time (the commit follows beside training).
+std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>& list, const std::string& dir, bool ranks) {
   auto median = [&](auto field) {
     std::vector<double> v;
     for (const auto& c : list) v.push_back(field(c));
@@ -76,7 +77,7 @@ std::string CheckpointNote(const std::vector<real::RunResult::CheckpointTiming>&
   const double save = median([](const auto& c) { return c.save_s; });
   const double total = median([](const auto& c) { return c.gather_s + c.save_s; });
   const double bytes = static_cast<double>(list.back().bytes);
-  return "checkpoints: " + std::to_string(list.size()) + " saved to " + dir + ", " + FormatBytes(bytes) + " each; median " +
+  return "checkpoints: " + std::to_string(list.size()) + " saved to " + dir + ", " + FormatBytes(bytes) + (ranks ? " of rank 0's each" : " each") + "; median " +
          FormatDuration(total) + " with training paused (gathering the states " + FormatDuration(gather) + ", saving " +
          FormatDuration(save) + ": " + FormatBandwidth(bytes / save) + ", " + FormatDuration(total / (bytes / 1e9)) + " per GB)\n";
 }
@@ -178,7 +179,7 @@ void PrintRunText(const RunArgs& a, const PlannedInput& in, const real::RunResul
   const std::string buffered = BufferedIoNote(result.direct_io_bytes, result.buffered_io_bytes, result.buffered_disks);
   if (!buffered.empty()) std::printf("\n%s", buffered.c_str());
   for (const std::string& note : result.notes) std::printf("\nnote: %s\n", note.c_str());
-  if (!result.checkpoints.empty()) std::printf("\n%s", CheckpointNote(result.checkpoints, a.checkpoint).c_str());
+  if (!result.checkpoints.empty()) std::printf("\n%s", CheckpointNote(result.checkpoints, a.checkpoint, result.ranks.size() > 1).c_str());
   if (result.ranks.empty()) {
     std::printf("\ngpu0 memory: %s at peak, %s reserved (%s; the device's own activations and workspace come on top)\n",
                 FormatBytes(result.gpu_memory.allocated).c_str(), FormatBytes(result.gpu_memory.reserved).c_str(),

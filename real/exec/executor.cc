@@ -121,6 +121,7 @@ StatusOr<RunResult> RunSchedule(const Schedule& schedule, const TrainConfig& con
                            std::to_string(ranks) + (config.ranks > 1 ? ": start one process per rank, mpirun -np " + std::to_string(config.ranks) : std::string()));
   }
   if (ranks == 1) {
+    if (options.exit_in_checkpoint > 0) return InvalidArgument("--exit-in-checkpoint tests a checkpoint of several ranks (a run of one saves it whole)");
     Run run(schedule, config, options, *exec::RankSpace::Make(MakeParamLayout(config.spec.config), 0, 1), nullptr);
     return run.Execute();
   }

@@ -268,6 +268,7 @@ void CommEngine::Loop() {
     if (!st.ok()) {  // nothing more can be agreed on: every waiting collective fails
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [key, posted] : posted_) events_->Push({posted.job, st});
+      for (auto& [key, queued] : queue_) events_->Push({queued.job, st});
       if (item.work) events_->Push({item.job, st});
       return;
     }

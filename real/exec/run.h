@@ -38,8 +38,10 @@ class Run : public RunState {
  public:
   Run(const Schedule& s, const TrainConfig& config, const RunOptions& options, RankSpace space, Collective* comm)
       : RunState(s, config, options, std::move(space), comm) {}
-  // The engine and the workers stop before the state's buffers go back (~RunState).
+  // The engine and the workers stop before the state's buffers go back (~RunState); first the
+  // node-wide locks go, so that no other rank waits on this one's while its engine winds down.
   ~Run() {
+    tier_locks_.Close();
     engine_.reset();
     workers_.clear();
   }
@@ -90,6 +92,8 @@ class Run : public RunState {
   // An event of the loop that grants a job its node-wide lock: begins it, unless the run has
   // failed or the grant is one; false when the job will not run (its lock given back).
   bool Granted(const Event& e, Status* failure);
+  // Lets go of the node-wide lock `job` holds, if any: when its record ends, or when it fails.
+  void ReleaseTierLock(Job& job, const TaskSpec& t);
   Status OpenTierLocks(const std::vector<DiskDir>& dirs);
   // At the run's end, over every rank: the master weights in the model's order and the losses
   // (the mean over ranks and micro-steps), as one process training the global batch reports them;
@@ -106,6 +110,11 @@ class Run : public RunState {
   Status ReadState(int kind, int64_t version, std::vector<float>* out);
   CheckpointOptions TrainingCheckpoint() const;  // where and under what name
   Status LoadCheckpointIfAny();
+  Status ReadCheckpoint(std::vector<float> state[3]);
+  // With several ranks, every rank's `mine` gathered: Ok where every rank's is, else the first
+  // failing rank's (named, on the others), on every rank, so that they go on or stop together.
+  Status AgreeAcrossRanks(const Status& mine);
+  Status CheckSharedCheckpointDir();
   Status FindCheckpointGenerations();
   Status SaveTrainingCheckpoint(int64_t iteration);
   Status CommitTrainingCheckpoint(const CheckpointShard& mine);

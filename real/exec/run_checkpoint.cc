@@ -2,6 +2,8 @@
 // the training state saved atomically every K iterations, and loaded when resuming.
 #include "run.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -93,11 +95,40 @@ CheckpointOptions Run::TrainingCheckpoint() const {
   return o;
 }
 
-// The generation of each checkpoint this run saves is checkpoint_generation_base_ plus the
-// iterations done: one past the committed one at the first, read by every rank before any rank
-// can commit (a commit waits for every rank's shard), so that the ranks agree on it.
+// With several ranks the checkpoint is one directory, which every rank writes its shard into and
+// rank 0 commits: every rank must see rank 0's (a directory on each node's own disk would not be,
+// nor --storage memory's, each process's own). Rank 0 leaves a mark there that each rank looks for.
+Status Run::CheckSharedCheckpointDir() {
+  if (comm_ == nullptr || options_.checkpoint_dir.empty()) return Status::Ok();
+  const std::string who = "checkpoint '" + options_.checkpoint_dir + "'";
+  std::string mark;  // its name; each rank looks in its own --checkpoint directory
+  Status made;
+  if (comm_->rank() == 0) {
+    mark = ".tierflow-shared." + std::to_string(::getpid());
+    OpenOptions o;
+    o.create = o.truncate = true;
+    o.direct = false;
+    auto f = io_->Open(options_.checkpoint_dir + "/" + mark, o);
+    made = f.ok() ? io_->Close(f->id) : f.status().WithContext(who);
+  }
+  TF_RETURN_IF_ERROR(AgreeAcrossRanks(made));
+  TF_ASSIGN_OR_RETURN(const std::vector<std::string> marks, GatherText(mark));
+  auto seen = io_->Exists(options_.checkpoint_dir + "/" + marks[0]);
+  TF_ASSIGN_OR_RETURN(const std::vector<std::string> seen_by, GatherText(seen.ok() && *seen ? "1" : "0"));
+  if (comm_->rank() == 0) (void)io_->Remove(options_.checkpoint_dir + "/" + mark);
+  std::string blind;
+  for (size_t q = 0; q < seen_by.size(); ++q) blind += seen_by[q] == "1" ? "" : (blind.empty() ? "" : ", ") + std::to_string(q);
+  if (blind.empty()) return Status::Ok();
+  return FailedPrecondition(who + ": rank " + blind + " does not see rank 0's directory; the ranks write one checkpoint, so --checkpoint must " +
+                            "be one directory every rank shares (across nodes, on a file system they share)");
+}
+
+// With several ranks, the generation of each checkpoint the run saves is
+// checkpoint_generation_base_ plus the iterations done: past the committed one at the first, read
+// by every rank before any rank can commit (a commit waits for every rank's shard), so that the
+// ranks agree on it.
 Status Run::FindCheckpointGenerations() {
-  if (options_.checkpoint_every <= 0 || options_.checkpoint_dir.empty()) return Status::Ok();
+  if (comm_ == nullptr || options_.checkpoint_every <= 0 || options_.checkpoint_dir.empty()) return Status::Ok();
   auto next = NextCheckpointGeneration(*io_, TrainingCheckpoint());
   if (!next.ok()) return next.status().WithContext("checkpoint '" + options_.checkpoint_dir + "'");
   checkpoint_generation_base_ = *next - base_iteration_ - 1;
@@ -115,12 +146,30 @@ Status Run::LoadCheckpointIfAny() {
   // reach its checkpoints too.
   TF_ASSIGN_OR_RETURN(const bool exists, io_->Exists(options_.checkpoint_dir + "/" + kCheckpointName + ".manifest.json"));
   if (!exists) return Status::Ok();
+  std::vector<float> state[3];
+  Status read = ReadCheckpoint(state);
+  if (comm_ != nullptr) read = AgreeAcrossRanks(read);  // the ranks resume, or stop, together
+  TF_RETURN_IF_ERROR(read);
+  // The master weights in the model's order (InitialiseStores makes every home from them); the
+  // moments stay the rank's own.
+  if (comm_ != nullptr) {
+    TF_ASSIGN_OR_RETURN(initial_[0], GatherModel(state[0]));
+  } else {
+    initial_[0] = std::move(state[0]);
+  }
+  initial_[1] = std::move(state[1]);
+  initial_[2] = std::move(state[2]);
+  return Status::Ok();
+}
+
+// This rank's shard of the committed checkpoint into `state` (master, adam_m, adam_v), its meta
+// record checked field by field and applied: the iterations done, the updates, the loss scaler.
+Status Run::ReadCheckpoint(std::vector<float> state[3]) {
   CheckpointOptions o = TrainingCheckpoint();
   o.rank = space_.rank();
   const std::string who = "checkpoint '" + options_.checkpoint_dir + "'";
   const size_t local = static_cast<size_t>(space_.local_total());
-  std::vector<float> state[3];
-  for (std::vector<float>& k : state) k.resize(local);
+  for (int k = 0; k < 3; ++k) state[k].resize(local);
   std::string meta;
   Status sizes;
   int found = 0;
@@ -143,6 +192,19 @@ Status Run::LoadCheckpointIfAny() {
   };
   auto stats = LoadCheckpoint(*io_, o, sink);
   if (!stats.ok()) return stats.status().WithContext(who);
+  // A checkpoint holds each rank's partition: it resumes on as many ranks (before checkpoints of
+  // several ranks, every one was of one).
+  auto other_count = [&](int64_t ranks) {
+    return FailedPrecondition(who + " holds the state of " + std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") + ", this run has " +
+                              std::to_string(space_.ranks()) + " (training.data_parallel): resume it on " + std::to_string(ranks) +
+                              (ranks == 1 ? " process" : " ranks, mpirun -np " + std::to_string(ranks)));
+  };
+  if (meta.empty()) {  // nothing of this rank's: a checkpoint of fewer ranks?
+    TF_ASSIGN_OR_RETURN(const std::vector<CheckpointEntry> entries, ReadCheckpointManifest(*io_, o));
+    int64_t ranks = 0;
+    for (const CheckpointEntry& e : entries) ranks = std::max<int64_t>(ranks, e.rank + 1);
+    if (ranks != space_.ranks()) return other_count(ranks);
+  }
   const auto j = nlohmann::json::parse(meta, nullptr, false);
   const std::string record = who + ": its meta record";
   if (j.is_discarded() || !j.is_object()) return DataLoss(record + (meta.empty() ? " is missing for rank " + std::to_string(space_.rank()) : " is unreadable"));
@@ -156,15 +218,9 @@ Status Run::LoadCheckpointIfAny() {
     *out = *value;
     return Status::Ok();
   };
-  // A checkpoint holds each rank's partition: it resumes on as many ranks (before checkpoints of
-  // several ranks, every one was of one).
   int64_t ranks = 1;
   if (j.contains("ranks")) TF_RETURN_IF_ERROR(integer("ranks", 1, int64_t{1} << 20, &ranks));
-  if (ranks != space_.ranks()) {
-    return FailedPrecondition(who + " holds the state of " + std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") + ", this run has " +
-                              std::to_string(space_.ranks()) + " (training.data_parallel): resume it on " + std::to_string(ranks) +
-                              (ranks == 1 ? " process" : " ranks, mpirun -np " + std::to_string(ranks)));
-  }
+  if (ranks != space_.ranks()) return other_count(ranks);
   TF_RETURN_IF_ERROR(sizes);
   if (found != 3) return DataLoss(who + ": rank " + std::to_string(space_.rank()) + "'s master, adam_m and adam_v are not all there (" + std::to_string(found) + " of 3)");
   int64_t done = 0, updates = 0, good_steps = 0;
@@ -183,15 +239,6 @@ Status Run::LoadCheckpointIfAny() {
     return FailedPrecondition(who + " was trained with " + std::to_string(micro_steps) +
                               " micro-steps per iteration, this run has " + std::to_string(micro_steps_) + " (training.gradient_accumulation_steps): its batches would not line up");
   }
-  // The master weights in the model's order (InitialiseStores makes every home from them); the
-  // moments stay the rank's own.
-  if (comm_ != nullptr) {
-    TF_ASSIGN_OR_RETURN(initial_[0], GatherModel(state[0]));
-  } else {
-    initial_[0] = std::move(state[0]);
-  }
-  initial_[1] = std::move(state[1]);
-  initial_[2] = std::move(state[2]);
   base_iteration_ = done;
   updates_ = updates;
   scaler_.Restore(j["loss_scale"].get<float>(), good_steps);
@@ -199,10 +246,10 @@ Status Run::LoadCheckpointIfAny() {
 }
 
 // After `iteration` (of this run) completes: its updated states are at version iteration + 1 in
-// their homes; this rank's part of them, the step and the loss scaler are written as its shard of
-// a new checkpoint, which is then committed (real/checkpoint.h): at once with one rank; with
-// several, by the CommEngine in its one order (every rank's shard listed by rank 0 in one
-// manifest), while this thread goes on with the run.
+// their homes; they, the step and the loss scaler are saved atomically (real/checkpoint.h). With
+// several ranks each writes its part as its shard of one checkpoint, committed by the CommEngine
+// in its one order (every rank's shard listed by rank 0 in one manifest) while this thread goes on
+// with the run.
 Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   const double t0 = MonotonicSeconds();
   const int64_t done = base_iteration_ + iteration + 1;
@@ -235,24 +282,29 @@ Status Run::SaveTrainingCheckpoint(int64_t iteration) {
   tensors.push_back({"meta", "u8", space_.rank(), meta.data(), static_cast<int64_t>(meta.size())});  // each rank its copy
   const CheckpointOptions o = TrainingCheckpoint();
   const std::string who = "checkpoint '" + options_.checkpoint_dir + "'";
+  if (comm_ == nullptr) {  // one process: the whole save at once, an interrupted one's files removed first
+    auto stats = SaveCheckpoint(*io_, tensors, o);
+    if (!stats.ok()) return stats.status().WithContext(who);
+    result_.checkpoints.push_back({done, gathered - t0, MonotonicSeconds() - gathered, stats->bytes});
+    return Status::Ok();
+  }
   auto shard = SaveCheckpointShard(*io_, tensors, o, checkpoint_generation_base_ + done);
   if (!shard.ok()) return shard.status().WithContext(who);
   result_.checkpoints.push_back({done, gathered - t0, MonotonicSeconds() - gathered, shard->stats.bytes});
   if (options_.exit_in_checkpoint > 0 && static_cast<int64_t>(result_.checkpoints.size()) == options_.exit_in_checkpoint) {
     std::_Exit(137);  // its shard written, not committed: as a kill -9 would leave it
   }
-  if (engine_ == nullptr) return CommitTrainingCheckpoint(*shard);
+  if (engine_ == nullptr) return CommitTrainingCheckpoint(*shard);  // a plain loop
   ++commits_in_flight_;
   engine_->Post(CommEngine::kCheckpointCommit, iteration, kCommitJob, [this, mine = std::move(*shard)] { return CommitTrainingCheckpoint(mine); });
   return Status::Ok();
 }
 
-// Every rank's shard committed in one manifest: by this rank alone, or by rank 0 once each rank
-// has handed it its shard, every rank then returning rank 0's outcome.
+// Every rank's shard committed in one manifest by rank 0, once each rank has handed it its shard;
+// every rank returns rank 0's outcome.
 Status Run::CommitTrainingCheckpoint(const CheckpointShard& mine) {
   const CheckpointOptions o = TrainingCheckpoint();
   const std::string who = "checkpoint '" + options_.checkpoint_dir + "'";
-  if (comm_ == nullptr) return CommitCheckpoint(*io_, o, {mine}).WithContext(who);
   TF_ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherText(CheckpointShardToJson(mine)));
   Status committed;
   if (comm_->rank() == 0) {
@@ -264,12 +316,20 @@ Status Run::CommitTrainingCheckpoint(const CheckpointShard& mine) {
     }
     if (committed.ok()) committed = CommitCheckpoint(*io_, o, shards);
   }
-  // Rank 0's outcome, as its code's number and its message.
-  const std::string outcome = committed.ok() ? std::string() : std::to_string(static_cast<int>(committed.code())) + " " + committed.message();
-  TF_ASSIGN_OR_RETURN(const std::vector<std::string> outcomes, GatherText(comm_->rank() == 0 ? outcome : std::string()));
-  if (outcomes[0].empty()) return Status::Ok();
-  const size_t space = outcomes[0].find(' ');
-  return Status(static_cast<StatusCode>(std::stoi(outcomes[0].substr(0, space))), outcomes[0].substr(space + 1)).WithContext(who + " (committed by rank 0)");
+  return AgreeAcrossRanks(committed);  // rank 0's outcome, on every rank
+}
+
+Status Run::AgreeAcrossRanks(const Status& mine) {
+  const std::string text = mine.ok() ? std::string() : std::to_string(static_cast<int>(mine.code())) + " " + mine.message();
+  TF_ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherText(text));
+  for (size_t q = 0; q < texts.size(); ++q) {
+    if (texts[q].empty()) continue;
+    const size_t space = texts[q].find(' ');
+    const std::string message = texts[q].substr(space + 1);
+    return Status(static_cast<StatusCode>(std::stoi(texts[q].substr(0, space))),
+                  static_cast<int>(q) == comm_->rank() ? message : "rank " + std::to_string(q) + ": " + message);
+  }
+  return Status::Ok();
 }
 
 }  // namespace tierflow::real::exec

@@ -37,10 +37,14 @@ bool Run::Granted(const Event& e, Status* failure) {
   Status st = e.status.ok() ? Status::Ok() : Status(e.status.code(), Who(t, job.instance.iteration) + ": " + e.status.message());
   if (st.ok() && failure->ok()) st = Begin(e.job);
   if (st.ok() && failure->ok()) return true;
-  if (job.tier_slot >= 0) tier_locks_.Release(t.resource, job.tier_slot);
-  job.tier_slot = -1;
+  ReleaseTierLock(job, t);
   if (failure->ok()) *failure = st;
   return false;
+}
+
+void Run::ReleaseTierLock(Job& job, const TaskSpec& t) {
+  if (job.tier_slot >= 0) tier_locks_.Release(t.resource, job.tier_slot);
+  job.tier_slot = -1;
 }
 
 Status Run::Begin(size_t job_index) {
@@ -148,8 +152,7 @@ void Run::Finish(Job& job, const TaskSpec& t) {
   }
   if (comm_ != nullptr) r.rank = comm_->rank();  // this rank's view of a collective, too
   result_.records.push_back(std::move(r));
-  if (job.tier_slot >= 0) tier_locks_.Release(t.resource, job.tier_slot);  // after its record ends
-  job.tier_slot = -1;
+  ReleaseTierLock(job, t);  // after its record ends
   for (int32_t b : t.frees) ReturnBuffer(Buf(b), /*for_good=*/false);
   job.sink.reset();
 }
@@ -255,9 +258,13 @@ StatusOr<RunResult> Run::Execute() {
     const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
     if (!e.status.ok()) {
       if (failure.ok()) failure = Status(e.status.code(), Who(t, job.instance.iteration) + ": " + e.status.message());
+      ReleaseTierLock(job, t);  // another rank may wait for it to reach the collective this one fails
       continue;
     }
-    if (!failure.ok()) continue;
+    if (!failure.ok()) {
+      ReleaseTierLock(job, t);
+      continue;
+    }
     Finish(job, t);
     const int64_t iteration = job.instance.iteration;
     free_jobs_.push_back(e.job);

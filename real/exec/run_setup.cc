@@ -78,6 +78,7 @@ Status Run::Setup() {
   for (auto& it : iterations_) trainer_.PrepareIteration(&it);
   completed_in_.assign(static_cast<size_t>(window_), 0);
   steps_.assign(static_cast<size_t>(window_), StepSlot{});
+  TF_RETURN_IF_ERROR(CheckSharedCheckpointDir());
   TF_RETURN_IF_ERROR(LoadCheckpointIfAny());
   TF_RETURN_IF_ERROR(FindCheckpointGenerations());
   updates_at_start_ = updates_;

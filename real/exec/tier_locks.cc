@@ -10,11 +10,14 @@
 
 namespace tierflow::real::exec {
 
-TierLocks::~TierLocks() {
+void TierLocks::Close() {
   stop_ = true;
   for (auto& [resource, lock] : locks_) {
     lock->waiter.reset();  // its waits return once they see stop_
-    for (const int fd : lock->fds) ::close(fd);
+    for (int& fd : lock->fds) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
   }
 }
 
@@ -26,6 +29,7 @@ Status TierLocks::Add(int32_t resource, const std::string& name, const std::stri
     if (fd < 0) {
       const int err = errno;
       for (const int open_fd : lock->fds) ::close(open_fd);
+      for (const std::string& made : lock->paths) ::unlink(made.c_str());
       return FromErrno(err, "resource '" + name + "': its node-wide lock '" + path + "'");
     }
     lock->paths.push_back(path);
@@ -48,7 +52,8 @@ void TierLocks::Acquire(int32_t resource, std::function<void(int32_t slot, Statu
           lock->held[k] = true;
           return granted(static_cast<int32_t>(k), Status::Ok());
         }
-        if (errno != EWOULDBLOCK && errno != EINTR) return granted(-1, FromErrno(errno, "taking the node-wide lock '" + lock->paths[k] + "'"));
+        const int err = errno;
+        if (err != EWOULDBLOCK && err != EINTR) return granted(-1, FromErrno(err, "taking the node-wide lock '" + lock->paths[k] + "'"));
       }
       if (stop_) return granted(-1, FailedPrecondition("the run ended while its task waited for the node-wide lock '" + lock->paths[0] + "'"));
       ::usleep(backoff_us);

@@ -35,8 +35,9 @@ class TierLocks {
   TierLocks(const TierLocks&) = delete;
   TierLocks& operator=(const TierLocks&) = delete;
   // Stops the waiters (one still waiting calls its `granted` with an error) and closes the files,
-  // which lets go of every lock held.
-  ~TierLocks();
+  // which lets go of every lock held. Close does it before the destructor would.
+  ~TierLocks() { Close(); }
+  void Close();
 
   // Opens (making them when missing) the `slots` lock files of resource `resource`, named `name`,
   // in `dir`. The errno's status, naming the file, when one cannot be opened.

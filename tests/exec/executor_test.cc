@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -1087,7 +1088,8 @@ TEST(Executor, ADiskThatFillsUpStopsTheRunWithTheTaskNamed) {
 // collectives' fake: tests/real collective_test checks the MPI back-end against it bit for bit),
 // each with `threads` CPU threads (0: as the schedule says), and `base`'s other options.
 std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainConfig& config, const std::string& root, int64_t iterations,
-                                          int cpu_threads = 1, const RunOptions& base = {}) {
+                                          int cpu_threads = 1, const RunOptions& base = {},
+                                          const std::function<void(int rank, RunOptions*)>& per_rank = {}) {
   std::vector<std::unique_ptr<Collective>> group = MakeLocalGroup(config.ranks);
   std::vector<StatusOr<RunResult>> results(group.size(), Internal("not run"));
   TrainConfig one_thread = config;  // the ranks share this host's cores
@@ -1096,6 +1098,7 @@ std::vector<StatusOr<RunResult>> RunRanks(const Schedule& schedule, const TrainC
   for (size_t r = 0; r < group.size(); ++r) {
     threads.emplace_back([&, r] {
       RunOptions options = base;
+      if (per_rank) per_rank(static_cast<int>(r), &options);
       options.iterations = iterations;
       options.disk_root = root;
       options.collective = group[r].get();
@@ -1317,6 +1320,24 @@ TEST(Executor, RanksCheckpointAndResumeToTheDataParallelReference) {
   EXPECT_NE(refused.status().message().find("holds the state of 2 ranks, this run has 1 (training.data_parallel): resume it on 2 ranks, mpirun -np 2"),
             std::string::npos)
       << refused.status().ToString();
+  // On four ranks, those beyond the checkpoint's two say so too (they have no shard of their own).
+  const policies::Scenario four = LoadTiny({"hardware.node.gpu_count=4", "training.data_parallel=4"});
+  TempDir root4("ckpt-ranks4");
+  for (const auto& r : RunRanks(PlanOrDie(four), ConfigFor(four), root4.str(), kIterations, 1, options)) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("holds the state of 2 ranks, this run has 4"), std::string::npos) << r.status().ToString();
+  }
+  // Ranks that do not share the checkpoint's directory (each node's own, say) are refused, every
+  // one of them, before anything is saved.
+  TempDir apart0("ckpt-apart0"), apart1("ckpt-apart1");
+  RunOptions apart = options;
+  apart.resume = false;
+  const auto own_dir = [&](int rank, RunOptions* o) { o->checkpoint_dir = (rank == 0 ? apart0 : apart1).str(); };
+  for (const auto& r : RunRanks(schedule, config, root.str(), 1, 1, apart, own_dir)) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("rank 1 does not see rank 0's directory"), std::string::npos) << r.status().ToString();
+  }
+  EXPECT_TRUE(fs::is_empty(apart0.str()) && fs::is_empty(apart1.str())) << "nothing saved, rank 0's mark removed";
 }
 
 // A plain loop of several ranks (each its part in the whole schedule's topological order, so that

@@ -101,9 +101,10 @@ StatusOr<CheckpointStats> LoadCheckpoint(Storage& storage, const CheckpointOptio
 // final names, but listed in no manifest yet), and one of them then commits every shard in one
 // manifest (CommitCheckpoint), the save's one commit point. A process killed before the commit
 // leaves the previous checkpoint the committed one; the files of a save that never committed are
-// removed by the next commit. The processes agree on the generation: the committed one + 1
-// (NextCheckpointGeneration, read by each before any commits) at their first save, and one more
-// at each save after; a commit leaves later generations' files alone (a save under way).
+// removed by the next commit. The processes agree on the generation: each reads the committed
+// one (NextCheckpointGeneration) before any of them can commit again, and each save adds the
+// same count to it (tierflow run: the iterations done); a commit leaves later generations' files
+// alone (a save under way). The directories are shared: every process sees the one manifest.
 struct CheckpointShard {
   int64_t generation = 0;
   std::vector<CheckpointEntry> entries;

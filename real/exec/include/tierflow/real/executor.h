@@ -70,8 +70,8 @@ struct RunOptions {
   // For tests of crash recovery: after this many task completions the process exits at once
   // (std::_Exit, no clean-up), as a kill -9 would leave it. 0 = never.
   int64_t exit_after_tasks = 0;
-  // The same, after this process has written its part of the K-th checkpoint the run saves, before
-  // that checkpoint is committed. 0 = never.
+  // With several ranks, the same once this process has written its part of the K-th checkpoint the
+  // run saves, before that checkpoint is committed. 0 = never.
   int64_t exit_in_checkpoint = 0;
   // Called on the calling thread after each iteration completes, with its loss.
   std::function<void(int64_t iteration, double loss)> on_iteration;
