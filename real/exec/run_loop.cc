@@ -18,6 +18,7 @@ Status Run::Start(const Instance& inst, size_t job_index) {
   job = Job{};
   job.instance = inst;
   job.index = job_index;
+  job.start_s = MonotonicSeconds() - t0_;
   // Buffers it allocates get memory now (the dispatcher has admitted them to their pools).
   for (int32_t b : t.allocs) {
     Status st = TakeBuffer(Buf(b), s_.buffers()[static_cast<size_t>(b)].name);
@@ -35,6 +36,7 @@ bool Run::Granted(const Event& e, Status* failure) {
   const TaskSpec& t = s_.tasks()[static_cast<size_t>(job.instance.task)];
   job.tier_slot = e.slot;
   Status st = e.status.ok() ? Status::Ok() : Status(e.status.code(), Who(t, job.instance.iteration) + ": " + e.status.message());
+  job.start_s = MonotonicSeconds() - t0_;  // its record starts once it holds the lock
   if (st.ok() && failure->ok()) st = Begin(e.job);
   if (st.ok() && failure->ok()) return true;
   ReleaseTierLock(job, t);
@@ -52,7 +54,6 @@ Status Run::Begin(size_t job_index) {
   const Instance& inst = job.instance;
   const TaskSpec& t = s_.tasks()[static_cast<size_t>(inst.task)];
   ctx_iteration_ = inst.iteration;
-  job.start_s = MonotonicSeconds() - t0_;
   if (const OpHandler& h = HandlerOf(t.op); h.prepare != nullptr) TF_RETURN_IF_ERROR(h.prepare(*this, t, inst.task, inst.iteration, job));
   if (job.sink != nullptr) return Status::Ok();  // its requests complete it
   if (engine_ != nullptr && IsCollectiveOp(t.op)) {  // in the order every rank runs them
