@@ -77,6 +77,16 @@ if(written)
 endif()
 
 if(CKPT)
+  # mpirun -np NP of the scenario for 3 iterations with ARGN, its --json report into OUT; a failure
+  # stops the test naming WHAT.
+  function(ranks_json out what)
+    execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${ARGN} -n 3 --threads 1 --data ${CORPUS} --json
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE err TIMEOUT 300)
+    if(rc)
+      message(FATAL_ERROR "${what} of ${NP} ranks failed (${rc}): ${json}${err}")
+    endif()
+    set(${out} "${json}" PARENT_SCOPE)
+  endfunction()
   set(ckpt --checkpoint ${WORK}/ckpt --checkpoint-every 1)
   file(MAKE_DIRECTORY ${WORK}/ckpt-disks)
   execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 3 --threads 1 --data ${CORPUS}
@@ -93,12 +103,7 @@ if(CKPT)
   if(NOT count EQUAL 1 OR NOT tensors EQUAL want)
     message(FATAL_ERROR "after rank 1 died in the second checkpoint: ${count} manifests, ${tensors} tensors (want 1, ${want}): ${manifest}")
   endif()
-  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 3 --threads 1 --data ${CORPUS}
-                          --disk-root ${WORK}/ckpt-disks ${ckpt} --resume --json
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE resumed ERROR_VARIABLE err TIMEOUT 300)
-  if(rc)
-    message(FATAL_ERROR "the resumed run of ${NP} ranks failed (${rc}): ${resumed}${err}")
-  endif()
+  ranks_json(resumed "the resumed run" ${sets} --disk-root ${WORK}/ckpt-disks ${ckpt} --resume)
   string(JSON first GET "${resumed}" first_iteration)
   string(JSON got GET "${resumed}" weights_sha256)
   string(JSON want GET "${reference}" weights_sha256)
@@ -106,12 +111,7 @@ if(CKPT)
     message(FATAL_ERROR "resumed at iteration ${first} (want 1, the last committed checkpoint's) with weights ${got}, the reference's ${want}")
   endif()
   message(STATUS "${POLICY}, ${NP} ranks: rank 1 died in a checkpoint; resumed from the one before, weights as --in-memory")
-  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${sets} -n 3 --threads 1 --data ${CORPUS}
-                          --disk-root ${WORK}/ckpt-disks --plain-loop --json
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE plain ERROR_VARIABLE err TIMEOUT 300)
-  if(rc)
-    message(FATAL_ERROR "--plain-loop of ${NP} ranks failed (${rc}): ${plain}${err}")
-  endif()
+  ranks_json(plain "--plain-loop" ${sets} --disk-root ${WORK}/ckpt-disks --plain-loop)
   string(JSON got GET "${plain}" weights_sha256)
   if(NOT got STREQUAL want)
     message(FATAL_ERROR "--plain-loop of ${NP} ranks: weights ${got}, the reference's ${want}")
@@ -125,12 +125,7 @@ if(CKPT)
   endif()
   file(REMOVE_RECURSE ${WORK}/ckpt-disks)
   file(MAKE_DIRECTORY ${WORK}/ckpt-disks)
-  execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${TIERFLOW} run ${SCENARIO} ${tied} -n 3 --threads 1 --data ${CORPUS}
-                          --disk-root ${WORK}/ckpt-disks --json
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE tied_run ERROR_VARIABLE err TIMEOUT 300)
-  if(rc)
-    message(FATAL_ERROR "${NP} ranks of the tied model failed (${rc}): ${tied_run}${err}")
-  endif()
+  ranks_json(tied_run "the tied model" ${tied} --disk-root ${WORK}/ckpt-disks)
   string(JSON want GET "${tied_reference}" weights_sha256)
   string(JSON got GET "${tied_run}" weights_sha256)
   string(JSON untied GET "${reference}" weights_sha256)
