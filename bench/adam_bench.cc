@@ -9,7 +9,7 @@
 // denominator least: its write stream costs an extra read that AdamW's in-place updates do not.
 //
 // Every kernel's arrays are cut from one block, array k starting k cache lines past k x elements
-// floats, as the memory and optimizer probes lay theirs out (real/exec/host_probes.cc). Two more
+// floats, as the memory and optimizer probes lay theirs out (real/probes/host_probes.cc). Two more
 // benchmarks show why: the memory probe's update loop (p += s g, m += s g, v += s g g; 28 B per
 // element; "update") and AdamW with their four arrays in separate std::vectors, allocated one
 // after another as the probe's were ("_vectors"): with a power-of-two count they start at the same

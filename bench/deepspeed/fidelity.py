@@ -117,7 +117,7 @@ def worker(args):
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     config = json.load(open(args.ds_config))
-    # tierflow's AdamW (real/include/tierflow/real/train_config.h).
+    # tierflow's AdamW (real/train/include/tierflow/real/train_config.h).
     config["optimizer"] = {"type": "AdamW", "params": {"lr": args.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}}
     config["steps_per_print"] = 1 << 30
     if args.precision == "fp32":  # PyTorch's bf16 products have no fast path on a CPU without AVX-512 BF16 or AMX

@@ -15,10 +15,8 @@
 namespace tierflow::real {
 
 using exec::HasGlobalCheck;
-using exec::IterationState;
 using exec::Run;
 using exec::ScalerFor;
-using exec::Trainer;
 using exec::UpdateGradScale;
 
 Status CheckRunnable(const Schedule& schedule, const TrainConfig& config) {
@@ -152,7 +150,7 @@ namespace {
 // micro-step's into bf16 in `grad16` and the others added to it, in the order backward made them
 // (the tied head's part of the table first). Each tensor is checked in `split` parts (the ranks'
 // partitions); returns each part's checks combined in tensor order.
-StatusOr<std::vector<cpu::GradCheck>> GradientsOff(exec::ComputeDevice& device, const Trainer& trainer, const float* grads,
+StatusOr<std::vector<cpu::GradCheck>> GradientsOff(ComputeDevice& device, const Trainer& trainer, const float* grads,
                                                    const float* tied_grads, bool in_bf16, bool first_micro, float unscale,
                                                    int32_t split, float* grad, uint16_t* grad16, CpuThreads& threads) {
   const bool tied = trainer.TiedHead(trainer.layer_count() - 1);
@@ -200,7 +198,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   TF_RETURN_IF_ERROR(ValidateLlamaSequence(config.spec, config.seq, "training.sequence_length"));
   if (iterations < 1) return InvalidArgument("iterations must be >= 1");
   Trainer trainer(config);
-  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::ComputeDevice> device, exec::MakeComputeDevice(compute, config, trainer));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<ComputeDevice> device, MakeComputeDevice(compute, config, trainer));
   const int hw = config.threads > 0 ? config.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   CpuThreads threads(hw);
   TF_ASSIGN_OR_RETURN(TokenLoader loader, TokenLoader::Create(config.tokens, config.batch, config.seq, config.data_seed));
@@ -224,7 +222,7 @@ StatusOr<RunResult> RunInMemory(const TrainConfig& config, int64_t iterations,
   std::vector<float> reduced(ranks > 1 ? master.size() : 0);
   std::vector<float> reduced_tied(ranks > 1 && tied ? static_cast<size_t>(trainer.LayerElements(0)) : 0);
   cpu::Fp32ToBf16(p16.data(), master.data(), static_cast<int64_t>(master.size()), threads);
-  TF_ASSIGN_OR_RETURN(std::unique_ptr<exec::WholeModel> model, exec::WholeModel::Create(*device, trainer));
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<WholeModel> model, WholeModel::Create(*device, trainer));
   TF_RETURN_IF_ERROR(model->Load(p16));
   LossScaler scaler = ScalerFor(config);
   IterationState it;

@@ -2,26 +2,19 @@
 // executes, where a rank's partition of the parameters lies in the model, and the one order in
 // which every rank issues its collectives.
 //
-// Thread safety: RankPart and RankSpace are values. A CommEngine owns one thread that runs every
-// collective of its rank; Post may be called from any thread.
+// Thread safety: RankPart and RankSpace are values. (The collectives run on the rank's CommEngine,
+// tierflow/real/comm_engine.h.)
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tierflow/core/schedule.h"
-#include "tierflow/real/collective.h"
 #include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/llama.h"
 #include "tierflow/real/train_config.h"
-#include "run_workers.h"
 
 namespace tierflow::real::exec {
 
@@ -95,43 +88,5 @@ void AdamWSparingVectors(const RankSpace& space, const TrainConfig& config, cons
 // run's configuration; the first error stops it.
 Status ForEachAdamWRun(const RankSpace& space, const TrainConfig& config, const ParamLayout& layout, int64_t begin, int64_t n, int64_t step,
                        const std::function<Status(int64_t offset, int64_t elements, const AdamWConfig& config)>& update);
-
-// Runs every collective of a rank on one thread, in one order on every rank: rank 0 runs them in
-// the order they are posted to it (ready there) and first broadcasts which one it is; every
-// other rank waits for that announcement, then for that instance to be posted there, and runs it.
-// So ranks whose dispatchers make collectives ready in different orders never issue mismatched
-// operations. A work's status goes to `events` as its job's event.
-class CommEngine {
- public:
-  CommEngine(Collective* comm, EventQueue* events);
-  // Rank 0 announces the end (every collective has run); every rank's thread stops.
-  ~CommEngine();
-  // `task` is a task of the schedule, or kCheckpointCommit: the commit of the checkpoint saved
-  // after `iteration`, which every rank posts too.
-  void Post(int32_t task, int64_t iteration, size_t job, std::function<Status()> work);
-  static constexpr int32_t kCheckpointCommit = -2;
-  // Rank 0: after its last collective. Joins the thread (other ranks: after the announcement).
-  void Finish();
-  // This rank's run failed: its thread stops at the next collective announced that this rank has
-  // not posted, instead of waiting for it forever, so that the run can return its error (and the
-  // process abort the job, docs/executor.md "Many ranks").
-  void Fail();
-
- private:
-  struct Item {
-    size_t job = 0;
-    std::function<Status()> work;
-  };
-  void Loop();
-  Collective* comm_;
-  EventQueue* events_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::pair<int32_t, int64_t>, Item>> queue_;  // rank 0: posted order
-  std::map<std::pair<int32_t, int64_t>, Item> posted_;               // other ranks
-  bool finishing_ = false;
-  bool failed_ = false;
-  std::thread thread_;
-};
 
 }  // namespace tierflow::real::exec

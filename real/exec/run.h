@@ -19,6 +19,7 @@
 #include "tierflow/core/dispatcher.h"
 #include "tierflow/core/schedule.h"
 #include "tierflow/real/checkpoint.h"
+#include "tierflow/real/comm_engine.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/dir_lock.h"
 #include "tierflow/real/disk_set.h"

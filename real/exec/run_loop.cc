@@ -196,7 +196,8 @@ StatusOr<RunResult> Run::Execute() {
   Dispatcher d(s_, run_iterations_);
   if (comm_ != nullptr) {
     TF_RETURN_IF_ERROR(comm_->Barrier());  // the ranks' clocks start together
-    engine_ = std::make_unique<CommEngine>(comm_, &events_);  // from now on the only user of comm_ until it finishes
+    // From now on the engine is the only user of comm_ until it finishes.
+    engine_ = std::make_unique<CommEngine>(comm_, [this](size_t job, Status st) { events_.Push({job, std::move(st)}); });
   }
   // Whatever ends the run early, the engine must not wait for collectives this rank will not post.
   struct FailUnlessFinished {

@@ -145,8 +145,8 @@ const ResidentRun* RunState::ResidentAt(int64_t at) const {
   return at < it->begin + it->n ? &*it : nullptr;
 }
 
-StatusOr<std::vector<exec::ParamRange>> RunState::ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const {
-  std::vector<exec::ParamRange> out;
+StatusOr<std::vector<ParamRange>> RunState::ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const {
+  std::vector<ParamRange> out;
   const int64_t end = begin + n;
   for (int64_t at = begin; at < end;) {
     const char* data = nullptr;

@@ -14,17 +14,17 @@
 #include <vector>
 
 #include "tierflow/core/schedule.h"
+#include "tierflow/real/block_cache.h"
+#include "tierflow/real/compute_device.h"
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/io_memory.h"
 #include "tierflow/real/storage.h"
-#include "block_cache.h"
-#include "compute_device.h"
+#include "tierflow/real/trainer.h"
+#include "tierflow/real/workers.h"
 #include "host_arena.h"
 #include "ranks.h"
-#include "run_workers.h"
 #include "state_values.h"
-#include "trainer.h"
 
 namespace tierflow::real::exec {
 
@@ -72,7 +72,7 @@ class RunState {
   const RankSpace& space() const { return space_; }
   const Trainer& trainer() const { return trainer_; }
   Collective* comm() const { return comm_; }  // null with one rank
-  exec::ComputeDevice* device() const { return device_.get(); }
+  ComputeDevice* device() const { return device_.get(); }
   // The schedule has a global gradient check (overflow_check_and_norm) deciding each step; else
   // every step is taken as its optimizer tasks come (an update overlapped with backward).
   bool global_check() const { return global_check_; }
@@ -149,11 +149,11 @@ class RunState {
   Versions& resident_versions() { return resident_versions_; }
   // Where param16 [begin, begin + n) is on the GPU for `t`: in the gathered pieces of the GPU
   // buffers it uses, else at its GPU-resident home; every part at version `iteration`.
-  StatusOr<std::vector<exec::ParamRange>> ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const;
+  StatusOr<std::vector<ParamRange>> ParamsOnGpu(const TaskSpec& t, int64_t iteration, int64_t begin, int64_t n) const;
 
   // ---- Resources
   Storage& io() { return *io_; }
-  exec::BlockCache& blocks() { return blocks_; }
+  BlockCache& blocks() { return blocks_; }
   // The pool of CPU threads of a resource's host work, made when first asked for.
   CpuThreads& ThreadsOf(int32_t resource);
   // Counts bytes a read or write moved, O_DIRECT or through the page cache (RunResult).
@@ -199,7 +199,7 @@ class RunState {
   const RankSpace space_;
   Collective* comm_;                              // null with one rank
   Trainer trainer_;                               // layout, initial weights, activations
-  std::unique_ptr<exec::ComputeDevice> device_;   // gpu0 (RunOptions::compute)
+  std::unique_ptr<ComputeDevice> device_;   // gpu0 (RunOptions::compute)
   LossScaler scaler_;
   bool global_check_;
   int32_t micro_steps_;  // per iteration (Schedule::MicroSteps)
@@ -214,7 +214,7 @@ class RunState {
   Versions resident_versions_;                         // param16 at the resident home
   std::vector<BufferState> buffers_;                   // per window slot and buffer
   int64_t ctx_iteration_ = 0;                          // the iteration being prepared or finished
-  exec::BlockCache blocks_;                            // host memory of buffers and staging
+  BlockCache blocks_;                            // host memory of buffers and staging
   std::vector<HostArena> arenas_;                      // per schedule pool (none for a GPU pool)
   std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
   std::vector<std::unique_ptr<CpuThreads>> threads_;   // per resource, lazily

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "tierflow/core/status.h"
-#include "run_workers.h"
+#include "tierflow/real/workers.h"
 
 namespace tierflow::real::exec {
 

@@ -1,6 +1,6 @@
-// exec::BlockCache (real/exec/block_cache.h): blocks reused by size, the allocated and reserved
+// BlockCache (tierflow/real/block_cache.h): blocks reused by size, the allocated and reserved
 // counts and their peaks, and the reserved limit, over a counting allocator.
-#include "block_cache.h"
+#include "tierflow/real/block_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 namespace {
 
 // malloc and free, counted: which blocks exist, and how many bytes.
@@ -99,4 +99,4 @@ TEST(BlockCache, NoRoomFreesKeptBlocksThenGivesNull) {
 }
 
 }  // namespace
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

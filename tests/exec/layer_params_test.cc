@@ -1,4 +1,4 @@
-// How a layer step is given its parameters (real/exec/trainer.h): ranges that must cover the
+// How a layer step is given its parameters (tierflow/real/trainer.h): ranges that must cover the
 // layer in order (CheckLayerParams), and a pointer per tensor found in them (TensorStarts), which
 // the CUDA device hands to LlamaSteps instead of copying the ranges into one slice. On the CPU,
 // over host arrays standing for gpu0 memory.
@@ -9,9 +9,9 @@
 
 #include "tierflow/models/llm.h"
 #include "tierflow/real/llama.h"
-#include "trainer.h"
+#include "tierflow/real/trainer.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 namespace {
 
 ParamLayout TinyLayout() {
@@ -139,4 +139,4 @@ TEST(LayerParams, ATensorCutInTwoHasNoStart) {
 }
 
 }  // namespace
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

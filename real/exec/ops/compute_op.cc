@@ -29,10 +29,10 @@ Status PrepareCompute(RunState& run, const TaskSpec& t, int32_t task, int64_t it
   const int64_t layer = t.layer;
   // The layer's math reads the whole layer: the gathered buffers of its units, which this task
   // uses, and the resident home.
-  TF_ASSIGN_OR_RETURN(std::vector<exec::ParamRange> params,
+  TF_ASSIGN_OR_RETURN(std::vector<ParamRange> params,
                       run.ParamsOnGpu(t, iteration, run.trainer().LayerBegin(layer), run.trainer().LayerElements(layer)));
   if (run.trainer().TiedHead(layer)) {  // and the embedding table, wherever the schedule keeps it on the GPU
-    TF_ASSIGN_OR_RETURN(std::vector<exec::ParamRange> table, run.ParamsOnGpu(t, iteration, run.trainer().LayerBegin(0), run.trainer().LayerElements(0)));
+    TF_ASSIGN_OR_RETURN(std::vector<ParamRange> table, run.ParamsOnGpu(t, iteration, run.trainer().LayerBegin(0), run.trainer().LayerElements(0)));
     params.insert(params.end(), table.begin(), table.end());
   }
   CpuThreads* threads = &run.ThreadsOf(t.resource);

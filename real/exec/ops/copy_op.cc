@@ -107,7 +107,7 @@ Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t it
   }
   job.work = [&run, copies, span = &job.device_span] {
     for (const Copy& c : copies) {
-      exec::DeviceSpan one;
+      DeviceSpan one;
       TF_RETURN_IF_ERROR(run.device()->H2D(c.dst, c.src, c.bytes, &one));
       span->Merge(one);
     }
@@ -233,7 +233,7 @@ Status PrepareD2H(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t it
       const TensorSpec& ts = *outs[i].ts;
       const int64_t n = run.Elements(ts);
       char* dst = base + outs[i].offset;
-      exec::DeviceSpan one;
+      DeviceSpan one;
       if (outs[i].accumulate) {
         TF_ASSIGN_OR_RETURN((*checks)[i], run.device()->D2HGradAccumulate(reinterpret_cast<uint16_t*>(dst), outs[i].src, n, grad_scale, *threads, &one));
       } else {

@@ -25,8 +25,8 @@
 #include "tierflow/core/dispatcher.h"
 #include "tierflow/core/schedule.h"
 #include "tierflow/core/status.h"
+#include "tierflow/real/compute_device.h"
 #include "tierflow/real/io_window.h"
-#include "../compute_device.h"
 
 namespace tierflow::real::exec {
 
@@ -40,7 +40,7 @@ struct Job {
   std::function<Status()> work;      // on a worker; empty for I/O and instant ops
   std::function<void()> finish;      // on the dispatch thread, after success
   std::unique_ptr<IoWindow> sink;    // reads and writes: their requests, completing the job
-  exec::DeviceSpan device_span;      // its work's span on a real GPU, set by work (the record's)
+  DeviceSpan device_span;      // its work's span on a real GPU, set by work (the record's)
   int32_t tier_slot = -1;            // the node-wide lock slot it holds (tier_locks.h), or -1
 };
 

@@ -1,6 +1,6 @@
 // The real executor: runs a schedule for real — the same schedule file that `tierflow sim`
 // evaluates — fine-tuning a Llama-family model with `gpu0` emulated in host memory or, with
-// RunOptions::compute = "cuda", on GPU 0 (real/exec/compute_device.h).
+// RunOptions::compute = "cuda", on GPU 0 (tierflow/real/compute_device.h).
 //
 // One dispatch thread drives the core Dispatcher. Each started instance is prepared on that
 // thread (operands resolved, versions checked), then its work runs where the schedule says:

@@ -19,7 +19,7 @@
 
 #include "tierflow/core/status.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 
 class BlockCache {
  public:
@@ -115,4 +115,4 @@ class BlockCache {
   int64_t limit_ = std::numeric_limits<int64_t>::max();
 };
 
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

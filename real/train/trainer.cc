@@ -1,11 +1,11 @@
-#include "trainer.h"
+#include "tierflow/real/trainer.h"
 
 #include <algorithm>
 #include <string>
 
 #include "tierflow/real/adamw.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 
 Status CheckLayerParams(const std::vector<ParamRange>& params, int64_t begin, int64_t n) {
   int64_t at = begin;
@@ -124,4 +124,4 @@ void Trainer::Backward(int64_t layer, const std::vector<ParamRange>& params, flo
   cpu::RoundToBf16(grad, StepGradElements(layer), threads);  // a bf16 model's gradients
 }
 
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

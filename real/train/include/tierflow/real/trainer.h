@@ -19,7 +19,7 @@
 #include "tierflow/real/train_config.h"
 #include "tierflow/real/llama.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 
 // Elements [begin, begin + n) of the ParamLayout's bf16 parameters, at `data` in gpu0 memory: a
 // layer step is given its parameters as such ranges, in order and covering the layer, wherever
@@ -109,4 +109,4 @@ class Trainer {
   std::unique_ptr<LlamaWorkspace<float>> ws_;
 };
 
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

@@ -2,9 +2,9 @@
 // tasks run the layer steps, and whose fp32 gradients the d2h tasks take off (checked for
 // overflow and squared-norm'd on the way, as DeepSpeed does on the GPU). The executor calls only
 // this, so the same schedule runs on either:
-//   cpu   gpu0 emulated in host memory: exec::Trainer's fp32 math on bf16 parameters
+//   cpu   gpu0 emulated in host memory: Trainer's fp32 math on bf16 parameters
 //   cuda  GPU 0: cuda::LlamaSteps (bf16 activations, cuBLAS and our kernels), built only with the
-//         CUDA toolkit (TIERFLOW_EXEC_CUDA)
+//         CUDA toolkit (device/cuda_device.cc; without it, device/cuda_device_unavailable.cc)
 //
 // Thread safety: the executor calls each method from the worker thread of the task's resource;
 // implementations serialise what must be (the CUDA device uses one lock for its compute stream).
@@ -20,9 +20,9 @@
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/train_config.h"
-#include "trainer.h"
+#include "tierflow/real/trainer.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 
 // Where a device times its work on the GPU: the span of one call's work there, in
 // MonotonicSeconds() (docs/trace-format.md "GPU-side times"). end_s is 0 when there is none.
@@ -136,4 +136,4 @@ std::unique_ptr<ComputeDevice> MakeCpuDevice(Trainer& trainer);
 StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(const std::string& name, const TrainConfig& config,
                                                            Trainer& trainer, int local_rank = 0);
 
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

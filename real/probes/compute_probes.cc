@@ -9,13 +9,13 @@
 #include <random>
 #include <thread>
 
-#include "compute_device.h"
-#include "probe_common.h"
 #include "tierflow/real/adamw.h"
+#include "tierflow/real/compute_device.h"
 #include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/host_probes.h"
-#include "trainer.h"
+#include "tierflow/real/trainer.h"
+#include "probe_common.h"
 
 namespace tierflow::real {
 
@@ -35,8 +35,8 @@ class LayerPasses {
       return InvalidArgument("probe compute: " + std::to_string(costs.size()) + " layer costs for a model of " +
                              std::to_string(p->trainer_.layer_count()) + " layers");
     }
-    TF_ASSIGN_OR_RETURN(p->device_, exec::MakeComputeDevice(o.compute, config, p->trainer_));
-    TF_ASSIGN_OR_RETURN(p->model_, exec::WholeModel::Create(*p->device_, p->trainer_));
+    TF_ASSIGN_OR_RETURN(p->device_, MakeComputeDevice(o.compute, config, p->trainer_));
+    TF_ASSIGN_OR_RETURN(p->model_, WholeModel::Create(*p->device_, p->trainer_));
     {
       const std::vector<float> master = p->trainer_.InitialMaster();
       std::vector<uint16_t> p16(master.size());
@@ -64,7 +64,7 @@ class LayerPasses {
     // its backward steps reuse them, as a run's do (Trainer::Widen).
     it_.iteration = ++passes_;
     auto time = [&](int64_t layer, bool forward) -> Status {
-      exec::DeviceSpan span;
+      DeviceSpan span;
       const double start = MonotonicSeconds();
       TF_RETURN_IF_ERROR(forward ? device_->Forward(layer, model_->Layer(layer), &it_, threads_, &span)
                                  : device_->Backward(layer, model_->Layer(layer), model_->LayerGrads(layer), &it_, threads_, &span));
@@ -107,7 +107,7 @@ class LayerPasses {
       }
     }
     float* const* f = reinterpret_cast<float* const*>(update_.data());
-    exec::DeviceSpan span;
+    DeviceSpan span;
     const double start = MonotonicSeconds();
     TF_RETURN_IF_ERROR(device_->AdamW(f[0], f[1], f[2], f[3], static_cast<uint16_t*>(update_[4]), n, rep + 2, 1.0f, AdamWConfig{}, threads_, &span));
     const double end = MonotonicSeconds();
@@ -133,13 +133,13 @@ class LayerPasses {
         threads_(config.threads > 0 ? config.threads : probe_internal::MaxThreads(o)),
         record_threads_(o.compute == "cpu" ? threads_.threads() : 0) {}
 
-  exec::Trainer trainer_;
+  Trainer trainer_;
   std::vector<LayerCost> costs_;
   CpuThreads threads_;
   int32_t record_threads_;
-  std::unique_ptr<exec::ComputeDevice> device_;  // after trainer_: it refers to it
-  std::unique_ptr<exec::WholeModel> model_;
-  exec::IterationState it_;
+  std::unique_ptr<ComputeDevice> device_;  // after trainer_: it refers to it
+  std::unique_ptr<WholeModel> model_;
+  IterationState it_;
   int64_t passes_ = 0;
   std::vector<void*> update_;  // Update's arrays, in the device's memory
 };

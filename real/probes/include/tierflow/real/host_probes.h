@@ -57,7 +57,7 @@ struct LayerCost {
 };
 
 // Forward of every layer in order, then backward in reverse, `repetitions` times, on the compute
-// device options.compute names (exec::ComputeDevice: the CPU's math at config.threads threads, or
+// device options.compute names (ComputeDevice: the CPU's math at config.threads threads, or
 // GPU 0's layer steps, each timed from its call to its completion on the GPU, as the executor
 // sees a compute task) with config.spec at config.batch x config.seq; `costs[l]` gives layer l's
 // flops and bytes. `label` goes into the task names. Then, with options.gpu_update, the device's

@@ -18,15 +18,15 @@
 #include <unordered_set>
 #include <vector>
 
-#include "block_cache.h"
-#include "compute_device.h"
+#include "tierflow/real/block_cache.h"
+#include "tierflow/real/compute_device.h"
 #include "tierflow/real/cuda_compute.h"
 #include "tierflow/real/cuda_llama.h"
 #include "tierflow/real/cuda_ops.h"
 #include "tierflow/real/cuda_status.h"
 #include "tierflow/real/storage.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 
 StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config, int local_rank);
 
@@ -309,4 +309,4 @@ StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& confi
   return CudaDevice::Create(config, local_rank);
 }
 
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

@@ -1,5 +1,5 @@
 // One rank's Llama training steps on the GPU, organised as the schedule runs them and as
-// exec::Trainer runs them on the CPU: one step per models::Layers() unit (0 the embedding,
+// Trainer runs them on the CPU: one step per models::Layers() unit (0 the embedding,
 // 1..L the decoders, L+1 the head), each given its parameters as a device pointer per tensor of
 // the layer (bf16, wherever each lies: the units' gathered buffers, a resident home, or one slice
 // of a flat ParamLayout buffer) and its gradient as the layer's fp32 slice.

@@ -1,19 +1,17 @@
-#include "compute_device.h"
+#include "tierflow/real/compute_device.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
 #include "tierflow/core/text.h"
-#include "block_cache.h"
-#include "emulated_copy.h"
+#include "tierflow/real/block_cache.h"
+#include "tierflow/real/emulated_copy.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 
-#ifdef TIERFLOW_EXEC_CUDA
-// cuda_device.cc.
+// cuda_device.cc, or cuda_device_unavailable.cc in a build without CUDA.
 StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config, int local_rank);
-#endif
 
 namespace {
 
@@ -137,17 +135,11 @@ StatusOr<std::unique_ptr<ComputeDevice>> MakeComputeDevice(const std::string& na
                                                            Trainer& trainer, int local_rank) {
   if (name == "cpu") return MakeCpuDevice(trainer);
   if (name == "cuda") {
-#ifdef TIERFLOW_EXEC_CUDA
     auto device = MakeCudaDevice(config, local_rank);
     if (!device.ok()) return Status(device.status().code(), "compute device 'cuda': " + device.status().message());
     return device;
-#else
-    (void)config;
-    (void)local_rank;
-    return Unavailable("compute device 'cuda': this build has no CUDA back-end (build with the CUDA toolkit)");
-#endif
   }
   return InvalidArgument("compute device " + Quoted(name) + " (known: cpu, cuda)");
 }
 
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real

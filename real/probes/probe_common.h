@@ -6,9 +6,9 @@
 #include <string>
 #include <thread>
 
-#include "run_workers.h"
 #include "tierflow/core/trace_record.h"
 #include "tierflow/real/host_probes.h"
+#include "tierflow/real/workers.h"
 
 namespace tierflow::real::probe_internal {
 

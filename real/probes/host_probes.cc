@@ -10,15 +10,15 @@
 #include <random>
 #include <thread>
 
-#include "compute_device.h"
-#include "emulated_copy.h"
-#include "probe_common.h"
-#include "run_workers.h"
 #include "tierflow/real/adamw.h"
+#include "tierflow/real/compute_device.h"
 #include "tierflow/real/cpu_threads.h"
 #include "tierflow/real/disk_probe.h"
+#include "tierflow/real/emulated_copy.h"
 #include "tierflow/real/storage.h"
-#include "trainer.h"
+#include "tierflow/real/trainer.h"
+#include "tierflow/real/workers.h"
+#include "probe_common.h"
 
 namespace tierflow::real {
 
@@ -107,10 +107,10 @@ StatusOr<std::vector<TraceRecord>> ProbeCopies(const std::vector<int64_t>& sizes
           }
           const double start = MonotonicSeconds();
           if (h2d) {
-            exec::EmulatedH2D(reinterpret_cast<uint16_t*>(dev), hst, size / 2);
+            EmulatedH2D(reinterpret_cast<uint16_t*>(dev), hst, size / 2);
           } else {
             const int64_t elements = narrows ? size / 2 : size / 4;
-            exec::EmulatedD2HGrad(hst, reinterpret_cast<const float*>(dev), elements, narrows, 1.0f, threads);
+            EmulatedD2HGrad(hst, reinterpret_cast<const float*>(dev), elements, narrows, 1.0f, threads);
           }
           const double end = MonotonicSeconds();
           if (rep < 0) continue;

@@ -11,7 +11,7 @@
 #include "tierflow/real/adamw.h"
 #include "tierflow/real/cpu_threads.h"
 
-namespace tierflow::real::exec {
+namespace tierflow::real {
 
 // h2d of bf16 parameters: a plain copy (no DMA engine to hand it to).
 inline void EmulatedH2D(uint16_t* dst, const void* src, int64_t elements) {
@@ -31,4 +31,4 @@ inline cpu::GradCheck EmulatedD2HGrad(void* dst, const float* src, int64_t eleme
   return check;
 }
 
-}  // namespace tierflow::real::exec
+}  // namespace tierflow::real
