@@ -81,9 +81,9 @@ class Run : public RunState {
   // buffers hold beyond the states' homes).
   Status MakeResidentHome(int64_t persistent_gpu_bytes);
   Status FindMathTasks();
-  // Makes, before the first iteration, each host pool's arena (host_arena.h): as many bytes as
-  // its buffers can hold at once, from which TakeBuffer cuts them, so that no task waits mid-run
-  // for fresh memory to be mapped and faulted in.
+  // Makes, before the first iteration, each host pool's memory (an ExactPool of one PinnedArena,
+  // pinned_arena.h): as many bytes as its buffers can hold at once, from which TakeBuffer cuts
+  // them, so that no task waits mid-run for fresh memory to be mapped and faulted in.
   void MakeHostArenas();
   Status InitialiseStores();
   // Starts an instance the dispatcher admitted: its buffers, then, once it holds its node-wide

@@ -432,7 +432,8 @@ StatusOr<int64_t> Run::BindMemoryHomes() {
 // reuse (BlockCache) only moved such stalls to the first time a run held one more buffer of a
 // size than before, in the second or third iteration as often as in the first, and every
 // sub-group of its own size made its own. DeepSpeed makes its swap buffers when its engine
-// starts; so does this: each host pool gets one mapping at set-up, as large as the pool's
+// starts; so does this: each host pool gets its part of one mapping at set-up (an ExactPool of one
+// PinnedArena, the project's one host allocator), as large as the pool's
 // buffers can hold at once (its capacity less its persistent buffers, which the dispatcher admits
 // first, and no more than every instance of its other buffers: each has one per iteration of the
 // window, each piece rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages
@@ -446,37 +447,52 @@ StatusOr<int64_t> Run::BindMemoryHomes() {
 // sub-groups of 1e6 elements made 5 MB of blocks mid-run in one CI run and none in others: which
 // runs are free when is the dispatcher's timing.
 void Run::MakeHostArenas() {
-  arenas_.assign(s_.pools().size(), HostArena());
+  host_pools_.assign(s_.pools().size(), nullptr);
+  std::vector<int64_t> bytes(s_.pools().size(), 0), every(s_.pools().size(), 0);
+  int64_t total = 0;
   for (size_t p = 0; p < s_.pools().size(); ++p) {
     const PoolSpec& pool = s_.pools()[p];
     if (s_.devices()[static_cast<size_t>(pool.device)].kind == DeviceKind::kGpu) continue;
     // Room: the capacity less the persistent buffers, plus each live piece's rounding.
-    int64_t room = pool.capacity_bytes, instances = 0, every = 0;
+    int64_t room = pool.capacity_bytes, instances = 0;
     for (const BufferSpec& spec : s_.buffers()) {
       if (spec.pool != static_cast<int32_t>(p)) continue;
       if (spec.persistent) {
         room -= spec.size_bytes;
       } else {
         instances += window_;
-        every += window_ * AlignUp(std::max<int64_t>(spec.size_bytes, 1), kDirectAlignment);
+        every[p] += window_ * AlignUp(std::max<int64_t>(spec.size_bytes, 1), kDirectAlignment);
       }
     }
-    const int64_t bytes = std::min(AlignUp(std::max<int64_t>(room, 0), kDirectAlignment) + instances * kDirectAlignment, every);
-    if (bytes <= 0) continue;
-    // Mapped now, faulted in where first touched: a pool's buffers use what they use of it.
-    char* base = static_cast<char*>(AllocateIoMemory(bytes, /*populate=*/false));
-    if (base == nullptr) continue;  // its buffers get blocks of their own
-    if (device_) (void)device_->RegisterHost(base, bytes);
-    arenas_[p] = HostArena(base, bytes);
-    if (bytes < every) continue;
+    bytes[p] = std::max<int64_t>(0, std::min(AlignUp(std::max<int64_t>(room, 0), kDirectAlignment) + instances * kDirectAlignment, every[p]));
+    total += bytes[p];
+  }
+  if (total == 0) return;
+  // One mapping for every host pool, mapped now, faulted in where first touched (a pool's buffers
+  // use what they use of it), page-locked through the compute device. Where it cannot be made,
+  // the buffers get blocks of their own.
+  ArenaOptions o;
+  o.lock = false;
+  o.populate = false;
+  o.cuda_register = false;
+  auto arena = PinnedArena::Create(total, o);
+  if (!arena.ok()) return;
+  host_memory_ = std::move(*arena);
+  if (device_) (void)device_->RegisterHost(host_memory_->base(), host_memory_->budget_bytes());
+  for (size_t p = 0; p < s_.pools().size(); ++p) {
+    if (bytes[p] == 0) continue;
+    auto pool = host_memory_->CreateExactPool(s_.pools()[p].name, bytes[p], kDirectAlignment);
+    TF_CHECK(pool.ok());  // the arena's budget is their sum
+    host_pools_[p] = *pool;
+    if (bytes[p] < every[p]) continue;
     // It holds every instance at once: each gets its own piece for the whole run, so that no
     // order of takes and gives (the dispatcher's, which timing decides) can fragment it.
     for (size_t i = 0; i < buffers_.size(); ++i) {
       const BufferSpec& spec = s_.buffers()[i % s_.buffers().size()];
       if (spec.pool != static_cast<int32_t>(p) || spec.persistent) continue;
       BufferState& buf = buffers_[i];
-      buf.home = arenas_[p].Take(buf.size);
-      TF_CHECK(buf.home != nullptr);  // `every` is their sum
+      buf.home = host_pools_[p]->TryAllocate(std::max<int64_t>(buf.size, 1));
+      TF_CHECK(!buf.home.empty());  // `every` is their sum
     }
   }
 }

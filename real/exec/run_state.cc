@@ -32,12 +32,12 @@ RunState::RunState(const Schedule& s, const TrainConfig& config, const RunOption
           }) {}
 
 RunState::~RunState() {
-  for (BufferState& b : buffers_) ReturnBuffer(b, /*for_good=*/true);
-  for (HostArena& a : arenas_) {
-    if (a.base() == nullptr) continue;
-    if (device_) device_->UnregisterHost(a.base());
-    FreeIoMemory(a.base(), a.size_bytes());
+  for (BufferState& b : buffers_) {
+    ReturnBuffer(b, /*for_good=*/true);
+    b.home.Release();
   }
+  if (host_memory_ != nullptr && device_) device_->UnregisterHost(host_memory_->base());
+  host_memory_.reset();
   if (device_ && resident_block_ != nullptr) device_->Free(resident_block_);
 }
 
@@ -192,12 +192,13 @@ Status RunState::TakeBuffer(BufferState& buf, const std::string& name) {
     buf.data = static_cast<char*>(*block);
     return Status::Ok();
   }
-  if (buf.home != nullptr) {
-    buf.data = buf.home;
+  if (!buf.home.empty()) {
+    buf.data = buf.home.bytes();
     return Status::Ok();
   }
-  if (buf.pool >= 0 && static_cast<size_t>(buf.pool) < arenas_.size()) buf.data = arenas_[static_cast<size_t>(buf.pool)].Take(buf.size);
-  if (buf.data == nullptr) buf.data = static_cast<char*>(blocks_.Take(buf.size));
+  ExactPool* pool = buf.pool >= 0 && static_cast<size_t>(buf.pool) < host_pools_.size() ? host_pools_[static_cast<size_t>(buf.pool)] : nullptr;
+  if (pool != nullptr) buf.piece = pool->TryAllocate(std::max<int64_t>(buf.size, 1));
+  buf.data = buf.piece.empty() ? static_cast<char*>(blocks_.Take(buf.size)) : buf.piece.bytes();
   if (buf.data == nullptr) return ResourceExhausted("buffer '" + name + "': cannot allocate " + std::to_string(buf.size) + " bytes of host memory");
   return Status::Ok();
 }
@@ -206,19 +207,14 @@ void RunState::ReturnBuffer(BufferState& buf, bool for_good) {
   if (buf.data == nullptr || (buf.on_gpu && !device_)) return;
   if (buf.on_gpu) {
     device_->Free(buf.data);
-  } else if (buf.data != buf.home) {  // a home stays the buffer's
-    if (HostArena* arena = ArenaHolding(buf)) arena->Give(buf.data);
-    else if (for_good) blocks_.Release(buf.data);
+  } else if (!buf.piece.empty()) {
+    buf.piece.Release();
+  } else if (buf.home.empty()) {  // a home stays the buffer's
+    if (for_good) blocks_.Release(buf.data);
     else blocks_.Give(buf.data);
   }
   buf.data = nullptr;
   buf.pieces.clear();
-}
-
-HostArena* RunState::ArenaHolding(const BufferState& buf) {
-  if (buf.pool < 0 || static_cast<size_t>(buf.pool) >= arenas_.size()) return nullptr;
-  HostArena& arena = arenas_[static_cast<size_t>(buf.pool)];
-  return arena.Holds(buf.data) ? &arena : nullptr;
 }
 
 Status RunState::TakeBatch(const TaskSpec& t, int64_t iteration, int32_t micro, IterationState* it) {

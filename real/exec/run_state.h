@@ -19,10 +19,10 @@
 #include "tierflow/real/dataset.h"
 #include "tierflow/real/executor.h"
 #include "tierflow/real/io_memory.h"
+#include "tierflow/real/pinned_arena.h"
 #include "tierflow/real/storage.h"
 #include "tierflow/real/trainer.h"
 #include "tierflow/real/workers.h"
-#include "host_arena.h"
 #include "ranks.h"
 #include "state_values.h"
 
@@ -188,8 +188,6 @@ class RunState {
   // or for good (the run's end).
   Status TakeBuffer(BufferState& buf, const std::string& name);
   void ReturnBuffer(BufferState& buf, bool for_good);
-  // The arena a host buffer's memory was cut from, or null (a block of its own).
-  HostArena* ArenaHolding(const BufferState& buf);
   // The batch of the next micro-step: the loader's next `ranks` batches, this rank's of them.
   TokenBatch NextBatch();
 
@@ -212,10 +210,12 @@ class RunState {
   std::vector<ResidentRun> resident_;                  // sorted by begin
   void* resident_block_ = nullptr;                     // gpu0 memory of resident_
   Versions resident_versions_;                         // param16 at the resident home
+  // The host pools' memory (Run::MakeHostArenas), declared before the buffers cut from it.
+  std::unique_ptr<PinnedArena> host_memory_;
+  std::vector<ExactPool*> host_pools_;                 // per schedule pool (null: a GPU pool, or none)
   std::vector<BufferState> buffers_;                   // per window slot and buffer
   int64_t ctx_iteration_ = 0;                          // the iteration being prepared or finished
   BlockCache blocks_;                            // host memory of buffers and staging
-  std::vector<HostArena> arenas_;                      // per schedule pool (none for a GPU pool)
   std::vector<uint8_t> math_task_;                     // per task: runs its layer's math
   std::vector<std::unique_ptr<CpuThreads>> threads_;   // per resource, lazily
   std::vector<int32_t> pool_threads_;                  // per resource: its pool's size (Run::SizeThreadPools)

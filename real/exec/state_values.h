@@ -12,6 +12,7 @@
 
 #include "tierflow/core/schedule.h"
 #include "tierflow/real/adamw.h"
+#include "tierflow/real/pinned_arena.h"
 #include "tierflow/real/train_config.h"
 
 namespace tierflow::real::exec {
@@ -117,10 +118,12 @@ struct BufferState {
   char* data = nullptr;  // host memory, or gpu0 memory for a buffer in a GPU pool
   int64_t size = 0;
   bool on_gpu = false;
-  int32_t pool = -1;  // its schedule pool (the host arena it is cut from: Run::MakeHostArenas)
-  // Its own piece of that arena for the whole run, where the arena holds every instance of the
-  // pool's buffers at once; null where pieces are cut as buffers are taken.
-  char* home = nullptr;
+  int32_t pool = -1;  // its schedule pool (the host pool it is cut from: Run::MakeHostArenas)
+  // Its own piece of that pool for the whole run, where the pool holds every instance of its
+  // buffers at once; empty where pieces are cut as buffers are taken.
+  PinnedBuffer home;
+  // The piece of its pool `data` is while taken (empty for a home, a block of the cache or gpu0).
+  PinnedBuffer piece;
   std::vector<Piece> pieces;
 };
 

@@ -117,34 +117,16 @@ PoolStats SlotPool::stats() const {
 // ---- ExactPool ----
 
 ExactPool::ExactPool(PinnedArena* arena, std::string name, char* base, int64_t capacity_bytes, int64_t alignment)
-    : PinnedPool(arena, std::move(name), base, capacity_bytes), alignment_(alignment) {
-  if (capacity_bytes > 0) free_.push_back({0, capacity_bytes});
-}
+    : PinnedPool(arena, std::move(name), base, capacity_bytes), alignment_(alignment), runs_(capacity_bytes) {}
 
-StatusOr<PinnedBuffer> ExactPool::Allocate(int64_t size_bytes) {
-  if (size_bytes <= 0) return InvalidArgument("pinned pool '" + name_ + "': allocation of " + std::to_string(size_bytes) + " bytes");
-  int64_t footprint = RoundUp(size_bytes, alignment_);
-  int64_t offset = -1;
+PinnedBuffer ExactPool::TryAllocate(int64_t size_bytes) {
+  if (size_bytes <= 0) return PinnedBuffer();
+  const int64_t footprint = RoundUp(size_bytes, alignment_);
+  int64_t offset;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < free_.size(); ++i) {
-      auto& [off, len] = free_[i];
-      if (len >= footprint) {
-        offset = off;
-        off += footprint;
-        len -= footprint;
-        if (len == 0) free_.erase(free_.begin() + static_cast<ptrdiff_t>(i));
-        break;
-      }
-    }
-    if (offset < 0) {
-      int64_t largest = 0;
-      for (auto& f : free_) largest = std::max(largest, f.second);
-      return ResourceExhausted("pinned pool '" + name_ + "': cannot allocate " + std::to_string(size_bytes) +
-                               " bytes (footprint " + std::to_string(footprint) + "): " + std::to_string(in_use_) +
-                               " of " + std::to_string(capacity_bytes_) + " bytes in use, largest free block " +
-                               std::to_string(largest) + " bytes");
-    }
+    offset = runs_.Take(footprint);
+    if (offset < 0) return PinnedBuffer();
     in_use_ += footprint;
     peak_ = std::max(peak_, in_use_);
     ++live_;
@@ -153,21 +135,22 @@ StatusOr<PinnedBuffer> ExactPool::Allocate(int64_t size_bytes) {
   return PinnedBuffer(this, base_ + offset, size_bytes, offset);
 }
 
+StatusOr<PinnedBuffer> ExactPool::Allocate(int64_t size_bytes) {
+  if (size_bytes <= 0) return InvalidArgument("pinned pool '" + name_ + "': allocation of " + std::to_string(size_bytes) + " bytes");
+  PinnedBuffer b = TryAllocate(size_bytes);
+  if (!b.empty()) return b;
+  std::lock_guard<std::mutex> lock(mu_);
+  return ResourceExhausted("pinned pool '" + name_ + "': cannot allocate " + std::to_string(size_bytes) + " bytes (footprint " +
+                           std::to_string(RoundUp(size_bytes, alignment_)) + "): " + std::to_string(in_use_) + " of " +
+                           std::to_string(capacity_bytes_) + " bytes in use, largest free block " + std::to_string(runs_.largest()) +
+                           " bytes");
+}
+
 void ExactPool::Free(int64_t offset, int64_t size_bytes) {
-  int64_t footprint = RoundUp(size_bytes, alignment_);
+  const int64_t footprint = RoundUp(size_bytes, alignment_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::lower_bound(free_.begin(), free_.end(), std::make_pair(offset, int64_t{0}));
-    it = free_.insert(it, {offset, footprint});
-    // Coalesce with the next and the previous free range.
-    if (it + 1 != free_.end() && it->first + it->second == (it + 1)->first) {
-      it->second += (it + 1)->second;
-      free_.erase(it + 1);
-    }
-    if (it != free_.begin() && (it - 1)->first + (it - 1)->second == it->first) {
-      (it - 1)->second += it->second;
-      free_.erase(it);
-    }
+    runs_.Give(offset, footprint);
     in_use_ -= footprint;
     --live_;
   }
@@ -176,9 +159,7 @@ void ExactPool::Free(int64_t offset, int64_t size_bytes) {
 
 int64_t ExactPool::largest_free_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t largest = 0;
-  for (auto& f : free_) largest = std::max(largest, f.second);
-  return largest;
+  return runs_.largest();
 }
 
 PoolStats ExactPool::stats() const {
@@ -193,7 +174,7 @@ StatusOr<std::unique_ptr<PinnedArena>> PinnedArena::Create(int64_t budget_bytes,
   std::unique_ptr<PinnedArena> arena(new PinnedArena);
   arena->budget_bytes_ = RoundUp(budget_bytes, kPage);
   // I/O memory (io_memory.h): the arena's slots are the buffers of disk requests.
-  void* p = AllocateIoMemory(arena->budget_bytes_);
+  void* p = AllocateIoMemory(arena->budget_bytes_, options.populate);
   if (p == nullptr) return ResourceExhausted("pinned arena: cannot map " + std::to_string(arena->budget_bytes_) + " bytes");
   arena->base_ = static_cast<char*>(p);
   if (options.lock) {

@@ -4,8 +4,12 @@
 //
 //  - a SlotPool: `slot_count` slots of exactly `slot_bytes` each (DeepSpeed-style buffers);
 //  - an ExactPool: a capacity from which blocks of any size are allocated (MemAscend-style),
-//    first fit with coalescing free; no power-of-two rounding — a block's footprint is its size
-//    rounded up to the pool's alignment (4 KiB by default, so O_DIRECT can use it).
+//    best fit with coalescing free (free_runs.h); no power-of-two rounding — a block's footprint
+//    is its size rounded up to the pool's alignment (4 KiB by default, so O_DIRECT can use it).
+//
+// It is the one host-memory allocator of tierflow: the checkpoints' staging slots, and the
+// executor's host pools (an ExactPool per pool of the schedule, in one arena made at set-up,
+// registered with the GPU through the run's compute device).
 //
 // Accounting is exact and in bytes: the arena's `reserved` is the sum of its pools' capacities;
 // a pool's `in_use` the sum of live footprints, `peak` the largest `in_use` ever seen; the arena's
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "tierflow/core/status.h"
+#include "tierflow/real/free_runs.h"
 
 namespace tierflow::real {
 
@@ -109,6 +114,8 @@ class ExactPool final : public PinnedPool {
  public:
   // A block of exactly `size_bytes` (footprint rounded to the alignment), or ResourceExhausted.
   StatusOr<PinnedBuffer> Allocate(int64_t size_bytes);
+  // The same, empty when the pool has no room (for callers with somewhere else to go).
+  PinnedBuffer TryAllocate(int64_t size_bytes);
   PoolStats stats() const override;
   int64_t alignment_bytes() const { return alignment_; }
   int64_t largest_free_bytes() const;
@@ -119,7 +126,7 @@ class ExactPool final : public PinnedPool {
   void Free(int64_t offset, int64_t size_bytes) override;
   int64_t alignment_;
   mutable std::mutex mu_;
-  std::vector<std::pair<int64_t, int64_t>> free_;  // (offset, length), sorted, coalesced
+  FreeRuns runs_;
   int64_t in_use_ = 0;
   int64_t peak_ = 0;
   int64_t live_ = 0;
@@ -127,6 +134,7 @@ class ExactPool final : public PinnedPool {
 
 struct ArenaOptions {
   bool lock = true;             // mlock the mapping
+  bool populate = true;         // fault it in now (else where first touched; mlock faults it anyway)
   bool allow_unlocked = false;  // when mlock fails: continue unlocked (locked() == false) instead of failing
   bool cuda_register = true;    // cudaHostRegister when libcudart and a GPU are present
 };
