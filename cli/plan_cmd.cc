@@ -5,7 +5,7 @@
 #include "command.h"
 #include "tierflow/core/files.h"
 #include "inputs.h"
-#include "iteration_report.h"
+#include "model_figures.h"
 #include "tierflow/core/units.h"
 
 namespace tierflow::cli {

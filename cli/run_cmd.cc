@@ -14,7 +14,7 @@
 #include "command.h"
 #include "fine_tune.h"
 #include "inputs.h"
-#include "iteration_report.h"
+#include "model_figures.h"
 #include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/real/checksum.h"

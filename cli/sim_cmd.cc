@@ -4,7 +4,7 @@
 
 #include "command.h"
 #include "inputs.h"
-#include "iteration_report.h"
+#include "model_figures.h"
 #include "tierflow/core/files.h"
 #include "tierflow/core/units.h"
 #include "tierflow/policies/policy.h"

@@ -1,5 +1,7 @@
 // The iteration report shared by `tierflow sim` and `tierflow run`: the same keys whichever
 // executor produced the trace records, so that scripts and `tierflow validate` read both alike.
+//
+// Thread safety: pure functions.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -8,13 +10,11 @@
 
 #include "tierflow/core/schedule.h"
 #include "tierflow/core/trace_record.h"
-#include "tierflow/models/perf.h"
-#include "tierflow/policies/scenario.h"
 
-namespace tierflow::cli {
+namespace tierflow::traces {
 
-// What was trained, on what: the report's header and the throughput figures. SettingOf fills
-// it from a scenario; ranks 0 (the default) leaves both out.
+// What was trained, on what: the report's header and the throughput figures (the CLI fills it
+// from a scenario); ranks 0 (the default) leaves both out.
 struct RunSetting {
   std::string model;        // the model's name
   std::string hardware;     // the node's name
@@ -30,7 +30,6 @@ struct RunSetting {
   double peak_flops_per_gpu = 0;  // gpu.peak_flops
   int64_t global_batch() const { return micro_batch * accumulation * ranks; }
 };
-RunSetting SettingOf(const policies::Scenario& scenario);
 
 struct RunFacts {  // what the executor knows beyond the records
   std::string scenario;
@@ -69,17 +68,4 @@ nlohmann::ordered_json BuildReport(const Schedule& schedule, const std::vector<T
 // likewise, the critical path.
 std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json& report);
 
-// models::StorageLowerBound as {seconds, busiest, devices: [{device, read_bytes, write_bytes,
-// seconds}]}, and as one paragraph set against `iteration_s` (empty text without storage I/O).
-nlohmann::ordered_json StorageBoundJson(const models::StorageBound& bound);
-std::string StorageBoundText(const models::StorageBound& bound, double iteration_s);
-
-// models::MemoryFit as {fits, host_peak_bytes, host_bytes, host, gpu_peak_bytes, gpu_bytes,
-// gpu_pool, problem} (problem only when it does not fit).
-nlohmann::ordered_json MemoryFitJson(const models::MemoryFit& fit);
-
-// The note a real run's disk bytes through the page cache get (run, validate): how many, and each
-// buffered disk with why (RunResult::buffered_disks); empty when every byte went O_DIRECT.
-std::string BufferedIoNote(int64_t direct_io_bytes, int64_t buffered_io_bytes, const std::vector<std::string>& buffered_disks);
-
-}  // namespace tierflow::cli
+}  // namespace tierflow::traces
