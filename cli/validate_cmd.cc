@@ -51,7 +51,6 @@ struct ValidateArgs {
 
 // One real run of the schedule.
 struct RealRun {
-  double mean_iteration_s = 0;
   std::vector<TraceRecord> records;
   int64_t direct_io_bytes = 0, buffered_io_bytes = 0;
   std::vector<std::string> buffered_disks;
@@ -84,19 +83,16 @@ StatusOr<std::vector<RealRun>> RunRepeatedly(const ValidateArgs& a, const Planne
       if (progress) progress->Finish();
       return ran.status().WithContext("real run");
     }
-    const double mean = traces::Summarize(ran->records, nullptr).mean_iteration_s;
-    runs.push_back({mean, std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes, ran->buffered_disks});
+    runs.push_back({std::move(ran->records), ran->direct_io_bytes, ran->buffered_io_bytes, ran->buffered_disks});
   }
   if (progress) progress->Finish();
   return runs;
 }
 
-// What validate compares: the real runs' times, real against sim (whole, and compute grouped per
-// layer), the disks' directories, and the median run.
+// What validate reports: the real runs against sim (traces::ValidateAgainstRuns), the disks'
+// directories, and the run compared.
 struct Validation {
-  const std::vector<double>& real_times;
-  const traces::TraceComparison& whole;
-  const traces::TraceComparison& grouped;
+  const traces::SimValidation& judged;
   const std::vector<real::DiskDir>& dirs;
   const RealRun& median;
 };
@@ -107,12 +103,13 @@ void PrintValidationJson(const ValidateArgs& a, const PlannedInput& in, const Va
   j["policy"] = in.scenario.policy;
   j["profile"] = a.profile;
   j["iterations"] = a.iterations;
-  j["real_runs_iteration_s"] = v.real_times;
-  j["real_iteration_s"] = v.whole.a_mean_iteration_s;
-  j["sim_iteration_s"] = v.whole.b_mean_iteration_s;
-  j["iteration_error"] = std::isfinite(v.whole.mean_iteration_rel_error) ? nlohmann::ordered_json(v.whole.mean_iteration_rel_error)
-                                                                        : nlohmann::ordered_json();
-  j["comparison"] = nlohmann::ordered_json::parse(traces::ComparisonToJson(v.grouped));
+  const traces::TraceComparison& whole = v.judged.whole;
+  j["real_runs_iteration_s"] = v.judged.real_iteration_s;
+  j["real_iteration_s"] = whole.a_mean_iteration_s;
+  j["sim_iteration_s"] = whole.b_mean_iteration_s;
+  j["iteration_error"] = std::isfinite(whole.mean_iteration_rel_error) ? nlohmann::ordered_json(whole.mean_iteration_rel_error)
+                                                                      : nlohmann::ordered_json();
+  j["comparison"] = nlohmann::ordered_json::parse(traces::ComparisonToJson(v.judged.grouped));
   nlohmann::ordered_json schedulers = nlohmann::ordered_json::object();
   for (const real::DiskDir& d : v.dirs) schedulers[d.device] = real::IoSchedulerOf(d.dir);
   j["io_schedulers"] = schedulers;
@@ -126,11 +123,12 @@ void PrintValidationText(const ValidateArgs& a, const PlannedInput& in, const Va
   std::printf("validate %s (policy %s), %lld iterations; sim on profile %s\n\n", in.scenario.name.c_str(),
               in.scenario.policy.c_str(), static_cast<long long>(a.iterations), a.profile.c_str());
   std::string times;
-  for (double t : v.real_times) times += (times.empty() ? "" : ", ") + FormatDuration(t);
+  for (double t : v.judged.real_iteration_s) times += (times.empty() ? "" : ", ") + FormatDuration(t);
   std::printf("real runs (steady-state iteration time): %s; compared: the median run\n", times.c_str());
-  std::printf("iteration time (steady state): real %s, sim %s, error %+.2f %%\n\n", FormatDuration(v.whole.a_mean_iteration_s).c_str(),
-              FormatDuration(v.whole.b_mean_iteration_s).c_str(), 100 * v.whole.mean_iteration_rel_error);
-  std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(v.grouped).c_str());
+  const traces::TraceComparison& whole = v.judged.whole;
+  std::printf("iteration time (steady state): real %s, sim %s, error %+.2f %%\n\n", FormatDuration(whole.a_mean_iteration_s).c_str(),
+              FormatDuration(whole.b_mean_iteration_s).c_str(), 100 * whole.mean_iteration_rel_error);
+  std::printf("a = real, b = sim; compute compared per layer and phase\n%s", traces::ComparisonToText(v.judged.grouped).c_str());
   if (!a.trace.empty()) std::printf("\ntimeline: %s (real and sim side by side; open in ui.perfetto.dev)\n", a.trace.c_str());
   for (const real::DiskDir& d : v.dirs) {
     const std::string note = real::IoSchedulerNote(d.device, d.dir);
@@ -186,38 +184,27 @@ Status RunValidate(const ValidateArgs& a) {
   // with the run of median steady-state iteration time (each run starts from the same weights).
   TF_ASSIGN_OR_RETURN(std::vector<RealRun> runs, RunRepeatedly(a, in, config, comm.get()));
   if (!reports) return Status::Ok();  // rank 0 has every rank's records
-  std::vector<double> real_times;
-  for (const RealRun& r : runs) real_times.push_back(r.mean_iteration_s);
-  std::sort(runs.begin(), runs.end(), [](const RealRun& x, const RealRun& y) { return x.mean_iteration_s < y.mean_iteration_s; });
-  const RealRun& median = runs[runs.size() / 2];
-  const std::vector<TraceRecord>& real_records = median.records;
+  // Real is the reference; the run of median steady-state iteration time is compared.
+  std::vector<const std::vector<TraceRecord>*> real_runs;
+  for (const RealRun& r : runs) real_runs.push_back(&r.records);
+  traces::CompareOptions co;
+  co.worst_count = a.worst;
   const std::vector<TraceRecord>& sim_records = simulated->records;
+  const traces::SimValidation judged = traces::ValidateAgainstRuns(real_runs, sim_records, co);
+  const RealRun& median = runs[judged.median];
   if (!a.records_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(a.records_dir, ec);
     if (ec) return InvalidArgument("--records-dir '" + a.records_dir + "': " + ec.message());
-    TF_RETURN_IF_ERROR(WriteTraceFile((std::filesystem::path(a.records_dir) / "real.jsonl").string(), real_records));
+    TF_RETURN_IF_ERROR(WriteTraceFile((std::filesystem::path(a.records_dir) / "real.jsonl").string(), median.records));
     TF_RETURN_IF_ERROR(WriteTraceFile((std::filesystem::path(a.records_dir) / "sim.jsonl").string(), sim_records));
   }
   if (!a.trace.empty()) {
-    std::vector<TraceRecord> both = real_records;
+    std::vector<TraceRecord> both = median.records;
     both.insert(both.end(), sim_records.begin(), sim_records.end());
     TF_RETURN_IF_ERROR(traces::WriteChromeTrace(a.trace, both, &in.schedule));
   }
-
-  // Real is the reference: every error is (sim - real) / real. Iteration times come from every
-  // record as recorded; op classes and worst tasks from records with compute grouped per layer.
-  traces::CompareOptions co;
-  co.worst_count = a.worst;
-  const traces::TraceComparison whole = traces::Compare(real_records, sim_records, co);
-  traces::TraceComparison grouped =
-      traces::Compare(traces::GroupComputeByLayer(real_records), traces::GroupComputeByLayer(sim_records), co);
-  grouped.iterations = whole.iterations;
-  grouped.a_mean_iteration_s = whole.a_mean_iteration_s;
-  grouped.b_mean_iteration_s = whole.b_mean_iteration_s;
-  grouped.mean_iteration_rel_error = whole.mean_iteration_rel_error;
-
-  const Validation v{real_times, whole, grouped, dirs, median};
+  const Validation v{judged, dirs, median};
   if (a.json) {
     PrintValidationJson(a, in, v);
   } else {

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "interval_math.h"
+#include "tierflow/traces/summary.h"
 
 namespace tierflow::traces {
 namespace {
@@ -187,6 +188,25 @@ std::vector<TraceRecord> GroupComputeByLayer(const std::vector<TraceRecord>& rec
     g.tasks += TaskCount(r);
   }
   return out;
+}
+
+SimValidation ValidateAgainstRuns(const std::vector<const std::vector<TraceRecord>*>& real_runs,
+                                  const std::vector<TraceRecord>& sim, const CompareOptions& options) {
+  TF_CHECK(!real_runs.empty());
+  SimValidation v;
+  for (const std::vector<TraceRecord>* run : real_runs) v.real_iteration_s.push_back(Summarize(*run, nullptr).mean_iteration_s);
+  std::vector<size_t> order(real_runs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return v.real_iteration_s[x] < v.real_iteration_s[y]; });
+  v.median = order[order.size() / 2];
+  const std::vector<TraceRecord>& real = *real_runs[v.median];
+  v.whole = Compare(real, sim, options);
+  v.grouped = Compare(GroupComputeByLayer(real), GroupComputeByLayer(sim), options);
+  v.grouped.iterations = v.whole.iterations;
+  v.grouped.a_mean_iteration_s = v.whole.a_mean_iteration_s;
+  v.grouped.b_mean_iteration_s = v.whole.b_mean_iteration_s;
+  v.grouped.mean_iteration_rel_error = v.whole.mean_iteration_rel_error;
+  return v;
 }
 
 }  // namespace tierflow::traces

@@ -788,6 +788,40 @@ TEST(CompareTest, EveryRankIsMatched) {
   EXPECT_EQ(c.a_unmatched, 1);
 }
 
+// validate's judgement: the run of median steady-state iteration time is the one compared,
+// whatever the runs' order; its compute grouped per layer carries the whole comparison's
+// iteration figures.
+TEST(CompareTest, ValidationComparesTheMedianRunWithSim) {
+  // A run of 5 iterations whose every iteration lasts `period`: one compute task per layer and
+  // phase of layer 1 split in two tasks (which GroupComputeByLayer joins), then a write.
+  auto run = [](double period, const std::string& source) {
+    std::vector<TraceRecord> r;
+    for (int it = 0; it < 5; ++it) {
+      const double t = it * period;
+      r.push_back(Rec(it, "compute.forward.layer1.a", Op::kCompute, "gpu0.compute", t, t + 0.2 * period, Phase::kForward, 0, source));
+      r.push_back(Rec(it, "compute.forward.layer1.b", Op::kCompute, "gpu0.compute", t + 0.2 * period, t + 0.5 * period, Phase::kForward, 0, source));
+      r.push_back(Rec(it, "write", Op::kWrite, "nvme0.write", t + 0.5 * period, t + period, Phase::kOther, 4096, source));
+    }
+    for (TraceRecord& x : r) x.layer = 1;
+    return r;
+  };
+  const std::vector<TraceRecord> slow = run(3.0, "real"), fast = run(1.0, "real"), middle = run(2.0, "real");
+  const std::vector<TraceRecord> sim = run(2.2, "sim");
+  const SimValidation v = ValidateAgainstRuns({&slow, &fast, &middle}, sim);
+  ASSERT_EQ(v.real_iteration_s.size(), 3u);
+  EXPECT_DOUBLE_EQ(v.real_iteration_s[0], 3.0);
+  EXPECT_DOUBLE_EQ(v.real_iteration_s[1], 1.0);
+  EXPECT_DOUBLE_EQ(v.real_iteration_s[2], 2.0);
+  EXPECT_EQ(v.median, 2u) << "the 2 s run";
+  EXPECT_DOUBLE_EQ(v.whole.a_mean_iteration_s, 2.0);
+  EXPECT_DOUBLE_EQ(v.whole.b_mean_iteration_s, 2.2);
+  EXPECT_NEAR(v.whole.mean_iteration_rel_error, 0.1, 1e-12);
+  EXPECT_EQ(v.whole.matched, 15);
+  EXPECT_EQ(v.grouped.matched, 10) << "a layer's two forward tasks compared as one";
+  EXPECT_EQ(v.grouped.a_mean_iteration_s, v.whole.a_mean_iteration_s);
+  EXPECT_EQ(v.grouped.mean_iteration_rel_error, v.whole.mean_iteration_rel_error);
+}
+
 TEST(CompareTest, RelativeErrorEdgeCases) {
   EXPECT_DOUBLE_EQ(RelativeError(2.0, 3.0), 0.5);
   EXPECT_DOUBLE_EQ(RelativeError(0.0, 0.0), 0.0);

@@ -86,6 +86,21 @@ inline int32_t TaskCount(const TraceRecord& r) { return r.tasks > 0 ? r.tasks : 
 // (value - reference) / reference; 0 when both are 0, +infinity when only the reference is 0.
 double RelativeError(double reference, double value);
 
+// `tierflow validate`'s judgement of the simulator: the real runs of one schedule (each run's
+// records, whole) against the simulator's records of it. Real is the reference: every error is
+// (sim - real) / real. The run of median steady-state iteration time is compared (a shared
+// machine slows whole runs by bursts of other load): its iteration times from every record as
+// recorded (`whole`), its op classes and worst tasks with compute grouped per layer and phase
+// (`grouped`, which carries `whole`'s iteration figures). Requires at least one run.
+struct SimValidation {
+  std::vector<double> real_iteration_s;  // each run's steady-state mean iteration time, in run order
+  size_t median = 0;                     // the run compared
+  TraceComparison whole;
+  TraceComparison grouped;
+};
+SimValidation ValidateAgainstRuns(const std::vector<const std::vector<TraceRecord>*>& real_runs,
+                                  const std::vector<TraceRecord>& sim, const CompareOptions& options = {});
+
 // Tables (per op, per iteration, worst tasks, unmatched counts).
 std::string ComparisonToText(const TraceComparison& comparison);
 // One JSON object with the fields above (non-finite numbers as null).
