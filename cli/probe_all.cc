@@ -23,6 +23,7 @@
 #include "tierflow/real/disk_probe.h"
 #include "tierflow/real/host_probes.h"
 #include "tierflow/real/io_memory.h"
+#include "tierflow/real/probe_campaign.h"
 #include "tierflow/real/storage.h"
 
 #include "probe.h"
@@ -33,12 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One measuring step: its records go to OUT/<file>.jsonl, its label is printed as it ends.
-struct Step {
-  std::string file;
-  std::string label;
-  std::function<StatusOr<std::vector<TraceRecord>>(const real::HostProbeOptions&)> run;
-};
+using real::ProbeStep;
 
 // The campaign of one `probe all`: checked and laid out in steps before anything is measured
 // (Prepare), announced with its expected time (Announce), then run step by step (Run). Its steps
@@ -65,7 +61,9 @@ class Campaign {
     TF_RETURN_IF_ERROR(real::CheckDiskProbeOptions(disk_).WithContext("probe all"));
     fs::create_directories(a_.out, ec);
     if (ec) return InvalidArgument("-o '" + a_.out + "': cannot create the directory (" + ec.message() + ")");
-    DiskSteps();
+    real::DiskCampaign disk = real::MakeDiskCampaign(disk_, a_.dirs);
+    steps_ = std::move(disk.steps);
+    disk_points_ = disk.points;
     HostSteps();
     SampleComputeBetween();
     return Status::Ok();
@@ -78,9 +76,7 @@ class Campaign {
  private:
   static StatusOr<int64_t> Bytes(const std::string& s) { return ParseBytes(s, true); }
 
-  // The disk probe's options: each directory alone; with several, a read and a write window of all
-  // at once (1 MiB, depth 8: whether they are one device, calibrate's same_device_as); reader and
-  // writer streams at once (1 MiB, each stream depth 8: calibrate's nvmeD.mixed_streams).
+  // The disk probe's options (real::MakeDiskCampaign makes its steps of them).
   Status DiskOptions() {
     disk_.dirs = a_.dirs;
     TF_ASSIGN_OR_RETURN(disk_.block_bytes, ParseList<int64_t>(a_.disk_sizes, Bytes));
@@ -91,55 +87,7 @@ class Campaign {
     disk_.repetitions = a_.disk_reps;
     disk_.passes = a_.disk_passes;
     disk_.backend = a_.backend;
-    joint_ = disk_;
-    joint_.block_bytes = {int64_t{1} << 20};
-    joint_.queue_depths = {8};
-    joint_.ops = {"read", "write"};
-    joint_.device_counts = {static_cast<int32_t>(a_.dirs.size())};
-    joint_.keep_files = true;
-    disk_.keep_files = true;  // each directory's file is filled once and serves all of its steps
-    rw_ = disk_;
-    rw_.ops = {"rw"};
-    rw_.block_bytes = {int64_t{1} << 20};
-    rw_.queue_depths = {8};
-    rw_.streams = {{1, 1}, {2, 2}, {4, 4}};
     return Status::Ok();
-  }
-
-  // Directory i alone under `options` (one op), its records named nvme<i>.
-  Step OneDir(const std::string& label, size_t i, real::DiskProbeOptions options) const {
-    options.dirs = {a_.dirs[i]};
-    options.device_counts = {1};
-    return {"disk", label, [this, i, options](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
-              std::vector<TraceRecord> trace;
-              TF_RETURN_IF_ERROR(real::RunDiskProbe(options, &trace, [&](const real::DiskProbeResult&, bool) {
-                                   if (o.progress) o.progress("disk point");
-                                 }).status().WithContext("--dir '" + a_.dirs[i] + "'"));
-              for (TraceRecord& r : trace) r.resource = "nvme" + std::to_string(i) + r.resource.substr(r.resource.find('.'));
-              return trace;
-            }};
-  }
-
-  // Each directory alone, one operation at a time (as the fits need: one device's model per
-  // device; its records are named after its place in --dir order, nvme0, nvme1, ..., as
-  // `run --disk` numbers them), then all directories at once.
-  void DiskSteps() {
-    for (size_t i = 0; i < a_.dirs.size(); ++i) {
-      for (const std::string& op : disk_.ops) {
-        real::DiskProbeOptions one = disk_;
-        one.ops = {op};
-        steps_.push_back(OneDir("disk nvme" + std::to_string(i) + " " + op, i, one));
-      }
-      steps_.push_back(OneDir("disk nvme" + std::to_string(i) + " rw", i, rw_));
-    }
-    if (!several_) return;
-    steps_.push_back({"disk", "disk all at once", [this](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
-                        std::vector<TraceRecord> trace;
-                        TF_RETURN_IF_ERROR(real::RunDiskProbe(joint_, &trace, [&](const real::DiskProbeResult&, bool) {
-                                             if (o.progress) o.progress("disk point (all directories at once)");
-                                           }).status().WithContext("all --dir at once"));
-                        return trace;
-                      }});
   }
 
   // The host probes; then the I/O path's load on the cores, on the first directory's disk (with
@@ -185,30 +133,24 @@ class Campaign {
   // mean.
   void SampleComputeBetween() {
     slices_ = static_cast<int32_t>(steps_.size()) + 1;
-    std::vector<Step> with_compute;
-    for (int32_t k = 0; k < slices_; ++k) {
-      with_compute.push_back({"compute", fmt::format("compute {} of {}", k + 1, slices_),
-                              [this, k](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
-                                real::HostProbeOptions one = o;
-                                one.repetitions = 1;
-                                TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> r, ProbeComputeOf(compute_scenario_, one, host_.threads));
-                                for (TraceRecord& x : r) x.iteration = k;
-                                return r;
-                              }});
-      if (k < static_cast<int32_t>(steps_.size())) with_compute.push_back(std::move(steps_[static_cast<size_t>(k)]));
-    }
-    steps_ = std::move(with_compute);
+    steps_ = real::InterleaveSamples(std::move(steps_), [this](int32_t k, int32_t n) -> ProbeStep {
+      return {"compute", fmt::format("compute {} of {}", k + 1, n), [this, k](const real::HostProbeOptions& o) -> StatusOr<std::vector<TraceRecord>> {
+                real::HostProbeOptions one = o;
+                one.repetitions = 1;
+                TF_ASSIGN_OR_RETURN(std::vector<TraceRecord> r, ProbeComputeOf(compute_scenario_, one, host_.threads));
+                for (TraceRecord& x : r) x.iteration = k;
+                return r;
+              }};
+    });
   }
-
-  std::string PathOf(const std::string& name) const { return (fs::path(a_.out) / (name + ".jsonl")).string(); }
 
   const AllArgs& a_;
   HostArgs host_;
   const bool several_;
   std::vector<real::DirLock> locks_;
   policies::Scenario compute_scenario_;
-  real::DiskProbeOptions disk_, joint_, rw_;
-  std::vector<Step> steps_;
+  real::DiskProbeOptions disk_;
+  std::vector<ProbeStep> steps_;
   bool io_cpu_ = false;
   int32_t io_cpu_rounds_ = 0;
   double io_cpu_points_ = 0, io_cpu_s_ = 0;
@@ -217,17 +159,6 @@ class Campaign {
 };
 
 Status Campaign::Announce() {
-  // Each pass over a point is one step of progress: each directory alone for each op and for
-  // the stream pairs, then all at once.
-  real::DiskProbeOptions one = disk_;
-  one.dirs = {a_.dirs.front()};
-  one.device_counts = {1};
-  real::DiskProbeOptions one_rw = rw_;
-  one_rw.dirs = one.dirs;
-  one_rw.device_counts = {1};
-  disk_points_ = static_cast<double>((real::DiskProbePoints(one) + real::DiskProbePoints(one_rw)) * static_cast<int64_t>(a_.dirs.size()) +
-                                     (several_ ? real::DiskProbePoints(joint_) : 0)) *
-                 disk_.passes;
   const auto& t = compute_scenario_.training;
   std::printf("# tierflow probe all: %zu disk dir(s); gpu0 on %s; compute on %s (batch %lld, sequence %lld and shorter); "
               "records -> %s/\n",
@@ -258,41 +189,26 @@ Status Campaign::Announce() {
   return Status::Ok();
 }
 
-// Each record file is written again as each of its steps ends, so a probe stopped part-way (a
-// time limit, a failed step) leaves what it measured; an earlier probe's files in OUT go first,
-// so that what OUT holds is this probe's alone.
+// The steps, through real::RunProbeCampaign (a probe stopped part-way leaves what it measured),
+// each reported as it ends.
 Status Campaign::Run() {
   Progress progress("probing", disk_points_ + host_points_);
   double done = 0;
   const double t0 = real::MonotonicSeconds();
-  std::error_code ec;
-  std::map<std::string, std::vector<TraceRecord>> files;
-  for (const Step& step : steps_) fs::remove(PathOf(step.file), ec);
-  Status status = Status::Ok();
-  for (Step& step : steps_) {
-    real::HostProbeOptions o = HostOptions(host_, &progress, &done);
-    const double start = real::MonotonicSeconds();
-    auto records = step.run(o);
-    progress.Update(done);
-    if (!records.ok()) {
-      status = Status(records.status().code(), "probe all: " + step.label + ": " + records.status().message() +
-                                                   (files.empty() ? " (no record file written)"
-                                                                  : " (the steps before it are in " + a_.out + ": an incomplete probe)"));
-      break;
-    }
-    progress.Finish();
-    std::printf("  %-20s %6zu records  %6.1f s\n", step.label.c_str(), records->size(), real::MonotonicSeconds() - start);
-    std::fflush(stdout);
-    std::vector<TraceRecord>& all = files[step.file];
-    all.insert(all.end(), std::make_move_iterator(records->begin()), std::make_move_iterator(records->end()));
-    status = WriteTraceFile(PathOf(step.file), all);
-    if (!status.ok()) break;
-  }
+  auto files = real::RunProbeCampaign(
+      steps_, a_.out, [&] { return HostOptions(host_, &progress, &done); },
+      [&](const ProbeStep& step, size_t records, double seconds) {
+        progress.Update(done);
+        progress.Finish();
+        std::printf("  %-20s %6zu records  %6.1f s\n", step.label.c_str(), records, seconds);
+        std::fflush(stdout);
+      });
   progress.Finish();
+  std::error_code ec;
   for (const std::string& dir : a_.dirs) fs::remove(real::ProbeFilePath(dir), ec);  // kept between the steps
-  TF_RETURN_IF_ERROR(status);
-  for (const auto& [name, records] : files) {
-    std::printf("  %-10s %6zu records -> %s\n", name.c_str(), records.size(), PathOf(name).c_str());
+  TF_RETURN_IF_ERROR(files.status());
+  for (const auto& [name, records] : *files) {
+    std::printf("  %-10s %6zu records -> %s\n", name.c_str(), records, real::ProbeRecordsPath(a_.out, name).c_str());
   }
   std::printf("  %-10s skipped: measure it across ranks with `mpirun -np N tierflow probe collective --trace %s/collective.jsonl`\n",
               "collective", a_.out.c_str());
