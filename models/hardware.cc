@@ -12,9 +12,12 @@
 #include "tierflow/core/text.h"
 #include "hardware_presets.inc"
 #include "tierflow/models/yaml_tree.h"
+#include "doc.h"
 #include "yaml_fields.h"
 
 namespace tierflow::models {
+
+using internal::Doc;
 namespace {
 
 using internal::FieldReader;
@@ -451,112 +454,135 @@ Status ValidateHardware(const HardwareSpec& hw) {
 }
 
 namespace {
+
 // Round-trip exact text for numbers: 17 significant digits.
 std::string Num(double v) { return fmt::format("{:.17g}", v); }
 
+// A value with its unit, as HardwareFromYaml reads it ("2.5e+10 B/s").
+Doc Unit(const std::string& number, const char* unit) { return Doc::Plain(number + " " + unit); }
+
 // Points as ReadRequestMap reads them: `{16384x1: 2.5e8, ...}`.
 template <typename Point>
-std::string RequestMapText(const std::vector<Point>& table, double Point::*value) {
-  std::string points;
-  for (const Point& m : table) points += fmt::format("{}{}x{}: {}", points.empty() ? "" : ", ", m.block_bytes, m.queue_depth, Num(m.*value));
-  return "{" + points + "}";
+Doc RequestMap(const std::vector<Point>& table, double Point::*value) {
+  Doc points = Doc::Map(/*flow=*/true);
+  for (const Point& m : table) points.Add(fmt::format("{}x{}", m.block_bytes, m.queue_depth), Doc::Plain(Num(m.*value)));
+  return points;
 }
-std::string Quote(const std::string& s) {
-  YAML::Emitter e;
-  e << YAML::DoubleQuoted << s;
-  return e.c_str();
+
+Doc GpuDoc(const GpuSpec& g) {
+  Doc d = Doc::Map();
+  d.Add("name", Doc::Quoted(g.name));
+  d.Add("hbm", Unit(std::to_string(g.hbm_bytes), "B"));
+  d.Add("peak_flops", Unit(Num(g.peak_flops), "FLOP/s"));
+  d.Add("hbm_bw", Unit(Num(g.hbm_bw_bytes_per_s), "B/s"));
+  d.Add("compute_efficiency", Doc::Plain(Num(g.compute_efficiency)));
+  if (g.forward_efficiency != 0) d.Add("forward_efficiency", Doc::Plain(Num(g.forward_efficiency)));
+  if (g.backward_efficiency != 0) d.Add("backward_efficiency", Doc::Plain(Num(g.backward_efficiency)));
+  d.Add("kernel_overhead", Unit(Num(g.kernel_overhead_s), "s"));
+  if (g.adam_bw_bytes_per_s > 0) d.Add("adam_bw", Unit(Num(g.adam_bw_bytes_per_s), "B/s"));
+  if (g.shares_host_cores) d.Add("shares_host_cores", Doc::Plain("true"));
+  return d;
 }
+
+Doc PcieDoc(const PcieSpec& p) {
+  Doc d = Doc::Map();
+  d.Add("h2d_bw", Unit(Num(p.h2d_bw_bytes_per_s), "B/s"));
+  d.Add("d2h_bw", Unit(Num(p.d2h_bw_bytes_per_s), "B/s"));
+  if (p.d2h_bf16_bw_bytes_per_s > 0) d.Add("d2h_bf16_bw", Unit(Num(p.d2h_bf16_bw_bytes_per_s), "B/s"));
+  d.Add("pageable_factor", Doc::Plain(Num(p.pageable_factor)));
+  d.Add("latency", Unit(Num(p.latency_s), "s"));
+  d.Add("root_complex_bw", Unit(Num(p.root_complex_bw_bytes_per_s), "B/s"));
+  return d;
+}
+
+Doc CpuDoc(const CpuSpec& c) {
+  Doc d = Doc::Map();
+  d.Add("cores", Doc::Plain(std::to_string(c.cores)));
+  d.Add("host_memory", Unit(std::to_string(c.host_memory_bytes), "B"));
+  if (c.host_reserve_bytes >= 0) d.Add("host_reserve", Unit(std::to_string(c.host_reserve_bytes), "B"));
+  d.Add("memory_bw", Unit(Num(c.memory_bw_bytes_per_s), "B/s"));
+  d.Add("adam_rate_per_core", Unit(Num(c.adam_elements_per_s_per_core), "elements/s"));
+  d.Add("convert_bw_per_core", Unit(Num(c.convert_bytes_per_s_per_core), "B/s"));
+  if (c.task_overhead_s > 0) d.Add("task_overhead", Unit(Num(c.task_overhead_s), "s"));
+  if (c.task_overhead_cpu_s > 0) d.Add("task_overhead_cpu", Unit(Num(c.task_overhead_cpu_s), "s"));
+  if (!c.io_read_cores.empty()) d.Add("io_read_cores", RequestMap(c.io_read_cores, &IoCpuPoint::cores));
+  if (!c.io_write_cores.empty()) d.Add("io_write_cores", RequestMap(c.io_write_cores, &IoCpuPoint::cores));
+  if (!c.io_read_beside_compute.empty()) d.Add("io_read_beside_compute", RequestMap(c.io_read_beside_compute, &IoRateKept::kept));
+  if (!c.io_write_beside_compute.empty()) d.Add("io_write_beside_compute", RequestMap(c.io_write_beside_compute, &IoRateKept::kept));
+  return d;
+}
+
+Doc InterconnectDoc(const InterconnectSpec& i) {
+  Doc d = Doc::Map();
+  d.Add("kind", Doc::Quoted(i.kind));
+  // bus_bw may be 0 on a one-GPU node; a zero bandwidth does not parse, so it is left out.
+  if (i.bus_bw_bytes_per_s > 0) d.Add("bus_bw", Unit(Num(i.bus_bw_bytes_per_s), "B/s"));
+  d.Add("latency", Unit(Num(i.latency_s), "s"));
+  if (i.local_bw_bytes_per_s > 0) d.Add("local_bw", Unit(Num(i.local_bw_bytes_per_s), "B/s"));
+  return d;
+}
+
+Doc NvmeDoc(const NvmeSpec& n) {
+  Doc d = Doc::Map();
+  d.Add("name", Doc::Quoted(n.name));
+  d.Add("capacity", Unit(std::to_string(n.capacity_bytes), "B"));
+  d.Add("read_bw", Unit(Num(n.read_bw_bytes_per_s), "B/s"));
+  d.Add("write_bw", Unit(Num(n.write_bw_bytes_per_s), "B/s"));
+  d.Add("read_latency", Unit(Num(n.read_latency_s), "s"));
+  d.Add("write_latency", Unit(Num(n.write_latency_s), "s"));
+  if (n.read_iops > 0) d.Add("read_iops", Doc::Plain(Num(n.read_iops)));
+  if (n.write_iops > 0) d.Add("write_iops", Doc::Plain(Num(n.write_iops)));
+  d.Add("mixed_efficiency", Doc::Plain(Num(n.mixed_efficiency)));
+  if (!n.mixed_efficiency_by_streams.empty()) {
+    Doc points = Doc::Map(/*flow=*/true);
+    for (const auto& [streams, efficiency] : n.mixed_efficiency_by_streams) points.Add(std::to_string(streams), Doc::Plain(Num(efficiency)));
+    d.Add("mixed_efficiency_by_streams", std::move(points));
+  }
+  if (!n.read_bw_by_request.empty()) d.Add("read_bw_by_request", RequestMap(n.read_bw_by_request, &MeasuredBandwidth::bytes_per_s));
+  if (!n.write_bw_by_request.empty()) d.Add("write_bw_by_request", RequestMap(n.write_bw_by_request, &MeasuredBandwidth::bytes_per_s));
+  if (n.same_device_as >= 0) d.Add("same_device_as", Doc::Plain("nvme" + std::to_string(n.same_device_as)));
+  return d;
+}
+
+Doc RemoteDoc(const RemoteTierSpec& t) {
+  Doc d = Doc::Map();
+  d.Add("name", Doc::Quoted(t.name));
+  d.Add("read_bw", Unit(Num(t.read_bw_bytes_per_s), "B/s"));
+  d.Add("write_bw", Unit(Num(t.write_bw_bytes_per_s), "B/s"));
+  d.Add("latency", Unit(Num(t.latency_s), "s"));
+  return d;
+}
+
+// Every field HardwareFromYaml reads, in its order.
+Doc HardwareDoc(const HardwareSpec& hw) {
+  const NodeSpec& n = hw.node;
+  Doc node = Doc::Map();
+  node.Add("name", Doc::Quoted(n.name));
+  node.Add("source", Doc::Quoted(n.source));
+  node.Add("gpu_count", Doc::Plain(std::to_string(n.gpu_count)));
+  node.Add("gpu", GpuDoc(n.gpu));
+  node.Add("pcie", PcieDoc(n.pcie));
+  node.Add("cpu", CpuDoc(n.cpu));
+  node.Add("interconnect", InterconnectDoc(n.interconnect));
+  Doc nvme = Doc::List();
+  for (const NvmeSpec& d : n.nvme) nvme.Push(NvmeDoc(d));
+  node.Add("nvme", std::move(nvme));
+  Doc remote = Doc::List();
+  for (const RemoteTierSpec& t : n.remote) remote.Push(RemoteDoc(t));
+  node.Add("remote", std::move(remote));
+  if (n.nic_bw_bytes_per_s > 0) node.Add("nic_bw", Unit(Num(n.nic_bw_bytes_per_s), "B/s"));
+  if (n.nic_latency_s > 0) node.Add("nic_latency", Unit(Num(n.nic_latency_s), "s"));
+  Doc d = Doc::Map();
+  d.Add("nodes", Doc::Plain(std::to_string(hw.nodes)));
+  d.Add("node", std::move(node));
+  return d;
+}
+
 }  // namespace
 
-std::string HardwareToYaml(const HardwareSpec& hw) {
-  const NodeSpec& n = hw.node;
-  std::string y;
-  y += fmt::format("nodes: {}\n", hw.nodes);
-  y += "node:\n";
-  y += fmt::format("  name: {}\n", Quote(n.name));
-  y += fmt::format("  source: {}\n", Quote(n.source));
-  y += fmt::format("  gpu_count: {}\n", n.gpu_count);
-  y += "  gpu:\n";
-  y += fmt::format("    name: {}\n", Quote(n.gpu.name));
-  y += fmt::format("    hbm: {} B\n", n.gpu.hbm_bytes);
-  y += fmt::format("    peak_flops: {} FLOP/s\n", Num(n.gpu.peak_flops));
-  y += fmt::format("    hbm_bw: {} B/s\n", Num(n.gpu.hbm_bw_bytes_per_s));
-  y += fmt::format("    compute_efficiency: {}\n", Num(n.gpu.compute_efficiency));
-  if (n.gpu.forward_efficiency != 0) y += fmt::format("    forward_efficiency: {}\n", Num(n.gpu.forward_efficiency));
-  if (n.gpu.backward_efficiency != 0) y += fmt::format("    backward_efficiency: {}\n", Num(n.gpu.backward_efficiency));
-  y += fmt::format("    kernel_overhead: {} s\n", Num(n.gpu.kernel_overhead_s));
-  if (n.gpu.adam_bw_bytes_per_s > 0) y += fmt::format("    adam_bw: {} B/s\n", Num(n.gpu.adam_bw_bytes_per_s));
-  if (n.gpu.shares_host_cores) y += "    shares_host_cores: true\n";
-  y += "  pcie:\n";
-  y += fmt::format("    h2d_bw: {} B/s\n", Num(n.pcie.h2d_bw_bytes_per_s));
-  y += fmt::format("    d2h_bw: {} B/s\n", Num(n.pcie.d2h_bw_bytes_per_s));
-  if (n.pcie.d2h_bf16_bw_bytes_per_s > 0) y += fmt::format("    d2h_bf16_bw: {} B/s\n", Num(n.pcie.d2h_bf16_bw_bytes_per_s));
-  y += fmt::format("    pageable_factor: {}\n", Num(n.pcie.pageable_factor));
-  y += fmt::format("    latency: {} s\n", Num(n.pcie.latency_s));
-  y += fmt::format("    root_complex_bw: {} B/s\n", Num(n.pcie.root_complex_bw_bytes_per_s));
-  y += "  cpu:\n";
-  y += fmt::format("    cores: {}\n", n.cpu.cores);
-  y += fmt::format("    host_memory: {} B\n", n.cpu.host_memory_bytes);
-  if (n.cpu.host_reserve_bytes >= 0) y += fmt::format("    host_reserve: {} B\n", n.cpu.host_reserve_bytes);
-  y += fmt::format("    memory_bw: {} B/s\n", Num(n.cpu.memory_bw_bytes_per_s));
-  y += fmt::format("    adam_rate_per_core: {} elements/s\n",
-                   Num(n.cpu.adam_elements_per_s_per_core));
-  y += fmt::format("    convert_bw_per_core: {} B/s\n", Num(n.cpu.convert_bytes_per_s_per_core));
-  if (n.cpu.task_overhead_s > 0) y += fmt::format("    task_overhead: {} s\n", Num(n.cpu.task_overhead_s));
-  if (n.cpu.task_overhead_cpu_s > 0) y += fmt::format("    task_overhead_cpu: {} s\n", Num(n.cpu.task_overhead_cpu_s));
-  if (!n.cpu.io_read_cores.empty()) y += "    io_read_cores: " + RequestMapText(n.cpu.io_read_cores, &IoCpuPoint::cores) + "\n";
-  if (!n.cpu.io_write_cores.empty()) y += "    io_write_cores: " + RequestMapText(n.cpu.io_write_cores, &IoCpuPoint::cores) + "\n";
-  if (!n.cpu.io_read_beside_compute.empty()) {
-    y += "    io_read_beside_compute: " + RequestMapText(n.cpu.io_read_beside_compute, &IoRateKept::kept) + "\n";
-  }
-  if (!n.cpu.io_write_beside_compute.empty()) {
-    y += "    io_write_beside_compute: " + RequestMapText(n.cpu.io_write_beside_compute, &IoRateKept::kept) + "\n";
-  }
-  y += "  interconnect:\n";
-  y += fmt::format("    kind: {}\n", Quote(n.interconnect.kind));
-  // bus_bw may be 0 on a one-GPU node; a zero bandwidth does not parse, so it is left out.
-  if (n.interconnect.bus_bw_bytes_per_s > 0) {
-    y += fmt::format("    bus_bw: {} B/s\n", Num(n.interconnect.bus_bw_bytes_per_s));
-  }
-  y += fmt::format("    latency: {} s\n", Num(n.interconnect.latency_s));
-  if (n.interconnect.local_bw_bytes_per_s > 0) {
-    y += fmt::format("    local_bw: {} B/s\n", Num(n.interconnect.local_bw_bytes_per_s));
-  }
-  y += n.nvme.empty() ? "  nvme: []\n" : "  nvme:\n";
-  for (const NvmeSpec& d : n.nvme) {
-    y += fmt::format("    - name: {}\n", Quote(d.name));
-    y += fmt::format("      capacity: {} B\n", d.capacity_bytes);
-    y += fmt::format("      read_bw: {} B/s\n", Num(d.read_bw_bytes_per_s));
-    y += fmt::format("      write_bw: {} B/s\n", Num(d.write_bw_bytes_per_s));
-    y += fmt::format("      read_latency: {} s\n", Num(d.read_latency_s));
-    y += fmt::format("      write_latency: {} s\n", Num(d.write_latency_s));
-    if (d.read_iops > 0) y += fmt::format("      read_iops: {}\n", Num(d.read_iops));
-    if (d.write_iops > 0) y += fmt::format("      write_iops: {}\n", Num(d.write_iops));
-    y += fmt::format("      mixed_efficiency: {}\n", Num(d.mixed_efficiency));
-    if (!d.mixed_efficiency_by_streams.empty()) {
-      std::string points;
-      for (const auto& [streams, efficiency] : d.mixed_efficiency_by_streams) {
-        points += (points.empty() ? "" : ", ") + std::to_string(streams) + ": " + Num(efficiency);
-      }
-      y += "      mixed_efficiency_by_streams: {" + points + "}\n";
-    }
-    for (const auto& [field, table] : {std::pair{"read_bw_by_request", &d.read_bw_by_request},
-                                      std::pair{"write_bw_by_request", &d.write_bw_by_request}}) {
-      if (!table->empty()) y += fmt::format("      {}: {}\n", field, RequestMapText(*table, &MeasuredBandwidth::bytes_per_s));
-    }
-    if (d.same_device_as >= 0) y += fmt::format("      same_device_as: nvme{}\n", d.same_device_as);
-  }
-  y += n.remote.empty() ? "  remote: []\n" : "  remote:\n";
-  for (const RemoteTierSpec& t : n.remote) {
-    y += fmt::format("    - name: {}\n", Quote(t.name));
-    y += fmt::format("      read_bw: {} B/s\n", Num(t.read_bw_bytes_per_s));
-    y += fmt::format("      write_bw: {} B/s\n", Num(t.write_bw_bytes_per_s));
-    y += fmt::format("      latency: {} s\n", Num(t.latency_s));
-  }
-  if (n.nic_bw_bytes_per_s > 0) y += fmt::format("  nic_bw: {} B/s\n", Num(n.nic_bw_bytes_per_s));
-  if (n.nic_latency_s > 0) y += fmt::format("  nic_latency: {} s\n", Num(n.nic_latency_s));
-  return y;
-}
+std::string HardwareToYaml(const HardwareSpec& hw) { return HardwareDoc(hw).Yaml(); }
+std::string HardwareToJson(const HardwareSpec& hw) { return HardwareDoc(hw).Json(); }
+
 
 std::string NodeDeviceName(const HardwareSpec& hw, int32_t node, std::string_view local) {
   if (hw.nodes <= 1) return std::string(local);

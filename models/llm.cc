@@ -12,6 +12,7 @@
 
 #include "tierflow/core/text.h"
 #include "tierflow/models/yaml_tree.h"
+#include "doc.h"
 #include "yaml_fields.h"
 
 namespace tierflow::models {
@@ -596,40 +597,49 @@ StatusOr<LlmConfig> LlmFromYaml(const YAML::Node& node) {
   return c;
 }
 
-std::string LlmToYaml(const LlmConfig& c) {
-  YAML::Emitter e;
-  e << YAML::BeginMap;
-  e << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << c.name;
-  e << YAML::Key << "source" << YAML::Value << YAML::DoubleQuoted << c.source;
+namespace {
+
+// Every field, spelt out (LlmToYaml).
+internal::Doc LlmDoc(const LlmConfig& c) {
+  using internal::Doc;
+  Doc d = Doc::Map();
+  d.Add("name", Doc::Quoted(c.name));
+  d.Add("source", Doc::Quoted(c.source));
   const std::pair<const char*, int64_t> dims[] = {{"hidden", c.hidden}, {"ffn", c.ffn},           {"layers", c.layers},
                                                  {"heads", c.heads},   {"kv_heads", c.kv_heads}, {"vocab", c.vocab},
                                                  {"max_seq", c.max_seq}};
-  for (const auto& [key, value] : dims) e << YAML::Key << key << YAML::Value << value;
-  e << YAML::Key << "mlp" << YAML::Value << (c.mlp == MlpKind::kSwiGlu ? "swiglu" : "gelu");
-  e << YAML::Key << "position" << YAML::Value << (c.position == PositionKind::kRotary ? "rotary" : "learned");
-  e << YAML::Key << "norm" << YAML::Value << (c.norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm");
-  e << YAML::Key << "tied_embeddings" << YAML::Value << c.tied_embeddings;
-  e << YAML::Key << "attention_bias" << YAML::Value << c.attention_bias;
-  e << YAML::Key << "qkv_bias" << YAML::Value << c.qkv_bias;
+  for (const auto& [key, value] : dims) d.Add(key, Doc::Plain(std::to_string(value)));
+  d.Add("mlp", Doc::Plain(c.mlp == MlpKind::kSwiGlu ? "swiglu" : "gelu"));
+  d.Add("position", Doc::Plain(c.position == PositionKind::kRotary ? "rotary" : "learned"));
+  d.Add("norm", Doc::Plain(c.norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"));
+  const auto flag = [](bool b) { return Doc::Plain(b ? "true" : "false"); };
+  d.Add("tied_embeddings", flag(c.tied_embeddings));
+  d.Add("attention_bias", flag(c.attention_bias));
+  d.Add("qkv_bias", flag(c.qkv_bias));
   // Shortest text that reads back to the same double ("1e-05", "500000").
-  e << YAML::Key << "norm_eps" << YAML::Value << fmt::format("{}", c.norm_eps);
-  e << YAML::Key << "rope_theta" << YAML::Value << fmt::format("{}", c.rope_theta);
+  d.Add("norm_eps", Doc::Plain(fmt::format("{}", c.norm_eps)));
+  d.Add("rope_theta", Doc::Plain(fmt::format("{}", c.rope_theta)));
   if (c.rope_scaling.kind != RopeScaling::Kind::kNone) {
     const RopeScaling& r = c.rope_scaling;
-    e << YAML::Key << "rope_scaling" << YAML::Value << YAML::BeginMap;
-    e << YAML::Key << "type" << YAML::Value << (r.kind == RopeScaling::Kind::kLinear ? "linear" : "llama3");
-    e << YAML::Key << "factor" << YAML::Value << fmt::format("{}", r.factor);
+    Doc scaling = Doc::Map();
+    scaling.Add("type", Doc::Plain(r.kind == RopeScaling::Kind::kLinear ? "linear" : "llama3"));
+    scaling.Add("factor", Doc::Plain(fmt::format("{}", r.factor)));
     if (r.kind == RopeScaling::Kind::kLlama3) {
-      e << YAML::Key << "low_freq_factor" << YAML::Value << fmt::format("{}", r.low_freq_factor);
-      e << YAML::Key << "high_freq_factor" << YAML::Value << fmt::format("{}", r.high_freq_factor);
-      e << YAML::Key << "original_max_seq" << YAML::Value << r.original_max_seq;
+      scaling.Add("low_freq_factor", Doc::Plain(fmt::format("{}", r.low_freq_factor)));
+      scaling.Add("high_freq_factor", Doc::Plain(fmt::format("{}", r.high_freq_factor)));
+      scaling.Add("original_max_seq", Doc::Plain(std::to_string(r.original_max_seq)));
     }
-    e << YAML::EndMap;
+    d.Add("rope_scaling", std::move(scaling));
   }
-  if (c.sliding_window > 0) e << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
-  e << YAML::EndMap;
-  return std::string(e.c_str()) + "\n";
+  if (c.sliding_window > 0) d.Add("sliding_window", Doc::Plain(std::to_string(c.sliding_window)));
+  return d;
 }
+
+}  // namespace
+
+std::string LlmToYaml(const LlmConfig& c) { return LlmDoc(c).Yaml(); }
+std::string LlmToJson(const LlmConfig& c) { return LlmDoc(c).Json(); }
+
 
 StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text) {
   TF_ASSIGN_OR_RETURN(const YAML::Node node, LoadYamlText(yaml_text, "model"));

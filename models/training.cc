@@ -9,8 +9,11 @@
 
 #include "tierflow/core/text.h"
 #include "tierflow/models/yaml_tree.h"
+#include "doc.h"
 
 namespace tierflow::models {
+
+using internal::Doc;
 namespace {
 
 std::string Q(const std::string& s) { return Quoted(s); }
@@ -161,26 +164,44 @@ StatusOr<TrainingSetup> TrainingFromYaml(const YAML::Node& node) {
   return t;
 }
 
-std::string TrainingToYaml(const TrainingSetup& t) {
-  std::string y;
-  y += fmt::format("micro_batch_size: {}\n", t.micro_batch_size);
-  y += fmt::format("sequence_length: {}\n", t.sequence_length);
-  y += fmt::format("gradient_accumulation_steps: {}\n", t.gradient_accumulation_steps);
-  y += fmt::format("data_parallel: {}\n", t.data_parallel);
-  y += fmt::format("activation_checkpointing: {}\n", t.activation_checkpointing ? "true" : "false");
-  y += fmt::format("dtype: {}\n", t.dtype);
-  y += fmt::format("loss_scaling: {}\n", t.loss_scaling);
-  y += fmt::format("gradient_clipping: {:.17g}\n", t.gradient_clipping);
+namespace {
+
+Doc Real(double v) { return Doc::Plain(fmt::format("{:.17g}", v)); }
+Doc Int(int64_t v) { return Doc::Plain(std::to_string(v)); }
+
+// Every field TrainingFromYaml reads, numbers with 17 significant digits.
+Doc TrainingDoc(const TrainingSetup& t) {
+  Doc d = Doc::Map();
+  d.Add("micro_batch_size", Int(t.micro_batch_size));
+  d.Add("sequence_length", Int(t.sequence_length));
+  d.Add("gradient_accumulation_steps", Int(t.gradient_accumulation_steps));
+  d.Add("data_parallel", Int(t.data_parallel));
+  d.Add("activation_checkpointing", Doc::Plain(t.activation_checkpointing ? "true" : "false"));
+  d.Add("dtype", Doc::Plain(fmt::format("{}", t.dtype)));
+  d.Add("loss_scaling", Doc::Plain(fmt::format("{}", t.loss_scaling)));
+  d.Add("gradient_clipping", Real(t.gradient_clipping));
   const OptimizerSetup& o = t.optimizer;
-  y += fmt::format("optimizer: {{lr: {:.17g}, betas: [{:.17g}, {:.17g}], eps: {:.17g}, weight_decay: {:.17g}}}\n", o.lr, o.beta1,
-                   o.beta2, o.eps, o.weight_decay);
-  const LrScheduleSetup& s = t.lr_schedule;
-  const std::string deepspeed =
-      s.deepspeed() ? fmt::format(", warmup_type: {}, warmup_min_ratio: {:.17g}", s.warmup_type, s.warmup_min_ratio) : "";
-  y += fmt::format("lr_schedule: {{type: {}, warmup_steps: {}, total_steps: {}, min_lr_ratio: {:.17g}{}}}\n", s.type, s.warmup_steps,
-                   s.total_steps, s.min_lr_ratio, deepspeed);
-  if (t.seed >= 0) y += fmt::format("seed: {}\n", t.seed);
-  return y;
+  Doc betas = Doc::List(/*flow=*/true);
+  betas.Push(Real(o.beta1)).Push(Real(o.beta2));
+  Doc optimizer = Doc::Map(/*flow=*/true);
+  optimizer.Add("lr", Real(o.lr)).Add("betas", std::move(betas)).Add("eps", Real(o.eps)).Add("weight_decay", Real(o.weight_decay));
+  d.Add("optimizer", std::move(optimizer));
+  const LrScheduleSetup& l = t.lr_schedule;
+  Doc schedule = Doc::Map(/*flow=*/true);
+  schedule.Add("type", Doc::Plain(fmt::format("{}", l.type)))
+      .Add("warmup_steps", Int(l.warmup_steps))
+      .Add("total_steps", Int(l.total_steps))
+      .Add("min_lr_ratio", Real(l.min_lr_ratio));
+  if (l.deepspeed()) schedule.Add("warmup_type", Doc::Plain(fmt::format("{}", l.warmup_type))).Add("warmup_min_ratio", Real(l.warmup_min_ratio));
+  d.Add("lr_schedule", std::move(schedule));
+  if (t.seed >= 0) d.Add("seed", Int(t.seed));
+  return d;
 }
+
+}  // namespace
+
+std::string TrainingToYaml(const TrainingSetup& t) { return TrainingDoc(t).Yaml(); }
+std::string TrainingToJson(const TrainingSetup& t) { return TrainingDoc(t).Json(); }
+
 
 }  // namespace tierflow::models

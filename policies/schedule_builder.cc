@@ -2,7 +2,6 @@
 #include "schedule_builder.h"
 
 #include "tierflow/models/llm.h"
-#include "tierflow/models/yaml_tree.h"
 
 namespace tierflow::policies {
 
@@ -13,10 +12,10 @@ ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenar
   if (!s.model_dir.empty()) schedule_.meta.emplace_back("model.hf_dir", s.model_dir);
   schedule_.meta.emplace_back("hardware", s.hardware.node.name);
   // What `sim`, `run` and `validate` of the schedule file read (ScheduleToJson writes them as
-  // JSON objects).
-  schedule_.sections.model = models::YamlToJson(YAML::Load(models::LlmToYaml(s.model)));
-  schedule_.sections.hardware = models::YamlToJson(YAML::Load(models::HardwareToYaml(s.hardware)));
-  schedule_.sections.training = models::YamlToJson(YAML::Load(models::TrainingToYaml(s.training)));
+  // JSON objects), written from the structs directly.
+  schedule_.sections.model = models::LlmToJson(s.model);
+  schedule_.sections.hardware = models::HardwareToJson(s.hardware);
+  schedule_.sections.training = models::TrainingToJson(s.training);
   Host(0);
 }
 

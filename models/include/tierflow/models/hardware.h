@@ -205,6 +205,9 @@ StatusOr<HardwareSpec> HardwareFromYamlText(std::string_view yaml_text);
 // A full description in the format HardwareFromYaml reads, numbers in base units with 17
 // significant digits, so HardwareFromYamlText(HardwareToYaml(hw)) == hw (what calibrate writes).
 std::string HardwareToYaml(const HardwareSpec& hw);
+// The same fields as the JSON object of a schedule's hardware section: what YamlToJson makes of
+// HardwareToYaml's text, written directly.
+std::string HardwareToJson(const HardwareSpec& hw);
 Status ValidateHardware(const HardwareSpec& hw);
 
 // ---- Device names (docs/hardware-format.md "Device names") -----------------------------------

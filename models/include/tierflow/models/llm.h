@@ -95,6 +95,9 @@ StatusOr<LlmConfig> LlmFromYamlText(std::string_view yaml_text);
 // Every field, spelt out (no preset), as LlmFromYaml reads it back to the same config
 // (rope_scaling and sliding_window only when set).
 std::string LlmToYaml(const LlmConfig& c);
+// The same fields as the JSON object of a schedule's model section (Schedule::Sections): what
+// YamlToJson makes of LlmToYaml's text, written directly.
+std::string LlmToJson(const LlmConfig& c);
 Status ValidateLlm(const LlmConfig& config);
 
 // The architecture of a Hugging Face config.json as transformers 4 and 5 write it, for the

@@ -77,5 +77,8 @@ struct TrainingSetup {
 StatusOr<TrainingSetup> TrainingFromYaml(const YAML::Node& node);
 // Every field, as TrainingFromYaml reads it back to the same value (17 significant digits).
 std::string TrainingToYaml(const TrainingSetup& t);
+// The same fields as the JSON object of a schedule's training section: what YamlToJson makes of
+// TrainingToYaml's text, written directly.
+std::string TrainingToJson(const TrainingSetup& t);
 
 }  // namespace tierflow::models
