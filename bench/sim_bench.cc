@@ -25,11 +25,18 @@ models::HardwareSpec BenchHardware() {
   models::NodeSpec& n = hw.node;
   n.name = "bench-node";
   n.gpu_count = 1;
-  n.gpu = {"bench-gpu", 80LL << 30, 400e12, 2e12, 0.5, 5e-6};
-  n.pcie = {25e9, 25e9, 0.5, 5e-6, 64e9};
-  n.cpu = {32, 512LL << 30, 150e9, 2e8, 4e9};
-  n.interconnect = {"pcie", 20e9, 1e-5};
-  n.nvme.push_back({"bench-ssd", 4LL << 40, 7e9, 5e9, 80e-6, 20e-6, 0.85});
+  // Named fields: positional ones had slid onto the wrong members as the specs grew (the kernel
+  // overhead onto forward_efficiency, the pageable factor onto d2h_bf16_bw, the mixed efficiency
+  // onto read_iops: reads capped at 0.85 a second).
+  n.gpu = {.name = "bench-gpu", .hbm_bytes = 80LL << 30, .peak_flops = 400e12, .hbm_bw_bytes_per_s = 2e12,
+           .compute_efficiency = 0.5, .kernel_overhead_s = 5e-6};
+  n.pcie = {.h2d_bw_bytes_per_s = 25e9, .d2h_bw_bytes_per_s = 25e9, .pageable_factor = 0.5, .latency_s = 5e-6,
+            .root_complex_bw_bytes_per_s = 64e9};
+  n.cpu = {.cores = 32, .host_memory_bytes = 512LL << 30, .memory_bw_bytes_per_s = 150e9, .adam_elements_per_s_per_core = 2e8,
+           .convert_bytes_per_s_per_core = 4e9};
+  n.interconnect = {.kind = "pcie", .bus_bw_bytes_per_s = 20e9, .latency_s = 1e-5};
+  n.nvme.push_back({.name = "bench-ssd", .capacity_bytes = 4LL << 40, .read_bw_bytes_per_s = 7e9, .write_bw_bytes_per_s = 5e9,
+                    .read_latency_s = 80e-6, .write_latency_s = 20e-6, .mixed_efficiency = 0.85});
   return hw;
 }
 
