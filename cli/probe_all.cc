@@ -203,6 +203,7 @@ Status Campaign::Run() {
         std::printf("  %-20s %6zu records  %6.1f s\n", step.label.c_str(), records, seconds);
         std::fflush(stdout);
       });
+  progress.Update(done);  // as far as it got, a failed step's points included
   progress.Finish();
   std::error_code ec;
   for (const std::string& dir : a_.dirs) fs::remove(real::ProbeFilePath(dir), ec);  // kept between the steps

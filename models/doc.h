@@ -9,6 +9,9 @@
 // empty list as "[]", a quoted string as yaml-cpp's double-quoted scalar. Json() writes the JSON
 // that reading Yaml() back and writing it as YAML trees are written as JSON (YamlToJson) gives:
 // a plain scalar that is true, false or a JSON number bare, every other scalar a string.
+// Keys and plain scalars are written as given: the caller's keys are fixed names, and a plain
+// scalar must not be one YAML reads otherwise ("", "null", "~", a text with ": "): quote those.
+// A list inside a block list is written in flow style.
 //
 // Thread safety: values.
 #pragma once

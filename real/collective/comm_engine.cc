@@ -1,6 +1,7 @@
 #include "tierflow/real/comm_engine.h"
 
 #include <array>
+#include <vector>
 
 namespace tierflow::real {
 
@@ -48,10 +49,14 @@ void CommEngine::Loop() {
     }
     Status st = Complete(comm_->Broadcast(next.data(), sizeof(next), 0));
     if (!st.ok()) {  // nothing more can be agreed on: every waiting collective fails
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& [key, posted] : posted_) done_(posted.job, st);
-      for (auto& [key, queued] : queue_) done_(queued.job, st);
-      if (item.work) done_(item.job, st);
+      std::vector<size_t> failed;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& [key, posted] : posted_) failed.push_back(posted.job);
+        for (auto& [key, queued] : queue_) failed.push_back(queued.job);
+      }
+      if (item.work) failed.push_back(item.job);
+      for (size_t job : failed) done_(job, st);  // outside the lock: `done` may post
       return;
     }
     if (next[0] == -1) return;

@@ -426,26 +426,25 @@ StatusOr<int64_t> Run::BindMemoryHomes() {
   return gpu_bytes;
 }
 
-// A fresh host block is mapped and faulted in whole where a task takes its buffer, on the
-// dispatch thread (io_memory.h): a 200 MB parameter slot of ioc's default buffer_size took a
-// quarter of a second here, and every task in flight waited for it. Blocks kept per size for
-// reuse (BlockCache) only moved such stalls to the first time a run held one more buffer of a
-// size than before, in the second or third iteration as often as in the first, and every
-// sub-group of its own size made its own. DeepSpeed makes its swap buffers when its engine
-// starts; so does this: each host pool gets its part of one mapping at set-up (an ExactPool of one
-// PinnedArena, the project's one host allocator), as large as the pool's
+// A fresh host block is mapped and faulted in whole where a task takes its buffer, on the dispatch
+// thread (io_memory.h): a 200 MB parameter slot of ioc's default buffer_size took a quarter of a
+// second here, and every task in flight waited for it. Blocks kept per size for reuse (BlockCache)
+// only moved such stalls to the first time a run held one more buffer of a size than before, in the
+// second or third iteration as often as in the first, and every sub-group of its own size made its
+// own. DeepSpeed makes its swap buffers when its engine starts; so does this: each host pool gets
+// its part of one mapping at set-up (an ExactPool of one PinnedArena), as large as the pool's
 // buffers can hold at once (its capacity less its persistent buffers, which the dispatcher admits
-// first, and no more than every instance of its other buffers: each has one per iteration of the
-// window, each piece rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages
-// are faulted in where first touched, by the read, copy or compute that fills them, only as far as
-// the buffers use them (a 200 MB slot holding 352 KB of tiny's unit, one huge page), mostly in the
-// first iteration; faulting every mapping in here took 0.32-1.09 s per ioc run on tiny. Where
-// the arena holds every instance at once, each instance has its own piece of it for the whole
-// run (BufferState::home); else pieces are cut as buffers are taken, and a buffer the arena then
-// has no free run for (fragmentation, in a pool of several sizes) gets a block of its own, as
-// before; RunResult::host_bytes_made_in_run counts it. Cut as taken, ioc's pools on tiny with
-// sub-groups of 1e6 elements made 5 MB of blocks mid-run in one CI run and none in others: which
-// runs are free when is the dispatcher's timing.
+// first, and no more than every instance of its other buffers: one per iteration of the window,
+// each rounded up to kDirectAlignment), and TakeBuffer cuts them from it. Its pages are faulted in
+// where first touched, by the read, copy or compute that fills them, only as far as the buffers use
+// them (a 200 MB slot holding 352 KB of tiny's unit, one huge page), mostly in the first iteration;
+// faulting every mapping in here took 0.32-1.09 s per ioc run on tiny. Where the arena holds every
+// instance at once, each instance has its own piece of it for the whole run (BufferState::home);
+// else pieces are cut as buffers are taken, and a buffer the arena then has no free run for
+// (fragmentation, in a pool of several sizes) gets a block of its own, as before;
+// RunResult::host_bytes_made_in_run counts it. Cut as taken, ioc's pools on tiny with sub-groups of
+// 1e6 elements made 5 MB of blocks mid-run in one CI run and none in others: which runs are free
+// when is the dispatcher's timing.
 void Run::MakeHostArenas() {
   host_pools_.assign(s_.pools().size(), nullptr);
   std::vector<int64_t> bytes(s_.pools().size(), 0), every(s_.pools().size(), 0);
@@ -465,7 +464,7 @@ void Run::MakeHostArenas() {
       }
     }
     bytes[p] = std::max<int64_t>(0, std::min(AlignUp(std::max<int64_t>(room, 0), kDirectAlignment) + instances * kDirectAlignment, every[p]));
-    total += bytes[p];
+    total += AlignUp(bytes[p], 4096);  // what CreateExactPool reserves (whole pages)
   }
   if (total == 0) return;
   // One mapping for every host pool, mapped now, faulted in where first touched (a pool's buffers
@@ -491,6 +490,7 @@ void Run::MakeHostArenas() {
       const BufferSpec& spec = s_.buffers()[i % s_.buffers().size()];
       if (spec.pool != static_cast<int32_t>(p) || spec.persistent) continue;
       BufferState& buf = buffers_[i];
+      TF_CHECK(buf.data == nullptr);  // not taken yet: only persistent buffers are, before this
       buf.home = host_pools_[p]->TryAllocate(std::max<int64_t>(buf.size, 1));
       TF_CHECK(!buf.home.empty());  // `every` is their sum
     }

@@ -34,6 +34,7 @@ RunState::RunState(const Schedule& s, const TrainConfig& config, const RunOption
 RunState::~RunState() {
   for (BufferState& b : buffers_) {
     ReturnBuffer(b, /*for_good=*/true);
+    b.piece.Release();  // (ReturnBuffer gave it back; a piece must not outlive the arena below)
     b.home.Release();
   }
   if (host_memory_ != nullptr && device_) device_->UnregisterHost(host_memory_->base());

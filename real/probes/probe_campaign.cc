@@ -28,6 +28,7 @@ ProbeStep OneDir(const std::string& label, const std::vector<std::string>& dirs,
 }  // namespace
 
 DiskCampaign MakeDiskCampaign(const DiskProbeOptions& base, const std::vector<std::string>& dirs) {
+  if (dirs.empty()) return {};
   DiskProbeOptions disk = base;
   disk.dirs = dirs;
   disk.keep_files = true;  // each directory's file is filled once and serves all of its steps
@@ -99,10 +100,11 @@ StatusOr<std::map<std::string, size_t>> RunProbeCampaign(const std::vector<Probe
                                                                 : " (the steps before it are in " + out + ": an incomplete probe)"));
     }
     const size_t count = records->size();
+    const double seconds = MonotonicSeconds() - start;  // the measuring, not the file's writing
     std::vector<TraceRecord>& all = files[step.file];
     all.insert(all.end(), std::make_move_iterator(records->begin()), std::make_move_iterator(records->end()));
     TF_RETURN_IF_ERROR(WriteTraceFile(ProbeRecordsPath(out, step.file), all));
-    if (ended) ended(step, count, MonotonicSeconds() - start);
+    if (ended) ended(step, count, seconds);
   }
   std::map<std::string, size_t> counts;
   for (const auto& [file, records] : files) counts[file] = records.size();

@@ -7,11 +7,9 @@
 #include "tierflow/core/text.h"
 #include "tierflow/real/block_cache.h"
 #include "tierflow/real/emulated_copy.h"
+#include "cuda_device.h"
 
 namespace tierflow::real {
-
-// cuda_device.cc, or cuda_device_unavailable.cc in a build without CUDA.
-StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config, int local_rank);
 
 namespace {
 

@@ -25,10 +25,9 @@
 #include "tierflow/real/cuda_ops.h"
 #include "tierflow/real/cuda_status.h"
 #include "tierflow/real/storage.h"
+#include "cuda_device.h"
 
 namespace tierflow::real {
-
-StatusOr<std::unique_ptr<ComputeDevice>> MakeCudaDevice(const TrainConfig& config, int local_rank);
 
 namespace {
 

@@ -1,6 +1,6 @@
 // A build without the CUDA toolkit: `--compute cuda` is Unavailable, said by MakeComputeDevice
 // (cpu_device.cc), which links this instead of cuda_device.cc.
-#include "tierflow/real/compute_device.h"
+#include "cuda_device.h"
 
 namespace tierflow::real {
 

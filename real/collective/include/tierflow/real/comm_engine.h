@@ -2,7 +2,7 @@
 // collective of its rank, in one order agreed by all ranks, over a Collective back-end.
 //
 // Thread safety: Post, Fail and Finish may be called from any thread; `done` is called on the
-// engine's thread.
+// engine's thread, never under its lock.
 #pragma once
 
 #include <condition_variable>

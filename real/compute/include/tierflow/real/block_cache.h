@@ -1,6 +1,7 @@
 // Blocks kept per size for reuse. A schedule allocates the same buffer sizes every iteration;
 // fresh allocations would be page-faulted in every time (host memory) or synchronise the GPU
-// (cudaMalloc, cudaFree). The executor keeps its host buffers in one, and each compute device
+// (cudaMalloc, cudaFree). The executor keeps the host buffers its pools' arena has no room for in
+// one (the rest are cut from the arena, pinned_arena.h), and each compute device
 // its gpu0 memory. Counts the bytes of blocks taken and not given back ("allocated", as PyTorch's
 // caching allocator says), of those and the free ones ("reserved"), and their peaks; a limit on
 // the reserved bytes frees the free blocks before a fresh one would pass it.

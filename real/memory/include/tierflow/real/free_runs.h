@@ -1,6 +1,5 @@
-// The free runs of one span of memory, as offsets and lengths: where every host pool of the
-// project cuts its pieces (pinned_arena.h's ExactPool: the executor's host pools, made once at a
-// run's set-up, and any exact-size pool of the checkpoints' or the probes').
+// The free runs of one span of memory, as offsets and lengths: where an exact-size host pool cuts
+// its pieces (pinned_arena.h's ExactPool: the executor's host pools, made once at a run's set-up).
 // Best fit: a piece goes to the shortest free run that holds it, the lowest such; a piece given
 // back joins its free neighbours. Both take O(log n) in the free runs (kept by offset and by
 // length). The caller rounds lengths to its alignment.

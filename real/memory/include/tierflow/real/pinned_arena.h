@@ -7,9 +7,11 @@
 //    best fit with coalescing free (free_runs.h); no power-of-two rounding — a block's footprint
 //    is its size rounded up to the pool's alignment (4 KiB by default, so O_DIRECT can use it).
 //
-// It is the one host-memory allocator of tierflow: the checkpoints' staging slots, and the
-// executor's host pools (an ExactPool per pool of the schedule, in one arena made at set-up,
-// registered with the GPU through the run's compute device).
+// It is the one allocator of tierflow's pinned host pools: the checkpoints' staging slots, and
+// the executor's host pools (an ExactPool per pool of the schedule, in one arena made at set-up,
+// registered with the GPU through the run's compute device). What else the executor maps (a
+// buffer its pool's arena has no room for, gpu0's memory where it is emulated) comes from the
+// block cache (block_cache.h).
 //
 // Accounting is exact and in bytes: the arena's `reserved` is the sum of its pools' capacities;
 // a pool's `in_use` the sum of live footprints, `peak` the largest `in_use` ever seen; the arena's

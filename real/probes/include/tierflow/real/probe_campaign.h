@@ -34,7 +34,7 @@ struct ProbeStep {
 //    they are one device, calibrate's same_device_as).
 // Each directory's probe file is filled once and serves all of its steps: the caller removes
 // them (ProbeFilePath) when the campaign ends. `points`: the measurements the steps make (points
-// × passes), one progress report each.
+// × passes), one progress report each. No directories: no steps.
 struct DiskCampaign {
   std::vector<ProbeStep> steps;
   double points = 0;
