@@ -5,9 +5,7 @@
 #include <cstdio>
 
 namespace tierflow::models::internal {
-namespace {
 
-// What YAML reads as a JSON number (YamlToJson writes such a plain scalar bare).
 bool IsJsonNumber(const std::string& s) {
   size_t i = 0;
   const auto digits = [&] {
@@ -33,7 +31,7 @@ bool IsJsonNumber(const std::string& s) {
   return i == s.size();
 }
 
-void JsonString(const std::string& s, std::string* out) {
+void AppendJsonString(const std::string& s, std::string* out) {
   *out += '"';
   for (const char c : s) {
     switch (c) {
@@ -54,8 +52,6 @@ void JsonString(const std::string& s, std::string* out) {
   }
   *out += '"';
 }
-
-}  // namespace
 
 Doc Doc::Plain(std::string text) {
   Doc d(Kind::kPlain, false);
@@ -151,9 +147,9 @@ void Doc::JsonValue(std::string* out) const {
   switch (kind_) {
     case Kind::kPlain:
       if (text_ == "true" || text_ == "false" || IsJsonNumber(text_)) *out += text_;
-      else JsonString(text_, out);
+      else AppendJsonString(text_, out);
       return;
-    case Kind::kQuoted: JsonString(text_, out); return;
+    case Kind::kQuoted: AppendJsonString(text_, out); return;
     case Kind::kMap:
     case Kind::kList: {
       const bool map = kind_ == Kind::kMap;
@@ -161,7 +157,7 @@ void Doc::JsonValue(std::string* out) const {
       for (size_t i = 0; i < items_.size(); ++i) {
         if (i > 0) *out += ", ";
         if (map) {
-          JsonString(items_[i].first, out);
+          AppendJsonString(items_[i].first, out);
           *out += ": ";
         }
         items_[i].second.JsonValue(out);

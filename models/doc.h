@@ -22,6 +22,11 @@
 
 namespace tierflow::models::internal {
 
+// What YAML reads as a JSON number in a plain scalar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+bool IsJsonNumber(const std::string& s);
+// `s` as a JSON string (quoted, escaped), appended to *out.
+void AppendJsonString(const std::string& s, std::string* out);
+
 class Doc {
  public:
   static Doc Map(bool flow = false) { return Doc(Kind::kMap, flow); }

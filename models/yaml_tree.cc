@@ -1,8 +1,8 @@
 #include "tierflow/models/yaml_tree.h"
 
 #include "tierflow/core/text.h"
+#include "doc.h"
 
-#include <regex>
 #include <string_view>
 #include <sstream>
 #include <vector>
@@ -12,28 +12,6 @@ namespace {
 
 std::string Q(const std::string& s) { return Quoted(s); }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 void Write(const YAML::Node& node, std::string* out) {
   if (node.IsMap()) {
     *out += "{";
@@ -41,7 +19,8 @@ void Write(const YAML::Node& node, std::string* out) {
     for (auto it = node.begin(); it != node.end(); ++it) {
       if (!first) *out += ", ";
       first = false;
-      *out += JsonString(it->first.Scalar()) + ": ";
+      internal::AppendJsonString(it->first.Scalar(), out);
+      *out += ": ";
       Write(it->second, out);
     }
     *out += "}";
@@ -55,11 +34,10 @@ void Write(const YAML::Node& node, std::string* out) {
   } else if (!node.IsDefined() || node.IsNull()) {
     *out += "null";
   } else {
-    static const std::regex kNumber(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
     const std::string& s = node.Scalar();
     const bool plain = node.Tag() != "!";  // a quoted scalar ("7") stays a string
-    if (plain && (s == "true" || s == "false" || std::regex_match(s, kNumber))) *out += s;
-    else *out += JsonString(s);
+    if (plain && (s == "true" || s == "false" || internal::IsJsonNumber(s))) *out += s;
+    else internal::AppendJsonString(s, out);
   }
 }
 

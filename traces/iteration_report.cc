@@ -9,6 +9,7 @@
 
 #include "tierflow/core/units.h"
 #include "tierflow/traces/summary.h"
+#include "interval_math.h"
 
 namespace tierflow::traces {
 namespace {
@@ -33,34 +34,14 @@ std::string FoldRanks(const std::string& name) {
   return out;
 }
 
-// Sorted, disjoint intervals covering `spans` (sorted in place).
-std::vector<std::pair<double, double>> Merge(std::vector<std::pair<double, double>>& spans) {
+// The union of `spans` (sorted in place): its disjoint intervals, and their length in *length.
+std::vector<internal::Interval> Union(std::vector<std::pair<double, double>>& spans, double* length) {
   std::sort(spans.begin(), spans.end());
-  std::vector<std::pair<double, double>> out;
-  for (const auto& [a, b] : spans) {
-    if (!out.empty() && a <= out.back().second) {
-      out.back().second = std::max(out.back().second, b);
-    } else {
-      out.emplace_back(a, b);
-    }
-  }
-  return out;
-}
-
-double Length(const std::vector<std::pair<double, double>>& merged) {
-  double total = 0;
-  for (const auto& [a, b] : merged) total += b - a;
-  return total;
-}
-
-// The length both merged lists cover.
-double Overlap(const std::vector<std::pair<double, double>>& x, const std::vector<std::pair<double, double>>& y) {
-  double total = 0;
-  for (size_t i = 0, j = 0; i < x.size() && j < y.size();) {
-    total += std::max(0.0, std::min(x[i].second, y[j].second) - std::max(x[i].first, y[j].first));
-    (x[i].second < y[j].second ? i : j)++;
-  }
-  return total;
+  internal::IntervalUnion u;
+  for (const auto& [a, b] : spans) u.Add(a, b);
+  std::vector<internal::Interval> merged = u.Finish();
+  if (length != nullptr) *length = u.length_s();
+  return merged;
 }
 
 // Per iteration over the steady-state iterations, each rank's copies of a resource as one row:
@@ -95,7 +76,7 @@ nlohmann::ordered_json PerIteration(const std::vector<TraceRecord>& records, con
     last = any ? std::max(last, r.end_s) : r.end_s;
     any = true;
   }
-  const std::vector<std::pair<double, double>> compute_merged = Merge(compute);
+  const std::vector<internal::Interval> compute_merged = Union(compute, nullptr);
   struct Row {
     int64_t count = 0;
     double busy = 0, busy_min = 0, busy_max = 0, utilization = 0, exposed = 0, bytes = 0;
@@ -103,9 +84,9 @@ nlohmann::ordered_json PerIteration(const std::vector<TraceRecord>& records, con
   std::vector<std::pair<std::string, Row>> folded;  // in name order of their first member
   const double per = 1.0 / static_cast<double>(n);
   for (auto& [name, b] : by_resource) {
-    const std::vector<std::pair<double, double>> merged = Merge(b.spans);
-    const double busy = Length(merged);
-    const double exposed = b.compute ? 0.0 : busy - Overlap(merged, compute_merged);
+    double busy = 0;
+    const std::vector<internal::Interval> merged = Union(b.spans, &busy);
+    const double exposed = b.compute ? 0.0 : busy - internal::IntersectionLength(merged, compute_merged);
     const std::string key = FoldRanks(name);
     auto it = std::find_if(folded.begin(), folded.end(), [&](const auto& f) { return f.first == key; });
     if (it == folded.end()) it = folded.insert(folded.end(), {key, Row{0, 0, busy * per, busy * per, 0, 0, 0}});
