@@ -170,6 +170,29 @@ void BM_QuickstartFourNodes(benchmark::State& state) {
 }
 BENCHMARK(BM_QuickstartFourNodes)->ArgNames({"iterations"})->Arg(1)->Arg(10)->Arg(25)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Planning the quickstart (issue 59: <= 10 ms): Plan() of the scenario, loaded once, with the
+// validation Plan ends with (the schedule a sweep simulates). CPU time is the figure on a shared
+// machine; tasks_per_plan says what was built.
+void BM_PlanQuickstart(benchmark::State& state) {
+  static const auto scenario = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/quickstart.yaml", {});
+  if (!scenario.ok()) {
+    state.SkipWithError(scenario.status().ToString().c_str());
+    return;
+  }
+  int64_t tasks = 0;
+  for (auto _ : state) {
+    auto schedule = policies::Plan(*scenario);
+    if (!schedule.ok()) {
+      state.SkipWithError(schedule.status().ToString().c_str());
+      return;
+    }
+    tasks = static_cast<int64_t>(schedule->tasks().size());
+    benchmark::DoNotOptimize(schedule->tasks().data());
+  }
+  state.counters["tasks_per_plan"] = static_cast<double>(tasks);
+}
+BENCHMARK(BM_PlanQuickstart)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
+
 // 10^6 tasks of one op kind (issue 59: each in <= 2 s), independent (flat) or each depending on
 // the one before (chain), one iteration, without trace records (as the sweep simulates). Each op
 // runs on its own resource of the bench node (4 in flight where the op allows); alloc and free

@@ -14,7 +14,7 @@ namespace {
 
 // Appends `s` to `v` and its name to `index`. A duplicate name is a bug of the caller.
 template <typename Spec, typename NameOf>
-int32_t Append(std::vector<Spec>* v, NameIndex* index, Spec s, NameOf name_of) {
+int32_t Append(std::vector<Spec>* v, NameIndex* index, Spec&& s, NameOf name_of) {
   const int32_t i = static_cast<int32_t>(v->size());
   TF_CHECK(index->Add(name_of(s), *v, name_of));
   v->push_back(std::move(s));
@@ -350,23 +350,32 @@ Status Schedule::Validate() const {
   // position is <= limit: a breadth-first search bounded by that position and ended as soon as
   // the last of them is found (most users are close successors), so the check stays cheap on
   // long schedules of many ranks, whose collectives make every rank's later tasks descendants.
+  // `reached_by` is the same search backwards, over deps: whether each is an ancestor of `to`
+  // whose position is >= floor.
   std::vector<int32_t> mark(n, -1), wanted(n, -1);
   std::vector<int32_t> queue;
   int32_t next_stamp = 0;  // each search marks with a fresh stamp, so marks never need clearing
-  auto reaches = [&](int32_t from, int32_t limit, int32_t want, int32_t count) {
+  auto search = [&](int32_t start, int32_t want, int32_t count, auto&& next_of, auto&& beyond) {
     const int32_t stamp = next_stamp++;
-    queue.assign(1, from);
-    mark[from] = stamp;
-    if (wanted[from] == want) --count;
+    queue.assign(1, start);
+    mark[start] = stamp;
+    if (wanted[start] == want) --count;
     for (size_t head = 0; head < queue.size() && count > 0; ++head) {
-      for (int32_t s : succ[queue[head]]) {
-        if (mark[s] == stamp || position[s] > limit) continue;
+      for (int32_t s : next_of(queue[head])) {
+        if (mark[s] == stamp || beyond(s)) continue;
         mark[s] = stamp;
         if (wanted[s] == want && --count == 0) break;
         queue.push_back(s);
       }
     }
     return count <= 0;
+  };
+  auto reaches = [&](int32_t from, int32_t limit, int32_t want, int32_t count) {
+    return search(from, want, count, [&](int32_t t) { return succ[t]; }, [&](int32_t t) { return position[t] > limit; });
+  };
+  auto reached_by = [&](int32_t to, int32_t floor, int32_t want, int32_t count) {
+    return search(
+        to, want, count, [&](int32_t t) { return std::span<const int32_t>(tasks_[t].deps); }, [&](int32_t t) { return position[t] < floor; });
   };
   int32_t next_want = 0;
   for (size_t b = 0; b < buffers_.size(); ++b) {
@@ -398,14 +407,26 @@ Status Schedule::Validate() const {
         }
       }
     }
-    // Every user must precede the free: the free task must be reachable from each user.
+    // Every user must precede the free: each is an ancestor of the free task (one search back
+    // from it for all of them; the first user that is not, named one by one).
+    const int32_t before = next_want++;
+    int32_t first = position[free_by[b]];
+    count = 0;
     for (int32_t u : users[b]) {
-      if (u == free_by[b]) continue;
-      const int32_t one = next_want++;
-      wanted[free_by[b]] = one;
-      if (!reaches(u, position[free_by[b]], one, 1)) {
-        return InvalidArgument("task " + Quote(tasks_[free_by[b]].id) + " frees " + what() + " before task " +
-                               Quote(tasks_[u].id) + " that uses it has completed (missing dep)");
+      if (u == free_by[b] || wanted[u] == before) continue;
+      wanted[u] = before;
+      ++count;
+      first = std::min(first, position[u]);
+    }
+    if (count > 0 && !reached_by(free_by[b], first, before, count)) {
+      for (int32_t u : users[b]) {
+        if (u == free_by[b]) continue;
+        const int32_t one = next_want++;
+        wanted[u] = one;
+        if (!reached_by(free_by[b], position[u], one, 1)) {
+          return InvalidArgument("task " + Quote(tasks_[free_by[b]].id) + " frees " + what() + " before task " +
+                                 Quote(tasks_[u].id) + " that uses it has completed (missing dep)");
+        }
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <string_view>
 
 #include "tierflow/core/json_checked.h"
@@ -299,7 +300,7 @@ StatusOr<Schedule> Parse(const Json& root) {
     }
     struct BufferList {
       const char* key;
-      std::vector<int32_t>* out;
+      IndexList* out;
     };
     for (BufferList list : {BufferList{"allocs", &t.allocs}, BufferList{"uses", &t.uses}, BufferList{"frees", &t.frees}}) {
       names.clear();
@@ -387,7 +388,7 @@ class JsonWriter {
     out_.push_back(':');
   }
   // `"key":["name",...]`: the names of `indices` in `specs` (a task's id, anything else's name).
-  void Names(const char* key, const std::vector<int32_t>& indices, const auto& specs) {
+  void Names(const char* key, std::span<const int32_t> indices, const auto& specs) {
     Key(key);
     out_.push_back('[');
     for (size_t i = 0; i < indices.size(); ++i) {

@@ -10,6 +10,15 @@
 
 namespace tierflow {
 
+std::string StrCat(std::initializer_list<StrPiece> pieces) {
+  size_t size = 0;
+  for (const StrPiece& p : pieces) size += p.view().size();
+  std::string out;
+  out.reserve(size);
+  for (const StrPiece& p : pieces) out.append(p.view());
+  return out;
+}
+
 Status CheckUtf8(std::string_view text, const std::string& what) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();

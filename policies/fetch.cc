@@ -1,6 +1,8 @@
 // Fetching parameter units (fetch.h).
 #include "fetch.h"
 
+#include "tierflow/core/text.h"
+
 namespace tierflow::policies {
 
 int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions& o, int32_t rank, int32_t unit) {
@@ -26,11 +28,11 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
         f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU or in host memory
         continue;
       }
-      const std::string id = unit.name + "." + o.tag + ".r" + std::to_string(r);
+      const std::string id = StrCat({unit.name, ".", o.tag, ".r", r});
       const int64_t part_bytes = unit.rank_elements * 2;
-      const int32_t slot = b.Buffer("slot." + id, o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
+      const int32_t slot = b.Buffer(StrCat({"slot.", id}), o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
       TaskSpec t;
-      t.id = "read." + id;
+      t.id = StrCat({"read.", id});
       t.op = Op::kRead;
       t.rank = r;
       t.resource = o.read_resource_of ? o.read_resource_of(r, u) : o.read_resource[r];
@@ -53,7 +55,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     FetchedUnit& f = out[i];
     const ParamUnit& unit = plan.units[f.unit];
     TaskSpec gather;
-    gather.id = "allgather." + unit.name + "." + o.tag;
+    gather.id = StrCat({"allgather.", unit.name, ".", o.tag});
     gather.op = Op::kAllGather;
     gather.resource = b.Comm();
     gather.bytes = unit.elements * 2;
@@ -64,10 +66,10 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     if (previous_gather != kNoIndex) gather.deps.push_back(previous_gather);
     std::vector<int32_t> gathered;
     for (int32_t r = 0; r < ranks; ++r) {
-      const std::string id = unit.name + "." + o.tag + ".r" + std::to_string(r);
+      const std::string id = StrCat({unit.name, ".", o.tag, ".r", r});
       const int32_t full_pool = o.gather_pool.empty() ? b.GpuPool(r) : o.gather_pool[r];
       if (o.params_on_gpu) {
-        const int32_t full = b.Buffer("gathered." + id, full_pool, unit.elements * 2);
+        const int32_t full = b.Buffer(StrCat({"gathered.", id}), full_pool, unit.elements * 2);
         gather.allocs.push_back(full);
         gathered.push_back(full);
         continue;
@@ -77,9 +79,9 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       // the h2d writes is the pool's from the start.
       const bool in_host = o.InHost(f.unit);
       const int32_t slot = in_host ? o.host_param_buffer[r] : f.gathered_buffer[r];
-      const int32_t full = b.Buffer("gathered." + id, full_pool, unit.elements * 2);
+      const int32_t full = b.Buffer(StrCat({"gathered.", id}), full_pool, unit.elements * 2);
       TaskSpec h2d;
-      h2d.id = "h2d." + id;
+      h2d.id = StrCat({"h2d.", id});
       h2d.op = Op::kH2D;
       h2d.rank = r;
       h2d.resource = b.GpuH2D(r);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "passes.h"
+#include "tierflow/core/text.h"
 
 namespace tierflow::policies {
 
@@ -149,7 +150,7 @@ class GradientBucket {
   int32_t ReduceScatter(const LayerGrads& lg, const std::string& name, int32_t gu_index) {
     const ParamUnit& gu = plan_.units[gu_index];
     TaskSpec rs;
-    rs.id = "reducescatter." + name;
+    rs.id = StrCat({"reducescatter.", name});
     rs.op = Op::kReduceScatter;
     rs.resource = b_.Comm();
     rs.bytes = gu.elements * 2;
@@ -167,7 +168,7 @@ class GradientBucket {
   // Entry e's reduce-scatter.
   int32_t Reduce(const Entry& e) {
     const int32_t unit = e.head_part ? plan_.tied_unit : e.unit;
-    const int32_t rs_task = ReduceScatter(*e.layer, plan_.units[unit].name + (e.head_part ? ".head." : ".") + fo_.tag, unit);
+    const int32_t rs_task = ReduceScatter(*e.layer, StrCat({plan_.units[unit].name, e.head_part ? ".head." : ".", fo_.tag}), unit);
     reductions_.emplace_back(rs_task, e.layer);
     return rs_task;
   }
@@ -187,7 +188,7 @@ class GradientBucket {
     const ParamUnit& tu = plan_.units[plan_.tied_unit];
     for (int32_t r = 0; r < plan_.ranks; ++r) {
       TaskSpec d2h;
-      d2h.id = "d2h.grad." + tu.name + ".head." + fo_.tag + ".r" + std::to_string(r);
+      d2h.id = StrCat({"d2h.grad.", tu.name, ".head.", fo_.tag, ".r", r});
       d2h.op = Op::kD2H;
       d2h.rank = r;
       d2h.resource = b_.GpuD2H(r);
@@ -209,7 +210,7 @@ class GradientBucket {
   void IssueUnit(LayerGrads& lg, int32_t lu, int32_t rs_task) {
     const ParamUnit& gu = plan_.units[lu];
     for (int32_t r = 0; r < plan_.ranks; ++r) {
-      const std::string id = gu.name + "." + fo_.tag + ".r" + std::to_string(r);
+      const std::string id = StrCat({gu.name, ".", fo_.tag, ".r", r});
       // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else
       // the fp32 partition into pinned staging for the write.
       const bool to_accumulator = !carry_.accumulator.empty();
@@ -226,9 +227,9 @@ class GradientBucket {
       const bool swap_out_later = in_order_ && written;
       int32_t gbuf = to_accumulator ? carry_.accumulator[r] : kNoIndex;
       if (flush_ && last_micro_step_ && keep) gbuf = o_.host_grad_buffer[r];
-      else if (written && !swap_out_later) gbuf = b_.Buffer("grad." + id, o_.grad_pool[r], gu.rank_elements * 4);
+      else if (written && !swap_out_later) gbuf = b_.Buffer(StrCat({"grad.", id}), o_.grad_pool[r], gu.rank_elements * 4);
       TaskSpec d2h;
-      d2h.id = "d2h.grad." + id;
+      d2h.id = StrCat({"d2h.grad.", id});
       d2h.op = Op::kD2H;
       d2h.rank = r;
       d2h.resource = b_.GpuD2H(r);
@@ -258,7 +259,7 @@ class GradientBucket {
         if (o_.device_memory_is_host) {  // widened in the loop, into device (= host) memory
           int32_t& pool = carry_.grad32_pool[static_cast<size_t>(r)];
           if (pool == kNoIndex) pool = b_.Pool("host.grad32.r" + std::to_string(r), b_.Host(r), 0);  // sized at the end
-          w.buffer = b_.Buffer("grad32." + id, pool, gu.rank_elements * 4);
+          w.buffer = b_.Buffer(StrCat({"grad32.", id}), pool, gu.rank_elements * 4);
           w.after = InOrder(r, Widen(r, lu, id, w.buffer, /*into_kept=*/false, d2h_task));
         }
         widened_[static_cast<size_t>(r)].push_back(w);
@@ -286,7 +287,7 @@ class GradientBucket {
   int32_t Widen(int32_t r, int32_t lu, const std::string& id, int32_t out, bool into_kept, int32_t after) {
     const ParamUnit& gu = plan_.units[lu];
     TaskSpec widen;
-    widen.id = "convert.grad." + id;
+    widen.id = StrCat({"convert.grad.", id});
     widen.op = Op::kConvert;
     widen.rank = r;
     widen.kernel = Kernel::kBf16ToFp32;
@@ -311,7 +312,7 @@ class GradientBucket {
              int32_t after) {
     const ParamUnit& gu = plan_.units[lu];
     TaskSpec w;
-    w.id = "write.grad." + id;
+    w.id = StrCat({"write.grad.", id});
     w.op = Op::kWrite;
     w.rank = r;
     w.resource = write_resource;
@@ -338,14 +339,14 @@ class GradientBucket {
       int64_t held = 0;
       for (const Widened& w : widened_[static_cast<size_t>(r)]) {
         const ParamUnit& gu = plan_.units[w.unit];
-        const int32_t staging = b_.Buffer("grad." + w.id, o_.grad_pool[r], gu.rank_elements * 4);
+        const int32_t staging = b_.Buffer(StrCat({"grad.", w.id}), o_.grad_pool[r], gu.rank_elements * 4);
         int32_t staged = kNoIndex;
         if (w.buffer == kNoIndex) {
           staged = InOrder(r, Widen(r, w.unit, w.id, staging, /*into_kept=*/false, w.after));
         } else {
           held += gu.rank_elements * 4;
           TaskSpec copy;
-          copy.id = "copy.grad." + w.id;
+          copy.id = StrCat({"copy.grad.", w.id});
           copy.op = Op::kConvert;
           copy.kernel = Kernel::kCopy;
           copy.rank = r;

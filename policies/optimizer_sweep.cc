@@ -1,6 +1,8 @@
 // The optimizer sweep over one rank's sub-groups (optimizer_sweep.h).
 #include "optimizer_sweep.h"
 
+#include <algorithm>
+
 namespace tierflow::policies {
 namespace {
 
@@ -16,7 +18,11 @@ struct ParamRun {
 std::vector<ParamRun> ParamRuns(const ModelPlan& plan, const std::vector<bool>& in_host, int64_t begin, int64_t n) {
   std::vector<ParamRun> runs;
   const int64_t end = begin + n;
-  for (size_t i = 0; i < plan.units.size(); ++i) {
+  // The units lie one after the other in the rank's flat space (MakeModelPlan): from the first
+  // that ends past `begin` to the last that starts before `end`.
+  const auto first = std::partition_point(plan.units.begin(), plan.units.end(),
+                                          [begin](const ParamUnit& u) { return u.rank_offset + u.rank_elements <= begin; });
+  for (size_t i = static_cast<size_t>(first - plan.units.begin()); i < plan.units.size() && plan.units[i].rank_offset < end; ++i) {
     const ParamUnit& u = plan.units[i];
     const int64_t b = std::max(begin, u.rank_offset), e = std::min(end, u.rank_offset + u.rank_elements);
     if (b >= e) continue;
@@ -236,7 +242,7 @@ class Sweep {
     if (!s.grad_host32) adam.frees = {s.grad};
     adam.tensors = s.home_states;
     adam.deps = s.grad_task != kNoIndex ? std::vector<int32_t>{s.grad_task} : s.read_deps;
-    if (s.grad_host32) adam.deps = WithGate(adam.deps, s);
+    if (s.grad_host32) adam.deps = WithGate(adam.deps.ToVector(), s);
     if (o_.adam_waits_param_write && prev_param_write_ != kNoIndex) adam.deps.push_back(prev_param_write_);
     s.adam = b_.Task(std::move(adam));
     res_.adam[s.g] = s.adam;

@@ -261,7 +261,7 @@ class Passes {
   void Compute(const Step& s, const FetchOptions& fo, int32_t r, Layer* layer, int32_t* grad_gpu) {
     const ParamUnit& unit = plan_.units[s.u];
     TaskSpec c;
-    c.id = std::string(s.fwd ? "fwd." : "bwd.") + unit.name + "." + fo.tag.substr(1) + ".r" + std::to_string(r);
+    c.id = StrCat({s.fwd ? "fwd." : "bwd.", unit.name, ".", std::string_view(fo.tag).substr(1), ".r", r});
     c.op = Op::kCompute;
     c.rank = r;
     c.kernel = s.fwd ? Kernel::kForward : Kernel::kBackward;
@@ -288,7 +288,7 @@ class Passes {
       layer->gathered[r].clear();
       layer->kept[r].clear();
       if (!s.fwd) {
-        *grad_gpu = b_.Buffer("grad.gpu.l" + std::to_string(unit.layer) + "." + fo.tag + ".r" + std::to_string(r), b_.GpuPool(r),
+        *grad_gpu = b_.Buffer(StrCat({"grad.gpu.l", unit.layer, ".", fo.tag, ".r", r}), b_.GpuPool(r),
                               s.layer_elements * 4);
         c.uses.insert(c.uses.begin(), *grad_gpu);
         if (layer->last_admit[r] != kNoIndex) b_.task(layer->last_admit[r]).allocs.push_back(*grad_gpu);

@@ -1,6 +1,7 @@
 // The schedule builder (schedule_builder.h).
 #include "schedule_builder.h"
 
+#include "tierflow/core/text.h"
 #include "tierflow/models/llm.h"
 
 namespace tierflow::policies {
@@ -49,8 +50,8 @@ int32_t ScheduleBuilder::Pool(const std::string& name, const std::string& device
   return schedule_.AddPool({name, d, capacity_bytes});
 }
 
-int32_t ScheduleBuilder::Buffer(const std::string& name, int32_t pool, int64_t size_bytes, bool persistent) {
-  return schedule_.AddBuffer({name, pool, size_bytes, persistent});
+int32_t ScheduleBuilder::Buffer(std::string name, int32_t pool, int64_t size_bytes, bool persistent) {
+  return schedule_.AddBuffer({std::move(name), pool, size_bytes, persistent});
 }
 
 int32_t ScheduleBuilder::NodeOf(int32_t rank) const { return rank / std::max(1, scenario_.hardware.node.gpu_count); }
@@ -136,12 +137,10 @@ int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int6
   const auto [known, inserted] = states_.try_emplace(StateKey{begin, elements, rank, device, kind}, kNoIndex);
   if (!inserted) return known->second;
   const int64_t element_bytes = StateKindBytes(kind);
-  const std::string name = std::string(StateKindName(kind)) + ".r" + std::to_string(rank) + "[" + std::to_string(begin) + "+" +
-                           std::to_string(elements) + "]@" + schedule_.devices()[device].name;
-  const int32_t existing = schedule_.FindTensor(name);
-  if (existing != kNoIndex) return known->second = existing;
+  // The key names the tensor (its name spells the key out, and only State() makes tensors), so
+  // a new key is a new name: AddTensor's index still checks it.
   TensorSpec t;
-  t.name = name;
+  t.name = StrCat({StateKindName(kind), ".r", rank, "[", begin, "+", elements, "]@", schedule_.devices()[device].name});
   t.kind = kind;
   t.dtype = StateKindDtype(kind);
   t.shape = {elements};

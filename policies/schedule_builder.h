@@ -17,7 +17,7 @@ class ScheduleBuilder {
   int32_t Device(const std::string& name, DeviceKind kind);
   int32_t Resource(const std::string& name, const std::string& device, int32_t concurrency = 1);
   int32_t Pool(const std::string& name, const std::string& device, int64_t capacity_bytes);
-  int32_t Buffer(const std::string& name, int32_t pool, int64_t size_bytes, bool persistent = false);
+  int32_t Buffer(std::string name, int32_t pool, int64_t size_bytes, bool persistent = false);
   int32_t Tensor(TensorSpec t) { return schedule_.AddTensor(std::move(t)); }
   int32_t Task(TaskSpec t) { return schedule_.AddTask(std::move(t)); }
   TaskSpec& task(int32_t i) { return schedule_.mutable_tasks()[i]; }

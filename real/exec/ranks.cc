@@ -106,8 +106,8 @@ StatusOr<Schedule> RankPart(const Schedule& s, int32_t rank) {
   for (size_t i = 0; i < nt; ++i) {
     if (keep_task[i]) task[i] = next++;
   }
-  auto remap = [](const std::vector<int32_t>& from, const std::vector<int32_t>& index) {
-    std::vector<int32_t> out;
+  auto remap = [](const IndexList& from, const std::vector<int32_t>& index) {
+    IndexList out;
     for (int32_t v : from) {
       if (index[static_cast<size_t>(v)] != kNoIndex) out.push_back(index[static_cast<size_t>(v)]);
     }

@@ -80,7 +80,7 @@ Span RunState::FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) cons
   return {buf.data + base, version};
 }
 
-Span RunState::FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, int64_t n, int32_t* which) const {
+Span RunState::FindIn(std::span<const int32_t> buffers, int kind, int64_t begin, int64_t n, int32_t* which) const {
   for (int32_t b : buffers) {
     const Span span = FindSpan(b, kind, begin, n);
     if (span.data == nullptr) continue;
@@ -120,7 +120,7 @@ int32_t RunState::FirstBufferOnDevice(const TaskSpec& t, DeviceKind kind, bool a
   auto on = [&](int32_t b) {
     return s_.devices()[static_cast<size_t>(s_.pools()[static_cast<size_t>(s_.buffers()[static_cast<size_t>(b)].pool)].device)].kind == kind;
   };
-  const std::vector<int32_t>* lists[2] = {&t.allocs, &t.uses};
+  const IndexList* lists[2] = {&t.allocs, &t.uses};
   if (!allocs_first) std::swap(lists[0], lists[1]);
   for (const auto* list : lists) {
     for (int32_t b : *list) {

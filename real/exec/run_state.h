@@ -10,6 +10,7 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,7 +111,7 @@ class RunState {
   // as in the element space (one piece; a sub-group over a flat host buffer's per-unit pieces).
   Span FindSpan(int32_t buffer, int kind, int64_t begin, int64_t n) const;
   // The first buffer of `buffers` holding the whole range, as FindSpan, and its index (kNoIndex).
-  Span FindIn(const std::vector<int32_t>& buffers, int kind, int64_t begin, int64_t n, int32_t* which = nullptr) const;
+  Span FindIn(std::span<const int32_t> buffers, int kind, int64_t begin, int64_t n, int32_t* which = nullptr) const;
   // Marks kind [begin, begin + n) in `buffer` as `version`, splitting pieces that reach beyond it.
   void SetVersion(int32_t buffer, int kind, int64_t begin, int64_t n, int64_t version);
   // Places kind [begin, begin + n) at `offset` of `buffer`, replacing what held any of it.

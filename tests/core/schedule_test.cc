@@ -220,6 +220,18 @@ TEST(ScheduleValidate, BufferLifetimes) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("frees buffer 'x' before task 'user'"), std::string::npos) << st.message();
 
+  // Several users, the free after some through a chain: the first user in order that the free
+  // does not follow is named (the check searches back from the free for all users at once).
+  Builder several;
+  several.Resource("r").Pool("p", 10).Buffer("x", "p", 4).Task("alloc", "", {}, {"x"});
+  several.Task("u1", "r", {"alloc"}).Task("mid", "r", {"u1"}).Task("u2", "r", {"alloc"}).Task("u3", "r", {"alloc"});
+  for (const char* u : {"u1", "u2", "u3"}) several.s.mutable_tasks()[several.s.FindTask(u)].uses.push_back(0);
+  several.Task("free", "", {"mid", "u3"}, {}, {"x"});
+  EXPECT_EQ(several.s.Validate().ToString(),
+            "invalid argument: task 'free' frees buffer 'x' before task 'u2' that uses it has completed (missing dep)");
+  several.s.mutable_tasks()[several.s.FindTask("free")].deps.push_back(several.s.FindTask("u2"));
+  EXPECT_TRUE(several.s.Validate().ok()) << several.s.Validate().ToString();
+
   // Allocated, never freed.
   Builder leak;
   leak.Resource("r").Pool("p", 10).Buffer("x", "p", 4).Task("alloc", "", {}, {"x"});

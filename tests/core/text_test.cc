@@ -10,6 +10,14 @@
 namespace tierflow {
 namespace {
 
+TEST(StrCat, JoinsStringsAndDecimalIntegersInOneString) {
+  const std::string name = "layers.3.mlp";
+  EXPECT_EQ(StrCat({"read.", name, ".f", int64_t{0}, ".r", 3}), "read.layers.3.mlp.f0.r3");
+  EXPECT_EQ(StrCat({std::string_view("ab"), -12, "", uint64_t{18446744073709551615ull}}), "ab-1218446744073709551615");
+  EXPECT_EQ(StrCat({int32_t{-2147483647 - 1}, int64_t{-9223372036854775807 - 1}}), "-2147483648-9223372036854775808");
+  EXPECT_EQ(StrCat({}), "");
+}
+
 TEST(Utf8, WellFormedTextPasses) {
   EXPECT_TRUE(CheckUtf8("", "x").ok());
   EXPECT_TRUE(CheckUtf8("plain ascii", "x").ok());

@@ -920,7 +920,7 @@ TEST(Executor, HoldAndWaitGetsTheDeadlockReport) {
   ASSERT_TRUE(pool != kNoIndex && states != kNoIndex && gradin != kNoIndex && grad != kNoIndex);
   ASSERT_TRUE(write_grad != kNoIndex && write_states != kNoIndex);
   ASSERT_EQ(s.pools()[pool].capacity_bytes, s.buffers()[states].size_bytes + s.buffers()[gradin].size_bytes);
-  std::vector<int32_t>& frees = s.mutable_tasks()[write_grad].frees;
+  IndexList& frees = s.mutable_tasks()[write_grad].frees;
   ASSERT_EQ(frees, std::vector<int32_t>{grad});
   frees.clear();
   s.mutable_tasks()[write_states].frees.push_back(grad);

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "tierflow/core/index_list.h"
 #include "tierflow/core/name_index.h"
 #include "tierflow/core/ops.h"
 #include "tierflow/core/status.h"
@@ -102,11 +103,12 @@ struct TaskSpec {
   // only tensors of that rank. `tierflow run` over several ranks executes on rank r the tasks of
   // rank r and every collective (docs/schedule-format.md "Ranks").
   int32_t rank = kEveryRank;
-  std::vector<int32_t> tensors; // model state it reads or writes
-  std::vector<int32_t> allocs;  // buffers it allocates when it starts
-  std::vector<int32_t> uses;    // buffers it reads or writes
-  std::vector<int32_t> frees;   // buffers it frees when it completes
-  std::vector<int32_t> deps;    // tasks of the same iteration that must complete first
+  // Indices into the schedule's tables, up to four of each kept in place (IndexList).
+  IndexList tensors;  // model state it reads or writes
+  IndexList allocs;   // buffers it allocates when it starts
+  IndexList uses;     // buffers it reads or writes
+  IndexList frees;    // buffers it frees when it completes
+  IndexList deps;     // tasks of the same iteration that must complete first
   std::vector<CarriedDep> carried;
   int32_t priority = 0;         // lower runs first among ready instances on one resource
   Phase phase = Phase::kOther;

@@ -7,6 +7,9 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <charconv>
+#include <concepts>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +28,33 @@ std::string Quoted(std::string_view text);
 
 // `names` separated by ", ": the list an error gives of what is known ("known: a, b, c").
 std::string JoinNames(const std::vector<std::string>& names);
+
+// One piece of StrCat: a string as it is, or an integer in decimal (written into the piece).
+// Made only in StrCat's argument list: it may point into itself, so it is never copied.
+class StrPiece {
+ public:
+  StrPiece(std::string_view s) : view_(s) {}  // NOLINT(google-explicit-constructor): a piece
+  StrPiece(const std::string& s) : view_(s) {}  // NOLINT(google-explicit-constructor)
+  StrPiece(const char* s) : view_(s) {}         // NOLINT(google-explicit-constructor)
+  template <std::integral T>
+    requires(!std::same_as<T, char> && !std::same_as<T, bool>)
+  StrPiece(T v) {  // NOLINT(google-explicit-constructor)
+    const auto r = std::to_chars(digits_, digits_ + sizeof digits_, v);
+    view_ = {digits_, static_cast<size_t>(r.ptr - digits_)};
+  }
+  StrPiece(const StrPiece&) = delete;
+  StrPiece& operator=(const StrPiece&) = delete;
+  std::string_view view() const { return view_; }
+
+ private:
+  char digits_[24];
+  std::string_view view_;
+};
+
+// The pieces one after the other, in one allocation: StrCat({"read.", name, ".r", rank}). What
+// the planner names its tasks, buffers and tensors with, tens of thousands a plan (a chain of
+// operator+ allocated a string per '+').
+std::string StrCat(std::initializer_list<StrPiece> pieces);
 
 // An integer in [lo, hi]: decimal digits with an optional sign, or a number in another form that
 // is exactly an integer ("1e6", "2.0"); surrounding spaces are ignored. InvalidArgument naming
