@@ -88,7 +88,8 @@ class IndexList {
     std::copy(first, last, data());
     size_ = static_cast<uint32_t>(n);
   }
-  // Inserts [first, last) before `pos`; returns where the first of them now is.
+  // Inserts [first, last) before `pos`; returns where the first of them now is. [first, last)
+  // must not lie in this list (growing would move it).
   template <std::forward_iterator It>
   iterator insert(const_iterator pos, It first, It last) {
     const size_t at = static_cast<size_t>(pos - data());
