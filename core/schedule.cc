@@ -346,87 +346,86 @@ Status Schedule::Validate() const {
   // Buffer lifetimes: allocated by one task and freed by one task, every use between them.
   std::vector<int32_t> position(n);
   for (int32_t k = 0; k < n; ++k) position[order[k]] = k;
-  // Whether every task marked wanted[t] == want is a descendant of `from` whose topological
-  // position is <= limit: a breadth-first search bounded by that position and ended as soon as
-  // the last of them is found (most users are close successors), so the check stays cheap on
-  // long schedules of many ranks, whose collectives make every rank's later tasks descendants.
-  // `reached_by` is the same search backwards, over deps: whether each is an ancestor of `to`
-  // whose position is >= floor.
-  std::vector<int32_t> mark(n, -1), wanted(n, -1);
-  std::vector<int32_t> queue;
-  int32_t next_stamp = 0;  // each search marks with a fresh stamp, so marks never need clearing
-  auto search = [&](int32_t start, int32_t want, int32_t count, auto&& next_of, auto&& beyond) {
+  // Each user must descend from the allocation and the free from each user. A user is searched
+  // back over deps (depth first, no further than the allocation's position) for a task already
+  // known to descend from the allocation: the allocation itself, a user proven before (users go
+  // in topological order), or a task on the path that proved one. A layer's users follow each
+  // other through its computes and gathers, so each is found a few steps from the one before (a
+  // breadth-first search from the allocation for all of them visited every rank's tasks of the
+  // layer in between). The free is found from each user the same way forwards, users in reverse
+  // order, tasks known to precede the free. An error names the first user in the buffer's own
+  // order that fails, each then checked alone.
+  std::vector<int32_t> mark(n, -1), known(n, -1), parent(n, kNoIndex), stack;
+  int32_t next_stamp = 0;  // each search and each known set has a fresh stamp: nothing is cleared
+  // Whether `from` links to a task t with known[t] == kin, over next_of(), never past `beyond`;
+  // if so, every task on the path (`from` included) is marked known too.
+  auto links = [&](int32_t from, int32_t kin, auto&& next_of, auto&& beyond) {
     const int32_t stamp = next_stamp++;
-    queue.assign(1, start);
-    mark[start] = stamp;
-    if (wanted[start] == want) --count;
-    for (size_t head = 0; head < queue.size() && count > 0; ++head) {
-      for (int32_t s : next_of(queue[head])) {
-        if (mark[s] == stamp || beyond(s)) continue;
-        mark[s] = stamp;
-        if (wanted[s] == want && --count == 0) break;
-        queue.push_back(s);
+    stack.assign(1, from);
+    mark[from] = stamp;
+    parent[from] = kNoIndex;
+    while (!stack.empty()) {
+      const int32_t t = stack.back();
+      stack.pop_back();
+      for (int32_t x : next_of(t)) {
+        if (mark[x] == stamp || beyond(x)) continue;
+        mark[x] = stamp;
+        if (known[x] == kin) {
+          for (int32_t y = t; y != kNoIndex; y = parent[y]) known[y] = kin;
+          return true;
+        }
+        parent[x] = t;
+        stack.push_back(x);
       }
     }
-    return count <= 0;
+    return false;
   };
-  auto reaches = [&](int32_t from, int32_t limit, int32_t want, int32_t count) {
-    return search(from, want, count, [&](int32_t t) { return succ[t]; }, [&](int32_t t) { return position[t] > limit; });
+  auto descends = [&](int32_t user, int32_t alloc, int32_t kin) {
+    return links(user, kin, [&](int32_t t) { return std::span<const int32_t>(tasks_[t].deps); },
+                 [&](int32_t t) { return position[t] < position[alloc]; });
   };
-  auto reached_by = [&](int32_t to, int32_t floor, int32_t want, int32_t count) {
-    return search(
-        to, want, count, [&](int32_t t) { return std::span<const int32_t>(tasks_[t].deps); }, [&](int32_t t) { return position[t] < floor; });
+  auto precedes = [&](int32_t user, int32_t free, int32_t kin) {
+    return links(user, kin, [&](int32_t t) { return succ[t]; }, [&](int32_t t) { return position[t] > position[free]; });
   };
-  int32_t next_want = 0;
+  std::vector<int32_t> in_order;
   for (size_t b = 0; b < buffers_.size(); ++b) {
     const BufferSpec& buf = buffers_[b];
     if (buf.persistent) continue;
     auto what = [&buf] { return "buffer " + Quote(buf.name); };
-    if (alloc_by[b] == kNoIndex) {
-      if (users[b].empty() && free_by[b] == kNoIndex) continue;  // declared, never used
+    const int32_t alloc = alloc_by[b], free = free_by[b];
+    if (alloc == kNoIndex) {
+      if (users[b].empty() && free == kNoIndex) continue;  // declared, never used
       return InvalidArgument(what() + " is used by task " + Quote(tasks_[users[b].front()].id) + " but no task allocates it");
     }
-    if (free_by[b] == kNoIndex) return InvalidArgument(what() + " is allocated by task " + Quote(tasks_[alloc_by[b]].id) + " but no task frees it");
-    int32_t last = position[free_by[b]];
-    const int32_t want = next_want++;
-    int32_t count = 0;
+    if (free == kNoIndex) return InvalidArgument(what() + " is allocated by task " + Quote(tasks_[alloc].id) + " but no task frees it");
+    in_order.assign(users[b].begin(), users[b].end());
+    std::sort(in_order.begin(), in_order.end(), [&](int32_t x, int32_t y) { return position[x] < position[y]; });
+    int32_t kin = next_stamp++;
+    known[alloc] = kin;
+    bool ok = true;
+    for (size_t i = 0; i < in_order.size() && ok; ++i) {
+      if (known[in_order[i]] != kin && !descends(in_order[i], alloc, kin)) ok = false;
+    }
     for (int32_t u : users[b]) {
-      last = std::max(last, position[u]);
-      if (u != alloc_by[b] && wanted[u] != want) {
-        wanted[u] = want;
-        ++count;
+      if (ok) break;
+      known[alloc] = kin = next_stamp++;  // alone: the allocation only
+      if (u != alloc && !descends(u, alloc, kin)) {
+        return InvalidArgument("task " + Quote(tasks_[u].id) + " uses " + what() + " without depending on task " +
+                               Quote(tasks_[alloc].id) + " that allocates it");
       }
     }
-    if (count > 0 && !reaches(alloc_by[b], last, want, count)) {
-      for (int32_t u : users[b]) {
-        const int32_t one = next_want++;
-        wanted[u] = one;
-        if (u != alloc_by[b] && !reaches(alloc_by[b], last, one, 1)) {
-          return InvalidArgument("task " + Quote(tasks_[u].id) + " uses " + what() + " without depending on task " +
-                                 Quote(tasks_[alloc_by[b]].id) + " that allocates it");
-        }
-      }
+    kin = next_stamp++;
+    known[free] = kin;
+    ok = true;
+    for (auto u = in_order.rbegin(); u != in_order.rend() && ok; ++u) {
+      if (known[*u] != kin && !precedes(*u, free, kin)) ok = false;
     }
-    // Every user must precede the free: each is an ancestor of the free task (one search back
-    // from it for all of them; the first user that is not, named one by one).
-    const int32_t before = next_want++;
-    int32_t first = position[free_by[b]];
-    count = 0;
     for (int32_t u : users[b]) {
-      if (u == free_by[b] || wanted[u] == before) continue;
-      wanted[u] = before;
-      ++count;
-      first = std::min(first, position[u]);
-    }
-    if (count > 0 && !reached_by(free_by[b], first, before, count)) {
-      for (int32_t u : users[b]) {
-        if (u == free_by[b]) continue;
-        const int32_t one = next_want++;
-        wanted[u] = one;
-        if (!reached_by(free_by[b], position[u], one, 1)) {
-          return InvalidArgument("task " + Quote(tasks_[free_by[b]].id) + " frees " + what() + " before task " +
-                                 Quote(tasks_[u].id) + " that uses it has completed (missing dep)");
-        }
+      if (ok) break;
+      known[free] = kin = next_stamp++;
+      if (u != free && !precedes(u, free, kin)) {
+        return InvalidArgument("task " + Quote(tasks_[free].id) + " frees " + what() + " before task " + Quote(tasks_[u].id) +
+                               " that uses it has completed (missing dep)");
       }
     }
   }

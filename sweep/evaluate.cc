@@ -148,7 +148,8 @@ Evaluation EvaluateHere(const std::string& base_yaml, const std::string& origin,
   };
   // Per iteration, [kPhaseCount] the whole iteration; each task's phase apart from its spec (this
   // runs once per instance: a map lookup and a TaskSpec read each were a few percent of a run).
-  std::vector<std::array<Span, kPhaseCount + 1>> spans(static_cast<size_t>(iterations));
+  std::vector<std::array<Span, kPhaseCount + 1>> spans;  // grown as iterations complete
+  spans.reserve(static_cast<size_t>(std::min<int64_t>(iterations, 1024)));
   std::vector<uint8_t> phase_of(schedule->tasks().size());
   for (size_t t = 0; t < phase_of.size(); ++t) phase_of[t] = static_cast<uint8_t>(schedule->tasks()[t].phase);
   sim::SimOptions options;

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "test_schedules.h"
 
@@ -245,6 +247,104 @@ TEST(ScheduleValidate, BufferLifetimes) {
   ok.s.mutable_tasks()[1].uses.push_back(0);
   ok.Task("free", "", {"user"}, {}, {"x"});
   EXPECT_TRUE(ok.s.Validate().ok()) << ok.s.Validate().ToString();
+}
+
+// The lifetime checks against plain reachability, on random schedules: each buffer allocated by
+// one task, used by a few, freed by one, with deps that make some uses and frees unordered. The
+// verdict, and the first error's words, are what a check of every (user, buffer) pair in the
+// buffers' order and then the users' gives.
+TEST(ScheduleValidate, BufferLifetimesMatchPlainReachability) {
+  std::mt19937 rng(59);
+  int errors = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 4 + static_cast<int>(rng() % 30), buffers = 1 + static_cast<int>(rng() % 3);
+    // Tasks in a random order; deps only to tasks earlier in a hidden order, so no cycle.
+    std::vector<int> rank(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) rank[static_cast<size_t>(i)] = i;
+    std::shuffle(rank.begin(), rank.end(), rng);
+    Schedule s;
+    s.name = "random";
+    s.AddDevice({"host", DeviceKind::kHost});
+    s.AddPool({"p", 0, int64_t{1} << 40});
+    for (int b = 0; b < buffers; ++b) s.AddBuffer({"b" + std::to_string(b), 0, 1, false});
+    std::vector<std::vector<bool>> reach(static_cast<size_t>(n), std::vector<bool>(static_cast<size_t>(n), false));
+    for (int i = 0; i < n; ++i) {
+      TaskSpec t;
+      t.id = "t" + std::to_string(i);
+      t.op = Op::kBarrier;
+      for (int j = 0; j < n; ++j) {
+        // Mostly a chain through the hidden order (long paths, as a schedule's), plus random deps.
+        const int gap = rank[static_cast<size_t>(i)] - rank[static_cast<size_t>(j)];
+        if ((gap == 1 && rng() % 8 != 0) || (gap > 1 && rng() % 5 == 0)) t.deps.push_back(j);
+      }
+      s.AddTask(std::move(t));
+    }
+    // reach[a][b]: a path a -> ... -> b, by the hidden order.
+    std::vector<int> by_rank(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) by_rank[static_cast<size_t>(rank[static_cast<size_t>(i)])] = i;
+    for (int k = 0; k < n; ++k) {
+      const int i = by_rank[static_cast<size_t>(k)];
+      reach[static_cast<size_t>(i)][static_cast<size_t>(i)] = true;
+      for (int d : s.tasks()[static_cast<size_t>(i)].deps) {
+        for (int a = 0; a < n; ++a) {
+          if (reach[static_cast<size_t>(a)][static_cast<size_t>(d)]) reach[static_cast<size_t>(a)][static_cast<size_t>(i)] = true;
+        }
+      }
+    }
+    auto& tasks = s.mutable_tasks();
+    std::vector<int> alloc(static_cast<size_t>(buffers)), free(static_cast<size_t>(buffers));
+    for (int b = 0; b < buffers; ++b) {
+      // The allocation early and the free late in the hidden order, users anywhere.
+      alloc[static_cast<size_t>(b)] = by_rank[static_cast<size_t>(rng() % static_cast<unsigned>(std::max(1, n / 3)))];
+      free[static_cast<size_t>(b)] = by_rank[static_cast<size_t>(n - 1 - static_cast<int>(rng() % static_cast<unsigned>(std::max(1, n / 3))))];
+      if (rng() % 6 == 0) free[static_cast<size_t>(b)] = alloc[static_cast<size_t>(b)];  // one task allocates and frees it
+      tasks[static_cast<size_t>(alloc[static_cast<size_t>(b)])].allocs.push_back(b);
+      tasks[static_cast<size_t>(free[static_cast<size_t>(b)])].frees.push_back(b);
+      for (int u = 0, users = static_cast<int>(rng() % 5); u < users; ++u) {
+        // A buffer one task allocates and frees is used by that task, or (an error) another.
+        // Else mostly a task between the two in the hidden order, now and then any task.
+        const int a = rank[static_cast<size_t>(alloc[static_cast<size_t>(b)])], f = rank[static_cast<size_t>(free[static_cast<size_t>(b)])];
+        int user = by_rank[static_cast<size_t>(a + static_cast<int>(rng() % static_cast<unsigned>(f - a + 1)))];
+        if (a == f) user = rng() % 4 != 0 ? alloc[static_cast<size_t>(b)] : static_cast<int>(rng() % static_cast<unsigned>(n));
+        if (rng() % 10 == 0) user = static_cast<int>(rng() % static_cast<unsigned>(n));
+        tasks[static_cast<size_t>(user)].uses.push_back(b);
+      }
+    }
+    // The expected verdict: buffers in order; a buffer's users are the tasks that use or free it,
+    // by task, uses before frees (as Validate lists them).
+    std::string expected;
+    for (int b = 0; b < buffers && expected.empty(); ++b) {
+      const int a = alloc[static_cast<size_t>(b)], f = free[static_cast<size_t>(b)];
+      std::vector<int> users;
+      for (int i = 0; i < n; ++i) {
+        for (int x : tasks[static_cast<size_t>(i)].uses) {
+          if (x == b) users.push_back(i);
+        }
+        for (int x : tasks[static_cast<size_t>(i)].frees) {
+          if (x == b) users.push_back(i);
+        }
+      }
+      const std::string name = "'b" + std::to_string(b) + "'";
+      for (int u : users) {
+        if (u != a && !reach[static_cast<size_t>(a)][static_cast<size_t>(u)] && expected.empty()) {
+          expected = "invalid argument: task 't" + std::to_string(u) + "' uses buffer " + name + " without depending on task 't" +
+                     std::to_string(a) + "' that allocates it";
+        }
+      }
+      for (int u : users) {
+        if (u != f && !reach[static_cast<size_t>(u)][static_cast<size_t>(f)] && expected.empty()) {
+          expected = "invalid argument: task 't" + std::to_string(f) + "' frees buffer " + name + " before task 't" + std::to_string(u) +
+                     "' that uses it has completed (missing dep)";
+        }
+      }
+    }
+    const Status st = s.Validate();
+    EXPECT_EQ(st.ok() ? std::string() : st.ToString(), expected) << "trial " << trial;
+    errors += expected.empty() ? 0 : 1;
+  }
+  RecordProperty("errors", errors);
+  EXPECT_GT(errors, 30);  // both verdicts were tried, many times
+  EXPECT_LT(errors, 270);
 }
 
 // What one task holds while it runs (uses, allocs and frees, each buffer once) must fit its pool

@@ -16,6 +16,8 @@
 #include <span>
 #include <vector>
 
+#include "tierflow/core/status.h"
+
 namespace tierflow {
 
 class IndexList {
@@ -122,6 +124,7 @@ class IndexList {
  private:
   bool OnHeap() const { return capacity_ > kInline; }
   void Grow(size_t n) {
+    TF_CHECK(n <= UINT32_MAX);  // a task's list of four billion indices is a bug of its maker
     auto* fresh = new int32_t[n];
     std::memcpy(fresh, data(), size_ * sizeof(int32_t));
     Release();
