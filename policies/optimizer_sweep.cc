@@ -242,7 +242,7 @@ class Sweep {
     if (!s.grad_host32) adam.frees = {s.grad};
     adam.tensors = s.home_states;
     adam.deps = s.grad_task != kNoIndex ? std::vector<int32_t>{s.grad_task} : s.read_deps;
-    if (s.grad_host32) adam.deps = WithGate(adam.deps.ToVector(), s);
+    if (s.grad_host32) adam.deps.insert(adam.deps.end(), s.update_gate.begin(), s.update_gate.end());
     if (o_.adam_waits_param_write && prev_param_write_ != kNoIndex) adam.deps.push_back(prev_param_write_);
     s.adam = b_.Task(std::move(adam));
     res_.adam[s.g] = s.adam;

@@ -71,7 +71,6 @@ class IndexList {
   int32_t& back() { return data()[size_ - 1]; }
   int32_t back() const { return data()[size_ - 1]; }
   operator std::span<const int32_t>() const { return {data(), size_}; }  // NOLINT(google-explicit-constructor)
-  std::vector<int32_t> ToVector() const { return {begin(), end()}; }
 
   void clear() { size_ = 0; }
   void reserve(size_t n) {
