@@ -230,7 +230,7 @@ void ApplyBudget(const MemoryBudget& budget, Evaluation* e) {
 // is freed: each growth faulted fresh zeroed pages in, and the heap's top was given back to the
 // kernel as it emptied, to be faulted in again. Served from the heap and kept there (blocks up to
 // 32 MiB, the largest glibc allows; nothing given back under 1 GiB free), a 100-run sweep of the
-// quickstart took half the system time and about 0.8x the wall time (docs/sweep-format.md,
+// quickstart's variations took 0.53x the system time and 0.90x the wall time (docs/sweep-format.md,
 // "Speed"). Set before the workers are forked, so that each inherits it; the sweep's process
 // itself holds little.
 void KeepFreedMemoryInTheHeap() {
