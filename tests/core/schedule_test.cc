@@ -434,5 +434,23 @@ TEST(ScheduleNames, EveryNameIsFoundAtItsPositionThroughGrowthAndCopies) {
   }
 }
 
+// Every length's path through the hash (under eight bytes, whole words, a tail read from the last
+// eight): each prefix of one name, and the name with each byte changed in turn, are told apart.
+TEST(ScheduleNames, PrefixesAndOneByteChangesAreDifferentNames) {
+  Schedule s;
+  const std::string base = "d2h.grad.layers.12.mlp.r3";
+  std::vector<std::string> names;
+  for (size_t n = 1; n <= base.size(); ++n) names.push_back(base.substr(0, n));
+  for (size_t i = 0; i < base.size(); ++i) {
+    std::string changed = base;
+    changed[i] = static_cast<char>(changed[i] ^ 1);
+    names.push_back(changed);
+  }
+  for (size_t i = 0; i < names.size(); ++i) ASSERT_EQ(s.AddDevice({names[i], DeviceKind::kHost}), static_cast<int32_t>(i)) << names[i];
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(s.FindDevice(names[i]), static_cast<int32_t>(i)) << names[i];
+  EXPECT_EQ(s.FindDevice(""), kNoIndex);
+  EXPECT_EQ(s.FindDevice(base + "x"), kNoIndex);
+}
+
 }  // namespace
 }  // namespace tierflow
