@@ -20,6 +20,7 @@ std::string StrCat(std::initializer_list<StrPiece> pieces) {
   char* at = out.data();
   for (const StrPiece& p : pieces) {
     const std::string_view v = p.view();
+    if (v.empty()) continue;  // a default string_view's data() is null, which memcpy may not take
     std::memcpy(at, v.data(), v.size());
     at += v.size();
   }

@@ -231,8 +231,8 @@ void ApplyBudget(const MemoryBudget& budget, Evaluation* e) {
 // kernel as it emptied, to be faulted in again. Served from the heap and kept there (blocks up to
 // 32 MiB, the largest glibc allows; nothing given back under 1 GiB free), a 100-run sweep of the
 // quickstart's variations took 0.53x the system time and 0.90x the wall time (docs/sweep-format.md,
-// "Speed"). Set before the workers are forked, so that each inherits it; the sweep's process
-// itself holds little.
+// "Parallelism and speed"). Set in each worker as it starts: the sweep's own process is left as
+// it was.
 void KeepFreedMemoryInTheHeap() {
   (void)::mallopt(M_MMAP_THRESHOLD, 32 << 20);
   (void)::mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -291,7 +291,7 @@ std::string MemoryBudgetToString(const MemoryBudget& b) {
 namespace {
 
 // Threads in this process load and plan; each Simulate() forks its own child and sends every
-// trace record back. The comparison for kWorkerProcesses (docs/sweep-format.md, "Speed").
+// trace record back. The comparison for kWorkerProcesses (docs/sweep-format.md, "Parallelism and speed").
 StatusOr<std::vector<Evaluation>> EvaluateInThreads(const std::string& base_yaml, const std::string& origin,
                                                     const std::vector<Variation>& variations,
                                                     const EvaluateOptions& options) {
@@ -385,6 +385,7 @@ StatusOr<std::vector<Evaluation>> EvaluateInWorkers(const std::string& base_yaml
       if (w.pid == 0) {
         ::close(fds[0]);
         for (const Worker& other : running) ::close(other.fd);
+        KeepFreedMemoryInTheHeap();
         auto* built = new Built;  // never freed: the worker exits right after (see Built)
         const Evaluation e = EvaluateHere(base_yaml, origin, variations[next], options.iterations,
                                           sim::SimIsolation::kInProcess, built);
@@ -431,7 +432,6 @@ StatusOr<std::vector<Evaluation>> EvaluateAll(const std::string& base_yaml, cons
   // The SimGrid engine is a module opened on first use (docs/simulator.md "Start-up"): opened here,
   // before any worker is forked, every worker starts with it mapped instead of loading it again.
   TF_RETURN_IF_ERROR(sim::SimulatorAvailable());
-  KeepFreedMemoryInTheHeap();
   if (options.parallelism == Parallelism::kThreads) return EvaluateInThreads(base_yaml, origin, variations, options);
   return EvaluateInWorkers(base_yaml, origin, variations, options);
 }
