@@ -23,7 +23,8 @@ namespace {
 // and simulation in memory new to it: faulted in 4 KiB at a time, that was about a fifth of a
 // worker's CPU time, in the kernel. With glibc's malloc asked for transparent huge pages
 // (the tunable glibc.malloc.hugetlb=1, read only when a process starts), a 40-run sweep of the
-// quickstart spent half the system time and 0.83x the wall time (docs/sweep-format.md, "Parallelism and speed").
+// quickstart spent half the system time and 0.83x the wall time (docs/sweep-format.md,
+// "Parallelism and speed").
 // So these verbs start themselves again with it, once; a user's own setting of it is kept (=0
 // turns it off), and where the kernel has no huge pages it changes nothing.
 void ReexecWithHugePageHeap(char** argv) {

@@ -242,7 +242,7 @@ class Sweep {
     if (!s.grad_host32) adam.frees = {s.grad};
     adam.tensors = s.home_states;
     adam.deps = s.grad_task != kNoIndex ? std::vector<int32_t>{s.grad_task} : s.read_deps;
-    if (s.grad_host32) adam.deps.insert(adam.deps.end(), s.update_gate.begin(), s.update_gate.end());
+    if (s.grad_host32) adam.deps = WithGate(std::move(adam.deps), s);
     if (o_.adam_waits_param_write && prev_param_write_ != kNoIndex) adam.deps.push_back(prev_param_write_);
     s.adam = b_.Task(std::move(adam));
     res_.adam[s.g] = s.adam;
@@ -457,7 +457,8 @@ class Sweep {
     t.block_bytes = o_.block_bytes;
     t.queue_depth = o_.queue_depth;
   }
-  static std::vector<int32_t> WithGate(std::vector<int32_t> deps, const Group& s) {
+  template <typename List>  // std::vector<int32_t> or a task's IndexList, extended in place
+  static List WithGate(List deps, const Group& s) {
     deps.insert(deps.end(), s.update_gate.begin(), s.update_gate.end());
     return deps;
   }

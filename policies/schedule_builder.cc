@@ -133,13 +133,12 @@ void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
   // Room for what a plan of this size makes (the quickstart's: 9.5 tasks and 3.7 state tensors a
   // unit and rank), so that neither the tasks nor State()'s map grow by copying and rehashing
   // while the passes add them: a rehash of the map alone was 1.5 % of a sweep worker's time.
+  // Only before the first State(): StateLayout runs again for each rank's optimizer sweep, and an
+  // unordered_map's reserve below what it holds would rehash it smaller.
+  if (!states_.empty()) return;
   const size_t per_unit_rank = plan.units.size() * static_cast<size_t>(plan.ranks);
-  if (schedule_.tasks().capacity() < per_unit_rank * 10) schedule_.mutable_tasks().reserve(per_unit_rank * 10);
-  // (Called once for the passes and once a rank for the optimizer sweep: an unordered_map's
-  // reserve to fewer buckets than it has would rehash it smaller.)
-  if (static_cast<double>(states_.bucket_count()) * states_.max_load_factor() < static_cast<double>(per_unit_rank * 4)) {
-    states_.reserve(per_unit_rank * 4);
-  }
+  schedule_.mutable_tasks().reserve(per_unit_rank * 10);
+  states_.reserve(per_unit_rank * 4);
 }
 
 int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {

@@ -49,9 +49,8 @@ class ScheduleBuilder {
   std::string Remote(int32_t rank, int32_t tier);
 
   // Model state as schedule tensors (docs/schedule-format.md "Tensors"). StateLayout takes the
-  // plan's partition (each call the same plan); State returns the tensor for elements [begin, begin + elements) of
-  // `kind` of rank `rank`, homed
-  // on `device`, creating it on first use. Each kind has its own region of a device's store,
+  // plan's partition (each call the same plan); State returns the tensor for elements
+  // [begin, begin + elements) of `kind` of rank `rank`, homed on `device`, creating it on first use. Each kind has its own region of a device's store,
   // addressed by flat element index, so overlapping ranges (a unit's gradient written, a
   // sub-group's read back) name the same bytes.
   void StateLayout(const ModelPlan& plan);

@@ -226,13 +226,13 @@ void ApplyBudget(const MemoryBudget& budget, Evaluation* e) {
 }
 
 // A run grows its schedule's and simulation's vectors to a few MiB each, and glibc's malloc
-// serves any block over 128 KiB by a mapping of its own, unmapped again when the vector grows or
-// is freed: each growth faulted fresh zeroed pages in, and the heap's top was given back to the
-// kernel as it emptied, to be faulted in again. Served from the heap and kept there (blocks up to
-// 32 MiB, the largest glibc allows; nothing given back under 1 GiB free), a 100-run sweep of the
-// quickstart's variations took 0.53x the system time and 0.90x the wall time (docs/sweep-format.md,
-// "Parallelism and speed"). Set in each worker as it starts: the sweep's own process is left as
-// it was.
+// serves a block over its threshold (128 KiB at first) by a mapping of its own, unmapped again
+// when the vector grows or is freed: each growth faulted fresh zeroed pages in, and the heap's top
+// was given back to the kernel as it emptied, to be faulted in again. Served from the heap and
+// kept there (blocks up to 32 MiB, the largest glibc allows; nothing given back under 1 GiB free),
+// a 100-run sweep of the quickstart's variations took about half the system time and 0.90x the
+// wall time (docs/sweep-format.md, "Parallelism and speed"). Set in each worker as it starts: the
+// sweep's own process is left as it was.
 void KeepFreedMemoryInTheHeap() {
   (void)::mallopt(M_MMAP_THRESHOLD, 32 << 20);
   (void)::mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -291,7 +291,8 @@ std::string MemoryBudgetToString(const MemoryBudget& b) {
 namespace {
 
 // Threads in this process load and plan; each Simulate() forks its own child and sends every
-// trace record back. The comparison for kWorkerProcesses (docs/sweep-format.md, "Parallelism and speed").
+// trace record back. The comparison for kWorkerProcesses (docs/sweep-format.md, "Parallelism and
+// speed").
 StatusOr<std::vector<Evaluation>> EvaluateInThreads(const std::string& base_yaml, const std::string& origin,
                                                     const std::vector<Variation>& variations,
                                                     const EvaluateOptions& options) {
