@@ -191,10 +191,12 @@ class LocalPending : public Pending {
 
 class LocalCollective : public Collective {
  public:
-  LocalCollective(std::shared_ptr<LocalGroup> group, int ranks, int rank) : group_(std::move(group)), ranks_(ranks), rank_(rank) {}
+  LocalCollective(std::shared_ptr<LocalGroup> group, int ranks, int rank, bool device_memory)
+      : group_(std::move(group)), ranks_(ranks), rank_(rank), device_memory_(device_memory) {}
   std::string_view backend() const override { return "local"; }
   int ranks() const override { return ranks_; }
   int rank() const override { return rank_; }
+  bool device_memory() const override { return device_memory_; }
 
   StatusOr<std::unique_ptr<Pending>> AllGather(const void* send, void* recv, int64_t count, ElementType type) override {
     return Issue({OpKind::kAllGather, send, recv, count, type, 0});
@@ -221,15 +223,16 @@ class LocalCollective : public Collective {
 
   std::shared_ptr<LocalGroup> group_;
   int ranks_, rank_;
+  bool device_memory_;
 };
 
 }  // namespace
 
-std::vector<std::unique_ptr<Collective>> MakeLocalGroup(int ranks) {
+std::vector<std::unique_ptr<Collective>> MakeLocalGroup(int ranks, bool device_memory) {
   TF_CHECK(ranks >= 1);
   auto group = std::make_shared<LocalGroup>(ranks);
   std::vector<std::unique_ptr<Collective>> out;
-  for (int r = 0; r < ranks; ++r) out.push_back(std::make_unique<LocalCollective>(group, ranks, r));
+  for (int r = 0; r < ranks; ++r) out.push_back(std::make_unique<LocalCollective>(group, ranks, r, device_memory));
   return out;
 }
 

@@ -39,16 +39,16 @@ StatusOr<UniqueId> NewUniqueId() {
   return out;
 }
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const cuda::Context& ctx, const UniqueId& id, int ranks,
-                                                           int rank) {
+StatusOr<std::unique_ptr<Communicator>> Communicator::Init(int device, const UniqueId& id, int ranks, int rank) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {
     return InvalidArgument("NCCL communicator: rank " + std::to_string(rank) + " of " + std::to_string(ranks));
   }
   std::unique_ptr<Communicator> c(new Communicator());
   c->ranks_ = ranks;
   c->rank_ = rank;
-  // NCCL and the stream bind to the calling thread's current device: make it the context's.
-  TF_CUDA(cudaSetDevice(ctx.device()));
+  c->device_ = device;
+  // NCCL and the stream bind to the calling thread's current device: make it this one.
+  TF_CUDA(cudaSetDevice(device));
   // Collectives get a stream of their own (gpuN.coll), so that they overlap compute and copies.
   cudaStream_t stream = nullptr;
   TF_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -63,12 +63,16 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Init(const cuda::Context& 
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::OpenSingle(const cuda::Context& ctx) {
   TF_ASSIGN_OR_RETURN(const UniqueId id, NewUniqueId());
-  return Init(ctx, id, 1, 0);
+  return Init(ctx.device(), id, 1, 0);
 }
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::Join(const cuda::Context& ctx, const UniqueId& id, int ranks,
                                                            int rank) {
-  return Init(ctx, id, ranks, rank);
+  return Init(ctx.device(), id, ranks, rank);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Join(int device, const UniqueId& id, int ranks, int rank) {
+  return Init(device, id, ranks, rank);
 }
 
 Communicator::~Communicator() {
@@ -94,6 +98,38 @@ Status Communicator::AllReduce(const void* send, void* recv, int64_t count, DTyp
   TF_RETURN_IF_ERROR(CheckCount("all-reduce", count));
   TF_NCCL(ncclAllReduce(send, recv, static_cast<size_t>(count), NcclType(type), ncclSum, static_cast<ncclComm_t>(comm_),
                         static_cast<cudaStream_t>(stream_)));
+  return Status::Ok();
+}
+
+Status Communicator::AllToAll(const void* send, void* recv, int64_t count, DType type) {
+  TF_RETURN_IF_ERROR(CheckCount("all-to-all", count));
+  const auto comm = static_cast<ncclComm_t>(comm_);
+  const auto stream = static_cast<cudaStream_t>(stream_);
+  const size_t bytes = static_cast<size_t>(count) * (type == DType::kFloat32 ? 4 : 2);
+  TF_NCCL(ncclGroupStart());
+  for (int r = 0; r < ranks_; ++r) {
+    const ncclResult_t s = ncclSend(static_cast<const char*>(send) + r * bytes, static_cast<size_t>(count), NcclType(type), r, comm, stream);
+    const ncclResult_t v = s != ncclSuccess ? s : ncclRecv(static_cast<char*>(recv) + r * bytes, static_cast<size_t>(count), NcclType(type), r, comm, stream);
+    if (v != ncclSuccess) {
+      (void)ncclGroupEnd();
+      return NcclError(v, s != ncclSuccess ? "ncclSend" : "ncclRecv");
+    }
+  }
+  TF_NCCL(ncclGroupEnd());
+  return Status::Ok();
+}
+
+Status Communicator::Broadcast(void* buf, int64_t bytes, int root) {
+  TF_RETURN_IF_ERROR(CheckCount("broadcast", bytes));
+  if (root < 0 || root >= ranks_) return InvalidArgument("broadcast: root " + std::to_string(root) + " of " + std::to_string(ranks_) + " ranks");
+  TF_NCCL(ncclBroadcast(buf, buf, static_cast<size_t>(bytes), ncclUint8, root, static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream_)));
+  return Status::Ok();
+}
+
+Status Communicator::AsyncError(const char* call) const {
+  ncclResult_t async = ncclSuccess;
+  TF_NCCL(ncclCommGetAsyncError(static_cast<ncclComm_t>(comm_), &async));
+  if (async != ncclSuccess) return NcclError(async, call);
   return Status::Ok();
 }
 

@@ -112,6 +112,10 @@ class Run : public RunState {
   CheckpointOptions TrainingCheckpoint() const;  // where and under what name
   Status LoadCheckpointIfAny();
   Status ReadCheckpoint(std::vector<float> state[3]);
+  // With several ranks: the collectives of gpu0's buffers (device_comm_): RunOptions's
+  // device_collective, or NCCL where gpu0 is a GPU, the build has NCCL and no two ranks share a
+  // GPU; else none (they go through comm_, staged through host memory). Every rank decides alike.
+  Status OpenDeviceCollectives();
   // With several ranks, every rank's `mine` gathered: Ok where every rank's is, else the first
   // failing rank's (named, on the others), on every rank, so that they go on or stop together.
   Status AgreeAcrossRanks(const Status& mine);

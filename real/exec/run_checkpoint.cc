@@ -319,17 +319,4 @@ Status Run::CommitTrainingCheckpoint(const CheckpointShard& mine) {
   return AgreeAcrossRanks(committed);  // rank 0's outcome, on every rank
 }
 
-Status Run::AgreeAcrossRanks(const Status& mine) {
-  const std::string text = mine.ok() ? std::string() : std::to_string(static_cast<int>(mine.code())) + " " + mine.message();
-  TF_ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherText(text));
-  for (size_t q = 0; q < texts.size(); ++q) {
-    if (texts[q].empty()) continue;
-    const size_t space = texts[q].find(' ');
-    const std::string message = texts[q].substr(space + 1);
-    return Status(static_cast<StatusCode>(std::stoi(texts[q].substr(0, space))),
-                  static_cast<int>(q) == comm_->rank() ? message : "rank " + std::to_string(q) + ": " + message);
-  }
-  return Status::Ok();
-}
-
 }  // namespace tierflow::real::exec

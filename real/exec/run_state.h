@@ -73,6 +73,10 @@ class RunState {
   const RankSpace& space() const { return space_; }
   const Trainer& trainer() const { return trainer_; }
   Collective* comm() const { return comm_; }  // null with one rank
+  // The collectives of gpu0's buffers, which take gpu0 memory (Collective::device_memory()):
+  // NCCL's, or RunOptions::device_collective. Null where those go through comm(), staged through
+  // host memory (and with one rank).
+  Collective* device_comm() const { return device_comm_; }
   ComputeDevice* device() const { return device_.get(); }
   // The schedule has a global gradient check (overflow_check_and_norm) deciding each step; else
   // every step is taken as its optimizer tasks come (an update overlapped with backward).
@@ -197,6 +201,8 @@ class RunState {
   const RunOptions& options_;
   const RankSpace space_;
   Collective* comm_;                              // null with one rank
+  Collective* device_comm_ = nullptr;             // Run::OpenDeviceCollectives
+  std::unique_ptr<Collective> nccl_;              // the one it opened
   Trainer trainer_;                               // layout, initial weights, activations
   std::unique_ptr<ComputeDevice> device_;   // gpu0 (RunOptions::compute)
   LossScaler scaler_;

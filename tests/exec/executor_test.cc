@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -1404,10 +1405,13 @@ TEST(Executor, RanksHoldTheirSharedQueuesNodeWide) {
 }
 
 // Two ranks train to the weights of one rank with two micro-steps, bit for bit (the sum of two
-// bf16 gradients rounded once either way: DataParallelReferenceAveragesOneBatchPerRank), the
-// collectives staged through host memory by the compute device (`compute`: on a GPU both ranks
-// share GPU 0). The CPU's case here; CudaExecutor's on a GPU.
-void ExpectTwoRanksTrainAsTwoMicroSteps(const std::string& compute) {
+// bf16 gradients rounded once either way: DataParallelReferenceAveragesOneBatchPerRank). The
+// collectives of gpu0's buffers go through `gpu0_group` where given (RunOptions::device_collective:
+// their parts packed in gpu0 memory, as NCCL's are), else through the ranks' group, staged through
+// host memory by the compute device (`compute`: on a GPU both ranks share GPU 0, or have one each
+// and the run opens NCCL). Returns rank 0's note of which it was ("" for none); nothing where
+// `compute` is unavailable here (no GPU).
+std::optional<std::string> ExpectTwoRanksTrainAsTwoMicroSteps(const std::string& compute, bool gpu0_group = false) {
   const policies::Scenario two = LoadTiny({"hardware.node.gpu_count=2", "training.data_parallel=2"});
   const policies::Scenario accumulated = LoadTiny({"training.gradient_accumulation_steps=2"});
   TempDir one("two-steps-" + compute), root("two-ranks-" + compute);
@@ -1416,22 +1420,61 @@ void ExpectTwoRanksTrainAsTwoMicroSteps(const std::string& compute) {
   options.iterations = kIterations;
   options.disk_root = one.str();
   auto reference = RunSchedule(PlanOrDie(accumulated), ConfigFor(accumulated), options);
-  if (!reference.ok() && reference.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << "no GPU: " << reference.status().ToString();
-  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  if (!reference.ok() && reference.status().code() == StatusCode::kUnavailable) return std::nullopt;
+  EXPECT_TRUE(reference.ok()) << reference.status().ToString();
+  if (!reference.ok()) return "";
   RunOptions base;
   base.compute = compute;
-  const auto results = RunRanks(PlanOrDie(two), ConfigFor(two), root.str(), kIterations, 1, base);
+  std::vector<std::unique_ptr<Collective>> on_gpu0 = MakeLocalGroup(2, /*device_memory=*/true);
+  const auto results = RunRanks(PlanOrDie(two), ConfigFor(two), root.str(), kIterations, 1, base, [&](int rank, RunOptions* o) {
+    if (gpu0_group) o->device_collective = on_gpu0[static_cast<size_t>(rank)].get();
+  });
   for (size_t r = 0; r < results.size(); ++r) {
-    ASSERT_TRUE(results[r].ok()) << compute << ", rank " << r << ": " << results[r].status().ToString();
+    EXPECT_TRUE(results[r].ok()) << compute << ", rank " << r << ": " << results[r].status().ToString();
+    if (!results[r].ok()) return "";
     EXPECT_EQ(results[r]->loss, reference->loss) << compute << ", rank " << r;
     EXPECT_TRUE(SameBits(results[r]->master, reference->master)) << compute << ", rank " << r;
   }
+  for (const std::string& note : results[0]->notes) {
+    if (note.rfind("collectives of gpu0's buffers: ", 0) == 0) return note;
+  }
+  return "";
 }
 
-TEST(Executor, TwoRanksTrainAsOneRankWithTwoMicroSteps) { ExpectTwoRanksTrainAsTwoMicroSteps("cpu"); }
+TEST(Executor, TwoRanksTrainAsOneRankWithTwoMicroSteps) { EXPECT_EQ(ExpectTwoRanksTrainAsTwoMicroSteps("cpu"), ""); }
+
+// The path NCCL takes, on the CPU: parts packed in gpu0 memory (D2D), the sum rounded there.
+TEST(Executor, TwoRanksWithCollectivesOnGpu0MemoryTrainAsTwoMicroSteps) {
+  EXPECT_EQ(ExpectTwoRanksTrainAsTwoMicroSteps("cpu", /*gpu0_group=*/true), "collectives of gpu0's buffers: local, on gpu0's memory");
+}
+
+TEST(Executor, ACollectiveOnGpu0MemoryMustBeTheRanksOwn) {
+  const policies::Scenario two = LoadTiny({"hardware.node.gpu_count=2", "training.data_parallel=2"});
+  TempDir root("gpu0-group");
+  std::vector<std::unique_ptr<Collective>> host = MakeLocalGroup(2);
+  const auto results = RunRanks(PlanOrDie(two), ConfigFor(two), root.str(), 1, 1, {}, [&](int rank, RunOptions* o) {
+    o->device_collective = host[static_cast<size_t>(rank)].get();  // on host memory
+  });
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("RunOptions::device_collective"), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("on host memory"), std::string::npos) << r.status().ToString();
+  }
+}
 
 #ifdef TIERFLOW_TEST_CUDA
-TEST(CudaExecutor, TwoRanksOnOneGpuTrainAsOneRankWithTwoMicroSteps) { ExpectTwoRanksTrainAsTwoMicroSteps("cuda"); }
+// On one GPU the two ranks share it and stage through host memory; on two or more each has its
+// own and the run opens NCCL. Either way the bits are the one rank's.
+TEST(CudaExecutor, TwoRanksOnGpusTrainAsOneRankWithTwoMicroSteps) {
+  const std::optional<std::string> ran = ExpectTwoRanksTrainAsTwoMicroSteps("cuda");
+  if (!ran.has_value()) GTEST_SKIP() << "no GPU";
+  const std::string& note = *ran;
+  std::printf("  %s\n", note.c_str());
+  EXPECT_TRUE(note == "collectives of gpu0's buffers: nccl, on the GPUs" ||
+              note.find("staged through host memory (rank 1: its GPU 0 is another rank's too)") != std::string::npos)
+      << note;
+}
 #endif
 
 TEST(Executor, RankCountsMustAgree) {

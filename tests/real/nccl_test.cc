@@ -1,14 +1,23 @@
-// The NCCL communicator with one rank on GPU 0: each collective of one rank is a copy (all-gather,
-// reduce-scatter) or the identity sum (all-reduce, in place too), in fp32 and bf16. Skips, with the
-// reason, without a GPU.
+// NCCL on GPUs. The communicator with one rank on GPU 0: each collective of one rank is a copy
+// (all-gather, reduce-scatter) or the identity sum (all-reduce, in place too), in fp32 and bf16.
+// The nccl back-end of collective.h (OpenNcclCollective): every operation's result equal, bit for
+// bit, to the local back-end's on the same inputs — at one rank, and over every GPU of the machine
+// (2 to 4 ranks, one thread each) where it has two or more. Skips, with the reason, without them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "tierflow/real/adamw.h"
+#include "tierflow/real/collective.h"
 #include "tierflow/real/cuda_compute.h"
 #include "tierflow/real/nccl_comm.h"
 
@@ -59,6 +68,125 @@ TEST_F(NcclSingle, OneRankCollectivesCopy) {
   ASSERT_TRUE(send->CopyToHost(*ctx_, back.data(), n * 2).ok());
   EXPECT_EQ(back, bits);
   EXPECT_EQ(comm_->AllReduce(send->data(), recv->data(), 0, nccl::DType::kFloat32).code(), StatusCode::kInvalidArgument);
+}
+
+// Rank r's inputs of one case: `count` random values per block, in fp32 or bf16 bits, from
+// magnitudes whose sums round (so that the order of the sum shows in the bits).
+std::vector<char> Inputs(int rank, int64_t elements, ElementType type, uint32_t seed) {
+  std::mt19937 rng(seed * 977u + static_cast<uint32_t>(rank));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> scale(-20, 20);
+  std::vector<char> out(static_cast<size_t>(elements * ElementBytes(type)));
+  for (int64_t i = 0; i < elements; ++i) {
+    const float v = std::ldexp(value(rng), scale(rng));
+    if (type == ElementType::kFloat32) std::memcpy(out.data() + i * 4, &v, 4);
+    else {
+      const uint16_t b = Fp32ToBf16(v);
+      std::memcpy(out.data() + i * 2, &b, 2);
+    }
+  }
+  return out;
+}
+
+enum class Which { kAllGather, kReduceScatter, kAllReduce, kBroadcast };
+const char* WhichName(Which w) {
+  switch (w) {
+    case Which::kAllGather: return "AllGather";
+    case Which::kReduceScatter: return "ReduceScatter";
+    case Which::kAllReduce: return "AllReduce";
+    case Which::kBroadcast: return "Broadcast";
+  }
+  return "?";
+}
+
+// Elements a rank sends and receives for `count` per block over `ranks`.
+int64_t SendElements(Which w, int64_t count, int ranks) { return w == Which::kReduceScatter ? count * ranks : count; }
+int64_t RecvElements(Which w, int64_t count, int ranks) { return w == Which::kAllGather ? count * ranks : count; }
+
+Status Issue(Collective& c, Which w, const void* send, void* recv, int64_t count, ElementType type) {
+  switch (w) {
+    case Which::kAllGather: return Complete(c.AllGather(send, recv, count, type));
+    case Which::kReduceScatter: return Complete(c.ReduceScatter(send, recv, count, type));
+    case Which::kAllReduce: return Complete(c.AllReduce(send, recv, count, type));
+    case Which::kBroadcast: return Complete(c.Broadcast(recv, count * ElementBytes(type), 1 % c.ranks()));
+  }
+  return Internal("unknown operation");
+}
+
+// One case on `ranks` ranks: the local group on host memory, then NCCL on GPUs 0 .. ranks - 1
+// (a thread per rank, bootstrapped through a second local group), the received bytes compared.
+void ExpectNcclMatchesLocal(int ranks, Which w, ElementType type, int64_t count, uint32_t seed) {
+  SCOPED_TRACE(std::string(WhichName(w)) + " of " + std::to_string(count) + " " + std::string(ElementTypeName(type)) + " on " +
+               std::to_string(ranks) + " ranks");
+  const int64_t eb = ElementBytes(type);
+  std::vector<std::vector<char>> send(static_cast<size_t>(ranks)), want(static_cast<size_t>(ranks)), got(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    send[static_cast<size_t>(r)] = Inputs(r, SendElements(w, count, ranks), type, seed);
+    want[static_cast<size_t>(r)].assign(static_cast<size_t>(RecvElements(w, count, ranks) * eb), 0);
+    if (w == Which::kBroadcast) want[static_cast<size_t>(r)] = send[static_cast<size_t>(r)];
+  }
+  {
+    std::vector<std::unique_ptr<Collective>> local = MakeLocalGroup(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        const Status st = Issue(*local[static_cast<size_t>(r)], w, send[static_cast<size_t>(r)].data(), want[static_cast<size_t>(r)].data(), count, type);
+        EXPECT_TRUE(st.ok()) << "local rank " << r << ": " << st.ToString();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  std::vector<std::unique_ptr<Collective>> bootstrap = MakeLocalGroup(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      const auto R = static_cast<size_t>(r);
+      auto ctx = cuda::Context::Open(r);
+      ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+      auto nccl = OpenNcclCollective(*bootstrap[R], r);
+      ASSERT_TRUE(nccl.ok()) << "rank " << r << ": " << nccl.status().ToString();
+      EXPECT_TRUE((*nccl)->device_memory());
+      EXPECT_EQ((*nccl)->backend(), "nccl");
+      EXPECT_EQ((*nccl)->ranks(), ranks);
+      EXPECT_EQ((*nccl)->rank(), r);
+      const int64_t send_bytes = static_cast<int64_t>(send[R].size()), recv_bytes = static_cast<int64_t>(want[R].size());
+      auto d_send = (*ctx)->Allocate(send_bytes), d_recv = (*ctx)->Allocate(recv_bytes);
+      ASSERT_TRUE(d_send.ok() && d_recv.ok());
+      ASSERT_TRUE(d_send->CopyFromHost(**ctx, send[R].data(), send_bytes).ok());
+      std::vector<char> fill(static_cast<size_t>(recv_bytes), 0x7f);  // unwritten shows
+      ASSERT_TRUE(d_recv->CopyFromHost(**ctx, w == Which::kBroadcast ? send[R].data() : fill.data(), recv_bytes).ok());
+      const Status st = Issue(**nccl, w, d_send->data(), d_recv->data(), count, type);
+      ASSERT_TRUE(st.ok()) << "rank " << r << ": " << st.ToString();
+      got[R].resize(static_cast<size_t>(recv_bytes));
+      ASSERT_TRUE(d_recv->CopyToHost(**ctx, got[R].data(), recv_bytes).ok());
+      EXPECT_TRUE((*nccl)->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) EXPECT_TRUE(got[static_cast<size_t>(r)] == want[static_cast<size_t>(r)]) << "rank " << r << "'s result differs";
+}
+
+void ExpectEveryCase(int ranks) {
+  uint32_t seed = 1;
+  for (Which w : {Which::kAllGather, Which::kReduceScatter, Which::kAllReduce, Which::kBroadcast}) {
+    for (ElementType type : {ElementType::kFloat32, ElementType::kBf16}) {
+      for (int64_t count : {int64_t{1}, int64_t{1000}, (int64_t{1} << 20) + 3}) ExpectNcclMatchesLocal(ranks, w, type, count, seed++);
+    }
+  }
+}
+
+TEST(NcclCollective, OneRankGivesTheLocalBackEndsBits) {
+  auto gpus = cuda::Context::Count();
+  if (!gpus.ok() || *gpus < 1) GTEST_SKIP() << "no GPU: " << (gpus.ok() ? "none found" : gpus.status().ToString());
+  ExpectEveryCase(1);
+}
+
+TEST(NcclCollective, EveryGpuGivesTheLocalBackEndsBits) {
+  auto gpus = cuda::Context::Count();
+  if (!gpus.ok() || *gpus < 2) {
+    GTEST_SKIP() << "needs 2 or more GPUs: " << (gpus.ok() ? "this machine has " + std::to_string(*gpus) : gpus.status().ToString());
+  }
+  ExpectEveryCase(std::min(*gpus, 4));
 }
 
 }  // namespace

@@ -362,6 +362,17 @@ __global__ void RoundToBf16Kernel(float* x, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) x[i] = math::Bf16BitsToFp32(math::Fp32ToBf16Bits(x[i]));
 }
 
+// out[i] = parts[0][i] + parts[1][i] + ..., added in rank order in fp32 (no fused or reordered
+// adds: __fadd_rn), then stored as T (rounded to nearest even for bf16).
+template <typename T>
+__global__ void SumRanksKernel(T* out, const T* parts, int64_t count, int ranks) {
+  for (int64_t i = GlobalThread(); i < count; i += GridThreads()) {
+    float sum = Load(parts, i);
+    for (int r = 1; r < ranks; ++r) sum = __fadd_rn(sum, Load(parts, static_cast<int64_t>(r) * count + i));
+    Store(out, i, sum);
+  }
+}
+
 // One cuBLAS strided-batched GEMM in column-major terms (the callers translate from row-major),
 // A and B of type T, C of type C_T, fp32 compute.
 template <typename T, typename CT>
@@ -660,6 +671,17 @@ Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* 
 
 Status RoundToBf16(const Context& ctx, float* x, int64_t n) {
   return LaunchElementwise(ctx, "round to bf16", "RoundToBf16Kernel", RoundToBf16Kernel, n, x, n);
+}
+
+Status SumRanksInOrder(void* out, const void* parts, int64_t count, int ranks, bool bf16, void* stream) {
+  TF_RETURN_IF_ERROR(NeedPositive("rank-order sum", {{"count", count}, {"ranks", ranks}}));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (bf16) {
+    SumRanksKernel<uint16_t><<<GridFor(count), kThreads, 0, s>>>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(parts), count, ranks);
+  } else {
+    SumRanksKernel<float><<<GridFor(count), kThreads, 0, s>>>(static_cast<float*>(out), static_cast<const float*>(parts), count, ranks);
+  }
+  return LaunchStatus("SumRanksKernel");
 }
 
 #define TF_INSTANTIATE(T)                                                                                               \

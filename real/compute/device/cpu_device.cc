@@ -53,6 +53,14 @@ class CpuDevice final : public ComputeDevice {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
     return Status::Ok();
   }
+  Status D2D(void* dst, const void* src, int64_t bytes) override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return Status::Ok();
+  }
+  Status RoundToBf16(float* x, int64_t n, CpuThreads& threads) override {
+    cpu::RoundToBf16(x, n, threads);
+    return Status::Ok();
+  }
   StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                    CpuThreads& threads, DeviceSpan*) override {
     return EmulatedD2HGrad(dst, src, n, to_bf16, grad_scale, threads);

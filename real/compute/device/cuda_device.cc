@@ -155,6 +155,22 @@ class CudaDevice final : public ComputeDevice {
     return Sync(ctx_->d2h_stream());
   }
 
+  // On the d2h stream, beside the device's own copies off the GPU (a copy engine's work too).
+  Status D2D(void* dst, const void* src, int64_t bytes) override {
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, src, bytes, cuda::CopyKind::kDeviceToDevice, ctx_->d2h_stream()));
+    return Sync(ctx_->d2h_stream());
+  }
+
+  Status RoundToBf16(float* x, int64_t n, CpuThreads&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(cuda::RoundToBf16(*ctx_, x, n));
+    return ctx_->Synchronize();
+  }
+
+  int gpu() const override { return ctx_->device(); }
+
   StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                    CpuThreads&, DeviceSpan* span) override {
     // The check and the cast use the compute stream and the context's scratch: one at a time with

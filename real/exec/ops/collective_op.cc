@@ -9,12 +9,16 @@
 //                  then rounded once to bf16, as a bf16 model's reduced gradients are)
 //   allreduce      the global gradient check: every rank's part combined in rank order decides
 //                  the step (its overflow check, norm and clip factor)
-// Bytes move through host memory, copied off and onto gpu0 by the compute device (D2H, H2D: a
-// memory copy where gpu0 is emulated, a copy engine's on a GPU), so that the back-ends, which take
-// host buffers, serve ranks on GPUs too, and two ranks can share one GPU.
+// The parts of gpu0's buffers are packed side by side for one call (Packed): on gpu0 for a
+// collective on its memory (NCCL, RunState::device_comm), copied there by the compute device
+// (D2D); else in host memory, copied off and onto gpu0 (D2H, H2D: a memory copy where gpu0 is
+// emulated, a copy engine's on a GPU), so that the host back-ends serve ranks on GPUs too and
+// two ranks can share one GPU.
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "tierflow/real/cpu_ops.h"
 #include "../run_state.h"
@@ -23,6 +27,48 @@
 namespace tierflow::real::exec {
 
 namespace {
+
+// Memory a collective reads and writes, into which parts of gpu0's buffers are packed and from
+// which they are unpacked: gpu0 memory (a block of the device's) for a collective on it, else
+// host memory.
+class Packed {
+ public:
+  static StatusOr<Packed> Make(ComputeDevice& device, const Collective& comm, int64_t bytes) {
+    Packed p(device, comm.device_memory());
+    if (p.on_device_) {
+      TF_ASSIGN_OR_RETURN(p.block_, device.Allocate(bytes));
+    } else {
+      p.host_.resize(static_cast<size_t>(bytes));
+    }
+    return p;
+  }
+  Packed(Packed&& o) noexcept : device_(o.device_), on_device_(o.on_device_), host_(std::move(o.host_)), block_(std::exchange(o.block_, nullptr)) {}
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
+  Packed& operator=(Packed&&) = delete;
+  ~Packed() {
+    if (block_ != nullptr) device_->Free(block_);
+  }
+
+  char* data() { return on_device_ ? static_cast<char*>(block_) : host_.data(); }
+  // `bytes` of gpu0 memory at `from` into the pack at byte `at`, and back out to gpu0 memory.
+  Status In(int64_t at, const void* from, int64_t bytes) {
+    return on_device_ ? device_->D2D(data() + at, from, bytes) : device_->D2H(data() + at, from, bytes);
+  }
+  Status Out(void* to, int64_t at, int64_t bytes) {
+    return on_device_ ? device_->D2D(to, data() + at, bytes) : device_->H2D(to, data() + at, bytes, nullptr);
+  }
+
+ private:
+  Packed(ComputeDevice& device, bool on_device) : device_(&device), on_device_(on_device) {}
+  ComputeDevice* device_;
+  bool on_device_;
+  std::vector<char> host_;
+  void* block_ = nullptr;
+};
+
+// The collective of gpu0's buffers: the one on gpu0's memory where the run has it.
+Collective& OfGpuBuffers(const RunState& run) { return run.device_comm() != nullptr ? *run.device_comm() : *run.comm(); }
 
 // One unit made whole: this rank's part at `mine` (bf16, in gpu0's memory), the whole unit
 // written at `whole` (gpu0's).
@@ -37,17 +83,18 @@ struct Gathered {
 Status GatherUnits(ComputeDevice& device, Collective& comm, const std::vector<Gathered>& units) {
   int64_t per_rank = 0;
   for (const Gathered& g : units) per_rank += g.unit->part;
-  std::vector<uint16_t> send(static_cast<size_t>(per_rank)), recv(static_cast<size_t>(per_rank * comm.ranks()));
+  TF_ASSIGN_OR_RETURN(Packed send, Packed::Make(device, comm, per_rank * 2));
+  TF_ASSIGN_OR_RETURN(Packed recv, Packed::Make(device, comm, per_rank * 2 * comm.ranks()));
   int64_t at = 0;
   for (const Gathered& g : units) {
-    TF_RETURN_IF_ERROR(device.D2H(send.data() + at, g.mine, g.unit->part * 2));
+    TF_RETURN_IF_ERROR(send.In(at * 2, g.mine, g.unit->part * 2));
     at += g.unit->part;
   }
   TF_RETURN_IF_ERROR(Complete(comm.AllGather(send.data(), recv.data(), per_rank, ElementType::kBf16)));
   at = 0;
   for (const Gathered& g : units) {
     for (int q = 0; q < comm.ranks(); ++q) {
-      TF_RETURN_IF_ERROR(device.H2D(g.whole + q * g.unit->part * 2, recv.data() + q * per_rank + at, g.unit->part * 2, nullptr));
+      TF_RETURN_IF_ERROR(recv.Out(g.whole + q * g.unit->part * 2, (q * per_rank + at) * 2, g.unit->part * 2));
     }
     at += g.unit->part;
   }
@@ -92,7 +139,7 @@ Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
       char* whole = r->data + (p.unit->global - r->begin) * 2;
       gathered->push_back({p.unit, whole + run.space().rank() * p.unit->part * 2, whole});
     }
-    job.work = [&run, gathered] { return GatherUnits(*run.device(), *run.comm(), *gathered); };
+    job.work = [&run, gathered] { return GatherUnits(*run.device(), OfGpuBuffers(run), *gathered); };
     job.finish = [&run, gathered, version] {
       for (const Gathered& g : *gathered) run.resident_versions().Set(g.unit->global, g.unit->global + g.unit->n, version);
     };
@@ -129,7 +176,7 @@ Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t /*task*/, int6
     whole.push_back({kParam16, p.unit->global, p.unit->n, offset, held.version});
     offset += p.unit->n * 2;
   }
-  job.work = [&run, gathered] { return GatherUnits(*run.device(), *run.comm(), *gathered); };
+  job.work = [&run, gathered] { return GatherUnits(*run.device(), OfGpuBuffers(run), *gathered); };
   job.finish = [&run, gpu, whole] {
     run.Buf(gpu).pieces.clear();
     for (const Piece& p : whole) run.Buf(gpu).pieces.push_back(p);
@@ -182,22 +229,25 @@ Status PrepareReduceScatter(RunState& run, const TaskSpec& t, int32_t /*task*/, 
   CpuThreads* threads = &run.ThreadsOf(t.resource);
   job.work = [&run, units, threads] {
     // Block q of what is sent is rank q's to keep: every unit's q-th part, side by side.
-    const int ranks = run.comm()->ranks(), me = run.comm()->rank();
+    Collective& comm = OfGpuBuffers(run);
+    const int ranks = comm.ranks(), me = comm.rank();
     int64_t per_rank = 0;
     for (const Reduced& r : *units) per_rank += r.unit->part;
-    std::vector<float> send(static_cast<size_t>(per_rank * ranks)), recv(static_cast<size_t>(per_rank));
+    TF_ASSIGN_OR_RETURN(Packed send, Packed::Make(*run.device(), comm, per_rank * ranks * 4));
+    TF_ASSIGN_OR_RETURN(Packed recv, Packed::Make(*run.device(), comm, per_rank * 4));
     for (int q = 0; q < ranks; ++q) {
       int64_t at = q * per_rank;
       for (const Reduced& r : *units) {
-        TF_RETURN_IF_ERROR(run.device()->D2H(send.data() + at, r.whole + q * r.unit->part, r.unit->part * 4));
+        TF_RETURN_IF_ERROR(send.In(at * 4, r.whole + q * r.unit->part, r.unit->part * 4));
         at += r.unit->part;
       }
     }
-    TF_RETURN_IF_ERROR(Complete(run.comm()->ReduceScatter(send.data(), recv.data(), per_rank, ElementType::kFloat32)));
-    cpu::RoundToBf16(recv.data(), per_rank, *threads);
+    TF_RETURN_IF_ERROR(Complete(comm.ReduceScatter(send.data(), recv.data(), per_rank, ElementType::kFloat32)));
     int64_t at = 0;
     for (const Reduced& r : *units) {
-      TF_RETURN_IF_ERROR(run.device()->H2D(r.whole + me * r.unit->part, recv.data() + at, r.unit->part * 4, nullptr));
+      float* mine = r.whole + me * r.unit->part;
+      TF_RETURN_IF_ERROR(recv.Out(mine, at * 4, r.unit->part * 4));
+      TF_RETURN_IF_ERROR(run.device()->RoundToBf16(mine, r.unit->part, *threads));
       at += r.unit->part;
     }
     return Status::Ok();

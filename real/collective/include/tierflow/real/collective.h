@@ -3,8 +3,10 @@
 //   local  ranks in one process (threads, or one rank alone): the reference, and the fake that
 //          tests run several ranks on without a library
 //   mpi    one rank per process over MPI_COMM_WORLD (Open MPI), host memory
-// — and, on GPUs, NCCL (nccl_comm.h). Every operation is asynchronous: it is issued on every rank
-// in the same order and completes when its Pending is waited for.
+//   nccl   ranks each on a GPU of its own, on GPU memory (OpenNcclCollective), bootstrapped through
+//          one of the others
+// Every operation is asynchronous: it is issued on every rank in the same order and completes
+// when its Pending is waited for.
 //
 // Bit-identical whatever the back-end and the rank count: a sum is formed in rank order,
 // ((x_0 + x_1) + x_2) + ..., in fp32, and rounded once to the element type (SumInRankOrder), not
@@ -53,6 +55,9 @@ class Collective {
   virtual int ranks_on_host() const { return ranks(); }
   // This rank's place among them (0 to ranks_on_host() - 1): which of the machine's GPUs it takes.
   virtual int local_rank() const { return rank(); }
+  // Where the buffers of its operations are: GPU memory (nccl), or memory the process addresses
+  // (local, mpi).
+  virtual bool device_memory() const { return false; }
 
   // recv[r * count + i] = rank r's send[i]: recv holds ranks() * count elements.
   virtual StatusOr<std::unique_ptr<Pending>> AllGather(const void* send, void* recv, int64_t count, ElementType type) = 0;
@@ -78,7 +83,9 @@ Status Complete(StatusOr<std::unique_ptr<Pending>> pending);
 // the same order; an operation completes once every rank has issued it (so one thread may issue
 // it on every rank, then wait). A rank issuing a different operation, count or type than the
 // others makes it fail on every rank, naming both.
-std::vector<std::unique_ptr<Collective>> MakeLocalGroup(int ranks);
+// `device_memory`: its ranks say device_memory() (the ranks of a run whose gpu0 is emulated in
+// host memory, standing in for NCCL in tests: the run then hands them its gpu0 buffers).
+std::vector<std::unique_ptr<Collective>> MakeLocalGroup(int ranks, bool device_memory = false);
 
 // The back-end `name` for this process: "local" (one rank), or "mpi" (MPI_COMM_WORLD: MPI is
 // initialised on first use and finalised at exit). Unavailable, with the reason, when this build
@@ -86,5 +93,13 @@ std::vector<std::unique_ptr<Collective>> MakeLocalGroup(int ranks);
 StatusOr<std::unique_ptr<Collective>> OpenCollective(std::string_view name);
 // The back-ends this build has, for messages: "local, mpi".
 std::string CollectiveBackends();
+
+// NCCL on CUDA device `gpu` of this process, its ranks those of `bootstrap` (every rank of which
+// calls this at once: rank 0's NCCL id goes to the others over it). Its operations take GPU
+// memory (device_memory()) and give the host back-ends' results bit for bit: NCCL only moves the
+// parts, and a kernel sums them in rank order (SumInRankOrder's rule), on the communicator's own
+// stream. Unavailable, with the reason, where the build has no NCCL (HaveNccl()).
+StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, int gpu);
+bool HaveNccl();
 
 }  // namespace tierflow::real

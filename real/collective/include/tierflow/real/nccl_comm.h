@@ -4,7 +4,9 @@
 // a single-GPU run's collective tasks do.
 //
 // Built when CMake finds NCCL with the CUDA toolkit (TIERFLOW_HAVE_NCCL). Errors name the NCCL
-// call and NCCL's text for the error. Counts are elements per rank.
+// call and NCCL's text for the error. Counts are elements per rank. NCCL's own reductions sum in
+// an order of its choosing; the executor's collectives go through OpenNcclCollective
+// (collective.h), which reduces in rank order.
 //
 // Thread safety: one thread at a time per communicator; collectives of one communicator run in
 // the order they are called, on its stream, and must be called in the same order on every rank.
@@ -31,6 +33,8 @@ class Communicator {
   static StatusOr<std::unique_ptr<Communicator>> OpenSingle(const cuda::Context& ctx);
   // Rank `rank` of `ranks`, each process on its own GPU (the context's), joined by `id`.
   static StatusOr<std::unique_ptr<Communicator>> Join(const cuda::Context& ctx, const UniqueId& id, int ranks, int rank);
+  // The same on CUDA device `device`, without a context (the calling thread's device becomes it).
+  static StatusOr<std::unique_ptr<Communicator>> Join(int device, const UniqueId& id, int ranks, int rank);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -45,14 +49,23 @@ class Communicator {
   Status ReduceScatter(const void* send, void* recv, int64_t count, DType type);
   // recv[i] = sum over ranks of send[i]; recv may be send.
   Status AllReduce(const void* send, void* recv, int64_t count, DType type);
+  // recv[r * count + i] = rank r's send[rank * count + i]: every rank's block for this one, in
+  // rank order (grouped ncclSend and ncclRecv; send and recv must not overlap).
+  Status AllToAll(const void* send, void* recv, int64_t count, DType type);
+  // Rank `root`'s `bytes` at buf into every rank's buf.
+  Status Broadcast(void* buf, int64_t bytes, int root);
+  // ncclSuccess, or the error NCCL found on its own after a call returned (a peer gone, a
+  // network failure), naming `call`.
+  Status AsyncError(const char* call) const;
   Status Synchronize() const;
+  int device() const { return device_; }  // the CUDA device index
 
  private:
   Communicator() = default;
-  static StatusOr<std::unique_ptr<Communicator>> Init(const cuda::Context& ctx, const UniqueId& id, int ranks, int rank);
+  static StatusOr<std::unique_ptr<Communicator>> Init(int device, const UniqueId& id, int ranks, int rank);
   void* comm_ = nullptr;    // ncclComm_t
   void* stream_ = nullptr;  // cudaStream_t
-  int ranks_ = 1, rank_ = 0;
+  int ranks_ = 1, rank_ = 0, device_ = 0;
 };
 
 }  // namespace tierflow::real::nccl

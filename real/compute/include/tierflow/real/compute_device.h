@@ -69,6 +69,13 @@ class ComputeDevice {
   // `bytes` from gpu0 memory at src into host memory at dst (optimizer states kept on the GPU,
   // read for a checkpoint or at the run's end).
   virtual Status D2H(void* dst, const void* src, int64_t bytes) = 0;
+  // `bytes` from gpu0 memory at src to gpu0 memory at dst (the ranges do not overlap): the
+  // packing of a collective's parts on the GPU (NCCL's, ops/collective_op.cc).
+  virtual Status D2D(void* dst, const void* src, int64_t bytes) = 0;
+  // In place: n fp32 values of gpu0 memory rounded to bf16 precision (cpu::RoundToBf16).
+  virtual Status RoundToBf16(float* x, int64_t n, CpuThreads& threads) = 0;
+  // The CUDA device index of a GPU; -1 for gpu0 emulated in host memory.
+  virtual int gpu() const { return -1; }
   // n fp32 gradients at src (gpu0 memory) into host memory, as fp32 or bf16; returns the overflow
   // check and squared norm of gradient * grad_scale.
   virtual StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,

@@ -151,5 +151,10 @@ Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* 
              float grad_scale, const AdamWConfig& config);
 // In place: x[i] rounded to bf16 precision, kept fp32 (cpu::RoundToBf16).
 Status RoundToBf16(const Context& ctx, float* x, int64_t n);
+// out[i] = the sum of parts[r * count + i] over r = 0 .. ranks - 1, formed in that order in fp32
+// and rounded once to the storage type (bf16 or fp32): SumInRankOrder (collective.h) of ranks
+// parts laid side by side, bit for bit. Queued on `stream` (a cudaStream_t: NCCL's, whose
+// transfers fill `parts`), not the context's; `out` may be any of the parts.
+Status SumRanksInOrder(void* out, const void* parts, int64_t count, int ranks, bool bf16, void* stream);
 
 }  // namespace tierflow::real::cuda

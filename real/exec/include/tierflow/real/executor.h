@@ -89,6 +89,13 @@ struct RunOptions {
   // runs its part of the schedule; the result's master weights and losses are every rank's
   // (docs/executor.md "Many ranks"). Null: one rank.
   Collective* collective = nullptr;
+  // With `collective`: a group of the same ranks whose operations take gpu0 memory
+  // (Collective::device_memory()), for the collectives of gpu0's buffers (the all-gathers of
+  // parameters, the reduce-scatters of gradients). Tests give a local group standing in for NCCL
+  // over the emulated gpu0. Null: the run opens NCCL where gpu0 is a GPU, the build has NCCL and
+  // every rank has a GPU of its own; else those collectives go through `collective`, staged
+  // through host memory.
+  Collective* device_collective = nullptr;
 };
 
 struct RunResult {

@@ -1,0 +1,189 @@
+// The nccl back-end of collective.h: ranks each on a GPU of its own, buffers in GPU memory. NCCL
+// only moves bytes (ncclAllGather, grouped ncclSend/ncclRecv, ncclBroadcast); every sum is formed
+// by cuda::SumRanksInOrder, in rank order in fp32 and rounded once, after the parts have come —
+// as the mpi back-end forms it on the host, so that a run on GPUs gives the local back-end's bits
+// whatever NCCL's algorithm, ring or tree. A reduce-scatter moves what a ring's does (each rank
+// receives every rank's block for it); an all-reduce gathers every rank's vector (ranks x a ring
+// all-reduce's bytes), as the mpi back-end does: the schedules' all-reduces are the gradient norm.
+//
+// Everything of one communicator is queued on its stream in issue order: the transfers, then the
+// sum reading the scratch they filled. A Pending is an event after its last kernel; waiting polls
+// it and NCCL's asynchronous error, so a peer that fails is an error here, not a hang.
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "tierflow/real/collective.h"
+#include "tierflow/real/cuda_ops.h"
+#include "tierflow/real/cuda_status.h"
+#include "tierflow/real/nccl_comm.h"
+
+namespace tierflow::real {
+namespace {
+
+nccl::DType DTypeOf(ElementType t) { return t == ElementType::kFloat32 ? nccl::DType::kFloat32 : nccl::DType::kBf16; }
+
+Status CheckCount(const char* op, int64_t count) {
+  if (count < 1) return InvalidArgument(std::string(op) + ": count " + std::to_string(count) + " (must be >= 1)");
+  return Status::Ok();
+}
+
+class NcclPending : public Pending {
+ public:
+  NcclPending(const nccl::Communicator& comm, cudaEvent_t event, const char* call) : comm_(comm), event_(event), call_(call) {}
+  // Dropped without Wait: the transfers still finish before the buffers they name may go.
+  ~NcclPending() override {
+    if (event_ != nullptr) {
+      (void)cudaEventSynchronize(event_);
+      cudaEventDestroy(event_);
+    }
+  }
+  Status Wait() override {
+    if (event_ == nullptr) return Status::Ok();
+    TF_CUDA(cudaSetDevice(comm_.device()));
+    cudaError_t e;
+    while ((e = cudaEventQuery(event_)) == cudaErrorNotReady) {
+      TF_RETURN_IF_ERROR(comm_.AsyncError(call_));
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    cudaEventDestroy(event_);
+    event_ = nullptr;
+    if (e != cudaSuccess) return cuda::CudaError(e, std::string("waiting for ") + call_);
+    return comm_.AsyncError(call_);
+  }
+
+ private:
+  const nccl::Communicator& comm_;
+  cudaEvent_t event_;
+  const char* call_;
+};
+
+class NcclCollective : public Collective {
+ public:
+  NcclCollective(std::unique_ptr<nccl::Communicator> comm, int on_host, int local_rank)
+      : comm_(std::move(comm)), on_host_(on_host), local_rank_(local_rank) {}
+  ~NcclCollective() override {
+    (void)cudaSetDevice(comm_->device());
+    (void)comm_->Synchronize();
+    if (scratch_ != nullptr) cudaFree(scratch_);
+  }
+  std::string_view backend() const override { return "nccl"; }
+  int ranks() const override { return comm_->ranks(); }
+  int rank() const override { return comm_->rank(); }
+  int ranks_on_host() const override { return on_host_; }
+  int local_rank() const override { return local_rank_; }
+  bool device_memory() const override { return true; }
+
+  StatusOr<std::unique_ptr<Pending>> AllGather(const void* send, void* recv, int64_t count, ElementType type) override {
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(comm_->AllGather(send, recv, count, DTypeOf(type)));
+    return Record("ncclAllGather");
+  }
+
+  // Every rank's block for this one into the scratch (an all-to-all), then summed into recv.
+  StatusOr<std::unique_ptr<Pending>> ReduceScatter(const void* send, void* recv, int64_t count, ElementType type) override {
+    TF_RETURN_IF_ERROR(CheckCount("ReduceScatter", count));
+    TF_RETURN_IF_ERROR(Current());
+    TF_ASSIGN_OR_RETURN(void* parts, Scratch(count * ElementBytes(type) * ranks()));
+    TF_RETURN_IF_ERROR(comm_->AllToAll(send, parts, count, DTypeOf(type)));
+    TF_RETURN_IF_ERROR(cuda::SumRanksInOrder(recv, parts, count, ranks(), type == ElementType::kBf16, comm_->stream()));
+    return Record("ncclSend/ncclRecv");
+  }
+
+  // Every rank's vector into the scratch (an all-gather), then summed into recv.
+  StatusOr<std::unique_ptr<Pending>> AllReduce(const void* send, void* recv, int64_t count, ElementType type) override {
+    TF_RETURN_IF_ERROR(CheckCount("AllReduce", count));
+    TF_RETURN_IF_ERROR(Current());
+    TF_ASSIGN_OR_RETURN(void* parts, Scratch(count * ElementBytes(type) * ranks()));
+    TF_RETURN_IF_ERROR(comm_->AllGather(send, parts, count, DTypeOf(type)));
+    TF_RETURN_IF_ERROR(cuda::SumRanksInOrder(recv, parts, count, ranks(), type == ElementType::kBf16, comm_->stream()));
+    return Record("ncclAllGather");
+  }
+
+  StatusOr<std::unique_ptr<Pending>> Broadcast(void* buf, int64_t bytes, int root) override {
+    TF_RETURN_IF_ERROR(Current());
+    TF_RETURN_IF_ERROR(comm_->Broadcast(buf, bytes, root));
+    return Record("ncclBroadcast");
+  }
+
+  // An all-reduce of one word: it completes on no rank before every rank has issued it.
+  Status Barrier() override {
+    TF_RETURN_IF_ERROR(Current());
+    TF_ASSIGN_OR_RETURN(void* word, Scratch(4));
+    TF_RETURN_IF_ERROR(comm_->AllReduce(word, word, 1, nccl::DType::kFloat32));
+    return Complete(Record("ncclAllReduce (barrier)"));
+  }
+
+ private:
+  // NCCL and the kernels bind to the calling thread's device (the executor's collective thread
+  // has none of its own).
+  Status Current() const {
+    TF_CUDA(cudaSetDevice(comm_->device()));
+    return Status::Ok();
+  }
+
+  // At least `bytes` of GPU memory for one operation's parts. Operations are queued on one stream,
+  // so the next reuses it after this one's sum has read it; it grows only once the stream is idle.
+  StatusOr<void*> Scratch(int64_t bytes) {
+    if (bytes <= scratch_bytes_) return scratch_;
+    TF_RETURN_IF_ERROR(comm_->Synchronize());
+    if (scratch_ != nullptr) TF_CUDA(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    if (const cudaError_t e = cudaMalloc(&scratch_, static_cast<size_t>(bytes)); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      scratch_ = nullptr;
+      return ResourceExhausted("nccl collective: cannot allocate " + std::to_string(bytes) + " bytes of GPU memory for the parts to sum (" +
+                               cudaGetErrorString(e) + ")");
+    }
+    scratch_bytes_ = bytes;
+    return scratch_;
+  }
+
+  StatusOr<std::unique_ptr<Pending>> Record(const char* call) {
+    cudaEvent_t event = nullptr;
+    TF_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    if (const cudaError_t e = cudaEventRecord(event, static_cast<cudaStream_t>(comm_->stream())); e != cudaSuccess) {
+      cudaEventDestroy(event);
+      return cuda::CudaError(e, "cudaEventRecord");
+    }
+    return std::unique_ptr<Pending>(new NcclPending(*comm_, event, call));
+  }
+
+  std::unique_ptr<nccl::Communicator> comm_;
+  int on_host_, local_rank_;
+  void* scratch_ = nullptr;
+  int64_t scratch_bytes_ = 0;
+};
+
+}  // namespace
+
+bool HaveNccl() { return true; }
+
+StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, int gpu) {
+  // Rank 0's id, and whether it made one, to every rank: a rank must not wait in
+  // ncclCommInitRank for an id that never comes.
+  std::array<char, 1 + sizeof(nccl::UniqueId)> message{};
+  Status made = Status::Ok();
+  if (bootstrap.rank() == 0) {
+    auto id = nccl::NewUniqueId();
+    made = id.status();
+    if (id.ok()) {
+      message[0] = 1;
+      std::memcpy(message.data() + 1, id->data(), id->size());
+    }
+  }
+  TF_RETURN_IF_ERROR(Complete(bootstrap.Broadcast(message.data(), static_cast<int64_t>(message.size()), 0)));
+  if (message[0] != 1) return bootstrap.rank() == 0 ? made : Unavailable("NCCL: rank 0 could not make the communicator's id");
+  nccl::UniqueId id;
+  std::memcpy(id.data(), message.data() + 1, id.size());
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<nccl::Communicator> comm, nccl::Communicator::Join(gpu, id, bootstrap.ranks(), bootstrap.rank()));
+  return std::unique_ptr<Collective>(new NcclCollective(std::move(comm), bootstrap.ranks_on_host(), bootstrap.local_rank()));
+}
+
+}  // namespace tierflow::real
