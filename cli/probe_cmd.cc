@@ -168,7 +168,20 @@ Status RunProbeCollective(const CollectiveArgs& a) {
   }
   o.repetitions = a.reps;
   const std::string backend = a.backend == "auto" ? AutoCollectiveBackend() : a.backend;
-  TF_ASSIGN_OR_RETURN(std::unique_ptr<real::Collective> c, real::OpenCollective(backend));
+  // nccl: on the GPU of each rank's place on its machine, bootstrapped through the ranks' own
+  // back-end (mpi under mpirun), its buffers in that GPU's memory.
+  const bool nccl = backend == "nccl" || backend == "nccl-native";
+  if (!nccl && backend != "local" && backend != "mpi") {
+    return InvalidArgument("--backend '" + backend + "' (auto, local, mpi, nccl, nccl-native; this build has " + real::CollectiveBackends() +
+                           (real::HaveNccl() ? ", nccl" : "") + ")");
+  }
+  TF_ASSIGN_OR_RETURN(std::unique_ptr<real::Collective> c, real::OpenCollective(nccl ? AutoCollectiveBackend() : backend));
+  std::unique_ptr<real::DeviceMemory> memory;
+  if (nccl) {
+    TF_ASSIGN_OR_RETURN(c, real::OpenNcclCollective(*c, real::kTheLocalRanksGpu, backend == "nccl-native"));
+    TF_ASSIGN_OR_RETURN(memory, real::OpenDeviceMemory(*c));
+    o.memory = memory.get();
+  }
   const bool printer = c->rank() == 0;  // every rank measures; rank 0 reports
   if (printer && !a.json) {
     std::printf("# probe collective: %d rank(s) over %s, fp32, %d repetition(s) after a warm-up; time = the slowest rank's, median\n",
@@ -263,7 +276,9 @@ Command MakeProbe(CLI::App& parent) {
 
   CLI::App* coll = probe->add_subcommand("collective", "All-gather, reduce-scatter and all-reduce by message size across the ranks (run under mpirun)");
   auto* ca = Keep<CollectiveArgs>();
-  coll->add_option("--backend", ca->backend, "Collective back-end: auto (mpi under mpirun, else local), local, mpi");
+  coll->add_option("--backend", ca->backend,
+                   "Collective back-end: auto (mpi under mpirun, else local), local, mpi, nccl (GPU memory, sums in rank order as runs "
+                   "make them), nccl-native (NCCL's own sums: what the rank order costs)");
   coll->add_option("--sizes", ca->sizes, "Message sizes, comma-separated (nccl-tests' size: the gathered size of an all-gather)");
   coll->add_option("--ops", ca->ops, "Collectives, comma-separated: allgather, reducescatter, allreduce");
   AddNumber(coll, "--reps", &ca->reps, "Measured repetitions per point (after one warm-up)", 1, 1000000);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tierflow::real {
 namespace {
@@ -13,6 +15,63 @@ namespace {
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 float Pattern(int32_t rank, int64_t i) { return static_cast<float>((7 * i + 13 * static_cast<int64_t>(rank)) % 17 - 8); }
+
+// n fp32 elements the collective works on: a host vector, or a block of GPU memory (`memory`)
+// written from and read into host vectors.
+class ProbeBuffer {
+ public:
+  static StatusOr<ProbeBuffer> Make(DeviceMemory* memory, int64_t n) {
+    ProbeBuffer b(memory, n);
+    if (memory != nullptr) {
+      TF_ASSIGN_OR_RETURN(b.block_, memory->Allocate(std::max<int64_t>(1, n) * 4));
+    } else {
+      b.host_.resize(static_cast<size_t>(n));
+    }
+    return b;
+  }
+  ProbeBuffer(ProbeBuffer&& o) noexcept : memory_(o.memory_), n_(o.n_), host_(std::move(o.host_)), block_(std::exchange(o.block_, nullptr)) {}
+  ProbeBuffer(const ProbeBuffer&) = delete;
+  ProbeBuffer& operator=(const ProbeBuffer&) = delete;
+  ProbeBuffer& operator=(ProbeBuffer&&) = delete;
+  ~ProbeBuffer() {
+    if (block_ != nullptr) memory_->Free(block_);
+  }
+  float* data() { return memory_ != nullptr ? static_cast<float*>(block_) : host_.data(); }
+  Status Write(const std::vector<float>& from) {
+    if (memory_ == nullptr) {
+      host_ = from;
+      return Status::Ok();
+    }
+    return memory_->ToDevice(block_, from.data(), n_ * 4);
+  }
+  Status Read(std::vector<float>* to) {
+    to->resize(static_cast<size_t>(n_));
+    if (memory_ == nullptr) {
+      *to = host_;
+      return Status::Ok();
+    }
+    return memory_->ToHost(to->data(), block_, n_ * 4);
+  }
+
+ private:
+  ProbeBuffer(DeviceMemory* memory, int64_t n) : memory_(memory), n_(n) {}
+  DeviceMemory* memory_;
+  int64_t n_;
+  std::vector<float> host_;
+  void* block_ = nullptr;
+};
+
+// Every rank's `mine` (host memory), in rank order, through the collective (and its memory).
+StatusOr<std::vector<float>> GatherToHost(Collective& c, DeviceMemory* memory, const std::vector<float>& mine) {
+  const auto n = static_cast<int64_t>(mine.size());
+  TF_ASSIGN_OR_RETURN(ProbeBuffer send, ProbeBuffer::Make(memory, n));
+  TF_ASSIGN_OR_RETURN(ProbeBuffer recv, ProbeBuffer::Make(memory, n * c.ranks()));
+  TF_RETURN_IF_ERROR(send.Write(mine));
+  TF_RETURN_IF_ERROR(Complete(c.AllGather(send.data(), recv.data(), n, ElementType::kFloat32)));
+  std::vector<float> all;
+  TF_RETURN_IF_ERROR(recv.Read(&all));
+  return all;
+}
 
 // Elements of `out` not equal to `expect(i)`.
 template <typename F>
@@ -42,6 +101,10 @@ StatusOr<CollectiveProbeResult> ProbeCollectives(Collective& c, const Collective
                              std::to_string(4 * ranks) + " B on " + std::to_string(ranks) + " ranks)");
     }
   }
+  if (c.device_memory() && o.memory == nullptr) {
+    return InvalidArgument("probe collective: back-end '" + std::string(c.backend()) + "' works on GPU memory, and no memory was given for its buffers");
+  }
+  DeviceMemory* memory = c.device_memory() ? o.memory : nullptr;
   CollectiveProbeResult result;
   const double t0 = Now();
   for (Op op : o.ops) {
@@ -50,9 +113,14 @@ StatusOr<CollectiveProbeResult> ProbeCollectives(Collective& c, const Collective
       const int64_t count = per_rank * ranks;
       // What this rank sends and what it must receive.
       const bool gather = op == Op::kAllGather;
-      std::vector<float> send(static_cast<size_t>(gather ? per_rank : count));
-      for (size_t i = 0; i < send.size(); ++i) send[i] = Pattern(rank, static_cast<int64_t>(i));
-      std::vector<float> recv(static_cast<size_t>(op == Op::kReduceScatter ? per_rank : count));
+      std::vector<float> send_values(static_cast<size_t>(gather ? per_rank : count));
+      for (size_t i = 0; i < send_values.size(); ++i) send_values[i] = Pattern(rank, static_cast<int64_t>(i));
+      const int64_t recv_count = op == Op::kReduceScatter ? per_rank : count;
+      TF_ASSIGN_OR_RETURN(ProbeBuffer send, ProbeBuffer::Make(memory, static_cast<int64_t>(send_values.size())));
+      TF_ASSIGN_OR_RETURN(ProbeBuffer recv, ProbeBuffer::Make(memory, recv_count));
+      TF_RETURN_IF_ERROR(send.Write(send_values));
+      const std::vector<float> unwritten(static_cast<size_t>(recv_count), 1e30f);  // a result left unwritten counts as wrong
+      std::vector<float> out;
       auto sum_at = [ranks](int64_t i) {
         float s = 0;
         for (int32_t q = 0; q < ranks; ++q) s += Pattern(q, i);
@@ -64,7 +132,6 @@ StatusOr<CollectiveProbeResult> ProbeCollectives(Collective& c, const Collective
         return sum_at(i);
       };
       auto issue = [&]() -> Status {
-        std::fill(recv.begin(), recv.end(), 1e30f);  // a result left unwritten counts as wrong
         switch (op) {
           case Op::kAllGather: return Complete(c.AllGather(send.data(), recv.data(), per_rank, ElementType::kFloat32));
           case Op::kReduceScatter: return Complete(c.ReduceScatter(send.data(), recv.data(), per_rank, ElementType::kFloat32));
@@ -77,17 +144,18 @@ StatusOr<CollectiveProbeResult> ProbeCollectives(Collective& c, const Collective
       std::vector<double> starts(mine.size());
       float wrong = 0;
       for (int k = 0; k < o.repetitions; ++k) {
+        TF_RETURN_IF_ERROR(recv.Write(unwritten));
         TF_RETURN_IF_ERROR(c.Barrier());
         const double begin = Now();
         TF_RETURN_IF_ERROR(issue());
         mine[static_cast<size_t>(k)] = static_cast<float>(Now() - begin);
         starts[static_cast<size_t>(k)] = begin - t0;
-        wrong += static_cast<float>(Wrong(recv, expect));
+        TF_RETURN_IF_ERROR(recv.Read(&out));
+        wrong += static_cast<float>(Wrong(out, expect));
       }
       // Every rank's times and wrong counts to every rank: a repetition takes its slowest rank's.
-      std::vector<float> all_times(mine.size() * static_cast<size_t>(ranks)), all_wrong(static_cast<size_t>(ranks));
-      TF_RETURN_IF_ERROR(Complete(c.AllGather(mine.data(), all_times.data(), o.repetitions, ElementType::kFloat32)));
-      TF_RETURN_IF_ERROR(Complete(c.AllGather(&wrong, all_wrong.data(), 1, ElementType::kFloat32)));
+      TF_ASSIGN_OR_RETURN(const std::vector<float> all_times, GatherToHost(c, memory, mine));
+      TF_ASSIGN_OR_RETURN(const std::vector<float> all_wrong, GatherToHost(c, memory, {wrong}));
       CollectiveProbeRow row;
       row.op = op;
       row.bytes = count * 4;

@@ -6,6 +6,9 @@
 // receives every rank's block for it); an all-reduce gathers every rank's vector (ranks x a ring
 // all-reduce's bytes), as the mpi back-end does: the schedules' all-reduces are the gradient norm.
 //
+// "nccl-native" (OpenNcclCollective's nccls_own_sums) calls NCCL's own ncclReduceScatter and
+// ncclAllReduce instead, for `probe collective` to measure what the rank order costs.
+//
 // Everything of one communicator is queued on its stream in issue order: the transfers, then the
 // sum reading the scratch they filled. A Pending is an event after its last kernel; waiting polls
 // it and NCCL's asynchronous error, so a peer that fails is an error here, not a hang.
@@ -17,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tierflow/real/collective.h"
 #include "tierflow/real/cuda_ops.h"
@@ -65,14 +69,15 @@ class NcclPending : public Pending {
 
 class NcclCollective : public Collective {
  public:
-  NcclCollective(std::unique_ptr<nccl::Communicator> comm, int on_host, int local_rank)
-      : comm_(std::move(comm)), on_host_(on_host), local_rank_(local_rank) {}
+  NcclCollective(std::unique_ptr<nccl::Communicator> comm, int on_host, int local_rank, bool nccls_own_sums)
+      : comm_(std::move(comm)), on_host_(on_host), local_rank_(local_rank), native_(nccls_own_sums) {}
   ~NcclCollective() override {
     (void)cudaSetDevice(comm_->device());
     (void)comm_->Synchronize();
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
-  std::string_view backend() const override { return "nccl"; }
+  std::string_view backend() const override { return native_ ? "nccl-native" : "nccl"; }
+  int device() const { return comm_->device(); }
   int ranks() const override { return comm_->ranks(); }
   int rank() const override { return comm_->rank(); }
   int ranks_on_host() const override { return on_host_; }
@@ -89,6 +94,10 @@ class NcclCollective : public Collective {
   StatusOr<std::unique_ptr<Pending>> ReduceScatter(const void* send, void* recv, int64_t count, ElementType type) override {
     TF_RETURN_IF_ERROR(CheckCount("ReduceScatter", count));
     TF_RETURN_IF_ERROR(Current());
+    if (native_) {
+      TF_RETURN_IF_ERROR(comm_->ReduceScatter(send, recv, count, DTypeOf(type)));
+      return Record("ncclReduceScatter");
+    }
     TF_ASSIGN_OR_RETURN(void* parts, Scratch(count * ElementBytes(type) * ranks()));
     TF_RETURN_IF_ERROR(comm_->AllToAll(send, parts, count, DTypeOf(type)));
     TF_RETURN_IF_ERROR(cuda::SumRanksInOrder(recv, parts, count, ranks(), type == ElementType::kBf16, comm_->stream()));
@@ -99,6 +108,10 @@ class NcclCollective : public Collective {
   StatusOr<std::unique_ptr<Pending>> AllReduce(const void* send, void* recv, int64_t count, ElementType type) override {
     TF_RETURN_IF_ERROR(CheckCount("AllReduce", count));
     TF_RETURN_IF_ERROR(Current());
+    if (native_) {
+      TF_RETURN_IF_ERROR(comm_->AllReduce(send, recv, count, DTypeOf(type)));
+      return Record("ncclAllReduce");
+    }
     TF_ASSIGN_OR_RETURN(void* parts, Scratch(count * ElementBytes(type) * ranks()));
     TF_RETURN_IF_ERROR(comm_->AllGather(send, parts, count, DTypeOf(type)));
     TF_RETURN_IF_ERROR(cuda::SumRanksInOrder(recv, parts, count, ranks(), type == ElementType::kBf16, comm_->stream()));
@@ -157,33 +170,88 @@ class NcclCollective : public Collective {
 
   std::unique_ptr<nccl::Communicator> comm_;
   int on_host_, local_rank_;
+  bool native_;
   void* scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;
+};
+
+class NcclMemory : public DeviceMemory {
+ public:
+  explicit NcclMemory(int device) : device_(device) {}
+  StatusOr<void*> Allocate(int64_t bytes) override {
+    TF_CUDA(cudaSetDevice(device_));
+    void* p = nullptr;
+    if (const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(bytes)); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return ResourceExhausted("GPU " + std::to_string(device_) + ": cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(e) + ")");
+    }
+    return p;
+  }
+  void Free(void* block) override {
+    (void)cudaSetDevice(device_);
+    cudaFree(block);
+  }
+  Status ToDevice(void* dst, const void* src, int64_t bytes) override {
+    TF_CUDA(cudaSetDevice(device_));
+    TF_CUDA(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+    return Status::Ok();
+  }
+  Status ToHost(void* dst, const void* src, int64_t bytes) override {
+    TF_CUDA(cudaSetDevice(device_));
+    TF_CUDA(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
+    return Status::Ok();
+  }
+
+ private:
+  int device_;
 };
 
 }  // namespace
 
 bool HaveNccl() { return true; }
 
-StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, int gpu) {
-  // Rank 0's id, and whether it made one, to every rank: a rank must not wait in
-  // ncclCommInitRank for an id that never comes.
+StatusOr<std::unique_ptr<DeviceMemory>> OpenDeviceMemory(const Collective& collective) {
+  const auto* nccl = dynamic_cast<const NcclCollective*>(&collective);
+  if (nccl == nullptr) return InvalidArgument("GPU memory of collective back-end '" + std::string(collective.backend()) + "': it is not on a GPU");
+  return std::unique_ptr<DeviceMemory>(new NcclMemory(nccl->device()));
+}
+
+StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, int gpu, bool nccls_own_sums) {
+  // This rank's GPU; rank 0's id, and whether it made one, to every rank; then whether every rank
+  // is ready — so that no rank waits in ncclCommInitRank for a rank that will never call it.
+  Status here = Status::Ok();
+  if (gpu == kTheLocalRanksGpu) {
+    int gpus = 0;
+    if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus < 1) {
+      (void)cudaGetLastError();
+      here = Unavailable(std::string("collective back-end 'nccl': no GPU here (") + (e != cudaSuccess ? cudaGetErrorString(e) : "none found") + ")");
+    } else {
+      gpu = bootstrap.local_rank() % gpus;
+    }
+  }
   std::array<char, 1 + sizeof(nccl::UniqueId)> message{};
-  Status made = Status::Ok();
-  if (bootstrap.rank() == 0) {
+  if (bootstrap.rank() == 0 && here.ok()) {
     auto id = nccl::NewUniqueId();
-    made = id.status();
+    here = id.status();
     if (id.ok()) {
       message[0] = 1;
       std::memcpy(message.data() + 1, id->data(), id->size());
     }
   }
   TF_RETURN_IF_ERROR(Complete(bootstrap.Broadcast(message.data(), static_cast<int64_t>(message.size()), 0)));
-  if (message[0] != 1) return bootstrap.rank() == 0 ? made : Unavailable("NCCL: rank 0 could not make the communicator's id");
+  const float ready = here.ok() && message[0] == 1 ? 1.0f : 0.0f;
+  std::vector<float> every(static_cast<size_t>(bootstrap.ranks()));
+  TF_RETURN_IF_ERROR(Complete(bootstrap.AllGather(&ready, every.data(), 1, ElementType::kFloat32)));
+  if (!here.ok()) return here;
+  for (int q = 0; q < bootstrap.ranks(); ++q) {
+    if (every[static_cast<size_t>(q)] != 1.0f) {
+      return Unavailable("collective back-end 'nccl': rank " + std::to_string(q) + (q == 0 ? " could not make the communicator's id" : " has no GPU"));
+    }
+  }
   nccl::UniqueId id;
   std::memcpy(id.data(), message.data() + 1, id.size());
   TF_ASSIGN_OR_RETURN(std::unique_ptr<nccl::Communicator> comm, nccl::Communicator::Join(gpu, id, bootstrap.ranks(), bootstrap.rank()));
-  return std::unique_ptr<Collective>(new NcclCollective(std::move(comm), bootstrap.ranks_on_host(), bootstrap.local_rank()));
+  return std::unique_ptr<Collective>(new NcclCollective(std::move(comm), bootstrap.ranks_on_host(), bootstrap.local_rank(), nccls_own_sums));
 }
 
 }  // namespace tierflow::real

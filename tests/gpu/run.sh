@@ -4,11 +4,13 @@
 # executor and the CUDA back-end without SimGrid, then runs
 #   tests     the GPU tests (ctest -L gpu: every op against the CPU reference, the Llama steps
 #             against the CPU model, NCCL, the executor on the GPU) and the kernels' math on the CPU
-#   probes    tierflow-gpu-probe (copies, each op of a Llama-3.2-1B layer, NCCL: OUT/probes), then
+#   probes    tierflow-gpu-probe (copies, each op of a Llama-3.2-1B layer, NCCL: OUT/probes) and
+#             `tierflow probe collective` over the nccl back-end against NCCL's own sums
+#             (OUT/collective-nccl.json, OUT/collective-nccl-native.json), then
 #             `tierflow probe all --compute cuda` on DISK with the 1B scenario (OUT/calib) and
 #             `tierflow calibrate` of it into OUT/profile.yaml (over OUT/base.yaml, this machine's
 #             shape: write_base below)
-#   gpuprobe  only tierflow-gpu-probe of the probes step (no disk, no calibration)
+#   gpuprobe  only tierflow-gpu-probe and probe collective of the probes step (no disk, no calibration)
 #   compute   only the layer steps of the 1B scenario through the compute device (`tierflow probe
 #             compute --compute cuda`: OUT/calib/compute.jsonl, what the probes step's `probe all`
 #             also writes), for the figure of the steps against cuBLAS without the disk probes
@@ -245,6 +247,14 @@ if step probes || step gpuprobe; then
     tail -3 "$out/$dir.err"
   done
   echo $probe_rc >"$out/probes.rc"
+  # The nccl back-end's collectives (sums in rank order, as runs make them) against NCCL's own
+  # sums, the same sizes: one rank on GPU 0 here (the machine has no mpirun), so what the
+  # rank-order kernel adds to a collective that moves nothing.
+  for backend in nccl nccl-native; do
+    "$tf" probe collective --backend $backend --sizes 1MiB,16MiB,128MiB --reps 10 --json >"$out/collective-$backend.json" 2>"$out/collective-$backend.err"
+    echo $? >"$out/collective-$backend.rc"
+    tail -2 "$out/collective-$backend.err"
+  done
 fi
 if step probes; then
   log "calibration probes (tierflow probe all --compute cuda) and the profile"
@@ -338,7 +348,7 @@ def rc(name):
 def status(name):
     r = rc(name)
     return "not run" if r is None else "pass" if r == 0 else f"FAIL (rc {r})"
-failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "calib", "compute", "torch-1b", "torch-1b-ckpt",
+failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "collective-nccl", "collective-nccl-native", "calib", "compute", "torch-1b", "torch-1b-ckpt",
                                               "finetune", "finetune-1b", "inmemory-1b", "tuned-1b", "gpuopt-1b"))
 rows = []
 log = read("gpu-tests.log")
@@ -363,6 +373,17 @@ if rc("probes") is not None:
                 rows.append((f'{r["task"]} {r["bytes"] >> 20} MiB', f'{r["gb_per_s"]:.1f} GB/s'))
     except Exception as e:
         rows.append(("GPU probes", f'{status("probes")}: {e}'))
+coll = {}
+for backend in ("nccl", "nccl-native"):
+    if rc("collective-" + backend) == 0:
+        coll[backend] = {(r["op"], r["bytes"]): r["time_s"] for r in json.load(open(os.path.join(out, f"collective-{backend}.json")))["rows"]}
+    elif rc("collective-" + backend) is not None:
+        rows.append((f"probe collective --backend {backend}", status("collective-" + backend)))
+if len(coll) == 2:
+    for key in sorted(coll["nccl"]):
+        if key[1] == max(k[1] for k in coll["nccl"]) and key in coll["nccl-native"]:
+            rows.append((f"{key[0]} {key[1] >> 20} MiB, rank-order sum vs NCCL's own (1 rank)",
+                         f'{coll["nccl"][key] * 1e3:.3f} ms vs {coll["nccl-native"][key] * 1e3:.3f} ms'))
 if rc("calib") is not None:
     rows.append(("probe all --compute cuda + calibrate", status("calib") + (" -> profile.yaml" if rc("calib") == 0 else "")))
 if rc("compute") is not None:

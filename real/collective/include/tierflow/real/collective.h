@@ -94,12 +94,31 @@ StatusOr<std::unique_ptr<Collective>> OpenCollective(std::string_view name);
 // The back-ends this build has, for messages: "local, mpi".
 std::string CollectiveBackends();
 
-// NCCL on CUDA device `gpu` of this process, its ranks those of `bootstrap` (every rank of which
-// calls this at once: rank 0's NCCL id goes to the others over it). Its operations take GPU
+// NCCL on CUDA device `gpu` of this process (kTheLocalRanksGpu: the machine's GPU of the
+// bootstrap's local rank, modulo their count), its ranks those of `bootstrap` (every rank of
+// which calls this at once: rank 0's NCCL id goes to the others over it). Its operations take GPU
 // memory (device_memory()) and give the host back-ends' results bit for bit: NCCL only moves the
 // parts, and a kernel sums them in rank order (SumInRankOrder's rule), on the communicator's own
-// stream. Unavailable, with the reason, where the build has no NCCL (HaveNccl()).
-StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, int gpu);
+// stream. With `nccls_own_sums` the reductions are NCCL's own (ncclReduceScatter, ncclAllReduce:
+// its order, which depends on the algorithm and the rank count), for measuring what the rank
+// order costs (backend() "nccl-native"); runs never use that. Unavailable, with the reason, where
+// the build has no NCCL (HaveNccl()) or the machine no GPU.
+inline constexpr int kTheLocalRanksGpu = -1;
+StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, int gpu, bool nccls_own_sums = false);
 bool HaveNccl();
+
+// The GPU memory a collective on it works in, for callers whose data are on the host (the
+// collective probe's buffers): blocks, and synchronous copies into and out of them.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual StatusOr<void*> Allocate(int64_t bytes) = 0;
+  virtual void Free(void* block) = 0;
+  virtual Status ToDevice(void* dst, const void* src, int64_t bytes) = 0;
+  virtual Status ToHost(void* dst, const void* src, int64_t bytes) = 0;
+};
+// The memory of the GPU an nccl collective (OpenNcclCollective) is on; InvalidArgument for
+// another back-end.
+StatusOr<std::unique_ptr<DeviceMemory>> OpenDeviceMemory(const Collective& nccl);
 
 }  // namespace tierflow::real

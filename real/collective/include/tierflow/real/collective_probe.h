@@ -26,6 +26,9 @@ struct CollectiveProbeOptions {
   std::vector<Op> ops = {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce};
   int repetitions = 5;  // measured, after one warm-up
   std::function<void(const std::string&)> progress;  // after each point, on every rank
+  // For a collective on GPU memory (Collective::device_memory(): nccl): where the buffers it
+  // measures on are made, and how they are filled and read back (outside the timed calls).
+  DeviceMemory* memory = nullptr;
 };
 
 struct CollectiveProbeRow {
@@ -46,8 +49,9 @@ struct CollectiveProbeResult {
   std::vector<TraceRecord> records;
 };
 
-// InvalidArgument for no sizes, a size below 4 bytes per rank, fewer than one repetition or an
-// op that is not a collective; a back-end's error otherwise.
+// InvalidArgument for no sizes, a size below 4 bytes per rank, fewer than one repetition, an op
+// that is not a collective, or a collective on GPU memory without options.memory; a back-end's
+// error otherwise.
 StatusOr<CollectiveProbeResult> ProbeCollectives(Collective& collective, const CollectiveProbeOptions& options);
 
 // nccl-tests' bus bandwidth factor of `op` over `ranks` ranks.
