@@ -11,15 +11,16 @@
 //
 // Everything of one communicator is queued on its stream in issue order: the transfers, then the
 // sum reading the scratch they filled. A Pending is an event after its last kernel; waiting polls
-// it and NCCL's asynchronous error, so a peer that fails is an error here, not a hang.
+// it and NCCL's asynchronous error, and on an error aborts the communicator (NCCL's kernels would
+// otherwise wait for the failed peer forever), so a peer that fails is an error here, not a hang.
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tierflow/real/collective.h"
@@ -37,32 +38,41 @@ Status CheckCount(const char* op, int64_t count) {
   return Status::Ok();
 }
 
+// Waits for `event` on `comm`'s stream, watching NCCL's asynchronous error: a failed peer makes
+// NCCL's kernels wait forever, so on an error the communicator is aborted (which ends them) and
+// the error returned. Yields between polls rather than sleeping: a sleep's timer slack (tens of
+// microseconds) would be added to every collective.
+Status WaitFor(nccl::Communicator& comm, cudaEvent_t event, const char* call) {
+  TF_CUDA(cudaSetDevice(comm.device()));
+  cudaError_t e;
+  while ((e = cudaEventQuery(event)) == cudaErrorNotReady) {
+    if (Status async = comm.AsyncError(call); !async.ok()) {
+      comm.Abort();
+      return async;
+    }
+    std::this_thread::yield();
+  }
+  if (e != cudaSuccess) return cuda::CudaError(e, std::string("waiting for ") + call);
+  return comm.AsyncError(call);
+}
+
+// An operation queued on the communicator's stream, done when the event after it is. It must be
+// waited for (or dropped) while its collective lives, as every caller does.
 class NcclPending : public Pending {
  public:
-  NcclPending(const nccl::Communicator& comm, cudaEvent_t event, const char* call) : comm_(comm), event_(event), call_(call) {}
+  NcclPending(nccl::Communicator& comm, cudaEvent_t event, const char* call) : comm_(comm), event_(event), call_(call) {}
   // Dropped without Wait: the transfers still finish before the buffers they name may go.
-  ~NcclPending() override {
-    if (event_ != nullptr) {
-      (void)cudaEventSynchronize(event_);
-      cudaEventDestroy(event_);
-    }
-  }
+  ~NcclPending() override { (void)Wait(); }
   Status Wait() override {
     if (event_ == nullptr) return Status::Ok();
-    TF_CUDA(cudaSetDevice(comm_.device()));
-    cudaError_t e;
-    while ((e = cudaEventQuery(event_)) == cudaErrorNotReady) {
-      TF_RETURN_IF_ERROR(comm_.AsyncError(call_));
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    cudaEventDestroy(event_);
+    const Status st = WaitFor(comm_, event_, call_);
+    cudaEventDestroy(event_);  // after an abort its work never ends; destroying it does not wait
     event_ = nullptr;
-    if (e != cudaSuccess) return cuda::CudaError(e, std::string("waiting for ") + call_);
-    return comm_.AsyncError(call_);
+    return st;
   }
 
  private:
-  const nccl::Communicator& comm_;
+  nccl::Communicator& comm_;
   cudaEvent_t event_;
   const char* call_;
 };
@@ -73,9 +83,11 @@ class NcclCollective : public Collective {
       : comm_(std::move(comm)), on_host_(on_host), local_rank_(local_rank), native_(nccls_own_sums) {}
   ~NcclCollective() override {
     (void)cudaSetDevice(comm_->device());
-    (void)comm_->Synchronize();
+    if (!comm_->broken()) (void)comm_->Synchronize();  // an aborted one's work never ends
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
+  // This rank cannot go on: NCCL's work in flight is ended, so that nothing waits on it.
+  void Abort(int /*code*/) override { comm_->Abort(); }
   std::string_view backend() const override { return native_ ? "nccl-native" : "nccl"; }
   int device() const { return comm_->device(); }
   int ranks() const override { return comm_->ranks(); }
@@ -145,9 +157,9 @@ class NcclCollective : public Collective {
   StatusOr<void*> Scratch(int64_t bytes) {
     if (bytes <= scratch_bytes_) return scratch_;
     TF_RETURN_IF_ERROR(comm_->Synchronize());
-    if (scratch_ != nullptr) TF_CUDA(cudaFree(scratch_));
-    scratch_ = nullptr;
+    void* old = std::exchange(scratch_, nullptr);
     scratch_bytes_ = 0;
+    if (old != nullptr) TF_CUDA(cudaFree(old));
     if (const cudaError_t e = cudaMalloc(&scratch_, static_cast<size_t>(bytes)); e != cudaSuccess) {
       (void)cudaGetLastError();
       scratch_ = nullptr;
@@ -191,9 +203,12 @@ class NcclMemory : public DeviceMemory {
     (void)cudaSetDevice(device_);
     cudaFree(block);
   }
+  // From pageable memory cudaMemcpy may return before the copy has reached the GPU, and NCCL's
+  // stream does not wait for the default stream: the device is synchronised before it returns.
   Status ToDevice(void* dst, const void* src, int64_t bytes) override {
     TF_CUDA(cudaSetDevice(device_));
     TF_CUDA(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+    TF_CUDA(cudaDeviceSynchronize());
     return Status::Ok();
   }
   Status ToHost(void* dst, const void* src, int64_t bytes) override {
@@ -229,6 +244,14 @@ StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, 
       gpu = bootstrap.local_rank() % gpus;
     }
   }
+  if (here.ok()) {
+    // The device this rank joins on, checked before the vote: after it, a rank that fails leaves
+    // the others waiting in ncclCommInitRank.
+    if (const cudaError_t e = cudaSetDevice(gpu); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      here = cuda::CudaError(e, "cudaSetDevice(" + std::to_string(gpu) + ") for NCCL");
+    }
+  }
   std::array<char, 1 + sizeof(nccl::UniqueId)> message{};
   if (bootstrap.rank() == 0 && here.ok()) {
     auto id = nccl::NewUniqueId();
@@ -245,7 +268,8 @@ StatusOr<std::unique_ptr<Collective>> OpenNcclCollective(Collective& bootstrap, 
   if (!here.ok()) return here;
   for (int q = 0; q < bootstrap.ranks(); ++q) {
     if (every[static_cast<size_t>(q)] != 1.0f) {
-      return Unavailable("collective back-end 'nccl': rank " + std::to_string(q) + (q == 0 ? " could not make the communicator's id" : " has no GPU"));
+      return Unavailable("collective back-end 'nccl': rank " + std::to_string(q) + " cannot join (" +
+                         (q == 0 ? "no GPU, or no NCCL id made" : "no usable GPU") + ")");
     }
   }
   nccl::UniqueId id;

@@ -28,6 +28,11 @@ Status CheckCount(const char* op, int64_t count) {
   return Status::Ok();
 }
 
+Status NotBroken(const void* comm, const char* op) {
+  if (comm == nullptr) return FailedPrecondition(std::string(op) + ": the NCCL communicator was aborted after an error");
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<UniqueId> NewUniqueId() {
@@ -80,8 +85,15 @@ Communicator::~Communicator() {
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
+void Communicator::Abort() {
+  if (comm_ == nullptr) return;
+  ncclCommAbort(static_cast<ncclComm_t>(comm_));
+  comm_ = nullptr;
+}
+
 Status Communicator::AllGather(const void* send, void* recv, int64_t count, DType type) {
   TF_RETURN_IF_ERROR(CheckCount("all-gather", count));
+  TF_RETURN_IF_ERROR(NotBroken(comm_, "all-gather"));
   TF_NCCL(ncclAllGather(send, recv, static_cast<size_t>(count), NcclType(type), static_cast<ncclComm_t>(comm_),
                         static_cast<cudaStream_t>(stream_)));
   return Status::Ok();
@@ -89,6 +101,7 @@ Status Communicator::AllGather(const void* send, void* recv, int64_t count, DTyp
 
 Status Communicator::ReduceScatter(const void* send, void* recv, int64_t count, DType type) {
   TF_RETURN_IF_ERROR(CheckCount("reduce-scatter", count));
+  TF_RETURN_IF_ERROR(NotBroken(comm_, "reduce-scatter"));
   TF_NCCL(ncclReduceScatter(send, recv, static_cast<size_t>(count), NcclType(type), ncclSum,
                             static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream_)));
   return Status::Ok();
@@ -96,6 +109,7 @@ Status Communicator::ReduceScatter(const void* send, void* recv, int64_t count, 
 
 Status Communicator::AllReduce(const void* send, void* recv, int64_t count, DType type) {
   TF_RETURN_IF_ERROR(CheckCount("all-reduce", count));
+  TF_RETURN_IF_ERROR(NotBroken(comm_, "all-reduce"));
   TF_NCCL(ncclAllReduce(send, recv, static_cast<size_t>(count), NcclType(type), ncclSum, static_cast<ncclComm_t>(comm_),
                         static_cast<cudaStream_t>(stream_)));
   return Status::Ok();
@@ -103,6 +117,7 @@ Status Communicator::AllReduce(const void* send, void* recv, int64_t count, DTyp
 
 Status Communicator::AllToAll(const void* send, void* recv, int64_t count, DType type) {
   TF_RETURN_IF_ERROR(CheckCount("all-to-all", count));
+  TF_RETURN_IF_ERROR(NotBroken(comm_, "all-to-all"));
   const auto comm = static_cast<ncclComm_t>(comm_);
   const auto stream = static_cast<cudaStream_t>(stream_);
   const size_t bytes = static_cast<size_t>(count) * (type == DType::kFloat32 ? 4 : 2);
@@ -121,12 +136,14 @@ Status Communicator::AllToAll(const void* send, void* recv, int64_t count, DType
 
 Status Communicator::Broadcast(void* buf, int64_t bytes, int root) {
   TF_RETURN_IF_ERROR(CheckCount("broadcast", bytes));
+  TF_RETURN_IF_ERROR(NotBroken(comm_, "broadcast"));
   if (root < 0 || root >= ranks_) return InvalidArgument("broadcast: root " + std::to_string(root) + " of " + std::to_string(ranks_) + " ranks");
   TF_NCCL(ncclBroadcast(buf, buf, static_cast<size_t>(bytes), ncclUint8, root, static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream_)));
   return Status::Ok();
 }
 
 Status Communicator::AsyncError(const char* call) const {
+  TF_RETURN_IF_ERROR(NotBroken(comm_, call));
   ncclResult_t async = ncclSuccess;
   TF_NCCL(ncclCommGetAsyncError(static_cast<ncclComm_t>(comm_), &async));
   if (async != ncclSuccess) return NcclError(async, call);

@@ -113,8 +113,9 @@ class Run : public RunState {
   Status LoadCheckpointIfAny();
   Status ReadCheckpoint(std::vector<float> state[3]);
   // With several ranks: the collectives of gpu0's buffers (device_comm_): RunOptions's
-  // device_collective, or NCCL where gpu0 is a GPU, the build has NCCL and no two ranks share a
-  // GPU; else none (they go through comm_, staged through host memory). Every rank decides alike.
+  // device_collective, or NCCL where gpu0 is a GPU, the build has NCCL, no two ranks share a GPU
+  // and it opens on every rank; else none (they go through comm_, staged through host memory).
+  // Every rank decides alike, and the run's notes say what.
   Status OpenDeviceCollectives();
   // With several ranks, every rank's `mine` gathered: Ok where every rank's is, else the first
   // failing rank's (named, on the others), on every rank, so that they go on or stop together.

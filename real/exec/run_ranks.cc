@@ -34,8 +34,15 @@ Status Run::OpenDeviceCollectives() {
                             all.message() + ")");
     return Status::Ok();
   }
+  // Where NCCL does not open on every rank, every rank stages instead (what a rank that opened it
+  // holds is aborted: its peers are not there to close it with).
   auto nccl = OpenNcclCollective(*comm_, device_->gpu());
-  TF_RETURN_IF_ERROR(AgreeAcrossRanks(nccl.status()));
+  if (const Status all = AgreeAcrossRanks(nccl.status()); !all.ok()) {
+    if (nccl.ok()) (*nccl)->Abort(1);
+    result_.notes.push_back("collectives of gpu0's buffers: " + std::string(comm_->backend()) + ", staged through host memory (NCCL did not open: " +
+                            all.message() + ")");
+    return Status::Ok();
+  }
   nccl_ = std::move(nccl).value();
   device_comm_ = nccl_.get();
   result_.notes.push_back("collectives of gpu0's buffers: nccl, on the GPUs");

@@ -202,9 +202,9 @@ class RunState {
   const RankSpace space_;
   Collective* comm_;                              // null with one rank
   Collective* device_comm_ = nullptr;             // Run::OpenDeviceCollectives
-  std::unique_ptr<Collective> nccl_;              // the one it opened
   Trainer trainer_;                               // layout, initial weights, activations
   std::unique_ptr<ComputeDevice> device_;   // gpu0 (RunOptions::compute)
+  std::unique_ptr<Collective> nccl_;        // the one OpenDeviceCollectives opened (gone before device_)
   LossScaler scaler_;
   bool global_check_;
   int32_t micro_steps_;  // per iteration (Schedule::MicroSteps)

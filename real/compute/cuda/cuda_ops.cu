@@ -673,6 +673,12 @@ Status RoundToBf16(const Context& ctx, float* x, int64_t n) {
   return LaunchElementwise(ctx, "round to bf16", "RoundToBf16Kernel", RoundToBf16Kernel, n, x, n);
 }
 
+Status RoundToBf16(float* x, int64_t n, void* stream) {
+  TF_RETURN_IF_ERROR(NeedPositive("round to bf16", {{"n", n}}));
+  RoundToBf16Kernel<<<GridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, n);
+  return LaunchStatus("RoundToBf16Kernel");
+}
+
 Status SumRanksInOrder(void* out, const void* parts, int64_t count, int ranks, bool bf16, void* stream) {
   TF_RETURN_IF_ERROR(NeedPositive("rank-order sum", {{"count", count}, {"ranks", ranks}}));
   const auto s = static_cast<cudaStream_t>(stream);

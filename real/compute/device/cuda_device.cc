@@ -162,11 +162,12 @@ class CudaDevice final : public ComputeDevice {
     return Sync(ctx_->d2h_stream());
   }
 
+  // On the d2h stream with D2D (the collective's unpacking), not behind the compute stream's
+  // layer steps: it uses no scratch, so it needs no turn of mu_.
   Status RoundToBf16(float* x, int64_t n, CpuThreads&) override {
-    std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
-    TF_RETURN_IF_ERROR(cuda::RoundToBf16(*ctx_, x, n));
-    return ctx_->Synchronize();
+    TF_RETURN_IF_ERROR(cuda::RoundToBf16(x, n, ctx_->d2h_stream()));
+    return Sync(ctx_->d2h_stream());
   }
 
   int gpu() const override { return ctx_->device(); }

@@ -57,6 +57,10 @@ class Communicator {
   // ncclSuccess, or the error NCCL found on its own after a call returned (a peer gone, a
   // network failure), naming `call`.
   Status AsyncError(const char* call) const;
+  // After an error: ends the communicator at once (ncclCommAbort), so that NCCL's kernels stop
+  // and nothing waits on them; every later call fails. broken() says so.
+  void Abort();
+  bool broken() const { return comm_ == nullptr; }
   Status Synchronize() const;
   int device() const { return device_; }  // the CUDA device index
 

@@ -149,8 +149,10 @@ Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n
 // bf16_param (optional) receives the rounded parameters.
 Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
              float grad_scale, const AdamWConfig& config);
-// In place: x[i] rounded to bf16 precision, kept fp32 (cpu::RoundToBf16).
+// In place: x[i] rounded to bf16 precision, kept fp32 (cpu::RoundToBf16). On the context's
+// stream, or on `stream` (a cudaStream_t of the calling thread's current device).
 Status RoundToBf16(const Context& ctx, float* x, int64_t n);
+Status RoundToBf16(float* x, int64_t n, void* stream);
 // out[i] = the sum of parts[r * count + i] over r = 0 .. ranks - 1, formed in that order in fp32
 // and rounded once to the storage type (bf16 or fp32): SumInRankOrder (collective.h) of ranks
 // parts laid side by side, bit for bit. Queued on `stream` (a cudaStream_t: NCCL's, whose
