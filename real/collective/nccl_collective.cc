@@ -104,30 +104,14 @@ class NcclCollective : public Collective {
 
   // Every rank's block for this one into the scratch (an all-to-all), then summed into recv.
   StatusOr<std::unique_ptr<Pending>> ReduceScatter(const void* send, void* recv, int64_t count, ElementType type) override {
-    TF_RETURN_IF_ERROR(CheckCount("ReduceScatter", count));
-    TF_RETURN_IF_ERROR(Current());
-    if (native_) {
-      TF_RETURN_IF_ERROR(comm_->ReduceScatter(send, recv, count, DTypeOf(type)));
-      return Record("ncclReduceScatter");
-    }
-    TF_ASSIGN_OR_RETURN(void* parts, Scratch(count * ElementBytes(type) * ranks()));
-    TF_RETURN_IF_ERROR(comm_->AllToAll(send, parts, count, DTypeOf(type)));
-    TF_RETURN_IF_ERROR(cuda::SumRanksInOrder(recv, parts, count, ranks(), type == ElementType::kBf16, comm_->stream()));
-    return Record("ncclSend/ncclRecv");
+    return Reduce({"ReduceScatter", &nccl::Communicator::AllToAll, "ncclSend/ncclRecv", &nccl::Communicator::ReduceScatter, "ncclReduceScatter"},
+                  send, recv, count, type);
   }
 
   // Every rank's vector into the scratch (an all-gather), then summed into recv.
   StatusOr<std::unique_ptr<Pending>> AllReduce(const void* send, void* recv, int64_t count, ElementType type) override {
-    TF_RETURN_IF_ERROR(CheckCount("AllReduce", count));
-    TF_RETURN_IF_ERROR(Current());
-    if (native_) {
-      TF_RETURN_IF_ERROR(comm_->AllReduce(send, recv, count, DTypeOf(type)));
-      return Record("ncclAllReduce");
-    }
-    TF_ASSIGN_OR_RETURN(void* parts, Scratch(count * ElementBytes(type) * ranks()));
-    TF_RETURN_IF_ERROR(comm_->AllGather(send, parts, count, DTypeOf(type)));
-    TF_RETURN_IF_ERROR(cuda::SumRanksInOrder(recv, parts, count, ranks(), type == ElementType::kBf16, comm_->stream()));
-    return Record("ncclAllGather");
+    return Reduce({"AllReduce", &nccl::Communicator::AllGather, "ncclAllGather", &nccl::Communicator::AllReduce, "ncclAllReduce"}, send, recv,
+                  count, type);
   }
 
   StatusOr<std::unique_ptr<Pending>> Broadcast(void* buf, int64_t bytes, int root) override {
@@ -145,6 +129,27 @@ class NcclCollective : public Collective {
   }
 
  private:
+  using Call = Status (nccl::Communicator::*)(const void*, void*, int64_t, nccl::DType);
+  struct Reduction {
+    const char* op;
+    Call move;  // every rank's parts for this one, side by side into the scratch
+    const char* move_name;
+    Call native;  // NCCL's own reduction (nccl-native)
+    const char* native_name;
+  };
+  StatusOr<std::unique_ptr<Pending>> Reduce(const Reduction& r, const void* send, void* recv, int64_t count, ElementType type) {
+    TF_RETURN_IF_ERROR(CheckCount(r.op, count));
+    TF_RETURN_IF_ERROR(Current());
+    if (native_) {
+      TF_RETURN_IF_ERROR(((*comm_).*r.native)(send, recv, count, DTypeOf(type)));
+      return Record(r.native_name);
+    }
+    TF_ASSIGN_OR_RETURN(void* parts, Scratch(count * ElementBytes(type) * ranks()));
+    TF_RETURN_IF_ERROR(((*comm_).*r.move)(send, parts, count, DTypeOf(type)));
+    TF_RETURN_IF_ERROR(cuda::SumRanksInOrder(recv, parts, count, ranks(), type == ElementType::kBf16, comm_->stream()));
+    return Record(r.move_name);
+  }
+
   // NCCL and the kernels bind to the calling thread's device (the executor's collective thread
   // has none of its own).
   Status Current() const {
