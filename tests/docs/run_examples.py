@@ -38,6 +38,8 @@ RULES = [
      "the full sweep (96 points, 3 repetitions of 1 s) takes 5 minutes here: one short repetition each"),
     (r"^(\$tf probe all --dir \S+ --dir \S+ -o \S+)$", r"\1 --disk-duration 0.05 --disk-sizes 4KiB,1MiB --disk-qd 1,16 --reps 1",
      "every probe at full length takes 2 minutes here: fewer and shorter disk points, one repetition (49 s; 68 s with two)"),
+    (r"^mpirun -np \d+ (\$tf|tierflow) probe collective --backend nccl\b.*", None,
+     "NCCL needs a GPU per rank: tests/gpu/run.sh runs probe collective over it on a GPU machine"),
     (r"^(mpirun -np \d+ (\$tf|tierflow) probe collective --trace \S+)$", r"\1 --sizes 4KiB,64KiB,1MiB,16MiB --reps 2",
      "the full sweep (8 sizes up to 64 MiB, 5 repetitions) takes 23 s with 4 ranks on 2 cores: 4 sizes up to 16 MiB, 2 repetitions (2 s)"),
     (r"^(\$tf checkpoint bench --dir \S+)$", r"\1 --reps 1",
