@@ -53,6 +53,9 @@ endif()
 if(NOT "${out}" MATCHES "cpu.io_read +(fitted|refused)")
   message(FATAL_ERROR "calibrate has no fit of the I/O path's load from io_cpu.jsonl:\n${out}")
 endif()
-if(NOT "${out}" MATCHES "cpu.dispatch +fitted +task_overhead")
+# The hand-over fit from dispatch.jsonl's samples: fitted, or refused as undetermined where this
+# host's load spreads them (a busy ASan step refused it at ±55 %, CI run 33), its value printed
+# either way; "refused -" (no fit made) fails.
+if(NOT "${out}" MATCHES "cpu.dispatch +(fitted|refused) +task_overhead +[0-9.]+ +[mun]?s ")
   message(FATAL_ERROR "calibrate did not fit the task hand-over from dispatch.jsonl:\n${out}")
 endif()
