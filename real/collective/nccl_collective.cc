@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -40,17 +41,23 @@ Status CheckCount(const char* op, int64_t count) {
 
 // Waits for `event` on `comm`'s stream, watching NCCL's asynchronous error: a failed peer makes
 // NCCL's kernels wait forever, so on an error the communicator is aborted (which ends them) and
-// the error returned. Yields between polls rather than sleeping: a sleep's timer slack (tens of
-// microseconds) would be added to every collective.
+// the error returned. For its first 100 us it yields between polls (a sleep's timer slack, tens of
+// microseconds, would be added to every short collective); then it sleeps 50 us between them, so
+// that a long one does not hold a core the CPU's optimizer threads could use.
 Status WaitFor(nccl::Communicator& comm, cudaEvent_t event, const char* call) {
   TF_CUDA(cudaSetDevice(comm.device()));
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
   cudaError_t e;
   while ((e = cudaEventQuery(event)) == cudaErrorNotReady) {
     if (Status async = comm.AsyncError(call); !async.ok()) {
       comm.Abort();
       return async;
     }
-    std::this_thread::yield();
+    if (std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
   if (e != cudaSuccess) return cuda::CudaError(e, std::string("waiting for ") + call);
   return comm.AsyncError(call);
