@@ -215,10 +215,11 @@ struct IoCpuSetUp {
     double longest = 0;
     for (const TraceRecord& x : *step) longest = x.op == Op::kCompute ? std::max(longest, x.duration_s()) : longest;
     io.dir = dirs[0].string();
-    // Eight steps long: a window must hold a whole step, and a step can take twice its time here
-    // when a test beside this one takes a core (TSan in CI, four steps long: the read and the write
-    // windows held none once).
-    io.window_s = std::max(0.15, 8 * longest);
+    // Sixteen steps long: a window must hold a whole step, and a step can take several times its
+    // time here when a test beside this one takes a core (TSan in CI: at four steps long the read
+    // and the write windows held none once, at eight the reader-and-writer window once, CI run 35,
+    // its two streams and the compute on two cores).
+    io.window_s = std::max(0.15, 16 * longest);
     io.file_bytes = 16 << 20;
     options.repetitions = 1;
     ok = true;
