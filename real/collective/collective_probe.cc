@@ -39,18 +39,17 @@ class ProbeBuffer {
   float* data() { return memory_ != nullptr ? static_cast<float*>(block_) : host_.data(); }
   Status Write(const std::vector<float>& from) {
     if (memory_ == nullptr) {
-      host_ = from;
+      std::copy(from.begin(), from.end(), host_.begin());
       return Status::Ok();
     }
     return memory_->ToDevice(block_, from.data(), n_ * 4);
   }
-  Status Read(std::vector<float>* to) {
-    to->resize(static_cast<size_t>(n_));
-    if (memory_ == nullptr) {
-      *to = host_;
-      return Status::Ok();
-    }
-    return memory_->ToHost(to->data(), block_, n_ * 4);
+  // The values on the host: the buffer itself, or `scratch` read back into.
+  StatusOr<const std::vector<float>*> Read(std::vector<float>* scratch) {
+    if (memory_ == nullptr) return &host_;
+    scratch->resize(static_cast<size_t>(n_));
+    TF_RETURN_IF_ERROR(memory_->ToHost(scratch->data(), block_, n_ * 4));
+    return scratch;
   }
 
  private:
@@ -68,9 +67,9 @@ StatusOr<std::vector<float>> GatherToHost(Collective& c, DeviceMemory* memory, c
   TF_ASSIGN_OR_RETURN(ProbeBuffer recv, ProbeBuffer::Make(memory, n * c.ranks()));
   TF_RETURN_IF_ERROR(send.Write(mine));
   TF_RETURN_IF_ERROR(Complete(c.AllGather(send.data(), recv.data(), n, ElementType::kFloat32)));
-  std::vector<float> all;
-  TF_RETURN_IF_ERROR(recv.Read(&all));
-  return all;
+  std::vector<float> scratch;
+  TF_ASSIGN_OR_RETURN(const std::vector<float>* all, recv.Read(&scratch));
+  return *all;
 }
 
 // Elements of `out` not equal to `expect(i)`.
@@ -150,8 +149,8 @@ StatusOr<CollectiveProbeResult> ProbeCollectives(Collective& c, const Collective
         TF_RETURN_IF_ERROR(issue());
         mine[static_cast<size_t>(k)] = static_cast<float>(Now() - begin);
         starts[static_cast<size_t>(k)] = begin - t0;
-        TF_RETURN_IF_ERROR(recv.Read(&out));
-        wrong += static_cast<float>(Wrong(out, expect));
+        TF_ASSIGN_OR_RETURN(const std::vector<float>* got, recv.Read(&out));
+        wrong += static_cast<float>(Wrong(*got, expect));
       }
       // Every rank's times and wrong counts to every rank: a repetition takes its slowest rank's.
       TF_ASSIGN_OR_RETURN(const std::vector<float> all_times, GatherToHost(c, memory, mine));

@@ -669,9 +669,7 @@ Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* 
                            AdamWStepScalars(step, config));
 }
 
-Status RoundToBf16(const Context& ctx, float* x, int64_t n) {
-  return LaunchElementwise(ctx, "round to bf16", "RoundToBf16Kernel", RoundToBf16Kernel, n, x, n);
-}
+Status RoundToBf16(const Context& ctx, float* x, int64_t n) { return RoundToBf16(x, n, ctx.stream()); }
 
 Status RoundToBf16(float* x, int64_t n, void* stream) {
   TF_RETURN_IF_ERROR(NeedPositive("round to bf16", {{"n", n}}));
