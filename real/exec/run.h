@@ -1,9 +1,11 @@
 // One run of a schedule (executor.h's RunSchedule): the dispatch loop over the run's state
 // (run_state.h), which the op handlers (ops/op_handler.h) prepare each started task against.
 //   run_setup.cc      disks, buffers, host homes, the GPU-resident home, the host arenas
-//   run_state.cc      finding state in buffers, buffer memory, batches, the step's decision
+//   run_state.cc      finding state in buffers, buffer memory, batches, the step's decision,
+//                     the ranks' agreement
 //   run_loop.cc       the dispatch loop, Start and Finish, reading state back
 //   run_checkpoint.cc the initial state in its homes, the checkpoints
+//   run_ranks.cc      the result gathered from every rank
 //   ops/              one handler per op family, and the op table (ops/op_table.cc)
 //
 // Thread safety: everything but a Job's work runs on the dispatch thread.
@@ -100,8 +102,6 @@ class Run : public RunState {
   // (the mean over ranks and micro-steps), as one process training the global batch reports them;
   // the instances executed and the trace records of every rank.
   Status GatherRanks();
-  // Each rank's `mine`, gathered on every rank, in rank order.
-  StatusOr<std::vector<std::string>> GatherText(std::string mine);
   Status GatherFigures();
   // The model's master weights in its order, from every rank's partition `local` (the collective's
   // caller: the dispatch thread before or after the CommEngine runs).
@@ -112,14 +112,6 @@ class Run : public RunState {
   CheckpointOptions TrainingCheckpoint() const;  // where and under what name
   Status LoadCheckpointIfAny();
   Status ReadCheckpoint(std::vector<float> state[3]);
-  // With several ranks: the collectives of gpu0's buffers (device_comm_): RunOptions's
-  // device_collective, or NCCL where gpu0 is a GPU, the build has NCCL, no two ranks share a GPU
-  // and it opens on every rank; else none (they go through comm_, staged through host memory).
-  // Every rank decides alike, and the run's notes say what.
-  Status OpenDeviceCollectives();
-  // With several ranks, every rank's `mine` gathered: Ok where every rank's is, else the first
-  // failing rank's (named, on the others), on every rank, so that they go on or stop together.
-  Status AgreeAcrossRanks(const Status& mine);
   Status CheckSharedCheckpointDir();
   Status FindCheckpointGenerations();
   Status SaveTrainingCheckpoint(int64_t iteration);

@@ -1,6 +1,5 @@
 // What a run does with its ranks (run.h, docs/executor.md "Many ranks"), beyond running its
-// part: the collectives on gpu0's buffers (NCCL's, where every rank has a GPU of its own), the
-// ranks' agreement on going on, and the result gathered from every rank at the end.
+// part: the result gathered from every rank at the end.
 #include "run.h"
 
 #include <unistd.h>
@@ -10,57 +9,6 @@
 #include <sstream>
 
 namespace tierflow::real::exec {
-
-Status Run::OpenDeviceCollectives() {
-  if (comm_ == nullptr) return Status::Ok();
-  if (Collective* given = options_.device_collective; given != nullptr) {
-    if (!given->device_memory() || given->ranks() != comm_->ranks() || given->rank() != comm_->rank()) {
-      return InvalidArgument("RunOptions::device_collective: rank " + std::to_string(given->rank()) + " of " + std::to_string(given->ranks()) +
-                             (given->device_memory() ? "" : ", on host memory") + ", where the run is rank " + std::to_string(comm_->rank()) +
-                             " of " + std::to_string(comm_->ranks()) + " and needs a group on gpu0's memory");
-    }
-    device_comm_ = given;
-    result_.notes.push_back("collectives of gpu0's buffers: " + std::string(given->backend()) + ", on gpu0's memory");
-    return Status::Ok();
-  }
-  if (device_->gpu() < 0 || !HaveNccl()) return Status::Ok();  // alike on every rank: one build, one --compute
-  // NCCL where every rank has a GPU of its own (MakeComputeDevice gives a rank the GPU of its
-  // place on the machine, modulo the GPUs there); ranks sharing one stage through host memory.
-  const Status own = device_->gpu() == comm_->local_rank()
-                         ? Status::Ok()
-                         : FailedPrecondition("its GPU " + std::to_string(device_->gpu()) + " is another rank's too");
-  if (const Status all = AgreeAcrossRanks(own); !all.ok()) {
-    result_.notes.push_back("collectives of gpu0's buffers: " + std::string(comm_->backend()) + ", staged through host memory (" +
-                            all.message() + ")");
-    return Status::Ok();
-  }
-  // Where NCCL does not open on every rank, every rank stages instead (what a rank that opened it
-  // holds is aborted: its peers are not there to close it with).
-  auto nccl = OpenNcclCollective(*comm_, device_->gpu());
-  if (const Status all = AgreeAcrossRanks(nccl.status()); !all.ok()) {
-    if (nccl.ok()) (*nccl)->Abort(1);
-    result_.notes.push_back("collectives of gpu0's buffers: " + std::string(comm_->backend()) + ", staged through host memory (NCCL did not open: " +
-                            all.message() + ")");
-    return Status::Ok();
-  }
-  nccl_ = std::move(nccl).value();
-  device_comm_ = nccl_.get();
-  result_.notes.push_back("collectives of gpu0's buffers: nccl, on the GPUs");
-  return Status::Ok();
-}
-
-Status Run::AgreeAcrossRanks(const Status& mine) {
-  const std::string text = mine.ok() ? std::string() : std::to_string(static_cast<int>(mine.code())) + " " + mine.message();
-  TF_ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherText(text));
-  for (size_t q = 0; q < texts.size(); ++q) {
-    if (texts[q].empty()) continue;
-    const size_t space = texts[q].find(' ');
-    const std::string message = texts[q].substr(space + 1);
-    return Status(static_cast<StatusCode>(std::stoi(texts[q].substr(0, space))),
-                  static_cast<int>(q) == comm_->rank() ? message : "rank " + std::to_string(q) + ": " + message);
-  }
-  return Status::Ok();
-}
 
 StatusOr<std::vector<float>> Run::GatherModel(const std::vector<float>& local) {
   const int ranks = comm_->ranks();
@@ -108,21 +56,6 @@ Status Run::GatherRanks() {
   }
   result_.records = std::move(records);
   return GatherFigures();
-}
-
-StatusOr<std::vector<std::string>> Run::GatherText(std::string mine) {
-  const int ranks = comm_->ranks();
-  const int64_t size = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> sizes(static_cast<size_t>(ranks));
-  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(&size, sizes.data(), 2, ElementType::kFloat32)));  // an int64 as 2 words
-  int64_t most = *std::max_element(sizes.begin(), sizes.end());
-  most = std::max<int64_t>(2, most + most % 2);  // gathered as 2-byte words, at least one
-  mine.resize(static_cast<size_t>(most), '\0');
-  std::string all(static_cast<size_t>(most * ranks), '\0');
-  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(mine.data(), all.data(), most / 2, ElementType::kBf16)));
-  std::vector<std::string> texts;
-  for (int q = 0; q < ranks; ++q) texts.push_back(all.substr(static_cast<size_t>(q * most), static_cast<size_t>(sizes[static_cast<size_t>(q)])));
-  return texts;
 }
 
 // Each rank's I/O bytes, GPU memory, host-pool peak, host name and pool peaks (by pool name), into the result:

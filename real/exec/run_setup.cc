@@ -56,7 +56,7 @@ void Run::SizeThreadPools() {
 Status Run::Setup() {
   TF_RETURN_IF_ERROR(CheckRunnable(s_, config_));
   TF_ASSIGN_OR_RETURN(device_, MakeComputeDevice(options_.compute, config_, trainer_, comm_ != nullptr ? comm_->local_rank() : 0));
-  TF_RETURN_IF_ERROR(OpenDeviceCollectives());
+  TF_RETURN_IF_ERROR(OpenHandlers(*this));
   window_ = std::max<int64_t>(1, s_.iteration_window);
   // The data, like the disks, before anything is written (an empty corpus used to be found after
   // the stores were made).

@@ -1,5 +1,5 @@
 // The run's state (run_state.h): finding state in its buffers, their memory, the micro-steps'
-// batches and the step's decision.
+// batches and the step's decision, the ranks' agreement.
 #include "run_state.h"
 
 #include <algorithm>
@@ -253,6 +253,34 @@ void RunState::DecideStep(int64_t iteration, const cpu::GradCheck& total) {
   if (update) ++updates_;
   step.adam_step = updates_;
   next_norm_iteration_ = iteration + 1;
+}
+
+Status RunState::AgreeAcrossRanks(const Status& mine) {
+  const std::string text = mine.ok() ? std::string() : std::to_string(static_cast<int>(mine.code())) + " " + mine.message();
+  TF_ASSIGN_OR_RETURN(const std::vector<std::string> texts, GatherText(text));
+  for (size_t q = 0; q < texts.size(); ++q) {
+    if (texts[q].empty()) continue;
+    const size_t space = texts[q].find(' ');
+    const std::string message = texts[q].substr(space + 1);
+    return Status(static_cast<StatusCode>(std::stoi(texts[q].substr(0, space))),
+                  static_cast<int>(q) == comm_->rank() ? message : "rank " + std::to_string(q) + ": " + message);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::string>> RunState::GatherText(std::string mine) {
+  const int ranks = comm_->ranks();
+  const int64_t size = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(ranks));
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(&size, sizes.data(), 2, ElementType::kFloat32)));  // an int64 as 2 words
+  int64_t most = *std::max_element(sizes.begin(), sizes.end());
+  most = std::max<int64_t>(2, most + most % 2);  // gathered as 2-byte words, at least one
+  mine.resize(static_cast<size_t>(most), '\0');
+  std::string all(static_cast<size_t>(most * ranks), '\0');
+  TF_RETURN_IF_ERROR(Complete(comm_->AllGather(mine.data(), all.data(), most / 2, ElementType::kBf16)));
+  std::vector<std::string> texts;
+  for (int q = 0; q < ranks; ++q) texts.push_back(all.substr(static_cast<size_t>(q * most), static_cast<size_t>(sizes[static_cast<size_t>(q)])));
+  return texts;
 }
 
 }  // namespace tierflow::real::exec

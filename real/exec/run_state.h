@@ -72,11 +72,8 @@ class RunState {
   const TrainConfig& config() const { return config_; }
   const RankSpace& space() const { return space_; }
   const Trainer& trainer() const { return trainer_; }
+  const RunOptions& options() const { return options_; }
   Collective* comm() const { return comm_; }  // null with one rank
-  // The collectives of gpu0's buffers, which take gpu0 memory (Collective::device_memory()):
-  // NCCL's, or RunOptions::device_collective. Null where those go through comm(), staged through
-  // host memory (and with one rank).
-  Collective* device_comm() const { return device_comm_; }
   ComputeDevice* device() const { return device_.get(); }
   // The schedule has a global gradient check (overflow_check_and_norm) deciding each step; else
   // every step is taken as its optimizer tasks come (an update overlapped with backward).
@@ -84,6 +81,34 @@ class RunState {
   int32_t micro_steps() const { return micro_steps_; }
   // Whether `task` runs its layer's math (the layer's last compute task of its pass).
   bool RunsMath(int32_t task) const { return math_task_[static_cast<size_t>(task)] != 0; }
+
+  // ---- What an op family keeps for the run (OpHandler::open): at most one object of each type,
+  // destroyed before the compute device.
+  struct Kept {
+    virtual ~Kept() = default;
+  };
+  template <typename T>
+  T* Find() const {
+    for (const auto& k : kept_) {
+      if (auto* p = dynamic_cast<T*>(k.get())) return p;
+    }
+    return nullptr;
+  }
+  template <typename T>
+  T& Keep(std::unique_ptr<T> kept) {
+    T& ref = *kept;
+    kept_.push_back(std::move(kept));
+    return ref;
+  }
+  // A line of the run's notes (RunResult::notes): where it departs from the schedule, or chooses.
+  void Note(std::string note) { result_.notes.push_back(std::move(note)); }
+
+  // ---- Ranks (comm() not null)
+  // Every rank's `mine`, gathered: Ok where every rank's is, else the first failing rank's (named,
+  // on the others), on every rank, so that they go on or stop together.
+  Status AgreeAcrossRanks(const Status& mine);
+  // Each rank's `mine`, gathered on every rank, in rank order.
+  StatusOr<std::vector<std::string>> GatherText(std::string mine);
 
   // ---- Names, for errors
   std::string Who(const TaskSpec& t, int64_t iteration) const {
@@ -201,10 +226,9 @@ class RunState {
   const RunOptions& options_;
   const RankSpace space_;
   Collective* comm_;                              // null with one rank
-  Collective* device_comm_ = nullptr;             // Run::OpenDeviceCollectives
   Trainer trainer_;                               // layout, initial weights, activations
   std::unique_ptr<ComputeDevice> device_;   // gpu0 (RunOptions::compute)
-  std::unique_ptr<Collective> nccl_;        // the one OpenDeviceCollectives opened (gone before device_)
+  std::vector<std::unique_ptr<Kept>> kept_;  // by the op families (Keep), gone before device_
   LossScaler scaler_;
   bool global_check_;
   int32_t micro_steps_;  // per iteration (Schedule::MicroSteps)

@@ -9,8 +9,10 @@
 //                  then rounded once to bf16, as a bf16 model's reduced gradients are)
 //   allreduce      the global gradient check: every rank's part combined in rank order decides
 //                  the step (its overflow check, norm and clip factor)
-// The parts of gpu0's buffers are packed side by side for one call (Packed): on gpu0 for a
-// collective on its memory (NCCL, RunState::device_comm), copied there by the compute device
+// The collectives of gpu0's buffers go through one on gpu0's memory where the run opened one at
+// set-up (OpenCollectives: NCCL, or RunOptions::device_collective), else through the run's own
+// group. Their parts are packed side by side for one call (Packed): on gpu0 for a
+// collective on its memory, copied there by the compute device
 // (D2D); else in host memory, copied off and onto gpu0 (D2H, H2D: a memory copy where gpu0 is
 // emulated, a copy engine's on a GPU), so that the host back-ends serve ranks on GPUs too and
 // two ranks can share one GPU.
@@ -67,8 +69,18 @@ class Packed {
   void* block_ = nullptr;
 };
 
-// The collective of gpu0's buffers: the one on gpu0's memory where the run has it.
-Collective& OfGpuBuffers(const RunState& run) { return run.device_comm() != nullptr ? *run.device_comm() : *run.comm(); }
+// What the family keeps for the run (OpenCollectives): the collective of gpu0's buffers, on its
+// memory, and the NCCL group the run opened for it, if it did.
+struct DeviceCollectives : RunState::Kept {
+  Collective* comm = nullptr;
+  std::unique_ptr<Collective> nccl;
+};
+
+// The collective of gpu0's buffers: the one on gpu0's memory where the run has it, else the run's.
+Collective& OfGpuBuffers(const RunState& run) {
+  const auto* kept = run.Find<DeviceCollectives>();
+  return kept != nullptr ? *kept->comm : *run.comm();
+}
 
 // One unit made whole: this rank's part at `mine` (bf16, in gpu0's memory), the whole unit
 // written at `whole` (gpu0's).
@@ -102,6 +114,50 @@ Status GatherUnits(ComputeDevice& device, Collective& comm, const std::vector<Ga
 }
 
 }  // namespace
+
+// With several ranks, the collectives of gpu0's buffers (DeviceCollectives): RunOptions's
+// device_collective, or NCCL where gpu0 is a GPU, the build has NCCL, no two ranks share a GPU
+// and it opens on every rank; else none (they go through the run's group, staged through host
+// memory). Every rank decides alike, and the run's notes say what.
+Status OpenCollectives(RunState& run) {
+  Collective* const comm = run.comm();
+  ComputeDevice* const device = run.device();
+  if (comm == nullptr) return Status::Ok();
+  if (Collective* given = run.options().device_collective; given != nullptr) {
+    if (!given->device_memory() || given->ranks() != comm->ranks() || given->rank() != comm->rank()) {
+      return InvalidArgument("RunOptions::device_collective: rank " + std::to_string(given->rank()) + " of " + std::to_string(given->ranks()) +
+                             (given->device_memory() ? "" : ", on host memory") + ", where the run is rank " + std::to_string(comm->rank()) +
+                             " of " + std::to_string(comm->ranks()) + " and needs a group on gpu0's memory");
+    }
+    run.Keep(std::make_unique<DeviceCollectives>()).comm = given;
+    run.Note("collectives of gpu0's buffers: " + std::string(given->backend()) + ", on gpu0's memory");
+    return Status::Ok();
+  }
+  if (device->gpu() < 0 || !HaveNccl()) return Status::Ok();  // alike on every rank: one build, one --compute
+  // NCCL where every rank has a GPU of its own (MakeComputeDevice gives a rank the GPU of its
+  // place on the machine, modulo the GPUs there); ranks sharing one stage through host memory.
+  const Status own = device->gpu() == comm->local_rank()
+                         ? Status::Ok()
+                         : FailedPrecondition("its GPU " + std::to_string(device->gpu()) + " is another rank's too");
+  if (const Status all = run.AgreeAcrossRanks(own); !all.ok()) {
+    run.Note("collectives of gpu0's buffers: " + std::string(comm->backend()) + ", staged through host memory (" + all.message() + ")");
+    return Status::Ok();
+  }
+  // Where NCCL does not open on every rank, every rank stages instead (what a rank that opened it
+  // holds is aborted: its peers are not there to close it with).
+  auto nccl = OpenNcclCollective(*comm, device->gpu());
+  if (const Status all = run.AgreeAcrossRanks(nccl.status()); !all.ok()) {
+    if (nccl.ok()) (*nccl)->Abort(1);
+    run.Note("collectives of gpu0's buffers: " + std::string(comm->backend()) + ", staged through host memory (NCCL did not open: " +
+             all.message() + ")");
+    return Status::Ok();
+  }
+  DeviceCollectives& kept = run.Keep(std::make_unique<DeviceCollectives>());
+  kept.nccl = std::move(nccl).value();
+  kept.comm = kept.nccl.get();
+  run.Note("collectives of gpu0's buffers: nccl, on the GPUs");
+  return Status::Ok();
+}
 
 Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
   if (run.comm() == nullptr) return Status::Ok();

@@ -3,6 +3,9 @@
 //   check    what the op asks of a task, run when the schedule is loaded (CheckRunnable), so that
 //            a schedule the executor cannot run is refused before the first byte moves, naming
 //            the task and the rule;
+//   open     what the family needs for the whole run beyond the run's state, opened once at
+//            set-up (a back-end of its own: the collectives' NCCL) and kept in the run's state
+//            for the family (RunState::Keep), so that no other file knows of it;
 //   prepare  a started instance: its tensors resolved to bytes in the run's state (RunState),
 //            their versions checked, and its work (on the resource's worker) and finish (on the
 //            dispatch thread, after success) left in the Job.
@@ -57,10 +60,17 @@ struct OpHandler {
   // It may also run on a GPU's resource, its work then on gpu0 memory only (the optimizer: a
   // sub-group whose states live on the GPU); the flags above describe it on a CPU's.
   bool on_gpu_too = false;
+  // Opens what the family keeps for the whole run (RunState::Keep), once, at set-up: after the
+  // compute device is made and before any buffer or store. Every rank calls it at the same
+  // point, so that it may agree with the others (RunState::AgreeAcrossRanks). Null: nothing.
+  Status (*open)(RunState& run) = nullptr;
 };
 
 // The handler of `op`.
 const OpHandler& HandlerOf(Op op);
+
+// Every family's open (OpHandler::open), once each, in the table's order.
+Status OpenHandlers(RunState& run);
 
 // Every task's contract: the rules every op shares, then its op's check. InvalidArgument naming
 // the task and the rule.

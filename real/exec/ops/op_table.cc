@@ -1,5 +1,6 @@
 // The op table (op_handler.h), and the contract rules every op shares. The op files keep their own
 // checks of what only the run can know: versions, and what a buffer holds at that moment.
+#include <algorithm>
 #include <array>
 
 #include "../run_state.h"
@@ -22,24 +23,25 @@ Status PrepareConvert(RunState& run, const TaskSpec& t, int32_t task, int64_t it
 Status PrepareAllGather(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
 Status PrepareReduceScatter(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
 Status PrepareNormAllReduce(RunState& run, const TaskSpec& t, int32_t task, int64_t iteration, Job& job);
+Status OpenCollectives(RunState& run);
 
 namespace {
 
-// One line per op, in Op's order:        check           prepare               host memory  CPU threads  on a GPU too
+// One line per op, in Op's order:        check           prepare               host memory  CPU threads  on a GPU too  open
 constexpr std::array<OpHandler, kOpCount> kHandlers = {{
-    /* read          */ {CheckIo,        PrepareIo,            true,  false, false},
-    /* write         */ {CheckIo,        PrepareIo,            true,  false, false},
-    /* h2d           */ {CheckH2D,       PrepareH2D,           false, false, false},
-    /* d2h           */ {CheckD2H,       PrepareD2H,           false, false, false},
-    /* compute       */ {nullptr,        PrepareCompute,       false, false, false},
-    /* allgather     */ {nullptr,        PrepareAllGather,     false, false, false},
-    /* reducescatter */ {nullptr,        PrepareReduceScatter, false, false, false},
-    /* allreduce     */ {nullptr,        PrepareNormAllReduce, false, false, false},
-    /* optimizer     */ {CheckOptimizer, PrepareOptimizer,     true,  true,  true},
-    /* convert       */ {CheckConvert,   PrepareConvert,       true,  true,  false},
-    /* alloc         */ {nullptr,        nullptr,              false, false, false},
-    /* free          */ {nullptr,        nullptr,              false, false, false},
-    /* barrier       */ {nullptr,        nullptr,              false, false, false},
+    /* read          */ {CheckIo,        PrepareIo,            true,  false, false, nullptr},
+    /* write         */ {CheckIo,        PrepareIo,            true,  false, false, nullptr},
+    /* h2d           */ {CheckH2D,       PrepareH2D,           false, false, false, nullptr},
+    /* d2h           */ {CheckD2H,       PrepareD2H,           false, false, false, nullptr},
+    /* compute       */ {nullptr,        PrepareCompute,       false, false, false, nullptr},
+    /* allgather     */ {nullptr,        PrepareAllGather,     false, false, false, OpenCollectives},
+    /* reducescatter */ {nullptr,        PrepareReduceScatter, false, false, false, OpenCollectives},
+    /* allreduce     */ {nullptr,        PrepareNormAllReduce, false, false, false, OpenCollectives},
+    /* optimizer     */ {CheckOptimizer, PrepareOptimizer,     true,  true,  true,  nullptr},
+    /* convert       */ {CheckConvert,   PrepareConvert,       true,  true,  false, nullptr},
+    /* alloc         */ {nullptr,        nullptr,              false, false, false, nullptr},
+    /* free          */ {nullptr,        nullptr,              false, false, false, nullptr},
+    /* barrier       */ {nullptr,        nullptr,              false, false, false, nullptr},
 }};
 static_assert(static_cast<int>(Op::kBarrier) == kOpCount - 1, "one line per op, in Op's order");
 
@@ -55,6 +57,16 @@ DeviceKind ResourceDevice(const Schedule& s, int32_t resource) {
 }  // namespace
 
 const OpHandler& HandlerOf(Op op) { return kHandlers[static_cast<size_t>(op)]; }
+
+Status OpenHandlers(RunState& run) {
+  for (size_t i = 0; i < kHandlers.size(); ++i) {
+    const auto open = kHandlers[i].open;
+    const bool first = std::none_of(kHandlers.begin(), kHandlers.begin() + static_cast<std::ptrdiff_t>(i),
+                                    [open](const OpHandler& h) { return h.open == open; });
+    if (open != nullptr && first) TF_RETURN_IF_ERROR(open(run));
+  }
+  return Status::Ok();
+}
 
 Status CheckTaskContracts(const Schedule& s) {
   for (const TaskSpec& t : s.tasks()) {
