@@ -91,13 +91,14 @@ Schedule SyntheticPipeline(int layers) {
 }  // namespace
 
 // Simulates `schedule` for `iterations` iterations per benchmark iteration and reports
-// tasks_per_s (instances per wall second), sim_makespan_s and activities per run.
+// tasks_per_s (instances per wall second), tasks_per_cpu_s (per CPU second of the simulating
+// process), sim_makespan_s, and the SimGrid activities made per task instance.
 void RunSimBenchmark(benchmark::State& state, const Schedule& schedule,
                      const models::HardwareSpec& hw, int64_t iterations, bool record_trace) {
   SimOptions options;
   options.iterations = iterations;
   options.record_trace = record_trace;
-  int64_t tasks = 0;
+  int64_t tasks = 0, activities = 0;
   double wall_s = 0, cpu_s = 0, makespan_s = 0;
   for (auto _ : state) {
     auto result = Simulate(schedule, hw, options);
@@ -106,6 +107,7 @@ void RunSimBenchmark(benchmark::State& state, const Schedule& schedule,
       return;
     }
     tasks += result->tasks_simulated;
+    activities += result->activities;
     wall_s += result->wall_s;
     cpu_s += result->cpu_s;
     makespan_s = result->makespan_s;
@@ -114,6 +116,7 @@ void RunSimBenchmark(benchmark::State& state, const Schedule& schedule,
   state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(tasks) / wall_s);
   state.counters["tasks_per_cpu_s"] = benchmark::Counter(static_cast<double>(tasks) / cpu_s);
   state.counters["tasks_per_run"] = benchmark::Counter(static_cast<double>(tasks) / state.iterations());
+  state.counters["activities_per_task"] = benchmark::Counter(static_cast<double>(activities) / static_cast<double>(tasks));
   state.counters["sim_makespan_s"] = makespan_s;
 }
 

@@ -32,6 +32,7 @@ Dispatcher::Dispatcher(const Schedule& schedule, int64_t iterations)
   // The successor lists and each task's pool bytes, in compressed rows: counted, then filled in
   // task order (a successor list holds its tasks in schedule order).
   succ_begin_.assign(n + 1, 0);
+  carried_begin_.assign(n + 1, 0);
   carried_succ_begin_.assign(n + 1, 0);
   alloc_begin_.assign(n + 1, 0);
   free_begin_.assign(n + 1, 0);
@@ -41,15 +42,18 @@ Dispatcher::Dispatcher(const Schedule& schedule, int64_t iterations)
     priority_[i] = t.priority;
     dep_count_[i] = static_cast<int32_t>(t.deps.size());
     for (int32_t d : t.deps) ++succ_begin_[d + 1];
+    carried_begin_[i + 1] = static_cast<int32_t>(t.carried.size());
     for (const CarriedDep& c : t.carried) ++carried_succ_begin_[c.task + 1];
     alloc_begin_[i + 1] = static_cast<int32_t>(t.allocs.size());
     free_begin_[i + 1] = static_cast<int32_t>(t.frees.size());
   }
   RunningSums(&succ_begin_);
+  RunningSums(&carried_begin_);
   RunningSums(&carried_succ_begin_);
   RunningSums(&alloc_begin_);
   RunningSums(&free_begin_);
   succ_.resize(succ_begin_[n]);
+  carried_.resize(carried_begin_[n]);
   carried_succ_.resize(carried_succ_begin_[n]);
   alloc_.resize(alloc_begin_[n]);
   free_.resize(free_begin_[n]);
@@ -58,6 +62,7 @@ Dispatcher::Dispatcher(const Schedule& schedule, int64_t iterations)
   for (int32_t i = 0; i < n; ++i) {
     const TaskSpec& t = tasks[i];
     for (int32_t d : t.deps) succ_[succ_at[d]++] = i;
+    std::copy(t.carried.begin(), t.carried.end(), carried_.begin() + carried_begin_[i]);
     for (const CarriedDep& c : t.carried) carried_succ_[carried_at[c.task]++] = {i, c.distance};
     PoolBytes* out = alloc_.data() + alloc_begin_[i];
     for (int32_t b : t.allocs) *out++ = {schedule.buffers()[b].pool, schedule.buffers()[b].size_bytes};
@@ -115,10 +120,10 @@ void Dispatcher::Materialize(int64_t iteration) {
   Slot& slot = SlotOf(iteration);
   slot.iteration = iteration;
   slot.completed = 0;
-  const auto& tasks = schedule_.tasks();
   for (int32_t i = 0; i < task_count_; ++i) {
     int32_t remaining = dep_count_[i];
-    for (const CarriedDep& c : tasks[i].carried) {
+    for (int32_t k = carried_begin_[i]; k < carried_begin_[i + 1]; ++k) {
+      const CarriedDep& c = carried_[static_cast<size_t>(k)];
       if (iteration - c.distance >= 0 && !IsDone(c.task, iteration - c.distance)) ++remaining;
     }
     slot.remaining[i] = remaining;

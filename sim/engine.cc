@@ -100,7 +100,7 @@ class Runner {
     }
     // A disk flow leaves its device when its comm ends, though its I/O path's exec may run on
     // (then at its full bound: the path catching up with the bytes already moved).
-    if (f.disk >= 0 && dynamic_cast<const sg4::Comm*>(&activity) != nullptr) {
+    if (f.disk >= 0 && f.activities[static_cast<size_t>(f.comm)].get() == &activity) {
       --(f.write ? disk_writes_ : disk_reads_)[f.disk];
       --endpoint_flows_[static_cast<size_t>(f.endpoint)];
       f.flowing = false;
@@ -851,6 +851,14 @@ Status RunSimGrid(const Schedule& schedule, const models::HardwareSpec& hw, cons
     sg4::Engine::set_config("network/model:CM02");
     sg4::Engine::set_config("network/crosstraffic:0");
     sg4::Engine::set_config("network/TCP-gamma:0");
+    // Every step updates each network action's remaining bytes, where the default (Lazy) keeps
+    // them in a heap and updates only the actions whose constraints changed. The same model and
+    // the same sharing (the goldens agree to 1e-9); on this engine's platforms nearly every
+    // event changes the root complex or a disk that most flows of the node cross, so Lazy's heap
+    // was bookkeeping on top of updating them all: task instances per CPU second of the
+    // quickstart 1.12x, of four nodes 1.17x, sixty-four nodes no slower (docs/simulator.md,
+    // "Speed"). The execs keep the CPU model's Lazy (Full measured no faster).
+    sg4::Engine::set_config("network/optim:Full");
     for (const std::string& item : extra_config) sg4::Engine::set_config(item);
     Runner runner(schedule, hw, plan, iterations, want_progress, sink);
     g_runner = &runner;

@@ -187,6 +187,8 @@ class Dispatcher {
   std::vector<int32_t> priority_;
   std::vector<int32_t> dep_count_;
   std::vector<int32_t> succ_begin_, succ_;                 // same-iteration successors
+  std::vector<int32_t> carried_begin_;                     // each task's carried deps (Materialize)
+  std::vector<CarriedDep> carried_;
   std::vector<int32_t> carried_succ_begin_;                // successors in later iterations
   std::vector<CarriedDep> carried_succ_;
   std::vector<int32_t> alloc_begin_, free_begin_;
