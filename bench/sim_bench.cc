@@ -262,7 +262,8 @@ void BM_MillionTasks(benchmark::State& state) {
   options.iterations = 1;
   options.record_trace = false;
   options.schedule_validated = true;
-  double wall_s = 0;
+  double wall_s = 0, cpu_s = 0;
+  int64_t tasks = 0;
   for (auto _ : state) {
     auto result = Simulate(schedule, hw, options);
     if (!result.ok()) {
@@ -270,8 +271,11 @@ void BM_MillionTasks(benchmark::State& state) {
       return;
     }
     wall_s += result->wall_s;
+    cpu_s += result->cpu_s;
+    tasks += result->tasks_simulated;
   }
   state.counters["wall_s"] = wall_s / static_cast<double>(state.iterations());
+  state.counters["tasks_per_cpu_s"] = static_cast<double>(tasks) / cpu_s;  // of the simulating process
 }
 void MillionTaskArgs(benchmark::internal::Benchmark* b) {
   for (Op op : {Op::kRead, Op::kWrite, Op::kH2D, Op::kD2H, Op::kCompute, Op::kAllGather, Op::kReduceScatter, Op::kAllReduce,
