@@ -1,11 +1,13 @@
 // The state of one run (run.h) as the op handlers see it (ops/op_handler.h): the schedule and the
 // training set-up, where every piece of model state lies (buffers, disk homes, host homes, the
-// GPU-resident home) at which version, the compute device and the CPU thread pools, and the step
-// each iteration is deciding. Handlers read and change it through the methods below only; the
-// dispatch loop (Run, which derives from it) also sets it up and reads the results back.
+// GPU-resident home) at which version, the compute device and the CPU thread pools, the step
+// each iteration is deciding, what each op family opened for the run (Keep), and the ranks'
+// agreement. Handlers read and change it through the methods below only; the dispatch loop (Run,
+// which derives from it) also sets it up and reads the results back.
 //
 // Thread safety: the dispatch thread owns it. A handler's work (on a worker) touches only the
-// bytes its Prepare resolved, and the device and thread pools it was handed.
+// bytes its Prepare resolved, the device and thread pools it was handed, and what its family
+// keeps (Find), which is written at set-up only.
 #pragma once
 
 #include <array>
@@ -82,8 +84,8 @@ class RunState {
   // Whether `task` runs its layer's math (the layer's last compute task of its pass).
   bool RunsMath(int32_t task) const { return math_task_[static_cast<size_t>(task)] != 0; }
 
-  // ---- What an op family keeps for the run (OpHandler::open): at most one object of each type,
-  // destroyed before the compute device.
+  // ---- What an op family keeps for the run (OpHandler::open): one object of each type at most
+  // (Keep refuses a second), destroyed before the compute device.
   struct Kept {
     virtual ~Kept() = default;
   };
@@ -96,6 +98,7 @@ class RunState {
   }
   template <typename T>
   T& Keep(std::unique_ptr<T> kept) {
+    TF_CHECK(Find<T>() == nullptr);  // an open called twice
     T& ref = *kept;
     kept_.push_back(std::move(kept));
     return ref;

@@ -11,11 +11,10 @@
 //                  the step (its overflow check, norm and clip factor)
 // The collectives of gpu0's buffers go through one on gpu0's memory where the run opened one at
 // set-up (OpenCollectives: NCCL, or RunOptions::device_collective), else through the run's own
-// group. Their parts are packed side by side for one call (Packed): on gpu0 for a
-// collective on its memory, copied there by the compute device
-// (D2D); else in host memory, copied off and onto gpu0 (D2H, H2D: a memory copy where gpu0 is
-// emulated, a copy engine's on a GPU), so that the host back-ends serve ranks on GPUs too and
-// two ranks can share one GPU.
+// group. Their parts are packed side by side for one call (Packed): on gpu0 for a collective on
+// its memory, copied there by the compute device (D2D); else in host memory, copied off and onto
+// gpu0 (D2H, H2D: a memory copy where gpu0 is emulated, a copy engine's on a GPU), so that the
+// host back-ends serve ranks on GPUs too and two ranks can share one GPU.
 #include <algorithm>
 #include <cstring>
 #include <memory>
