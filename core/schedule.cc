@@ -166,17 +166,25 @@ Status Schedule::Validate() const {
   // only where they name the same elements at the same bytes (a unit's gradient and the
   // sub-group's gradient read back), never state of another kind, rank or element.
   {
-    std::vector<int32_t> order;
+    // Sorted by where they start, ties in the schedule's order; the keys beside the indices, so
+    // that the sort reads no TensorSpec.
+    struct Start {
+      int32_t device;
+      int64_t offset;
+      int32_t tensor;
+    };
+    std::vector<Start> order;
+    order.reserve(tensors_.size());
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      if (tensors_[i].size_bytes > 0) order.push_back(static_cast<int32_t>(i));
+      if (tensors_[i].size_bytes > 0) order.push_back({tensors_[i].device, tensors_[i].offset_bytes, static_cast<int32_t>(i)});
     }
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      const TensorSpec &x = tensors_[a], &y = tensors_[b];
-      return std::tie(x.device, x.offset_bytes) < std::tie(y.device, y.offset_bytes);
+    std::sort(order.begin(), order.end(), [](const Start& a, const Start& b) {
+      return std::tie(a.device, a.offset, a.tensor) < std::tie(b.device, b.offset, b.tensor);
     });
     auto base = [](const TensorSpec& t) { return t.offset_bytes - t.element_offset * StateKindBytes(t.kind); };
     int32_t widest = kNoIndex;  // of the tensors so far on this device, the one reaching furthest
-    for (int32_t i : order) {
+    for (const Start& start : order) {
+      const int32_t i = start.tensor;
       const TensorSpec& t = tensors_[i];
       if (widest != kNoIndex && tensors_[widest].device == t.device &&
           t.offset_bytes < tensors_[widest].offset_bytes + tensors_[widest].size_bytes) {

@@ -1,11 +1,12 @@
 // The schedule builder (schedule_builder.h).
 #include "schedule_builder.h"
 
+#include <algorithm>
+
 #include "tierflow/core/text.h"
 #include "tierflow/models/llm.h"
 
 namespace tierflow::policies {
-
 ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenario_(s), policy_(std::move(policy)) {
   schedule_.name = s.name;
   schedule_.meta.emplace_back("policy", policy_);
@@ -133,18 +134,60 @@ void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
   // Room for what a plan of this size makes (the quickstart's: 9.5 tasks and 3.7 state tensors a
   // unit and rank), so that neither the tasks nor State()'s map grow by copying and rehashing
   // while the passes add them: a rehash of the map alone was 1.5 % of a sweep worker's time.
-  // Only before the first State(): StateLayout runs again for each rank's optimizer sweep, and an
-  // unordered_map's reserve below what it holds would rehash it smaller.
-  if (!states_.empty()) return;
+  // Only before the first State(): StateLayout runs again for each rank's optimizer sweep.
+  if (!state_keys_.empty()) return;
   const size_t per_unit_rank = plan.units.size() * static_cast<size_t>(plan.ranks);
   schedule_.mutable_tasks().reserve(per_unit_rank * 10);
-  states_.reserve(per_unit_rank * 4);
+  ReserveStates(per_unit_rank * 4);
+}
+
+uint64_t ScheduleBuilder::HashState(const StateKey& k) {
+  uint64_t h = static_cast<uint64_t>(k.begin) * 0x9E3779B97F4A7C15ull;
+  h ^= static_cast<uint64_t>(k.elements) * 0xC2B2AE3D27D4EB4Full;
+  h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.rank)) << 32 | static_cast<uint32_t>(k.device)) * 0x165667B19E3779F9ull;
+  h ^= static_cast<uint64_t>(k.kind);
+  h ^= h >> 33;  // murmur3's finaliser
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+void ScheduleBuilder::ReserveStates(size_t entries) {
+  state_keys_.reserve(entries);
+  state_tensors_.reserve(entries);
+  size_t slots = 16;
+  while (slots < entries * 2) slots *= 2;
+  if (slots <= state_slots_.size()) return;
+  state_slots_.assign(slots, kNoIndex);
+  const size_t mask = slots - 1;
+  for (size_t e = 0; e < state_keys_.size(); ++e) {
+    size_t at = HashState(state_keys_[e]) & mask;
+    while (state_slots_[at] != kNoIndex) at = (at + 1) & mask;
+    state_slots_[at] = static_cast<int32_t>(e);
+  }
+}
+
+int32_t& ScheduleBuilder::StateEntry(const StateKey& key) {
+  if ((state_keys_.size() + 1) * 2 > state_slots_.size()) ReserveStates(std::max<size_t>(16, state_keys_.size() * 2));
+  const size_t mask = state_slots_.size() - 1;
+  for (size_t at = HashState(key) & mask;; at = (at + 1) & mask) {
+    const int32_t e = state_slots_[at];
+    if (e == kNoIndex) {
+      state_slots_[at] = static_cast<int32_t>(state_keys_.size());
+      state_keys_.push_back(key);
+      state_tensors_.push_back(kNoIndex);
+      return state_tensors_.back();
+    }
+    if (state_keys_[static_cast<size_t>(e)] == key) return state_tensors_[static_cast<size_t>(e)];
+  }
 }
 
 int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {
   TF_CHECK(state_region_bytes_ > 0);  // StateLayout first, or every kind would share one region
-  const auto [known, inserted] = states_.try_emplace(StateKey{begin, elements, rank, device, kind}, kNoIndex);
-  if (!inserted) return known->second;
+  int32_t& known = StateEntry(StateKey{begin, elements, rank, device, kind});
+  if (known != kNoIndex) return known;
   const int64_t element_bytes = StateKindBytes(kind);
   // The key names the tensor (its name spells the key out, and only State() makes tensors), so
   // a new key is a new name: AddTensor's index still checks it.
@@ -159,7 +202,7 @@ int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int6
   t.size_bytes = elements * element_bytes;
   // The order of the kinds (StateKind) fixes each kind's region in a device's store.
   t.offset_bytes = static_cast<int64_t>(kind) * state_region_bytes_ + (rank * state_rank_elements_ + begin) * element_bytes;
-  return known->second = schedule_.AddTensor(std::move(t));
+  return known = schedule_.AddTensor(std::move(t));
 }
 
 int32_t PinnedPool(ScheduleBuilder& b, int32_t rank, const std::string& name, int64_t capacity_bytes, bool rounding) {

@@ -74,22 +74,25 @@ class ScheduleBuilder {
   int64_t state_region_bytes_ = 0;  // per kind and device: ranks x rank stride x 4, 1 MiB-aligned
   int64_t state_rank_elements_ = 0;  // a rank's stride: its elements, rounded up to kIoAlignElements
   // State()'s tensors by what names them, so that asking again builds no name (a fifth of
-  // planning the quickstart was State() building names to look up tensors it had made).
+  // planning the quickstart was State() building names to look up tensors it had made): an
+  // open-addressing table of entries, each a key and its tensor. A std::unordered_map, with a
+  // node per entry and a division by a prime per lookup, was 7 % of planning the quickstart.
   struct StateKey {
     int64_t begin, elements;
     int32_t rank, device;
     StateKind kind;
     bool operator==(const StateKey&) const = default;
   };
-  struct StateKeyHash {
-    size_t operator()(const StateKey& k) const {
-      uint64_t h = static_cast<uint64_t>(k.begin) * 0x9E3779B97F4A7C15ull;
-      h ^= static_cast<uint64_t>(k.elements) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
-      h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.rank)) << 32 | static_cast<uint32_t>(k.device)) + (h << 6) + (h >> 2);
-      return static_cast<size_t>(h ^ static_cast<uint64_t>(k.kind));
-    }
-  };
-  std::unordered_map<StateKey, int32_t, StateKeyHash> states_;
+  // The key's fields mixed, then murmur3's finaliser, so that a slot (the low bits) depends on
+  // every field: offsets and lengths are often multiples of large powers of two.
+  static uint64_t HashState(const StateKey& k);
+  // The tensor of `key`, kNoIndex where it has none yet (the caller makes it and stores it there).
+  int32_t& StateEntry(const StateKey& key);
+  // Room for `entries` keys at most half the table full: the slots rebuilt from the entries.
+  void ReserveStates(size_t entries);
+  std::vector<StateKey> state_keys_;    // per entry
+  std::vector<int32_t> state_tensors_;  // per entry
+  std::vector<int32_t> state_slots_;    // a power of two of them: an entry, or kNoIndex
   // Per rank, the GPU's name and the resources and pool made for it (kNoIndex until asked):
   // planning asks for them per task, and finding each by its name built two strings a time.
   struct RankDevices {
