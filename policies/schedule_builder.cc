@@ -1,12 +1,11 @@
 // The schedule builder (schedule_builder.h).
 #include "schedule_builder.h"
 
-#include <algorithm>
-
 #include "tierflow/core/text.h"
 #include "tierflow/models/llm.h"
 
 namespace tierflow::policies {
+
 ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenario_(s), policy_(std::move(policy)) {
   schedule_.name = s.name;
   schedule_.meta.emplace_back("policy", policy_);
@@ -135,53 +134,22 @@ void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
   // unit and rank), so that neither the tasks nor State()'s map grow by copying and rehashing
   // while the passes add them: a rehash of the map alone was 1.5 % of a sweep worker's time.
   // Only before the first State(): StateLayout runs again for each rank's optimizer sweep.
-  if (!state_keys_.empty()) return;
+  if (!states_.empty()) return;
   const size_t per_unit_rank = plan.units.size() * static_cast<size_t>(plan.ranks);
   schedule_.mutable_tasks().reserve(per_unit_rank * 10);
-  ReserveStates(per_unit_rank * 4);
-}
-
-uint64_t ScheduleBuilder::HashState(const StateKey& k) {
-  uint64_t h = static_cast<uint64_t>(k.begin) * 0x9E3779B97F4A7C15ull;
-  h ^= static_cast<uint64_t>(k.elements) * 0xC2B2AE3D27D4EB4Full;
-  h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.rank)) << 32 | static_cast<uint32_t>(k.device)) * 0x165667B19E3779F9ull;
-  h ^= static_cast<uint64_t>(k.kind);
-  h ^= h >> 33;  // murmur3's finaliser
-  h *= 0xFF51AFD7ED558CCDull;
-  h ^= h >> 33;
-  h *= 0xC4CEB9FE1A85EC53ull;
-  h ^= h >> 33;
-  return h;
-}
-
-void ScheduleBuilder::ReserveStates(size_t entries) {
-  state_keys_.reserve(entries);
-  state_tensors_.reserve(entries);
-  size_t slots = 16;
-  while (slots < entries * 2) slots *= 2;
-  if (slots <= state_slots_.size()) return;
-  state_slots_.assign(slots, kNoIndex);
-  const size_t mask = slots - 1;
-  for (size_t e = 0; e < state_keys_.size(); ++e) {
-    size_t at = HashState(state_keys_[e]) & mask;
-    while (state_slots_[at] != kNoIndex) at = (at + 1) & mask;
-    state_slots_[at] = static_cast<int32_t>(e);
-  }
+  states_.reserve(per_unit_rank * 4);
+  state_index_.Reserve(per_unit_rank * 4);
 }
 
 int32_t& ScheduleBuilder::StateEntry(const StateKey& key) {
-  if ((state_keys_.size() + 1) * 2 > state_slots_.size()) ReserveStates(std::max<size_t>(16, state_keys_.size() * 2));
-  const size_t mask = state_slots_.size() - 1;
-  for (size_t at = HashState(key) & mask;; at = (at + 1) & mask) {
-    const int32_t e = state_slots_[at];
-    if (e == kNoIndex) {
-      state_slots_[at] = static_cast<int32_t>(state_keys_.size());
-      state_keys_.push_back(key);
-      state_tensors_.push_back(kNoIndex);
-      return state_tensors_.back();
-    }
-    if (state_keys_[static_cast<size_t>(e)] == key) return state_tensors_[static_cast<size_t>(e)];
-  }
+  const uint64_t h = NameIndex::Mix(
+      static_cast<uint64_t>(key.begin) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(key.elements) * 0xC2B2AE3D27D4EB4Full ^
+      (static_cast<uint64_t>(static_cast<uint32_t>(key.rank)) << 32 | static_cast<uint32_t>(key.device)) * 0x165667B19E3779F9ull ^
+      static_cast<uint64_t>(key.kind));
+  const int32_t e = state_index_.FindHashed(key, h, states_, [](const auto& entry) -> const StateKey& { return entry.first; });
+  if (e != NameIndex::kAbsent) return states_[static_cast<size_t>(e)].second;
+  state_index_.AddHashed(h);
+  return states_.emplace_back(key, kNoIndex).second;
 }
 
 int32_t ScheduleBuilder::State(StateKind kind, int32_t rank, int64_t begin, int64_t elements, int32_t device) {

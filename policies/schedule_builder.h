@@ -2,7 +2,11 @@
 // standard names, and the state tensors of each rank's flat element space.
 #pragma once
 
+#include <utility>
+#include <vector>
+
 #include "model_plan.h"
+#include "tierflow/core/name_index.h"
 
 namespace tierflow::policies {
 
@@ -74,25 +78,19 @@ class ScheduleBuilder {
   int64_t state_region_bytes_ = 0;  // per kind and device: ranks x rank stride x 4, 1 MiB-aligned
   int64_t state_rank_elements_ = 0;  // a rank's stride: its elements, rounded up to kIoAlignElements
   // State()'s tensors by what names them, so that asking again builds no name (a fifth of
-  // planning the quickstart was State() building names to look up tensors it had made): an
-  // open-addressing table of entries, each a key and its tensor. A std::unordered_map, with a
-  // node per entry and a division by a prime per lookup, was 7 % of planning the quickstart.
+  // planning the quickstart was State() building names to look up tensors it had made): each key
+  // and its tensor, found through a NameIndex of the keys (a std::unordered_map, with a node per
+  // entry and a division by a prime per lookup, was 7 % of planning the quickstart).
   struct StateKey {
     int64_t begin, elements;
     int32_t rank, device;
     StateKind kind;
     bool operator==(const StateKey&) const = default;
   };
-  // The key's fields mixed, then murmur3's finaliser, so that a slot (the low bits) depends on
-  // every field: offsets and lengths are often multiples of large powers of two.
-  static uint64_t HashState(const StateKey& k);
   // The tensor of `key`, kNoIndex where it has none yet (the caller makes it and stores it there).
   int32_t& StateEntry(const StateKey& key);
-  // Room for `entries` keys at most half the table full: the slots rebuilt from the entries.
-  void ReserveStates(size_t entries);
-  std::vector<StateKey> state_keys_;    // per entry
-  std::vector<int32_t> state_tensors_;  // per entry
-  std::vector<int32_t> state_slots_;    // a power of two of them: an entry, or kNoIndex
+  std::vector<std::pair<StateKey, int32_t>> states_;  // each key and its tensor
+  NameIndex state_index_;                             // of states_ by key
   // Per rank, the GPU's name and the resources and pool made for it (kNoIndex until asked):
   // planning asks for them per task, and finding each by its name built two strings a time.
   struct RankDevices {

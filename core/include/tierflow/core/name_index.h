@@ -6,8 +6,12 @@
 //
 // A std::unordered_map<std::string, int32_t> allocated a node and a copy of the name per entry:
 // building a 70B schedule spent a seventh of its time in those maps.
+//
+// Items keyed by something else than a name use the same table through FindHashed and AddHashed,
+// with a hash of their own (Mix finishes one so that its low bits, the slot, depend on every bit).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -32,13 +36,48 @@ class NameIndex {
   bool Add(std::string_view name, const Items& items, NameOf name_of) {
     const uint64_t h = Hash(name);
     if (FindHashed(name, h, items, name_of) != kAbsent) return false;
+    AddHashed(h);
+    return true;
+  }
+
+  // The position of the item whose key (`key_of(items[i])`) equals `key`, whose hash is `h`; or
+  // kAbsent.
+  template <typename Key, typename Items, typename KeyOf>
+  int32_t FindHashed(const Key& key, uint64_t h, const Items& items, KeyOf key_of) const {
+    if (slots_.empty()) return kAbsent;
+    const size_t mask = slots_.size() - 1;
+    for (size_t s = h & mask;; s = (s + 1) & mask) {
+      const int32_t i = slots_[s];
+      if (i == kAbsent) return kAbsent;
+      if (hashes_[static_cast<size_t>(i)] == h && key_of(items[static_cast<size_t>(i)]) == key) return i;
+    }
+  }
+
+  // Records the next position (the number recorded so far) under hash `h`; the caller has found
+  // its key absent.
+  void AddHashed(uint64_t h) {
     hashes_.push_back(h);
     if (hashes_.size() * 2 > slots_.size()) {
       Rebuild();
     } else {
       Place(static_cast<int32_t>(hashes_.size() - 1));
     }
-    return true;
+  }
+
+  // Room for `entries` positions without a rebuild.
+  void Reserve(size_t entries) {
+    hashes_.reserve(entries);
+    if (entries * 2 > slots_.size()) Rebuild(entries);
+  }
+
+  // murmur3's finaliser: every bit of `h` reaches the low bits.
+  static uint64_t Mix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 33;
+    return h;
   }
 
  private:
@@ -61,24 +100,7 @@ class NameIndex {
     } else {
       for (size_t k = 0; i + k < name.size(); ++k) tail |= uint64_t{static_cast<unsigned char>(name[i + k])} << (8 * k);
     }
-    h ^= tail;
-    h ^= h >> 33;
-    h *= 0xFF51AFD7ED558CCDull;
-    h ^= h >> 33;
-    h *= 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 33;
-    return h;
-  }
-
-  template <typename Items, typename NameOf>
-  int32_t FindHashed(std::string_view name, uint64_t h, const Items& items, NameOf name_of) const {
-    if (slots_.empty()) return kAbsent;
-    const size_t mask = slots_.size() - 1;
-    for (size_t s = h & mask;; s = (s + 1) & mask) {
-      const int32_t i = slots_[s];
-      if (i == kAbsent) return kAbsent;
-      if (hashes_[static_cast<size_t>(i)] == h && name_of(items[static_cast<size_t>(i)]) == name) return i;
-    }
+    return Mix(h ^ tail);
   }
 
   void Place(int32_t i) {
@@ -88,11 +110,11 @@ class NameIndex {
     slots_[s] = i;
   }
 
-  // The smallest power of two of slots (16 at least) that holds four per entry: a quarter full
-  // after, half full at most before the next rebuild.
-  void Rebuild() {
+  // The smallest power of two of slots (16 at least) that holds four per entry (of `entries`, at
+  // least those recorded): a quarter full after, half full at most before the next rebuild.
+  void Rebuild(size_t entries = 0) {
     size_t n = 16;
-    while (n < hashes_.size() * 4) n *= 2;
+    while (n < std::max(entries, hashes_.size()) * 4) n *= 2;
     slots_.assign(n, kAbsent);
     for (size_t i = 0; i < hashes_.size(); ++i) Place(static_cast<int32_t>(i));
   }
