@@ -27,7 +27,9 @@
                                (OUT/probes and OUT/probes-s<SEQ>)
   tuned vs prediction          the TUNED schedule's steady-state iteration (tuned-1b.records.jsonl)
                                against the simulator's on the calibrated profile
-                               (OUT/tuned-prediction.json: `tierflow sim --json`'s iteration_s)
+                               (OUT/tuned-prediction.json: `tierflow sim --json`'s iteration_s);
+                               the same of the run with the update on the GPU (gpuopt-1b.records.jsonl,
+                               OUT/gpuopt-prediction.json), and each one's MFU
   pytorch in GPU memory        bench/gpu_torch_peer.py's steady-state iteration (OUT/torch-1b*.json)
                                and its MFU with the tierflow runs' FLOP count, the ceiling
 
@@ -198,20 +200,24 @@ def main():
             report[f"{task[len('probe.gpu.'):]}_{probes}"] = {"tflop_s": r["flops"] / t / 1e12, "ms": t * 1e3,
                                                              "from": f"{probes}/ops.jsonl"}
 
+    # The TUNED schedule's run and the run with every optimizer state on the GPU (gpuopt), each
+    # against the simulator's prediction of it where OUT/<name>-prediction.json holds one.
     tuned = records(os.path.join(a.out, "tuned-1b.records.jsonl"))
-    prediction = os.path.join(a.out, "tuned-prediction.json")
-    if tuned and os.path.exists(prediction):
-        measured, predicted = iteration_times(tuned), json.load(open(prediction))["iteration_s"]
-        report["tuned_vs_prediction"] = {"iteration_s": measured, "predicted_s": predicted,
-                                         "error": (measured - predicted) / predicted}
-    elif os.path.exists(os.path.join(a.out, "tuned-1b.log")):
-        missing["tuned_vs_prediction"] = "needs tuned-1b.records.jsonl and tuned-prediction.json"
+    gpuopt = records(os.path.join(a.out, "gpuopt-1b.records.jsonl"))
+    for name, rs in (("tuned", tuned), ("gpuopt", gpuopt)):
+        prediction = os.path.join(a.out, f"{name}-prediction.json")
+        if rs and os.path.exists(prediction):
+            measured, predicted = iteration_times(rs), json.load(open(prediction))["iteration_s"]
+            report[f"{name}_vs_prediction"] = {"iteration_s": measured, "predicted_s": predicted,
+                                               "error": (measured - predicted) / predicted}
+        elif os.path.exists(os.path.join(a.out, f"{name}-1b.log")):
+            missing[f"{name}_vs_prediction"] = f"needs {name}-1b.records.jsonl and {name}-prediction.json"
 
     # MFU: 3 x the forward FLOPs of an iteration of the 1B schedule that ran (its last iteration's
     # compute records), the same count for every run of the same training.
     run = records(os.path.join(a.out, "finetune-1b.records.jsonl"))
     peak, device = peak_of(a.out, a.peak)
-    fwd_run = run or tuned
+    fwd_run = run or tuned or gpuopt
     if fwd_run:
         last = max(r["iteration"] for r in fwd_run)
         fwd = sum(r["flops"] for r in fwd_run if r["iteration"] == last and r["op"] == "compute" and r["phase"] == "forward")
@@ -227,9 +233,10 @@ def main():
         if peak and m:
             t = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1)
             report["mfu_in_memory"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t, "peak": peak}
-        if peak and tuned:
-            t = iteration_times(tuned)
-            report["mfu_tuned"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t}
+        for name, rs in (("tuned", tuned), ("gpuopt", gpuopt)):
+            if peak and rs:
+                t = iteration_times(rs)
+                report[f"mfu_{name}"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t}
     pinned = pinned_rates(a.out)
     copied, copied_from = (run, "finetune-1b") if run else (tuned, "tuned-1b")  # the offloaded run's copies, else the tuned run's
     if copied is None or pinned is None:

@@ -10,7 +10,9 @@
 #             `tierflow probe all --compute cuda` on DISK with the 1B scenario (OUT/calib) and
 #             `tierflow calibrate` of it into OUT/profile.yaml (over OUT/base.yaml, this machine's
 #             shape: write_base below)
-#   gpuprobe  only tierflow-gpu-probe and probe collective of the probes step (no disk, no calibration)
+#   gpuprobe  only tierflow-gpu-probe and probe collective of the probes step, the nccl back-end's
+#             records calibrated (OUT/collective/profile.yaml), and the executor's hand-overs after
+#             an idle gap (probe io-cpu --streams dispatch: OUT/dispatch.jsonl); no disk calibration
 #   compute   only the layer steps of the 1B scenario through the compute device (`tierflow probe
 #             compute --compute cuda`: OUT/calib/compute.jsonl, what the probes step's `probe all`
 #             also writes), for the figure of the steps against cuBLAS without the disk probes
@@ -23,7 +25,9 @@
 #             have the same sha256; and (RUNS_1B "gpuopt", on by default) the 1B training planned
 #             by tierflow with every sub-group's optimizer states on the GPU, updated there
 #             (policy.gpu_sub_groups all, offload_param none, the card's whole memory as the GPU
-#             pool: OUT/gpuopt-1b.*), whose weights must be the in-memory run's too
+#             pool, sub-groups of 1e8, the update overlapped: OUT/gpuopt-1b.*), whose weights must
+#             be the in-memory run's too; the runs planned by tierflow get --disk-root (their
+#             schedules, planned on cpu-host's node, name nvme0 and nvme1)
 # and prints a short table last (of every step whose logs are in OUT), then the issue's figures
 # (bench/gpu_report.py: GEMM-heavy steps against cuBLAS, copies against the pinned probe, the 1B
 # run against its resource lower bound, MFU offloaded and in GPU memory). Back on a machine with
@@ -251,10 +255,26 @@ if step probes || step gpuprobe; then
   # sums, the same sizes: one rank on GPU 0 here (the machine has no mpirun), so what the
   # rank-order kernel adds to a collective that moves nothing.
   for backend in nccl nccl-native; do
-    "$tf" probe collective --backend $backend --sizes 1MiB,16MiB,128MiB --reps 10 --json >"$out/collective-$backend.json" 2>"$out/collective-$backend.err"
+    trace=()
+    [ $backend = nccl ] && mkdir -p "$out/collective" && trace=(--trace "$out/collective/collective.jsonl")
+    "$tf" probe collective --backend $backend --sizes 1MiB,4MiB,16MiB,64MiB,128MiB --reps 10 --json "${trace[@]}" \
+      >"$out/collective-$backend.json" 2>"$out/collective-$backend.err"
     echo $? >"$out/collective-$backend.rc"
     tail -2 "$out/collective-$backend.err"
   done
+  # calibrate fits the nccl back-end's records: with one rank, the GPU's own copy
+  # (interconnect.local); across ranks, the interconnect.
+  if [ "$(cat "$out/collective-nccl.rc")" = 0 ]; then
+    "$tf" calibrate "$out/collective" --base "$base" --allow-refused -o "$out/collective/profile.yaml" >"$out/collective-calibrate.log" 2>&1
+    echo $? >"$out/collective-calibrate.rc"
+    grep -E '^interconnect|refused' "$out/collective-calibrate.log"
+  fi
+  # The executor's hand-overs after an idle gap (probe io-cpu's dispatch stream): what an h2d waits
+  # before its copy starts, apart from the copy (docs/gpu-results.md, "Copies").
+  mkdir -p "$disk/disk0"
+  "$tf" probe io-cpu --dir "$disk/disk0" --streams dispatch --trace "$out/dispatch.jsonl" >"$out/dispatch.log" 2>&1
+  echo $? >"$out/dispatch.rc"
+  tail -4 "$out/dispatch.log"
 fi
 if step probes; then
   log "calibration probes (tierflow probe all --compute cuda) and the profile"
@@ -287,7 +307,7 @@ fi
 iters_1b=${ITERS_1B:-4}
 if step finetune; then
   log "offloaded fine-tunes on the GPU (--compute cuda; parameters, gradients and optimizer states on disk)"
-  mkdir -p "$disk/disk0" "$disk/disk1"
+  mkdir -p "$disk/disk0" "$disk/disk1" "$disk/root"
   "$tf" run scenarios/tiny-cpu.yaml --compute cuda --disk "$disk/disk0" -n 20 >"$out/finetune.log" 2>&1
   echo $? >"$out/finetune.rc"
   tail -4 "$out/finetune.log"
@@ -310,12 +330,14 @@ if step finetune; then
     fi
     # The update on the GPU: every sub-group's states there (issue 56), the same weights.
     if run_1b gpuopt; then
-      if "$tf" plan "${model_1b[@]}" --set policy.name=tierflow --set policy.offload_param=none --set policy.gpu_sub_groups=all \
+      # tune's choice on the card's whole memory (docs/gpu-results.md): sub-groups of 1e8, the
+      # update overlapped; zero-infinity's buffer_size is no tierflow knob.
+      "$tf" plan "${model_1b[@]}" --set policy.name=tierflow --set policy.buffer_size=null --set policy.offload_param=none \
+        --set policy.gpu_sub_groups=all --set policy.sub_group_size=1e8 --set policy.overlap_optimizer=true \
         --set hardware.node.gpu.hbm="$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1) MiB" \
-        -o "$out/gpuopt-1b.schedule.json" >"$out/gpuopt-1b.log" 2>&1; then
-        "$tf" run "$out/gpuopt-1b.schedule.json" --compute cuda --disk "$disk/disk1" -n "$iters_1b" \
+        -o "$out/gpuopt-1b.schedule.json" >"$out/gpuopt-1b.log" 2>&1 &&
+        "$tf" run "$out/gpuopt-1b.schedule.json" --compute cuda --disk-root "$disk/root" -n "$iters_1b" \
           --records "$out/gpuopt-1b.records.jsonl" >>"$out/gpuopt-1b.log" 2>&1
-      fi
       echo $? >"$out/gpuopt-1b.rc"
       tail -4 "$out/gpuopt-1b.log"
       rm -f "$disk/disk1/tierflow-run.store"
@@ -323,7 +345,7 @@ if step finetune; then
     # A tuned schedule of the same training (`tierflow tune`, made where there is SimGrid): the
     # same weights, in the time its prediction says.
     if [ -n "${TUNED:-}" ] && run_1b tuned; then
-      "$tf" run "$TUNED" --compute cuda --disk "$disk/disk1" -n "$iters_1b" --records "$out/tuned-1b.records.jsonl" \
+      "$tf" run "$TUNED" --compute cuda --disk-root "$disk/root" -n "$iters_1b" --records "$out/tuned-1b.records.jsonl" \
         >"$out/tuned-1b.log" 2>&1
       echo $? >"$out/tuned-1b.rc"
       tail -4 "$out/tuned-1b.log"
@@ -348,14 +370,15 @@ def rc(name):
 def status(name):
     r = rc(name)
     return "not run" if r is None else "pass" if r == 0 else f"FAIL (rc {r})"
-failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "collective-nccl", "collective-nccl-native", "calib", "compute", "torch-1b", "torch-1b-ckpt",
+failed = any(rc(n) not in (None, 0) for n in ("gpu-tests", "math-tests", "probes", "collective-nccl", "collective-nccl-native", "collective-calibrate", "dispatch", "calib", "compute", "torch-1b", "torch-1b-ckpt",
                                               "finetune", "finetune-1b", "inmemory-1b", "tuned-1b", "gpuopt-1b"))
 rows = []
 log = read("gpu-tests.log")
 if log is not None:
     worst = [float(x) for x in re.findall(r"worst element .*\(([0-9.e+-]+|inf) of the largest", log)]
-    skipped = log.count("***Skipped")
-    rows += [("GPU tests (ctest -L gpu, the executor on the GPU)", status("gpu-tests") + (f", {skipped} SKIPPED (no usable GPU?)" if skipped else "")),
+    # Each skipped test by name: the test of several GPUs skips on one, every test skips with no GPU.
+    skipped = sorted(set(re.findall(r"Test +#\d+: (\S+) \.*\*\*\*Skipped", log)))
+    rows += [("GPU tests (ctest -L gpu, the executor on the GPU)", status("gpu-tests") + (f", {len(skipped)} skipped: {', '.join(skipped)}" if skipped else "")),
              ("kernel math on the CPU", status("math-tests")),
              ("worst op error vs fp32 reference", f"{max(worst):.2e} of the largest value" if worst else "-")]
 if rc("probes") is not None:

@@ -16,6 +16,7 @@
 #include "tierflow/core/trace_record.h"
 #include "tierflow/traces/chrome_trace.h"
 #include "tierflow/traces/compare.h"
+#include "tierflow/traces/iteration_report.h"
 #include "tierflow/traces/occupancy.h"
 #include "tierflow/traces/summary.h"
 
@@ -857,6 +858,32 @@ TEST(ReportTest, JsonAndTextCarryTheFigures) {
   std::vector<TraceRecord> zb = {Rec(0, "x", Op::kCompute, "g", 0, 1)};
   Json jz = Json::parse(ComparisonToJson(Compare(z, zb)));
   EXPECT_TRUE(jz["ops"][0]["rel_error"].is_null());
+}
+
+// MFU is against the hardware's GPU peak; a run faster than that peak (a real GPU under a
+// scenario of an emulated one) gets no percentage, but the peak it outran.
+TEST(ReportTest, MfuIsAPercentageOnlyBelowThePeak) {
+  PoolCase pc = MakePoolCase();
+  RunFacts facts;
+  facts.scenario = "pool-case";
+  facts.policy = "none";
+  facts.iterations = 2;
+  facts.pool_peak_bytes = {80, 0};
+  facts.setting = {.model = "m", .hardware = "h", .sequence_length = 8, .micro_batch = 1, .accumulation = 1, .ranks = 1};
+  const double it = Summarize(pc.records, &pc.schedule).mean_iteration_s;
+  ASSERT_GT(it, 0);
+  facts.setting.flops_per_iteration = 3e12 * it;  // 3 TFLOP/s
+  facts.setting.peak_flops_per_gpu = 10e12;
+  nlohmann::ordered_json r = BuildReport(pc.schedule, pc.records, facts);
+  EXPECT_NEAR(r["throughput"]["mfu"].get<double>(), 0.3, 1e-12);
+  EXPECT_EQ(r["throughput"]["peak_flops_per_gpu"].get<double>(), 10e12);
+  EXPECT_NE(ReportToText(pc.schedule, r).find("MFU 30.0 %"), std::string::npos) << ReportToText(pc.schedule, r);
+  facts.setting.peak_flops_per_gpu = 1e12;
+  r = BuildReport(pc.schedule, pc.records, facts);
+  EXPECT_NEAR(r["throughput"]["mfu"].get<double>(), 3.0, 1e-12);
+  const std::string text = ReportToText(pc.schedule, r);
+  EXPECT_EQ(text.find("MFU 300"), std::string::npos) << text;
+  EXPECT_NE(text.find("MFU - (above the hardware's GPU peak of 1"), std::string::npos) << text;
 }
 
 TEST(GroupComputeByLayerTest, OneRecordPerLayerAndPhaseWithSummedTime) {

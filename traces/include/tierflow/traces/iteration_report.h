@@ -47,7 +47,8 @@ struct RunFacts {  // what the executor knows beyond the records
 
 // Keys (docs/trace-format.md, "Report"): setting {model, hardware, calibrated, nodes,
 // sequence_length, micro_batch, accumulation, ranks, global_batch} and throughput
-// {tokens_per_s, samples_per_s, model_tflops_per_gpu, mfu} when RunFacts has a setting;
+// {tokens_per_s, samples_per_s, model_tflops_per_gpu, mfu, peak_flops_per_gpu} when RunFacts has
+// a setting (the text prints no MFU above 1: a device faster than the hardware's peak);
 // iteration_s (steady-state mean), iterations_s, phases {forward_s, backward_s, step_s}
 // (steady-state mean span of each phase; they overlap), timer_phases (the same cut back to back,
 // as DeepSpeed's timers: they add up to the iteration), phase_overlap; resources {name: {busy_s,
