@@ -9,20 +9,21 @@ namespace tierflow::policies {
 
 GpuUpdateTasks GpuUpdate(ScheduleBuilder& b, const GpuUpdateSpec& u) {
   GpuUpdateTasks out;
-  const int32_t grad_up = b.Buffer("gradgpu" + u.suffix, u.gpu_pool, u.n * 4);
+  const int64_t grad_bytes = u.n * (u.grad16 ? 2 : 4);
+  const int32_t grad_up = b.Buffer("gradgpu" + u.suffix, u.gpu_pool, grad_bytes);
   TaskSpec h2d;
   h2d.id = "h2d.grad" + u.suffix;
   h2d.op = Op::kH2D;
   h2d.rank = u.rank;
   h2d.resource = b.GpuH2D(u.rank);
-  h2d.bytes = u.n * 4;
-  h2d.tensors = {b.State(StateKind::kGrad, u.rank, u.first, u.n, b.HostDevice(u.rank))};
+  h2d.bytes = grad_bytes;
+  h2d.tensors = {b.State(u.grad16 ? StateKind::kGrad16 : StateKind::kGrad, u.rank, u.first, u.n, b.HostDevice(u.rank))};
   h2d.allocs = {grad_up};
   h2d.uses = {u.grad};
   if (!u.grad_persistent) h2d.frees = {u.grad};
   h2d.deps = u.grad_deps;
   h2d.phase = Phase::kStep;
-  const int32_t copy = b.Task(std::move(h2d));
+  const int32_t copy = out.copy = b.Task(std::move(h2d));
   const int32_t rounded = u.homeward.empty() ? kNoIndex : b.Buffer("p16gpu" + u.suffix, u.gpu_pool, u.n * 2);
   TaskSpec adam;
   adam.id = "adam" + u.suffix;

@@ -1,6 +1,7 @@
 // The update of a sub-group whose optimizer states live on the GPU (blocks.h;
-// docs/schedule-format.md "Where a sub-group is updated"): its fp32 gradient copied up from host
-// memory, Adam on the GPU's compute resource over the states kept there, its rounded bf16
+// docs/schedule-format.md "Where a sub-group is updated"): its gradient copied up from host
+// memory (the bf16 gradients as the backward left them, which the update widens, or fp32 where
+// the gradients are kept in fp32), Adam on the GPU's compute resource over the states kept there, its rounded bf16
 // parameters refreshed in place where they live on the GPU and sent to their disk where they do
 // not (a d2h into an exact-size pinned buffer, then the write); and whether a GPU pool holds such
 // states.
@@ -16,7 +17,8 @@ struct GpuUpdateSpec {
   int64_t first = 0, n = 0;              // the sub-group's elements in the rank's flat space
   int32_t states = kNoIndex;             // the persistent GPU buffer of its states
   std::vector<int32_t> home_states;      // master, adam_m, adam_v homed on the GPU
-  int32_t grad = kNoIndex;               // the host buffer holding its fp32 gradient
+  int32_t grad = kNoIndex;               // the host buffer holding its gradient
+  bool grad16 = false;                   // that buffer holds grad16 (2 bytes per element), else grad (fp32)
   bool grad_persistent = false;          // that buffer is persistent: the copy up does not free it
   std::vector<int32_t> grad_deps;        // what the copy up waits for: the gradient is there
   std::vector<int32_t> in_place;         // param16 homed on the GPU, refreshed in place
@@ -30,6 +32,7 @@ struct GpuUpdateSpec {
 };
 
 struct GpuUpdateTasks {
+  int32_t copy = kNoIndex;  // the gradient's copy up: after it the gradient is on the GPU
   int32_t adam = kNoIndex;  // the update
   int32_t done = kNoIndex;  // after it the parameters are current at their home: the write, else the update
 };
@@ -37,7 +40,7 @@ struct GpuUpdateTasks {
 GpuUpdateTasks GpuUpdate(ScheduleBuilder& b, const GpuUpdateSpec& u);
 
 // The sub-groups `on_gpu` (SweepOptions::on_gpu) fit each rank's GPU pool: their states (12 bytes
-// per element, persistent) and the largest one's fp32 gradient (and, `params_off_gpu`, its
+// per element, persistent) and the largest one's gradient (as fp32: the most it takes) (and, `params_off_gpu`, its
 // rounded bf16 parameters) beside the pool's other persistent buffers (the parameters kept there).
 // Else InvalidArgument naming `knob`, the pool and the bytes short. Call after the pool's other
 // persistent buffers are made.

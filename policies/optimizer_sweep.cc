@@ -121,6 +121,7 @@ class Sweep {
     bool cached = false;
     bool gpu = false;                      // its states live on the GPU (SweepOptions::on_gpu)
     bool grad_host32 = false;              // its fp32 gradients are in host memory already
+    bool grad16_up = false;                // on the GPU: its bf16 gradients go up from host_grad_buffer
     std::vector<int32_t> home_states;      // master, adam_m, adam_v at their home
     int32_t states = kNoIndex, grad = kNoIndex;  // buffers
     std::vector<int32_t> read_deps;        // what the states' read waits for
@@ -145,7 +146,13 @@ class Sweep {
                : s.cached ? b_.Buffer("states" + s.G, o_.cache_pool, 3 * s.n * 4, /*persistent=*/true)
                           : b_.Buffer("states" + s.G, o_.opt_pool, 3 * s.n * 4);
     s.grad_host32 = !o_.grads_in_host32.empty() && o_.grads_in_host32[s.g];
-    s.grad = s.grad_host32 ? o_.host_grad32_buffer : b_.Buffer("gradin" + s.G, o_.opt_pool, s.n * 4);
+    // An update on the GPU takes the bf16 gradients up as the backward left them in host memory
+    // and widens them itself (exactly): no conversion on the host, half the bytes up.
+    s.grad16_up = s.gpu && !s.grad_host32 && !o_.grads_on_nvme;
+    TF_CHECK(!s.grad16_up || o_.host_grad_buffer != kNoIndex);  // SweepOptions: grads_on_nvme false names the buffer
+    s.grad = s.grad_host32 ? o_.host_grad32_buffer
+             : s.grad16_up ? o_.host_grad_buffer
+                           : b_.Buffer("gradin" + s.G, o_.opt_pool, s.n * 4);
     // Serial: after the previous sub-group is done. Pipelined: as soon as the previous
     // sub-group's reads are done. `gate` is what the update itself waits for (the global check,
     // flushed gradients, the sub-group's gradients final); without read-ahead the reads wait
@@ -194,6 +201,7 @@ class Sweep {
   // The sub-group's fp32 gradients into `grad`: there already, read from NVMe, or widened from
   // the bf16 gradients in host memory. Sets s.grad_task, after which they are there.
   void GradientIn(Group& s) {
+    if (s.grad16_up) return;  // GpuAdam's copy up takes them from the bf16 gradients (and is s.grad_task)
     if (s.grad_host32) {
       s.grad_task = s.read_states;  // already there: the update waits for its states only
       if (!s.cached) prev_read_end_ = s.read_states;
@@ -262,8 +270,11 @@ class Sweep {
     u.states = s.states;
     u.home_states = s.home_states;
     u.grad = s.grad;
-    u.grad_persistent = s.grad_host32;
-    u.grad_deps = s.grad_host32 ? WithGate(s.read_deps, s) : std::vector<int32_t>{s.grad_task};
+    u.grad16 = s.grad16_up;
+    u.grad_persistent = s.grad_host32 || s.grad16_up;
+    // Its gradient is there once the sub-group's gate opens (the global check, and the
+    // gradients final); else after the task that brought it.
+    u.grad_deps = s.grad_host32 || s.grad16_up ? WithGate(s.read_deps, s) : std::vector<int32_t>{s.grad_task};
     if (to_gpu) u.in_place = params.offloaded;  // homed on the GPU
     u.in_place.insert(u.in_place.end(), params.resident.begin(), params.resident.end());
     if (!to_gpu) u.homeward = params.offloaded;
@@ -274,6 +285,9 @@ class Sweep {
     u.queue_depth = o_.queue_depth;
     u.write_priority = o_.isolate_reads_first ? nsub_ + static_cast<int32_t>(s.pos) : 0;
     const GpuUpdateTasks tasks = GpuUpdate(b_, u);
+    // The copy up brings the bf16 gradients as a convert brings the others: what the next
+    // sub-group's gradient waits for when the sweep is pipelined (End), not this one's update.
+    if (s.grad16_up) s.grad_task = tasks.copy;
     s.adam = s.last_convert = tasks.adam;
     s.param_done = tasks.done;
     res_.adam[s.g] = s.adam;

@@ -57,8 +57,10 @@ struct SweepOptions {
   std::vector<int32_t> write_resource;    // per sub-group
   std::vector<bool> cached;               // per sub-group: states stay in host memory, never read
   // Per sub-group (empty = none): its states live on the GPU, in a persistent buffer of gpu_pool,
-  // and are updated there (Adam on the GPU's compute resource): its fp32 gradient, brought to
-  // host memory as for any other, is copied to a buffer of gpu_pool for the update, which
+  // and are updated there (Adam on the GPU's compute resource): its gradient, brought to host
+  // memory as for any other, is copied to a buffer of gpu_pool for the update (the bf16
+  // gradients of host_grad_buffer as they are, which the update widens; fp32 where they are kept
+  // in fp32 or read from NVMe), which
   // refreshes its bf16 parameters kept on the GPU in place (ParamUpdatePath::kToGpu, resident
   // units) and, with kWrite, leaves the others in a buffer of gpu_pool, whence a d2h takes them to
   // a buffer of param_pool and a write to their disk. No state is read or written back.
@@ -69,7 +71,7 @@ struct SweepOptions {
   int32_t cache_pool = kNoIndex;          // where cached states live (persistent buffers)
   int32_t opt_pool = kNoIndex;            // pinned buffers of states and gradients in flight
   bool grads_on_nvme = true;              // read.grad from the sub-group's read resource
-  int32_t host_grad_buffer = kNoIndex;    // else: convert.grad bf16 -> fp32 from this buffer
+  int32_t host_grad_buffer = kNoIndex;    // else: convert.grad bf16 -> fp32 from this buffer (on_gpu: h2d.grad of it)
   // Per sub-group (empty = none): its fp32 gradients are in host memory already, in
   // host_grad32_buffer (PassOptions::grad_in_host): no read.grad, adam uses that buffer.
   std::vector<bool> grads_in_host32;

@@ -92,24 +92,28 @@ class LayerPasses {
   }
 
   // One AdamW step of the device over n elements of its memory (made on the first call, with
-  // values of a model's scale), a record of `task` as Pass's; nothing recorded when rep < 0.
+  // values of a model's scale), a record of `task` as Pass's; nothing recorded when rep < 0. The
+  // gradient is bf16, as the plans' updates on the GPU take it (docs/schedule-format.md).
   Status Update(const std::string& task, int64_t n, int32_t rep, double t0, std::vector<TraceRecord>* out) {
     if (update_.empty()) {
-      for (int k = 0; k < 5; ++k) {  // param, m, v, grad (fp32), bf16 copy
-        TF_ASSIGN_OR_RETURN(void* block, device_->Allocate(k < 4 ? n * 4 : n * 2));
+      for (int k = 0; k < 5; ++k) {  // param, m, v (fp32), grad, bf16 copy (bf16)
+        TF_ASSIGN_OR_RETURN(void* block, device_->Allocate(k < 3 ? n * 4 : n * 2));
         update_.push_back(block);
       }
-      const float init[4] = {0.02f, 1e-4f, 1e-6f, 3e-3f};
+      const float init[3] = {0.02f, 1e-4f, 1e-6f};
       std::vector<float> values(static_cast<size_t>(n));
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < 3; ++k) {
         std::fill(values.begin(), values.end(), init[k]);
         TF_RETURN_IF_ERROR(device_->H2D(update_[static_cast<size_t>(k)], values.data(), n * 4, nullptr));
       }
+      const std::vector<uint16_t> grad(static_cast<size_t>(n), Fp32ToBf16(3e-3f));
+      TF_RETURN_IF_ERROR(device_->H2D(update_[3], grad.data(), n * 2, nullptr));
     }
     float* const* f = reinterpret_cast<float* const*>(update_.data());
     DeviceSpan span;
     const double start = MonotonicSeconds();
-    TF_RETURN_IF_ERROR(device_->AdamW(f[0], f[1], f[2], f[3], static_cast<uint16_t*>(update_[4]), n, rep + 2, 1.0f, AdamWConfig{}, threads_, &span));
+    TF_RETURN_IF_ERROR(device_->AdamW(f[0], f[1], f[2], GradIn{nullptr, static_cast<const uint16_t*>(update_[3])}, static_cast<uint16_t*>(update_[4]), n,
+                                      rep + 2, 1.0f, AdamWConfig{}, threads_, &span));
     const double end = MonotonicSeconds();
     if (rep < 0) return Status::Ok();
     TraceRecord r = probe_internal::Record(task, Op::kOptimizer, "gpu0.compute", rep, 4 * n, start - t0, end - t0, record_threads_);

@@ -806,7 +806,7 @@ TEST(Executor, WhatTheExecutorCannotRunIsRefusedWhenLoaded) {
                                              "\"tensors\":[\"master.r0[0+3295488]@nvme0\",\"param16",
                                              {{"\"id\":\"h2d.", "\"bytes\":352256,", "\"bytes\":" + std::to_string(352256 + 3295488 * 4) + ","}});
   st = CheckRunnable(master_to_gpu, config);
-  EXPECT_NE(st.message().find("(h2d): copies 'master.r0[0+3295488]@nvme0' (master) to the GPU; only param16, and grad for an update there, go there"),
+  EXPECT_NE(st.message().find("(h2d): copies 'master.r0[0+3295488]@nvme0' (master) to the GPU; only param16, and gradients (grad16, grad) for an update there, go there"),
             std::string::npos)
       << st.ToString();
   // Host work on a GPU's resource; an update on the GPU naming host state (a bf16 gradient).

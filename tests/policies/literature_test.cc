@@ -304,6 +304,23 @@ TEST(Tierflow, TheOptimizerSplitsAcrossGpuHostAndNvme) {
       for (const std::string& g : gpu_groups) EXPECT_EQ(t.id.find("states" + g), std::string::npos) << t.id << " moves states kept on the GPU";
     }
     EXPECT_EQ(homeward, params == "nvme" ? 6 : 0) << params;
+    // The gradients go up as the backward left them in host memory (grad16): no conversion on the
+    // host for a GPU-updated sub-group, and no copy up waits for an update (the sweep pipelines
+    // them as it pipelines the host's conversions).
+    int copies = 0;
+    for (const TaskSpec& t : s.tasks()) {
+      if (t.op == Op::kConvert && t.kernel == Kernel::kBf16ToFp32) {
+        for (const std::string& g : gpu_groups) EXPECT_EQ(t.id.find(g), std::string::npos) << t.id << " widens a GPU-updated sub-group's gradient on the host";
+      }
+      if (t.op != Op::kH2D || t.id.rfind("h2d.grad.", 0) != 0) continue;
+      ++copies;
+      ASSERT_EQ(t.tensors.size(), 1u) << t.id;
+      EXPECT_EQ(s.tensors()[t.tensors[0]].kind, StateKind::kGrad16) << t.id;
+      EXPECT_EQ(t.bytes, s.tensors()[t.tensors[0]].size_bytes) << t.id << ": 2 bytes an element";
+      EXPECT_TRUE(t.frees.empty()) << t.id << " frees the persistent bf16 gradients";
+      for (int32_t d : t.deps) EXPECT_NE(s.tasks()[d].op, Op::kOptimizer) << t.id << " waits for " << s.tasks()[d].id;
+    }
+    EXPECT_EQ(copies, 6) << params;
     auto r = testing::RunTimed(s, 3, UnitDurations(s));
     EXPECT_TRUE(r.status.ok()) << r.status.ToString() << " (offload_param " << params << ")";
   }

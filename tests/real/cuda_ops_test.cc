@@ -491,5 +491,40 @@ TEST_F(CudaOps, AdamWIsTheCpuAdamWBitForBit) {
   EXPECT_EQ(cuda::AdamW(*ctx_, d_param, d_m, d_v, d_grad, nullptr, n, 0, grad_scale, config).code(), StatusCode::kInvalidArgument);
 }
 
+// The update of a sub-group whose bf16 gradients went up as they are (docs/schedule-format.md,
+// "Where a sub-group is updated"): the GPU's AdamW over bf16 gradients is the CPU's AdamW over
+// the widened gradients, bit for bit, on 10^7 elements with a loss scale and a clip factor.
+TEST_F(CudaOps, AdamWOfBf16GradientsIsTheCpuAdamWOfTheWidened) {
+  const int64_t n = 10'000'000;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> param(n), m(n), v(n), widened(n);
+  std::vector<uint16_t> grad16(n);
+  for (int64_t i = 0; i < n; ++i) {
+    param[i] = normal(rng_) * 0.02f;
+    m[i] = normal(rng_) * 1e-3f;
+    v[i] = std::abs(normal(rng_)) * 1e-6f;
+    grad16[i] = Fp32ToBf16(normal(rng_) * 65536.0f * 1e-3f);
+  }
+  for (int64_t i = 0; i < n; i += 4099) grad16[i] = 0;      // a zero gradient
+  for (int64_t i = 1; i < n; i += 8191) grad16[i] = 0x0001;  // a subnormal one
+  for (int64_t i = 0; i < n; ++i) widened[i] = Bf16ToFp32(grad16[i]);
+  AdamWConfig config;
+  config.lr = 3e-4f;
+  config.weight_decay = 0.1f;
+  const float grad_scale = 1.0f / 65536.0f * 0.37f;
+  float *d_param = Up(param), *d_m = Up(m), *d_v = Up(v);
+  uint16_t* d_grad = Up(grad16);
+  uint16_t* d_bf16 = Zeros<uint16_t>(n);
+  std::vector<uint16_t> bf16(n);
+  for (int64_t step : {1, 2, 1000}) {
+    cpu::AdamW(param.data(), m.data(), v.data(), widened.data(), bf16.data(), n, step, grad_scale, config, threads_);
+    ASSERT_OK(cuda::AdamW(*ctx_, d_param, d_m, d_v, d_grad, d_bf16, n, step, grad_scale, config));
+    EXPECT_EQ(std::memcmp(Down(d_param, n).data(), param.data(), n * 4), 0) << "step " << step << " on " << ctx_->device_name();
+    EXPECT_EQ(std::memcmp(Down(d_m, n).data(), m.data(), n * 4), 0) << "step " << step;
+    EXPECT_EQ(std::memcmp(Down(d_v, n).data(), v.data(), n * 4), 0) << "step " << step;
+    EXPECT_EQ(Down(d_bf16, n), bf16) << "step " << step;
+  }
+}
+
 }  // namespace
 }  // namespace tierflow::real

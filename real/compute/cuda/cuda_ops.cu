@@ -346,10 +346,12 @@ __global__ void ToFp32Kernel(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) dst[i] = math::Bf16BitsToFp32(src[i]);
 }
 
-__global__ void AdamWKernel(float* param, float* m, float* v, const float* grad, uint16_t* bf16, int64_t n, float grad_scale,
+// G: float, or uint16_t (bf16 bits, widened exactly by Load).
+template <typename G>
+__global__ void AdamWKernel(float* param, float* m, float* v, const G* grad, uint16_t* bf16, int64_t n, float grad_scale,
                             AdamWStep s) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
-    const math::AdamWElementOut e = math::AdamWElement(param[i], m[i], v[i], grad[i], grad_scale, s.beta1, s.beta2, s.one_minus_beta1,
+    const math::AdamWElementOut e = math::AdamWElement(param[i], m[i], v[i], Load(grad, i), grad_scale, s.beta1, s.beta2, s.one_minus_beta1,
                                                        s.one_minus_beta2, s.eps, s.decay_factor, s.step_size, s.inv_sqrt_bc2);
     param[i] = e.p;
     m[i] = e.m;
@@ -662,11 +664,22 @@ Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n
   return LaunchElementwise(ctx, "bf16 to fp32", "ToFp32Kernel", ToFp32Kernel, n, dst, src, n);
 }
 
+template <typename G>
+Status AdamWOf(const Context& ctx, float* param, float* m, float* v, const G* grad, uint16_t* bf16_param, int64_t n, int64_t step,
+               float grad_scale, const AdamWConfig& config) {
+  if (step < 1) return InvalidArgument("AdamW: step " + std::to_string(step) + " must be >= 1");
+  return LaunchElementwise(ctx, "AdamW", "AdamWKernel", AdamWKernel<G>, n, param, m, v, grad, bf16_param, n, grad_scale,
+                           AdamWStepScalars(step, config));
+}
+
 Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
              float grad_scale, const AdamWConfig& config) {
-  if (step < 1) return InvalidArgument("AdamW: step " + std::to_string(step) + " must be >= 1");
-  return LaunchElementwise(ctx, "AdamW", "AdamWKernel", AdamWKernel, n, param, m, v, grad, bf16_param, n, grad_scale,
-                           AdamWStepScalars(step, config));
+  return AdamWOf(ctx, param, m, v, grad, bf16_param, n, step, grad_scale, config);
+}
+
+Status AdamW(const Context& ctx, float* param, float* m, float* v, const uint16_t* grad, uint16_t* bf16_param, int64_t n, int64_t step,
+             float grad_scale, const AdamWConfig& config) {
+  return AdamWOf(ctx, param, m, v, grad, bf16_param, n, step, grad_scale, config);
 }
 
 Status RoundToBf16(const Context& ctx, float* x, int64_t n) { return RoundToBf16(x, n, ctx.stream()); }

@@ -81,9 +81,22 @@ class CpuDevice final : public ComputeDevice {
     t_.Backward(layer, params, grads, it, threads);
     return Status::Ok();
   }
-  Status AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step, float grad_scale,
+  Status AdamW(float* param, float* m, float* v, GradIn grad, uint16_t* bf16_param, int64_t n, int64_t step, float grad_scale,
                const AdamWConfig& config, CpuThreads& threads, DeviceSpan*) override {
-    cpu::AdamW(param, m, v, grad, bf16_param, n, step, grad_scale, config, threads);
+    if (grad.fp32 != nullptr) {
+      cpu::AdamW(param, m, v, grad.fp32, bf16_param, n, step, grad_scale, config, threads);
+      return Status::Ok();
+    }
+    // bf16: widened (exactly) a block at a time, then the same AdamW, element by element the
+    // same operations: the bits of cpu::AdamW over the widened gradient.
+    constexpr int64_t kBlock = int64_t{1} << 20;
+    std::vector<float> widened(static_cast<size_t>(std::min(n, kBlock)));
+    for (int64_t at = 0; at < n; at += kBlock) {
+      const int64_t k = std::min(kBlock, n - at);
+      cpu::Bf16ToFp32(widened.data(), grad.bf16 + at, k, threads);
+      cpu::AdamW(param + at, m + at, v + at, widened.data(), bf16_param == nullptr ? nullptr : bf16_param + at, k, step, grad_scale, config,
+                 threads);
+    }
     return Status::Ok();
   }
   Status Fp32ToBf16(uint16_t* dst, const float* src, int64_t n, CpuThreads& threads) override {

@@ -175,13 +175,18 @@ class CudaDevice final : public ComputeDevice {
   StatusOr<cpu::GradCheck> D2HGrad(void* dst, const float* src, int64_t n, bool to_bf16, float grad_scale,
                                    CpuThreads&, DeviceSpan* span) override {
     // The check and the cast use the compute stream and the context's scratch: one at a time with
-    // the layer steps.
-    std::lock_guard<std::mutex> lock(mu_);
+    // the layer steps (mu_). The copy is the copy engine's: the next layer step may run beside it,
+    // as the schedule's resources say, so mu_ is let go once the cast is done; staging_mu_ keeps
+    // the bf16 staging until the copy has read it.
+    std::unique_lock<std::mutex> staging_lock(staging_mu_, std::defer_lock);  // the fp32 copy needs no staging
+    if (to_bf16) staging_lock.lock();
+    std::unique_lock<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
-    TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, cuda::OverflowCheckAndNorm(*ctx_, src, n, grad_scale));
+    TF_ASSIGN_OR_RETURN(const cpu::GradCheck check, cuda::OverflowCheckAndNorm(*ctx_, src, n, grad_scale));  // waits for the stream
     if (!to_bf16) {
+      lock.unlock();
       TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, src, n * 4, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
       TF_RETURN_IF_ERROR(timer.End(ctx_->d2h_stream()));
       TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream()));
@@ -195,6 +200,7 @@ class CudaDevice final : public ComputeDevice {
     auto* staged = static_cast<uint16_t*>(staging_.data());
     TF_RETURN_IF_ERROR(cuda::Fp32ToBf16(*ctx_, staged, src, n));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
+    lock.unlock();
     TF_RETURN_IF_ERROR(cuda::CopyAsync(dst, staged, n * 2, cuda::CopyKind::kDeviceToHost, ctx_->d2h_stream()));
     TF_RETURN_IF_ERROR(timer.End(ctx_->d2h_stream()));
     TF_RETURN_IF_ERROR(Sync(ctx_->d2h_stream()));
@@ -206,7 +212,8 @@ class CudaDevice final : public ComputeDevice {
   // reference's arithmetic (cpu::AccumulateBf16), so that accumulation rounds as on the CPU device.
   StatusOr<cpu::GradCheck> D2HGradAccumulate(uint16_t* dst, const float* src, int64_t n, float grad_scale,
                                              CpuThreads& threads, DeviceSpan* span) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Only the copy engine and host_staging_: beside the layer steps.
+    std::lock_guard<std::mutex> lock(staging_mu_);
     TF_RETURN_IF_ERROR(Current());
     if (static_cast<int64_t>(host_staging_.size()) < n) host_staging_.resize(static_cast<size_t>(n));
     SpanTimer timer(span);
@@ -239,13 +246,14 @@ class CudaDevice final : public ComputeDevice {
 
   // On the compute stream, one at a time with the layer steps (a GPU update shares the card's
   // compute with the passes, as the schedule's resource says).
-  Status AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step, float grad_scale,
+  Status AdamW(float* param, float* m, float* v, GradIn grad, uint16_t* bf16_param, int64_t n, int64_t step, float grad_scale,
                const AdamWConfig& config, CpuThreads&, DeviceSpan* span) override {
     std::lock_guard<std::mutex> lock(mu_);
     TF_RETURN_IF_ERROR(Current());
     SpanTimer timer(span);
     TF_RETURN_IF_ERROR(timer.Begin(ctx_->stream()));
-    TF_RETURN_IF_ERROR(cuda::AdamW(*ctx_, param, m, v, grad, bf16_param, n, step, grad_scale, config));
+    TF_RETURN_IF_ERROR(grad.fp32 != nullptr ? cuda::AdamW(*ctx_, param, m, v, grad.fp32, bf16_param, n, step, grad_scale, config)
+                                            : cuda::AdamW(*ctx_, param, m, v, grad.bf16, bf16_param, n, step, grad_scale, config));
     TF_RETURN_IF_ERROR(timer.End(ctx_->stream()));
     TF_RETURN_IF_ERROR(ctx_->Synchronize());
     return timer.Read();
@@ -313,6 +321,7 @@ class CudaDevice final : public ComputeDevice {
   cuda::DeviceBuffer layer_, staging_;  // a layer's bf16 parameters when its ranges cut a tensor; d2h's bf16 cast
   std::vector<float> host_staging_;     // an accumulating d2h's fp32 gradients, in host memory
   std::mutex mu_;                       // the compute stream, cuBLAS handle, scratch and layer_
+  std::mutex staging_mu_;               // staging_ and host_staging_ (taken before mu_, never after)
   mutable std::mutex blocks_mu_;
   std::unique_ptr<BlockCache> blocks_;    // Allocate's blocks
   std::mutex registered_mu_;

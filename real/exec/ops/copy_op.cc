@@ -1,5 +1,5 @@
 // h2d and d2h tasks (op_handler.h): bf16 parameters from a host buffer into the GPU buffer the h2d
-// allocates (or the GPU-resident home), and fp32 gradients up for an update on the GPU; a layer's
+// allocates (or the GPU-resident home), and gradients (bf16, or fp32) up for an update on the GPU; a layer's
 // gradients off gpu0 into a host buffer, fp32 or bf16, with the per-tensor overflow check and
 // squared norm on the way, and the rounded parameters of an update on the GPU on their way home. With micro-steps
 // (gradient accumulation) the first micro-step's d2h writes the bf16 gradients and every later
@@ -25,12 +25,12 @@ struct Copy {
 
 }  // namespace
 
-// param16 goes to the GPU, and fp32 gradients for an update there (into a GPU buffer).
+// param16 goes to the GPU, and gradients for an update there (grad16 or grad, into a GPU buffer).
 Status CheckH2D(const Schedule& s, const TaskSpec& t, const std::string& who) {
   for (int32_t i : t.tensors) {
     const TensorSpec& ts = s.tensors()[static_cast<size_t>(i)];
-    if (ts.kind != StateKind::kParam16 && ts.kind != StateKind::kGrad) {
-      return InvalidArgument(who + ": copies " + Names(ts) + " to the GPU; only param16, and grad for an update there, go there");
+    if (ts.kind != StateKind::kParam16 && ts.kind != StateKind::kGrad && ts.kind != StateKind::kGrad16) {
+      return InvalidArgument(who + ": copies " + Names(ts) + " to the GPU; only param16, and gradients (grad16, grad) for an update there, go there");
     }
   }
   return Status::Ok();
@@ -61,8 +61,8 @@ Status CheckD2H(const Schedule& s, const TaskSpec& t, const std::string& who) {
 
 Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t iteration, Job& job) {
   // From the host buffer it uses into the GPU buffer it allocates (or uses), packed in list
-  // order; without one, into the parameters' GPU-resident home (param16 only: an fp32 gradient
-  // goes into a GPU buffer, for the update on the GPU that uses it).
+  // order; without one, into the parameters' GPU-resident home (param16 only: a gradient, bf16
+  // or fp32, goes into a GPU buffer, for the update on the GPU that uses it).
   const int32_t buffer = run.FirstBufferOnDevice(t, DeviceKind::kHost, false);
   const int32_t gpu = run.GpuBufferOf(t);
   std::vector<Copy> copies;
@@ -75,7 +75,7 @@ Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t it
   for (int32_t ti : t.tensors) {
     const TensorSpec& ts = run.T(ti);
     const int kind = KindOf(ts.kind);
-    TF_CHECK(kind == kParam16 || kind == kGrad);  // CheckH2D
+    TF_CHECK(kind == kParam16 || kind == kGrad || kind == kGrad16);  // CheckH2D
     const int64_t n = run.Elements(ts);
     const Span p = buffer == kNoIndex ? Span{} : run.FindSpan(buffer, kind, ts.element_offset, n);
     if (p.data == nullptr) return FailedPrecondition(run.Who(t, iteration) + " copies " + run.Range(ts) + " to the GPU, but no host buffer it uses holds it");
@@ -91,7 +91,7 @@ Status PrepareH2D(RunState& run, const TaskSpec& t, int32_t /*task*/, int64_t it
       packed += ts.size_bytes;
       continue;
     }
-    if (kind == kGrad) {
+    if (kind != kParam16) {
       return InvalidArgument(run.Who(t, iteration) + " copies " + run.Range(ts) + " to the GPU but names no GPU buffer for it (a gradient has no GPU home)");
     }
     // The resident home holds the model's elements: this rank's part of each unit (all of it

@@ -1,5 +1,6 @@
 // optimizer tasks (op_handler.h): AdamW over one sub-group, its master weights and moments in the
-// buffer it uses at this iteration's version, its fp32 gradient in another; leaves version + 1.
+// buffer it uses at this iteration's version, its gradient in another (fp32; on a GPU also the
+// bf16 gradients as its copy up brought them, widened by the update); leaves version + 1.
 // On a CPU resource the states and the gradient are in host memory and the update runs on the
 // resource's threads; on a GPU's (a sub-group whose states live on the GPU) they are in gpu0
 // memory, the compute device updates them, and the task's param16 tensors — the sub-group's
@@ -59,13 +60,15 @@ struct Update {
   float* state[3] = {nullptr, nullptr, nullptr};  // master, adam_m, adam_v
   int32_t where[3] = {kNoIndex, kNoIndex, kNoIndex};  // the buffers holding them
   int64_t begin = -1, n = 0;
-  const float* grad = nullptr;
+  const float* grad = nullptr;        // the fp32 gradient, else
+  const uint16_t* grad16 = nullptr;   // the bf16 gradient, widened by the update (on a GPU only)
   bool take = true;  // the step is taken (no overflow)
   int64_t step = 0;
   float grad_scale = 1.0f;
 };
 
-// The states at this iteration's version in the buffers `t` uses, and the final fp32 gradient.
+// The states at this iteration's version in the buffers `t` uses, and the final gradient (fp32;
+// on a GPU also bf16).
 StatusOr<Update> Resolve(RunState& run, const TaskSpec& t, int64_t iteration) {
   const StepSlot& step_slot = run.Step(iteration);
   if (run.global_check() && step_slot.decided < 0) {
@@ -87,16 +90,24 @@ StatusOr<Update> Resolve(RunState& run, const TaskSpec& t, int64_t iteration) {
     u.state[kind - kMaster] = reinterpret_cast<float*>(p.data);
   }
   TF_CHECK(u.begin >= 0);  // CheckOptimizer: adam names its three states
-  const Span g = run.FindIn(t.uses, kGrad, u.begin, u.n);
+  // The fp32 gradient; on a GPU, the bf16 gradient its copy up brought (the update widens it).
+  int grad_kind = kGrad;
+  Span g = run.FindIn(t.uses, kGrad, u.begin, u.n);
+  const bool gpu = run.GpuResource(t.resource);
+  if (g.data == nullptr && gpu) g = run.FindIn(t.uses, grad_kind = kGrad16, u.begin, u.n);
   if (g.data == nullptr) {
-    return FailedPrecondition(run.Who(t, iteration) + ": no buffer it uses holds the fp32 gradient [" + std::to_string(u.begin) + ", " +
-                              std::to_string(u.begin + u.n) + ")");
+    return FailedPrecondition(run.Who(t, iteration) + ": no buffer it uses holds the " + (gpu ? "gradient (grad16 or grad)" : "fp32 gradient") + " [" +
+                              std::to_string(u.begin) + ", " + std::to_string(u.begin + u.n) + ")");
   }
   if (g.version != run.FinalGrad(iteration)) {
     return FailedPrecondition(run.Who(t, iteration) + " uses the gradient of " + run.GradVersionText(g.version) + ", expected " +
                               run.GradVersionText(run.FinalGrad(iteration)) + "'s");
   }
-  u.grad = reinterpret_cast<const float*>(g.data);
+  if (grad_kind == kGrad) {
+    u.grad = reinterpret_cast<const float*>(g.data);
+  } else {
+    u.grad16 = reinterpret_cast<const uint16_t*>(g.data);
+  }
   // Without a global check every step is taken (CheckRunnable: no loss scaling, no clipping).
   u.take = run.global_check() ? step_slot.decided == 1 : true;
   u.step = run.global_check() ? step_slot.adam_step : run.updates_at_start() + iteration + 1;
@@ -174,7 +185,8 @@ Status PrepareGpuUpdate(RunState& run, const TaskSpec& t, int64_t iteration, con
           }
         }
         DeviceSpan one;
-        TF_RETURN_IF_ERROR(run.device()->AdamW(u.state[0] + x, u.state[1] + x, u.state[2] + x, u.grad + x, out, stop - x, u.step, u.grad_scale, cfg,
+        const GradIn grad = u.grad != nullptr ? GradIn{u.grad + x, nullptr} : GradIn{nullptr, u.grad16 + x};
+        TF_RETURN_IF_ERROR(run.device()->AdamW(u.state[0] + x, u.state[1] + x, u.state[2] + x, grad, out, stop - x, u.step, u.grad_scale, cfg,
                                                *threads, &one));
         span->Merge(one);
         x = stop;

@@ -41,6 +41,12 @@ struct DeviceSpan {
   }
 };
 
+// The gradient an update on the GPU reads, in gpu0 memory: fp32, or bf16 (exactly one is set).
+struct GradIn {
+  const float* fp32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
+
 class ComputeDevice {
  public:
   virtual ~ComputeDevice() = default;
@@ -96,9 +102,10 @@ class ComputeDevice {
   virtual Status Backward(int64_t layer, const std::vector<ParamRange>& params, float* grads, IterationState* it,
                           CpuThreads& threads, DeviceSpan* span) = 0;
   // One AdamW step (cpu::AdamW's bits) on n elements of gpu0 memory: param, m and v updated in
-  // place from grad; bf16_param (gpu0 memory, or null) receives the rounded parameters. The
-  // update of a sub-group whose optimizer states live on the GPU (docs/schedule-format.md).
-  virtual Status AdamW(float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
+  // place from grad (fp32, or bf16 widened exactly as it is read: cpu::AdamW of the widened
+  // values); bf16_param (gpu0 memory, or null) receives the rounded parameters. The update of a
+  // sub-group whose optimizer states live on the GPU (docs/schedule-format.md).
+  virtual Status AdamW(float* param, float* m, float* v, GradIn grad, uint16_t* bf16_param, int64_t n, int64_t step,
                        float grad_scale, const AdamWConfig& config, CpuThreads& threads, DeviceSpan* span) = 0;
   // dst[i] = bf16(src[i]) (Fp32ToBf16's rounding) on n elements of gpu0 memory: the rounded
   // parameters of an update on the GPU that an overflow skipped (the master unchanged).

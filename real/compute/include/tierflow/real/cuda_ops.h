@@ -149,6 +149,10 @@ Status Bf16ToFp32(const Context& ctx, float* dst, const uint16_t* src, int64_t n
 // bf16_param (optional) receives the rounded parameters.
 Status AdamW(const Context& ctx, float* param, float* m, float* v, const float* grad, uint16_t* bf16_param, int64_t n, int64_t step,
              float grad_scale, const AdamWConfig& config);
+// The same with bf16 gradients, widened exactly as they are read: the bits of the fp32 form over
+// the widened values (an update on the GPU of the gradients its copy up brought as bf16).
+Status AdamW(const Context& ctx, float* param, float* m, float* v, const uint16_t* grad, uint16_t* bf16_param, int64_t n, int64_t step,
+             float grad_scale, const AdamWConfig& config);
 // In place: x[i] rounded to bf16 precision, kept fp32 (cpu::RoundToBf16). On the context's
 // stream, or on `stream` (a cudaStream_t of the calling thread's current device).
 Status RoundToBf16(const Context& ctx, float* x, int64_t n);
