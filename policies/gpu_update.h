@@ -1,10 +1,10 @@
 // The update of a sub-group whose optimizer states live on the GPU (blocks.h;
 // docs/schedule-format.md "Where a sub-group is updated"): its gradient copied up from host
 // memory (the bf16 gradients as the backward left them, which the update widens, or fp32 where
-// the gradients are kept in fp32), Adam on the GPU's compute resource over the states kept there, its rounded bf16
-// parameters refreshed in place where they live on the GPU and sent to their disk where they do
-// not (a d2h into an exact-size pinned buffer, then the write); and whether a GPU pool holds such
-// states.
+// the gradients are kept in fp32), Adam on the GPU's compute resource over the states kept
+// there, its rounded bf16 parameters refreshed in place where they live on the GPU and sent to
+// their disk where they do not (a d2h into an exact-size pinned buffer, then the write); and
+// whether a GPU pool holds such states.
 #pragma once
 
 #include "schedule_builder.h"
@@ -40,8 +40,9 @@ struct GpuUpdateTasks {
 GpuUpdateTasks GpuUpdate(ScheduleBuilder& b, const GpuUpdateSpec& u);
 
 // The sub-groups `on_gpu` (SweepOptions::on_gpu) fit each rank's GPU pool: their states (12 bytes
-// per element, persistent) and the largest one's gradient (as fp32: the most it takes) (and, `params_off_gpu`, its
-// rounded bf16 parameters) beside the pool's other persistent buffers (the parameters kept there).
+// per element, persistent) and the largest one's gradient, counted as fp32, the most it takes
+// (and, `params_off_gpu`, its rounded bf16 parameters) beside the pool's other persistent buffers
+// (the parameters kept there).
 // Else InvalidArgument naming `knob`, the pool and the bytes short. Call after the pool's other
 // persistent buffers are made.
 Status CheckStatesFitGpu(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<bool>& on_gpu, bool params_off_gpu,
