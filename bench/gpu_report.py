@@ -204,7 +204,8 @@ def main():
     # against the simulator's prediction of it where OUT/<name>-prediction.json holds one.
     tuned = records(os.path.join(a.out, "tuned-1b.records.jsonl"))
     gpuopt = records(os.path.join(a.out, "gpuopt-1b.records.jsonl"))
-    for name, rs in (("tuned", tuned), ("gpuopt", gpuopt)):
+    predicted_runs = (("tuned", tuned), ("gpuopt", gpuopt))
+    for name, rs in predicted_runs:
         prediction = os.path.join(a.out, f"{name}-prediction.json")
         if rs and os.path.exists(prediction):
             measured, predicted = iteration_times(rs), json.load(open(prediction))["iteration_s"]
@@ -233,7 +234,7 @@ def main():
         if peak and m:
             t = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1)
             report["mfu_in_memory"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t, "peak": peak}
-        for name, rs in (("tuned", tuned), ("gpuopt", gpuopt)):
+        for name, rs in predicted_runs:
             if peak and rs:
                 t = iteration_times(rs)
                 report[f"mfu_{name}"] = {"mfu": 3 * fwd / (t * peak), "iteration_s": t}

@@ -138,6 +138,9 @@ nlohmann::ordered_json RunReport(const RunArgs& a, const PlannedInput& in, const
   facts.wall_s = result.wall_s;
   facts.tasks_key = "tasks_executed";
   facts.setting = SettingOf(in.scenario);
+  // A real GPU under a scenario of an emulated one (cpu-host's): the hardware's peak is not the
+  // card's, so the report gives no MFU (tests/gpu/run.sh's 1B runs; bench/gpu_report.py has it).
+  if (a.compute == "cuda" && in.scenario.hardware.node.gpu.shares_host_cores) facts.setting.peak_flops_per_gpu = 0;
   if (a.iterations > kReportIterations) facts.summarised_iterations = kReportIterations;
   if (a.in_memory) {
     report["iteration_s"] = traces::SteadyIterationTime(result.iteration_end_s, 0.0);  // ends from the run's start

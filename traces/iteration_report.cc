@@ -238,12 +238,13 @@ std::string ReportToText(const Schedule& schedule, const nlohmann::ordered_json&
   }
   if (r.contains("throughput")) {
     const auto& tp = r["throughput"];
-    // MFU is against the hardware's GPU peak; a run on another device (a real GPU under a
-    // scenario of cpu-host's emulated one) can outrun it, and then the figure means nothing.
-    const double mfu = tp["mfu"].get<double>();
-    const std::string mfu_text = mfu <= 1.0 ? fmt::format("MFU {:.1f} %", 100 * mfu)
-                                            : fmt::format("MFU - (above the hardware's GPU peak of {} TFLOP/s: not this machine's profile)",
-                                                          FormatCount(tp.value("peak_flops_per_gpu", 0.0) / 1e12));
+    // MFU is against the hardware's GPU peak: none where the caller knows no peak of the device
+    // that ran (RunSetting), and none above it (a profile that is not this machine's).
+    const double mfu = tp["mfu"].get<double>(), peak = tp.value("peak_flops_per_gpu", 0.0);
+    const std::string mfu_text =
+        peak <= 0  ? std::string("MFU - (no GPU peak of the device that ran)")
+        : mfu <= 1 ? fmt::format("MFU {:.1f} %", 100 * mfu)
+                   : fmt::format("MFU - (above the hardware's GPU peak of {} TFLOP/s: not this machine's profile)", FormatCount(peak / 1e12));
     add("throughput       %s tokens/s, %.3g samples/s; %.1f model TFLOP/s per GPU, %s\n",
         FormatCount(tp["tokens_per_s"].get<double>()).c_str(), tp["samples_per_s"].get<double>(),
         tp["model_tflops_per_gpu"].get<double>(), mfu_text.c_str());

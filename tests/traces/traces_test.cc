@@ -860,8 +860,8 @@ TEST(ReportTest, JsonAndTextCarryTheFigures) {
   EXPECT_TRUE(jz["ops"][0]["rel_error"].is_null());
 }
 
-// MFU is against the hardware's GPU peak; a run faster than that peak (a real GPU under a
-// scenario of an emulated one) gets no percentage, but the peak it outran.
+// MFU is against the hardware's GPU peak; a run faster than that peak (a profile that is not this
+// machine's) gets no percentage, but the peak it outran; a run with no peak, none.
 TEST(ReportTest, MfuIsAPercentageOnlyBelowThePeak) {
   PoolCase pc = MakePoolCase();
   RunFacts facts;
@@ -884,6 +884,10 @@ TEST(ReportTest, MfuIsAPercentageOnlyBelowThePeak) {
   const std::string text = ReportToText(pc.schedule, r);
   EXPECT_EQ(text.find("MFU 300"), std::string::npos) << text;
   EXPECT_NE(text.find("MFU - (above the hardware's GPU peak of 1"), std::string::npos) << text;
+  facts.setting.peak_flops_per_gpu = 0;  // the caller knows no peak of the device that ran
+  r = BuildReport(pc.schedule, pc.records, facts);
+  EXPECT_EQ(r["throughput"]["mfu"].get<double>(), 0.0);
+  EXPECT_NE(ReportToText(pc.schedule, r).find("MFU - (no GPU peak of the device that ran)"), std::string::npos);
 }
 
 TEST(GroupComputeByLayerTest, OneRecordPerLayerAndPhaseWithSummedTime) {

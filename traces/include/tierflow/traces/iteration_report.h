@@ -27,7 +27,7 @@ struct RunSetting {
   // Model FLOPs of one iteration over every rank: forward and backward, without the
   // recomputation of activation checkpointing (what MFU counts).
   double flops_per_iteration = 0;
-  double peak_flops_per_gpu = 0;  // gpu.peak_flops
+  double peak_flops_per_gpu = 0;  // gpu.peak_flops; 0 where it is not the device that ran (no MFU)
   int64_t global_batch() const { return micro_batch * accumulation * ranks; }
 };
 
