@@ -196,6 +196,30 @@ void BM_PlanQuickstart(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanQuickstart)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
 
+// The validation the plan ends with (Schedule::Validate of the quickstart's schedule), alone: its
+// share of BM_PlanQuickstart.
+void BM_ValidateQuickstart(benchmark::State& state) {
+  static const auto scenario = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/quickstart.yaml", {});
+  if (!scenario.ok()) {
+    state.SkipWithError(scenario.status().ToString().c_str());
+    return;
+  }
+  const auto schedule = policies::Plan(*scenario);
+  if (!schedule.ok()) {
+    state.SkipWithError(schedule.status().ToString().c_str());
+    return;
+  }
+  for (auto _ : state) {
+    const Status st = schedule->Validate();
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+  }
+  state.counters["tasks"] = static_cast<double>(schedule->tasks().size());
+}
+BENCHMARK(BM_ValidateQuickstart)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
+
 // 10^6 tasks of one op kind (issue 59: each in <= 2 s), independent (flat) or each depending on
 // the one before (chain), one iteration, without trace records (as the sweep simulates). Each op
 // runs on its own resource of the bench node (4 in flight where the op allows); alloc and free

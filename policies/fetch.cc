@@ -1,6 +1,8 @@
 // Fetching parameter units (fetch.h).
 #include "fetch.h"
 
+#include <algorithm>
+
 #include "tierflow/core/text.h"
 
 namespace tierflow::policies {
@@ -16,23 +18,26 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
   last_h2d->resize(static_cast<size_t>(plan.ranks), kNoIndex);
   const int32_t ranks = plan.ranks;
   std::vector<FetchedUnit> out;
+  out.reserve(order.size());
   // Reads first: the coupled all-gathers refer to reads of later units.
   for (int32_t u : order) {
     const ParamUnit& unit = plan.units[u];
     if (unit.gpu_resident) continue;
     FetchedUnit f;
     f.unit = u;
+    f.param_tensor.reserve(static_cast<size_t>(ranks));  // each list one allocation, not one a doubling
+    f.gathered_buffer.reserve(static_cast<size_t>(ranks));
+    f.reads.reserve(static_cast<size_t>(ranks));
     for (int32_t r = 0; r < ranks; ++r) {
       f.param_tensor.push_back(b.State(StateKind::kParam16, r, unit.rank_offset, unit.rank_elements, ParamHome(b, plan, o, r, u)));
       if (o.params_on_gpu || o.InHost(u)) {
         f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU or in host memory
         continue;
       }
-      const std::string id = StrCat({unit.name, ".", o.tag, ".r", r});
-      const int64_t part_bytes = unit.rank_elements * 2;
-      const int32_t slot = b.Buffer(StrCat({"slot.", id}), o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
+      const int64_t part_bytes = unit.rank_elements * 2;  // names: "<what>.<unit>.<tag>.r<rank>", each made once
+      const int32_t slot = b.Buffer(StrCat({"slot.", unit.name, ".", o.tag, ".r", r}), o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
       TaskSpec t;
-      t.id = StrCat({"read.", id});
+      t.id = StrCat({"read.", unit.name, ".", o.tag, ".r", r});
       t.op = Op::kRead;
       t.rank = r;
       t.resource = o.read_resource_of ? o.read_resource_of(r, u) : o.read_resource[r];
@@ -63,13 +68,16 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     gather.tensors = f.param_tensor;
     gather.phase = o.phase;
     gather.layer = unit.layer;
+    const size_t coupled = std::min(out.size() - i, static_cast<size_t>(std::max(1, o.coupled_reads)));
+    gather.deps.reserve(1 + static_cast<size_t>(ranks) * coupled);  // below: the previous, an h2d a rank, coupled reads
     if (previous_gather != kNoIndex) gather.deps.push_back(previous_gather);
     std::vector<int32_t> gathered;
+    gathered.reserve(static_cast<size_t>(ranks));
+    f.admit.reserve(static_cast<size_t>(ranks));
     for (int32_t r = 0; r < ranks; ++r) {
-      const std::string id = StrCat({unit.name, ".", o.tag, ".r", r});
       const int32_t full_pool = o.gather_pool.empty() ? b.GpuPool(r) : o.gather_pool[r];
       if (o.params_on_gpu) {
-        const int32_t full = b.Buffer(StrCat({"gathered.", id}), full_pool, unit.elements * 2);
+        const int32_t full = b.Buffer(StrCat({"gathered.", unit.name, ".", o.tag, ".r", r}), full_pool, unit.elements * 2);
         gather.allocs.push_back(full);
         gathered.push_back(full);
         continue;
@@ -79,9 +87,9 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       // the h2d writes is the pool's from the start.
       const bool in_host = o.InHost(f.unit);
       const int32_t slot = in_host ? o.host_param_buffer[r] : f.gathered_buffer[r];
-      const int32_t full = b.Buffer(StrCat({"gathered.", id}), full_pool, unit.elements * 2);
+      const int32_t full = b.Buffer(StrCat({"gathered.", unit.name, ".", o.tag, ".r", r}), full_pool, unit.elements * 2);
       TaskSpec h2d;
-      h2d.id = StrCat({"h2d.", id});
+      h2d.id = StrCat({"h2d.", unit.name, ".", o.tag, ".r", r});
       h2d.op = Op::kH2D;
       h2d.rank = r;
       h2d.resource = b.GpuH2D(r);
@@ -101,7 +109,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       gathered.push_back(full);
     }
     // Coupling: wait for every read issued so far on each handle (units i+1 .. i+k-1).
-    for (size_t k = i + 1; k < out.size() && k < i + static_cast<size_t>(std::max(1, o.coupled_reads)); ++k) {
+    for (size_t k = i + 1; k < i + coupled; ++k) {
       for (int32_t read : out[k].reads) gather.deps.push_back(read);
     }
     f.gathered_buffer = std::move(gathered);

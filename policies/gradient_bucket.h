@@ -2,7 +2,6 @@
 #pragma once
 
 #include <deque>
-#include <map>
 
 #include "passes.h"
 #include "tierflow/core/text.h"
@@ -21,8 +20,9 @@ class GradientBucket {
     // gradients, or the accumulator of a flush with micro-steps (GradientPath).
     std::vector<int32_t> accumulator;
     // Per rank and unit: the d2h of the unit's gradients before (an earlier micro-step's, the
-    // tied head's part): the next adds to what it left, so it waits for it.
-    std::vector<std::map<int32_t, int32_t>> last_contribution;
+    // tied head's part), kNoIndex before the first: the next adds to what it left, so it waits
+    // for it.
+    std::vector<std::vector<int32_t>> last_contribution;
     // PassOptions::deepspeed_epilogue, per rank: the pool of the widened gradients, the most a
     // bucket put in it (its capacity once every pass is planned), the last task of the previous
     // bucket's epilogue (DeepSpeed's one thread runs the buckets one after the other), and the
@@ -138,9 +138,8 @@ class GradientBucket {
   }
 
   void AfterLastContribution(int32_t rank, int32_t unit, TaskSpec* d2h) const {
-    const auto& last = carry_.last_contribution[static_cast<size_t>(rank)];
-    const auto it = last.find(unit);
-    if (it != last.end()) d2h->deps.push_back(it->second);
+    const int32_t last = carry_.last_contribution[static_cast<size_t>(rank)][static_cast<size_t>(unit)];
+    if (last != kNoIndex) d2h->deps.push_back(last);
   }
 
   // The reduce-scatter of unit `gu_index`'s gradients `name`, after the backward so far. It names
@@ -200,7 +199,7 @@ class GradientBucket {
       d2h.phase = Phase::kBackward;
       d2h.layer = lg.layer;
       const int32_t partial = InOrder(r, b_.Task(std::move(d2h)));
-      carry_.last_contribution[static_cast<size_t>(r)][plan_.tied_unit] = partial;
+      carry_.last_contribution[static_cast<size_t>(r)][static_cast<size_t>(plan_.tied_unit)] = partial;
       lg.d2h[r].push_back(partial);
       res_.grad_copies[r].push_back(partial);
     }
@@ -210,7 +209,7 @@ class GradientBucket {
   void IssueUnit(LayerGrads& lg, int32_t lu, int32_t rs_task) {
     const ParamUnit& gu = plan_.units[lu];
     for (int32_t r = 0; r < plan_.ranks; ++r) {
-      const std::string id = StrCat({gu.name, ".", fo_.tag, ".r", r});
+      std::string id = StrCat({gu.name, ".", fo_.tag, ".r", r});
       // Into the rank's persistent bf16 buffer (kept, or accumulated over micro-steps), else
       // the fp32 partition into pinned staging for the write.
       const bool to_accumulator = !carry_.accumulator.empty();
@@ -249,20 +248,21 @@ class GradientBucket {
       d2h.layer = gu.layer;
       const int32_t d2h_task = InOrder(r, b_.Task(std::move(d2h)));
       if (lu == lg.last_unit) lg.frees.push_back(d2h_task);
-      carry_.last_contribution[static_cast<size_t>(r)][lu] = d2h_task;
+      carry_.last_contribution[static_cast<size_t>(r)][static_cast<size_t>(lu)] = d2h_task;
       lg.d2h[r].push_back(d2h_task);
       res_.grad_copies[r].push_back(d2h_task);
       res_.grad_ready[r][lu] = d2h_task;
       if (!flush_ || !last_micro_step_) continue;
       if (swap_out_later) {
-        Widened w{id, lu, kNoIndex, write_resource, grad_tensor, d2h_task};
+        Widened w{std::string(), lu, kNoIndex, write_resource, grad_tensor, d2h_task};
         if (o_.device_memory_is_host) {  // widened in the loop, into device (= host) memory
           int32_t& pool = carry_.grad32_pool[static_cast<size_t>(r)];
           if (pool == kNoIndex) pool = b_.Pool("host.grad32.r" + std::to_string(r), b_.Host(r), 0);  // sized at the end
           w.buffer = b_.Buffer(StrCat({"grad32.", id}), pool, gu.rank_elements * 4);
           w.after = InOrder(r, Widen(r, lu, id, w.buffer, /*into_kept=*/false, d2h_task));
         }
-        widened_[static_cast<size_t>(r)].push_back(w);
+        w.id = std::move(id);
+        widened_[static_cast<size_t>(r)].push_back(std::move(w));
         continue;
       }
       // The accumulated partition, widened into the staging buffer (or the kept fp32 buffer).

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "tierflow/core/text.h"
+
 namespace tierflow::policies {
 namespace {
 
@@ -38,10 +40,10 @@ std::vector<ParamRun> ParamRuns(const ModelPlan& plan, const std::vector<bool>& 
 
 // The updated bf16 values of GPU-resident parameters, copied from `buffer` to the GPU after
 // their conversion: what keeps a resident unit current for the next iteration's compute.
-int32_t ResidentRefresh(ScheduleBuilder& b, int32_t rank, const std::string& id, int32_t buffer,
+int32_t ResidentRefresh(ScheduleBuilder& b, int32_t rank, std::string id, int32_t buffer,
                         const std::vector<int32_t>& tensors, int32_t after) {
   TaskSpec h2d;
-  h2d.id = id;
+  h2d.id = std::move(id);
   h2d.op = Op::kH2D;
   h2d.rank = rank;
   h2d.resource = b.GpuH2D(rank);
@@ -317,11 +319,11 @@ class Sweep {
     const int64_t step = IoAlignedStep(o_.chunk_elements);
     for (int64_t c0 = 0, c = 0; c0 < s.n; c0 += step, ++c) {
       const int64_t chunk = std::min(step, s.n - c0);
-      const std::string C = s.G + ".c" + std::to_string(c);
+      // Names: "<what>.p16<group>.c<chunk>", each made once.
       const P16Tensors part = P16(s.first + c0, chunk, device);
       if (part.offloaded.empty() && part.resident.empty()) continue;
-      const int32_t slot = b_.Buffer("p16" + C, o_.param_pool, o_.chunk_elements * 2);
-      TaskSpec conv = CpuStepTask(b_, "convert.p16" + C, Op::kConvert, Kernel::kFp32ToBf16, o_.rank, o_.threads);
+      const int32_t slot = b_.Buffer(StrCat({"p16", s.G, ".c", c}), o_.param_pool, o_.chunk_elements * 2);
+      TaskSpec conv = CpuStepTask(b_, StrCat({"convert.p16", s.G, ".c", c}), Op::kConvert, Kernel::kFp32ToBf16, o_.rank, o_.threads);
       conv.bytes = (BytesOf(part.offloaded) + BytesOf(part.resident)) * 2;
       conv.allocs = {slot};
       conv.uses = {s.states};
@@ -333,7 +335,7 @@ class Sweep {
       s.last_convert = conv_task;
       int32_t refresh = kNoIndex;
       if (!part.resident.empty()) {
-        refresh = ResidentRefresh(b_, o_.rank, "h2d.p16res" + C, slot, part.resident, conv_task);
+        refresh = ResidentRefresh(b_, o_.rank, StrCat({"h2d.p16res", s.G, ".c", c}), slot, part.resident, conv_task);
         res_.resident_refreshes.push_back(refresh);
       }
       if (part.offloaded.empty()) {  // nothing to write: the refresh ends the chunk
@@ -342,7 +344,7 @@ class Sweep {
         continue;
       }
       TaskSpec pw;
-      pw.id = "write.p16" + C;
+      pw.id = StrCat({"write.p16", s.G, ".c", c});
       pw.op = Op::kWrite;
       pw.rank = o_.rank;
       pw.resource = o_.param_write_resource[s.g];

@@ -93,7 +93,7 @@ class Passes {
     res_.grad_copies.resize(ranks_);
     res_.grad_writes.resize(ranks_);
     res_.grad_ready.assign(ranks_, std::vector<int32_t>(plan.units.size(), kNoIndex));
-    carry_.last_contribution.resize(static_cast<size_t>(ranks_));
+    carry_.last_contribution.assign(static_cast<size_t>(ranks_), std::vector<int32_t>(plan.units.size(), kNoIndex));
     if (o.deepspeed_epilogue) {
       carry_.grad32_pool.assign(static_cast<size_t>(ranks_), kNoIndex);  // created on first use
       carry_.grad32_peak.assign(static_cast<size_t>(ranks_), 0);

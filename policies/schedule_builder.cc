@@ -8,6 +8,7 @@ namespace tierflow::policies {
 
 ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenario_(s), policy_(std::move(policy)) {
   schedule_.name = s.name;
+  schedule_.DeferNameIndexes();  // no pass looks a task, buffer or tensor up by name: Finish indexes them
   schedule_.meta.emplace_back("policy", policy_);
   schedule_.meta.emplace_back("model", s.model.name);
   if (!s.model_dir.empty()) schedule_.meta.emplace_back("model.hf_dir", s.model_dir);
@@ -21,6 +22,7 @@ ScheduleBuilder::ScheduleBuilder(const Scenario& s, std::string policy) : scenar
 }
 
 StatusOr<Schedule> ScheduleBuilder::Finish() {
+  schedule_.IndexNames();
   const Status st = schedule_.Validate();
   if (st.code() == StatusCode::kResourceExhausted) {
     return st.WithContext(policy_ + ": the scenario's memory budget is too small for this schedule");
@@ -130,13 +132,14 @@ void ScheduleBuilder::StateLayout(const ModelPlan& plan) {
   // Each rank's stretch starts on an aligned boundary (kIoAlignElements).
   state_rank_elements_ = (plan.rank_elements + kIoAlignElements - 1) / kIoAlignElements * kIoAlignElements;
   state_region_bytes_ = (plan.ranks * state_rank_elements_ * 4 + mib - 1) / mib * mib;
-  // Room for what a plan of this size makes (the quickstart's: 9.5 tasks and 3.7 state tensors a
-  // unit and rank), so that neither the tasks nor State()'s map grow by copying and rehashing
-  // while the passes add them: a rehash of the map alone was 1.5 % of a sweep worker's time.
-  // Only before the first State(): StateLayout runs again for each rank's optimizer sweep.
+  // Room for what a plan of this size makes (the quickstart's: 9.5 tasks, 4.5 buffers and 3.7
+  // state tensors a unit and rank), so that neither the specs nor State()'s map grow by copying
+  // and rehashing while the passes add them: a rehash of the map alone was 1.5 % of a sweep
+  // worker's time. Only before the first State(): StateLayout runs again for each rank's
+  // optimizer sweep.
   if (!states_.empty()) return;
   const size_t per_unit_rank = plan.units.size() * static_cast<size_t>(plan.ranks);
-  schedule_.mutable_tasks().reserve(per_unit_rank * 10);
+  schedule_.Reserve(per_unit_rank * 10, per_unit_rank * 5, per_unit_rank * 4);
   states_.reserve(per_unit_rank * 4);
   state_index_.Reserve(per_unit_rank * 4);
 }

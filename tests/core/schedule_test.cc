@@ -434,6 +434,45 @@ TEST(ScheduleNames, EveryNameIsFoundAtItsPositionThroughGrowthAndCopies) {
   }
 }
 
+// A builder's deferred indexes (DeferNameIndexes, then IndexNames): names added before, while
+// deferred and after are each found at their position, as when indexed one by one.
+TEST(ScheduleNames, DeferredNamesAreFoundOnceIndexed) {
+  Schedule s;
+  s.AddDevice({"host", DeviceKind::kHost});
+  s.AddPool({"host.pinned", 0, 1 << 20});
+  auto add = [&s](int i) {
+    const std::string name = "x" + std::to_string(i) + (i % 3 ? ".a_name_past_the_small_string_buffer" : "");
+    TaskSpec t;
+    t.id = "task." + name;
+    t.op = Op::kFree;
+    EXPECT_EQ(s.AddTask(t), i);
+    EXPECT_EQ(s.AddBuffer({"buffer." + name, 0, 64, false}), i);
+    TensorSpec x;
+    x.name = "tensor." + name;
+    x.device = 0;
+    EXPECT_EQ(s.AddTensor(x), i);
+  };
+  constexpr int kEach = 3000;
+  for (int i = 0; i < kEach; ++i) add(i);  // indexed as added
+  s.DeferNameIndexes();
+  for (int i = kEach; i < 2 * kEach; ++i) add(i);  // pending
+  s.AddDevice({"nvme0", DeviceKind::kNvme});       // devices are indexed as added, deferred or not
+  EXPECT_EQ(s.FindDevice("nvme0"), 1);
+  s.IndexNames();
+  for (int i = 2 * kEach; i < 3 * kEach; ++i) add(i);  // indexed as added again
+  const Schedule copy = s;
+  for (const Schedule* x : {static_cast<const Schedule*>(&s), &copy}) {
+    for (int i = 0; i < 3 * kEach; ++i) {
+      ASSERT_EQ(x->FindTask(x->tasks()[i].id), i) << x->tasks()[i].id;
+      ASSERT_EQ(x->FindBuffer(x->buffers()[i].name), i) << x->buffers()[i].name;
+      ASSERT_EQ(x->FindTensor(x->tensors()[i].name), i) << x->tensors()[i].name;
+    }
+    EXPECT_EQ(x->FindTask("task.x1"), kNoIndex);  // x1 carries the long suffix
+    EXPECT_EQ(x->FindBuffer("task.x0"), kNoIndex);
+    EXPECT_EQ(x->FindTensor("tensor.x9000"), kNoIndex);
+  }
+}
+
 // Every length's path through the hash (under eight bytes, whole words, a tail read from the last
 // eight): each prefix of one name, and the name with each byte changed in turn, are told apart.
 TEST(ScheduleNames, PrefixesAndOneByteChangesAreDifferentNames) {

@@ -54,14 +54,28 @@ class NameIndex {
   }
 
   // Records the next position (the number recorded so far) under hash `h`; the caller has found
-  // its key absent.
+  // its key absent, and nothing is pending.
   void AddHashed(uint64_t h) {
     hashes_.push_back(h);
-    if (hashes_.size() * 2 > slots_.size()) {
-      Rebuild();
-    } else {
-      Place(static_cast<int32_t>(hashes_.size() - 1));
+    PlaceNext();
+  }
+
+  // Records `name` at the next position without placing it in the table: Find sees it only once
+  // PlacePending has run. The name is hashed now, while the caller has it in cache, and the
+  // table written later, in one batch while it is in cache (Schedule::DeferNameIndexes).
+  void AddPending(std::string_view name) { hashes_.push_back(Hash(name)); }
+
+  // Places the pending positions in order, each checked against those placed before it; false
+  // at the first whose name is present already (it and those after it stay pending).
+  template <typename Items, typename NameOf>
+  bool PlacePending(const Items& items, NameOf name_of) {
+    Reserve(hashes_.size());
+    while (placed_ < hashes_.size()) {
+      const size_t i = placed_;
+      if (FindHashed(name_of(items[i]), hashes_[i], items, name_of) != kAbsent) return false;
+      PlaceNext();
     }
+    return true;
   }
 
   // Room for `entries` positions without a rebuild.
@@ -103,24 +117,35 @@ class NameIndex {
     return Mix(h ^ tail);
   }
 
-  void Place(int32_t i) {
+  void Place(size_t i) {
     const size_t mask = slots_.size() - 1;
-    size_t s = hashes_[static_cast<size_t>(i)] & mask;
+    size_t s = hashes_[i] & mask;
     while (slots_[s] != kAbsent) s = (s + 1) & mask;
-    slots_[s] = i;
+    slots_[s] = static_cast<int32_t>(i);
+  }
+
+  // Places position placed_, growing the table first when that would fill it past half.
+  void PlaceNext() {
+    ++placed_;
+    if (placed_ * 2 > slots_.size()) {
+      Rebuild();
+    } else {
+      Place(placed_ - 1);
+    }
   }
 
   // The smallest power of two of slots (16 at least) that holds four per entry (of `entries`, at
-  // least those recorded): a quarter full after, half full at most before the next rebuild.
+  // least those placed): a quarter full after, half full at most before the next rebuild.
   void Rebuild(size_t entries = 0) {
     size_t n = 16;
-    while (n < std::max(entries, hashes_.size()) * 4) n *= 2;
+    while (n < std::max(entries, placed_) * 4) n *= 2;
     slots_.assign(n, kAbsent);
-    for (size_t i = 0; i < hashes_.size(); ++i) Place(static_cast<int32_t>(i));
+    for (size_t i = 0; i < placed_; ++i) Place(i);
   }
 
-  std::vector<uint64_t> hashes_;  // per position
+  std::vector<uint64_t> hashes_;  // per position, pending ones included
   std::vector<int32_t> slots_;    // a power of two of them; kAbsent where empty
+  size_t placed_ = 0;             // positions below it are in slots_; the rest pending
 };
 
 }  // namespace tierflow

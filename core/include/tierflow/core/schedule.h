@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "tierflow/core/index_list.h"
+#include "tierflow/core/inline_list.h"
 #include "tierflow/core/name_index.h"
 #include "tierflow/core/ops.h"
 #include "tierflow/core/status.h"
@@ -64,7 +64,7 @@ struct TensorSpec {
   std::string name;    // "layers.3.param16.r0", "opt.sg5.m.r1"
   StateKind kind = StateKind::kParam16;  // its bytes per element: StateKindBytes
   std::string dtype;   // "bf16", "fp16", "fp32"
-  std::vector<int64_t> shape;
+  InlineList<int64_t, 2> shape;
   int32_t rank = 0;    // data-parallel shard it belongs to
   int32_t device = kNoIndex;  // home device
   int64_t offset_bytes = 0;   // offset in that device's store
@@ -103,13 +103,13 @@ struct TaskSpec {
   // only tensors of that rank. `tierflow run` over several ranks executes on rank r the tasks of
   // rank r and every collective (docs/schedule-format.md "Ranks").
   int32_t rank = kEveryRank;
-  // Indices into the schedule's tables, up to four of each kept in place (IndexList).
+  // Indices into the schedule's tables, up to four of each kept in place (IndexList, inline_list.h).
   IndexList tensors;  // model state it reads or writes
   IndexList allocs;   // buffers it allocates when it starts
   IndexList uses;     // buffers it reads or writes
   IndexList frees;    // buffers it frees when it completes
   IndexList deps;     // tasks of the same iteration that must complete first
-  std::vector<CarriedDep> carried;
+  InlineList<CarriedDep, 2> carried;  // deps on tasks of earlier iterations
   int32_t priority = 0;         // lower runs first among ready instances on one resource
   Phase phase = Phase::kOther;
   int32_t layer = -1;
@@ -161,13 +161,35 @@ class Schedule {
   int32_t AddTensor(TensorSpec t);
   int32_t AddTask(TaskSpec t);
 
+  // Indexing each name as it is added costs a cache miss or two a name once the tables no longer
+  // sit in cache, which a planner's passes see to between two adds (a tenth of planning the
+  // quickstart). A builder that looks no task, buffer or tensor up by name until it has finished
+  // defers their indexes: after DeferNameIndexes(), AddBuffer, AddTensor and AddTask only append,
+  // and IndexNames() indexes what they appended in one batch, the tables in cache, checking the
+  // names unique as each Add* does. FindBuffer, FindTensor or FindTask in between is a bug of the
+  // caller (TF_CHECK). Devices, resources and pools are always indexed as they are added.
+  void DeferNameIndexes() { names_deferred_ = true; }
+  // Room for this many tasks, buffers and tensors without growing (a builder that knows about how
+  // many it will add: each growth moves every spec made so far).
+  void Reserve(size_t tasks, size_t buffers, size_t tensors);
+  void IndexNames();
+
   // kNoIndex when absent.
   int32_t FindDevice(std::string_view name) const { return device_index_.Find(name, devices_, NameOf<DeviceSpec>); }
   int32_t FindResource(std::string_view name) const { return resource_index_.Find(name, resources_, NameOf<ResourceSpec>); }
   int32_t FindPool(std::string_view name) const { return pool_index_.Find(name, pools_, NameOf<PoolSpec>); }
-  int32_t FindBuffer(std::string_view name) const { return buffer_index_.Find(name, buffers_, NameOf<BufferSpec>); }
-  int32_t FindTensor(std::string_view name) const { return tensor_index_.Find(name, tensors_, NameOf<TensorSpec>); }
-  int32_t FindTask(std::string_view name) const { return task_index_.Find(name, tasks_, IdOf); }
+  int32_t FindBuffer(std::string_view name) const {
+    TF_CHECK(!names_deferred_);
+    return buffer_index_.Find(name, buffers_, NameOf<BufferSpec>);
+  }
+  int32_t FindTensor(std::string_view name) const {
+    TF_CHECK(!names_deferred_);
+    return tensor_index_.Find(name, tensors_, NameOf<TensorSpec>);
+  }
+  int32_t FindTask(std::string_view name) const {
+    TF_CHECK(!names_deferred_);
+    return task_index_.Find(name, tasks_, IdOf);
+  }
 
   // Checks every rule of docs/schedule-format.md: references in range, sizes and counts in
   // range, no cycle among same-iteration deps (so none in the unrolled graph either), every
@@ -195,6 +217,7 @@ class Schedule {
   std::vector<TensorSpec> tensors_;
   std::vector<TaskSpec> tasks_;
   NameIndex device_index_, resource_index_, pool_index_, buffer_index_, tensor_index_, task_index_;
+  bool names_deferred_ = false;
 };
 
 // The file format (JSON, "format": "tierflow.schedule/1"). Writing is deterministic and

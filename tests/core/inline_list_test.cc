@@ -1,5 +1,8 @@
-// IndexList: a task's index lists, up to four kept in place, as std::vector behaves.
-#include "tierflow/core/index_list.h"
+// InlineList: a task's index lists (IndexList, up to four kept in place), a tensor's shape and a
+// task's carried deps (two in place), as std::vector behaves.
+#include "tierflow/core/inline_list.h"
+
+#include "tierflow/core/schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -95,6 +98,30 @@ TEST(IndexList, ComparesByItemsWhereverTheyAreKept) {
   IndexList r;
   r.resize(6, 4);
   EXPECT_EQ(r, std::vector<int32_t>(6, 4));
+}
+
+// Wider items than indices, two in place: a tensor's shape, a task's carried deps.
+TEST(InlineList, KeepsWiderItemsInPlaceThenOnTheHeap) {
+  static_assert(sizeof(InlineList<int64_t, 2>) == sizeof(std::vector<int64_t>));
+  static_assert(sizeof(InlineList<CarriedDep, 2>) == sizeof(std::vector<CarriedDep>));
+  InlineList<int64_t, 2> shape = {int64_t{1} << 40, 3};
+  EXPECT_EQ(shape, std::vector<int64_t>({int64_t{1} << 40, 3}));
+  shape.push_back(-5);  // a third: onto the heap, the first two copied
+  EXPECT_EQ(shape, std::vector<int64_t>({int64_t{1} << 40, 3, -5}));
+  InlineList<CarriedDep, 2> carried;
+  std::vector<CarriedDep> want;
+  for (int32_t i = 0; i < 5; ++i) {
+    carried.push_back({i, i + 1});
+    want.push_back({i, i + 1});
+    ASSERT_EQ(carried, want);
+  }
+  InlineList<CarriedDep, 2> moved = std::move(carried);
+  EXPECT_EQ(moved, want);
+  EXPECT_TRUE(carried.empty());  // NOLINT(bugprone-use-after-move): a move leaves it empty
+  carried = moved;
+  moved.erase(moved.begin() + 1, moved.end());  // one left, kept on the heap
+  EXPECT_EQ(moved, std::vector<CarriedDep>({{0, 1}}));
+  EXPECT_EQ(carried, want);
 }
 
 }  // namespace
