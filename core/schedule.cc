@@ -287,8 +287,9 @@ Status Schedule::Validate() const {
   // One pass over the tasks (each task's lists read once, while they are in cache: on a schedule
   // of 10^5 tasks the passes were bound by those reads): per-task fields, who allocates and frees
   // each buffer, each task's deps and buffers (packed, then transposed into the successor lists
-  // and each buffer's users), and whether each task's buffers fit its pools. The errors come in the same order as checks made pass by pass would give them:
-  // every field error first, then the first task whose buffers do not fit.
+  // and each buffer's users), and whether each task's buffers fit its pools. The errors come in
+  // the same order as checks made pass by pass would give them: every field error first, then
+  // the first task whose buffers do not fit.
   std::vector<int32_t> alloc_by(buffers_.size(), kNoIndex), free_by(buffers_.size(), kNoIndex);
   Rows pred, used;  // per task: its deps; the buffers it uses, then those it frees
   pred.Reserve(static_cast<size_t>(n), static_cast<size_t>(n) * 4);
@@ -445,6 +446,12 @@ Status Schedule::Validate() const {
   // Whether `from` links to a task t with known[t] == kin, over next_of(), never past `beyond`;
   // if so, every task on the path (`from` included) is marked known too.
   auto links = [&](int32_t from, int32_t kin, auto&& next_of, auto&& beyond) {
+    for (const int32_t x : next_of(from)) {  // most are a step from a known task: no search to set up
+      if (known[x] == kin) {
+        known[from] = kin;
+        return true;
+      }
+    }
     const int32_t stamp = next_stamp++;
     stack.assign(1, from);
     mark[from] = stamp;

@@ -435,41 +435,49 @@ TEST(ScheduleNames, EveryNameIsFoundAtItsPositionThroughGrowthAndCopies) {
 }
 
 // A builder's deferred indexes (DeferNameIndexes, then IndexNames): names added before, while
-// deferred and after are each found at their position, as when indexed one by one.
+// deferred and after are each found at their position, as when indexed one by one; and so are
+// those of a schedule deferred from its first add (a builder's), whose table is first made, and
+// grown, while every name is pending.
 TEST(ScheduleNames, DeferredNamesAreFoundOnceIndexed) {
-  Schedule s;
-  s.AddDevice({"host", DeviceKind::kHost});
-  s.AddPool({"host.pinned", 0, 1 << 20});
-  auto add = [&s](int i) {
+  auto add = [](Schedule* s, int i) {
     const std::string name = "x" + std::to_string(i) + (i % 3 ? ".a_name_past_the_small_string_buffer" : "");
     TaskSpec t;
     t.id = "task." + name;
     t.op = Op::kFree;
-    EXPECT_EQ(s.AddTask(t), i);
-    EXPECT_EQ(s.AddBuffer({"buffer." + name, 0, 64, false}), i);
+    EXPECT_EQ(s->AddTask(t), i);
+    EXPECT_EQ(s->AddBuffer({"buffer." + name, 0, 64, false}), i);
     TensorSpec x;
     x.name = "tensor." + name;
     x.device = 0;
-    EXPECT_EQ(s.AddTensor(x), i);
+    EXPECT_EQ(s->AddTensor(x), i);
   };
   constexpr int kEach = 3000;
-  for (int i = 0; i < kEach; ++i) add(i);  // indexed as added
-  s.DeferNameIndexes();
-  for (int i = kEach; i < 2 * kEach; ++i) add(i);  // pending
-  s.AddDevice({"nvme0", DeviceKind::kNvme});       // devices are indexed as added, deferred or not
-  EXPECT_EQ(s.FindDevice("nvme0"), 1);
-  s.IndexNames();
-  for (int i = 2 * kEach; i < 3 * kEach; ++i) add(i);  // indexed as added again
-  const Schedule copy = s;
-  for (const Schedule* x : {static_cast<const Schedule*>(&s), &copy}) {
-    for (int i = 0; i < 3 * kEach; ++i) {
+  Schedule mixed, deferred;
+  for (Schedule* s : {&mixed, &deferred}) {
+    s->AddDevice({"host", DeviceKind::kHost});
+    s->AddPool({"host.pinned", 0, 1 << 20});
+  }
+  for (int i = 0; i < kEach; ++i) add(&mixed, i);  // indexed as added
+  mixed.DeferNameIndexes();
+  deferred.DeferNameIndexes();
+  for (int i = kEach; i < 2 * kEach; ++i) add(&mixed, i);  // pending
+  for (int i = 0; i < 2 * kEach; ++i) add(&deferred, i);   // pending, every one
+  mixed.AddDevice({"nvme0", DeviceKind::kNvme});           // devices are indexed as added, deferred or not
+  EXPECT_EQ(mixed.FindDevice("nvme0"), 1);
+  mixed.IndexNames();
+  deferred.IndexNames();
+  for (int i = 2 * kEach; i < 3 * kEach; ++i) add(&mixed, i);  // indexed as added again
+  const Schedule copy = mixed;
+  for (const Schedule* x : {static_cast<const Schedule*>(&mixed), &copy, static_cast<const Schedule*>(&deferred)}) {
+    const int added = static_cast<int>(x->tasks().size());
+    for (int i = 0; i < added; ++i) {
       ASSERT_EQ(x->FindTask(x->tasks()[i].id), i) << x->tasks()[i].id;
       ASSERT_EQ(x->FindBuffer(x->buffers()[i].name), i) << x->buffers()[i].name;
       ASSERT_EQ(x->FindTensor(x->tensors()[i].name), i) << x->tensors()[i].name;
     }
-    EXPECT_EQ(x->FindTask("task.x1"), kNoIndex);  // x1 carries the long suffix
-    EXPECT_EQ(x->FindBuffer("task.x0"), kNoIndex);
-    EXPECT_EQ(x->FindTensor("tensor.x9000"), kNoIndex);
+    EXPECT_EQ(x->FindTask("task.x1"), kNoIndex);      // x1 carries the long suffix
+    EXPECT_EQ(x->FindBuffer("task.x0"), kNoIndex);    // a task's name, not a buffer's
+    EXPECT_EQ(x->FindTensor("tensor.x" + std::to_string(added)), kNoIndex);  // one past the last
   }
 }
 

@@ -83,7 +83,8 @@ class InlineList {
   void reserve(size_t n) {
     if (n > capacity_) Grow(n);
   }
-  void push_back(const T& v) {
+  // By value, as insert and resize take it: `v` may be an item of this list, which growing moves.
+  void push_back(T v) {
     if (size_ == capacity_) Grow(size_t{capacity_} * 2);
     data()[size_++] = v;
   }
@@ -109,7 +110,7 @@ class InlineList {
     size_ += static_cast<uint32_t>(n);
     return p + at;
   }
-  iterator insert(const_iterator pos, const T& v) { return insert(pos, &v, &v + 1); }
+  iterator insert(const_iterator pos, T v) { return insert(pos, &v, &v + 1); }
   iterator erase(const_iterator first, const_iterator last) {
     T* p = data();
     const size_t at = static_cast<size_t>(first - p), n = static_cast<size_t>(last - first);
@@ -118,7 +119,7 @@ class InlineList {
     return p + at;
   }
   iterator erase(const_iterator pos) { return erase(pos, pos + 1); }
-  void resize(size_t n, const T& v = T{}) {
+  void resize(size_t n, T v = T{}) {
     reserve(n);
     for (size_t i = size_; i < n; ++i) data()[i] = v;
     size_ = static_cast<uint32_t>(n);

@@ -16,13 +16,28 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "tierflow/core/status.h"
 
 namespace tierflow {
 
 class NameIndex {
  public:
   static constexpr int32_t kAbsent = -1;
+
+  NameIndex() = default;
+  NameIndex(const NameIndex&) = default;
+  NameIndex& operator=(const NameIndex&) = default;
+  // A moved-from index is empty, its count of placed positions too.
+  NameIndex(NameIndex&& o) noexcept { *this = std::move(o); }
+  NameIndex& operator=(NameIndex&& o) noexcept {
+    hashes_ = std::exchange(o.hashes_, {});
+    slots_ = std::exchange(o.slots_, {});
+    placed_ = std::exchange(o.placed_, 0);
+    return *this;
+  }
 
   // The position of `name` in `items` (`name_of(items[i])` is item i's name), or kAbsent.
   template <typename Items, typename NameOf>
@@ -56,6 +71,7 @@ class NameIndex {
   // Records the next position (the number recorded so far) under hash `h`; the caller has found
   // its key absent, and nothing is pending.
   void AddHashed(uint64_t h) {
+    TF_CHECK(placed_ == hashes_.size());  // a pending position would be placed under this hash
     hashes_.push_back(h);
     PlaceNext();
   }

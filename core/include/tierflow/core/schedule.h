@@ -152,8 +152,9 @@ class Schedule {
   std::vector<TaskSpec>& mutable_tasks() { return tasks_; }
   std::vector<PoolSpec>& mutable_pools() { return pools_; }
 
-  // Each Add* returns the new index. A duplicate name is a bug of the caller (TF_CHECK); files
-  // with duplicates are rejected by the reader before they get here.
+  // Each Add* returns the new index. A duplicate name is a bug of the caller (TF_CHECK, at the
+  // Add*, or at IndexNames for names deferred); files with duplicates are rejected by the reader
+  // before they get here.
   int32_t AddDevice(DeviceSpec d);
   int32_t AddResource(ResourceSpec r);
   int32_t AddPool(PoolSpec p);
@@ -169,10 +170,11 @@ class Schedule {
   // names unique as each Add* does. FindBuffer, FindTensor or FindTask in between is a bug of the
   // caller (TF_CHECK). Devices, resources and pools are always indexed as they are added.
   void DeferNameIndexes() { names_deferred_ = true; }
-  // Room for this many tasks, buffers and tensors without growing (a builder that knows about how
-  // many it will add: each growth moves every spec made so far).
-  void Reserve(size_t tasks, size_t buffers, size_t tensors);
   void IndexNames();
+
+  // Room for this many tasks, buffers and tensors without growing their vectors (a builder that
+  // knows about how many it will add: each growth moves every spec made so far).
+  void Reserve(size_t tasks, size_t buffers, size_t tensors);
 
   // kNoIndex when absent.
   int32_t FindDevice(std::string_view name) const { return device_index_.Find(name, devices_, NameOf<DeviceSpec>); }
