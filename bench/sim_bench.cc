@@ -199,24 +199,20 @@ BENCHMARK(BM_PlanQuickstart)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTi
 // The validation the plan ends with (Schedule::Validate of the quickstart's schedule), alone: its
 // share of BM_PlanQuickstart.
 void BM_ValidateQuickstart(benchmark::State& state) {
-  static const auto scenario = policies::LoadScenarioFile(std::string(TIERFLOW_SOURCE_DIR) + "/scenarios/quickstart.yaml", {});
-  if (!scenario.ok()) {
-    state.SkipWithError(scenario.status().ToString().c_str());
+  static const auto planned = PlanQuickstart({});
+  if (!planned.ok()) {
+    state.SkipWithError(planned.status().ToString().c_str());
     return;
   }
-  const auto schedule = policies::Plan(*scenario);
-  if (!schedule.ok()) {
-    state.SkipWithError(schedule.status().ToString().c_str());
-    return;
-  }
+  const Schedule& schedule = planned->first;
   for (auto _ : state) {
-    const Status st = schedule->Validate();
+    const Status st = schedule.Validate();
     if (!st.ok()) {
       state.SkipWithError(st.ToString().c_str());
       return;
     }
   }
-  state.counters["tasks"] = static_cast<double>(schedule->tasks().size());
+  state.counters["tasks"] = static_cast<double>(schedule.tasks().size());
 }
 BENCHMARK(BM_ValidateQuickstart)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
 

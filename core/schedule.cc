@@ -68,28 +68,34 @@ class Rows {
   std::vector<int32_t> begin_, items_;
 };
 
-// An index with a key to sort it by.
+// An index with a key to sort it by: `high`, then `low`.
 struct Keyed {
-  uint64_t key;
+  uint64_t low;
+  uint32_t high;
   int32_t index;
 };
 
-// Sorts by key, stably (equal keys keep their order): least significant byte first, a counting
-// pass a byte, skipping the bytes that every key has alike. Validate's 10^4 tensors in a tenth of
-// the time std::sort took.
+// Sorts by key, stably (equal keys keep their order): least significant byte first, `low`'s
+// then `high`'s, a counting pass a byte, skipping the bytes that every key has alike. Validate's
+// 10^4 tensors by (device, offset) in a tenth of the time std::sort took.
 void RadixSort(std::vector<Keyed>* items) {
-  uint64_t any = 0, all = ~uint64_t{0};
+  uint64_t any_low = 0, all_low = ~uint64_t{0}, any_high = 0, all_high = ~uint64_t{0};
   for (const Keyed& k : *items) {
-    any |= k.key;
-    all &= k.key;
+    any_low |= k.low;
+    all_low &= k.low;
+    any_high |= k.high;
+    all_high &= k.high;
   }
   std::vector<Keyed> out(items->size());
-  for (int shift = 0; shift < 64; shift += 8) {
-    if ((((any ^ all) >> shift) & 0xFF) == 0) continue;  // this byte is the same in every key
+  for (int pass = 0; pass < 12; ++pass) {  // the 8 bytes of low, then the 4 of high
+    const bool low = pass < 8;
+    const int shift = 8 * (low ? pass : pass - 8);
+    const auto byte = [low, shift](const Keyed& k) { return static_cast<size_t>(((low ? k.low : uint64_t{k.high}) >> shift) & 0xFF); };
+    if ((((low ? any_low ^ all_low : any_high ^ all_high) >> shift) & 0xFF) == 0) continue;  // alike in every key
     std::array<size_t, 257> at{};
-    for (const Keyed& k : *items) ++at[((k.key >> shift) & 0xFF) + 1];
+    for (const Keyed& k : *items) ++at[byte(k) + 1];
     for (size_t b = 1; b < at.size(); ++b) at[b] += at[b - 1];
-    for (const Keyed& k : *items) out[at[(k.key >> shift) & 0xFF]++] = k;
+    for (const Keyed& k : *items) out[at[byte(k)]++] = k;
     items->swap(out);
   }
 }
@@ -249,21 +255,11 @@ Status Schedule::Validate() const {
     // beside the indices, so that the sort reads no TensorSpec.
     std::vector<Keyed> order;
     order.reserve(tensors_.size());
-    bool packs = true;  // every (device, offset) fits one 64-bit key: device < 2^15, offset < 2^48
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      const TensorSpec& t = tensors_[i];
-      if (t.size_bytes == 0) continue;
-      packs = packs && t.device < (1 << 15) && t.offset_bytes < (int64_t{1} << 48);
-      order.push_back({static_cast<uint64_t>(t.device) << 48 | static_cast<uint64_t>(t.offset_bytes), static_cast<int32_t>(i)});
+      const TensorSpec& t = tensors_[i];  // device in range and offset >= 0, checked above
+      if (t.size_bytes > 0) order.push_back({static_cast<uint64_t>(t.offset_bytes), static_cast<uint32_t>(t.device), static_cast<int32_t>(i)});
     }
-    if (packs) {
-      RadixSort(&order);
-    } else {
-      std::sort(order.begin(), order.end(), [this](const Keyed& a, const Keyed& b) {
-        const TensorSpec &x = tensors_[a.index], &y = tensors_[b.index];
-        return std::tie(x.device, x.offset_bytes, a.index) < std::tie(y.device, y.offset_bytes, b.index);
-      });
-    }
+    RadixSort(&order);
     auto base = [](const TensorSpec& t) { return t.offset_bytes - t.element_offset * StateKindBytes(t.kind); };
     int32_t widest = kNoIndex;  // of the tensors so far on this device, the one reaching furthest
     for (const Keyed& start : order) {

@@ -13,6 +13,16 @@ int32_t ParamHome(ScheduleBuilder& b, const ModelPlan& plan, const FetchOptions&
   return b.DeviceOfResource(o.read_resource_of ? o.read_resource_of(rank, unit) : o.read_resource[rank]);
 }
 
+namespace {
+
+// What a rank's fetch of `unit` names its tasks and buffers: "<what><unit>.<tag>.r<rank>", in one
+// allocation.
+std::string UnitName(std::string_view what, const ParamUnit& unit, const FetchOptions& o, int32_t rank) {
+  return StrCat({what, unit.name, ".", o.tag, ".r", rank});
+}
+
+}  // namespace
+
 std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, const std::vector<int32_t>& order,
                                     const FetchOptions& o, std::vector<int32_t>* last_h2d) {
   last_h2d->resize(static_cast<size_t>(plan.ranks), kNoIndex);
@@ -34,10 +44,10 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
         f.gathered_buffer.push_back(kNoIndex);  // nothing staged: the partition is on the GPU or in host memory
         continue;
       }
-      const int64_t part_bytes = unit.rank_elements * 2;  // names: "<what>.<unit>.<tag>.r<rank>", each made once
-      const int32_t slot = b.Buffer(StrCat({"slot.", unit.name, ".", o.tag, ".r", r}), o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
+      const int64_t part_bytes = unit.rank_elements * 2;
+      const int32_t slot = b.Buffer(UnitName("slot.", unit, o, r), o.slot_pool_of ? o.slot_pool_of(r, u) : o.slot_pool[r], o.slot_bytes ? o.slot_bytes : part_bytes);
       TaskSpec t;
-      t.id = StrCat({"read.", unit.name, ".", o.tag, ".r", r});
+      t.id = UnitName("read.", unit, o, r);
       t.op = Op::kRead;
       t.rank = r;
       t.resource = o.read_resource_of ? o.read_resource_of(r, u) : o.read_resource[r];
@@ -77,7 +87,7 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
     for (int32_t r = 0; r < ranks; ++r) {
       const int32_t full_pool = o.gather_pool.empty() ? b.GpuPool(r) : o.gather_pool[r];
       if (o.params_on_gpu) {
-        const int32_t full = b.Buffer(StrCat({"gathered.", unit.name, ".", o.tag, ".r", r}), full_pool, unit.elements * 2);
+        const int32_t full = b.Buffer(UnitName("gathered.", unit, o, r), full_pool, unit.elements * 2);
         gather.allocs.push_back(full);
         gathered.push_back(full);
         continue;
@@ -87,9 +97,9 @@ std::vector<FetchedUnit> FetchUnits(ScheduleBuilder& b, const ModelPlan& plan, c
       // the h2d writes is the pool's from the start.
       const bool in_host = o.InHost(f.unit);
       const int32_t slot = in_host ? o.host_param_buffer[r] : f.gathered_buffer[r];
-      const int32_t full = b.Buffer(StrCat({"gathered.", unit.name, ".", o.tag, ".r", r}), full_pool, unit.elements * 2);
+      const int32_t full = b.Buffer(UnitName("gathered.", unit, o, r), full_pool, unit.elements * 2);
       TaskSpec h2d;
-      h2d.id = StrCat({"h2d.", unit.name, ".", o.tag, ".r", r});
+      h2d.id = UnitName("h2d.", unit, o, r);
       h2d.op = Op::kH2D;
       h2d.rank = r;
       h2d.resource = b.GpuH2D(r);

@@ -319,11 +319,12 @@ class Sweep {
     const int64_t step = IoAlignedStep(o_.chunk_elements);
     for (int64_t c0 = 0, c = 0; c0 < s.n; c0 += step, ++c) {
       const int64_t chunk = std::min(step, s.n - c0);
-      // Names: "<what>.p16<group>.c<chunk>", each made once.
+      // Names: "<what>p16<group>.c<chunk>", each made in one allocation.
+      const auto name = [&s, c](std::string_view what) { return StrCat({what, "p16", s.G, ".c", c}); };
       const P16Tensors part = P16(s.first + c0, chunk, device);
       if (part.offloaded.empty() && part.resident.empty()) continue;
-      const int32_t slot = b_.Buffer(StrCat({"p16", s.G, ".c", c}), o_.param_pool, o_.chunk_elements * 2);
-      TaskSpec conv = CpuStepTask(b_, StrCat({"convert.p16", s.G, ".c", c}), Op::kConvert, Kernel::kFp32ToBf16, o_.rank, o_.threads);
+      const int32_t slot = b_.Buffer(name(""), o_.param_pool, o_.chunk_elements * 2);
+      TaskSpec conv = CpuStepTask(b_, name("convert."), Op::kConvert, Kernel::kFp32ToBf16, o_.rank, o_.threads);
       conv.bytes = (BytesOf(part.offloaded) + BytesOf(part.resident)) * 2;
       conv.allocs = {slot};
       conv.uses = {s.states};
@@ -344,7 +345,7 @@ class Sweep {
         continue;
       }
       TaskSpec pw;
-      pw.id = StrCat({"write.p16", s.G, ".c", c});
+      pw.id = name("write.");
       pw.op = Op::kWrite;
       pw.rank = o_.rank;
       pw.resource = o_.param_write_resource[s.g];
