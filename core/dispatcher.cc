@@ -152,12 +152,12 @@ int32_t Dispatcher::FirstShortPool(int32_t task) const {
 
 void Dispatcher::WakePoolWaiters(int32_t p) {
   PoolState& pool = pools_[p];
-  int64_t admitted = 0;
   while (!pool.waiting.empty()) {
-    const Pending w = pool.waiting.top();
+    Pending w = pool.waiting.top();
     const int64_t need = NeedBytes(w.task, p);
-    if (pool.in_use + admitted + need > pool.capacity) break;  // in order: no overtaking
-    admitted += need;
+    if (pool.in_use + pool.admitted + need > pool.capacity) break;  // in order: no overtaking
+    pool.admitted += need;
+    w.woken_by = p;
     pool.waiting.pop();
     SlotOf(w.iteration).state[w.task] = kQueued;
     const int32_t r = resource_of_[w.task];
@@ -188,9 +188,13 @@ size_t Dispatcher::Dispatch(std::vector<Instance>* to_start) {
     }
     if (best == kNoIndex) break;
     ResourceState& res = resources_[best];
-    const Pending p = res.ready.top();
+    Pending p = res.ready.top();
     res.ready.pop();
     const int64_t it = p.iteration;
+    if (p.woken_by != kNoIndex) {
+      pools_[p.woken_by].admitted -= NeedBytes(p.task, p.woken_by);
+      p.woken_by = kNoIndex;
+    }
     if (alloc_begin_[p.task] != alloc_begin_[p.task + 1]) {
       const int32_t short_pool = FirstShortPool(p.task);
       if (short_pool != kNoIndex) {

@@ -41,6 +41,10 @@ class Runner {
         dispatcher_(schedule, iterations),
         want_progress_(want_progress) {
     progress_step_ = std::max<int64_t>(1, dispatcher_.total() / 100);
+    // The finest unit of bytes whose comms fit SimGrid's 64-bit payloads (ByteUnits).
+    double most = 0;
+    for (const TaskPlan& p : plan_.tasks) most = std::max({most, p.amount, p.network_amount});
+    while (byte_units_ > 1 && most * byte_units_ > 0x1p62) byte_units_ /= 2;
   }
 
   Status Run(RunStats* stats) {
@@ -100,13 +104,7 @@ class Runner {
     }
     // A disk flow leaves its device when its comm ends, though its I/O path's exec may run on
     // (then at its full bound: the path catching up with the bytes already moved).
-    if (f.disk >= 0 && f.activities[static_cast<size_t>(f.comm)].get() == &activity) {
-      --(f.write ? disk_writes_ : disk_reads_)[f.disk];
-      --endpoint_flows_[static_cast<size_t>(f.endpoint)];
-      f.flowing = false;
-      Reshare(f.disk);
-      if (f.load_done) LeaveLoads(id);
-    }
+    if (f.disk >= 0 && f.comm >= 0 && f.activities[static_cast<size_t>(f.comm)].get() == &activity) LeaveDisk(id);
     if (f.user_exec >= 0 && f.activities[static_cast<size_t>(f.user_exec)].get() == &activity) {
       const TaskPlan& p = plan_.tasks[f.instance.task];
       HoldCores(p.node, -p.threads);
@@ -142,10 +140,10 @@ class Runner {
   // so the counts are current; `n_flows` (SimGrid's own count) checks that.
   double DiskCapacity(int32_t disk, int32_t slot, int n_flows) {
     const int32_t reads = disk_reads_[slot], writes = disk_writes_[slot];
-    if (reads + writes != n_flows) ++mismatches_;
+    if (reads + writes - disk_fast_[static_cast<size_t>(slot)] != n_flows) ++mismatches_;  // its comms: not the streams timed alone
     const models::NvmeSpec& spec = hw_.node.nvme[disk];
-    if (reads + writes == 0) return std::max(spec.read_bw_bytes_per_s, spec.write_bw_bytes_per_s);
-    return models::DiskSharedCapacity(spec, reads, writes);
+    if (reads + writes == 0) return std::max(spec.read_bw_bytes_per_s, spec.write_bw_bytes_per_s) * byte_units_;
+    return models::DiskSharedCapacity(spec, reads, writes) * byte_units_;
   }
 
  private:
@@ -186,7 +184,9 @@ class Runner {
       const double rate = weight > 0 && left > 0 ? std::min(ep.cap_bw, left / weight * ep.in_flight_bytes) : ep.cap_bw;
       left -= flows * rate;
       weight -= flows * ep.in_flight_bytes;
-      SetEndpointRate(e, busy ? rate * ep.kept_beside_compute : rate);
+      const double kept = busy ? rate * ep.kept_beside_compute : rate;
+      SetEndpointRate(e, kept);
+      TimeStreams(e, kept);
     }
   }
 
@@ -248,6 +248,12 @@ class Runner {
     sg4::Host* src = nullptr;
     sg4::Host* dst = nullptr;
     double bytes = 0;
+    // A disk stream timed without SimGrid (TimeStreams; `fast` too): its bytes left at `since`,
+    // its rate from then (ShareDisk's share of its device), and the timer of its end at that rate.
+    double left = 0;
+    double since_s = 0;
+    double rate = 0;
+    simgrid::kernel::timer::Timer* timer = nullptr;
   };
 
   // A copy alone on its route: while the flows on each link a GPU copy crosses (its GPU's link,
@@ -318,8 +324,12 @@ class Runner {
     });
   }
 
-  // Copy `id`, timed alone until now, goes on as a SimGrid comm of its bytes left.
+  // Copy or disk stream `id`, timed alone until now, goes on as a SimGrid comm of its bytes left.
   void Promote(int32_t id) {
+    if (flights_[id].disk >= 0) {
+      PromoteStream(id);
+      return;
+    }
     Flight& f = flights_[id];
     Unlist(id);
     --f.pending;
@@ -328,14 +338,17 @@ class Runner {
     Begin(id);
   }
 
-  // Copy `id` is no longer timed alone: off its links' lists, its timer void.
+  // Copy or disk stream `id` is no longer timed alone: off its links' lists (and its class's),
+  // a copy's timer void.
   void Unlist(int32_t id) {
     Flight& f = flights_[id];
     f.fast = false;
     ++f.stamp;
-    for (const int32_t l : f.links) {
-      std::vector<int32_t>& on = link_fast_[static_cast<size_t>(l)];
-      on.erase(std::find(on.begin(), on.end(), id));
+    const auto drop = [id](std::vector<int32_t>& on) { on.erase(std::find(on.begin(), on.end(), id)); };
+    for (const int32_t l : f.links) drop(link_fast_[static_cast<size_t>(l)]);
+    if (f.disk >= 0) {
+      drop(endpoint_fast_[static_cast<size_t>(f.endpoint)]);
+      --disk_fast_[static_cast<size_t>(f.disk)];
     }
   }
 
@@ -363,8 +376,8 @@ class Runner {
       const TaskPlan& p = plan_.tasks[f.instance.task];
       const double bound = f.flowing ? p.cpu_bound * scale : p.cpu_bound;
       // Its stream's rate now (ShareDisk sets it as its class's link bandwidth).
-      const double rate = f.flowing ? endpoint_links_[static_cast<size_t>(f.endpoint)]->get_bandwidth() : 0;
-      const double bytes_left = f.flowing ? f.activities[static_cast<size_t>(f.comm)]->get_remaining() : 0;
+      const double rate = f.flowing ? endpoint_links_[static_cast<size_t>(f.endpoint)]->get_bandwidth() / byte_units_ : 0;
+      const double bytes_left = f.flowing ? f.activities[static_cast<size_t>(f.comm)]->get_remaining() / byte_units_ : 0;
       double lag = 0;
       if (f.load >= 0) {
         // Unchanged: the same bound, and for a flowing stream the same rate (a load whose flow has
@@ -408,6 +421,11 @@ class Runner {
     loads.erase(std::find(loads.begin(), loads.end(), id));
   }
 
+  // A link of `bytes_per_s`, in SimGrid's units (ByteUnits).
+  sg4::Link* NewLink(sg4::NetZone* zone, const std::string& name, double bytes_per_s) const {
+    return zone->create_link(name, bytes_per_s * byte_units_);
+  }
+
   sg4::Host* NewHost(sg4::NetZone* zone, const std::string& name, double speed, int cores = 1) {
     return zone->create_host(name, speed)->set_core_count(cores);
   }
@@ -439,6 +457,7 @@ class Runner {
     };
     disk_reads_.assign(static_cast<size_t>(plan_.nodes * plan_.nvmes), 0);
     disk_writes_.assign(disk_reads_.size(), 0);
+    disk_fast_.assign(disk_reads_.size(), 0);
     node_threads_.assign(static_cast<size_t>(plan_.nodes), 0);
     slot_loads_.assign(disk_reads_.size(), {});
     device_rings_.assign(disk_reads_.size(), {});
@@ -464,15 +483,15 @@ class Runner {
       h.mem = NewHost(zone, at + "host.mem", 1);
       h.cpu = NewHost(zone, at + "cpu", kExecSpeed, std::max(1, node.cpu.cores));
       for (int32_t g = 0; g < plan_.gpus_per_node; ++g) gpu_.push_back(NewHost(zone, at + "gpu" + std::to_string(g), kExecSpeed));
-      if (node.pcie.root_complex_bw_bytes_per_s > 0) h.root = zone->create_link(at + "pcie.root", node.pcie.root_complex_bw_bytes_per_s);
+      if (node.pcie.root_complex_bw_bytes_per_s > 0) h.root = NewLink(zone, at + "pcie.root", node.pcie.root_complex_bw_bytes_per_s);
 
       // GPU copies: one link per direction per GPU (a split-duplex link with h2d != d2h), then
       // the root complex.
       for (int32_t g = 0; g < plan_.gpus_per_node; ++g) {
         const std::string name = at + "gpu" + std::to_string(g);
         sg4::Host* gpu = gpu_[static_cast<size_t>(n * plan_.gpus_per_node + g)];
-        if (node.pcie.h2d_bw_bytes_per_s > 0) route(h.mem, gpu, {h.root, zone->create_link(name + ".h2d", node.pcie.h2d_bw_bytes_per_s)});
-        if (node.pcie.d2h_bw_bytes_per_s > 0) route(gpu, h.mem, {zone->create_link(name + ".d2h", node.pcie.d2h_bw_bytes_per_s), h.root});
+        if (node.pcie.h2d_bw_bytes_per_s > 0) route(h.mem, gpu, {h.root, NewLink(zone, name + ".h2d", node.pcie.h2d_bw_bytes_per_s)});
+        if (node.pcie.d2h_bw_bytes_per_s > 0) route(gpu, h.mem, {NewLink(zone, name + ".d2h", node.pcie.d2h_bw_bytes_per_s), h.root});
       }
 
       // NVMe media: one link shared by reads and writes whose capacity is DiskSharedCapacity of
@@ -484,7 +503,7 @@ class Runner {
         const double peak = std::max(disk.read_bw_bytes_per_s, disk.write_bw_bytes_per_s);
         if (peak <= 0) continue;
         const int32_t slot = n * plan_.nvmes + d;
-        h.media[d] = zone->create_link(at + "nvme" + std::to_string(d) + ".media", peak)
+        h.media[d] = NewLink(zone, at + "nvme" + std::to_string(d) + ".media", peak)
                          ->set_sharing_policy(Policy::NONLINEAR, [this, d, slot](double, int flows) { return DiskCapacity(d, slot, flows); });
       }
       h.remote_read.assign(static_cast<size_t>(plan_.remotes), nullptr);
@@ -492,25 +511,26 @@ class Runner {
       for (int32_t r = 0; r < plan_.remotes; ++r) {
         const models::RemoteTierSpec& tier = node.remote[r];
         const std::string name = at + "remote" + std::to_string(r);
-        if (tier.read_bw_bytes_per_s > 0) h.remote_read[r] = zone->create_link(name + ".read", tier.read_bw_bytes_per_s);
-        if (tier.write_bw_bytes_per_s > 0) h.remote_write[r] = zone->create_link(name + ".write", tier.write_bw_bytes_per_s);
+        if (tier.read_bw_bytes_per_s > 0) h.remote_read[r] = NewLink(zone, name + ".read", tier.read_bw_bytes_per_s);
+        if (tier.write_bw_bytes_per_s > 0) h.remote_write[r] = NewLink(zone, name + ".write", tier.write_bw_bytes_per_s);
       }
       if (node.nic_bw_bytes_per_s > 0) {
-        h.nic_rx = zone->create_link(at + "nic.rx", node.nic_bw_bytes_per_s);
-        h.nic_tx = zone->create_link(at + "nic.tx", node.nic_bw_bytes_per_s);
+        h.nic_rx = NewLink(zone, at + "nic.rx", node.nic_bw_bytes_per_s);
+        h.nic_tx = NewLink(zone, at + "nic.tx", node.nic_bw_bytes_per_s);
       }
       h.ic_sink = NewHost(zone, at + "ic.sink", 1);
       h.net_sink = NewHost(zone, at + "net.sink", 1);
-      if (node.interconnect.bus_bw_bytes_per_s > 0) h.ic_bus = zone->create_link(at + "ic.bus", node.interconnect.bus_bw_bytes_per_s);
+      if (node.interconnect.bus_bw_bytes_per_s > 0) h.ic_bus = NewLink(zone, at + "ic.bus", node.interconnect.bus_bw_bytes_per_s);
     }
 
     // Endpoints: a host and a private FATPIPE link (the per-flow cap) per class and node.
     endpoint_flows_.assign(plan_.endpoints.size(), 0);
+    endpoint_fast_.assign(plan_.endpoints.size(), {});
     slot_endpoints_.assign(disk_reads_.size(), {});
     for (const Endpoint& e : plan_.endpoints) {
       const NodeHosts& h = nodes_[static_cast<size_t>(e.node)];
       sg4::Host* host = NewHost(zone, e.name, 1);
-      sg4::Link* own = zone->create_link(e.name + ".link", e.cap_bw)->set_sharing_policy(Policy::FATPIPE);
+      sg4::Link* own = NewLink(zone, e.name + ".link", e.cap_bw)->set_sharing_policy(Policy::FATPIPE);
       endpoints_.push_back(host);
       endpoint_links_.push_back(own);
       if (e.disk >= 0) {
@@ -578,6 +598,7 @@ class Runner {
     f.counted = false;
     f.fast = false;
     ++f.stamp;
+    f.timer = nullptr;
     if (p.handover_amount > 0) {
       // The hand-over's load on the cores (TaskPlan::handover_amount), from the launch on, beside
       // the delay; the task ends when it has too.
@@ -639,22 +660,101 @@ class Runner {
       f.links.push_back(root);
       f.bound = tier == nullptr ? e.cap_bw : e.write ? tier->write_bw_bytes_per_s : tier->read_bw_bytes_per_s;
     }
-    if (e.disk >= 0) {
-      f.disk = e.node * plan_.nvmes + e.disk;
-      f.ring = e.node * plan_.nvmes + e.ring;
-      f.endpoint = p.endpoint;
-      f.write = e.write;
-    }
     sg4::Host* mem = nodes_[static_cast<size_t>(e.node)].mem;
     sg4::Host* far = endpoints_[static_cast<size_t>(p.endpoint)];
-    f.comm = static_cast<int32_t>(f.activities.size());
-    Add(id, e.write ? mem : far, e.write ? far : mem, p.amount);
+    f.src = e.write ? mem : far;
+    f.dst = e.write ? far : mem;
+    if (e.disk < 0) {
+      Transfer(id, f.src, f.dst, p.amount, e.latency_s);
+      return;
+    }
+    f.disk = e.node * plan_.nvmes + e.disk;
+    f.ring = e.node * plan_.nvmes + e.ring;
+    f.endpoint = p.endpoint;
+    f.write = e.write;
+    f.bytes = static_cast<double>(std::llround(p.amount));  // as the comm's payload
     if (p.cpu_amount > 0) {
       // The I/O path's CPU beside the transfer (TaskPlan::cpu_amount): started with it, once
       // the device's shares are known (Begin, BoundLoads).
       ++f.pending;
     }
-    BeginAfter(id, e.latency_s);
+    if (e.latency_s > 0) {
+      SetTimer(sg4::Engine::get_clock() + e.latency_s, [this, id] { BeginStream(id); });
+    } else {
+      BeginStream(id);
+    }
+  }
+
+  // Disk stream `id` begins, after its latency: timed alone (TimeStreams) when nothing else
+  // shares its route but its device, else a SimGrid comm.
+  void BeginStream(int32_t id) {
+    AddDemand(id);
+    Flight& f = flights_[id];
+    const TaskPlan& p = plan_.tasks[f.instance.task];
+    const bool alone = p.cpu_amount == 0 && p.handover_amount == 0 &&
+                       std::all_of(f.links.begin(), f.links.end(), [this](int32_t l) { return Fits(l); });
+    if (!alone) {
+      f.comm = static_cast<int32_t>(f.activities.size());
+      Add(id, f.src, f.dst, f.bytes);
+      Begin(id);
+      return;
+    }
+    f.fast = true;
+    ++f.pending;
+    f.left = f.bytes;
+    f.since_s = sg4::Engine::get_clock();
+    f.rate = 0;
+    for (const int32_t l : f.links) link_fast_[static_cast<size_t>(l)].push_back(id);
+    endpoint_fast_[static_cast<size_t>(f.endpoint)].push_back(id);
+    ++disk_fast_[static_cast<size_t>(f.disk)];
+    JoinDisk(id);  // its device shared again, which times it
+  }
+
+  // A disk stream timed alone: on a device's streams, with a root complex (if any) whose flows
+  // could all run at their most at once (as for copies, CopyAlone), the device is the only thing
+  // a stream shares, and ShareDisk gives each its rate there exactly: the rates it sets on the
+  // classes' links sum within the device's capacity, so SimGrid's max-min would give every
+  // stream its class's link rate. Each such stream is so timed at that rate, and timed again
+  // whenever ShareDisk changes it (a stream starting or ending on the device, the cores held or
+  // let go); it counts in the device's figures as a comm does. Once the root complex's flows
+  // would exceed it, it goes on as a SimGrid comm of its bytes left (PromoteStream). A stream
+  // with an I/O path's load (BoundLoads reads its comm) or a hand-over is always a comm.
+  void TimeStreams(int32_t e, double rate) {
+    const double now = sg4::Engine::get_clock();
+    for (const int32_t id : endpoint_fast_[static_cast<size_t>(e)]) {
+      Flight& f = flights_[static_cast<size_t>(id)];
+      if (f.rate == rate) continue;
+      f.left = std::max(0.0, f.left - f.rate * (now - f.since_s));
+      f.since_s = now;
+      f.rate = rate;
+      if (f.timer != nullptr) f.timer->remove();
+      f.timer = rate > 0 ? simgrid::kernel::timer::Timer::set(now + f.left / rate, [this, id] { EndStream(id); }) : nullptr;
+    }
+  }
+
+  // Disk stream `id`, timed alone, has moved its bytes.
+  void EndStream(int32_t id) {
+    Flight& f = flights_[static_cast<size_t>(id)];
+    f.timer = nullptr;
+    Unlist(id);
+    LeaveDisk(id);
+    if (--f.pending == 0) EndFlight(id);
+  }
+
+  // Disk stream `id`, timed alone until now, goes on as a SimGrid comm of its bytes left.
+  void PromoteStream(int32_t id) {
+    Flight& f = flights_[static_cast<size_t>(id)];
+    const double left = std::max(0.0, f.left - f.rate * (sg4::Engine::get_clock() - f.since_s));
+    if (f.timer != nullptr) f.timer->remove();
+    f.timer = nullptr;
+    Unlist(id);
+    --f.pending;
+    // Opened to its cap while the comm starts (Begin), its share set again after.
+    SetEndpointRate(f.endpoint, plan_.endpoints[static_cast<size_t>(f.endpoint)].cap_bw);
+    f.comm = static_cast<int32_t>(f.activities.size());
+    Add(id, f.src, f.dst, left);
+    StartAdded(id);
+    ShareDisk(f.disk);
   }
 
   // Flight `id`, an exec alone on its host (TaskPlan::alone), launched at `now`: it begins after
@@ -731,7 +831,7 @@ class Runner {
     // sendto_init(src, dst) does not start the comm (set_source/set_destination would), and
     // Comm::set_rate is ignored on such comms in 3.32: per-flow caps are endpoint links.
     sg4::CommPtr comm = sg4::Comm::sendto_init(src, dst);
-    comm->set_payload_size(static_cast<uint64_t>(std::llround(amount)));
+    comm->set_payload_size(static_cast<uint64_t>(std::llround(amount * byte_units_)));
     Flight& f = flights_[id];
     f.activities.push_back(comm);
     ++f.pending;
@@ -756,6 +856,16 @@ class Runner {
     // CM02 bounds a comm for good by the narrowest link of its route when it starts: the
     // class's link is opened to its cap for that moment, then ShareDisk narrows it again.
     if (f.disk >= 0) SetEndpointRate(f.endpoint, plan_.endpoints[static_cast<size_t>(f.endpoint)].cap_bw);
+    StartAdded(id);
+    if (f.disk >= 0) {
+      if (plan_.tasks[f.instance.task].cpu_amount > 0) slot_loads_[static_cast<size_t>(f.ring)].push_back(id);  // started by BoundLoads
+      JoinDisk(id);
+    }
+  }
+
+  // Starts flight `id`'s activities added since the last start.
+  void StartAdded(int32_t id) {
+    Flight& f = flights_[id];
     for (; f.unstarted < f.activities.size(); ++f.unstarted) {
       sg4::ActivityPtr& a = f.activities[f.unstarted];
       a->set_data(reinterpret_cast<void*>(static_cast<intptr_t>(id)));
@@ -763,18 +873,32 @@ class Runner {
       a->vetoable_start();
       if (static_cast<int32_t>(f.unstarted) == f.user_exec) HoldCores(plan_.tasks[f.instance.task].node, plan_.tasks[f.instance.task].threads);
     }
-    if (f.disk >= 0) {
-      ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
-      ++endpoint_flows_[static_cast<size_t>(f.endpoint)];
-      f.flowing = true;
-      if (plan_.tasks[f.instance.task].cpu_amount > 0) slot_loads_[static_cast<size_t>(f.ring)].push_back(id);  // started by BoundLoads
-      Reshare(f.disk);
-    }
+  }
+
+  // Disk flow `id` starts flowing on its device (a comm or timed alone): counted in its figures,
+  // the device shared again.
+  void JoinDisk(int32_t id) {
+    Flight& f = flights_[id];
+    ++(f.write ? disk_writes_ : disk_reads_)[f.disk];
+    ++endpoint_flows_[static_cast<size_t>(f.endpoint)];
+    f.flowing = true;
+    Reshare(f.disk);
+  }
+
+  // Disk flow `id` has left its device (its comm has ended, or its timer): its figures no longer
+  // count it, the device is shared again, and an I/O path's load that has ended too leaves.
+  void LeaveDisk(int32_t id) {
+    Flight& f = flights_[id];
+    --(f.write ? disk_writes_ : disk_reads_)[f.disk];
+    --endpoint_flows_[static_cast<size_t>(f.endpoint)];
+    f.flowing = false;
+    Reshare(f.disk);
+    if (f.load_done) LeaveLoads(id);
   }
 
   void SetEndpointRate(int32_t e, double rate) {
     sg4::Link* link = endpoint_links_[static_cast<size_t>(e)];
-    if (link->get_bandwidth() != rate) link->set_bandwidth(rate);
+    if (link->get_bandwidth() != rate * byte_units_) link->set_bandwidth(rate * byte_units_);
   }
 
   void Finish(const Instance& inst, double start_s, double end_s) {
@@ -798,7 +922,8 @@ class Runner {
   std::vector<sg4::Host*> gpu_;  // over the cluster, node by node
   std::vector<sg4::Host*> endpoints_;
   std::vector<sg4::Link*> endpoint_links_;   // per endpoint: its private link
-  std::vector<int32_t> endpoint_flows_;      // per endpoint: disk comms transferring now
+  std::vector<int32_t> endpoint_flows_;      // per endpoint: disk streams transferring now
+  std::vector<std::vector<int32_t>> endpoint_fast_;  // per endpoint: its streams timed alone (TimeStreams)
   std::vector<std::vector<int32_t>> slot_endpoints_;  // per node and disk: the disk's endpoints
   std::vector<int32_t> sharing_;             // ShareDisk's scratch
   // Per node and ring (disk entry): the flights with an I/O path's load, from their flow's start
@@ -818,7 +943,8 @@ class Runner {
   std::vector<std::vector<int32_t>> link_fast_;
   std::vector<int32_t> promoting_;  // AddDemand's scratch
   uint64_t next_stamp_ = 0;
-  std::vector<int32_t> disk_reads_, disk_writes_;  // per node and disk: comms transferring now
+  // Per node and disk: streams transferring now, and how many of them are timed alone.
+  std::vector<int32_t> disk_reads_, disk_writes_, disk_fast_;
   std::vector<int32_t> node_threads_;  // per node: threads of the user execs on its cores now (HoldCores)
   std::vector<sg4::ActivityPtr> retired_;
   std::vector<sg4::ActivityPtr> cancelled_;  // loads cancelled by BoundLoads, until signalled FAILED
@@ -827,6 +953,12 @@ class Runner {
   double makespan_s_ = 0;
   int64_t activities_ = 0;
   int64_t mismatches_ = 0;
+  // ByteUnits: SimGrid's comms carry whole units (a 64-bit payload), and a copy or disk stream
+  // handed to SimGrid mid-way (Promote) carries what it has left, rarely whole bytes: rounded to
+  // a byte, each hand-over would move its end by up to half a byte's time, and the dates after
+  // it. So SimGrid counts in 1/1024 bytes, every payload and link bandwidth scaled by it (a
+  // power of two: the same sums and shares, exactly), unless the largest payload would not fit.
+  double byte_units_ = 1024;
   Status error_;
 };
 

@@ -164,6 +164,7 @@ TEST(SimTest, TwoConcurrentReadsShareOneSsd) {
   const auto& d = hw.node.nvme[0];
   for (const char* id : {"r0", "r1"}) EXPECT_REL(Find(r, id).end_s, 2.0 * n / d.read_bw_bytes_per_s + d.read_latency_s);
   EXPECT_EQ(r.disk_sharing_mismatches, 0);
+  EXPECT_EQ(r.activities, 0) << "alone on their device: timed, no SimGrid comm";
 }
 
 TEST(SimTest, TwoDirectoriesOnOneDeviceShareItsMediaLink) {
@@ -218,13 +219,17 @@ TEST(SimTest, StreamsShareTheSsdInProportionToTheirBytesInFlight) {
   EXPECT_REL(Find(s, "deep").end_s, small_done);
   EXPECT_REL(Find(s, "shallow").end_s, small_done + (2 * block - (small_done - t_r) * peak / 3) / shallow_cap);
   EXPECT_EQ(r.disk_sharing_mismatches + s.disk_sharing_mismatches, 0);
+  EXPECT_EQ(r.activities + s.activities, 0) << "timed alone, each at its share";
 }
 
 TEST(SimTest, ReadAndWriteShareTheSsdAsDiskSharedCapacity) {
-  // As measured per stream count too (mixed_efficiency_by_streams: 2 streams here).
-  for (const bool by_streams : {false, true}) {
+  // As measured per stream count too (mixed_efficiency_by_streams: 2 streams here). With an I/O
+  // path's CPU for reads (`io_read_cores`: one core, which the node has), the read is a SimGrid
+  // comm beside its load and the write is timed alone: the device is shared the same way.
+  for (const auto& [by_streams, read_load] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
     auto hw = TestHardware();
     if (by_streams) hw.node.nvme[0].mixed_efficiency_by_streams = {{2, 0.5}, {8, 0.25}};
+    if (read_load) hw.node.cpu.io_read_cores = {{kMiB, 8, 1.0}};
     Builder b;
     b.Resource("nvme0.read", "nvme0");
     b.Resource("nvme0.write", "nvme0");
@@ -246,7 +251,40 @@ TEST(SimTest, ReadAndWriteShareTheSsdAsDiskSharedCapacity) {
     EXPECT_REL(Find(r, "w").end_s, w_done);
     EXPECT_REL(Find(r, "r").end_s, r_done);
     EXPECT_EQ(r.disk_sharing_mismatches, 0);
+    EXPECT_EQ(r.activities, read_load ? 3 : 0) << "the read's comm and its load, restarted at the read's new rate once the "
+                                                  "write has ended; the write timed alone";
   }
+}
+
+// A disk stream timed alone goes on as a SimGrid comm of its bytes left once another flow would
+// take the root complex past its capacity, and shares it from then on. A read alone at the disk's
+// 3 GB/s; a copy (20 GB/s) begins after a compute, through a root complex of 4: 2 GB/s each until
+// the read ends, then the copy alone at 4. The read has moved 3e8 + 0.3 bytes by then: SimGrid
+// counts in 1/1024 bytes, so the fraction is kept (rounded to a byte, the read would end 0.15 ns
+// off, 1e-10 of its time, and the copy after it).
+TEST(SimTest, AStreamTimedAloneIsHandedToSimGridWhenTheRootComplexFills) {
+  auto hw = TestHardware();
+  hw.node.pcie.root_complex_bw_bytes_per_s = 4e9;
+  const auto& d = hw.node.nvme[0];
+  const double t_r = d.read_latency_s, read_bw = d.read_bw_bytes_per_s, pcie_lat = hw.node.pcie.latency_s;
+  const double read_bytes = 3e9, copy_bytes = 4e9;
+  const double moved = 3e8 + 0.3;                    // by the read when the copy begins
+  const double t_c = t_r + moved / read_bw;          // the copy begins
+  Builder b;
+  b.Resource("nvme0.read", "nvme0");
+  b.Resource("gpu0.compute", "gpu0");
+  b.Resource("gpu0.h2d", "gpu0");
+  b.Task("r", Op::kRead, "nvme0.read", static_cast<int64_t>(read_bytes));
+  b.Task("x", Op::kCompute, "gpu0.compute", 0).flops = (t_c - pcie_lat) * hw.node.gpu.peak_flops * hw.node.gpu.compute_efficiency;
+  b.Task("c", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(copy_bytes), {"x"});
+  SimResult r = MustSimulate(b.s, hw);
+  const double shared = hw.node.pcie.root_complex_bw_bytes_per_s / 2;
+  const double r_done = t_c + (read_bytes - moved) / shared;
+  const double c_done = r_done + (copy_bytes - (r_done - t_c) * shared) / (2 * shared);
+  EXPECT_NEAR(Find(r, "r").end_s, r_done, 1e-12 * r_done);
+  EXPECT_NEAR(Find(r, "c").end_s, c_done, 1e-12 * c_done);
+  EXPECT_EQ(r.activities, 2) << "the read handed to SimGrid when the copy began, and the copy";
+  EXPECT_EQ(r.disk_sharing_mismatches, 0);
 }
 
 TEST(SimTest, CopiesAndNvmeDmaShareTheRootComplex) {

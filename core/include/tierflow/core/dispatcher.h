@@ -74,6 +74,9 @@ class Dispatcher {
     int64_t priority;
     int64_t iteration;
     int32_t task;
+    // Of an instance woken from a pool's waiters (WakePoolWaiters): that pool, whose `admitted`
+    // counts its bytes until it is dispatched. Not part of the order.
+    int32_t woken_by = kNoIndex;
     // std::push_heap builds a max-heap; invert so the smallest (iteration, priority, task) is on top.
     bool operator<(const Pending& o) const {
       if (iteration != o.iteration) return iteration > o.iteration;
@@ -144,6 +147,9 @@ class Dispatcher {
     int64_t capacity = 0;
     int64_t in_use = 0;
     int64_t peak = 0;
+    // Bytes of the waiters woken and not yet dispatched: a later free wakes only what fits
+    // beside them too, so a waiter woken is one that fits, not one sent back to wait again.
+    int64_t admitted = 0;
     // Instances that did not fit, in dispatch order. A free re-queues only the waiters that the
     // free bytes can admit. They arrive in dispatch order (a resource's queue hands them over
     // in it), so the queue's run takes them at no cost: a long queue of waiters (10^5 flat
