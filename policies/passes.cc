@@ -154,11 +154,19 @@ class Passes {
   // allocated by the last gathered-buffer admission at or before the layer in the pass's fetch
   // order, so the GPU pool admits everything in fetch order and prefetched units never hold the
   // room a compute still needs (a pool smaller than a layer's working set is still a deadlock,
-  // reported with the pool). Without any admission before it in the pass (every unit so far
-  // GPU-resident or kept from the forward), the compute allocates it.
+  // reported with the pool). A layer with no admission before it in the pass (every unit so far
+  // GPU-resident or kept from the forward: the head, where a backward begins) allocates it in an
+  // alloc task of its own, once the compute before it has ended, and the pass's first admission
+  // follows that task: the backward's prefetches begin when the backward does, as DeepSpeed's
+  // pre-backward hook issues them. Allocated by the compute while the prefetches were admitted
+  // from the forward's last gather on, the head's gradients waited for room that those
+  // prefetches held until computes after the head's freed it: a deadlock whenever they filled
+  // the pool first (scenarios/llama3.2-1b-offload.yaml on its own node did). Without any
+  // admission in the pass at all, the compute allocates it.
   struct Layer {
     std::vector<int32_t> units;                          // the layer's units so far
     std::vector<int32_t> last_admit;                     // per rank
+    std::vector<int32_t> first_admit;                    // per rank: the pass's first admission, if any
     std::vector<std::vector<int32_t>> gathered, kept;   // per rank: its gathered buffers
     std::vector<size_t> live;                            // the `live_` units the layer's compute frees
   };
@@ -215,6 +223,7 @@ class Passes {
     const std::vector<int32_t>& order = fwd ? forward_order_ : backward_order_;
     Layer layer;
     layer.last_admit.assign(static_cast<size_t>(ranks_), kNoIndex);
+    layer.first_admit = fetched.empty() ? std::vector<int32_t>(static_cast<size_t>(ranks_), kNoIndex) : fetched.front().admit;
     layer.gathered.resize(ranks_);
     layer.kept.resize(ranks_);
     GradientBucket gradients(b_, plan_, o_, fo, /*last_micro_step=*/m + 1 == micro_steps_, &carry_, &res_);
@@ -291,8 +300,23 @@ class Passes {
         *grad_gpu = b_.Buffer(StrCat({"grad.gpu.l", unit.layer, ".", fo.tag, ".r", r}), b_.GpuPool(r),
                               s.layer_elements * 4);
         c.uses.insert(c.uses.begin(), *grad_gpu);
-        if (layer->last_admit[r] != kNoIndex) b_.task(layer->last_admit[r]).allocs.push_back(*grad_gpu);
-        else c.allocs = {*grad_gpu};
+        if (layer->last_admit[r] != kNoIndex) {
+          b_.task(layer->last_admit[r]).allocs.push_back(*grad_gpu);
+        } else if (layer->first_admit[r] != kNoIndex && res_.last_compute[r] != kNoIndex) {
+          TaskSpec a;
+          a.id = StrCat({"alloc.grad.gpu.l", unit.layer, ".", fo.tag, ".r", r});  // "alloc." and its buffer's name
+          a.op = Op::kAlloc;
+          a.rank = r;
+          a.allocs = {*grad_gpu};
+          a.deps = {res_.last_compute[r]};
+          a.phase = fo.phase;
+          a.layer = unit.layer;
+          const int32_t alloc = b_.Task(std::move(a));
+          c.deps.push_back(alloc);
+          b_.task(layer->first_admit[r]).deps.push_back(alloc);
+        } else {
+          c.allocs = {*grad_gpu};
+        }
       }
     }
     if (s.tied_head) {
