@@ -261,7 +261,8 @@ class Runner {
   // within the link's capacity — each does, so the copy's end is known when it begins and a timer
   // ends it, without a SimGrid comm. Every flow that crosses a watched link counts its bound
   // there from its begin (AddDemand) to its end (RemoveDemand), counted high where unsure (a disk
-  // stream by its class's cap, a collective by its bus). Once a flow's bound would take a link
+  // stream by its class's cap, a device's streams together by no more than the device can take:
+  // DeviceDemand; a collective by its bus). Once a flow's bound would take a link
   // past its capacity, every copy timed on that link becomes a SimGrid comm of its bytes left
   // (Promote), and SimGrid shares the link from then on: the same rates as if it had been one
   // from the start.
@@ -276,8 +277,9 @@ class Runner {
     Flight& f = flights_[id];
     if (f.counted || f.links.empty()) return;
     f.counted = true;
+    const double demand = f.disk >= 0 ? DeviceDemand(f.disk, f.bound) : f.bound;
     for (const int32_t l : f.links) {
-      link_demand_[static_cast<size_t>(l)] += f.bound;
+      link_demand_[static_cast<size_t>(l)] += demand;
       ++link_flows_[static_cast<size_t>(l)];
     }
     for (const int32_t l : f.links) {
@@ -290,13 +292,28 @@ class Runner {
   void RemoveDemand(int32_t id) {
     Flight& f = flights_[id];
     if (f.counted) {
+      const double demand = f.disk >= 0 ? -DeviceDemand(f.disk, -f.bound) : f.bound;
       for (const int32_t l : f.links) {
         // Exactly 0 once the link carries nothing: no rounding left over from the sums.
-        link_demand_[static_cast<size_t>(l)] = --link_flows_[static_cast<size_t>(l)] == 0 ? 0 : link_demand_[static_cast<size_t>(l)] - f.bound;
+        link_demand_[static_cast<size_t>(l)] = --link_flows_[static_cast<size_t>(l)] == 0 ? 0 : link_demand_[static_cast<size_t>(l)] - demand;
       }
     }
     f.counted = false;
     f.links.clear();
+  }
+
+  // The streams of one device take no more at once than its largest capacity, whatever their
+  // classes' caps add up to: they count on the root complex together, at the smaller of the two
+  // (a device of 7 GB/s with four reads capped at 7 each counts 7, not 28). A disk stream of cap
+  // `delta` on device slot `slot` begins (delta > 0) or ends (< 0): the change in its device's
+  // count. Never below what the streams can take, so a fit still means max-min gives each flow
+  // its bound; a stream's end never raises it.
+  double DeviceDemand(int32_t slot, double delta) {
+    const size_t s = static_cast<size_t>(slot);
+    const double before = std::min(device_caps_[s], device_peak_[s]);
+    device_streams_[s] += delta > 0 ? 1 : -1;
+    device_caps_[s] = device_streams_[s] == 0 ? 0 : device_caps_[s] + delta;  // exactly 0 when none
+    return std::min(device_caps_[s], device_peak_[s]) - before;
   }
 
   // Copy flight `id` begins, after its latency: timed alone if its links have room for every
@@ -458,6 +475,17 @@ class Runner {
     disk_reads_.assign(static_cast<size_t>(plan_.nodes * plan_.nvmes), 0);
     disk_writes_.assign(disk_reads_.size(), 0);
     disk_fast_.assign(disk_reads_.size(), 0);
+    device_caps_.assign(disk_reads_.size(), 0);
+    device_streams_.assign(disk_reads_.size(), 0);
+    device_peak_.assign(disk_reads_.size(), 0);
+    for (size_t slot = 0; slot < device_peak_.size(); ++slot) {
+      // The most DiskSharedCapacity gives any mix: a harmonic mean of the two peaks is below the
+      // larger, times the mixed efficiency where that is above 1.
+      const models::NvmeSpec& disk = node.nvme[slot % static_cast<size_t>(plan_.nvmes)];
+      double efficiency = std::max(1.0, disk.mixed_efficiency);
+      for (const auto& point : disk.mixed_efficiency_by_streams) efficiency = std::max(efficiency, point.second);
+      device_peak_[slot] = std::max(disk.read_bw_bytes_per_s, disk.write_bw_bytes_per_s) * efficiency;
+    }
     node_threads_.assign(static_cast<size_t>(plan_.nodes), 0);
     slot_loads_.assign(disk_reads_.size(), {});
     device_rings_.assign(disk_reads_.size(), {});
@@ -945,6 +973,10 @@ class Runner {
   uint64_t next_stamp_ = 0;
   // Per node and disk: streams transferring now, and how many of them are timed alone.
   std::vector<int32_t> disk_reads_, disk_writes_, disk_fast_;
+  // Per node and disk (DeviceDemand): the caps of its streams counted on the root complex, how
+  // many, and the most the device can take at once.
+  std::vector<double> device_caps_, device_peak_;
+  std::vector<int32_t> device_streams_;
   std::vector<int32_t> node_threads_;  // per node: threads of the user execs on its cores now (HoldCores)
   std::vector<sg4::ActivityPtr> retired_;
   std::vector<sg4::ActivityPtr> cancelled_;  // loads cancelled by BoundLoads, until signalled FAILED

@@ -364,6 +364,34 @@ TEST(SimTest, CopiesRunAloneUntilTheirLinkFillsThenShareIt) {
   EXPECT_EQ(r.activities, 2) << "a handed to SimGrid when b began, and b";
 }
 
+// A device's streams take no more of the root complex at once than the device can move, however
+// many there are: three reads of one disk (3 GB/s, each capped at 3) beside three copies (20 +
+// 20 + 18 GB/s) through a root complex of 64 count 3 GB/s there, not 9, so every flow fits and is
+// timed alone (counted at their caps, 67 GB/s, they were SimGrid comms; the dates were the same).
+TEST(SimTest, ARootComplexCountsADevicesStreamsAtMostAtTheDevicesCapacity) {
+  const auto hw = TestHardware();
+  const auto& d = hw.node.nvme[0];
+  const auto& pcie = hw.node.pcie;
+  ASSERT_GT(2 * pcie.h2d_bw_bytes_per_s + pcie.d2h_bw_bytes_per_s + 3 * d.read_bw_bytes_per_s, pcie.root_complex_bw_bytes_per_s);
+  ASSERT_LE(2 * pcie.h2d_bw_bytes_per_s + pcie.d2h_bw_bytes_per_s + d.read_bw_bytes_per_s, pcie.root_complex_bw_bytes_per_s);
+  Builder b;
+  b.Resource("nvme0.read", "nvme0", 3);
+  b.Resource("gpu0.h2d", "gpu0");
+  b.Resource("gpu1.h2d", "gpu1");
+  b.Resource("gpu0.d2h", "gpu0");
+  const double read_bytes = 3e8, copy_bytes = 4e9;
+  for (const char* id : {"r0", "r1", "r2"}) b.Task(id, Op::kRead, "nvme0.read", static_cast<int64_t>(read_bytes));
+  b.Task("h0", Op::kH2D, "gpu0.h2d", static_cast<int64_t>(copy_bytes));
+  b.Task("h1", Op::kH2D, "gpu1.h2d", static_cast<int64_t>(copy_bytes));
+  b.Task("d0", Op::kD2H, "gpu0.d2h", static_cast<int64_t>(copy_bytes));
+  SimResult r = MustSimulate(b.s, hw);
+  for (const char* id : {"r0", "r1", "r2"}) EXPECT_REL(Find(r, id).end_s, d.read_latency_s + 3 * read_bytes / d.read_bw_bytes_per_s);
+  for (const char* id : {"h0", "h1"}) EXPECT_REL(Find(r, id).end_s, pcie.latency_s + copy_bytes / pcie.h2d_bw_bytes_per_s);
+  EXPECT_REL(Find(r, "d0").end_s, pcie.latency_s + copy_bytes / pcie.d2h_bw_bytes_per_s);
+  EXPECT_EQ(r.activities, 0) << "every stream and copy timed alone";
+  EXPECT_EQ(r.disk_sharing_mismatches, 0);
+}
+
 TEST(SimTest, RemoteTierReadsShareItsBandwidthThroughTheNic) {
   auto hw = TestHardware();
   hw.node.remote.push_back({"pfs", 2e9, 1e9, 5e-4});
