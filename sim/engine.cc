@@ -277,7 +277,7 @@ class Runner {
     Flight& f = flights_[id];
     if (f.counted || f.links.empty()) return;
     f.counted = true;
-    const double demand = f.disk >= 0 ? DeviceDemand(f.disk, f.bound) : f.bound;
+    const double demand = f.disk >= 0 ? DeviceDemand(f.disk, f.bound, +1) : f.bound;
     for (const int32_t l : f.links) {
       link_demand_[static_cast<size_t>(l)] += demand;
       ++link_flows_[static_cast<size_t>(l)];
@@ -292,7 +292,7 @@ class Runner {
   void RemoveDemand(int32_t id) {
     Flight& f = flights_[id];
     if (f.counted) {
-      const double demand = f.disk >= 0 ? -DeviceDemand(f.disk, -f.bound) : f.bound;
+      const double demand = f.disk >= 0 ? -DeviceDemand(f.disk, f.bound, -1) : f.bound;
       for (const int32_t l : f.links) {
         // Exactly 0 once the link carries nothing: no rounding left over from the sums.
         link_demand_[static_cast<size_t>(l)] = --link_flows_[static_cast<size_t>(l)] == 0 ? 0 : link_demand_[static_cast<size_t>(l)] - demand;
@@ -305,14 +305,14 @@ class Runner {
   // The streams of one device take no more at once than its largest capacity, whatever their
   // classes' caps add up to: they count on the root complex together, at the smaller of the two
   // (a device of 7 GB/s with four reads capped at 7 each counts 7, not 28). A disk stream of cap
-  // `delta` on device slot `slot` begins (delta > 0) or ends (< 0): the change in its device's
-  // count. Never below what the streams can take, so a fit still means max-min gives each flow
-  // its bound; a stream's end never raises it.
-  double DeviceDemand(int32_t slot, double delta) {
+  // `cap` on device slot `slot` begins (sign +1) or ends (-1): the change in its device's count.
+  // Never below what the streams can take, so a fit still means max-min gives each flow its
+  // bound; a stream's end never raises it.
+  double DeviceDemand(int32_t slot, double cap, int32_t sign) {
     const size_t s = static_cast<size_t>(slot);
     const double before = std::min(device_caps_[s], device_peak_[s]);
-    device_streams_[s] += delta > 0 ? 1 : -1;
-    device_caps_[s] = device_streams_[s] == 0 ? 0 : device_caps_[s] + delta;  // exactly 0 when none
+    device_streams_[s] += sign;
+    device_caps_[s] = device_streams_[s] == 0 ? 0 : device_caps_[s] + sign * cap;  // exactly 0 when none
     return std::min(device_caps_[s], device_peak_[s]) - before;
   }
 
