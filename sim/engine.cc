@@ -240,16 +240,15 @@ class Runner {
     std::vector<int32_t> links;
     double bound = 0;
     bool counted = false;
-    // A copy timed without SimGrid: from its begin until it ends or is handed to SimGrid
-    // (Promote); its timer is void once `stamp` changes. Its route's ends and its bytes.
-    bool fast = false;
-    uint64_t stamp = 0;
-    double fast_begin_s = 0;
+    // Its route's ends and its bytes, for a copy or disk stream: its comm's, made when it begins
+    // or when it is handed to SimGrid (Promote).
     sg4::Host* src = nullptr;
     sg4::Host* dst = nullptr;
     double bytes = 0;
-    // A disk stream timed without SimGrid (TimeStreams; `fast` too): its bytes left at `since`,
-    // its rate from then (ShareDisk's share of its device), and the timer of its end at that rate.
+    // A copy or disk stream timed without SimGrid (`fast`, from its begin until it ends or is
+    // handed to SimGrid): its bytes left at `since_s`, its rate from then (a copy's bound; a
+    // stream's share of its device, TimeStreams), and the timer of its end at that rate (Retime).
+    bool fast = false;
     double left = 0;
     double since_s = 0;
     double rate = 0;
@@ -327,40 +326,65 @@ class Runner {
       Begin(id);
       return;
     }
-    const double now = sg4::Engine::get_clock();
-    f.fast = true;
-    f.stamp = ++next_stamp_;
-    f.fast_begin_s = now;
-    ++f.pending;
+    StartTimed(id);
     for (const int32_t l : f.links) link_fast_[static_cast<size_t>(l)].push_back(id);
-    SetTimer(now + f.bytes / f.bound, [this, id, stamp = f.stamp] {
-      Flight& g = flights_[id];
-      if (!g.fast || g.stamp != stamp) return;  // handed to SimGrid meanwhile
-      Unlist(id);
-      if (--g.pending == 0) EndFlight(id);
-    });
+    Retime(id, f.bound);
+  }
+
+  // Copy or disk stream `id` begins timed alone, its rate not yet set (Retime).
+  void StartTimed(int32_t id) {
+    Flight& f = flights_[id];
+    f.fast = true;
+    ++f.pending;
+    f.left = f.bytes;
+    f.since_s = sg4::Engine::get_clock();
+    f.rate = 0;
+  }
+
+  // Flow `id`, timed alone, moves at `rate` from now: its bytes left brought to now, its end's
+  // timer set again.
+  void Retime(int32_t id, double rate) {
+    Flight& f = flights_[id];
+    const double now = sg4::Engine::get_clock();
+    f.left = LeftNow(f);
+    f.since_s = now;
+    f.rate = rate;
+    if (f.timer != nullptr) f.timer->remove();
+    f.timer = rate > 0 ? simgrid::kernel::timer::Timer::set(now + f.left / rate, [this, id] { EndTimed(id); }) : nullptr;
+  }
+
+  double LeftNow(const Flight& f) const { return std::max(0.0, f.left - f.rate * (sg4::Engine::get_clock() - f.since_s)); }
+
+  // Flow `id`, timed alone, has moved its bytes.
+  void EndTimed(int32_t id) {
+    Flight& f = flights_[id];
+    f.timer = nullptr;
+    Unlist(id);
+    if (f.disk >= 0) LeaveDisk(id);
+    if (--f.pending == 0) EndFlight(id);
   }
 
   // Copy or disk stream `id`, timed alone until now, goes on as a SimGrid comm of its bytes left.
+  // A stream's class link is opened to its cap while the comm starts (Begin), its share set again
+  // after.
   void Promote(int32_t id) {
-    if (flights_[id].disk >= 0) {
-      PromoteStream(id);
-      return;
-    }
     Flight& f = flights_[id];
+    const double left = LeftNow(f);
+    if (f.timer != nullptr) f.timer->remove();
+    f.timer = nullptr;
     Unlist(id);
     --f.pending;
-    const double left = std::max(0.0, f.bytes - f.bound * (sg4::Engine::get_clock() - f.fast_begin_s));
+    if (f.disk >= 0) SetEndpointRate(f.endpoint, plan_.endpoints[static_cast<size_t>(f.endpoint)].cap_bw);
+    f.comm = static_cast<int32_t>(f.activities.size());
     Add(id, f.src, f.dst, left);
-    Begin(id);
+    StartAdded(id);
+    if (f.disk >= 0) ShareDisk(f.disk);
   }
 
-  // Copy or disk stream `id` is no longer timed alone: off its links' lists (and its class's),
-  // a copy's timer void.
+  // Copy or disk stream `id` is no longer timed alone: off its links' lists (and its class's).
   void Unlist(int32_t id) {
     Flight& f = flights_[id];
     f.fast = false;
-    ++f.stamp;
     const auto drop = [id](std::vector<int32_t>& on) { on.erase(std::find(on.begin(), on.end(), id)); };
     for (const int32_t l : f.links) drop(link_fast_[static_cast<size_t>(l)]);
     if (f.disk >= 0) {
@@ -625,7 +649,6 @@ class Runner {
     f.bound = 0;
     f.counted = false;
     f.fast = false;
-    ++f.stamp;
     f.timer = nullptr;
     if (p.handover_amount > 0) {
       // The hand-over's load on the cores (TaskPlan::handover_amount), from the launch on, beside
@@ -727,11 +750,7 @@ class Runner {
       Begin(id);
       return;
     }
-    f.fast = true;
-    ++f.pending;
-    f.left = f.bytes;
-    f.since_s = sg4::Engine::get_clock();
-    f.rate = 0;
+    StartTimed(id);
     for (const int32_t l : f.links) link_fast_[static_cast<size_t>(l)].push_back(id);
     endpoint_fast_[static_cast<size_t>(f.endpoint)].push_back(id);
     ++disk_fast_[static_cast<size_t>(f.disk)];
@@ -745,44 +764,12 @@ class Runner {
   // stream its class's link rate. Each such stream is so timed at that rate, and timed again
   // whenever ShareDisk changes it (a stream starting or ending on the device, the cores held or
   // let go); it counts in the device's figures as a comm does. Once the root complex's flows
-  // would exceed it, it goes on as a SimGrid comm of its bytes left (PromoteStream). A stream
+  // would exceed it, it goes on as a SimGrid comm of its bytes left (Promote). A stream
   // with an I/O path's load (BoundLoads reads its comm) or a hand-over is always a comm.
   void TimeStreams(int32_t e, double rate) {
-    const double now = sg4::Engine::get_clock();
     for (const int32_t id : endpoint_fast_[static_cast<size_t>(e)]) {
-      Flight& f = flights_[static_cast<size_t>(id)];
-      if (f.rate == rate) continue;
-      f.left = std::max(0.0, f.left - f.rate * (now - f.since_s));
-      f.since_s = now;
-      f.rate = rate;
-      if (f.timer != nullptr) f.timer->remove();
-      f.timer = rate > 0 ? simgrid::kernel::timer::Timer::set(now + f.left / rate, [this, id] { EndStream(id); }) : nullptr;
+      if (flights_[static_cast<size_t>(id)].rate != rate) Retime(id, rate);
     }
-  }
-
-  // Disk stream `id`, timed alone, has moved its bytes.
-  void EndStream(int32_t id) {
-    Flight& f = flights_[static_cast<size_t>(id)];
-    f.timer = nullptr;
-    Unlist(id);
-    LeaveDisk(id);
-    if (--f.pending == 0) EndFlight(id);
-  }
-
-  // Disk stream `id`, timed alone until now, goes on as a SimGrid comm of its bytes left.
-  void PromoteStream(int32_t id) {
-    Flight& f = flights_[static_cast<size_t>(id)];
-    const double left = std::max(0.0, f.left - f.rate * (sg4::Engine::get_clock() - f.since_s));
-    if (f.timer != nullptr) f.timer->remove();
-    f.timer = nullptr;
-    Unlist(id);
-    --f.pending;
-    // Opened to its cap while the comm starts (Begin), its share set again after.
-    SetEndpointRate(f.endpoint, plan_.endpoints[static_cast<size_t>(f.endpoint)].cap_bw);
-    f.comm = static_cast<int32_t>(f.activities.size());
-    Add(id, f.src, f.dst, left);
-    StartAdded(id);
-    ShareDisk(f.disk);
   }
 
   // Flight `id`, an exec alone on its host (TaskPlan::alone), launched at `now`: it begins after
@@ -970,7 +957,6 @@ class Runner {
   std::vector<int32_t> link_flows_;
   std::vector<std::vector<int32_t>> link_fast_;
   std::vector<int32_t> promoting_;  // AddDemand's scratch
-  uint64_t next_stamp_ = 0;
   // Per node and disk: streams transferring now, and how many of them are timed alone.
   std::vector<int32_t> disk_reads_, disk_writes_, disk_fast_;
   // Per node and disk (DeviceDemand): the caps of its streams counted on the root complex, how
