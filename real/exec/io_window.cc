@@ -23,17 +23,22 @@ std::vector<IoRequest> CutRequests(const std::vector<IoRequest>& requests, int64
 IoWindow::IoWindow(Storage* io, std::vector<IoRequest> pieces, size_t window, std::function<void(Status)> done)
     : io_(io), pieces_(std::move(pieces)), window_(window > 0 ? window : std::max<size_t>(1, pieces_.size())), done_(std::move(done)) {}
 
+// The completion and the pumping are one critical section: were the lock let go between them,
+// another thread's completion could end the window, and its owner destroy it, while this thread
+// waits to take the lock again (ThreadSanitizer found it: two devices' completion threads).
 void IoWindow::Push(IoCompletion c) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!c.status.ok() && status_.ok()) status_ = c.status;
-    --in_flight_;
-  }
-  Pump();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!c.status.ok() && status_.ok()) status_ = c.status;
+  --in_flight_;
+  Pump(lock);
 }
 
-void IoWindow::Pump() {
+void IoWindow::Start() {
   std::unique_lock<std::mutex> lock(mu_);
+  Pump(lock);
+}
+
+void IoWindow::Pump(std::unique_lock<std::mutex>& lock) {
   if (pumping_) return;  // the pumping thread sees this completion when it takes the lock again
   pumping_ = true;
   while (status_.ok() && next_ < pieces_.size() && in_flight_ < window_) {

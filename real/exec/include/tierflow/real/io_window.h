@@ -33,11 +33,13 @@ class IoWindow final : public CompletionSink {
   IoWindow(const IoWindow&) = delete;
   IoWindow& operator=(const IoWindow&) = delete;
 
-  void Start() { Pump(); }
+  void Start();
   void Push(IoCompletion c) override;
 
  private:
-  void Pump();
+  // With the lock held; returns with it let go or still held, touching nothing after the window
+  // is done.
+  void Pump(std::unique_lock<std::mutex>& lock);
 
   Storage* io_;
   std::vector<IoRequest> pieces_;
